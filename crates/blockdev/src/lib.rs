@@ -1,0 +1,198 @@
+//! Block devices for ext4kit.
+//!
+//! The engine addresses storage by byte offset with positional I/O so that
+//! many threads can read and write at once without sharing a file cursor.
+//! Everything above this crate sees only the [`BlockDevice`] trait; a
+//! recording / fault-injecting device for crash tests will implement it too.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use parking_lot::RwLock;
+
+/// Storage the filesystem lives on.
+///
+/// Implementations must be safe to call from many threads at once; reads and
+/// writes at disjoint offsets must not interfere.
+pub trait BlockDevice: Send + Sync {
+    /// Fill `buf` from byte offset `off`. Reading past the end is an
+    /// `UnexpectedEof` error (a truncated image), never a short read.
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Write `buf` at byte offset `off`.
+    fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()>;
+    /// Make every completed write durable.
+    fn flush(&self) -> io::Result<()>;
+    /// Size of the device in bytes.
+    fn size(&self) -> u64;
+    /// Whether writes are refused.
+    fn read_only(&self) -> bool;
+}
+
+/// An image file (or block device node) accessed with `pread`/`pwrite`.
+#[derive(Debug)]
+pub struct FileDevice {
+    file: File,
+    size: u64,
+    read_only: bool,
+}
+
+impl FileDevice {
+    /// Open `path`, read-only or read-write.
+    pub fn open(path: impl AsRef<Path>, writable: bool) -> io::Result<Self> {
+        let file = OpenOptions::new().read(true).write(writable).open(path.as_ref())?;
+        let meta = file.metadata()?;
+        let size = if meta.file_type().is_file() {
+            meta.len()
+        } else {
+            // Block devices report 0 in metadata; seek to the end instead.
+            use std::io::Seek;
+            let mut f = &file;
+            f.seek(io::SeekFrom::End(0))?
+        };
+        Ok(FileDevice { file, size, read_only: !writable })
+    }
+}
+
+impl BlockDevice for FileDevice {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        if off.checked_add(buf.len() as u64).is_none_or(|end| end > self.size) {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("read of {} bytes at offset {off} past the end of the image ({} bytes)", buf.len(), self.size),
+            ));
+        }
+        self.file.read_exact_at(buf, off)
+    }
+
+    fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "device opened read-only"));
+        }
+        self.file.write_all_at(buf, off)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.file.sync_data()
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+}
+
+/// A device held in memory: tests, fuzzing, and images built in RAM.
+#[derive(Debug, Default)]
+pub struct MemDevice {
+    data: RwLock<Vec<u8>>,
+    read_only: bool,
+}
+
+impl MemDevice {
+    /// A zero-filled device of `size` bytes.
+    pub fn new(size: usize) -> Self {
+        MemDevice { data: RwLock::new(vec![0; size]), read_only: false }
+    }
+
+    /// A device holding `bytes`.
+    pub fn from_vec(bytes: Vec<u8>) -> Self {
+        MemDevice { data: RwLock::new(bytes), read_only: false }
+    }
+
+    /// A read-only device holding `bytes`.
+    pub fn from_vec_read_only(bytes: Vec<u8>) -> Self {
+        MemDevice { data: RwLock::new(bytes), read_only: true }
+    }
+
+    /// A copy of the current contents.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.data.read().clone()
+    }
+}
+
+impl BlockDevice for MemDevice {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        let d = self.data.read();
+        let end = off.checked_add(buf.len() as u64).filter(|&e| e <= d.len() as u64);
+        match end {
+            Some(end) => {
+                buf.copy_from_slice(&d[off as usize..end as usize]);
+                Ok(())
+            }
+            None => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("read of {} bytes at offset {off} past the end of the image ({} bytes)", buf.len(), d.len()),
+            )),
+        }
+    }
+
+    fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "device opened read-only"));
+        }
+        let mut d = self.data.write();
+        let end = off
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= d.len() as u64)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("write at {off} past the end")))?;
+        d[off as usize..end as usize].copy_from_slice(buf);
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn size(&self) -> u64 {
+        self.data.read().len() as u64
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exercise(d: &dyn BlockDevice) {
+        d.write_at(100, b"hello").unwrap();
+        let mut b = [0u8; 5];
+        d.read_at(100, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        let mut big = vec![0u8; 10];
+        let e = d.read_at(d.size() - 5, &mut big).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(d.read_at(u64::MAX - 2, &mut big).is_err());
+        d.flush().unwrap();
+    }
+
+    #[test]
+    fn mem_device() {
+        exercise(&MemDevice::new(4096));
+        let ro = MemDevice::from_vec_read_only(vec![0; 10]);
+        assert!(ro.write_at(0, b"x").is_err());
+    }
+
+    #[test]
+    fn file_device() {
+        let p = std::env::temp_dir().join(format!("ext4kit-blockdev-{}", std::process::id()));
+        std::fs::write(&p, vec![0u8; 4096]).unwrap();
+        exercise(&FileDevice::open(&p, true).unwrap());
+        let ro = FileDevice::open(&p, false).unwrap();
+        assert!(ro.write_at(0, b"x").is_err());
+        std::fs::remove_file(&p).unwrap();
+    }
+}
