@@ -1,1 +1,32 @@
-//! placeholder
+//! ext4kit: a user-space engine for ext2, ext3 and ext4 images.
+//!
+//! Open an image with [`Fs::open_image`] and use the POSIX-shaped API on the
+//! returned `Arc<Fs>` from any number of threads, or give each worker a
+//! [`Process`] with its own descriptor table.
+//!
+//! ```no_run
+//! use ext4kit::{Fs, OpenOptions, OpenFlags};
+//! let fs = Fs::open_image("disk.img", &OpenOptions::default())?;
+//! for e in fs.read_dir(b"/")? {
+//!     println!("{}", String::from_utf8_lossy(&e.name));
+//! }
+//! let f = fs.open(b"/etc/hostname", OpenFlags::default())?;
+//! let mut buf = vec![0; 4096];
+//! let n = f.read(&fs, &mut buf)?;
+//! # Ok::<(), ext4kit::Error>(())
+//! ```
+//!
+//! Layers (data flows down): [`vfs`] (caches, path walk, open files) →
+//! [`ext4`] (ext4 semantics) → `ext4kit-format` (bytes) → `ext4kit-blockdev`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod ext4;
+pub mod vfs;
+
+pub use error::{Errno, Error, Result};
+pub use ext4::{DirEntry, OpenOptions};
+pub use ext4kit_format::inode::{FileType, Timestamp};
+pub use vfs::{Fd, File, Fs, FsInfo, OpenFlags, Process, Stat, Whence};

@@ -102,7 +102,7 @@ macro_rules! layout {
         }
     ) => {
         $(#[$meta])*
-        #[derive(Clone, PartialEq, Eq)]
+        #[derive(Clone, Copy, PartialEq, Eq)]
         pub struct $name {
             $( $(#[$fmeta])* #[doc = concat!("On-disk field `", stringify!($field), "` at byte ", stringify!($off), ".")] pub $field: $ty, )*
         }

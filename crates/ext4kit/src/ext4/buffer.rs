@@ -1,0 +1,138 @@
+//! The metadata buffer cache: blocks of extent nodes, indirect maps,
+//! directories and xattrs, keyed by physical block number.
+//!
+//! Concurrency: lookups are lock-free reads of a concurrent map (papaya);
+//! a miss reads the block without holding any lock, so two threads missing
+//! the same block may both read it and one insert wins — harmless for clean
+//! metadata. Each buffer carries a once-only validation slot (seed 004: a
+//! directory block is checked when it comes from disk, then trusted).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use ext4kit_format::FormatError;
+
+/// One cached block.
+#[derive(Debug)]
+pub struct Buffer {
+    /// Physical block number.
+    pub block: u64,
+    /// The block's bytes.
+    pub data: Box<[u8]>,
+    /// Result of the structural check done the first time the block is used
+    /// as a particular structure (directory leaf, dx node, ...).
+    pub checked: OnceLock<Result<(), FormatError>>,
+    referenced: AtomicBool,
+}
+
+impl Buffer {
+    fn new(block: u64, data: Box<[u8]>) -> Self {
+        Buffer { block, data, checked: OnceLock::new(), referenced: AtomicBool::new(true) }
+    }
+
+    /// Run `check` the first time only; later calls return the stored verdict.
+    pub fn check_once(&self, check: impl FnOnce(&[u8]) -> Result<(), FormatError>) -> Result<(), FormatError> {
+        self.checked.get_or_init(|| check(&self.data)).clone()
+    }
+}
+
+/// Bounded concurrent cache of metadata blocks.
+#[derive(Debug)]
+pub struct BufferCache {
+    map: papaya::HashMap<u64, Arc<Buffer>>,
+    bytes: AtomicUsize,
+    budget: usize,
+    block_size: usize,
+    /// Blocks read from the device (cache misses).
+    pub misses: AtomicU64,
+    /// Lookups served from memory.
+    pub hits: AtomicU64,
+}
+
+impl BufferCache {
+    /// A cache holding at most about `budget` bytes of `block_size` blocks.
+    pub fn new(block_size: usize, budget: usize) -> Self {
+        BufferCache {
+            map: papaya::HashMap::new(),
+            bytes: AtomicUsize::new(0),
+            budget: budget.max(block_size * 16),
+            block_size,
+            misses: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    /// The cached buffer for `block`, reading it with `read` on a miss.
+    pub fn get<E>(&self, block: u64, read: impl FnOnce(&mut [u8]) -> Result<(), E>) -> Result<Arc<Buffer>, E> {
+        {
+            let m = self.map.pin();
+            if let Some(b) = m.get(&block) {
+                b.referenced.store(true, Ordering::Relaxed);
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(b.clone());
+            }
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let mut data = vec![0u8; self.block_size].into_boxed_slice();
+        read(&mut data)?;
+        let buf = Arc::new(Buffer::new(block, data));
+        let m = self.map.pin();
+        let got = m.get_or_insert(block, buf.clone()).clone();
+        if Arc::ptr_eq(&got, &buf) {
+            let now = self.bytes.fetch_add(self.block_size, Ordering::Relaxed) + self.block_size;
+            if now > self.budget {
+                self.evict(&m);
+            }
+        }
+        Ok(got)
+    }
+
+    /// Drop a block (after it was rewritten or freed).
+    pub fn forget(&self, block: u64) {
+        if self.map.pin().remove(&block).is_some() {
+            self.bytes.fetch_sub(self.block_size, Ordering::Relaxed);
+        }
+    }
+
+    /// Second-chance (clock) eviction down to three quarters of the budget:
+    /// a buffer used since the last sweep survives once.
+    fn evict(&self, m: &papaya::HashMapRef<'_, u64, Arc<Buffer>, std::hash::RandomState, papaya::LocalGuard<'_>>) {
+        let target = self.budget / 4 * 3;
+        for _pass in 0..2 {
+            for (k, b) in m.iter() {
+                if self.bytes.load(Ordering::Relaxed) <= target {
+                    return;
+                }
+                if !b.referenced.swap(false, Ordering::Relaxed) && m.remove(k).is_some() {
+                    self.bytes.fetch_sub(self.block_size, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Bytes currently cached.
+    pub fn cached_bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hit_miss_and_budget() {
+        let c = BufferCache::new(1024, 32 * 1024);
+        for i in 0..200u64 {
+            let b = c.get(i, |d| -> Result<(), ()> {
+                d[0] = i as u8;
+                Ok(())
+            });
+            assert_eq!(b.unwrap().data[0], i as u8);
+        }
+        assert!(c.cached_bytes() <= 32 * 1024);
+        let b = c.get(199, |_| -> Result<(), ()> { panic!("should hit") }).unwrap();
+        assert_eq!(b.data[0], 199);
+        assert!(c.get(5000, |_| Err(7)).is_err());
+    }
+}

@@ -1,0 +1,128 @@
+//! Indexed directory lookup (dir_index / htree): hash the name, descend
+//! the dx root and up to two (three with largedir) levels of index nodes by
+//! binary search, then scan one leaf block — a constant number of block
+//! reads whatever the directory size (seed 004). Leaves that share a hash
+//! are chained by the collision bit of the next index entry.
+
+use std::sync::Arc;
+
+use ext4kit_format::features::incompat;
+use ext4kit_format::hash::{dx_hash, HashVersion};
+use ext4kit_format::htree::{self, DxIndex};
+use ext4kit_format::inode::FileType;
+
+use super::buffer::Buffer;
+use super::dir::DirRef;
+use super::volume::Volume;
+use crate::error::{Error, Result};
+
+impl Volume {
+    fn largedir(&self) -> bool {
+        self.has_incompat(incompat::LARGEDIR)
+    }
+
+    /// Block 0 of an indexed directory, validated as a dx root once.
+    pub(crate) fn dx_root_block(&self, dir: DirRef<'_>) -> Result<Option<Arc<Buffer>>> {
+        let Some(buf) = self.dir_block_raw(dir, 0)? else {
+            return Err(Error::corrupt_msg(format!("directory inode {}", dir.ino), "htree root", "block 0 is a hole"));
+        };
+        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
+        let (bs, large) = (self.block_size, self.largedir());
+        buf.check_once(|d| htree::parse_root(d, bs, large, seed).map(|_| ()))
+            .map_err(|e| Error::corrupt(format!("htree root of directory inode {} (disk block {})", dir.ino, buf.block), e))?;
+        Ok(Some(buf))
+    }
+
+    fn dx_node(&self, dir: DirRef<'_>, lblk: u64) -> Result<DxIndex> {
+        let loc = || format!("htree node {lblk} of directory inode {}", dir.ino);
+        let Some(buf) = self.dir_block_raw(dir, lblk)? else {
+            return Err(Error::corrupt_msg(loc(), "htree node", "points at a hole"));
+        };
+        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
+        let bs = self.block_size;
+        buf.check_once(|d| htree::parse_node(d, bs, seed).map(|_| ()))
+            .map_err(|e| Error::corrupt(loc(), e))?;
+        htree::parse_node(&buf.data, bs, None).map_err(|e| Error::corrupt(loc(), e))
+    }
+
+    /// Lookup through the index.
+    pub(crate) fn dx_lookup(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
+        let loc = || format!("htree of directory inode {}", dir.ino);
+        let Some(rootbuf) = self.dx_root_block(dir)? else { return Ok(None) };
+        let root = htree::parse_root(&rootbuf.data, self.block_size, self.largedir(), None)
+            .map_err(|e| Error::corrupt(loc(), e))?;
+        let version = HashVersion::from_root(root.info.hash_version, self.unsigned_hash).ok_or_else(|| {
+            Error::corrupt_msg(loc(), "htree root", format!("unknown hash version {}", root.info.hash_version))
+        })?;
+        let (hash, _minor) = dx_hash(name, version, &self.hash_seed);
+        let nblocks = dir.nblocks(self);
+        let check_blk = |b: u32| -> Result<u64> {
+            if (b as u64) >= nblocks || b == 0 {
+                Err(Error::corrupt_msg(loc(), "htree entry", format!("points at block {b} of a {nblocks}-block directory")))
+            } else {
+                Ok(b as u64)
+            }
+        };
+        // Descend, remembering the path so collisions can move to the next leaf.
+        let mut path: Vec<(DxIndex, usize)> = Vec::with_capacity(4);
+        let i = root.index.find(hash);
+        path.push((root.index, i));
+        for _ in 0..root.info.indirect_levels {
+            let (idx, at) = path.last().map(|(x, a)| (x, *a)).ok_or_else(|| Error::corrupt_msg(loc(), "htree", "empty path"))?;
+            let blk = check_blk(idx.entries[at].block)?;
+            let node = self.dx_node(dir, blk)?;
+            let j = node.find(hash);
+            path.push((node, j));
+        }
+        let mut visited = 0u64;
+        loop {
+            let (idx, at) = path.last().map(|(x, a)| (x, *a)).ok_or_else(|| Error::corrupt_msg(loc(), "htree", "empty path"))?;
+            let leaf = check_blk(idx.entries[at].block)?;
+            if let Some(hit) = self.search_leaf(dir, leaf, name)? {
+                return Ok(Some(hit));
+            }
+            visited += 1;
+            if visited > nblocks {
+                return Err(Error::corrupt_msg(loc(), "htree", "collision chain longer than the directory"));
+            }
+            if !self.dx_next_leaf(dir, &mut path, hash, root.info.indirect_levels as usize)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Advance `path` to the next leaf if its first hash continues `hash`
+    /// (the kernel's `ext4_htree_next_block`).
+    fn dx_next_leaf(&self, dir: DirRef<'_>, path: &mut Vec<(DxIndex, usize)>, hash: u32, levels: usize) -> Result<bool> {
+        // Climb to the lowest level that has a next entry.
+        let mut level = path.len();
+        loop {
+            if level == 0 {
+                return Ok(false);
+            }
+            level -= 1;
+            let (idx, at) = &path[level];
+            if at + 1 < idx.entries.len() {
+                break;
+            }
+        }
+        path[level].1 += 1;
+        let (idx, at) = &path[level];
+        let next_hash = idx.entries[*at].hash;
+        if next_hash & !htree::HASH_COLLISION_BIT != hash {
+            return Ok(false);
+        }
+        // Descend along the leftmost edge to the leaf level.
+        path.truncate(level + 1);
+        while path.len() < levels + 1 {
+            let (idx, at) = path.last().map(|(x, a)| (x, *a)).ok_or_else(|| Error::corrupt_msg("htree", "htree", "empty path"))?;
+            let blk = idx.entries[at].block as u64;
+            if blk == 0 || blk >= dir.nblocks(self) {
+                return Err(Error::corrupt_msg(format!("htree of directory inode {}", dir.ino), "htree entry", format!("points at block {blk}")));
+            }
+            let node = self.dx_node(dir, blk)?;
+            path.push((node, 0));
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,18 @@
+//! The ext4 layer: ext4 semantics over a block device — superblock and
+//! groups, inodes, block maps, directories and htree, xattrs, symlinks.
+//! It knows nothing of open files or caching policy above the metadata
+//! buffer cache; the vfs layer calls down into it.
+
+pub mod bmap;
+pub mod buffer;
+pub mod dir;
+pub mod htree;
+pub mod inode;
+pub mod symlink;
+pub mod volume;
+pub mod xattr;
+
+pub use bmap::{BlockMap, Mapping};
+pub use dir::{DirEntry, DirRef};
+pub use inode::ROOT_INO;
+pub use volume::{OpenOptions, Volume};

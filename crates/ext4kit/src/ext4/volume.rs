@@ -1,0 +1,300 @@
+//! The opened filesystem (the kernel's `ext4_sb_info` and `super.c`): the
+//! device, the superblock, the group descriptor table, geometry derived from
+//! them, and the metadata buffer cache.
+//!
+//! Opening applies the feature rules of DESIGN.md: unknown INCOMPAT refuses,
+//! unknown RO_COMPAT forces read-only, `needs_recovery` opens read-only with
+//! a warning (journal replay comes with the journal issue).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ext4kit_blockdev::BlockDevice;
+use ext4kit_format::features::{self, incompat, OpenMode};
+use ext4kit_format::group_desc::{GdCsum, GroupDesc};
+use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+use parking_lot::RwLock;
+
+use super::buffer::{Buffer, BufferCache};
+use crate::error::{Errno, Error, Result};
+
+/// How to open an image.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Refuse every write (and never touch the device for writing).
+    pub read_only: bool,
+    /// Memory budget for all caches together, in bytes.
+    pub cache_budget: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions { read_only: true, cache_budget: 256 << 20 }
+    }
+}
+
+/// One block group's descriptor, behind its own lock (per-group locking:
+/// allocation in different groups never contends).
+#[derive(Debug)]
+pub struct Group {
+    /// The descriptor as last read or written.
+    pub desc: RwLock<GroupDesc>,
+}
+
+/// Counters for tests and benchmarks.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Directory blocks looked at by lookups and readdir (cached or not).
+    pub dir_block_reads: AtomicU64,
+    /// Inode records read from the device.
+    pub inode_reads: AtomicU64,
+}
+
+/// The filesystem as the ext4 layer sees it.
+pub struct Volume {
+    dev: Arc<dyn BlockDevice>,
+    /// The primary superblock.
+    pub sb: RwLock<Superblock>,
+    /// Group descriptors.
+    pub groups: Vec<Group>,
+    /// Bytes per block.
+    pub block_size: usize,
+    /// Bytes per inode record.
+    pub inode_size: usize,
+    /// Inodes per group.
+    pub inodes_per_group: u32,
+    /// Total inodes.
+    pub inodes_count: u32,
+    /// Total blocks.
+    pub blocks_count: u64,
+    /// First data block (1 for 1 KiB blocks, else 0).
+    pub first_data_block: u64,
+    /// Blocks per group.
+    pub blocks_per_group: u64,
+    /// Filesystem checksum seed when `metadata_csum` is on.
+    pub csum_seed: Option<u32>,
+    /// `s_feature_incompat` (constant while open).
+    pub incompat: u32,
+    /// `s_feature_ro_compat`.
+    pub ro_compat: u32,
+    /// `s_feature_compat`.
+    pub compat: u32,
+    /// `s_hash_seed`.
+    pub hash_seed: [u32; 4],
+    /// Directory hashes treat bytes as unsigned chars.
+    pub unsigned_hash: bool,
+    /// Opened without write access.
+    pub read_only: bool,
+    /// Things the user should know (read-only because of a feature, journal
+    /// needs recovery, ...).
+    pub warnings: Vec<String>,
+    /// Metadata blocks.
+    pub bcache: BufferCache,
+    /// Counters.
+    pub stats: Stats,
+}
+
+impl std::fmt::Debug for Volume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Volume").field("block_size", &self.block_size).field("groups", &self.groups.len()).finish()
+    }
+}
+
+impl Volume {
+    /// Open the filesystem on `dev`.
+    pub fn open(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Volume> {
+        let mut raw = vec![0u8; Superblock::SIZE];
+        dev.read_at(SUPERBLOCK_OFFSET, &mut raw)
+            .map_err(|e| Error::io("reading the superblock (bytes 1024..2048)", e))?;
+        let sb = Superblock::parse(&raw).map_err(|e| Error::corrupt("superblock at byte 1024", e))?;
+        let mut warnings = Vec::new();
+        let mut read_only = opts.read_only || dev.read_only();
+        match features::open_mode(sb.feature_compat, sb.feature_incompat, sb.feature_ro_compat) {
+            OpenMode::Refuse(names) => {
+                return Err(Error::Unsupported(format!(
+                    "image uses incompatible feature(s) ext4kit does not implement: {}",
+                    names.join(", ")
+                )))
+            }
+            OpenMode::ReadOnly(names) => {
+                if !read_only {
+                    warnings.push(format!("opened read-only: unsupported read-only-compatible feature(s) {}", names.join(", ")));
+                }
+                read_only = true;
+            }
+            OpenMode::ReadWrite => {}
+        }
+        if sb.has_incompat(incompat::RECOVER) {
+            warnings.push(
+                "the journal needs recovery: opened read-only; transactions not yet replayed from the journal are not visible"
+                    .to_string(),
+            );
+            read_only = true;
+        }
+        let block_size = sb.block_size() as usize;
+        let blocks_count = sb.blocks_count();
+        if dev.size() < blocks_count.saturating_mul(block_size as u64) {
+            warnings.push(format!(
+                "image is {} bytes but the superblock claims {} blocks of {} bytes; reads beyond the end will fail",
+                dev.size(),
+                blocks_count,
+                block_size
+            ));
+        }
+        let ngroups = sb.group_count();
+        if ngroups > u32::MAX as u64 || ngroups.saturating_mul(sb.desc_size() as u64) > (1 << 30) {
+            return Err(Error::corrupt_msg("superblock", "superblock", format!("{ngroups} groups is impossible")));
+        }
+        let csum_seed = sb.metadata_csum().then(|| sb.csum_seed());
+        let mut vol = Volume {
+            dev,
+            block_size,
+            inode_size: sb.inode_size() as usize,
+            inodes_per_group: sb.inodes_per_group,
+            inodes_count: sb.inodes_count,
+            blocks_count,
+            first_data_block: sb.first_data_block as u64,
+            blocks_per_group: sb.blocks_per_group as u64,
+            csum_seed,
+            incompat: sb.feature_incompat,
+            ro_compat: sb.feature_ro_compat,
+            compat: sb.feature_compat,
+            hash_seed: sb.hash_seed,
+            unsigned_hash: sb.unsigned_hash(),
+            read_only,
+            warnings,
+            bcache: BufferCache::new(block_size, opts.cache_budget / 4),
+            stats: Stats::default(),
+            groups: Vec::new(),
+            sb: RwLock::new(sb),
+        };
+        vol.groups = vol.load_groups(ngroups as u32)?;
+        Ok(vol)
+    }
+
+    fn load_groups(&self, ngroups: u32) -> Result<Vec<Group>> {
+        let sb = self.sb.read();
+        let dsz = sb.desc_size();
+        let per_block = self.block_size / dsz;
+        let csum = if let Some(seed) = self.csum_seed {
+            GdCsum::Crc32c { seed }
+        } else if sb.gdt_csum() {
+            GdCsum::Crc16 { uuid: sb.uuid }
+        } else {
+            GdCsum::None
+        };
+        let meta_bg = sb.has_incompat(incompat::META_BG);
+        let first_meta_bg = sb.first_meta_bg as u64;
+        let nblocks = (ngroups as usize).div_ceil(per_block);
+        let mut out = Vec::with_capacity(ngroups as usize);
+        let mut buf = vec![0u8; self.block_size];
+        for b in 0..nblocks as u64 {
+            let blk = if meta_bg && b >= first_meta_bg {
+                let g = b * per_block as u64;
+                self.group_first_block(g) + u64::from(sb.group_has_super(g))
+            } else {
+                self.first_data_block + 1 + b
+            };
+            self.read_raw(blk, &mut buf)
+                .map_err(|e| annotate(e, &format!("group descriptor block {blk}")))?;
+            for i in 0..per_block {
+                let g = b as usize * per_block + i;
+                if g >= ngroups as usize {
+                    break;
+                }
+                let raw = &buf[i * dsz..(i + 1) * dsz];
+                let gd = GroupDesc::parse(raw, dsz, g as u32, csum)
+                    .map_err(|e| Error::corrupt(format!("group descriptor {g} (block {blk})"), e))?;
+                for (what, at) in [("block bitmap", gd.block_bitmap()), ("inode bitmap", gd.inode_bitmap()), ("inode table", gd.inode_table())] {
+                    if at >= self.blocks_count || at < self.first_data_block {
+                        return Err(Error::corrupt_msg(
+                            format!("group descriptor {g}"),
+                            "group descriptor",
+                            format!("{what} at block {at} is outside the filesystem"),
+                        ));
+                    }
+                }
+                out.push(Group { desc: RwLock::new(gd) });
+            }
+        }
+        Ok(out)
+    }
+
+    /// First block of group `g`.
+    pub fn group_first_block(&self, g: u64) -> u64 {
+        self.first_data_block + g * self.blocks_per_group
+    }
+
+    /// Read whole blocks starting at `block` into `buf` (a multiple of the
+    /// block size), bypassing the cache. Used for file data runs.
+    pub fn read_raw(&self, block: u64, buf: &mut [u8]) -> Result<()> {
+        let n = (buf.len() / self.block_size) as u64;
+        if block < self.first_data_block && block != 0 || block.checked_add(n).is_none_or(|e| e > self.blocks_count) {
+            return Err(Error::corrupt_msg(
+                format!("block {block}"),
+                "block map",
+                format!("block {block}+{n} outside the filesystem ({} blocks)", self.blocks_count),
+            ));
+        }
+        self.dev
+            .read_at(block * self.block_size as u64, buf)
+            .map_err(|e| Error::io(format!("reading block {block}"), e))
+    }
+
+    /// A metadata block through the buffer cache.
+    pub fn buffer(&self, block: u64) -> Result<Arc<Buffer>> {
+        if block == 0 || block >= self.blocks_count {
+            return Err(Error::corrupt_msg(
+                format!("block {block}"),
+                "block pointer",
+                format!("metadata block {block} outside the filesystem ({} blocks)", self.blocks_count),
+            ));
+        }
+        self.bcache.get(block, |d| self.read_raw(block, d))
+    }
+
+    /// Per-inode checksum seed, when metadata checksums are on.
+    pub fn inode_seed(&self, ino: u32, generation: u32) -> Option<u32> {
+        self.csum_seed
+            .map(|s| ext4kit_format::checksum::inode_csum_seed(s, ino, generation))
+    }
+
+    /// Whether an INCOMPAT feature is on.
+    pub fn has_incompat(&self, f: u32) -> bool {
+        self.incompat & f != 0
+    }
+
+    /// Whether a RO_COMPAT feature is on.
+    pub fn has_ro_compat(&self, f: u32) -> bool {
+        self.ro_compat & f != 0
+    }
+
+    /// Whether a COMPAT feature is on.
+    pub fn has_compat(&self, f: u32) -> bool {
+        self.compat & f != 0
+    }
+
+    /// The device underneath.
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    /// Count one directory block access (for the seed 004 assertions).
+    pub fn count_dir_block(&self) {
+        self.stats.dir_block_reads.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Add location context to an error that lacks it.
+pub(crate) fn annotate(e: Error, what: &str) -> Error {
+    match e {
+        Error::Io { context, source } => Error::Io { context: format!("{context} ({what})"), source },
+        Error::Corrupt { location, source } => Error::Corrupt { location: format!("{location} ({what})"), source },
+        other => other,
+    }
+}
+
+/// Shorthand for "not found" errors that name the path.
+pub(crate) fn enoent(path: &str) -> Error {
+    Error::posix(Errno::ENOENT, format!("{path}: no such file or directory"))
+}

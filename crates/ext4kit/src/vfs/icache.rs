@@ -1,0 +1,143 @@
+//! The inode cache: one [`CachedInode`] per inode in use, shared by every
+//! dentry and open file that refers to it.
+//!
+//! Lookups are lock-free reads of a concurrent map; a reference is an `Arc`
+//! clone (an atomic increment, never a lock — seed 001). The on-disk record
+//! sits behind a reader/writer lock (the `i_rwsem` analogue) for the write
+//! path; the size is mirrored in an atomic so SEEK_END and reads never take
+//! that lock (seed 000).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+use ext4kit_format::inode::{FileType, Inode};
+use parking_lot::RwLock;
+
+use super::pagecache::{PageBudget, PageMap};
+use crate::error::{Error, Result};
+use crate::ext4::{BlockMap, Volume};
+
+/// An inode in memory.
+#[derive(Debug)]
+pub struct CachedInode {
+    /// Inode number.
+    pub ino: u32,
+    /// File type (fixed for the life of the inode).
+    pub ftype: FileType,
+    /// The on-disk record (the `i_rwsem` analogue guards changes).
+    pub disk: RwLock<Inode>,
+    /// `i_size`, readable without the lock.
+    pub size: AtomicU64,
+    /// Block map, loaded on first use and replaced wholesale on change, so
+    /// readers never lock.
+    map: ArcSwapOption<BlockMap>,
+    /// Cached file pages.
+    pub pages: PageMap,
+    referenced: AtomicBool,
+}
+
+impl CachedInode {
+    fn new(ino: u32, inode: Inode) -> Result<Self> {
+        let ftype = inode.file_type().ok_or_else(|| {
+            Error::corrupt_msg(format!("inode {ino}"), "inode", format!("invalid file type in mode {:#o}", inode.base.mode))
+        })?;
+        Ok(CachedInode {
+            ino,
+            ftype,
+            size: AtomicU64::new(inode.size()),
+            disk: RwLock::new(inode),
+            map: ArcSwapOption::empty(),
+            pages: PageMap::default(),
+            referenced: AtomicBool::new(true),
+        })
+    }
+
+    /// The block map, loading it on first use.
+    pub fn block_map(&self, vol: &Volume) -> Result<Arc<BlockMap>> {
+        if let Some(m) = self.map.load_full() {
+            return Ok(m);
+        }
+        let m = Arc::new(vol.block_map(self.ino, &self.disk.read())?);
+        self.map.store(Some(m.clone()));
+        Ok(m)
+    }
+
+    /// Current size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+}
+
+/// The cache of in-memory inodes.
+#[derive(Debug)]
+pub struct Icache {
+    map: papaya::HashMap<u32, Arc<CachedInode>>,
+    limit: usize,
+    pages: Arc<PageBudget>,
+}
+
+impl Icache {
+    /// A cache of about `limit` inodes (more while they are in use).
+    pub fn new(limit: usize, pages: Arc<PageBudget>) -> Self {
+        Icache { map: papaya::HashMap::new(), limit: limit.max(64), pages }
+    }
+
+    /// The in-memory inode `ino`, reading it from disk on a miss.
+    pub fn get(&self, vol: &Volume, ino: u32) -> Result<Arc<CachedInode>> {
+        {
+            let m = self.map.pin();
+            if let Some(i) = m.get(&ino) {
+                i.referenced.store(true, Ordering::Relaxed);
+                return Ok(i.clone());
+            }
+        }
+        let inode = vol.read_inode(ino)?;
+        if inode.base.links_count == 0 && inode.base.mode == 0 {
+            return Err(Error::corrupt_msg(format!("inode {ino}"), "inode", "a directory entry points at a free inode"));
+        }
+        let fresh = Arc::new(CachedInode::new(ino, inode)?);
+        let m = self.map.pin();
+        let got = m.get_or_insert(ino, fresh).clone();
+        if m.len() > self.limit {
+            self.evict(&m);
+        }
+        Ok(got)
+    }
+
+    /// Drop unused inodes (clock: one sweep of grace for recently used).
+    fn evict(&self, m: &papaya::HashMapRef<'_, u32, Arc<CachedInode>, std::hash::RandomState, papaya::LocalGuard<'_>>) {
+        let target = self.limit / 4 * 3;
+        for _ in 0..2 {
+            for (k, v) in m.iter() {
+                if m.len() <= target {
+                    return;
+                }
+                // Only the map holds it: nobody can be using it.
+                if Arc::strong_count(v) == 1 && !v.referenced.swap(false, Ordering::Relaxed) && m.remove(k).is_some() {
+                    self.pages.release(v.pages.len());
+                }
+            }
+        }
+    }
+
+    /// Number of cached inodes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Visit every cached inode (for page-cache eviction).
+    pub fn for_each(&self, mut f: impl FnMut(&Arc<CachedInode>) -> bool) {
+        let m = self.map.pin();
+        for (_, v) in m.iter() {
+            if !f(v) {
+                break;
+            }
+        }
+    }
+}

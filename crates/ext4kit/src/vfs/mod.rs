@@ -1,0 +1,324 @@
+//! The vfs layer: the [`Fs`] handle every frontend calls, with the caches
+//! and concurrency machinery of the five principles (dentry cache and
+//! lock-free path walk, inode cache, page cache, open files with atomic
+//! positions, descriptor tables).
+
+pub mod dcache;
+pub mod fdtable;
+pub mod file;
+pub mod icache;
+pub mod namei;
+pub mod pagecache;
+mod stat;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ext4kit_blockdev::{BlockDevice, FileDevice};
+use ext4kit_format::inode::FileType;
+
+pub use dcache::Dentry;
+pub use fdtable::{Fd, Process};
+pub use file::{File, OpenFlags, Whence};
+pub use icache::CachedInode;
+pub use stat::{FsInfo, Stat};
+
+use crate::error::{Errno, Error, Result};
+use crate::ext4::{BlockMap, DirEntry, DirRef, Mapping, OpenOptions, Volume, ROOT_INO};
+use namei::show;
+use pagecache::{Page, PageBudget};
+
+/// An open filesystem. `Send + Sync`: share it between threads with `Arc`.
+#[derive(Debug)]
+pub struct Fs {
+    /// The ext4 layer below.
+    pub vol: Volume,
+    /// In-memory inodes.
+    pub icache: icache::Icache,
+    /// Dentries.
+    pub dcache: dcache::Dcache,
+    /// Page-cache memory accounting.
+    pub pages: Arc<PageBudget>,
+}
+
+/// Largest single device read when filling the page cache (blocks).
+const MAX_READ_RUN: u64 = 256;
+
+/// Counters the tests and benchmarks look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsStats {
+    /// Directory blocks accessed by lookups and readdir.
+    pub dir_block_reads: u64,
+    /// Metadata blocks read from the device.
+    pub metadata_misses: u64,
+    /// Inode records read.
+    pub inode_reads: u64,
+    /// Inodes cached.
+    pub cached_inodes: usize,
+    /// Dentries cached.
+    pub cached_dentries: usize,
+    /// Bytes of file pages cached.
+    pub cached_page_bytes: usize,
+    /// d_path calls that fell back to the rename lock.
+    pub d_path_fallbacks: u64,
+}
+
+impl Fs {
+    /// Open an image file.
+    pub fn open_image(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Arc<Fs>> {
+        let p = path.as_ref();
+        let dev = FileDevice::open(p, !opts.read_only).map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
+        Self::open_device(Arc::new(dev), opts)
+    }
+
+    /// Open the filesystem on any block device.
+    pub fn open_device(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Arc<Fs>> {
+        let vol = Volume::open(dev, opts)?;
+        let root = vol.read_inode(ROOT_INO)?;
+        if root.file_type() != Some(FileType::Directory) {
+            return Err(Error::corrupt_msg("inode 2", "inode", "the root inode is not a directory"));
+        }
+        let budget = opts.cache_budget;
+        let block_size = vol.block_size;
+        let pages = Arc::new(PageBudget::new(budget / 2, block_size));
+        Ok(Arc::new(Fs {
+            icache: icache::Icache::new((budget / 8 / 1024).max(1024), pages.clone()),
+            dcache: dcache::Dcache::new(ROOT_INO, (budget / 8 / 256).max(4096)),
+            pages,
+            vol,
+        }))
+    }
+
+    /// Warnings from opening (read-only fallbacks, unrecovered journal).
+    pub fn warnings(&self) -> &[String] {
+        &self.vol.warnings
+    }
+
+    /// The in-memory inode `ino`.
+    pub fn inode(&self, ino: u32) -> Result<Arc<CachedInode>> {
+        self.icache.get(&self.vol, ino)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> FsStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        FsStats {
+            dir_block_reads: self.vol.stats.dir_block_reads.load(Relaxed),
+            metadata_misses: self.vol.bcache.misses.load(Relaxed),
+            inode_reads: self.vol.stats.inode_reads.load(Relaxed),
+            cached_inodes: self.icache.len(),
+            cached_dentries: self.dcache.len(),
+            cached_page_bytes: self.pages.used(),
+            d_path_fallbacks: self.dcache.d_path_fallbacks.load(Relaxed),
+        }
+    }
+
+    /// Open `path` for reading.
+    pub fn open(&self, path: &[u8], flags: OpenFlags) -> Result<Arc<File>> {
+        let d = self.resolve(path, !flags.nofollow)?;
+        let inode = self.inode(d.ino)?;
+        if flags.nofollow && inode.ftype == FileType::Symlink {
+            return Err(Error::posix(Errno::ELOOP, format!("{}: is a symbolic link (O_NOFOLLOW)", show(path))));
+        }
+        if flags.directory && inode.ftype != FileType::Directory {
+            return Err(Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))));
+        }
+        Ok(Arc::new(File::new(inode, d, flags)))
+    }
+
+    /// Attributes of `path`, following a final symlink.
+    pub fn stat(&self, path: &[u8]) -> Result<Stat> {
+        let d = self.resolve(path, true)?;
+        self.stat_ino(d.ino)
+    }
+
+    /// Attributes of `path` itself (a final symlink is not followed).
+    pub fn lstat(&self, path: &[u8]) -> Result<Stat> {
+        let d = self.resolve(path, false)?;
+        self.stat_ino(d.ino)
+    }
+
+    /// Attributes of inode `ino`.
+    pub fn stat_ino(&self, ino: u32) -> Result<Stat> {
+        let i = self.inode(ino)?;
+        let disk = i.disk.read();
+        Ok(Stat::from_inode(&self.vol, ino, &disk))
+    }
+
+    /// Entries of the directory at `path` ("." and ".." included).
+    pub fn read_dir(&self, path: &[u8]) -> Result<Vec<DirEntry>> {
+        let d = self.resolve(path, true)?;
+        self.read_dir_ino(d.ino).map_err(|e| match e {
+            Error::Posix { errno: Errno::ENOTDIR, .. } => Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))),
+            e => e,
+        })
+    }
+
+    /// Entries of directory inode `ino`.
+    pub fn read_dir_ino(&self, ino: u32) -> Result<Vec<DirEntry>> {
+        let dir = self.inode(ino)?;
+        if dir.ftype != FileType::Directory {
+            return Err(Error::posix(Errno::ENOTDIR, format!("inode {ino} is not a directory")));
+        }
+        let map = dir.block_map(&self.vol)?;
+        let inode = dir.disk.read().clone();
+        let mut v = self.vol.read_dir(DirRef { ino, inode: &inode, map: &map })?;
+        // Entries without a type (no `filetype` feature) get it from the inode.
+        for e in v.iter_mut().filter(|e| e.file_type.is_none()) {
+            e.file_type = Some(self.inode(e.ino)?.ftype);
+        }
+        Ok(v)
+    }
+
+    /// Target of the symlink at `path`.
+    pub fn read_link(&self, path: &[u8]) -> Result<Vec<u8>> {
+        let d = self.resolve(path, false)?;
+        self.read_link_ino(d.ino)
+            .map_err(|e| if e.errno() == Errno::EINVAL { Error::posix(Errno::EINVAL, format!("{}: not a symbolic link", show(path))) } else { e })
+    }
+
+    /// Target of symlink inode `ino`.
+    pub fn read_link_ino(&self, ino: u32) -> Result<Vec<u8>> {
+        let i = self.inode(ino)?;
+        if i.ftype != FileType::Symlink {
+            return Err(Error::posix(Errno::EINVAL, format!("inode {ino} is not a symbolic link")));
+        }
+        let map = i.block_map(&self.vol)?;
+        let disk = i.disk.read();
+        self.vol.read_link(ino, &disk, &map)
+    }
+
+    /// Every extended attribute of `path` (not following a final symlink).
+    pub fn xattrs(&self, path: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let d = self.resolve(path, false)?;
+        self.xattrs_ino(d.ino)
+    }
+
+    /// Every extended attribute of inode `ino`.
+    pub fn xattrs_ino(&self, ino: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let i = self.inode(ino)?;
+        let disk = i.disk.read();
+        self.vol.xattrs(ino, &disk)
+    }
+
+    /// One attribute's value (ENODATA when absent).
+    pub fn getxattr(&self, path: &[u8], name: &[u8]) -> Result<Vec<u8>> {
+        self.xattrs(path)?
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .ok_or_else(|| Error::posix(Errno::ENODATA, format!("{}: no attribute {}", show(path), show(name))))
+    }
+
+    /// Build the absolute path of a dentry (seed 001 `d_path`).
+    pub fn d_path(&self, d: &Arc<Dentry>) -> Vec<u8> {
+        self.dcache.d_path(d)
+    }
+
+    /// Read file data at `off` through the page cache; returns bytes read
+    /// (0 at or past end of file).
+    pub fn read_at(&self, inode: &CachedInode, off: u64, buf: &mut [u8]) -> Result<usize> {
+        match inode.ftype {
+            FileType::Regular => {}
+            FileType::Directory => return Err(Error::posix(Errno::EISDIR, format!("inode {} is a directory", inode.ino))),
+            _ => return Err(Error::posix(Errno::EINVAL, format!("inode {} is not a regular file", inode.ino))),
+        }
+        let size = inode.size();
+        if off >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let want = ((size - off).min(buf.len() as u64)) as usize;
+        let map = inode.block_map(&self.vol)?;
+        if let BlockMap::Inline(data) = &*map {
+            let end = (off as usize + want).min(data.len());
+            let start = (off as usize).min(end);
+            buf[..end - start].copy_from_slice(&data[start..end]);
+            buf[end - start..want].fill(0);
+            return Ok(want);
+        }
+        let bs = self.vol.block_size as u64;
+        let mut done = 0usize;
+        while done < want {
+            let pos = off + done as u64;
+            let lblk = pos / bs;
+            let in_blk = (pos % bs) as usize;
+            let n = (bs as usize - in_blk).min(want - done);
+            if let Some(p) = inode.pages.get(lblk) {
+                buf[done..done + n].copy_from_slice(&p.data[in_blk..in_blk + n]);
+                done += n;
+                continue;
+            }
+            let blocks_left = (off + want as u64).div_ceil(bs) - lblk;
+            match map.map(&self.vol, lblk)? {
+                Mapping::Hole { len } | Mapping::Mapped { len, uninit: true, .. } => {
+                    // Zero-fill the hole directly; nothing is cached.
+                    let span = len.min(blocks_left);
+                    let bytes = ((span * bs) as usize - in_blk).min(want - done);
+                    buf[done..done + bytes].fill(0);
+                    done += bytes;
+                }
+                Mapping::Mapped { pblk, len, .. } => {
+                    let run = len.min(blocks_left).min(MAX_READ_RUN);
+                    let mut raw = vec![0u8; (run * bs) as usize];
+                    self.vol
+                        .read_raw(pblk, &mut raw)
+                        .map_err(|e| crate::ext4::volume::annotate(e, &format!("data of inode {}", inode.ino)))?;
+                    let mut added = 0;
+                    for (k, chunk) in raw.chunks(bs as usize).enumerate() {
+                        if inode.pages.insert(lblk + k as u64, Arc::new(Page::new(chunk.into()))) {
+                            added += 1;
+                        }
+                    }
+                    let avail = (run * bs) as usize - in_blk;
+                    let bytes = avail.min(want - done);
+                    buf[done..done + bytes].copy_from_slice(&raw[in_blk..in_blk + bytes]);
+                    done += bytes;
+                    if self.pages.charge(added) {
+                        self.shrink_pages();
+                    }
+                }
+            }
+        }
+        Ok(want)
+    }
+
+    /// Give back page-cache memory: sweep inodes' clean pages (clock).
+    fn shrink_pages(&self) {
+        let target = self.pages.limit() / 4 * 3;
+        self.icache.for_each(|i| {
+            let n = i.pages.sweep();
+            self.pages.release(n);
+            self.pages.used() > target
+        });
+    }
+
+    /// SEEK_DATA / SEEK_HOLE from `off`.
+    pub(crate) fn seek_data_hole(&self, inode: &CachedInode, off: u64, data: bool) -> Result<u64> {
+        let size = inode.size();
+        let enxio = || Error::posix(Errno::ENXIO, format!("offset {off} is past the end of inode {}", inode.ino));
+        if off >= size {
+            return Err(enxio());
+        }
+        let map = inode.block_map(&self.vol)?;
+        let bs = self.vol.block_size as u64;
+        let nblocks = size.div_ceil(bs);
+        if data {
+            match map.next_data(&self.vol, off / bs, nblocks)? {
+                Some(b) => Ok((b * bs).max(off)),
+                None => Err(enxio()),
+            }
+        } else {
+            let mut b = off / bs;
+            while b < nblocks {
+                match map.map(&self.vol, b)? {
+                    Mapping::Mapped { len, uninit: false, .. } => b = b.saturating_add(len),
+                    Mapping::Hole { .. } | Mapping::Mapped { .. } if !matches!(&*map, BlockMap::Inline(_)) => {
+                        return Ok((b * bs).max(off));
+                    }
+                    _ => break,
+                }
+            }
+            Ok(size)
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Path walk (the kernel's `namei.c`, RCU-walk flavour, seed 001).
+//!
+//! Each component is looked up in the dentry cache by (directory inode,
+//! name) with a lock-free read; the intermediate dentry is *borrowed* from
+//! the cache for the duration of that step — no lock and no reference is
+//! taken on it. Only on a cache miss does the walk go to disk (ext4 lookup
+//! through the htree), insert a positive or negative dentry, and continue.
+//! The final dentry is returned with one reference.
+//!
+//! Symlinks are followed (at most 40 in one walk, ELOOP beyond) for every
+//! component but the last, and for the last when asked to follow.
+
+use std::sync::Arc;
+
+use ext4kit_format::dirent::NAME_MAX;
+use ext4kit_format::inode::FileType;
+
+use super::dcache::Dentry;
+use super::Fs;
+use crate::error::{Errno, Error, Result};
+
+/// Most symlinks followed in one walk (Linux `MAXSYMLINKS`).
+pub const MAX_SYMLINKS: usize = 40;
+/// Longest path accepted (Linux `PATH_MAX`).
+pub const PATH_MAX: usize = 4096;
+
+impl Fs {
+    /// Resolve `path` (absolute, or relative to the root) to its dentry.
+    /// With `follow`, a symlink in the last component is followed too.
+    ///
+    /// The whole walk runs under one pin of the dentry cache and keeps the
+    /// chain of directories it went through as *borrowed* dentries: no lock
+    /// and no reference count is touched on `/`, `/usr`, ... Only the final
+    /// dentry is cloned for the caller.
+    pub fn resolve(&self, path: &[u8], follow: bool) -> Result<Arc<Dentry>> {
+        if path.len() >= PATH_MAX {
+            return Err(Error::posix(Errno::ENAMETOOLONG, format!("{}: path too long", show(path))));
+        }
+        let g = self.dcache.pin();
+        let root = self.dcache.root();
+        let mut links = 0usize;
+        // Pending components, last first; symlink targets are spliced in.
+        let mut pending: Vec<Vec<u8>> = split(path);
+        pending.reverse();
+        // The directories walked through, root first (for ".." and so that
+        // the parent of a new dentry is at hand without a lookup).
+        let mut stack: Vec<&Arc<Dentry>> = vec![root];
+        while let Some(comp) = pending.pop() {
+            let last = pending.is_empty();
+            let cur = *stack.last().unwrap_or(&root);
+            if cur.ftype != Some(FileType::Directory) {
+                return Err(Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))));
+            }
+            if comp == b"." {
+                continue;
+            }
+            if comp == b".." {
+                if stack.len() > 1 {
+                    stack.pop();
+                }
+                continue;
+            }
+            if comp.len() > NAME_MAX {
+                return Err(Error::posix(Errno::ENAMETOOLONG, format!("{}: name too long", show(path))));
+            }
+            let next = match g.get(cur.ino, &comp) {
+                Some(d) => d,
+                None => {
+                    let (ino, ft) = self.lookup_disk(cur.ino, &comp)?.unwrap_or((0, None));
+                    let ft = match (ino, ft) {
+                        (0, _) => None,
+                        (_, Some(t)) => Some(t),
+                        // No filetype feature: the type comes from the inode.
+                        (i, None) => Some(self.icache.get(&self.vol, i)?.ftype),
+                    };
+                    g.insert(cur, &comp, ino, ft)
+                }
+            };
+            if !next.is_positive() {
+                return Err(Error::posix(Errno::ENOENT, format!("{}: no such file or directory", show(path))));
+            }
+            if next.ftype == Some(FileType::Symlink) && (!last || follow) {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(Error::posix(Errno::ELOOP, format!("{}: too many levels of symbolic links", show(path))));
+                }
+                let target = self.read_link_ino(next.ino)?;
+                if target.is_empty() {
+                    return Err(Error::posix(Errno::ENOENT, format!("{}: empty symlink", show(path))));
+                }
+                let mut comps = split(&target);
+                comps.reverse();
+                pending.extend(comps);
+                if target.first() == Some(&b'/') {
+                    stack.truncate(1);
+                }
+                continue;
+            }
+            stack.push(next);
+        }
+        Ok((*stack.last().unwrap_or(&root)).clone())
+    }
+
+    /// Look a name up on disk in directory inode `dir_ino`.
+    pub(crate) fn lookup_disk(&self, dir_ino: u32, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
+        let dir = self.icache.get(&self.vol, dir_ino)?;
+        if dir.ftype != FileType::Directory {
+            return Err(Error::posix(Errno::ENOTDIR, format!("inode {dir_ino} is not a directory")));
+        }
+        let map = dir.block_map(&self.vol)?;
+        let inode = dir.disk.read().clone();
+        self.vol.lookup(crate::ext4::DirRef { ino: dir_ino, inode: &inode, map: &map }, name)
+    }
+}
+
+fn split(path: &[u8]) -> Vec<Vec<u8>> {
+    path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).collect()
+}
+
+/// Paths in messages: lossy UTF-8.
+pub(crate) fn show(p: &[u8]) -> String {
+    let s = String::from_utf8_lossy(p);
+    if s.is_empty() {
+        "/".into()
+    } else {
+        s.into_owned()
+    }
+}

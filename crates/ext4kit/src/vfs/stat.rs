@@ -1,0 +1,170 @@
+//! `stat` and `statfs`-style views of inodes and of the whole filesystem.
+
+use ext4kit_format::features::{self, ro_compat};
+use ext4kit_format::inode::{FileType, Inode, TimeField, Timestamp};
+use ext4kit_format::superblock::{time_with_hi, STATE_ERROR, STATE_VALID};
+
+use crate::ext4::Volume;
+
+/// What `stat(2)` reports, plus ext4 details the CLI shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    /// Inode number.
+    pub ino: u32,
+    /// File type.
+    pub ftype: FileType,
+    /// Full `i_mode` (type and permission bits).
+    pub mode: u16,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Hard links.
+    pub nlink: u16,
+    /// Last access.
+    pub atime: Timestamp,
+    /// Last data change.
+    pub mtime: Timestamp,
+    /// Last status change.
+    pub ctime: Timestamp,
+    /// Creation (zero when the inode has no room for it).
+    pub crtime: Timestamp,
+    /// Space used in 512-byte units.
+    pub blocks: u64,
+    /// `i_flags`.
+    pub flags: u32,
+    /// Device (major, minor) for device inodes.
+    pub rdev: (u32, u32),
+    /// `i_generation`.
+    pub generation: u32,
+    /// Block of the external xattr block (0 if none).
+    pub file_acl: u64,
+}
+
+impl Stat {
+    pub(crate) fn from_inode(vol: &Volume, ino: u32, i: &Inode) -> Stat {
+        let ftype = i.file_type().unwrap_or(FileType::Regular);
+        let rdev = if matches!(ftype, FileType::CharDevice | FileType::BlockDevice) { i.device() } else { (0, 0) };
+        Stat {
+            ino,
+            ftype,
+            mode: i.base.mode,
+            uid: i.uid(),
+            gid: i.gid(),
+            size: i.size(),
+            nlink: i.base.links_count,
+            atime: i.time(TimeField::Atime),
+            mtime: i.time(TimeField::Mtime),
+            ctime: i.time(TimeField::Ctime),
+            crtime: i.time(TimeField::Crtime),
+            blocks: i.blocks_512(vol.has_ro_compat(ro_compat::HUGE_FILE), vol.block_size as u32),
+            flags: i.base.flags,
+            rdev,
+            generation: i.base.generation,
+            file_acl: i.file_acl(),
+        }
+    }
+
+    /// Permission bits.
+    pub fn perm(&self) -> u16 {
+        self.mode & 0o7777
+    }
+}
+
+/// A summary of the filesystem (what `ext4kit info` prints).
+#[derive(Debug, Clone)]
+pub struct FsInfo {
+    /// Volume label.
+    pub label: String,
+    /// UUID, formatted.
+    pub uuid: String,
+    /// Block size.
+    pub block_size: u32,
+    /// Inode record size.
+    pub inode_size: u16,
+    /// Total blocks.
+    pub blocks: u64,
+    /// Free blocks (superblock count).
+    pub free_blocks: u64,
+    /// Blocks reserved for root.
+    pub reserved_blocks: u64,
+    /// Total inodes.
+    pub inodes: u32,
+    /// Free inodes.
+    pub free_inodes: u32,
+    /// Block groups.
+    pub groups: u64,
+    /// Blocks per group.
+    pub blocks_per_group: u32,
+    /// Inodes per group.
+    pub inodes_per_group: u32,
+    /// Feature names (compat, incompat, ro_compat together).
+    pub features: Vec<String>,
+    /// "clean", "not clean", "with errors".
+    pub state: String,
+    /// Default directory hash.
+    pub hash_alg: String,
+    /// Last write time (seconds).
+    pub wtime: i64,
+    /// Creation time (seconds).
+    pub mkfs_time: i64,
+    /// Whether opened read-only.
+    pub read_only: bool,
+    /// Warnings from opening.
+    pub warnings: Vec<String>,
+}
+
+impl super::Fs {
+    /// Summarise the superblock.
+    pub fn info(&self) -> FsInfo {
+        let sb = self.vol.sb.read();
+        let mut feats = features::names(sb.feature_compat, features::COMPAT_NAMES);
+        feats.extend(features::names(sb.feature_incompat, features::INCOMPAT_NAMES));
+        feats.extend(features::names(sb.feature_ro_compat, features::RO_COMPAT_NAMES));
+        let u = sb.uuid;
+        let uuid = format!(
+            "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+            u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]
+        );
+        let state = match (sb.state & STATE_VALID != 0, sb.state & STATE_ERROR != 0) {
+            (_, true) => "with errors",
+            (true, false) => "clean",
+            (false, false) => "not clean",
+        }
+        .to_string();
+        let hash_alg = match sb.def_hash_version {
+            0 => "legacy",
+            1 => "half_md4",
+            2 => "tea",
+            3 => "legacy_unsigned",
+            4 => "half_md4_unsigned",
+            5 => "tea_unsigned",
+            6 => "siphash",
+            _ => "unknown",
+        }
+        .to_string();
+        FsInfo {
+            label: sb.label(),
+            uuid,
+            block_size: sb.block_size(),
+            inode_size: sb.inode_size(),
+            blocks: sb.blocks_count(),
+            free_blocks: sb.free_blocks_count(),
+            reserved_blocks: sb.r_blocks_count(),
+            inodes: sb.inodes_count,
+            free_inodes: sb.free_inodes_count,
+            groups: sb.group_count(),
+            blocks_per_group: sb.blocks_per_group,
+            inodes_per_group: sb.inodes_per_group,
+            features: feats,
+            state,
+            hash_alg,
+            wtime: time_with_hi(sb.wtime, sb.wtime_hi),
+            mkfs_time: time_with_hi(sb.mkfs_time, sb.mkfs_time_hi),
+            read_only: self.vol.read_only,
+            warnings: self.vol.warnings.clone(),
+        }
+    }
+}
