@@ -29,4 +29,4 @@ pub mod vfs;
 pub use error::{Errno, Error, Result};
 pub use ext4::{DirEntry, OpenOptions};
 pub use ext4kit_format::inode::{FileType, Timestamp};
-pub use vfs::{Fd, File, Fs, FsInfo, OpenFlags, Process, Stat, Whence};
+pub use vfs::{DataLayout, Fd, File, Fs, FsInfo, FsStats, OpenFlags, Process, Run, Stat, Whence};

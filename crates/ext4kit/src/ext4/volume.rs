@@ -16,7 +16,7 @@ use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 use parking_lot::RwLock;
 
 use super::buffer::{Buffer, BufferCache};
-use crate::error::{Errno, Error, Result};
+use crate::error::{Error, Result};
 
 /// How to open an image.
 #[derive(Debug, Clone)]
@@ -294,7 +294,3 @@ pub(crate) fn annotate(e: Error, what: &str) -> Error {
     }
 }
 
-/// Shorthand for "not found" errors that name the path.
-pub(crate) fn enoent(path: &str) -> Error {
-    Error::posix(Errno::ENOENT, format!("{path}: no such file or directory"))
-}

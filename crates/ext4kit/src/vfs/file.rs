@@ -44,15 +44,15 @@ pub struct OpenFlags {
 pub struct File {
     /// The inode.
     pub inode: Arc<CachedInode>,
-    /// The name it was opened through.
-    pub dentry: Arc<Dentry>,
+    /// The name it was opened through (`None` when opened by inode number).
+    pub dentry: Option<Arc<Dentry>>,
     pos: AtomicU64,
     /// Flags given at open.
     pub flags: OpenFlags,
 }
 
 impl File {
-    pub(crate) fn new(inode: Arc<CachedInode>, dentry: Arc<Dentry>, flags: OpenFlags) -> Self {
+    pub(crate) fn new(inode: Arc<CachedInode>, dentry: Option<Arc<Dentry>>, flags: OpenFlags) -> Self {
         File { inode, dentry, pos: AtomicU64::new(0), flags }
     }
 

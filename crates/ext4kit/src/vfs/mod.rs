@@ -44,6 +44,28 @@ pub struct Fs {
 /// Largest single device read when filling the page cache (blocks).
 const MAX_READ_RUN: u64 = 256;
 
+/// One contiguous run of a file's data on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// First logical block.
+    pub logical: u64,
+    /// First physical block.
+    pub physical: u64,
+    /// Blocks in the run.
+    pub len: u64,
+    /// Allocated but unwritten (reads as zeros).
+    pub uninit: bool,
+}
+
+/// Where an inode's data lives (for `ext4kit stat` and tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataLayout {
+    /// "extent tree", "indirect block map", "inline data" or "none".
+    pub kind: &'static str,
+    /// Mapped runs in logical order.
+    pub runs: Vec<Run>,
+}
+
 /// Counters the tests and benchmarks look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FsStats {
@@ -123,7 +145,17 @@ impl Fs {
         if flags.directory && inode.ftype != FileType::Directory {
             return Err(Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))));
         }
-        Ok(Arc::new(File::new(inode, d, flags)))
+        Ok(Arc::new(File::new(inode, Some(d), flags)))
+    }
+
+    /// Open inode `ino` directly (no path, so no dentry): for tools that
+    /// walk the tree by inode numbers.
+    pub fn open_ino(&self, ino: u32, flags: OpenFlags) -> Result<Arc<File>> {
+        let inode = self.inode(ino)?;
+        if flags.directory && inode.ftype != FileType::Directory {
+            return Err(Error::posix(Errno::ENOTDIR, format!("inode {ino} is not a directory")));
+        }
+        Ok(Arc::new(File::new(inode, None, flags)))
     }
 
     /// Attributes of `path`, following a final symlink.
@@ -208,6 +240,32 @@ impl Fs {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v)
             .ok_or_else(|| Error::posix(Errno::ENODATA, format!("{}: no attribute {}", show(path), show(name))))
+    }
+
+    /// Where inode `ino`'s data lives.
+    pub fn data_layout(&self, ino: u32) -> Result<DataLayout> {
+        let i = self.inode(ino)?;
+        let map = i.block_map(&self.vol)?;
+        let nblocks = i.size().div_ceil(self.vol.block_size as u64);
+        Ok(match &*map {
+            BlockMap::Extents(ext) => DataLayout {
+                kind: "extent tree",
+                runs: ext
+                    .iter()
+                    .map(|e| Run { logical: e.block as u64, physical: e.start(), len: e.length() as u64, uninit: e.is_uninit() })
+                    .collect(),
+            },
+            BlockMap::Indirect(_) => DataLayout {
+                kind: "indirect block map",
+                runs: map
+                    .runs(&self.vol, nblocks)?
+                    .into_iter()
+                    .map(|(l, p, n)| Run { logical: l, physical: p, len: n, uninit: false })
+                    .collect(),
+            },
+            BlockMap::Inline(_) => DataLayout { kind: "inline data", runs: vec![] },
+            BlockMap::None => DataLayout { kind: "none", runs: vec![] },
+        })
     }
 
     /// Build the absolute path of a dentry (seed 001 `d_path`).

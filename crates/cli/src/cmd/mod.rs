@@ -1,0 +1,35 @@
+//! One module per subcommand. Each returns `Err(message)` with a one-line
+//! message naming the image, the path and the cause.
+
+pub mod cat;
+pub mod demo;
+pub mod get;
+pub mod info;
+pub mod ls;
+pub mod stat;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ext4kit::{Fs, OpenOptions};
+
+/// Open an image read-only, printing the engine's warnings.
+pub fn open(image: &Path, budget: usize) -> Result<Arc<Fs>, String> {
+    let fs = Fs::open_image(image, &OpenOptions { read_only: true, cache_budget: budget })
+        .map_err(|e| format!("{}: {e}", image.display()))?;
+    for w in fs.warnings() {
+        eprintln!("ext4kit: warning: {}: {w}", image.display());
+    }
+    Ok(fs)
+}
+
+/// Format an engine error for a path in an image.
+pub fn err(image: &Path, path: &str, e: ext4kit::Error) -> String {
+    // Engine messages for path lookups already name the path.
+    let s = e.to_string();
+    if s.starts_with(path) || s.starts_with(&format!("/{path}")) {
+        format!("{}: {s}", image.display())
+    } else {
+        format!("{}: {path}: {s}", image.display())
+    }
+}
