@@ -97,7 +97,7 @@ impl DxEntry {
     }
 }
 
-/// One level's index: entries[0].hash is 0 (the header's block field is
+/// One level's index: `entries[0].hash` is 0 (the header's block field is
 /// entry 0's block).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DxIndex {
