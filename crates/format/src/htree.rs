@@ -171,27 +171,28 @@ fn dx_csum(seed: u32, buf: &[u8], count_offset: usize, count: usize, limit: usiz
     crc32c(c, &[0u8; 4])
 }
 
+/// Whether `limit` is the slot count of a block of `len` bytes whose
+/// count/limit sit at `off`: exactly the tail geometry when checksums are
+/// verified, either geometry when they are not (see [`parse_root`]).
+fn limit_ok(limit: u16, len: usize, off: usize, csum: bool) -> bool {
+    limit == slots(len, off, true) || (!csum && limit == slots(len, off, false))
+}
+
 /// Decode and check the count/limit header and entries at `off`.
-fn parse_index(
-    s: &'static str,
-    buf: &[u8],
-    off: usize,
-    expected_limit: u16,
-    csum_seed: Option<u32>,
-) -> Result<DxIndex> {
+fn parse_index(s: &'static str, buf: &[u8], off: usize, csum_seed: Option<u32>) -> Result<DxIndex> {
     let limit = le16(buf, off);
     let count = le16(buf, off + 2);
-    if limit != expected_limit {
+    if !limit_ok(limit, buf.len(), off, csum_seed.is_some()) {
         return Err(corrupt(
             s,
-            format!("limit {limit} != {expected_limit} slots in the block"),
+            format!("limit {limit} is not the number of slots in the block"),
         ));
     }
     if count == 0 || count > limit {
         return Err(corrupt(s, format!("count {count} outside 1..={limit}")));
     }
     if let Some(seed) = csum_seed {
-        // `limit` is the geometric one, so the tail is inside the block.
+        // `limit` is the tail geometry, so the tail is inside the block.
         let tail = off + DX_ENTRY_SIZE * limit as usize;
         let stored = le32(buf, tail + 4);
         let computed = dx_csum(seed, buf, off, count as usize, limit as usize);
@@ -252,6 +253,11 @@ fn parse_index(
 /// the slots that fit (one fewer with checksums), `1 <= count <= limit`,
 /// non-decreasing hashes, no entry pointing at block 0, and the checksum when
 /// `csum_seed` (the directory inode's seed) is given.
+///
+/// `csum_seed: None` means "do not verify": then `limit` may be either the
+/// plain or the checksum-tail geometry, so a caller can re-decode a block it
+/// verified earlier (or read a `metadata_csum` image while ignoring
+/// checksums). With `Some`, only the tail geometry is accepted.
 pub fn parse_root(
     buf: &[u8],
     block_size: usize,
@@ -310,8 +316,7 @@ pub fn parse_root(
             ),
         ));
     }
-    let limit = root_limit(block_size, csum_seed.is_some());
-    let index = parse_index(S, buf, ROOT_COUNT_OFFSET, limit, csum_seed)?;
+    let index = parse_index(S, buf, ROOT_COUNT_OFFSET, csum_seed)?;
     Ok(DxRoot {
         dot_inode: le32(buf, 0),
         dotdot_inode: le32(buf, 12),
@@ -332,13 +337,7 @@ pub fn parse_node(buf: &[u8], block_size: usize, csum_seed: Option<u32>) -> Resu
             "fake record is not an unused entry spanning the block",
         ));
     }
-    parse_index(
-        S,
-        buf,
-        NODE_COUNT_OFFSET,
-        node_limit(block_size, csum_seed.is_some()),
-        csum_seed,
-    )
+    parse_index(S, buf, NODE_COUNT_OFFSET, csum_seed)
 }
 
 impl DxIndex {
@@ -372,16 +371,17 @@ impl DxIndex {
 ///
 /// Errors (never panics) if the index does not describe this block: no
 /// entries, more entries than `limit`, or `limit` not the number of slots
-/// that fit `buf` after `count_offset` (minus the tail with checksums).
+/// that fit `buf` after `count_offset` (minus the tail with checksums;
+/// either geometry is accepted when `csum_seed` is `None`, in which case a
+/// tail, if any, is left untouched).
 pub fn write_index(buf: &mut [u8], index: &DxIndex, csum_seed: Option<u32>) -> Result<()> {
     const S: &str = "htree index";
     let off = index.count_offset;
-    let fits = slots(buf.len(), off, csum_seed.is_some());
-    if off + 4 > buf.len() || index.limit != fits {
+    if off + 4 > buf.len() || !limit_ok(index.limit, buf.len(), off, csum_seed.is_some()) {
         return Err(corrupt(
             S,
             format!(
-                "limit {} at offset {off} does not match the {fits} slots of the block",
+                "limit {} at offset {off} is not the number of slots in the block",
                 index.limit
             ),
         ));
@@ -541,8 +541,16 @@ mod tests {
         assert_eq!(r.index.find(0x19894043), 0);
         assert_eq!(r.index.find(0x19894044), 1);
         assert_eq!(r.index.find(u32::MAX), 8);
-        // Without checksums the limit would be one larger: refused.
-        assert!(parse_root(&b, 1024, false, None).is_err());
+        // Not verifying (None) accepts the tail geometry too, so an
+        // already-verified block can be re-decoded cheaply.
+        assert_eq!(parse_root(&b, 1024, false, None).unwrap(), r);
+        // ... but verifying demands it: a non-csum root is refused.
+        let mut plain = vec![0u8; 1024];
+        let mut r2 = r.clone();
+        r2.index.limit = root_limit(1024, false);
+        write_root(&mut plain, &r2, 1024, None).unwrap();
+        assert_eq!(parse_root(&plain, 1024, false, None).unwrap(), r2);
+        assert!(parse_root(&plain, 1024, false, Some(real_seed())).is_err());
         // Rewriting reproduces the block bit for bit.
         let mut w = vec![0u8; 1024];
         write_root(&mut w, &r, 1024, Some(real_seed())).unwrap();
