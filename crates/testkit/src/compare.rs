@@ -616,8 +616,7 @@ fn compare_contents(a: &Path, b: &Path, size: u64) -> io::Result<Option<u64>> {
 pub fn read_xattrs(p: &Path) -> io::Result<BTreeMap<Vec<u8>, Vec<u8>>> {
     let mut out = BTreeMap::new();
     let names = loop {
-        let n = rustix::fs::llistxattr(p, &mut [0u8; 0][..])
-            .context(|| format!("listxattr {}", p.display()))?;
+        let n = rustix::fs::llistxattr_query(p).context(|| format!("listxattr {}", p.display()))?;
         let mut buf = vec![0u8; n];
         match rustix::fs::llistxattr(p, &mut buf[..]) {
             Ok(m) => {
@@ -634,7 +633,7 @@ pub fn read_xattrs(p: &Path) -> io::Result<BTreeMap<Vec<u8>, Vec<u8>>> {
         }
         let cname = std::ffi::OsStr::from_bytes(name);
         let value = loop {
-            let n = rustix::fs::lgetxattr(p, cname, &mut [0u8; 0][..])
+            let n = rustix::fs::lgetxattr_query(p, cname)
                 .context(|| format!("getxattr {} on {}", escape_bytes(name), p.display()))?;
             let mut buf = vec![0u8; n];
             match rustix::fs::lgetxattr(p, cname, &mut buf[..]) {
@@ -652,4 +651,304 @@ pub fn read_xattrs(p: &Path) -> io::Result<BTreeMap<Vec<u8>, Vec<u8>>> {
         out.insert(name.to_vec(), value);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    use rustix::fs::{AtFlags, Timespec, Timestamps, XattrFlags, CWD};
+
+    fn set_mtime(p: &Path, s: i64, ns: i64) {
+        let ts = Timespec {
+            tv_sec: s,
+            tv_nsec: ns,
+        };
+        rustix::fs::utimensat(
+            CWD,
+            p,
+            &Timestamps {
+                last_access: ts,
+                last_modification: ts,
+            },
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .expect("utimensat");
+    }
+
+    /// A small tree with one of each thing the mutations below break.
+    fn mini(root: &Path) {
+        fs::create_dir(root.join("d")).expect("mkdir");
+        let mut f = File::create(root.join("d/file")).expect("create");
+        f.write_all(&(0..=255u8).cycle().take(5000).collect::<Vec<_>>())
+            .expect("write");
+        drop(f);
+        fs::hard_link(root.join("d/file"), root.join("link")).expect("link");
+        rustix::fs::lsetxattr(root.join("d/file"), "user.k", b"v", XattrFlags::empty())
+            .expect("setxattr (does the temp dir's filesystem support user xattrs?)");
+        std::os::unix::fs::symlink("d/file", root.join("sym")).expect("symlink");
+        // Sparse: 4 KiB data after a 1 MiB hole.
+        let f = File::create(root.join("sparse")).expect("create");
+        f.write_all_at(b"tail", 1 << 20).expect("write");
+        drop(f);
+        fs::set_permissions(root.join("d/file"), fs::Permissions::from_mode(0o4755))
+            .expect("chmod");
+        for (p, s) in [
+            ("d/file", 1_000_000_000),
+            ("sym", 1_100_000_000),
+            ("sparse", 1_200_000_000),
+            ("d", 1_300_000_000),
+            ("", 1_400_000_000),
+        ] {
+            set_mtime(&root.join(p), s, 123_456_789);
+        }
+    }
+
+    fn pair() -> (tempfile::TempDir, tempfile::TempDir) {
+        let a = tempfile::tempdir().expect("tempdir");
+        let b = tempfile::tempdir().expect("tempdir");
+        mini(a.path());
+        mini(b.path());
+        (a, b)
+    }
+
+    fn diffs(a: &Path, b: &Path) -> Vec<Difference> {
+        compare_trees(a, b, &CompareOpts::default()).expect("compare")
+    }
+
+    fn only(d: &[Difference]) -> &DiffKind {
+        assert_eq!(d.len(), 1, "expected exactly one difference, got {d:#?}");
+        &d[0].kind
+    }
+
+    #[test]
+    fn identical_trees_have_no_differences() {
+        let (a, b) = pair();
+        assert_eq!(diffs(a.path(), b.path()), vec![]);
+    }
+
+    #[test]
+    fn detects_changed_byte() {
+        let (a, b) = pair();
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(b.path().join("d/file"))
+            .expect("open");
+        f.write_all_at(b"\xff", 4321).expect("write");
+        drop(f);
+        set_mtime(&b.path().join("d/file"), 1_000_000_000, 123_456_789);
+        let d = diffs(a.path(), b.path());
+        // Both names of the hard-linked file report it.
+        assert_eq!(d.len(), 2, "{d:#?}");
+        assert!(d
+            .iter()
+            .all(|x| x.kind == DiffKind::Content { offset: 4321 }));
+        assert_eq!(d[0].path, b"d/file");
+        assert!(d[0].to_string().contains("/d/file: content differs"));
+    }
+
+    #[test]
+    fn detects_changed_byte_in_sparse_file_data() {
+        let (a, b) = pair();
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(b.path().join("sparse"))
+            .expect("open");
+        f.write_all_at(b"T", 1 << 20).expect("write");
+        drop(f);
+        set_mtime(&b.path().join("sparse"), 1_200_000_000, 123_456_789);
+        let d = diffs(a.path(), b.path());
+        assert_eq!(only(&d), &DiffKind::Content { offset: 1 << 20 });
+    }
+
+    #[test]
+    fn holes_equal_written_zeros() {
+        let (a, b) = pair();
+        let mut data = vec![0u8; (1 << 20) + 4];
+        data[1 << 20..].copy_from_slice(b"tail");
+        fs::write(b.path().join("sparse"), &data).expect("write");
+        set_mtime(&b.path().join("sparse"), 1_200_000_000, 123_456_789);
+        assert_eq!(diffs(a.path(), b.path()), vec![]);
+    }
+
+    #[test]
+    fn detects_changed_mode() {
+        let (a, b) = pair();
+        fs::set_permissions(b.path().join("d/file"), fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let d = diffs(a.path(), b.path());
+        assert!(d.iter().all(|x| x.kind
+            == DiffKind::Mode {
+                expected: 0o4755,
+                actual: 0o755
+            }));
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            d[0].to_string(),
+            "/d/file: mode: expected 4755, actual 0755"
+        );
+    }
+
+    #[test]
+    fn detects_broken_hard_link() {
+        let (a, b) = pair();
+        let p = b.path().join("link");
+        fs::remove_file(&p).expect("unlink");
+        fs::copy(b.path().join("d/file"), &p).expect("copy");
+        rustix::fs::lsetxattr(&p, "user.k", b"v", XattrFlags::empty()).expect("setxattr");
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o4755)).expect("chmod");
+        set_mtime(&p, 1_000_000_000, 123_456_789);
+        set_mtime(b.path(), 1_400_000_000, 123_456_789);
+        let d = diffs(a.path(), b.path());
+        assert!(
+            d.iter().any(|x| matches!(
+                &x.kind,
+                DiffKind::HardLinks { expected, actual }
+                    if expected == &vec![b"d/file".to_vec(), b"link".to_vec()]
+                        && actual == &vec![b"d/file".to_vec()]
+            )),
+            "{d:#?}"
+        );
+        assert!(d.iter().any(|x| x.kind
+            == DiffKind::LinkCount {
+                expected: 2,
+                actual: 1
+            }));
+        // Nothing else differs.
+        assert!(d.iter().all(|x| matches!(
+            x.kind,
+            DiffKind::HardLinks { .. } | DiffKind::LinkCount { .. }
+        )));
+        let no_links = CompareOpts {
+            hard_links: false,
+            ..CompareOpts::default()
+        };
+        assert_eq!(
+            compare_trees(a.path(), b.path(), &no_links).expect("compare"),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn detects_missing_xattr() {
+        let (a, b) = pair();
+        rustix::fs::lremovexattr(b.path().join("d/file"), "user.k").expect("removexattr");
+        let d = diffs(a.path(), b.path());
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            d[0].kind,
+            DiffKind::XattrMissing {
+                name: b"user.k".to_vec()
+            }
+        );
+        rustix::fs::lsetxattr(b.path().join("d/file"), "user.k", b"w", XattrFlags::empty())
+            .expect("setxattr");
+        let d = diffs(a.path(), b.path());
+        assert!(matches!(&d[0].kind, DiffKind::XattrValue { .. }), "{d:#?}");
+        let no_x = CompareOpts {
+            xattrs: false,
+            ..CompareOpts::default()
+        };
+        assert_eq!(
+            compare_trees(a.path(), b.path(), &no_x).expect("compare"),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn detects_mtime_nanosecond() {
+        let (a, b) = pair();
+        set_mtime(&b.path().join("d"), 1_300_000_000, 123_456_788);
+        let d = diffs(a.path(), b.path());
+        assert_eq!(
+            only(&d),
+            &DiffKind::Mtime {
+                expected: (1_300_000_000, 123_456_789),
+                actual: (1_300_000_000, 123_456_788)
+            }
+        );
+        let secs = CompareOpts {
+            times: TimeFidelity::Seconds,
+            ..CompareOpts::default()
+        };
+        assert_eq!(
+            compare_trees(a.path(), b.path(), &secs).expect("compare"),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn seconds32_wraps_like_a_128_byte_inode() {
+        let (a, b) = pair();
+        set_mtime(&a.path().join("d"), 3_000_000_000, 5);
+        set_mtime(&b.path().join("d"), 3_000_000_000 - (1 << 32), 0);
+        let opts = CompareOpts {
+            times: TimeFidelity::Seconds32,
+            ..CompareOpts::default()
+        };
+        assert_eq!(
+            compare_trees(a.path(), b.path(), &opts).expect("compare"),
+            vec![]
+        );
+        assert_eq!(diffs(a.path(), b.path()).len(), 1);
+    }
+
+    #[test]
+    fn detects_symlink_target_missing_and_extra() {
+        let (a, b) = pair();
+        fs::remove_file(b.path().join("sym")).expect("unlink");
+        std::os::unix::fs::symlink("d/filE", b.path().join("sym")).expect("symlink");
+        set_mtime(&b.path().join("sym"), 1_100_000_000, 123_456_789);
+        fs::write(b.path().join("d/new"), b"").expect("write");
+        set_mtime(&b.path().join("d"), 1_300_000_000, 123_456_789);
+        fs::remove_file(b.path().join("sparse")).expect("unlink");
+        set_mtime(b.path(), 1_400_000_000, 123_456_789);
+        let d = diffs(a.path(), b.path());
+        let kinds: Vec<_> = d.iter().map(|x| (x.path.clone(), x.kind.clone())).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (b"d/new".to_vec(), DiffKind::Extra),
+                (b"sparse".to_vec(), DiffKind::Missing),
+                (
+                    b"sym".to_vec(),
+                    DiffKind::SymlinkTarget {
+                        expected: b"d/file".to_vec(),
+                        actual: b"d/filE".to_vec()
+                    }
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn lost_found_and_root_attrs_can_be_ignored() {
+        let (a, b) = pair();
+        fs::create_dir(b.path().join("lost+found")).expect("mkdir");
+        fs::set_permissions(b.path(), fs::Permissions::from_mode(0o700)).expect("chmod");
+        let d = diffs(a.path(), b.path());
+        assert!(d
+            .iter()
+            .any(|x| x.path == b"lost+found" && x.kind == DiffKind::Extra));
+        let opts = CompareOpts {
+            ignore_lost_found: true,
+            ignore_root_attrs: true,
+            ..CompareOpts::default()
+        };
+        assert_eq!(
+            compare_trees(a.path(), b.path(), &opts).expect("compare"),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn display_escapes_odd_bytes() {
+        let d = Difference {
+            path: b"a/\xff\x01b".to_vec(),
+            kind: DiffKind::Missing,
+        };
+        assert_eq!(d.to_string(), "/a/\\xff\\x01b: missing in actual");
+    }
 }

@@ -24,9 +24,9 @@ mod util;
 
 pub use compare::{compare_trees, read_xattrs, CompareOpts, DiffKind, Difference, TimeFidelity};
 pub use image::{
-    debugfs_rdump, e2fsck_clean, image_matrix, is_kernel_unavailable, kernel_available, make_image,
-    make_kernel_image, rdump_compare_opts, DirHash, HashSign, ImageSpec, KernelUnavailable,
-    LoopMount, FIXED_HASH_SEED, FIXED_TIME, FIXED_UUID,
+    compare_rdump, debugfs_rdump, e2fsck_clean, image_matrix, is_kernel_unavailable,
+    kernel_available, make_image, make_kernel_image, DirHash, HashSign, ImageSpec,
+    KernelUnavailable, LoopMount, FIXED_HASH_SEED, FIXED_TIME, FIXED_UUID,
 };
 pub use prng::SplitMix64;
 pub use tree::{build_source_tree, TreeManifest, TreeOpts, POST_2038_SECS, PRE_1970_SECS};
