@@ -1,0 +1,36 @@
+//! Hostile-image testing for ext4kit.
+//!
+//! DESIGN.md promises that a damaged or hostile image never panics, hangs
+//! or exhausts memory. This crate checks that promise the way it is most
+//! likely to be broken: it takes small, feature-diverse images made by
+//! `mke2fs` ([`base`]), breaks them one field at a time with a
+//! structure-aware, seed-deterministic mutator ([`mutate`], guided by a
+//! [`map`] of where each structure lives and able to recompute checksums so
+//! corruptions reach the parsers behind them), opens each with the engine
+//! and walks everything a reader can reach ([`walk`]), on worker threads
+//! under `catch_unwind` with a time bound and a memory watch
+//! ([`campaign`]). Every failure is reproducible from its seed with the
+//! `ext4kit-fuzz-images` binary.
+//!
+//! The same walker, with a digest of everything it saw, checks that many
+//! threads reading one shared `Fs` see exactly what one thread sees
+//! (`tests/concurrent_readers.rs`).
+
+pub mod alloc;
+pub mod base;
+pub mod campaign;
+pub mod map;
+pub mod mutate;
+pub mod prng;
+pub mod walk;
+
+pub use base::{
+    base_named, base_specs, bases, check_tools, BaseError, BaseImage, BaseSpec, TreeOpts,
+};
+pub use campaign::{
+    reproduce_command, run_campaign, run_case, run_cases, run_image, run_seeds, CampaignConfig,
+    CampaignReport, CaseResult, Failure, FailureKind,
+};
+pub use map::StructureMap;
+pub use mutate::Mutation;
+pub use walk::{walk, walk_with, TreeDigest, WalkLimits, WalkReport};
