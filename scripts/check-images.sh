@@ -8,21 +8,26 @@
 #     ext4kit-treecmp SRC DEST --ignore-lost-found [flags for that image]
 # and prints a PASS/FAIL table. Exits 0 only if every image passes.
 #
-# Usage: scripts/check-images.sh [--small] [--keep] [OUTDIR]
+# Usage: scripts/check-images.sh [--small] [--reuse] [--keep] [OUTDIR]
 #   --small   2,000-entry big directory and no 5 GiB sparse file (fast)
+#   --reuse   keep OUTDIR's fixtures if built by this version with the same
+#             options (the full matrix takes minutes: mke2fs -d is slow on
+#             a 50,000-entry directory)
 #   --keep    keep the extracted trees of passing images too
 #   OUTDIR    where fixtures and extractions go
 #             (default: target/fixtures, or target/fixtures-small)
 set -uo pipefail
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 
 small=""
+reuse=""
 keep=0
 outdir=""
 for arg in "$@"; do
     case "$arg" in
         --small) small="--small" ;;
+        --reuse) reuse="--reuse" ;;
         --keep) keep=1 ;;
         -h|--help) usage; exit 0 ;;
         -*) echo "check-images.sh: unknown option $arg" >&2; usage >&2; exit 2 ;;
@@ -49,7 +54,7 @@ treecmp="$target/release/ext4kit-treecmp"
 fixtures="$target/release/ext4kit-fixtures"
 
 echo "== generating fixtures in $outdir"
-"$fixtures" "$outdir" $small || { echo "check-images.sh: fixture generation failed" >&2; exit 2; }
+"$fixtures" "$outdir" $small $reuse || { echo "check-images.sh: fixture generation failed" >&2; exit 2; }
 
 extra_flags=()
 if [[ $(id -u) -ne 0 ]]; then

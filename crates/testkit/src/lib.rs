@@ -16,6 +16,8 @@
 //! Binaries: `ext4kit-treecmp` (the comparator on the command line) and
 //! `ext4kit-fixtures` (build the whole matrix into a directory).
 
+#![warn(missing_docs)]
+
 mod compare;
 mod image;
 mod prng;

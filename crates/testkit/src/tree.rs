@@ -620,7 +620,7 @@ impl Builder<'_> {
         let (s, ns) = self.times.get(rel).copied().unwrap_or_else(|| {
             let h = fnv1a(rel) ^ self.opts.seed;
             (
-                1_400_000_000 + (h % 400_000_000) as i64,
+                1_400_000_000 + (h % 300_000_000) as i64,
                 ((h >> 32) % 1_000_000_000) as u32,
             )
         });

@@ -46,9 +46,14 @@ struct Args {
     /// 50,000-entry directory, slow: minutes per 1 KiB-block image).
     #[arg(long, short = 'j', default_value_t = 2)]
     jobs: usize,
+    /// Reuse OUTDIR if it already holds a complete fixture set built by this
+    /// version with the same options (the full matrix takes minutes).
+    #[arg(long)]
+    reuse: bool,
 }
 
 const MANIFEST: &str = "fixtures.tsv";
+const STAMP: &str = "fixtures.stamp";
 const KERNEL_ARGS: &[&str] = &["-t", "ext4", "-O", "metadata_csum_seed"];
 
 fn main() -> ExitCode {
@@ -63,10 +68,63 @@ fn main() -> ExitCode {
     }
 }
 
+/// Identifies what a fixture directory was built from, for --reuse.
+/// The executable's own mtime is part of it, so rebuilding the kit (which
+/// may change the tree or the images) invalidates old fixtures.
+fn stamp(args: &Args, opts: &TreeOpts) -> String {
+    let exe_mtime = std::env::current_exe()
+        .and_then(fs::metadata)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "ext4kit-testkit {} exe-mtime={exe_mtime} {:?} only={:?} kernel={}\n",
+        env!("CARGO_PKG_VERSION"),
+        opts,
+        args.only,
+        !args.no_kernel
+    )
+}
+
+fn reusable(out: &Path, stamp: &str) -> bool {
+    let Ok(old) = fs::read_to_string(out.join(STAMP)) else {
+        return false;
+    };
+    let Ok(manifest) = fs::read_to_string(out.join(MANIFEST)) else {
+        return false;
+    };
+    old == stamp
+        && out.join("src").is_dir()
+        && manifest
+            .lines()
+            .filter_map(|l| l.split('\t').nth(1))
+            .all(|img| out.join(img).is_file())
+}
+
 fn run(args: &Args) -> io::Result<bool> {
     let out = &args.outdir;
     fs::create_dir_all(out)?;
     let src = out.join("src");
+    let opts = if args.small {
+        TreeOpts::small()
+    } else {
+        TreeOpts::default()
+    };
+    let stamp = stamp(args, &opts);
+    if args.reuse && reusable(out, &stamp) {
+        println!(
+            "reusing the fixtures in {} (built with the same options)",
+            out.display()
+        );
+        let manifest = fs::read_to_string(out.join(MANIFEST))?;
+        return if args.verify {
+            verify(out, &src, &manifest)
+        } else {
+            Ok(true)
+        };
+    }
+    let _ = fs::remove_file(out.join(STAMP));
     if src.exists() {
         if out.join(MANIFEST).exists() {
             make_removable(&src)?;
@@ -80,11 +138,6 @@ fn run(args: &Args) -> io::Result<bool> {
         }
     }
     let _ = fs::remove_file(out.join(MANIFEST));
-    let opts = if args.small {
-        TreeOpts::small()
-    } else {
-        TreeOpts::default()
-    };
     let total = Instant::now();
     let t = Instant::now();
     let m = build_source_tree(&src, &opts)?;
@@ -183,6 +236,7 @@ fn run(args: &Args) -> io::Result<bool> {
         }
     }
     fs::write(out.join(MANIFEST), &manifest)?;
+    fs::write(out.join(STAMP), &stamp)?;
     println!(
         "fixtures in {} built in {:.1}s",
         out.display(),
