@@ -34,16 +34,12 @@ pub fn set_current_case(seed: Option<u64>) {
 
 /// Live heap bytes, when [`GuardedAlloc`] is the global allocator.
 pub fn live_heap_bytes() -> Option<usize> {
-    INSTALLED
-        .load(Ordering::Relaxed)
-        .then(|| LIVE.load(Ordering::Relaxed))
+    INSTALLED.load(Ordering::Relaxed).then(|| LIVE.load(Ordering::Relaxed))
 }
 
 /// Peak live heap bytes since the last [`reset_peak_heap`].
 pub fn peak_heap_bytes() -> Option<usize> {
-    INSTALLED
-        .load(Ordering::Relaxed)
-        .then(|| PEAK.load(Ordering::Relaxed))
+    INSTALLED.load(Ordering::Relaxed).then(|| PEAK.load(Ordering::Relaxed))
 }
 
 /// Restart peak tracking from the current live size.
@@ -67,10 +63,7 @@ impl GuardedAlloc {
         let mut buf = [0u8; 256];
         let mut w = &mut buf[..];
         let _ = if seed == NO_CASE {
-            write!(
-                w,
-                "\next4kit-fuzz: refusing a {size}-byte allocation (outside any fuzz case)\n"
-            )
+            write!(w, "\next4kit-fuzz: refusing a {size}-byte allocation (outside any fuzz case)\n")
         } else {
             write!(
                 w,

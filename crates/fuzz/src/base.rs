@@ -47,12 +47,7 @@ pub struct TreeOpts {
 
 impl TreeOpts {
     /// The tree of the fuzzing bases.
-    pub const FUZZ: TreeOpts = TreeOpts {
-        big_dir_entries: 400,
-        hard_link_entries: 0,
-        many_files: 0,
-        many_file_max: 0,
-    };
+    pub const FUZZ: TreeOpts = TreeOpts { big_dir_entries: 400, hard_link_entries: 0, many_files: 0, many_file_max: 0 };
 }
 
 /// One base-image variant.
@@ -98,35 +93,14 @@ pub fn base_specs() -> Vec<BaseSpec> {
         },
         BaseSpec {
             name: "ext4-1k-nocsum",
-            mkfs_args: &[
-                "-t",
-                "ext4",
-                "-b",
-                "1024",
-                "-I",
-                "256",
-                "-O",
-                "^metadata_csum",
-            ],
+            mkfs_args: &["-t", "ext4", "-b", "1024", "-I", "256", "-O", "^metadata_csum"],
             size_mib: 8,
             dir_index: true,
-            tree: TreeOpts {
-                hard_link_entries: 3000,
-                ..t
-            },
+            tree: TreeOpts { hard_link_entries: 3000, ..t },
         },
         BaseSpec {
             name: "ext4-4k-indirect",
-            mkfs_args: &[
-                "-t",
-                "ext4",
-                "-b",
-                "4096",
-                "-I",
-                "256",
-                "-O",
-                "^extent,^64bit",
-            ],
+            mkfs_args: &["-t", "ext4", "-b", "4096", "-I", "256", "-O", "^extent,^64bit"],
             size_mib: 8,
             dir_index: true,
             tree: t,
@@ -140,17 +114,9 @@ pub fn base_specs() -> Vec<BaseSpec> {
         },
         BaseSpec {
             name: "ext4-64k",
-            mkfs_args: &[
-                "-t",
-                "ext4",
-                "-b",
-                "65536",
-                "-I",
-                "256",
-                "-O",
-                "^has_journal",
-            ],
-            size_mib: 8,
+            mkfs_args: &["-t", "ext4", "-b", "65536", "-I", "256", "-O", "^has_journal"],
+            // Every non-empty file takes a whole 64 KiB block.
+            size_mib: 32,
             dir_index: true,
             tree: t,
         },
@@ -165,12 +131,7 @@ pub fn readers_spec() -> BaseSpec {
         mkfs_args: &["-t", "ext4", "-b", "4096", "-I", "256", "-N", "8192"],
         size_mib: 96,
         dir_index: true,
-        tree: TreeOpts {
-            big_dir_entries: 2000,
-            hard_link_entries: 0,
-            many_files: 2500,
-            many_file_max: 40_000,
-        },
+        tree: TreeOpts { big_dir_entries: 2000, hard_link_entries: 0, many_files: 2500, many_file_max: 40_000 },
     }
 }
 
@@ -216,8 +177,7 @@ pub fn check_tools() -> Result<String, BaseError> {
             ))
         })?;
         if tool == "mke2fs" {
-            let text = String::from_utf8_lossy(&out.stderr).into_owned()
-                + &String::from_utf8_lossy(&out.stdout);
+            let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
             version = text.lines().next().unwrap_or("unknown").trim().to_string();
         }
     }
@@ -228,16 +188,7 @@ pub fn check_tools() -> Result<String, BaseError> {
 /// `target/fuzz-bases/<version>-<mke2fs version>` in the workspace.
 pub fn bases_dir() -> Result<PathBuf, BaseError> {
     let mk = check_tools()?;
-    let tag: String = mk
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let tag: String = mk.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
     let root = match std::env::var_os("EXT4KIT_FUZZ_BASES") {
         Some(p) => PathBuf::from(p),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/fuzz-bases"),
@@ -249,12 +200,7 @@ pub fn bases_dir() -> Result<PathBuf, BaseError> {
 pub fn bases() -> Result<&'static [BaseImage], BaseError> {
     static BASES: OnceLock<Result<Vec<BaseImage>, String>> = OnceLock::new();
     BASES
-        .get_or_init(|| {
-            base_specs()
-                .iter()
-                .map(|s| load_or_build(s).map_err(|e| e.0))
-                .collect()
-        })
+        .get_or_init(|| base_specs().iter().map(|s| load_or_build(s).map_err(|e| e.0)).collect())
         .as_ref()
         .map(|v| v.as_slice())
         .map_err(|e| BaseError(e.clone()))
@@ -265,10 +211,7 @@ pub fn base_named(name: &str) -> Result<&'static BaseImage, BaseError> {
     let all = bases()?;
     all.iter().find(|b| b.spec.name == name).ok_or_else(|| {
         let names: Vec<&str> = all.iter().map(|b| b.spec.name).collect();
-        err(format!(
-            "no base named {name:?} (have: {})",
-            names.join(", ")
-        ))
+        err(format!("no base named {name:?} (have: {})", names.join(", ")))
     })
 }
 
@@ -281,40 +224,22 @@ pub fn load_or_build(spec: &BaseSpec) -> Result<BaseImage, BaseError> {
         build_image(spec, &dir, &path)?;
     }
     let bytes = fs::read(&path).map_err(|e| err(format!("reading {}: {e}", path.display())))?;
-    let map =
-        StructureMap::build(&bytes).map_err(|e| err(format!("mapping base {}: {e}", spec.name)))?;
-    Ok(BaseImage {
-        spec: spec.clone(),
-        bytes: Arc::new(bytes),
-        map,
-        path,
-    })
+    let map = StructureMap::build(&bytes).map_err(|e| err(format!("mapping base {}: {e}", spec.name)))?;
+    Ok(BaseImage { spec: spec.clone(), bytes: Arc::new(bytes), map, path })
 }
 
 /// Build one image: source tree, `mke2fs -d`, `e2fsck -fyD` (indexes big
 /// directories), then `e2fsck -fn` must be clean. Written under a private
 /// name and renamed, so concurrent builders never see half an image.
 fn build_image(spec: &BaseSpec, dir: &Path, out: &Path) -> Result<(), BaseError> {
-    let uniq = format!(
-        "{}.{}.{:?}",
-        spec.name,
-        std::process::id(),
-        std::thread::current().id()
-    );
-    let uniq: String = uniq
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '-')
-        .collect();
+    let uniq = format!("{}.{}.{:?}", spec.name, std::process::id(), std::thread::current().id());
+    let uniq: String = uniq.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '-').collect();
     let src = dir.join(format!("src.{uniq}"));
     let tmp = dir.join(format!("{uniq}.img.tmp"));
     let _ = fs::remove_dir_all(&src);
-    build_source_tree(&src, &spec.tree)
-        .map_err(|e| err(format!("building the source tree for {}: {e}", spec.name)))?;
+    build_source_tree(&src, &spec.tree).map_err(|e| err(format!("building the source tree for {}: {e}", spec.name)))?;
     let _ = fs::remove_file(&tmp);
-    let mut args: Vec<String> = ["-q", "-F", "-o", "Linux"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut args: Vec<String> = ["-q", "-F", "-o", "Linux"].iter().map(|s| s.to_string()).collect();
     if !spec.mkfs_args.contains(&"-N") {
         // Enough inodes for the tree on every block size (64 KiB blocks
         // would otherwise get very few).
@@ -331,28 +256,25 @@ fn build_image(spec: &BaseSpec, dir: &Path, out: &Path) -> Result<(), BaseError>
         tmp.display().to_string(),
         format!("{}M", spec.size_mib),
     ]);
-    run("mke2fs", &args, &[0])?;
-    if spec.dir_index {
-        run(
-            "e2fsck",
-            &["-fyD".to_string(), tmp.display().to_string()],
-            &[0, 1],
-        )?;
-    }
-    run(
-        "e2fsck",
-        &["-fn".to_string(), tmp.display().to_string()],
-        &[0],
-    )
-    .map_err(|e| err(format!("base {} is not e2fsck-clean: {e}", spec.name)))?;
+    let made = make_fs(spec, &args, &tmp);
     let _ = fs::remove_dir_all(&src);
-    fs::rename(&tmp, out).map_err(|e| {
-        err(format!(
-            "renaming {} to {}: {e}",
-            tmp.display(),
-            out.display()
-        ))
-    })
+    if let Err(e) = made {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    fs::rename(&tmp, out).map_err(|e| err(format!("renaming {} to {}: {e}", tmp.display(), out.display())))
+}
+
+/// `mke2fs`, then `e2fsck -fyD` (indexes big directories) where the image
+/// has dir_index, then `e2fsck -fn` must be clean.
+fn make_fs(spec: &BaseSpec, args: &[String], tmp: &Path) -> Result<(), BaseError> {
+    run("mke2fs", args, &[0])?;
+    if spec.dir_index {
+        run("e2fsck", &["-fyD".to_string(), tmp.display().to_string()], &[0, 1])?;
+    }
+    run("e2fsck", &["-fn".to_string(), tmp.display().to_string()], &[0])
+        .map_err(|e| err(format!("base {} is not e2fsck-clean: {e}", spec.name)))?;
+    Ok(())
 }
 
 /// Run an e2fsprogs tool under `timeout` (a corrupt image can make e2fsck
@@ -388,6 +310,7 @@ const FIXED_TIME: i64 = 1_700_000_000;
 /// sparse files (data at 0, 1 MiB, 70 MiB and 5 GiB, so indirect maps
 /// reach the triple-indirect level), nested directories, a big directory,
 /// fast, slow, dangling, looping and directory symlinks, a hard link,
+/// a file of twelve separate runs (an extent tree with an index level),
 /// in-inode and block xattrs, a POSIX ACL, a FIFO and tiny files (inline
 /// on `inline_data` images).
 pub fn build_source_tree(root: &Path, opts: &TreeOpts) -> io::Result<()> {
@@ -410,6 +333,17 @@ pub fn build_source_tree(root: &Path, opts: &TreeOpts) -> io::Result<()> {
         }
         f.set_len((5 << 30) + 8192 + 17)?;
     }
+    {
+        // Twelve separate runs: more extents than the inode's root holds,
+        // so the extent tree gets an index level.
+        use std::os::unix::fs::FileExt;
+        let f = fs::File::create(root.join("fragmented.bin"))?;
+        for i in 0..12u64 {
+            let mut chunk = vec![0u8; 3000];
+            rng.fill(&mut chunk);
+            f.write_all_at(&chunk, i * (256 << 10))?;
+        }
+    }
     fs::create_dir_all(root.join("dir/a/b/c/d"))?;
     w("dir/a/b/c/d/deep.txt", b"deep\n")?;
     for i in 0..6 {
@@ -421,10 +355,7 @@ pub fn build_source_tree(root: &Path, opts: &TreeOpts) -> io::Result<()> {
     // Tiny files and a tiny directory: inline on inline_data images.
     fs::create_dir_all(root.join("inline/sub"))?;
     for i in 0..5 {
-        w(
-            &format!("inline/tiny{i}"),
-            &b"0123456789abcdef0123456789abcdef0123456789abcdef"[..i * 11],
-        )?;
+        w(&format!("inline/tiny{i}"), &b"0123456789abcdef0123456789abcdef0123456789abcdef"[..i * 11])?;
     }
     w("inline/sub/x", b"x")?;
     // Symlinks.
@@ -509,22 +440,14 @@ pub fn build_source_tree(root: &Path, opts: &TreeOpts) -> io::Result<()> {
 }
 
 fn acl_entry(tag: u16, perm: u16, id: u32) -> Vec<u8> {
-    [
-        tag.to_le_bytes().as_slice(),
-        &perm.to_le_bytes(),
-        &id.to_le_bytes(),
-    ]
-    .concat()
+    [tag.to_le_bytes().as_slice(), &perm.to_le_bytes(), &id.to_le_bytes()].concat()
 }
 
 fn setxattr(p: &Path, name: &str, value: &[u8]) -> io::Result<()> {
     rustix::fs::lsetxattr(p, name, value, rustix::fs::XattrFlags::empty()).map_err(|e| {
         io::Error::new(
             io::Error::from(e).kind(),
-            format!(
-                "setxattr {name} on {}: {e} (the host filesystem must support user xattrs)",
-                p.display()
-            ),
+            format!("setxattr {name} on {}: {e} (the host filesystem must support user xattrs)", p.display()),
         )
     })
 }
@@ -534,14 +457,8 @@ fn setxattr(p: &Path, name: &str, value: &[u8]) -> io::Result<()> {
 fn set_times(root: &Path) -> io::Result<()> {
     use rustix::fs::{AtFlags, Timespec, Timestamps};
     let ts = Timestamps {
-        last_access: Timespec {
-            tv_sec: FIXED_TIME,
-            tv_nsec: 0,
-        },
-        last_modification: Timespec {
-            tv_sec: FIXED_TIME,
-            tv_nsec: 0,
-        },
+        last_access: Timespec { tv_sec: FIXED_TIME, tv_nsec: 0 },
+        last_modification: Timespec { tv_sec: FIXED_TIME, tv_nsec: 0 },
     };
     let mut stack = vec![root.to_path_buf()];
     let mut all = Vec::new();
@@ -556,8 +473,7 @@ fn set_times(root: &Path) -> io::Result<()> {
     }
     all.push(root.to_path_buf());
     for p in all {
-        rustix::fs::utimensat(rustix::fs::CWD, &p, &ts, AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(io::Error::from)?;
+        rustix::fs::utimensat(rustix::fs::CWD, &p, &ts, AtFlags::SYMLINK_NOFOLLOW).map_err(io::Error::from)?;
     }
     Ok(())
 }

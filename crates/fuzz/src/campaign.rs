@@ -100,22 +100,13 @@ pub fn run_image(img: Vec<u8>, limits: &WalkLimits) -> CaseResult {
     CAPTURING.with(|c| c.set(true));
     let r = catch_unwind(AssertUnwindSafe(|| {
         let dev = Arc::new(MemDevice::from_vec_read_only(img));
-        match Fs::open_device(
-            dev,
-            &OpenOptions {
-                read_only: true,
-                cache_budget: CASE_CACHE_BUDGET,
-            },
-        ) {
+        match Fs::open_device(dev, &OpenOptions { read_only: true, cache_budget: CASE_CACHE_BUDGET }) {
             Ok(fs) => (None, Some(walk_with(&fs, limits, None))),
             Err(e) => (Some((error_kind("open", &e), e.to_string())), None),
         }
     }));
     CAPTURING.with(|c| c.set(false));
-    let mut out = CaseResult {
-        elapsed: start.elapsed(),
-        ..Default::default()
-    };
+    let mut out = CaseResult { elapsed: start.elapsed(), ..Default::default() };
     match r {
         Ok((open, walk)) => {
             if let Some((k, m)) = open {
@@ -126,8 +117,7 @@ pub fn run_image(img: Vec<u8>, limits: &WalkLimits) -> CaseResult {
         }
         Err(payload) => {
             let cap = CAPTURED.with(|c| c.borrow_mut().take());
-            out.panic =
-                Some(cap.unwrap_or_else(|| (payload_text(payload.as_ref()), String::new())));
+            out.panic = Some(cap.unwrap_or_else(|| (payload_text(payload.as_ref()), String::new())));
         }
     }
     out
@@ -145,11 +135,7 @@ pub fn run_case(bases: &[BaseImage], m: &Mutation, limits: &WalkLimits) -> CaseR
 pub fn reproduce_command(m: &Mutation) -> String {
     let bin = "cargo run --release -p ext4kit-fuzz --bin ext4kit-fuzz-images --";
     if m.seed == u64::MAX {
-        format!(
-            "{bin} --base {} --truncate {}",
-            m.base_name,
-            m.truncate_to.unwrap_or(0)
-        )
+        format!("{bin} --base {} --truncate {}", m.base_name, m.truncate_to.unwrap_or(0))
     } else {
         format!("{bin} --seed {}", m.seed)
     }
@@ -198,8 +184,7 @@ impl Failure {
                 }
                 continue;
             }
-            keep_next =
-                t.contains("ext4kit") && !t.contains("ext4kit_fuzz") && !t.contains("catch_unwind");
+            keep_next = t.contains("ext4kit") && !t.contains("ext4kit_fuzz") && !t.contains("catch_unwind");
             if keep_next {
                 let _ = writeln!(out, "  {t}");
             }
@@ -226,9 +211,7 @@ pub struct CampaignConfig {
 impl Default for CampaignConfig {
     fn default() -> Self {
         CampaignConfig {
-            threads: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2),
+            threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             time_limit: Duration::from_secs(5),
             memory_limit: 1 << 30,
             progress: None,
@@ -290,8 +273,7 @@ impl CampaignReport {
                 let _ = writeln!(s, "backtrace (ext4kit frames):\n{}", f.short_backtrace());
             }
         }
-        let _ =
-            writeln!(
+        let _ = writeln!(
             s,
             "images: {}, opened: {} ({:.1}%), panics: {}, hangs: {}, memory: {}, violations: {}{}",
             self.images,
@@ -377,14 +359,8 @@ pub fn rss() -> (u64, u64) {
 }
 
 /// Run the mutations of `seeds` over the shared fuzzing bases.
-pub fn run_campaign(
-    seeds: Range<u64>,
-    time_limit_per_image: Duration,
-) -> Result<CampaignReport, BaseError> {
-    let cfg = CampaignConfig {
-        time_limit: time_limit_per_image,
-        ..Default::default()
-    };
+pub fn run_campaign(seeds: Range<u64>, time_limit_per_image: Duration) -> Result<CampaignReport, BaseError> {
+    let cfg = CampaignConfig { time_limit: time_limit_per_image, ..Default::default() };
     run_seeds(seeds, &cfg)
 }
 
@@ -393,24 +369,14 @@ pub fn run_seeds(seeds: Range<u64>, cfg: &CampaignConfig) -> Result<CampaignRepo
     let b = bases()?;
     let start = seeds.start;
     let n = seeds.end.saturating_sub(seeds.start);
-    Ok(run_cases(
-        b,
-        n,
-        Arc::new(move |i| Mutation::generate(start + i, b)),
-        cfg,
-    ))
+    Ok(run_cases(b, n, Arc::new(move |i| Mutation::generate(start + i, b)), cfg))
 }
 
 /// Case generator: case index → mutation.
 pub type CaseFn = Arc<dyn Fn(u64) -> Mutation + Send + Sync>;
 
 /// Run `n` cases made by `make` on `cfg.threads` workers.
-pub fn run_cases(
-    bases: &'static [BaseImage],
-    n: u64,
-    make: CaseFn,
-    cfg: &CampaignConfig,
-) -> CampaignReport {
+pub fn run_cases(bases: &'static [BaseImage], n: u64, make: CaseFn, cfg: &CampaignConfig) -> CampaignReport {
     install_panic_hook();
     let t0 = Instant::now();
     let (rss0, _) = rss();
@@ -418,19 +384,12 @@ pub fn run_cases(
     let threads = cfg.threads.max(1);
     let next = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let slots: Arc<Vec<Mutex<Option<(u64, Instant)>>>> =
-        Arc::new((0..threads).map(|_| Mutex::new(None)).collect());
+    let slots: Arc<Vec<Mutex<Option<(u64, Instant)>>>> = Arc::new((0..threads).map(|_| Mutex::new(None)).collect());
     let (tx, rx) = mpsc::channel::<(Mutation, CaseResult)>();
     let mut handles = Vec::new();
     for t in 0..threads {
-        let (next, stop, slots, tx, make, limits) = (
-            next.clone(),
-            stop.clone(),
-            slots.clone(),
-            tx.clone(),
-            make.clone(),
-            cfg.limits.clone(),
-        );
+        let (next, stop, slots, tx, make, limits) =
+            (next.clone(), stop.clone(), slots.clone(), tx.clone(), make.clone(), cfg.limits.clone());
         let h = std::thread::Builder::new()
             .name(format!("fuzz-worker-{t}"))
             .spawn(move || loop {
@@ -496,10 +455,8 @@ pub fn run_cases(
                         format!("seed {} ({})", m.seed, reproduce_command(&m))
                     })
                     .collect();
-                let first = slots
-                    .iter()
-                    .find_map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
-                    .map(|(i, _)| make(i));
+                let first =
+                    slots.iter().find_map(|s| *s.lock().unwrap_or_else(|e| e.into_inner())).map(|(i, _)| make(i));
                 rep.failures.push(Failure {
                     kind: FailureKind::Memory,
                     seed: first.as_ref().map_or(u64::MAX, |m| m.seed),
@@ -521,9 +478,10 @@ pub fn run_cases(
             // then give up on the stuck ones.
             let deadline = Instant::now() + cfg.time_limit;
             while Instant::now() < deadline {
-                let busy = slots.iter().enumerate().any(|(t, s)| {
-                    !hung.contains(&t) && s.lock().unwrap_or_else(|e| e.into_inner()).is_some()
-                });
+                let busy = slots
+                    .iter()
+                    .enumerate()
+                    .any(|(t, s)| !hung.contains(&t) && s.lock().unwrap_or_else(|e| e.into_inner()).is_some());
                 while let Ok((m, r)) = rx.try_recv() {
                     rep.absorb(&m, r);
                 }

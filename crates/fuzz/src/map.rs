@@ -105,11 +105,8 @@ const SKIP_DATA_INOS: [u32; 2] = [7, 8];
 impl StructureMap {
     /// Map a clean image.
     pub fn build(img: &[u8]) -> Result<StructureMap, String> {
-        let sb = Superblock::parse(
-            img.get(1024..2048)
-                .ok_or("image shorter than a superblock")?,
-        )
-        .map_err(|e| format!("superblock: {e}"))?;
+        let sb = Superblock::parse(img.get(1024..2048).ok_or("image shorter than a superblock")?)
+            .map_err(|e| format!("superblock: {e}"))?;
         if sb.has_incompat(incompat::META_BG) {
             return Err("meta_bg bases are not supported by the mapper".into());
         }
@@ -127,9 +124,7 @@ impl StructureMap {
         let gdt = (sb.first_data_block as usize + 1) * bs;
         for g in 0..sb.group_count() as usize {
             let off = gdt + g * m.desc_size;
-            let raw = img
-                .get(off..off + m.desc_size)
-                .ok_or("descriptor table past the end")?;
+            let raw = img.get(off..off + m.desc_size).ok_or("descriptor table past the end")?;
             let gd = GroupDesc::parse_sized(raw, m.desc_size);
             m.groups.push(GroupLoc {
                 desc_offset: off,
@@ -151,12 +146,7 @@ impl StructureMap {
             if inode.base.mode == 0 || (inode.base.links_count == 0 && ino >= sb.first_ino()) {
                 continue;
             }
-            let loc = InodeLoc {
-                ino,
-                offset: off,
-                ftype: inode.file_type(),
-                flags: inode.base.flags,
-            };
+            let loc = InodeLoc { ino, offset: off, ftype: inode.file_type(), flags: inode.base.flags };
             m.inodes.push(loc);
             m.map_inode(img, &loc, &inode);
         }
@@ -174,39 +164,24 @@ impl StructureMap {
     fn map_inode(&mut self, img: &[u8], loc: &InodeLoc, inode: &Inode) {
         let acl = inode.file_acl();
         if acl != 0 && !self.xattr_blocks.iter().any(|x| x.block == acl) {
-            self.xattr_blocks.push(OwnedBlock {
-                ino: loc.ino,
-                block: acl,
-            });
+            self.xattr_blocks.push(OwnedBlock { ino: loc.ino, block: acl });
         }
         if inode.has_inline_data() {
             return;
         }
-        let fast_symlink =
-            loc.ftype == Some(FileType::Symlink) && inode.size() < 60 && !loc.has_extents();
-        if fast_symlink
-            || !matches!(
-                loc.ftype,
-                Some(FileType::Regular | FileType::Directory | FileType::Symlink)
-            )
-        {
+        let fast_symlink = loc.ftype == Some(FileType::Symlink) && inode.size() < 60 && !loc.has_extents();
+        if fast_symlink || !matches!(loc.ftype, Some(FileType::Regular | FileType::Directory | FileType::Symlink)) {
             return;
         }
         let mut runs = Vec::new(); // (logical, physical)
         if loc.has_extents() {
             if let Ok(root) = ExtentNode::parse(&inode.base.block) {
                 // Directories and symlinks: every block; files: a sample.
-                let cap = if loc.ftype == Some(FileType::Regular) {
-                    64
-                } else {
-                    1 << 16
-                };
+                let cap = if loc.ftype == Some(FileType::Regular) { 64 } else { 1 << 16 };
                 self.walk_extents(img, loc.ino, &root, &mut runs, cap, 0);
             }
         } else {
-            let p: Vec<u64> = (0..15)
-                .map(|i| le32(&inode.base.block, 4 * i) as u64)
-                .collect();
+            let p: Vec<u64> = (0..15).map(|i| le32(&inode.base.block, 4 * i) as u64).collect();
             let per = (self.block_size / 4) as u64;
             for (i, &b) in p.iter().enumerate().take(12) {
                 if b != 0 {
@@ -222,17 +197,13 @@ impl StructureMap {
         let indexed = inode.base.flags & flags::INDEX != 0;
         let mut data_sample = 0;
         for (lblk, pblk) in runs {
-            let owned = OwnedBlock {
-                ino: loc.ino,
-                block: pblk,
-            };
+            let owned = OwnedBlock { ino: loc.ino, block: pblk };
             match loc.ftype {
                 Some(FileType::Directory) if indexed && lblk == 0 => self.htree_roots.push(owned),
                 Some(FileType::Directory) => {
                     let is_node = indexed
                         && self.block(img, pblk).is_some_and(|d| {
-                            le32(d, 0) == 0
-                                && rec_len_from_disk(le16(d, 4), self.block_size) == self.block_size
+                            le32(d, 0) == 0 && rec_len_from_disk(le16(d, 4), self.block_size) == self.block_size
                         });
                     if is_node {
                         self.htree_nodes.push(owned);
@@ -287,15 +258,7 @@ impl StructureMap {
         }
     }
 
-    fn walk_indirect(
-        &mut self,
-        img: &[u8],
-        ino: u32,
-        blk: u64,
-        depth: u32,
-        base: u64,
-        runs: &mut Vec<(u64, u64)>,
-    ) {
+    fn walk_indirect(&mut self, img: &[u8], ino: u32, blk: u64, depth: u32, base: u64, runs: &mut Vec<(u64, u64)>) {
         let Some(d) = self.block(img, blk) else {
             return;
         };

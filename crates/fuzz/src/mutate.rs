@@ -91,13 +91,7 @@ impl Mutation {
         let base = (seed % bases.len().max(1) as u64) as usize;
         let b = &bases[base];
         let mut rng = Rng::new(seed);
-        let mut g = Gen {
-            rng: &mut rng,
-            map: &b.map,
-            img: &b.bytes,
-            edits: Vec::new(),
-            touched: Vec::new(),
-        };
+        let mut g = Gen { rng: &mut rng, map: &b.map, img: &b.bytes, edits: Vec::new(), touched: Vec::new() };
         let n = match g.rng.weighted(&[55, 20, 10, 15]) {
             0 => 1,
             1 => 2,
@@ -124,15 +118,7 @@ impl Mutation {
         };
         let (edits, mut touched) = (g.edits, g.touched);
         touched.dedup();
-        Mutation {
-            seed,
-            base,
-            base_name: b.spec.name.to_string(),
-            edits,
-            touched,
-            fix_checksums,
-            truncate_to,
-        }
+        Mutation { seed, base, base_name: b.spec.name.to_string(), edits, touched, fix_checksums, truncate_to }
     }
 
     /// A mutation that only truncates `base` to `len` bytes.
@@ -179,20 +165,9 @@ impl Mutation {
         if self.seed != u64::MAX {
             let _ = write!(s, ", seed {}", self.seed);
         }
-        let _ = write!(
-            s,
-            ", fix checksums: {}",
-            if self.fix_checksums { "yes" } else { "no" }
-        );
+        let _ = write!(s, ", fix checksums: {}", if self.fix_checksums { "yes" } else { "no" });
         for e in &self.edits {
-            let _ = write!(
-                s,
-                "\n  {} @ {:#x}: {} -> {}",
-                e.what,
-                e.offset,
-                hex(&e.old),
-                hex(&e.new)
-            );
+            let _ = write!(s, "\n  {} @ {:#x}: {} -> {}", e.what, e.offset, hex(&e.old), hex(&e.new));
         }
         if let Some(n) = self.truncate_to {
             let _ = write!(s, "\n  truncated to {n} bytes");
@@ -218,12 +193,7 @@ struct Field {
 }
 
 fn field(off: usize, width: usize, name: impl Into<String>) -> Field {
-    Field {
-        off,
-        width,
-        name: name.into(),
-        special: Vec::new(),
-    }
+    Field { off, width, name: name.into(), special: Vec::new() }
 }
 
 const SB_FIELDS: &[(usize, usize, &str)] = &[
@@ -366,11 +336,7 @@ impl Gen<'_> {
         oldv[..f.width].copy_from_slice(&old_bytes);
         let old = u64::from_le_bytes(oldv);
         let bits = 8 * f.width as u32;
-        let mask = if bits == 64 {
-            u64::MAX
-        } else {
-            (1u64 << bits) - 1
-        };
+        let mask = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
         let v = match self.rng.weighted(&[20, 8, 8, 6, 10, 14, 6, 6, 12]) {
             0 => old ^ (1 << self.rng.below(bits as u64)),
             1 => 0,
@@ -391,12 +357,7 @@ impl Gen<'_> {
             _ => old ^ (1 << self.rng.below(bits as u64)),
         } & mask;
         let new = v.to_le_bytes()[..f.width].to_vec();
-        self.edits.push(Edit {
-            offset: f.off,
-            new,
-            old: old_bytes,
-            what: f.name,
-        });
+        self.edits.push(Edit { offset: f.off, new, old: old_bytes, what: f.name });
         if let Some(t) = touched {
             self.touched.push(t);
         }
@@ -419,12 +380,7 @@ impl Gen<'_> {
             }
             _ => self.rng.fill(&mut new),
         }
-        self.edits.push(Edit {
-            offset: off,
-            new,
-            old,
-            what,
-        });
+        self.edits.push(Edit { offset: off, new, old, what });
         if let Some(t) = touched {
             self.touched.push(t);
         }
@@ -435,9 +391,7 @@ impl Gen<'_> {
         let mut f = field(1024 + off, w, name);
         if name.starts_with("s_feature") {
             // Single feature bits are what matter: flip one.
-            f.special = (0..32)
-                .map(|b| (le32(self.img, 1024 + off) ^ (1 << b)) as u64)
-                .collect();
+            f.special = (0..32).map(|b| (le32(self.img, 1024 + off) ^ (1 << b)) as u64).collect();
         }
         if name == "s_log_block_size" || name == "s_log_cluster_size" {
             f.special = vec![0, 1, 2, 3, 4, 5, 6, 7, 31, 32];
@@ -448,33 +402,18 @@ impl Gen<'_> {
 
     fn group_desc(&mut self) -> bool {
         let g = self.rng.index(self.map.groups.len());
-        let fields: Vec<_> = GD_FIELDS
-            .iter()
-            .filter(|f| f.0 + f.1 <= self.map.desc_size)
-            .collect();
+        let fields: Vec<_> = GD_FIELDS.iter().filter(|f| f.0 + f.1 <= self.map.desc_size).collect();
         let &&(off, w, name) = self.rng.pick(&fields);
-        let mut f = field(
-            self.map.groups[g].desc_offset + off,
-            w,
-            format!("group {g} {name}"),
-        );
-        f.special = self
-            .map
-            .groups
-            .iter()
-            .flat_map(|l| [l.block_bitmap, l.inode_bitmap, l.inode_table, 0, 1, 2])
-            .collect();
+        let mut f = field(self.map.groups[g].desc_offset + off, w, format!("group {g} {name}"));
+        f.special =
+            self.map.groups.iter().flat_map(|l| [l.block_bitmap, l.inode_bitmap, l.inode_table, 0, 1, 2]).collect();
         self.set(f, Some(Touched::Group(g)));
         true
     }
 
     fn bitmap(&mut self) -> bool {
         let g = *self.rng.pick(&self.map.groups);
-        let blk = if self.rng.chance(1, 2) {
-            g.block_bitmap
-        } else {
-            g.inode_bitmap
-        };
+        let blk = if self.rng.chance(1, 2) { g.block_bitmap } else { g.inode_bitmap };
         let off = self.map.block_offset(blk) + self.rng.index(self.map.block_size.min(256));
         self.set_bytes(off, 1, format!("bitmap block {blk}"), None);
         true
@@ -482,24 +421,12 @@ impl Gen<'_> {
 
     /// An in-use inode, mostly user files (which the walk reaches).
     fn pick_inode(&mut self, want: impl Fn(&InodeLoc) -> bool) -> Option<InodeLoc> {
-        let c: Vec<InodeLoc> = self
-            .map
-            .inodes
-            .iter()
-            .filter(|i| want(i))
-            .copied()
-            .collect();
+        let c: Vec<InodeLoc> = self.map.inodes.iter().filter(|i| want(i)).copied().collect();
         (!c.is_empty()).then(|| *self.rng.pick(&c))
     }
 
     fn inode_name(i: &InodeLoc) -> String {
-        format!(
-            "inode {} ({:?})",
-            i.ino,
-            i.ftype
-                .map(|t| format!("{t:?}"))
-                .unwrap_or_else(|| "?".into())
-        )
+        format!("inode {} ({:?})", i.ino, i.ftype.map(|t| format!("{t:?}")).unwrap_or_else(|| "?".into()))
     }
 
     fn inode_field(&mut self) -> bool {
@@ -515,21 +442,12 @@ impl Gen<'_> {
                 let &(off, w, fname) = self.rng.pick(INODE_FIELDS);
                 let mut f = field(i.offset + off, w, format!("{name} {fname}"));
                 f.special = match fname {
-                    "i_mode" => [
-                        0o100644u64,
-                        0o40755,
-                        0o120777,
-                        0o20644,
-                        0o60644,
-                        0o10644,
-                        0o140644,
-                        0,
-                        0o170000,
-                        0o30000,
-                    ]
-                    .iter()
-                    .map(|&m| m | (le16(self.img, i.offset) as u64 & 0o7777))
-                    .collect(),
+                    "i_mode" => {
+                        [0o100644u64, 0o40755, 0o120777, 0o20644, 0o60644, 0o10644, 0o140644, 0, 0o170000, 0o30000]
+                            .iter()
+                            .map(|&m| m | (le16(self.img, i.offset) as u64 & 0o7777))
+                            .collect()
+                    }
                     "i_flags" => {
                         let cur = le32(self.img, i.offset + 0x20) as u64;
                         [
@@ -547,8 +465,7 @@ impl Gen<'_> {
                         .collect()
                     }
                     "i_file_acl_lo" => {
-                        let mut v: Vec<u64> =
-                            self.map.xattr_blocks.iter().map(|x| x.block).collect();
+                        let mut v: Vec<u64> = self.map.xattr_blocks.iter().map(|x| x.block).collect();
                         v.extend(self.map.dir_leaves.iter().take(3).map(|x| x.block));
                         v.extend(self.map.groups.iter().map(|g| g.inode_table));
                         v
@@ -564,11 +481,7 @@ impl Gen<'_> {
                 // A raw slot of i_block: a block pointer on indirect inodes,
                 // symlink text or extent root bytes otherwise.
                 let slot = self.rng.index(15);
-                let mut f = field(
-                    i.offset + 0x28 + 4 * slot,
-                    4,
-                    format!("{name} i_block[{slot}]"),
-                );
+                let mut f = field(i.offset + 0x28 + 4 * slot, 4, format!("{name} i_block[{slot}]"));
                 f.special = self.block_refs();
                 self.set(f, t);
             }
@@ -597,15 +510,7 @@ impl Gen<'_> {
     /// Block numbers worth pointing at: metadata of this image, edges.
     fn block_refs(&self) -> Vec<u64> {
         let m = self.map;
-        let mut v = vec![
-            0,
-            1,
-            2,
-            m.blocks_count - 1,
-            m.blocks_count,
-            m.blocks_count + 1,
-            0xffff_ffff,
-        ];
+        let mut v = vec![0, 1, 2, m.blocks_count - 1, m.blocks_count, m.blocks_count + 1, 0xffff_ffff];
         v.extend(m.groups.iter().map(|g| g.inode_table));
         v.extend(m.dir_leaves.iter().take(4).map(|b| b.block));
         v.extend(m.htree_roots.iter().take(2).map(|b| b.block));
@@ -636,18 +541,9 @@ impl Gen<'_> {
             let e = self.rng.index(entries);
             let at = base + 12 + 12 * e;
             let fields: &[(usize, usize, &str)] = if leaf {
-                &[
-                    (0, 4, "ee_block"),
-                    (4, 2, "ee_len"),
-                    (6, 2, "ee_start_hi"),
-                    (8, 4, "ee_start_lo"),
-                ]
+                &[(0, 4, "ee_block"), (4, 2, "ee_len"), (6, 2, "ee_start_hi"), (8, 4, "ee_start_lo")]
             } else {
-                &[
-                    (0, 4, "ei_block"),
-                    (4, 4, "ei_leaf_lo"),
-                    (8, 2, "ei_leaf_hi"),
-                ]
+                &[(0, 4, "ei_block"), (4, 4, "ei_leaf_lo"), (8, 2, "ei_leaf_hi")]
             };
             let &(o, w, n) = self.rng.pick(fields);
             let mut f = field(at + o, w, format!("{name} entry {e} {n}"));
@@ -689,10 +585,7 @@ impl Gen<'_> {
         if self.rng.chance(1, 10) {
             // The checksum tail itself.
             let off = base + extent::tail_offset(le16(self.img, base + 4));
-            self.set(
-                field(off, 4, format!("extent block {} tail", b.block)),
-                None,
-            );
+            self.set(field(off, 4, format!("extent block {} tail", b.block)), None);
             return true;
         }
         self.extent_fields(
@@ -712,20 +605,9 @@ impl Gen<'_> {
         let b = *self.rng.pick(&self.map.indirect_blocks);
         let base = self.map.block_offset(b.block);
         // Mostly slots in use (the first few), sometimes anywhere.
-        let used = (0..self.map.block_size / 4)
-            .take_while(|&k| le32(self.img, base + 4 * k) != 0)
-            .count()
-            .max(1);
-        let slot = if self.rng.chance(3, 4) {
-            self.rng.index(used)
-        } else {
-            self.rng.index(self.map.block_size / 4)
-        };
-        let mut f = field(
-            base + 4 * slot,
-            4,
-            format!("indirect block {} of inode {} slot {slot}", b.block, b.ino),
-        );
+        let used = (0..self.map.block_size / 4).take_while(|&k| le32(self.img, base + 4 * k) != 0).count().max(1);
+        let slot = if self.rng.chance(3, 4) { self.rng.index(used) } else { self.rng.index(self.map.block_size / 4) };
+        let mut f = field(base + 4 * slot, 4, format!("indirect block {} of inode {} slot {slot}", b.block, b.ino));
         let mut refs = self.block_refs();
         refs.push(b.block); // itself: a cycle
         f.special = refs;
@@ -801,14 +683,7 @@ impl Gen<'_> {
             }
             3 => {
                 let mut f = field(at + 6, 1, format!("{name} name_len"));
-                f.special = vec![
-                    0,
-                    1,
-                    2,
-                    255,
-                    rec_len.saturating_sub(8),
-                    rec_len.saturating_sub(7),
-                ];
+                f.special = vec![0, 1, 2, 255, rec_len.saturating_sub(8), rec_len.saturating_sub(7)];
                 self.set(f, t);
             }
             4 => {
@@ -825,11 +700,7 @@ impl Gen<'_> {
     }
 
     fn htree(&mut self, root: bool) -> bool {
-        let list = if root {
-            &self.map.htree_roots
-        } else {
-            &self.map.htree_nodes
-        };
+        let list = if root { &self.map.htree_roots } else { &self.map.htree_nodes };
         if list.is_empty() {
             return false;
         }
@@ -845,15 +716,7 @@ impl Gen<'_> {
         let kind = if root { "htree root" } else { "htree node" };
         let name = format!("{kind} block {} of inode {}", b.block, b.ino);
         let t = Some(Touched::Htree(b, root));
-        let blockvals = vec![
-            0,
-            1,
-            nblocks.saturating_sub(1),
-            nblocks,
-            nblocks + 1,
-            0x7fff_ffff,
-            0xffff_ffff,
-        ];
+        let blockvals = vec![0, 1, nblocks.saturating_sub(1), nblocks, nblocks + 1, 0x7fff_ffff, 0xffff_ffff];
         let pick = self.rng.below(if root { 8 } else { 5 });
         let mut f = match pick {
             0 => field(base + co, 2, format!("{name} limit")),
@@ -868,15 +731,8 @@ impl Gen<'_> {
                 let e = 1 + self.rng.index(count - 1);
                 let prev = le32(self.img, base + co + 8 * (e - 1));
                 let mut f = field(base + co + 8 * e, 4, format!("{name} entry {e} hash"));
-                f.special = vec![
-                    0,
-                    1,
-                    0xffff_ffff,
-                    0xffff_fffe,
-                    prev as u64,
-                    prev as u64 | 1,
-                    prev.wrapping_sub(2) as u64,
-                ];
+                f.special =
+                    vec![0, 1, 0xffff_ffff, 0xffff_fffe, prev as u64, prev as u64 | 1, prev.wrapping_sub(2) as u64];
                 f
             }
             3 | 4 => field(base + 4, 2, format!("{name} record rec_len")),
@@ -903,14 +759,7 @@ impl Gen<'_> {
             }
         };
         if f.special.is_empty() {
-            f.special = vec![
-                0,
-                1,
-                2,
-                count as u64 + 1,
-                0xffff,
-                (self.map.block_size / 8) as u64,
-            ];
+            f.special = vec![0, 1, 2, count as u64 + 1, 0xffff, (self.map.block_size / 8) as u64];
         }
         self.set(f, t);
         true
@@ -941,19 +790,7 @@ impl Gen<'_> {
             "e_name_index" => vec![0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 0xff],
             "e_value_offs" | "e_value_size" => {
                 let bs = self.map.block_size as u64;
-                vec![
-                    0,
-                    1,
-                    3,
-                    4,
-                    bs - 4,
-                    bs,
-                    bs + 4,
-                    0xffff,
-                    0xffff_fffc,
-                    1 << 24,
-                    (1 << 24) + 1,
-                ]
+                vec![0, 1, 3, 4, bs - 4, bs, bs + 4, 0xffff, 0xffff_fffc, 1 << 24, (1 << 24) + 1]
             }
             "e_value_inum" => vec![0, 1, 2, 11, 12, self.map.inodes_count as u64],
             _ => Vec::new(),
@@ -1021,12 +858,7 @@ impl Gen<'_> {
         }
         let b = *self.rng.pick(&self.map.symlink_blocks);
         let off = self.map.block_offset(b.block) + self.rng.index(160);
-        self.set_bytes(
-            off,
-            1,
-            format!("symlink block {} of inode {}", b.block, b.ino),
-            None,
-        );
+        self.set_bytes(off, 1, format!("symlink block {} of inode {}", b.block, b.ino), None);
         true
     }
 
@@ -1036,24 +868,14 @@ impl Gen<'_> {
         }
         let b = *self.rng.pick(&self.map.data_blocks);
         let off = self.map.block_offset(b.block) + self.rng.index(self.map.block_size);
-        self.set_bytes(
-            off,
-            1,
-            format!("data block {} of inode {}", b.block, b.ino),
-            None,
-        );
+        self.set_bytes(off, 1, format!("data block {} of inode {}", b.block, b.ino), None);
         true
     }
 
     fn random_anywhere(&mut self) -> bool {
         let off = self.rng.index(self.img.len());
         let len = 1 + self.rng.index(4);
-        self.set_bytes(
-            off,
-            len.min(self.img.len() - off),
-            "random bytes".into(),
-            None,
-        );
+        self.set_bytes(off, len.min(self.img.len() - off), "random bytes".into(), None);
         true
     }
 
@@ -1062,21 +884,10 @@ impl Gen<'_> {
     fn random_in_metadata(&mut self) -> bool {
         let m = self.map;
         let mut blocks: Vec<u64> = vec![m.blocks_count.min(1)];
-        for l in [
-            &m.extent_nodes,
-            &m.indirect_blocks,
-            &m.dir_leaves,
-            &m.htree_roots,
-            &m.htree_nodes,
-            &m.xattr_blocks,
-        ] {
+        for l in [&m.extent_nodes, &m.indirect_blocks, &m.dir_leaves, &m.htree_roots, &m.htree_nodes, &m.xattr_blocks] {
             blocks.extend(l.iter().map(|b| b.block));
         }
-        blocks.extend(
-            m.groups
-                .iter()
-                .flat_map(|g| [g.inode_table, g.inode_table + 1]),
-        );
+        blocks.extend(m.groups.iter().flat_map(|g| [g.inode_table, g.inode_table + 1]));
         let blk = *self.rng.pick(&blocks);
         let off = m.block_offset(blk) + self.rng.index(m.block_size);
         self.set_bytes(off, 1, format!("metadata block {blk} byte"), None);
@@ -1165,8 +976,7 @@ pub fn fix_checksums(img: &mut [u8], map: &StructureMap, touched: &[Touched]) {
 /// `Inode::to_bytes`, which needs a record that parses).
 fn fix_inode(rec: &mut [u8], ino: u32, fs_seed: u32) {
     let has_hi = rec.len() > 128 && le16(rec, 0x80) >= 4;
-    let c =
-        ext4kit_format::inode::Inode::compute_checksum(rec, ino, le32(rec, 0x64), fs_seed, has_hi);
+    let c = ext4kit_format::inode::Inode::compute_checksum(rec, ino, le32(rec, 0x64), fs_seed, has_hi);
     rec[0x7C..0x7E].copy_from_slice(&(c as u16).to_le_bytes());
     if has_hi {
         rec[0x82..0x84].copy_from_slice(&((c >> 16) as u16).to_le_bytes());

@@ -15,9 +15,7 @@ impl Rng {
     /// A generator for `seed`.
     pub fn new(seed: u64) -> Self {
         // Pre-mix so nearby seeds (0, 1, 2, ...) start far apart.
-        let mut r = Rng {
-            state: seed ^ 0x5EED_F022_E47C_0DE5,
-        };
+        let mut r = Rng { state: seed ^ 0x5EED_F022_E47C_0DE5 };
         r.next_u64();
         r
     }

@@ -105,8 +105,7 @@ impl WalkReport {
     fn error(&mut self, op: &str, path: &[u8], e: &Error) {
         *self.errors.entry(error_kind(op, e)).or_default() += 1;
         if self.error_samples.len() < 20 {
-            self.error_samples
-                .push(format!("{op} {}: {e}", String::from_utf8_lossy(path)));
+            self.error_samples.push(format!("{op} {}: {e}", String::from_utf8_lossy(path)));
         }
     }
 
@@ -123,14 +122,8 @@ pub fn error_kind(op: &str, e: &Error) -> String {
     match e {
         Error::Posix { errno, .. } => format!("{op}: {errno:?}"),
         Error::Io { .. } => format!("{op}: I/O"),
-        Error::Corrupt {
-            source: FormatError::Corrupt { structure, .. },
-            ..
-        } => format!("{op}: corrupt {structure}"),
-        Error::Corrupt {
-            source: FormatError::Checksum { structure, .. },
-            ..
-        } => format!("{op}: checksum {structure}"),
+        Error::Corrupt { source: FormatError::Corrupt { structure, .. }, .. } => format!("{op}: corrupt {structure}"),
+        Error::Corrupt { source: FormatError::Checksum { structure, .. }, .. } => format!("{op}: checksum {structure}"),
         Error::Unsupported(_) => format!("{op}: unsupported"),
     }
 }
@@ -147,15 +140,11 @@ pub struct TreeDigest {
 impl TreeDigest {
     /// The first path where two digests differ, with both descriptions.
     pub fn first_difference(&self, other: &TreeDigest) -> Option<String> {
-        let keys: std::collections::BTreeSet<&Vec<u8>> =
-            self.entries.keys().chain(other.entries.keys()).collect();
+        let keys: std::collections::BTreeSet<&Vec<u8>> = self.entries.keys().chain(other.entries.keys()).collect();
         for k in keys {
             let (a, b) = (self.entries.get(k), other.entries.get(k));
             if a != b {
-                return Some(format!(
-                    "{}:\n  left:  {a:?}\n  right: {b:?}",
-                    String::from_utf8_lossy(k)
-                ));
+                return Some(format!("{}:\n  left:  {a:?}\n  right: {b:?}", String::from_utf8_lossy(k)));
             }
         }
         None
@@ -192,10 +181,7 @@ pub fn walk_with(fs: &Fs, lim: &WalkLimits, digest: Option<&mut TreeDigest>) -> 
     let mut out = BTreeMap::new();
     let mut rng = lim.order_seed.map(Rng::new);
     let root_desc = w.visit_inode(ROOT_INO, b"/");
-    out.insert(
-        b"/".to_vec(),
-        format!("inode {ROOT_INO}: {}", root_desc.unwrap_or_default()),
-    );
+    out.insert(b"/".to_vec(), format!("inode {ROOT_INO}: {}", root_desc.unwrap_or_default()));
     let mut dirs_seen: HashSet<u32> = HashSet::from([ROOT_INO]);
     let mut queue: VecDeque<(u32, Vec<u8>)> = VecDeque::from([(ROOT_INO, b"/".to_vec())]);
     while let Some((dino, dpath)) = queue.pop_front() {
@@ -246,16 +232,10 @@ pub fn walk_with(fs: &Fs, lim: &WalkLimits, digest: Option<&mut TreeDigest>) -> 
                 d
             };
             if w.want_digest {
-                out.insert(
-                    path.clone(),
-                    format!("inode {}: {}", e.ino, desc.clone().unwrap_or_default()),
-                );
+                out.insert(path.clone(), format!("inode {}: {}", e.ino, desc.clone().unwrap_or_default()));
             }
             // Descend by the inode's own type, not the entry's (which may lie).
-            let is_dir = fs
-                .inode(e.ino)
-                .map(|i| i.ftype == FileType::Directory)
-                .unwrap_or(false);
+            let is_dir = fs.inode(e.ino).map(|i| i.ftype == FileType::Directory).unwrap_or(false);
             if is_dir && dirs_seen.insert(e.ino) {
                 queue.push_back((e.ino, path));
             }
@@ -289,12 +269,7 @@ impl Walker<'_> {
                 if self.want_digest {
                     x.sort();
                     for (n, v) in x {
-                        let _ = write!(
-                            desc,
-                            " xattr {}={}",
-                            String::from_utf8_lossy(&n),
-                            hash_bytes(&v)
-                        );
+                        let _ = write!(desc, " xattr {}={}", String::from_utf8_lossy(&n), hash_bytes(&v));
                     }
                 }
             }
@@ -328,13 +303,7 @@ impl Walker<'_> {
                 }
             }
             FileType::Directory => {
-                if let Err(e) = fs.open_ino(
-                    ino,
-                    OpenFlags {
-                        directory: true,
-                        ..Default::default()
-                    },
-                ) {
+                if let Err(e) = fs.open_ino(ino, OpenFlags { directory: true, ..Default::default() }) {
                     self.rep.error("open_dir", path, &e);
                 }
             }
@@ -360,12 +329,8 @@ impl Walker<'_> {
             if off < size {
                 let n = self.buf.len().min(4096);
                 match f.pread(fs, off, &mut self.buf[..n]) {
-                    Ok(k) if k > n => self
-                        .rep
-                        .violation(format!("pread of {n} at {off} returned {k} (inode {ino})")),
-                    Ok(0) => self.rep.violation(format!(
-                        "pread at {off} < size {size} returned 0 (inode {ino})"
-                    )),
+                    Ok(k) if k > n => self.rep.violation(format!("pread of {n} at {off} returned {k} (inode {ino})")),
+                    Ok(0) => self.rep.violation(format!("pread at {off} < size {size} returned 0 (inode {ino})")),
                     Ok(_) => {}
                     Err(e) => self.rep.error("pread", path, &e),
                 }
@@ -389,16 +354,13 @@ impl Walker<'_> {
                 }
             };
             if data < off || data >= size {
-                self.rep.violation(format!(
-                    "SEEK_DATA from {off} returned {data} (size {size}, inode {ino})"
-                ));
+                self.rep.violation(format!("SEEK_DATA from {off} returned {data} (size {size}, inode {ino})"));
                 break;
             }
             let hole = match f.lseek(fs, data as i64, Whence::Hole) {
                 Ok(x) if x <= data || x > size => {
-                    self.rep.violation(format!(
-                        "SEEK_HOLE from data at {data} returned {x} (size {size}, inode {ino})"
-                    ));
+                    self.rep
+                        .violation(format!("SEEK_HOLE from data at {data} returned {x} (size {size}, inode {ino})"));
                     break;
                 }
                 Ok(x) => x,
@@ -413,14 +375,11 @@ impl Walker<'_> {
                 let n = ((end - pos) as usize).min(self.buf.len());
                 match f.pread(fs, pos, &mut self.buf[..n]) {
                     Ok(0) => {
-                        self.rep.violation(format!(
-                            "pread at {pos} < size {size} returned 0 (inode {ino})"
-                        ));
+                        self.rep.violation(format!("pread at {pos} < size {size} returned 0 (inode {ino})"));
                         break;
                     }
                     Ok(k) if k > n => {
-                        self.rep
-                            .violation(format!("pread of {n} at {pos} returned {k} (inode {ino})"));
+                        self.rep.violation(format!("pread of {n} at {pos} returned {k} (inode {ino})"));
                         break;
                     }
                     Ok(k) => {
