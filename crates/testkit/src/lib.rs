@@ -15,6 +15,26 @@
 //!
 //! Binaries: `ext4kit-treecmp` (the comparator on the command line) and
 //! `ext4kit-fixtures` (build the whole matrix into a directory).
+//!
+//! A reader test, in outline:
+//!
+//! ```no_run
+//! use ext4kit_testkit::*;
+//! # fn main() -> std::io::Result<()> {
+//! let tmp = std::env::temp_dir().join("my-test");
+//! let src = tmp.join("src");
+//! build_source_tree(&src, &TreeOpts::small())?;
+//! for spec in image_matrix() {
+//!     let img = tmp.join(format!("{}.img", spec.name));
+//!     make_image(&spec, &src, &img)?;
+//!     let out = tmp.join(format!("out-{}", spec.name));
+//!     // ... extract `img` into `out` with the engine under test ...
+//!     let diffs = compare_trees(&src, &out, &spec.compare_opts())?;
+//!     assert!(diffs.is_empty(), "{}: {diffs:?}", spec.name);
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 
@@ -31,5 +51,10 @@ pub use image::{
     KernelUnavailable, LoopMount, FIXED_HASH_SEED, FIXED_TIME, FIXED_UUID,
 };
 pub use prng::SplitMix64;
+
+/// Version of what [`build_source_tree`] and [`make_image`] produce. Bump
+/// it whenever either changes its output, so `ext4kit-fixtures --reuse`
+/// rebuilds fixture directories made by older code.
+pub const FIXTURE_VERSION: u32 = 1;
 pub use tree::{build_source_tree, TreeManifest, TreeOpts, POST_2038_SECS, PRE_1970_SECS};
 pub use util::escape_bytes;

@@ -18,7 +18,7 @@ use clap::Parser;
 use ext4kit_testkit::{
     build_source_tree, compare_rdump, compare_trees, debugfs_rdump, image_matrix,
     is_kernel_unavailable, kernel_available, make_image, make_kernel_image, CompareOpts, LoopMount,
-    TimeFidelity, TreeOpts,
+    TimeFidelity, TreeOpts, FIXTURE_VERSION,
 };
 
 /// Build the ext4kit fixture tree and image matrix.
@@ -69,21 +69,10 @@ fn main() -> ExitCode {
 }
 
 /// Identifies what a fixture directory was built from, for --reuse.
-/// The executable's own mtime is part of it, so rebuilding the kit (which
-/// may change the tree or the images) invalidates old fixtures.
 fn stamp(args: &Args, opts: &TreeOpts) -> String {
-    let exe_mtime = std::env::current_exe()
-        .and_then(fs::metadata)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos());
     format!(
-        "ext4kit-testkit {} exe-mtime={exe_mtime} {:?} only={:?} kernel={}\n",
-        env!("CARGO_PKG_VERSION"),
-        opts,
-        args.only,
-        !args.no_kernel
+        "ext4kit-testkit fixtures v{FIXTURE_VERSION} {:?} only={:?} kernel={}\n",
+        opts, args.only, !args.no_kernel
     )
 }
 
