@@ -237,8 +237,8 @@ pub struct CampaignReport {
     pub bytes_read: u64,
     /// Panics, hangs, memory blow-ups, contract violations.
     pub failures: Vec<Failure>,
-    /// The slowest image: (seed, time).
-    pub slowest: Option<(u64, Duration)>,
+    /// The slowest image: (case label, time).
+    pub slowest: Option<(String, Duration)>,
     /// Peak growth of VmRSS over the campaign (bytes).
     pub peak_rss_growth: u64,
     /// Peak live heap (bytes), when the guarded allocator is installed.
@@ -289,7 +289,7 @@ impl CampaignReport {
             s,
             "elapsed: {:.1?}, slowest: {}, peak RSS growth: {} MiB{}, names walked: {}, bytes read: {} MiB",
             self.elapsed,
-            self.slowest.map(|(seed, d)| format!("seed {seed} in {d:.1?}")).unwrap_or_else(|| "-".into()),
+            self.slowest.as_ref().map(|(l, d)| format!("{l} in {d:.1?}")).unwrap_or_else(|| "-".into()),
             self.peak_rss_growth >> 20,
             self.peak_heap.map(|h| format!(", peak heap: {} MiB", h >> 20)).unwrap_or_default(),
             self.entries_walked,
@@ -308,8 +308,8 @@ impl CampaignReport {
 
     fn absorb(&mut self, m: &Mutation, r: CaseResult) {
         self.images += 1;
-        if self.slowest.is_none_or(|(_, d)| r.elapsed > d) {
-            self.slowest = Some((m.seed, r.elapsed));
+        if self.slowest.as_ref().is_none_or(|(_, d)| r.elapsed > *d) {
+            self.slowest = Some((m.label(), r.elapsed));
         }
         if let Some(k) = r.open_error {
             *self.open_errors.entry(k).or_default() += 1;
@@ -372,6 +372,9 @@ pub fn run_seeds(seeds: Range<u64>, cfg: &CampaignConfig) -> Result<CampaignRepo
     Ok(run_cases(b, n, Arc::new(move |i| Mutation::generate(start + i, b)), cfg))
 }
 
+/// What a worker is doing: (case index, start time), or idle.
+type Slot = Mutex<Option<(u64, Instant)>>;
+
 /// Case generator: case index → mutation.
 pub type CaseFn = Arc<dyn Fn(u64) -> Mutation + Send + Sync>;
 
@@ -384,7 +387,7 @@ pub fn run_cases(bases: &'static [BaseImage], n: u64, make: CaseFn, cfg: &Campai
     let threads = cfg.threads.max(1);
     let next = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let slots: Arc<Vec<Mutex<Option<(u64, Instant)>>>> = Arc::new((0..threads).map(|_| Mutex::new(None)).collect());
+    let slots: Arc<Vec<Slot>> = Arc::new((0..threads).map(|_| Mutex::new(None)).collect());
     let (tx, rx) = mpsc::channel::<(Mutation, CaseResult)>();
     let mut handles = Vec::new();
     for t in 0..threads {

@@ -159,6 +159,15 @@ impl Mutation {
         m
     }
 
+    /// Short name of the case: "seed N" or "ext4-64k truncated to N".
+    pub fn label(&self) -> String {
+        if self.seed == u64::MAX {
+            format!("{} truncated to {}", self.base_name, self.truncate_to.unwrap_or(0))
+        } else {
+            format!("seed {}", self.seed)
+        }
+    }
+
     /// Human-readable account of every change.
     pub fn describe(&self) -> String {
         let mut s = format!("base {} (index {})", self.base_name, self.base);
@@ -623,7 +632,7 @@ impl Gen<'_> {
         while off + 8 <= bs && v.len() < 4096 {
             v.push(off);
             let rl = rec_len_from_disk(le16(self.img, base + off + 4), bs);
-            if rl < 8 || rl % 4 != 0 {
+            if rl < 8 || rl & 3 != 0 {
                 break;
             }
             off += rl;

@@ -152,9 +152,8 @@ fn real_main(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
 }
 
 fn print_case(r: &CaseResult) {
-    match (&r.open_error, &r.open_message) {
-        (Some(k), Some(m)) => println!("open failed ({k}): {m}"),
-        _ => {}
+    if let (Some(k), Some(m)) = (&r.open_error, &r.open_message) {
+        println!("open failed ({k}): {m}");
     }
     if let Some(w) = &r.walk {
         println!(
