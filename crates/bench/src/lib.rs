@@ -19,7 +19,11 @@ pub fn run(cmd: &mut Command) -> Result<(), String> {
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
         .unwrap_or(false)
 }
 
@@ -33,7 +37,11 @@ impl Mount {
     /// `mount -o loop[,opts] image dir`.
     pub fn new(image: &Path, dir: &Path, opts: &str) -> Result<Mount, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let o = if opts.is_empty() { "loop".to_string() } else { format!("loop,{opts}") };
+        let o = if opts.is_empty() {
+            "loop".to_string()
+        } else {
+            format!("loop,{opts}")
+        };
         run(Command::new("mount").arg("-o").arg(o).arg(image).arg(dir))?;
         Ok(Mount { dir: dir.to_path_buf() })
     }

@@ -54,7 +54,11 @@ impl FileDevice {
             let mut f = &file;
             f.seek(io::SeekFrom::End(0))?
         };
-        Ok(FileDevice { file, size, read_only: !writable })
+        Ok(FileDevice {
+            file,
+            size,
+            read_only: !writable,
+        })
     }
 }
 
@@ -63,7 +67,11 @@ impl BlockDevice for FileDevice {
         if off.checked_add(buf.len() as u64).is_none_or(|end| end > self.size) {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("read of {} bytes at offset {off} past the end of the image ({} bytes)", buf.len(), self.size),
+                format!(
+                    "read of {} bytes at offset {off} past the end of the image ({} bytes)",
+                    buf.len(),
+                    self.size
+                ),
             ));
         }
         self.file.read_exact_at(buf, off)
@@ -71,7 +79,10 @@ impl BlockDevice for FileDevice {
 
     fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
         if self.read_only {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "device opened read-only"));
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "device opened read-only",
+            ));
         }
         self.file.write_all_at(buf, off)
     }
@@ -102,17 +113,26 @@ pub struct MemDevice {
 impl MemDevice {
     /// A zero-filled device of `size` bytes.
     pub fn new(size: usize) -> Self {
-        MemDevice { data: RwLock::new(vec![0; size]), read_only: false }
+        MemDevice {
+            data: RwLock::new(vec![0; size]),
+            read_only: false,
+        }
     }
 
     /// A device holding `bytes`.
     pub fn from_vec(bytes: Vec<u8>) -> Self {
-        MemDevice { data: RwLock::new(bytes), read_only: false }
+        MemDevice {
+            data: RwLock::new(bytes),
+            read_only: false,
+        }
     }
 
     /// A read-only device holding `bytes`.
     pub fn from_vec_read_only(bytes: Vec<u8>) -> Self {
-        MemDevice { data: RwLock::new(bytes), read_only: true }
+        MemDevice {
+            data: RwLock::new(bytes),
+            read_only: true,
+        }
     }
 
     /// A copy of the current contents.
@@ -132,14 +152,21 @@ impl BlockDevice for MemDevice {
             }
             None => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("read of {} bytes at offset {off} past the end of the image ({} bytes)", buf.len(), d.len()),
+                format!(
+                    "read of {} bytes at offset {off} past the end of the image ({} bytes)",
+                    buf.len(),
+                    d.len()
+                ),
             )),
         }
     }
 
     fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
         if self.read_only {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "device opened read-only"));
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "device opened read-only",
+            ));
         }
         let mut d = self.data.write();
         let end = off

@@ -61,7 +61,13 @@ pub fn time_short(t: Timestamp) -> String {
 pub fn time_full(t: Timestamp) -> String {
     let (y, mo, d) = civil(t.sec.div_euclid(86_400));
     let s = t.sec.rem_euclid(86_400);
-    format!("{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02}.{:09} +0000", s / 3600, s / 60 % 60, s % 60, t.nsec)
+    format!(
+        "{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02}.{:09} +0000",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        t.nsec
+    )
 }
 
 /// Bytes in human units (KiB, MiB, ...).
@@ -94,9 +100,18 @@ mod tests {
 
     #[test]
     fn times() {
-        assert_eq!(time_full(Timestamp { sec: 0, nsec: 5 }), "1970-01-01 00:00:00.000000005 +0000");
+        assert_eq!(
+            time_full(Timestamp { sec: 0, nsec: 5 }),
+            "1970-01-01 00:00:00.000000005 +0000"
+        );
         assert_eq!(time_short(Timestamp { sec: -1, nsec: 0 }), "1969-12-31 23:59");
-        assert_eq!(time_short(Timestamp { sec: 3_000_000_000, nsec: 0 }), "2065-01-24 05:20");
+        assert_eq!(
+            time_short(Timestamp {
+                sec: 3_000_000_000,
+                nsec: 0
+            }),
+            "2065-01-24 05:20"
+        );
         assert_eq!(human(1536), "1.5 KiB");
     }
 }

@@ -75,17 +75,26 @@ impl Error {
 
     /// Wrap a format error with its location.
     pub fn corrupt(location: impl Into<String>, source: FormatError) -> Self {
-        Error::Corrupt { location: location.into(), source }
+        Error::Corrupt {
+            location: location.into(),
+            source,
+        }
     }
 
     /// Corruption detected by engine logic rather than a parser.
     pub fn corrupt_msg(location: impl Into<String>, structure: &'static str, reason: impl Into<String>) -> Self {
-        Error::Corrupt { location: location.into(), source: ext4kit_format::error::corrupt(structure, reason) }
+        Error::Corrupt {
+            location: location.into(),
+            source: ext4kit_format::error::corrupt(structure, reason),
+        }
     }
 
     /// Wrap an I/O error with context.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     /// The errno a syscall would report for this error.

@@ -18,7 +18,11 @@ fn tool_or_fail(name: &str) {
 
 fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// An ext4 image whose /big holds `entries` empty files, created by the
@@ -33,7 +37,10 @@ fn make_dir_image(dir: &Path, entries: usize, dir_index: bool) -> PathBuf {
     let img = dir.join(format!("d{entries}-{dir_index}.img"));
     let feat = if dir_index { "dir_index" } else { "^dir_index" };
     let size = format!("{}M", 16 + entries / 1500);
-    run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-O", feat, "-N", &(entries + 100).to_string()]).arg(&img).arg(&size));
+    run(Command::new("mke2fs")
+        .args(["-q", "-F", "-t", "ext4", "-O", feat, "-N", &(entries + 100).to_string()])
+        .arg(&img)
+        .arg(&size));
     let mnt = dir.join(format!("mnt-{entries}-{dir_index}"));
     std::fs::create_dir_all(&mnt).unwrap();
     run(Command::new("mount").arg("-o").arg("loop").arg(&img).arg(&mnt));
@@ -47,7 +54,11 @@ fn make_dir_image(dir: &Path, entries: usize, dir_index: bool) -> PathBuf {
     run(Command::new("umount").arg(&mnt));
     made.unwrap();
     let fsck = Command::new("e2fsck").arg("-fn").arg(&img).output().unwrap();
-    assert!(fsck.status.success(), "kernel-made image not clean: {}", String::from_utf8_lossy(&fsck.stdout));
+    assert!(
+        fsck.status.success(),
+        "kernel-made image not clean: {}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
     img
 }
 
@@ -55,7 +66,11 @@ fn rustix_is_root() -> bool {
     // SAFETY-free check: /proc/self/status Uid line, effective uid is field 2.
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
         .unwrap_or(false)
 }
 
@@ -107,6 +122,9 @@ fn htree_lookup_reads_constant_blocks() {
     let lin_small = blocks_per_lookup(&make_dir_image(&dir, 1_000, false), 1_000, 50).0;
     let lin_big = blocks_per_lookup(&make_dir_image(&dir, 10_000, false), 10_000, 50).0;
     eprintln!("linear: 1k {lin_small:.1}, 10k {lin_big:.1} blocks/lookup");
-    assert!(lin_big > 5.0 * lin_small, "linear scans should grow with size ({lin_small} vs {lin_big})");
+    assert!(
+        lin_big > 5.0 * lin_small,
+        "linear scans should grow with size ({lin_small} vs {lin_big})"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -87,7 +87,13 @@ pub fn entry_at(buf: &[u8], off: usize, fmt: DirFormat) -> DirEntry<'_> {
         (le16(buf, off + 6) as usize & 0xff, 0)
     };
     let end = (off + DIRENT_HEADER + name_len).min(buf.len());
-    DirEntry { inode, rec_len, file_type, name: &buf[(off + DIRENT_HEADER).min(end)..end], offset: off }
+    DirEntry {
+        inode,
+        rec_len,
+        file_type,
+        name: &buf[(off + DIRENT_HEADER).min(end)..end],
+        offset: off,
+    }
 }
 
 /// Iterate records of a validated buffer, including unused ones.
@@ -130,7 +136,11 @@ pub fn check_block(buf: &[u8], fmt: DirFormat, csum: Option<u32>) -> Result<()> 
         let stored = le32(buf, limit + 8);
         let computed = crc32c(seed, &buf[..limit]);
         if stored != computed {
-            return Err(FormatError::Checksum { structure: "directory block", stored, computed });
+            return Err(FormatError::Checksum {
+                structure: "directory block",
+                stored,
+                computed,
+            });
         }
     }
     let mut off = 0;
@@ -139,14 +149,19 @@ pub fn check_block(buf: &[u8], fmt: DirFormat, csum: Option<u32>) -> Result<()> 
             return Err(corrupt(S, format!("record at offset {off} runs past the end")));
         }
         let e = entry_at(buf, off, fmt);
-        if e.rec_len % 4 != 0 || e.rec_len < DIRENT_HEADER {
+        if !e.rec_len.is_multiple_of(4) || e.rec_len < DIRENT_HEADER {
             return Err(corrupt(S, format!("rec_len {} at offset {off} invalid", e.rec_len)));
         }
         if off + e.rec_len > limit {
-            return Err(corrupt(S, format!("rec_len {} at offset {off} crosses the block end", e.rec_len)));
+            return Err(corrupt(
+                S,
+                format!("rec_len {} at offset {off} crosses the block end", e.rec_len),
+            ));
         }
-        if DIRENT_HEADER + e.name.len() > e.rec_len || (fmt.filetype && DIRENT_HEADER + buf[off + 6] as usize > e.rec_len) {
-            return Err(corrupt(S, format!("name at offset {off} longer than its record", )));
+        if DIRENT_HEADER + e.name.len() > e.rec_len
+            || (fmt.filetype && DIRENT_HEADER + buf[off + 6] as usize > e.rec_len)
+        {
+            return Err(corrupt(S, format!("name at offset {off} longer than its record",)));
         }
         if e.inode != 0 && e.name.is_empty() {
             return Err(corrupt(S, format!("empty name at offset {off}")));
@@ -189,7 +204,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const FMT: DirFormat = DirFormat { block_size: 4096, filetype: true };
+    const FMT: DirFormat = DirFormat {
+        block_size: 4096,
+        filetype: true,
+    };
 
     proptest! {
         #[test]

@@ -77,7 +77,12 @@ impl Extent {
     /// Build an extent (encoding `uninit` in the length as the kernel does).
     pub fn new(block: u32, len: u32, start: u64, uninit: bool) -> Self {
         let l = if uninit { len as u16 + MAX_INIT_LEN } else { len as u16 };
-        Extent { block, len: l, start_hi: (start >> 32) as u16, start_lo: start as u32 }
+        Extent {
+            block,
+            len: l,
+            start_hi: (start >> 32) as u16,
+            start_lo: start as u32,
+        }
     }
 }
 
@@ -125,7 +130,10 @@ impl ExtentNode {
             return Err(corrupt(S, format!("{} entries exceed max {}", h.entries, h.max)));
         }
         if tail_offset(h.max) > buf.len() {
-            return Err(corrupt(S, format!("max {} slots overrun a {}-byte node", h.max, buf.len())));
+            return Err(corrupt(
+                S,
+                format!("max {} slots overrun a {}-byte node", h.max, buf.len()),
+            ));
         }
         if h.depth > MAX_DEPTH {
             return Err(corrupt(S, format!("depth {} exceeds {}", h.depth, MAX_DEPTH)));
@@ -136,18 +144,27 @@ impl ExtentNode {
             let v: Vec<Extent> = (0..n).map(|i| Extent::parse_raw(slot(i))).collect();
             for w in v.windows(2) {
                 if (w[0].block as u64) + w[0].length() as u64 > w[1].block as u64 {
-                    return Err(corrupt("extent", format!("extents at {} and {} overlap or are unsorted", w[0].block, w[1].block)));
+                    return Err(corrupt(
+                        "extent",
+                        format!("extents at {} and {} overlap or are unsorted", w[0].block, w[1].block),
+                    ));
                 }
             }
             if let Some(e) = v.iter().find(|e| e.length() == 0) {
-                return Err(corrupt("extent", format!("zero-length extent at logical block {}", e.block)));
+                return Err(corrupt(
+                    "extent",
+                    format!("zero-length extent at logical block {}", e.block),
+                ));
             }
             NodeEntries::Leaf(v)
         } else {
             let v: Vec<ExtentIndex> = (0..n).map(|i| ExtentIndex::parse_raw(slot(i))).collect();
             for w in v.windows(2) {
                 if w[0].block >= w[1].block {
-                    return Err(corrupt("extent index", format!("index entries {} and {} unsorted", w[0].block, w[1].block)));
+                    return Err(corrupt(
+                        "extent index",
+                        format!("index entries {} and {} unsorted", w[0].block, w[1].block),
+                    ));
                 }
             }
             NodeEntries::Index(v)
@@ -183,7 +200,11 @@ pub fn verify_block_checksum(block: &[u8], inode_seed: u32) -> Result<()> {
     let stored = le32(block, off);
     let computed = crc32c(inode_seed, &block[..off]);
     if stored != computed {
-        return Err(FormatError::Checksum { structure: "extent block", stored, computed });
+        return Err(FormatError::Checksum {
+            structure: "extent block",
+            stored,
+            computed,
+        });
     }
     Ok(())
 }
@@ -240,7 +261,14 @@ mod tests {
     #[test]
     fn block_checksum() {
         let mut b = vec![0u8; 1024];
-        ExtentHeader { magic: EXTENT_MAGIC, entries: 0, max: 84, depth: 0, generation: 0 }.serialize_into(&mut b);
+        ExtentHeader {
+            magic: EXTENT_MAGIC,
+            entries: 0,
+            max: 84,
+            depth: 0,
+            generation: 0,
+        }
+        .serialize_into(&mut b);
         set_block_checksum(&mut b, 42);
         verify_block_checksum(&b, 42).unwrap();
         b[20] = 1;

@@ -37,21 +37,34 @@ pub fn path_for(lblk: u64, block_size: usize) -> Option<IndirectPath> {
     let per = (block_size / 4) as u64;
     let mut l = lblk;
     if l < DIRECT as u64 {
-        return Some(IndirectPath { root: l as usize, levels: vec![] });
+        return Some(IndirectPath {
+            root: l as usize,
+            levels: vec![],
+        });
     }
     l -= DIRECT as u64;
     if l < per {
-        return Some(IndirectPath { root: IND, levels: vec![l as usize] });
+        return Some(IndirectPath {
+            root: IND,
+            levels: vec![l as usize],
+        });
     }
     l -= per;
     if l < per * per {
-        return Some(IndirectPath { root: DIND, levels: vec![(l / per) as usize, (l % per) as usize] });
+        return Some(IndirectPath {
+            root: DIND,
+            levels: vec![(l / per) as usize, (l % per) as usize],
+        });
     }
     l -= per * per;
     if l < per * per * per {
         return Some(IndirectPath {
             root: TIND,
-            levels: vec![(l / (per * per)) as usize, ((l / per) % per) as usize, (l % per) as usize],
+            levels: vec![
+                (l / (per * per)) as usize,
+                ((l / per) % per) as usize,
+                (l % per) as usize,
+            ],
         });
     }
     None
@@ -75,10 +88,34 @@ mod tests {
 
     #[test]
     fn paths() {
-        assert_eq!(path_for(11, 1024).unwrap(), IndirectPath { root: 11, levels: vec![] });
-        assert_eq!(path_for(12, 1024).unwrap(), IndirectPath { root: IND, levels: vec![0] });
-        assert_eq!(path_for(12 + 256, 1024).unwrap(), IndirectPath { root: DIND, levels: vec![0, 0] });
-        assert_eq!(path_for(12 + 256 + 65536, 1024).unwrap(), IndirectPath { root: TIND, levels: vec![0, 0, 0] });
+        assert_eq!(
+            path_for(11, 1024).unwrap(),
+            IndirectPath {
+                root: 11,
+                levels: vec![]
+            }
+        );
+        assert_eq!(
+            path_for(12, 1024).unwrap(),
+            IndirectPath {
+                root: IND,
+                levels: vec![0]
+            }
+        );
+        assert_eq!(
+            path_for(12 + 256, 1024).unwrap(),
+            IndirectPath {
+                root: DIND,
+                levels: vec![0, 0]
+            }
+        );
+        assert_eq!(
+            path_for(12 + 256 + 65536, 1024).unwrap(),
+            IndirectPath {
+                root: TIND,
+                levels: vec![0, 0, 0]
+            }
+        );
         assert!(path_for(12 + 256 + 65536 + 256 * 65536, 1024).is_none());
     }
 }

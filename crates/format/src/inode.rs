@@ -248,8 +248,11 @@ impl Inode {
         let ino = Inode { base, extra, tail };
         if !ino.tail.is_empty() {
             let e = ino.extra.extra_isize as usize;
-            if e % 4 != 0 || GOOD_OLD_INODE_SIZE + e > buf.len() {
-                return Err(corrupt("inode", format!("i_extra_isize {e} does not fit a {}-byte inode", buf.len())));
+            if !e.is_multiple_of(4) || GOOD_OLD_INODE_SIZE + e > buf.len() {
+                return Err(corrupt(
+                    "inode",
+                    format!("i_extra_isize {e} does not fit a {}-byte inode", buf.len()),
+                ));
             }
         }
         Ok(ino)
@@ -265,9 +268,17 @@ impl Inode {
             }
             let computed = Self::compute_checksum(buf, ino, inode.base.generation, seed, inode.has_checksum_hi());
             let stored = inode.stored_checksum();
-            let (c, s) = if inode.has_checksum_hi() { (computed, stored) } else { (computed & 0xffff, stored & 0xffff) };
+            let (c, s) = if inode.has_checksum_hi() {
+                (computed, stored)
+            } else {
+                (computed & 0xffff, stored & 0xffff)
+            };
             if c != s {
-                return Err(FormatError::Checksum { structure: "inode", stored: s, computed: c });
+                return Err(FormatError::Checksum {
+                    structure: "inode",
+                    stored: s,
+                    computed: c,
+                });
             }
         }
         Ok(inode)
@@ -294,7 +305,11 @@ impl Inode {
     }
 
     fn stored_checksum(&self) -> u32 {
-        let hi = if self.has_checksum_hi() { self.extra.checksum_hi as u32 } else { 0 };
+        let hi = if self.has_checksum_hi() {
+            self.extra.checksum_hi as u32
+        } else {
+            0
+        };
         hi << 16 | self.base.checksum_lo as u32
     }
 
@@ -505,7 +520,10 @@ mod tests {
     #[test]
     fn pre_1970_and_post_2038() {
         assert_eq!(Timestamp::decode(0xffff_ffff, None).sec, -1);
-        let t = Timestamp { sec: 3_000_000_000, nsec: 5 };
+        let t = Timestamp {
+            sec: 3_000_000_000,
+            nsec: 5,
+        };
         let (lo, ex) = t.encode();
         assert_eq!(Timestamp::decode(lo, Some(ex)), t);
     }

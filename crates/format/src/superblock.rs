@@ -168,7 +168,10 @@ impl Superblock {
             }
         }
         if sb.log_block_size > 6 {
-            return Err(corrupt(S, format!("block size 2^(10+{}) out of range", sb.log_block_size)));
+            return Err(corrupt(
+                S,
+                format!("block size 2^(10+{}) out of range", sb.log_block_size),
+            ));
         }
         let bs = sb.block_size();
         if sb.blocks_per_group == 0 || sb.blocks_per_group as u64 > 8 * bs as u64 {
@@ -183,7 +186,7 @@ impl Superblock {
         }
         if sb.has_incompat(incompat::BIT64) {
             let d = sb.desc_size as u32;
-            if d < 64 || d > 1024 || !d.is_power_of_two() {
+            if !(64..=1024).contains(&d) || !d.is_power_of_two() {
                 return Err(corrupt(S, format!("descriptor size {d} invalid")));
             }
         }
@@ -192,11 +195,17 @@ impl Superblock {
             return Err(corrupt(S, format!("blocks_count {blocks} invalid")));
         }
         if bs == 1024 && sb.first_data_block != 1 || bs > 1024 && sb.first_data_block != 0 {
-            return Err(corrupt(S, format!("first_data_block {} wrong for {bs}-byte blocks", sb.first_data_block)));
+            return Err(corrupt(
+                S,
+                format!("first_data_block {} wrong for {bs}-byte blocks", sb.first_data_block),
+            ));
         }
         let groups = sb.group_count();
         if (sb.inodes_count as u64) > groups * sb.inodes_per_group as u64 {
-            return Err(corrupt(S, format!("inodes_count {} exceeds groups * inodes_per_group", sb.inodes_count)));
+            return Err(corrupt(
+                S,
+                format!("inodes_count {} exceeds groups * inodes_per_group", sb.inodes_count),
+            ));
         }
         if sb.rev_level >= 1 && (sb.first_ino < 11 || sb.first_ino > sb.inodes_count) {
             return Err(corrupt(S, format!("first_ino {} invalid", sb.first_ino)));
@@ -342,7 +351,7 @@ impl Superblock {
             return false;
         }
         fn is_power(mut n: u64, b: u64) -> bool {
-            while n % b == 0 && n > 1 {
+            while n.is_multiple_of(b) && n > 1 {
                 n /= b;
             }
             n == 1

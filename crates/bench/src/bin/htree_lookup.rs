@@ -37,14 +37,28 @@ fn name(i: usize) -> String {
 }
 
 fn make_image(work: &Path, entries: usize, dir_index: bool) -> Result<PathBuf, String> {
-    let img = work.join(format!("dir{entries}-{}.img", if dir_index { "htree" } else { "linear" }));
+    let img = work.join(format!(
+        "dir{entries}-{}.img",
+        if dir_index { "htree" } else { "linear" }
+    ));
     if img.exists() {
         return Ok(img);
     }
     let feat = if dir_index { "dir_index" } else { "^dir_index" };
     let tmp = img.with_extension("tmp");
     run(Command::new("mke2fs")
-        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-O", feat, "-N", &(entries + 100).to_string()])
+        .args([
+            "-q",
+            "-F",
+            "-t",
+            "ext4",
+            "-b",
+            "4096",
+            "-O",
+            feat,
+            "-N",
+            &(entries + 100).to_string(),
+        ])
         .arg(&tmp)
         .arg(format!("{}M", 32 + entries / 1000)))?;
     {
@@ -99,7 +113,10 @@ fn main() -> Result<(), String> {
         return Err("htree-lookup needs root: it loop-mounts images so the kernel builds the directories and serves as the peer".into());
     }
     std::fs::create_dir_all(&a.work).map_err(|e| e.to_string())?;
-    println!("lookup of one name (median of {} distinct names, dentry-cache misses, warm block cache)", a.probes);
+    println!(
+        "lookup of one name (median of {} distinct names, dentry-cache misses, warm block cache)",
+        a.probes
+    );
     println!(
         "{:>8} | {:>13} {:>8} | {:>13} {:>8} | {:>7} | {:>12} {:>12}",
         "entries", "ext4kit htree", "blk/lkp", "ext4kit linear", "blk/lkp", "lin/htr", "kernel htree", "kernel linear"

@@ -8,7 +8,9 @@ use ext4kit::OpenFlags;
 /// Stream a file to standard output.
 pub fn run(image: &Path, path: &str, budget: usize) -> Result<(), String> {
     let fs = super::open(image, budget)?;
-    let f = fs.open(path.as_bytes(), OpenFlags::default()).map_err(|e| super::err(image, path, e))?;
+    let f = fs
+        .open(path.as_bytes(), OpenFlags::default())
+        .map_err(|e| super::err(image, path, e))?;
     if f.is_dir() {
         return Err(format!("{}: {path}: is a directory", image.display()));
     }

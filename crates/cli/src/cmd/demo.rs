@@ -22,18 +22,34 @@ pub fn run(budget: usize) -> Result<(), String> {
     flate2::read::GzDecoder::new(SAMPLE)
         .read_to_end(&mut img)
         .map_err(|e| format!("embedded sample image: {e}"))?;
-    let fs = Fs::open_device(Arc::new(MemDevice::from_vec_read_only(img)), &OpenOptions { read_only: true, cache_budget: budget })
-        .map_err(|e| format!("embedded sample image: {e}"))?;
+    let fs = Fs::open_device(
+        Arc::new(MemDevice::from_vec_read_only(img)),
+        &OpenOptions {
+            read_only: true,
+            cache_budget: budget,
+        },
+    )
+    .map_err(|e| format!("embedded sample image: {e}"))?;
     let i = fs.info();
-    println!("Embedded sample image: {} ext4, label {:?}, {} blocks of {} bytes, {} free",
-        human(i.blocks * i.block_size as u64), i.label, i.blocks, i.block_size, human(i.free_blocks * i.block_size as u64));
+    println!(
+        "Embedded sample image: {} ext4, label {:?}, {} blocks of {} bytes, {} free",
+        human(i.blocks * i.block_size as u64),
+        i.label,
+        i.blocks,
+        i.block_size,
+        human(i.free_blocks * i.block_size as u64)
+    );
     println!("Features: {}\n", i.features.join(" "));
     println!("Tree:");
     tree(&fs, b"/", 0).map_err(|e| format!("embedded sample image: {e}"))?;
     println!("\n$ ext4kit cat <sample> /README.txt");
-    let f = fs.open(b"/README.txt", OpenFlags::default()).map_err(|e| format!("embedded sample image: {e}"))?;
+    let f = fs
+        .open(b"/README.txt", OpenFlags::default())
+        .map_err(|e| format!("embedded sample image: {e}"))?;
     let mut buf = vec![0u8; 64 * 1024];
-    let n = f.read(&fs, &mut buf).map_err(|e| format!("embedded sample image: {e}"))?;
+    let n = f
+        .read(&fs, &mut buf)
+        .map_err(|e| format!("embedded sample image: {e}"))?;
     print!("{}", String::from_utf8_lossy(&buf[..n]));
     Ok(())
 }
@@ -62,7 +78,13 @@ fn tree(fs: &Fs, dir: &[u8], depth: usize) -> ext4kit::Result<()> {
             FileType::Regular => format!("  ({})", human(st.size)),
             _ => String::new(),
         };
-        println!("{}  {} {}{}", "  ".repeat(depth), mode_string(st.ftype, st.mode), name, extra);
+        println!(
+            "{}  {} {}{}",
+            "  ".repeat(depth),
+            mode_string(st.ftype, st.mode),
+            name,
+            extra
+        );
         if st.ftype == FileType::Directory && name != "lost+found" {
             tree(fs, &path, depth + 1)?;
         }

@@ -45,14 +45,20 @@ pub fn run(image: &Path, path: &str, dest: &Path, budget: usize) -> Result<(), S
     // Where the top object goes: DEST itself, or DEST/<name> when DEST is
     // an existing directory and PATH is not a directory.
     let (parent, name, fill_existing) = place(dest, path, &st)?;
-    let top_fd = rfs::open(&parent, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| format!("{}: {e}", parent.display()))?;
+    let top_fd = rfs::open(
+        &parent,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("{}: {e}", parent.display()))?;
     raise_fd_limit();
     let (entries, bytes) = survey(&fs, st.ino);
     let bar = ProgressBar::new(bytes);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, {eta}) {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, {eta}) {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_message(format!("{entries} entries"));
     let mut ctx = Ctx {
@@ -65,12 +71,19 @@ pub fn run(image: &Path, path: &str, dest: &Path, budget: usize) -> Result<(), S
         problems: 0,
         top_fd,
     };
-    let top_dir = ctx.top_fd.try_clone().map_err(|e| format!("{}: {e}", parent.display()))?;
+    let top_dir = ctx
+        .top_fd
+        .try_clone()
+        .map_err(|e| format!("{}: {e}", parent.display()))?;
     let r = ctx.copy(&top_dir, Path::new(""), &name, path.as_bytes(), &st, 0, fill_existing);
     ctx.bar.finish_and_clear();
     r.map_err(|e| format!("{}: {e}", dest.display()))?;
     if ctx.problems > 0 {
-        return Err(format!("{}: {path}: {} entries could not be copied completely (see messages above)", image.display(), ctx.problems));
+        return Err(format!(
+            "{}: {path}: {} entries could not be copied completely (see messages above)",
+            image.display(),
+            ctx.problems
+        ));
     }
     Ok(())
 }
@@ -87,13 +100,18 @@ fn place(dest: &Path, path: &str, st: &Stat) -> Result<(PathBuf, Vec<u8>, bool),
     };
     match std::fs::symlink_metadata(dest) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let name = dest.file_name().ok_or_else(|| format!("{}: not a usable destination name", dest.display()))?;
+            let name = dest
+                .file_name()
+                .ok_or_else(|| format!("{}: not a usable destination name", dest.display()))?;
             Ok((parent_of(dest), name.as_bytes().to_vec(), false))
         }
         Err(e) => Err(format!("{}: {e}", dest.display())),
         Ok(m) if m.is_dir() => {
             if st.ftype == FileType::Directory {
-                let empty = std::fs::read_dir(dest).map_err(|e| format!("{}: {e}", dest.display()))?.next().is_none();
+                let empty = std::fs::read_dir(dest)
+                    .map_err(|e| format!("{}: {e}", dest.display()))?
+                    .next()
+                    .is_none();
                 if !empty {
                     return Err(format!("{}: destination directory is not empty", dest.display()));
                 }
@@ -105,7 +123,13 @@ fn place(dest: &Path, path: &str, st: &Stat) -> Result<(PathBuf, Vec<u8>, bool),
                 let canon = dest.canonicalize().map_err(|e| format!("{}: {e}", dest.display()))?;
                 Ok((parent_of(&canon), name, true))
             } else {
-                let base = path.trim_end_matches('/').rsplit('/').next().unwrap_or("").as_bytes().to_vec();
+                let base = path
+                    .trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or("")
+                    .as_bytes()
+                    .to_vec();
                 if base.is_empty() {
                     return Err(format!("{}: {path}: cannot name the copy", dest.display()));
                 }
@@ -132,7 +156,11 @@ fn survey(fs: &Fs, ino: u32) -> (u64, u64) {
             FileType::Regular => bytes += s.size.min(s.blocks * 512 + 4096),
             FileType::Directory => {
                 if let Ok(es) = fs.read_dir_ino(i) {
-                    stack.extend(es.into_iter().filter(|e| e.name != b"." && e.name != b"..").map(|e| e.ino));
+                    stack.extend(
+                        es.into_iter()
+                            .filter(|e| e.name != b"." && e.name != b"..")
+                            .map(|e| e.ino),
+                    );
                 }
             }
             _ => {}
@@ -163,13 +191,22 @@ fn os(name: &[u8]) -> &std::ffi::OsStr {
 }
 
 fn ts(t: Timestamp) -> Timespec {
-    Timespec { tv_sec: t.sec, tv_nsec: t.nsec as _ }
+    Timespec {
+        tv_sec: t.sec,
+        tv_nsec: t.nsec as _,
+    }
 }
 
 impl Ctx<'_> {
     fn warn(&mut self, src: &[u8], what: impl std::fmt::Display) {
         self.problems += 1;
-        self.bar.suspend(|| eprintln!("ext4kit: {}: {}: {what}", self.image.display(), String::from_utf8_lossy(src)));
+        self.bar.suspend(|| {
+            eprintln!(
+                "ext4kit: {}: {}: {what}",
+                self.image.display(),
+                String::from_utf8_lossy(src)
+            )
+        });
     }
 
     /// Copy one object named `name` into the directory `dir` (whose path
@@ -177,7 +214,16 @@ impl Ctx<'_> {
     /// writing DEST (fatal); problems reading the image are reported and
     /// counted, and the copy goes on.
     #[allow(clippy::too_many_arguments)]
-    fn copy(&mut self, dir: &OwnedFd, rel: &Path, name: &[u8], src: &[u8], st: &Stat, depth: usize, fill_existing: bool) -> io::Result<()> {
+    fn copy(
+        &mut self,
+        dir: &OwnedFd,
+        rel: &Path,
+        name: &[u8],
+        src: &[u8],
+        st: &Stat,
+        depth: usize,
+        fill_existing: bool,
+    ) -> io::Result<()> {
         let my_rel = rel.join(os(name));
         if st.ftype != FileType::Directory && st.nlink > 1 {
             if let Some(first) = self.links.get(&st.ino) {
@@ -222,19 +268,42 @@ impl Ctx<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn copy_dir(&mut self, dir: &OwnedFd, my_rel: &Path, name: &[u8], src: &[u8], st: &Stat, depth: usize, fill_existing: bool) -> io::Result<()> {
+    fn copy_dir(
+        &mut self,
+        dir: &OwnedFd,
+        my_rel: &Path,
+        name: &[u8],
+        src: &[u8],
+        st: &Stat,
+        depth: usize,
+        fill_existing: bool,
+    ) -> io::Result<()> {
         if depth > MAX_DEPTH {
-            self.warn(src, format!("nested deeper than {MAX_DEPTH} directories; not descended"));
+            self.warn(
+                src,
+                format!("nested deeper than {MAX_DEPTH} directories; not descended"),
+            );
             return Ok(());
         }
         if !self.active_dirs.insert(st.ino) {
-            self.warn(src, format!("directory inode {} contains itself (corrupt image: directory cycle); not descended", st.ino));
+            self.warn(
+                src,
+                format!(
+                    "directory inode {} contains itself (corrupt image: directory cycle); not descended",
+                    st.ino
+                ),
+            );
             return Ok(());
         }
         if !fill_existing {
             rfs::mkdirat(dir, os(name), Mode::from_raw_mode(0o700))?;
         }
-        let sub = rfs::openat(dir, os(name), OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+        let sub = rfs::openat(
+            dir,
+            os(name),
+            OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
         match self.fs.read_dir_ino(st.ino) {
             Ok(mut entries) => {
                 entries.sort_by(|a, b| a.name.cmp(&b.name));
@@ -248,7 +317,10 @@ impl Ctx<'_> {
                     }
                     child_src.extend_from_slice(&e.name);
                     if !safe_name(&e.name) {
-                        self.warn(&child_src, "unsafe name in directory (contains '/' or NUL, or is '.'/'..'); skipped");
+                        self.warn(
+                            &child_src,
+                            "unsafe name in directory (contains '/' or NUL, or is '.'/'..'); skipped",
+                        );
                         continue;
                     }
                     match self.fs.stat_ino(e.ino) {
@@ -291,7 +363,10 @@ impl Ctx<'_> {
                 Err(e) if e.errno() == ext4kit::Errno::ENXIO => break,
                 Err(e) => return Err(CopyError::Read(e)),
             };
-            let hole = f.lseek(&fs, data as i64, Whence::Hole).map_err(CopyError::Read)?.min(st.size);
+            let hole = f
+                .lseek(&fs, data as i64, Whence::Hole)
+                .map_err(CopyError::Read)?
+                .min(st.size);
             let mut pos = data;
             while pos < hole {
                 let want = ((hole - pos) as usize).min(buf.len());
@@ -311,7 +386,14 @@ impl Ctx<'_> {
 
     /// Apply xattrs, owner, mode and times to a created object. `fd` is an
     /// open descriptor of the object for files and directories.
-    fn finish(&mut self, dir: &OwnedFd, name: &[u8], src: &[u8], st: &Stat, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    fn finish(
+        &mut self,
+        dir: &OwnedFd,
+        name: &[u8],
+        src: &[u8],
+        st: &Stat,
+        fd: Option<BorrowedFd<'_>>,
+    ) -> io::Result<()> {
         match self.fs.xattrs_ino(st.ino) {
             Ok(xs) => {
                 for (n, v) in xs {
@@ -348,7 +430,10 @@ impl Ctx<'_> {
                 None => rfs::chmodat(dir, os(name), mode, AtFlags::empty())?,
             }
         }
-        let times = Timestamps { last_access: ts(st.atime), last_modification: ts(st.mtime) };
+        let times = Timestamps {
+            last_access: ts(st.atime),
+            last_modification: ts(st.mtime),
+        };
         rfs::utimensat(dir, os(name), &times, AtFlags::SYMLINK_NOFOLLOW)?;
         Ok(())
     }

@@ -10,7 +10,10 @@ pub fn run(image: &Path, budget: usize) -> Result<(), String> {
     let i = fs.info();
     let bs = i.block_size as u64;
     println!("Image:            {}", image.display());
-    println!("Label:            {}", if i.label.is_empty() { "<none>" } else { &i.label });
+    println!(
+        "Label:            {}",
+        if i.label.is_empty() { "<none>" } else { &i.label }
+    );
     println!("UUID:             {}", i.uuid);
     println!("State:            {}", i.state);
     println!("Features:         {}", i.features.join(" "));
@@ -21,9 +24,21 @@ pub fn run(image: &Path, budget: usize) -> Result<(), String> {
     println!("Reserved blocks:  {}", i.reserved_blocks);
     println!("Inodes:           {}", i.inodes);
     println!("Free inodes:      {}", i.free_inodes);
-    println!("Groups:           {} ({} blocks, {} inodes each)", i.groups, i.blocks_per_group, i.inodes_per_group);
+    println!(
+        "Groups:           {} ({} blocks, {} inodes each)",
+        i.groups, i.blocks_per_group, i.inodes_per_group
+    );
     println!("Directory hash:   {}", i.hash_alg);
-    println!("Created:          {}", time_full(ext4kit::Timestamp { sec: i.mkfs_time, nsec: 0 }));
-    println!("Last written:     {}", time_full(ext4kit::Timestamp { sec: i.wtime, nsec: 0 }));
+    println!(
+        "Created:          {}",
+        time_full(ext4kit::Timestamp {
+            sec: i.mkfs_time,
+            nsec: 0
+        })
+    );
+    println!(
+        "Last written:     {}",
+        time_full(ext4kit::Timestamp { sec: i.wtime, nsec: 0 })
+    );
     Ok(())
 }

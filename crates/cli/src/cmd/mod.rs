@@ -15,8 +15,14 @@ use ext4kit::{Fs, OpenOptions};
 
 /// Open an image read-only, printing the engine's warnings.
 pub fn open(image: &Path, budget: usize) -> Result<Arc<Fs>, String> {
-    let fs = Fs::open_image(image, &OpenOptions { read_only: true, cache_budget: budget })
-        .map_err(|e| format!("{}: {e}", image.display()))?;
+    let fs = Fs::open_image(
+        image,
+        &OpenOptions {
+            read_only: true,
+            cache_budget: budget,
+        },
+    )
+    .map_err(|e| format!("{}: {e}", image.display()))?;
     for w in fs.warnings() {
         eprintln!("ext4kit: warning: {}: {w}", image.display());
     }

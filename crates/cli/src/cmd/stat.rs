@@ -26,8 +26,17 @@ pub fn run(image: &Path, path: &str, budget: usize) -> Result<(), String> {
         }
     }
     println!(" Inode: {:<10} Type: {kind}", s.ino);
-    println!("  Mode: {:04o} ({})  Uid: {}  Gid: {}", s.perm(), mode_string(s.ftype, s.mode), s.uid, s.gid);
-    println!("  Size: {:<12} Links: {}  Blocks (512 B): {}", s.size, s.nlink, s.blocks);
+    println!(
+        "  Mode: {:04o} ({})  Uid: {}  Gid: {}",
+        s.perm(),
+        mode_string(s.ftype, s.mode),
+        s.uid,
+        s.gid
+    );
+    println!(
+        "  Size: {:<12} Links: {}  Blocks (512 B): {}",
+        s.size, s.nlink, s.blocks
+    );
     if matches!(s.ftype, FileType::CharDevice | FileType::BlockDevice) {
         println!("Device: {}, {}", s.rdev.0, s.rdev.1);
     }
@@ -54,7 +63,14 @@ pub fn run(image: &Path, path: &str, budget: usize) -> Result<(), String> {
     let layout = fs.data_layout(s.ino).map_err(|e| super::err(image, path, e))?;
     println!("Data: {}", layout.kind);
     for r in layout.runs.iter().take(64) {
-        println!("  logical {:>10} .. {:<10} -> physical {:>12} .. {}{}", r.logical, r.logical + r.len - 1, r.physical, r.physical + r.len - 1, if r.uninit { "  (unwritten)" } else { "" });
+        println!(
+            "  logical {:>10} .. {:<10} -> physical {:>12} .. {}{}",
+            r.logical,
+            r.logical + r.len - 1,
+            r.physical,
+            r.physical + r.len - 1,
+            if r.uninit { "  (unwritten)" } else { "" }
+        );
     }
     if layout.runs.len() > 64 {
         println!("  ... {} more runs", layout.runs.len() - 64);

@@ -166,7 +166,11 @@ fn walk_indirect(
         return Ok(());
     }
     if !seen.insert(blk) {
-        return Err(Error::corrupt_msg(format!("indirect block {blk}"), "indirect map", "block referenced twice (cycle)"));
+        return Err(Error::corrupt_msg(
+            format!("indirect block {blk}"),
+            "indirect map",
+            "block referenced twice (cycle)",
+        ));
     }
     let buf = vol.buffer(blk)?;
     let per = vol.block_size / 4;
@@ -184,10 +188,16 @@ fn map_extents(ext: &[Extent], lblk: u64) -> Mapping {
     let i = ext.partition_point(|e| (e.block as u64 + e.length() as u64) <= lblk);
     match ext.get(i) {
         None => Mapping::Hole { len: u64::MAX },
-        Some(e) if (e.block as u64) > lblk => Mapping::Hole { len: e.block as u64 - lblk },
+        Some(e) if (e.block as u64) > lblk => Mapping::Hole {
+            len: e.block as u64 - lblk,
+        },
         Some(e) => {
             let d = lblk - e.block as u64;
-            Mapping::Mapped { pblk: e.start() + d, len: e.length() as u64 - d, uninit: e.is_uninit() }
+            Mapping::Mapped {
+                pblk: e.start() + d,
+                len: e.length() as u64 - d,
+                uninit: e.is_uninit(),
+            }
         }
     }
 }
@@ -208,7 +218,11 @@ fn map_indirect(vol: &Volume, root: &[u32; 15], lblk: u64) -> Result<Mapping> {
             len += 1;
             s += 1;
         }
-        return Ok(Mapping::Mapped { pblk: p, len, uninit: false });
+        return Ok(Mapping::Mapped {
+            pblk: p,
+            len,
+            uninit: false,
+        });
     }
     let depth = path.levels.len();
     for (lvl, &idx) in path.levels.iter().enumerate() {
@@ -217,7 +231,9 @@ fn map_indirect(vol: &Volume, root: &[u32; 15], lblk: u64) -> Result<Mapping> {
             let left = span - (lblk_offset_within(&path.levels[lvl..], vol.block_size));
             return Ok(Mapping::Hole { len: left.max(1) });
         }
-        let buf = vol.buffer(p).map_err(|e| super::volume::annotate(e, "indirect block"))?;
+        let buf = vol
+            .buffer(p)
+            .map_err(|e| super::volume::annotate(e, "indirect block"))?;
         let next = indirect::pointer(&buf.data, idx) as u64;
         if lvl + 1 == depth {
             if next == 0 {
@@ -230,7 +246,11 @@ fn map_indirect(vol: &Volume, root: &[u32; 15], lblk: u64) -> Result<Mapping> {
                 len += 1;
                 j += 1;
             }
-            return Ok(Mapping::Mapped { pblk: next, len, uninit: false });
+            return Ok(Mapping::Mapped {
+                pblk: next,
+                len,
+                uninit: false,
+            });
         }
         p = next;
     }
@@ -276,7 +296,11 @@ impl Volume {
         self.walk_node(&root, seed, &loc, &mut seen, &mut out)?;
         for w in out.windows(2) {
             if w[0].block as u64 + w[0].length() as u64 > w[1].block as u64 {
-                return Err(Error::corrupt_msg(&loc, "extent", format!("extents at {} and {} overlap", w[0].block, w[1].block)));
+                return Err(Error::corrupt_msg(
+                    &loc,
+                    "extent",
+                    format!("extents at {} and {} overlap", w[0].block, w[1].block),
+                ));
             }
         }
         Ok(out)
@@ -298,7 +322,12 @@ impl Volume {
                         return Err(Error::corrupt_msg(
                             loc,
                             "extent",
-                            format!("extent at logical {} maps blocks {}+{} outside the filesystem", e.block, e.start(), e.length()),
+                            format!(
+                                "extent at logical {} maps blocks {}+{} outside the filesystem",
+                                e.block,
+                                e.start(),
+                                e.length()
+                            ),
                         ));
                     }
                     out.push(*e);
@@ -308,7 +337,11 @@ impl Volume {
                 for idx in v {
                     let blk = idx.leaf();
                     if !seen.insert(blk) {
-                        return Err(Error::corrupt_msg(loc, "extent index", format!("node block {blk} referenced twice")));
+                        return Err(Error::corrupt_msg(
+                            loc,
+                            "extent index",
+                            format!("node block {blk} referenced twice"),
+                        ));
                     }
                     let buf = self.buffer(blk).map_err(|e| super::volume::annotate(e, loc))?;
                     let child = ExtentNode::parse(&buf.data)
@@ -317,7 +350,10 @@ impl Volume {
                         return Err(Error::corrupt_msg(
                             format!("{loc}, node block {blk}"),
                             "extent header",
-                            format!("depth {} under a node of depth {}", child.header.depth, node.header.depth),
+                            format!(
+                                "depth {} under a node of depth {}",
+                                child.header.depth, node.header.depth
+                            ),
                         ));
                     }
                     if let Some(s) = seed {

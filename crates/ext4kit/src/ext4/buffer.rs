@@ -27,7 +27,12 @@ pub struct Buffer {
 
 impl Buffer {
     fn new(block: u64, data: Box<[u8]>) -> Self {
-        Buffer { block, data, checked: OnceLock::new(), referenced: AtomicBool::new(true) }
+        Buffer {
+            block,
+            data,
+            checked: OnceLock::new(),
+            referenced: AtomicBool::new(true),
+        }
     }
 
     /// Run `check` the first time only; later calls return the stored verdict.

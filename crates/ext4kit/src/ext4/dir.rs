@@ -53,14 +53,21 @@ impl DirRef<'_> {
 impl Volume {
     /// How directory entries are encoded on this filesystem.
     pub fn dir_format(&self) -> DirFormat {
-        DirFormat { block_size: self.block_size, filetype: self.has_incompat(incompat::FILETYPE) }
+        DirFormat {
+            block_size: self.block_size,
+            filetype: self.has_incompat(incompat::FILETYPE),
+        }
     }
 
     /// Largest directory size we accept (the kernel's limit is 2 GiB
     /// without largedir; a larger i_size is corruption, and refusing it keeps
     /// scans of hostile images bounded).
     fn check_dir_size(&self, dir: DirRef<'_>) -> Result<()> {
-        let max = if self.has_incompat(incompat::LARGEDIR) { 1u64 << 40 } else { 1u64 << 32 };
+        let max = if self.has_incompat(incompat::LARGEDIR) {
+            1u64 << 40
+        } else {
+            1u64 << 32
+        };
         if dir.inode.size() > max.min(self.blocks_count * self.block_size as u64) {
             return Err(Error::corrupt_msg(
                 format!("directory inode {}", dir.ino),
@@ -75,7 +82,9 @@ impl Volume {
     pub(crate) fn dir_block_raw(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<Arc<Buffer>>> {
         self.count_dir_block();
         match dir.map.map(self, lblk)? {
-            Mapping::Mapped { pblk, uninit: false, .. } => self
+            Mapping::Mapped {
+                pblk, uninit: false, ..
+            } => self
                 .buffer(pblk)
                 .map(Some)
                 .map_err(|e| annotate(e, &format!("directory inode {} block {lblk}", dir.ino))),
@@ -85,11 +94,17 @@ impl Volume {
 
     /// Read logical block `lblk` of a directory as a leaf, checked once.
     pub(crate) fn dir_leaf(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<Arc<Buffer>>> {
-        let Some(buf) = self.dir_block_raw(dir, lblk)? else { return Ok(None) };
+        let Some(buf) = self.dir_block_raw(dir, lblk)? else {
+            return Ok(None);
+        };
         let fmt = self.dir_format();
         let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
-        buf.check_once(|d| dirent::check_block(d, fmt, seed))
-            .map_err(|e| Error::corrupt(format!("directory inode {} block {lblk} (disk block {})", dir.ino, buf.block), e))?;
+        buf.check_once(|d| dirent::check_block(d, fmt, seed)).map_err(|e| {
+            Error::corrupt(
+                format!("directory inode {} block {lblk} (disk block {})", dir.ino, buf.block),
+                e,
+            )
+        })?;
         Ok(Some(buf))
     }
 
@@ -119,7 +134,9 @@ impl Volume {
                         None => continue,
                     }
                 } else {
-                    let Some(raw) = self.dir_block_raw(dir, lblk)? else { continue };
+                    let Some(raw) = self.dir_block_raw(dir, lblk)? else {
+                        continue;
+                    };
                     if indexed && self.looks_like_dx_node(&raw.data) {
                         continue;
                     }
@@ -173,8 +190,15 @@ impl Volume {
     }
 
     /// Scan one leaf block for `name`.
-    pub(crate) fn search_leaf(&self, dir: DirRef<'_>, lblk: u64, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
-        let Some(buf) = self.dir_leaf(dir, lblk)? else { return Ok(None) };
+    pub(crate) fn search_leaf(
+        &self,
+        dir: DirRef<'_>,
+        lblk: u64,
+        name: &[u8],
+    ) -> Result<Option<(u32, Option<FileType>)>> {
+        let Some(buf) = self.dir_leaf(dir, lblk)? else {
+            return Ok(None);
+        };
         let fmt = self.dir_format();
         let hit = dirent::entries(&buf.data, fmt)
             .find(|e| e.inode != 0 && e.name == name)
@@ -187,14 +211,29 @@ impl Volume {
     fn read_inline_dir(&self, dir: DirRef<'_>, data: &[u8]) -> Result<Vec<DirEntry>> {
         let loc = || format!("inline directory inode {}", dir.ino);
         if data.len() < 4 {
-            return Err(Error::corrupt_msg(loc(), "inline directory", "shorter than its parent pointer"));
+            return Err(Error::corrupt_msg(
+                loc(),
+                "inline directory",
+                "shorter than its parent pointer",
+            ));
         }
         let parent = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
         let mut out = vec![
-            DirEntry { ino: dir.ino, name: b".".to_vec(), file_type: Some(FileType::Directory) },
-            DirEntry { ino: parent, name: b"..".to_vec(), file_type: Some(FileType::Directory) },
+            DirEntry {
+                ino: dir.ino,
+                name: b".".to_vec(),
+                file_type: Some(FileType::Directory),
+            },
+            DirEntry {
+                ino: parent,
+                name: b"..".to_vec(),
+                file_type: Some(FileType::Directory),
+            },
         ];
-        let fmt = DirFormat { block_size: self.block_size, filetype: self.has_incompat(incompat::FILETYPE) };
+        let fmt = DirFormat {
+            block_size: self.block_size,
+            filetype: self.has_incompat(incompat::FILETYPE),
+        };
         let ibody_end = data.len().min(60);
         for part in [&data[4..ibody_end], &data[ibody_end..]] {
             if part.is_empty() {
@@ -203,7 +242,11 @@ impl Volume {
             dirent::check_block(part, fmt, None).map_err(|e| Error::corrupt(loc(), e))?;
             for e in dirent::entries(part, fmt) {
                 if e.inode != 0 {
-                    out.push(DirEntry { ino: e.inode, name: e.name.to_vec(), file_type: FileType::from_dirent(e.file_type) });
+                    out.push(DirEntry {
+                        ino: e.inode,
+                        name: e.name.to_vec(),
+                        file_type: FileType::from_dirent(e.file_type),
+                    });
                 }
             }
         }

@@ -24,12 +24,21 @@ impl Volume {
     /// Block 0 of an indexed directory, validated as a dx root once.
     pub(crate) fn dx_root_block(&self, dir: DirRef<'_>) -> Result<Option<Arc<Buffer>>> {
         let Some(buf) = self.dir_block_raw(dir, 0)? else {
-            return Err(Error::corrupt_msg(format!("directory inode {}", dir.ino), "htree root", "block 0 is a hole"));
+            return Err(Error::corrupt_msg(
+                format!("directory inode {}", dir.ino),
+                "htree root",
+                "block 0 is a hole",
+            ));
         };
         let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
         let (bs, large) = (self.block_size, self.largedir());
         buf.check_once(|d| htree::parse_root(d, bs, large, seed).map(|_| ()))
-            .map_err(|e| Error::corrupt(format!("htree root of directory inode {} (disk block {})", dir.ino, buf.block), e))?;
+            .map_err(|e| {
+                Error::corrupt(
+                    format!("htree root of directory inode {} (disk block {})", dir.ino, buf.block),
+                    e,
+                )
+            })?;
         Ok(Some(buf))
     }
 
@@ -48,17 +57,27 @@ impl Volume {
     /// Lookup through the index.
     pub(crate) fn dx_lookup(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
         let loc = || format!("htree of directory inode {}", dir.ino);
-        let Some(rootbuf) = self.dx_root_block(dir)? else { return Ok(None) };
+        let Some(rootbuf) = self.dx_root_block(dir)? else {
+            return Ok(None);
+        };
         let root = htree::parse_root(&rootbuf.data, self.block_size, self.largedir(), None)
             .map_err(|e| Error::corrupt(loc(), e))?;
         let version = HashVersion::from_root(root.info.hash_version, self.unsigned_hash).ok_or_else(|| {
-            Error::corrupt_msg(loc(), "htree root", format!("unknown hash version {}", root.info.hash_version))
+            Error::corrupt_msg(
+                loc(),
+                "htree root",
+                format!("unknown hash version {}", root.info.hash_version),
+            )
         })?;
         let (hash, _minor) = dx_hash(name, version, &self.hash_seed);
         let nblocks = dir.nblocks(self);
         let check_blk = |b: u32| -> Result<u64> {
             if (b as u64) >= nblocks || b == 0 {
-                Err(Error::corrupt_msg(loc(), "htree entry", format!("points at block {b} of a {nblocks}-block directory")))
+                Err(Error::corrupt_msg(
+                    loc(),
+                    "htree entry",
+                    format!("points at block {b} of a {nblocks}-block directory"),
+                ))
             } else {
                 Ok(b as u64)
             }
@@ -68,7 +87,10 @@ impl Volume {
         let i = root.index.find(hash);
         path.push((root.index, i));
         for _ in 0..root.info.indirect_levels {
-            let (idx, at) = path.last().map(|(x, a)| (x, *a)).ok_or_else(|| Error::corrupt_msg(loc(), "htree", "empty path"))?;
+            let (idx, at) = path
+                .last()
+                .map(|(x, a)| (x, *a))
+                .ok_or_else(|| Error::corrupt_msg(loc(), "htree", "empty path"))?;
             let blk = check_blk(idx.entries[at].block)?;
             let node = self.dx_node(dir, blk)?;
             let j = node.find(hash);
@@ -76,14 +98,21 @@ impl Volume {
         }
         let mut visited = 0u64;
         loop {
-            let (idx, at) = path.last().map(|(x, a)| (x, *a)).ok_or_else(|| Error::corrupt_msg(loc(), "htree", "empty path"))?;
+            let (idx, at) = path
+                .last()
+                .map(|(x, a)| (x, *a))
+                .ok_or_else(|| Error::corrupt_msg(loc(), "htree", "empty path"))?;
             let leaf = check_blk(idx.entries[at].block)?;
             if let Some(hit) = self.search_leaf(dir, leaf, name)? {
                 return Ok(Some(hit));
             }
             visited += 1;
             if visited > nblocks {
-                return Err(Error::corrupt_msg(loc(), "htree", "collision chain longer than the directory"));
+                return Err(Error::corrupt_msg(
+                    loc(),
+                    "htree",
+                    "collision chain longer than the directory",
+                ));
             }
             if !self.dx_next_leaf(dir, &mut path, hash, root.info.indirect_levels as usize)? {
                 return Ok(None);
@@ -93,7 +122,13 @@ impl Volume {
 
     /// Advance `path` to the next leaf if its first hash continues `hash`
     /// (the kernel's `ext4_htree_next_block`).
-    fn dx_next_leaf(&self, dir: DirRef<'_>, path: &mut Vec<(DxIndex, usize)>, hash: u32, levels: usize) -> Result<bool> {
+    fn dx_next_leaf(
+        &self,
+        dir: DirRef<'_>,
+        path: &mut Vec<(DxIndex, usize)>,
+        hash: u32,
+        levels: usize,
+    ) -> Result<bool> {
         // Climb to the lowest level that has a next entry.
         let mut level = path.len();
         loop {
@@ -115,10 +150,17 @@ impl Volume {
         // Descend along the leftmost edge to the leaf level.
         path.truncate(level + 1);
         while path.len() < levels + 1 {
-            let (idx, at) = path.last().map(|(x, a)| (x, *a)).ok_or_else(|| Error::corrupt_msg("htree", "htree", "empty path"))?;
+            let (idx, at) = path
+                .last()
+                .map(|(x, a)| (x, *a))
+                .ok_or_else(|| Error::corrupt_msg("htree", "htree", "empty path"))?;
             let blk = idx.entries[at].block as u64;
             if blk == 0 || blk >= dir.nblocks(self) {
-                return Err(Error::corrupt_msg(format!("htree of directory inode {}", dir.ino), "htree entry", format!("points at block {blk}")));
+                return Err(Error::corrupt_msg(
+                    format!("htree of directory inode {}", dir.ino),
+                    "htree entry",
+                    format!("points at block {blk}"),
+                ));
             }
             let node = self.dx_node(dir, blk)?;
             path.push((node, 0));

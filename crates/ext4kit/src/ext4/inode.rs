@@ -5,9 +5,9 @@
 //! filesystems a group flagged INODE_UNINIT, or an index beyond
 //! `bg_itable_unused`, holds no valid inode: the table may be garbage.
 
+use ext4kit_format::features::ro_compat;
 use ext4kit_format::group_desc::BG_INODE_UNINIT;
 use ext4kit_format::inode::Inode;
-use ext4kit_format::features::ro_compat;
 
 use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
@@ -28,11 +28,14 @@ impl Volume {
         let idx = ino - 1;
         let g = (idx / self.inodes_per_group) as usize;
         let i = idx % self.inodes_per_group;
-        let group = self
-            .groups
-            .get(g)
-            .ok_or_else(|| Error::corrupt_msg(format!("inode {ino}"), "inode number", format!("group {g} does not exist")))?;
-        let gd = group.desc.read().clone();
+        let group = self.groups.get(g).ok_or_else(|| {
+            Error::corrupt_msg(
+                format!("inode {ino}"),
+                "inode number",
+                format!("group {g} does not exist"),
+            )
+        })?;
+        let gd = *group.desc.read();
         if self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM)
             && (gd.flags & BG_INODE_UNINIT != 0 || i >= self.inodes_per_group.saturating_sub(gd.itable_unused()))
         {
@@ -44,8 +47,12 @@ impl Volume {
         let off = i as u64 * self.inode_size as u64;
         let blk = gd.inode_table() + off / self.block_size as u64;
         let within = (off % self.block_size as u64) as usize;
-        let buf = self.buffer(blk).map_err(|e| super::volume::annotate(e, &format!("inode table of group {g}")))?;
-        self.stats.inode_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let buf = self
+            .buffer(blk)
+            .map_err(|e| super::volume::annotate(e, &format!("inode table of group {g}")))?;
+        self.stats
+            .inode_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Inode::parse(&buf.data[within..within + self.inode_size], ino, self.csum_seed)
             .map_err(|e| Error::corrupt(format!("inode {ino} (block {blk})"), e))
     }

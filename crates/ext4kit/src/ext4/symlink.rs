@@ -16,7 +16,11 @@ impl Volume {
             return false;
         }
         let huge = self.has_ro_compat(ext4kit_format::features::ro_compat::HUGE_FILE);
-        let ea_blocks = if inode.file_acl() != 0 { (self.block_size / 512) as u64 } else { 0 };
+        let ea_blocks = if inode.file_acl() != 0 {
+            (self.block_size / 512) as u64
+        } else {
+            0
+        };
         inode.blocks_512(huge, self.block_size as u32) <= ea_blocks && inode.size() < 60
     }
 
@@ -25,18 +29,28 @@ impl Volume {
         let size = inode.size();
         let loc = || format!("symlink inode {ino}");
         if size > self.block_size as u64 || size > 4096 * 16 {
-            return Err(Error::corrupt_msg(loc(), "symlink", format!("target length {size} too long")));
+            return Err(Error::corrupt_msg(
+                loc(),
+                "symlink",
+                format!("target length {size} too long"),
+            ));
         }
         let size = size as usize;
         match map {
             BlockMap::None => Ok(inode.base.block[..size.min(60)].to_vec()),
             BlockMap::Inline(d) => Ok(d[..size.min(d.len())].to_vec()),
             _ => match map.map(self, 0)? {
-                Mapping::Mapped { pblk, uninit: false, .. } => {
+                Mapping::Mapped {
+                    pblk, uninit: false, ..
+                } => {
                     let b = self.buffer(pblk)?;
                     Ok(b.data[..size].to_vec())
                 }
-                _ => Err(Error::corrupt_msg(loc(), "symlink", "slow symlink without a data block")),
+                _ => Err(Error::corrupt_msg(
+                    loc(),
+                    "symlink",
+                    "slow symlink without a data block",
+                )),
             },
         }
     }

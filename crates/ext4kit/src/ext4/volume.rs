@@ -29,7 +29,10 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { read_only: true, cache_budget: 256 << 20 }
+        OpenOptions {
+            read_only: true,
+            cache_budget: 256 << 20,
+        }
     }
 }
 
@@ -96,7 +99,10 @@ pub struct Volume {
 
 impl std::fmt::Debug for Volume {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Volume").field("block_size", &self.block_size).field("groups", &self.groups.len()).finish()
+        f.debug_struct("Volume")
+            .field("block_size", &self.block_size)
+            .field("groups", &self.groups.len())
+            .finish()
     }
 }
 
@@ -118,7 +124,10 @@ impl Volume {
             }
             OpenMode::ReadOnly(names) => {
                 if !read_only {
-                    warnings.push(format!("opened read-only: unsupported read-only-compatible feature(s) {}", names.join(", ")));
+                    warnings.push(format!(
+                        "opened read-only: unsupported read-only-compatible feature(s) {}",
+                        names.join(", ")
+                    ));
                 }
                 read_only = true;
             }
@@ -143,7 +152,11 @@ impl Volume {
         }
         let ngroups = sb.group_count();
         if ngroups > u32::MAX as u64 || ngroups.saturating_mul(sb.desc_size() as u64) > (1 << 30) {
-            return Err(Error::corrupt_msg("superblock", "superblock", format!("{ngroups} groups is impossible")));
+            return Err(Error::corrupt_msg(
+                "superblock",
+                "superblock",
+                format!("{ngroups} groups is impossible"),
+            ));
         }
         let csum_seed = sb.metadata_csum().then(|| sb.csum_seed());
         let mut vol = Volume {
@@ -205,7 +218,11 @@ impl Volume {
                 let raw = &buf[i * dsz..(i + 1) * dsz];
                 let gd = GroupDesc::parse(raw, dsz, g as u32, csum)
                     .map_err(|e| Error::corrupt(format!("group descriptor {g} (block {blk})"), e))?;
-                for (what, at) in [("block bitmap", gd.block_bitmap()), ("inode bitmap", gd.inode_bitmap()), ("inode table", gd.inode_table())] {
+                for (what, at) in [
+                    ("block bitmap", gd.block_bitmap()),
+                    ("inode bitmap", gd.inode_bitmap()),
+                    ("inode table", gd.inode_table()),
+                ] {
                     if at >= self.blocks_count || at < self.first_data_block {
                         return Err(Error::corrupt_msg(
                             format!("group descriptor {g}"),
@@ -233,7 +250,10 @@ impl Volume {
             return Err(Error::corrupt_msg(
                 format!("block {block}"),
                 "block map",
-                format!("block {block}+{n} outside the filesystem ({} blocks)", self.blocks_count),
+                format!(
+                    "block {block}+{n} outside the filesystem ({} blocks)",
+                    self.blocks_count
+                ),
             ));
         }
         self.dev
@@ -247,7 +267,10 @@ impl Volume {
             return Err(Error::corrupt_msg(
                 format!("block {block}"),
                 "block pointer",
-                format!("metadata block {block} outside the filesystem ({} blocks)", self.blocks_count),
+                format!(
+                    "metadata block {block} outside the filesystem ({} blocks)",
+                    self.blocks_count
+                ),
             ));
         }
         self.bcache.get(block, |d| self.read_raw(block, d))
@@ -288,9 +311,14 @@ impl Volume {
 /// Add location context to an error that lacks it.
 pub(crate) fn annotate(e: Error, what: &str) -> Error {
     match e {
-        Error::Io { context, source } => Error::Io { context: format!("{context} ({what})"), source },
-        Error::Corrupt { location, source } => Error::Corrupt { location: format!("{location} ({what})"), source },
+        Error::Io { context, source } => Error::Io {
+            context: format!("{context} ({what})"),
+            source,
+        },
+        Error::Corrupt { location, source } => Error::Corrupt {
+            location: format!("{location} ({what})"),
+            source,
+        },
         other => other,
     }
 }
-

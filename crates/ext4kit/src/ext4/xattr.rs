@@ -28,7 +28,9 @@ impl Volume {
             .map_err(|e| Error::corrupt(format!("in-inode xattrs of inode {ino}"), e))?;
         let blk = inode.file_acl();
         if blk != 0 {
-            let buf = self.buffer(blk).map_err(|e| annotate(e, &format!("xattr block of inode {ino}")))?;
+            let buf = self
+                .buffer(blk)
+                .map_err(|e| annotate(e, &format!("xattr block of inode {ino}")))?;
             let seed = self.csum_seed;
             let (_hdr, entries) = xattr::parse_block(&buf.data, blk, seed)
                 .map_err(|e| Error::corrupt(format!("xattr block {blk} of inode {ino}"), e))?;
@@ -52,8 +54,7 @@ impl Volume {
                 continue;
             }
             let value = if e.name_index == IDX_ACL_ACCESS || e.name_index == IDX_ACL_DEFAULT {
-                xattr::acl_disk_to_xattr(&e.value)
-                    .map_err(|err| Error::corrupt(format!("ACL of inode {ino}"), err))?
+                xattr::acl_disk_to_xattr(&e.value).map_err(|err| Error::corrupt(format!("ACL of inode {ino}"), err))?
             } else {
                 e.value.clone()
             };

@@ -183,7 +183,10 @@ impl Dcache {
     /// are evicted meanwhile — which is what lets a walk hold intermediate
     /// dentries without references.
     pub fn pin(&self) -> DcacheGuard<'_> {
-        DcacheGuard { c: self, m: self.map.pin() }
+        DcacheGuard {
+            c: self,
+            m: self.map.pin(),
+        }
     }
 
     /// Run `f` on the cached dentry for `name` in `dir_ino`, without taking
@@ -285,7 +288,11 @@ mod tests {
             std::thread::spawn(move || {
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let (p, n) = if i % 2 == 0 { (&y, &b"g"[..]) } else { (&x, &b"f"[..]) };
+                    let (p, n) = if i.is_multiple_of(2) {
+                        (&y, &b"g"[..])
+                    } else {
+                        (&x, &b"f"[..])
+                    };
                     c.move_dentry(&f, p, n);
                     i += 1;
                 }
@@ -298,7 +305,11 @@ mod tests {
                 std::thread::spawn(move || {
                     for _ in 0..20_000 {
                         let p = c.d_path(&f);
-                        assert!(p == b"/x/f" || p == b"/y/g", "torn path {:?}", String::from_utf8_lossy(&p));
+                        assert!(
+                            p == b"/x/f" || p == b"/y/g",
+                            "torn path {:?}",
+                            String::from_utf8_lossy(&p)
+                        );
                     }
                 })
             })

@@ -53,7 +53,12 @@ pub struct Process {
 impl Process {
     /// A new process with an empty, unshared table.
     pub fn new(fs: Arc<Fs>) -> Self {
-        Process { fs, table: Table::Unshared(Vec::new()), max_fds: DEFAULT_MAX_FDS, _not_sync: Default::default() }
+        Process {
+            fs,
+            table: Table::Unshared(Vec::new()),
+            max_fds: DEFAULT_MAX_FDS,
+            _not_sync: Default::default(),
+        }
     }
 
     /// Limit the number of open descriptors (EMFILE beyond).
@@ -84,10 +89,21 @@ impl Process {
                 }
             }
             let next = files.len() as i32 + free.len() as i32;
-            self.table = Table::Shared(Arc::new(SharedTable { files, alloc: Mutex::new(free), next: AtomicI32::new(next) }));
+            self.table = Table::Shared(Arc::new(SharedTable {
+                files,
+                alloc: Mutex::new(free),
+                next: AtomicI32::new(next),
+            }));
         }
-        let Table::Shared(t) = &self.table else { unreachable!("table was just made shared") };
-        Process { fs: self.fs.clone(), table: Table::Shared(t.clone()), max_fds: self.max_fds, _not_sync: Default::default() }
+        let Table::Shared(t) = &self.table else {
+            unreachable!("table was just made shared")
+        };
+        Process {
+            fs: self.fs.clone(),
+            table: Table::Shared(t.clone()),
+            max_fds: self.max_fds,
+            _not_sync: Default::default(),
+        }
     }
 
     /// Whether the table is shared.

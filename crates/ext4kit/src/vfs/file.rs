@@ -53,7 +53,12 @@ pub struct File {
 
 impl File {
     pub(crate) fn new(inode: Arc<CachedInode>, dentry: Option<Arc<Dentry>>, flags: OpenFlags) -> Self {
-        File { inode, dentry, pos: AtomicU64::new(0), flags }
+        File {
+            inode,
+            dentry,
+            pos: AtomicU64::new(0),
+            flags,
+        }
     }
 
     /// The current position.
@@ -92,13 +97,15 @@ impl File {
             Whence::Cur => {
                 // Lock-free read-modify-write of the position only.
                 let mut err = None;
-                let r = self.pos.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| match to_pos(cur) {
-                    Ok(p) => Some(p),
-                    Err(e) => {
-                        err = Some(e);
-                        None
-                    }
-                });
+                let r = self
+                    .pos
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| match to_pos(cur) {
+                        Ok(p) => Some(p),
+                        Err(e) => {
+                            err = Some(e);
+                            None
+                        }
+                    });
                 return match r {
                     Ok(prev) => to_pos(prev),
                     Err(_) => Err(err.unwrap_or_else(einval)),

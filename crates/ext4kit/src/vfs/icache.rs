@@ -40,7 +40,11 @@ pub struct CachedInode {
 impl CachedInode {
     fn new(ino: u32, inode: Inode) -> Result<Self> {
         let ftype = inode.file_type().ok_or_else(|| {
-            Error::corrupt_msg(format!("inode {ino}"), "inode", format!("invalid file type in mode {:#o}", inode.base.mode))
+            Error::corrupt_msg(
+                format!("inode {ino}"),
+                "inode",
+                format!("invalid file type in mode {:#o}", inode.base.mode),
+            )
         })?;
         Ok(CachedInode {
             ino,
@@ -80,7 +84,11 @@ pub struct Icache {
 impl Icache {
     /// A cache of about `limit` inodes (more while they are in use).
     pub fn new(limit: usize, pages: Arc<PageBudget>) -> Self {
-        Icache { map: papaya::HashMap::new(), limit: limit.max(64), pages }
+        Icache {
+            map: papaya::HashMap::new(),
+            limit: limit.max(64),
+            pages,
+        }
     }
 
     /// The in-memory inode `ino`, reading it from disk on a miss.
@@ -94,7 +102,11 @@ impl Icache {
         }
         let inode = vol.read_inode(ino)?;
         if inode.base.links_count == 0 && inode.base.mode == 0 {
-            return Err(Error::corrupt_msg(format!("inode {ino}"), "inode", "a directory entry points at a free inode"));
+            return Err(Error::corrupt_msg(
+                format!("inode {ino}"),
+                "inode",
+                "a directory entry points at a free inode",
+            ));
         }
         let fresh = Arc::new(CachedInode::new(ino, inode)?);
         let m = self.map.pin();

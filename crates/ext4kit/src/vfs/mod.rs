@@ -98,7 +98,11 @@ impl Fs {
         let vol = Volume::open(dev, opts)?;
         let root = vol.read_inode(ROOT_INO)?;
         if root.file_type() != Some(FileType::Directory) {
-            return Err(Error::corrupt_msg("inode 2", "inode", "the root inode is not a directory"));
+            return Err(Error::corrupt_msg(
+                "inode 2",
+                "inode",
+                "the root inode is not a directory",
+            ));
         }
         let budget = opts.cache_budget;
         let block_size = vol.block_size;
@@ -140,7 +144,10 @@ impl Fs {
         let d = self.resolve(path, !flags.nofollow)?;
         let inode = self.inode(d.ino)?;
         if flags.nofollow && inode.ftype == FileType::Symlink {
-            return Err(Error::posix(Errno::ELOOP, format!("{}: is a symbolic link (O_NOFOLLOW)", show(path))));
+            return Err(Error::posix(
+                Errno::ELOOP,
+                format!("{}: is a symbolic link (O_NOFOLLOW)", show(path)),
+            ));
         }
         if flags.directory && inode.ftype != FileType::Directory {
             return Err(Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))));
@@ -181,7 +188,9 @@ impl Fs {
     pub fn read_dir(&self, path: &[u8]) -> Result<Vec<DirEntry>> {
         let d = self.resolve(path, true)?;
         self.read_dir_ino(d.ino).map_err(|e| match e {
-            Error::Posix { errno: Errno::ENOTDIR, .. } => Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))),
+            Error::Posix {
+                errno: Errno::ENOTDIR, ..
+            } => Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))),
             e => e,
         })
     }
@@ -194,7 +203,11 @@ impl Fs {
         }
         let map = dir.block_map(&self.vol)?;
         let inode = dir.disk.read().clone();
-        let mut v = self.vol.read_dir(DirRef { ino, inode: &inode, map: &map })?;
+        let mut v = self.vol.read_dir(DirRef {
+            ino,
+            inode: &inode,
+            map: &map,
+        })?;
         // Entries without a type (no `filetype` feature) get it from the inode.
         for e in v.iter_mut().filter(|e| e.file_type.is_none()) {
             e.file_type = Some(self.inode(e.ino)?.ftype);
@@ -205,15 +218,23 @@ impl Fs {
     /// Target of the symlink at `path`.
     pub fn read_link(&self, path: &[u8]) -> Result<Vec<u8>> {
         let d = self.resolve(path, false)?;
-        self.read_link_ino(d.ino)
-            .map_err(|e| if e.errno() == Errno::EINVAL { Error::posix(Errno::EINVAL, format!("{}: not a symbolic link", show(path))) } else { e })
+        self.read_link_ino(d.ino).map_err(|e| {
+            if e.errno() == Errno::EINVAL {
+                Error::posix(Errno::EINVAL, format!("{}: not a symbolic link", show(path)))
+            } else {
+                e
+            }
+        })
     }
 
     /// Target of symlink inode `ino`.
     pub fn read_link_ino(&self, ino: u32) -> Result<Vec<u8>> {
         let i = self.inode(ino)?;
         if i.ftype != FileType::Symlink {
-            return Err(Error::posix(Errno::EINVAL, format!("inode {ino} is not a symbolic link")));
+            return Err(Error::posix(
+                Errno::EINVAL,
+                format!("inode {ino} is not a symbolic link"),
+            ));
         }
         let map = i.block_map(&self.vol)?;
         let disk = i.disk.read();
@@ -252,7 +273,12 @@ impl Fs {
                 kind: "extent tree",
                 runs: ext
                     .iter()
-                    .map(|e| Run { logical: e.block as u64, physical: e.start(), len: e.length() as u64, uninit: e.is_uninit() })
+                    .map(|e| Run {
+                        logical: e.block as u64,
+                        physical: e.start(),
+                        len: e.length() as u64,
+                        uninit: e.is_uninit(),
+                    })
                     .collect(),
             },
             BlockMap::Indirect(_) => DataLayout {
@@ -260,11 +286,22 @@ impl Fs {
                 runs: map
                     .runs(&self.vol, nblocks)?
                     .into_iter()
-                    .map(|(l, p, n)| Run { logical: l, physical: p, len: n, uninit: false })
+                    .map(|(l, p, n)| Run {
+                        logical: l,
+                        physical: p,
+                        len: n,
+                        uninit: false,
+                    })
                     .collect(),
             },
-            BlockMap::Inline(_) => DataLayout { kind: "inline data", runs: vec![] },
-            BlockMap::None => DataLayout { kind: "none", runs: vec![] },
+            BlockMap::Inline(_) => DataLayout {
+                kind: "inline data",
+                runs: vec![],
+            },
+            BlockMap::None => DataLayout {
+                kind: "none",
+                runs: vec![],
+            },
         })
     }
 
@@ -278,8 +315,18 @@ impl Fs {
     pub fn read_at(&self, inode: &CachedInode, off: u64, buf: &mut [u8]) -> Result<usize> {
         match inode.ftype {
             FileType::Regular => {}
-            FileType::Directory => return Err(Error::posix(Errno::EISDIR, format!("inode {} is a directory", inode.ino))),
-            _ => return Err(Error::posix(Errno::EINVAL, format!("inode {} is not a regular file", inode.ino))),
+            FileType::Directory => {
+                return Err(Error::posix(
+                    Errno::EISDIR,
+                    format!("inode {} is a directory", inode.ino),
+                ))
+            }
+            _ => {
+                return Err(Error::posix(
+                    Errno::EINVAL,
+                    format!("inode {} is not a regular file", inode.ino),
+                ))
+            }
         }
         let size = inode.size();
         if off >= size || buf.is_empty() {
@@ -353,7 +400,12 @@ impl Fs {
     /// SEEK_DATA / SEEK_HOLE from `off`.
     pub(crate) fn seek_data_hole(&self, inode: &CachedInode, off: u64, data: bool) -> Result<u64> {
         let size = inode.size();
-        let enxio = || Error::posix(Errno::ENXIO, format!("offset {off} is past the end of inode {}", inode.ino));
+        let enxio = || {
+            Error::posix(
+                Errno::ENXIO,
+                format!("offset {off} is past the end of inode {}", inode.ino),
+            )
+        };
         if off >= size {
             return Err(enxio());
         }

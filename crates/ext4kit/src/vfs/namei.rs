@@ -34,7 +34,10 @@ impl Fs {
     /// dentry is cloned for the caller.
     pub fn resolve(&self, path: &[u8], follow: bool) -> Result<Arc<Dentry>> {
         if path.len() >= PATH_MAX {
-            return Err(Error::posix(Errno::ENAMETOOLONG, format!("{}: path too long", show(path))));
+            return Err(Error::posix(
+                Errno::ENAMETOOLONG,
+                format!("{}: path too long", show(path)),
+            ));
         }
         let g = self.dcache.pin();
         let root = self.dcache.root();
@@ -61,7 +64,10 @@ impl Fs {
                 continue;
             }
             if comp.len() > NAME_MAX {
-                return Err(Error::posix(Errno::ENAMETOOLONG, format!("{}: name too long", show(path))));
+                return Err(Error::posix(
+                    Errno::ENAMETOOLONG,
+                    format!("{}: name too long", show(path)),
+                ));
             }
             let next = match g.get(cur.ino, &comp) {
                 Some(d) => d,
@@ -77,12 +83,18 @@ impl Fs {
                 }
             };
             if !next.is_positive() {
-                return Err(Error::posix(Errno::ENOENT, format!("{}: no such file or directory", show(path))));
+                return Err(Error::posix(
+                    Errno::ENOENT,
+                    format!("{}: no such file or directory", show(path)),
+                ));
             }
             if next.ftype == Some(FileType::Symlink) && (!last || follow) {
                 links += 1;
                 if links > MAX_SYMLINKS {
-                    return Err(Error::posix(Errno::ELOOP, format!("{}: too many levels of symbolic links", show(path))));
+                    return Err(Error::posix(
+                        Errno::ELOOP,
+                        format!("{}: too many levels of symbolic links", show(path)),
+                    ));
                 }
                 let target = self.read_link_ino(next.ino)?;
                 if target.is_empty() {
@@ -105,16 +117,29 @@ impl Fs {
     pub(crate) fn lookup_disk(&self, dir_ino: u32, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
         let dir = self.icache.get(&self.vol, dir_ino)?;
         if dir.ftype != FileType::Directory {
-            return Err(Error::posix(Errno::ENOTDIR, format!("inode {dir_ino} is not a directory")));
+            return Err(Error::posix(
+                Errno::ENOTDIR,
+                format!("inode {dir_ino} is not a directory"),
+            ));
         }
         let map = dir.block_map(&self.vol)?;
         let inode = dir.disk.read().clone();
-        self.vol.lookup(crate::ext4::DirRef { ino: dir_ino, inode: &inode, map: &map }, name)
+        self.vol.lookup(
+            crate::ext4::DirRef {
+                ino: dir_ino,
+                inode: &inode,
+                map: &map,
+            },
+            name,
+        )
     }
 }
 
 fn split(path: &[u8]) -> Vec<Vec<u8>> {
-    path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(|c| c.to_vec()).collect()
+    path.split(|&b| b == b'/')
+        .filter(|c| !c.is_empty())
+        .map(|c| c.to_vec())
+        .collect()
 }
 
 /// Paths in messages: lossy UTF-8.

@@ -25,7 +25,10 @@ pub struct Page {
 impl Page {
     /// A page holding `data`.
     pub fn new(data: Box<[u8]>) -> Self {
-        Page { data, referenced: AtomicBool::new(true) }
+        Page {
+            data,
+            referenced: AtomicBool::new(true),
+        }
     }
 }
 
@@ -85,7 +88,11 @@ pub struct PageBudget {
 impl PageBudget {
     /// A budget of `limit` bytes of `page_size`-byte pages.
     pub fn new(limit: usize, page_size: usize) -> Self {
-        PageBudget { bytes: AtomicUsize::new(0), limit: limit.max(page_size * 64), page_size }
+        PageBudget {
+            bytes: AtomicUsize::new(0),
+            limit: limit.max(page_size * 64),
+            page_size,
+        }
     }
 
     /// Account for `n` new pages; true when the budget is now exceeded.

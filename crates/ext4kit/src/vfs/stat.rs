@@ -46,7 +46,11 @@ pub struct Stat {
 impl Stat {
     pub(crate) fn from_inode(vol: &Volume, ino: u32, i: &Inode) -> Stat {
         let ftype = i.file_type().unwrap_or(FileType::Regular);
-        let rdev = if matches!(ftype, FileType::CharDevice | FileType::BlockDevice) { i.device() } else { (0, 0) };
+        let rdev = if matches!(ftype, FileType::CharDevice | FileType::BlockDevice) {
+            i.device()
+        } else {
+            (0, 0)
+        };
         Stat {
             ino,
             ftype,
