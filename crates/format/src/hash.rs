@@ -78,10 +78,7 @@ impl HashVersion {
             1 => HashAlg::HalfMd4,
             _ => HashAlg::Tea,
         };
-        (v <= DX_HASH_TEA_UNSIGNED).then_some(HashVersion {
-            alg,
-            unsigned: v >= 3,
-        })
+        (v <= DX_HASH_TEA_UNSIGNED).then_some(HashVersion { alg, unsigned: v >= 3 })
     }
 
     /// Encode as the 0..=5 numbering of `s_def_hash_version`.
@@ -188,10 +185,7 @@ fn half_md4_transform(buf: &mut [u32; 4], inp: &[u32; 8]) {
     let [mut a, mut b, mut c, mut d] = *buf;
     macro_rules! round {
         ($f:expr, $a:ident, $b:ident, $c:ident, $d:ident, $x:expr, $s:expr) => {
-            $a = $a
-                .wrapping_add($f($b, $c, $d))
-                .wrapping_add($x)
-                .rotate_left($s)
+            $a = $a.wrapping_add($f($b, $c, $d)).wrapping_add($x).rotate_left($s)
         };
     }
     round!(f, a, b, c, d, inp[0].wrapping_add(K1), 3);
@@ -235,12 +229,8 @@ fn tea_transform(buf: &mut [u32; 4], inp: &[u32; 4]) {
     let mut sum = 0u32;
     for _ in 0..16 {
         sum = sum.wrapping_add(DELTA);
-        b0 = b0.wrapping_add(
-            (b1 << 4).wrapping_add(a) ^ b1.wrapping_add(sum) ^ (b1 >> 5).wrapping_add(b),
-        );
-        b1 = b1.wrapping_add(
-            (b0 << 4).wrapping_add(c) ^ b0.wrapping_add(sum) ^ (b0 >> 5).wrapping_add(d),
-        );
+        b0 = b0.wrapping_add((b1 << 4).wrapping_add(a) ^ b1.wrapping_add(sum) ^ (b1 >> 5).wrapping_add(b));
+        b1 = b1.wrapping_add((b0 << 4).wrapping_add(c) ^ b0.wrapping_add(sum) ^ (b0 >> 5).wrapping_add(d));
     }
     buf[0] = buf[0].wrapping_add(b0);
     buf[1] = buf[1].wrapping_add(b1);
@@ -351,8 +341,7 @@ mod tests {
     /// Seed given to debugfs as `-s a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90`;
     /// debugfs (like the superblock) reads the 16 UUID bytes as 4 le32 words.
     const SEED_UUID: [u8; 16] = [
-        0xa1, 0xb2, 0xc3, 0xd4, 0xe5, 0xf6, 0x07, 0x18, 0x29, 0x3a, 0x4b, 0x5c, 0x6d, 0x7e, 0x8f,
-        0x90,
+        0xa1, 0xb2, 0xc3, 0xd4, 0xe5, 0xf6, 0x07, 0x18, 0x29, 0x3a, 0x4b, 0x5c, 0x6d, 0x7e, 0x8f, 0x90,
     ];
 
     /// Per name: (hash_version, seeded, major, minor) as printed by
@@ -404,11 +393,7 @@ mod tests {
             for &(v, seeded, major, minor) in rows.iter() {
                 let s = if seeded { seed } else { [0; 4] };
                 let got = dx_hash(name, HashVersion::from_disk(v).unwrap(), &s);
-                assert_eq!(
-                    got,
-                    (major, minor),
-                    "name {name:x?} version {v} seeded {seeded}"
-                );
+                assert_eq!(got, (major, minor), "name {name:x?} version {v} seeded {seeded}");
                 n += 1;
             }
         }
@@ -418,19 +403,10 @@ mod tests {
     #[test]
     fn signedness_matters_only_for_high_bytes() {
         for alg in [HashAlg::Legacy, HashAlg::HalfMd4, HashAlg::Tea] {
-            let s = HashVersion {
-                alg,
-                unsigned: false,
-            };
-            let u = HashVersion {
-                alg,
-                unsigned: true,
-            };
+            let s = HashVersion { alg, unsigned: false };
+            let u = HashVersion { alg, unsigned: true };
             assert_eq!(dx_hash(b"plain", s, &[0; 4]), dx_hash(b"plain", u, &[0; 4]));
-            assert_ne!(
-                dx_hash(b"caf\xc3\xa9", s, &[0; 4]),
-                dx_hash(b"caf\xc3\xa9", u, &[0; 4])
-            );
+            assert_ne!(dx_hash(b"caf\xc3\xa9", s, &[0; 4]), dx_hash(b"caf\xc3\xa9", u, &[0; 4]));
         }
     }
 

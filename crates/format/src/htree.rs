@@ -153,10 +153,7 @@ fn check_block_size(s: &'static str, buf: &[u8], block_size: usize) -> Result<()
     if buf.len() != block_size {
         return Err(corrupt(
             s,
-            format!(
-                "buffer of {} bytes for a {block_size}-byte block",
-                buf.len()
-            ),
+            format!("buffer of {} bytes for a {block_size}-byte block", buf.len()),
         ));
     }
     Ok(())
@@ -230,10 +227,7 @@ fn parse_index(s: &'static str, buf: &[u8], off: usize, csum_seed: Option<u32>) 
         }
     }
     if let Some(i) = entries.iter().position(|e| e.block == 0) {
-        return Err(corrupt(
-            s,
-            format!("entry {i} points back at block 0 (the root)"),
-        ));
+        return Err(corrupt(s, format!("entry {i} points back at block 0 (the root)")));
     }
     Ok(DxIndex {
         limit,
@@ -258,12 +252,7 @@ fn parse_index(s: &'static str, buf: &[u8], off: usize, csum_seed: Option<u32>) 
 /// plain or the checksum-tail geometry, so a caller can re-decode a block it
 /// verified earlier (or read a `metadata_csum` image while ignoring
 /// checksums). With `Some`, only the tail geometry is accepted.
-pub fn parse_root(
-    buf: &[u8],
-    block_size: usize,
-    largedir: bool,
-    csum_seed: Option<u32>,
-) -> Result<DxRoot> {
+pub fn parse_root(buf: &[u8], block_size: usize, largedir: bool, csum_seed: Option<u32>) -> Result<DxRoot> {
     const S: &str = "htree root";
     check_block_size(S, buf, block_size)?;
     let dot_len = rec_len_from_disk(le16(buf, 4), block_size);
@@ -284,10 +273,7 @@ pub fn parse_root(
         unused_flags: buf[ROOT_INFO_OFFSET + 7],
     };
     if !matches!(info.hash_version, 0 | 1 | 2 | 6) {
-        return Err(corrupt(
-            S,
-            format!("unknown hash version {}", info.hash_version),
-        ));
+        return Err(corrupt(S, format!("unknown hash version {}", info.hash_version)));
     }
     if info.info_length != ROOT_INFO_LEN {
         return Err(corrupt(
@@ -296,10 +282,7 @@ pub fn parse_root(
         ));
     }
     if info.unused_flags & HASH_FLAG_INCOMPAT != 0 {
-        return Err(corrupt(
-            S,
-            format!("unsupported hash flags {:#04x}", info.unused_flags),
-        ));
+        return Err(corrupt(S, format!("unsupported hash flags {:#04x}", info.unused_flags)));
     }
     let max = if largedir {
         HTREE_LEVEL_LARGEDIR
@@ -332,10 +315,7 @@ pub fn parse_node(buf: &[u8], block_size: usize, csum_seed: Option<u32>) -> Resu
     const S: &str = "htree node";
     check_block_size(S, buf, block_size)?;
     if le32(buf, 0) != 0 || rec_len_from_disk(le16(buf, 4), block_size) != block_size {
-        return Err(corrupt(
-            S,
-            "fake record is not an unused entry spanning the block",
-        ));
+        return Err(corrupt(S, "fake record is not an unused entry spanning the block"));
     }
     parse_index(S, buf, NODE_COUNT_OFFSET, csum_seed)
 }
@@ -388,10 +368,7 @@ pub fn write_index(buf: &mut [u8], index: &DxIndex, csum_seed: Option<u32>) -> R
     }
     let n = index.entries.len();
     if n == 0 || n > index.limit as usize {
-        return Err(corrupt(
-            S,
-            format!("{n} entries outside 1..={}", index.limit),
-        ));
+        return Err(corrupt(S, format!("{n} entries outside 1..={}", index.limit)));
     }
     put16(buf, off, index.limit);
     put16(buf, off + 2, n as u16);
@@ -415,12 +392,7 @@ pub fn write_index(buf: &mut [u8], index: &DxIndex, csum_seed: Option<u32>) -> R
 /// (placed at [`ROOT_COUNT_OFFSET`] whatever `root.index.count_offset`
 /// says). Bytes past the used entries are left as they are; pass a zeroed
 /// buffer for a fresh block.
-pub fn write_root(
-    buf: &mut [u8],
-    root: &DxRoot,
-    block_size: usize,
-    csum_seed: Option<u32>,
-) -> Result<()> {
+pub fn write_root(buf: &mut [u8], root: &DxRoot, block_size: usize, csum_seed: Option<u32>) -> Result<()> {
     const S: &str = "htree root";
     check_block_size(S, buf, block_size)?;
     if root.info.info_length != ROOT_INFO_LEN {
@@ -453,12 +425,7 @@ pub fn write_root(
 
 /// Serialise a whole node block: the spanning unused record and the index
 /// (placed at [`NODE_COUNT_OFFSET`]).
-pub fn write_node(
-    buf: &mut [u8],
-    index: &DxIndex,
-    block_size: usize,
-    csum_seed: Option<u32>,
-) -> Result<()> {
+pub fn write_node(buf: &mut [u8], index: &DxIndex, block_size: usize, csum_seed: Option<u32>) -> Result<()> {
     check_block_size("htree node", buf, block_size)?;
     buf[..NODE_COUNT_OFFSET].fill(0);
     put16(buf, 4, rec_len_to_disk(block_size, block_size));
@@ -479,25 +446,18 @@ mod tests {
     /// metadata_csum image built by mke2fs 1.47.0 and indexed by
     /// `e2fsck -fD`: the 104 used bytes and the 8-byte tail (all else zero).
     const REAL_ROOT_HEAD: [u8; 104] = [
-        0x0c, 0x00, 0x00, 0x00, 0x0c, 0x00, 0x01, 0x02, 0x2e, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00,
-        0x00, //
-        0xf4, 0x03, 0x02, 0x02, 0x2e, 0x2e, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00,
-        0x00, //
-        0x7b, 0x00, 0x09, 0x00, 0x01, 0x00, 0x00, 0x00, 0x44, 0x40, 0x89, 0x19, 0x02, 0x00, 0x00,
-        0x00, //
-        0xd2, 0x6b, 0xc5, 0x2f, 0x03, 0x00, 0x00, 0x00, 0xf2, 0x2c, 0xea, 0x44, 0x04, 0x00, 0x00,
-        0x00, //
-        0x0c, 0x29, 0x56, 0x67, 0x05, 0x00, 0x00, 0x00, 0x1c, 0xc5, 0xab, 0x87, 0x06, 0x00, 0x00,
-        0x00, //
-        0x44, 0xa8, 0x44, 0xad, 0x07, 0x00, 0x00, 0x00, 0x0a, 0x9c, 0x15, 0xcc, 0x08, 0x00, 0x00,
-        0x00, //
+        0x0c, 0x00, 0x00, 0x00, 0x0c, 0x00, 0x01, 0x02, 0x2e, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, //
+        0xf4, 0x03, 0x02, 0x02, 0x2e, 0x2e, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00, 0x00, //
+        0x7b, 0x00, 0x09, 0x00, 0x01, 0x00, 0x00, 0x00, 0x44, 0x40, 0x89, 0x19, 0x02, 0x00, 0x00, 0x00, //
+        0xd2, 0x6b, 0xc5, 0x2f, 0x03, 0x00, 0x00, 0x00, 0xf2, 0x2c, 0xea, 0x44, 0x04, 0x00, 0x00, 0x00, //
+        0x0c, 0x29, 0x56, 0x67, 0x05, 0x00, 0x00, 0x00, 0x1c, 0xc5, 0xab, 0x87, 0x06, 0x00, 0x00, 0x00, //
+        0x44, 0xa8, 0x44, 0xad, 0x07, 0x00, 0x00, 0x00, 0x0a, 0x9c, 0x15, 0xcc, 0x08, 0x00, 0x00, 0x00, //
         0x0c, 0x90, 0x6a, 0xe7, 0x09, 0x00, 0x00, 0x00,
     ];
     const REAL_ROOT_TAIL: [u8; 8] = [0, 0, 0, 0, 0xfd, 0x80, 0x74, 0x7d];
     /// That filesystem's UUID (20ada4e5-933f-404d-904f-c9b1209819c4).
     const REAL_UUID: [u8; 16] = [
-        0x20, 0xad, 0xa4, 0xe5, 0x93, 0x3f, 0x40, 0x4d, 0x90, 0x4f, 0xc9, 0xb1, 0x20, 0x98, 0x19,
-        0xc4,
+        0x20, 0xad, 0xa4, 0xe5, 0x93, 0x3f, 0x40, 0x4d, 0x90, 0x4f, 0xc9, 0xb1, 0x20, 0x98, 0x19, 0xc4,
     ];
 
     fn real_root() -> Vec<u8> {

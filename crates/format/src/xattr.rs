@@ -108,12 +108,10 @@ pub fn split_name(full: &[u8]) -> Option<(u8, &[u8])> {
     if let Some((i, _)) = FULL_NAMES.iter().find(|(_, n)| *n == full) {
         return Some((*i, &full[full.len()..]));
     }
-    PREFIXES
-        .iter()
-        .find_map(|(i, p)| match full.strip_prefix(*p) {
-            Some(rest) if !rest.is_empty() => Some((*i, rest)),
-            _ => None,
-        })
+    PREFIXES.iter().find_map(|(i, p)| match full.strip_prefix(*p) {
+        Some(rest) if !rest.is_empty() => Some((*i, rest)),
+        _ => None,
+    })
 }
 
 /// One extended attribute as stored.
@@ -196,8 +194,7 @@ fn hash_value_words(mut hash: u32, value: &[u8]) -> u32 {
     for chunk in value.chunks(4) {
         let mut w = [0u8; 4];
         w[..chunk.len()].copy_from_slice(chunk);
-        hash =
-            (hash << VALUE_HASH_SHIFT) ^ (hash >> (32 - VALUE_HASH_SHIFT)) ^ u32::from_le_bytes(w);
+        hash = (hash << VALUE_HASH_SHIFT) ^ (hash >> (32 - VALUE_HASH_SHIFT)) ^ u32::from_le_bytes(w);
     }
     hash
 }
@@ -230,8 +227,7 @@ pub fn entry_hash(name: &[u8], value: &[u8]) -> u32 {
 pub fn entry_hash_signed(name: &[u8], value: &[u8]) -> u32 {
     let mut hash = 0u32;
     for &b in name {
-        hash =
-            (hash << NAME_HASH_SHIFT) ^ (hash >> (32 - NAME_HASH_SHIFT)) ^ (b as i8 as i32 as u32);
+        hash = (hash << NAME_HASH_SHIFT) ^ (hash >> (32 - NAME_HASH_SHIFT)) ^ (b as i8 as i32 as u32);
     }
     hash_value_words(hash, value)
 }
@@ -271,12 +267,7 @@ pub fn set_block_checksum(block: &mut [u8], block_nr: u64, fs_seed: u32) {
 
 /// Decode the entries of `area`: the table starts at `first`, value offsets
 /// count from `value_base`, and everything must lie inside `area`.
-fn parse_entries(
-    s: &'static str,
-    area: &[u8],
-    first: usize,
-    value_base: usize,
-) -> Result<Vec<XattrEntry>> {
+fn parse_entries(s: &'static str, area: &[u8], first: usize, value_base: usize) -> Result<Vec<XattrEntry>> {
     let end = area.len();
     // Pass 1 (names): walk to the terminating zero word.
     let mut e = first;
@@ -302,10 +293,7 @@ fn parse_entries(
         let index = area[e + 1];
         let name = &area[e + ENTRY_HEADER..e + ENTRY_HEADER + name_len];
         if name.contains(&0) {
-            return Err(corrupt(
-                s,
-                format!("name of entry at offset {e} contains a NUL byte"),
-            ));
+            return Err(corrupt(s, format!("name of entry at offset {e} contains a NUL byte")));
         }
         if name.is_empty() && !empty_name_index(index) {
             return Err(corrupt(
@@ -326,17 +314,26 @@ fn parse_entries(
             let value_inum = le32(area, e + 4);
             let value_size = le32(area, e + 8);
             if value_size > VALUE_SIZE_MAX {
-                return Err(corrupt(s, format!("value of entry at offset {e} is {value_size} bytes (max {VALUE_SIZE_MAX})")));
+                return Err(corrupt(
+                    s,
+                    format!("value of entry at offset {e} is {value_size} bytes (max {VALUE_SIZE_MAX})"),
+                ));
             }
             let value = if value_inum != 0 || value_size == 0 {
                 Vec::new()
             } else {
                 let start = value_base + offs;
                 if start < table_end {
-                    return Err(corrupt(s, format!("value of entry at offset {e} overlaps the entry table")));
+                    return Err(corrupt(
+                        s,
+                        format!("value of entry at offset {e} overlaps the entry table"),
+                    ));
                 }
                 if start as u64 + padded(value_size as u64) > end as u64 {
-                    return Err(corrupt(s, format!("value of entry at offset {e} ({value_size} bytes at {start}) runs past the end")));
+                    return Err(corrupt(
+                        s,
+                        format!("value of entry at offset {e} ({value_size} bytes at {start}) runs past the end"),
+                    ));
                 }
                 area[start..start + value_size as usize].to_vec()
             };
@@ -363,10 +360,7 @@ pub fn parse_ibody(area: &[u8]) -> Result<Vec<XattrEntry>> {
     if area.len() < 8 {
         return Err(corrupt(
             S,
-            format!(
-                "{}-byte area too small for the magic and a terminator",
-                area.len()
-            ),
+            format!("{}-byte area too small for the magic and a terminator", area.len()),
         ));
     }
     parse_entries(S, area, 4, 4)
@@ -418,11 +412,7 @@ fn write_entries(
     value_base: usize,
     block_hashes: bool,
 ) -> Result<Vec<u32>> {
-    let table: usize = entries
-        .iter()
-        .map(|e| entry_len(e.name.len()))
-        .sum::<usize>()
-        + 4;
+    let table: usize = entries.iter().map(|e| entry_len(e.name.len())).sum::<usize>() + 4;
     let values: u64 = entries
         .iter()
         .filter(|e| e.value_inum == 0)
@@ -440,10 +430,7 @@ fn write_entries(
     let mut v_end = area.len();
     for e in entries {
         if e.name.len() > 255 {
-            return Err(corrupt(
-                s,
-                format!("name of {} bytes (max 255)", e.name.len()),
-            ));
+            return Err(corrupt(s, format!("name of {} bytes (max 255)", e.name.len())));
         }
         if e.name.contains(&0) || (e.name.is_empty() && !empty_name_index(e.name_index)) {
             return Err(corrupt(
@@ -457,10 +444,7 @@ fn write_entries(
         }
         let (offs, size, hash) = if e.value_inum != 0 {
             if !e.value.is_empty() || e.value_size > VALUE_SIZE_MAX {
-                return Err(corrupt(
-                    s,
-                    "EA-inode entry with an inline value or an oversized length",
-                ));
+                return Err(corrupt(s, "EA-inode entry with an inline value or an oversized length"));
             }
             (0, e.value_size, e.hash)
         } else {
@@ -470,11 +454,7 @@ fn write_entries(
                     format!("value of {} bytes (max {VALUE_SIZE_MAX})", e.value.len()),
                 ));
             }
-            let hash = if block_hashes {
-                entry_hash(&e.name, &e.value)
-            } else {
-                0
-            };
+            let hash = if block_hashes { entry_hash(&e.name, &e.value) } else { 0 };
             if e.value.is_empty() {
                 (0, 0, hash)
             } else {
@@ -483,10 +463,7 @@ fn write_entries(
                 area[v_end..v_end + e.value.len()].copy_from_slice(&e.value);
                 let offs = v_end - value_base;
                 if offs > u16::MAX as usize {
-                    return Err(corrupt(
-                        s,
-                        format!("value offset {offs} does not fit 16 bits"),
-                    ));
+                    return Err(corrupt(s, format!("value offset {offs} does not fit 16 bits")));
                 }
                 (offs as u16, e.value.len() as u32, hash)
             }
@@ -615,12 +592,7 @@ pub fn acl_disk_to_xattr(disk: &[u8]) -> Result<Vec<u8>> {
     } else {
         ((body - 16) & 7 == 0).then_some((body - 16) / 8 + 4)
     };
-    let count = count.ok_or_else(|| {
-        corrupt(
-            S,
-            format!("size {} is no whole number of entries", disk.len()),
-        )
-    })?;
+    let count = count.ok_or_else(|| corrupt(S, format!("size {} is no whole number of entries", disk.len())))?;
     let mut out = Vec::with_capacity(4 + 8 * count);
     out.extend_from_slice(&ACL_XATTR_VERSION.to_le_bytes());
     let mut off = 4;
@@ -630,9 +602,7 @@ pub fn acl_disk_to_xattr(disk: &[u8]) -> Result<Vec<u8>> {
         }
         let tag = le16(disk, off);
         let (id, len) = match tag {
-            acl_tag::USER_OBJ | acl_tag::GROUP_OBJ | acl_tag::MASK | acl_tag::OTHER => {
-                (ACL_UNDEFINED_ID, 4)
-            }
+            acl_tag::USER_OBJ | acl_tag::GROUP_OBJ | acl_tag::MASK | acl_tag::OTHER => (ACL_UNDEFINED_ID, 4),
             acl_tag::USER | acl_tag::GROUP => {
                 if off + 8 > disk.len() {
                     return Err(corrupt(S, "entries run past the end"));
@@ -664,10 +634,7 @@ pub fn acl_disk_to_xattr(disk: &[u8]) -> Result<Vec<u8>> {
 pub fn acl_xattr_to_disk(x: &[u8]) -> Result<Vec<u8>> {
     const S: &str = "posix acl";
     if x.len() < 4 || (x.len() - 4) & 7 != 0 {
-        return Err(corrupt(
-            S,
-            format!("size {} is no whole number of entries", x.len()),
-        ));
+        return Err(corrupt(S, format!("size {} is no whole number of entries", x.len())));
     }
     let version = le32(x, 0);
     if version != ACL_XATTR_VERSION {
@@ -734,65 +701,45 @@ mod tests {
     /// 256-byte inodes, metadata_csum; made by mke2fs 1.47.0, then mounted
     /// and written by Linux 6.18).
     const UUID: [u8; 16] = [
-        0xa3, 0x49, 0xaa, 0x52, 0xf3, 0x0b, 0x40, 0xdf, 0x85, 0xb3, 0x9c, 0xf9, 0x02, 0xac, 0x29,
-        0xaa,
+        0xa3, 0x49, 0xaa, 0x52, 0xf3, 0x0b, 0x40, 0xdf, 0x85, 0xb3, 0x9c, 0xf9, 0x02, 0xac, 0x29, 0xaa,
     ];
 
     /// Linux-written inode: bytes 160..256 (extra_isize 32) after
     /// `setxattr trusted.x ""` and an access ACL u::rw,u:1000:rw,u:1001:r,
     /// g::r,g:50:rx,m::rw,o::r.
     const KERNEL_IBODY: [u8; 96] = [
-        0x00, 0x00, 0x02, 0xea, 0x01, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, //
-        0x00, 0x00, 0x00, 0x00, 0x78, 0x00, 0x00, 0x00, 0x00, 0x02, 0x30, 0x00, 0x00, 0x00, 0x00,
-        0x00, //
-        0x2c, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, //
-        0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x06, 0x00, 0x02, 0x00, 0x06,
-        0x00, //
-        0xe8, 0x03, 0x00, 0x00, 0x02, 0x00, 0x04, 0x00, 0xe9, 0x03, 0x00, 0x00, 0x04, 0x00, 0x04,
-        0x00, //
-        0x08, 0x00, 0x05, 0x00, 0x32, 0x00, 0x00, 0x00, 0x10, 0x00, 0x06, 0x00, 0x20, 0x00, 0x04,
-        0x00, //
+        0x00, 0x00, 0x02, 0xea, 0x01, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, //
+        0x00, 0x00, 0x00, 0x00, 0x78, 0x00, 0x00, 0x00, 0x00, 0x02, 0x30, 0x00, 0x00, 0x00, 0x00, 0x00, //
+        0x2c, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, //
+        0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x06, 0x00, 0x02, 0x00, 0x06, 0x00, //
+        0xe8, 0x03, 0x00, 0x00, 0x02, 0x00, 0x04, 0x00, 0xe9, 0x03, 0x00, 0x00, 0x04, 0x00, 0x04, 0x00, //
+        0x08, 0x00, 0x05, 0x00, 0x32, 0x00, 0x00, 0x00, 0x10, 0x00, 0x06, 0x00, 0x20, 0x00, 0x04, 0x00, //
     ];
     /// The same ACL as `getxattr(2)` returned it on that kernel.
-    const KERNEL_ACL_XATTR: &str =
-        "0200000001000600ffffffff02000600e803000002000400e903000004000400\
+    const KERNEL_ACL_XATTR: &str = "0200000001000600ffffffff02000600e803000002000400e903000004000400\
                                     ffffffff080005003200000010000600ffffffff20000400ffffffff";
 
     /// The same inode's xattr block (physical block 1619): header and
     /// entries; the rest is zeros and the three values (see `kernel_block`).
     const KERNEL_BLOCK_HEAD: [u8; 0x60] = [
-        0x00, 0x00, 0x02, 0xea, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x4e, 0x83, 0x8e,
-        0xf8, //
-        0xbc, 0x45, 0xfd, 0xaf, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, //
-        0x03, 0x01, 0xd4, 0x02, 0x00, 0x00, 0x00, 0x00, 0x2c, 0x01, 0x00, 0x00, 0x43, 0x42, 0x05,
-        0xc7, //
-        0x62, 0x69, 0x67, 0x00, 0x04, 0x01, 0x78, 0x02, 0x00, 0x00, 0x00, 0x00, 0x5a, 0x00, 0x00,
-        0x00, //
-        0x42, 0x77, 0x1e, 0xbb, 0x68, 0x69, 0xff, 0xfe, 0x05, 0x01, 0x1c, 0x02, 0x00, 0x00, 0x00,
-        0x00, //
-        0x5a, 0x00, 0x00, 0x00, 0x13, 0x7a, 0xc9, 0x48, 0xc3, 0xa9, 0x74, 0xc3, 0xa9, 0x00, 0x00,
-        0x00, //
+        0x00, 0x00, 0x02, 0xea, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x4e, 0x83, 0x8e, 0xf8, //
+        0xbc, 0x45, 0xfd, 0xaf, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, //
+        0x03, 0x01, 0xd4, 0x02, 0x00, 0x00, 0x00, 0x00, 0x2c, 0x01, 0x00, 0x00, 0x43, 0x42, 0x05, 0xc7, //
+        0x62, 0x69, 0x67, 0x00, 0x04, 0x01, 0x78, 0x02, 0x00, 0x00, 0x00, 0x00, 0x5a, 0x00, 0x00, 0x00, //
+        0x42, 0x77, 0x1e, 0xbb, 0x68, 0x69, 0xff, 0xfe, 0x05, 0x01, 0x1c, 0x02, 0x00, 0x00, 0x00, 0x00, //
+        0x5a, 0x00, 0x00, 0x00, 0x13, 0x7a, 0xc9, 0x48, 0xc3, 0xa9, 0x74, 0xc3, 0xa9, 0x00, 0x00, 0x00, //
     ];
     const KERNEL_BLOCK_NR: u64 = 1619;
 
     /// mke2fs -d inode: `user.a=hello` and ACL u::rw,u:1000:rw,g::r,m::rw,o::r
     /// (e2fsprogs converted the ACL to disk format itself).
     const MKE2FS_IBODY: [u8; 96] = [
-        0x00, 0x00, 0x02, 0xea, 0x01, 0x01, 0x54, 0x00, 0x00, 0x00, 0x00, 0x00, 0x05, 0x00, 0x00,
-        0x00, //
-        0x00, 0x00, 0x00, 0x00, 0x61, 0x00, 0x00, 0x00, 0x00, 0x02, 0x38, 0x00, 0x00, 0x00, 0x00,
-        0x00, //
-        0x1c, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, //
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00,
-        0x00, //
-        0x01, 0x00, 0x06, 0x00, 0x02, 0x00, 0x06, 0x00, 0xe8, 0x03, 0x00, 0x00, 0x04, 0x00, 0x04,
-        0x00, //
-        0x10, 0x00, 0x06, 0x00, 0x20, 0x00, 0x04, 0x00, 0x68, 0x65, 0x6c, 0x6c, 0x6f, 0x00, 0x00,
-        0x00, //
+        0x00, 0x00, 0x02, 0xea, 0x01, 0x01, 0x54, 0x00, 0x00, 0x00, 0x00, 0x00, 0x05, 0x00, 0x00, 0x00, //
+        0x00, 0x00, 0x00, 0x00, 0x61, 0x00, 0x00, 0x00, 0x00, 0x02, 0x38, 0x00, 0x00, 0x00, 0x00, 0x00, //
+        0x1c, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, //
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, //
+        0x01, 0x00, 0x06, 0x00, 0x02, 0x00, 0x06, 0x00, 0xe8, 0x03, 0x00, 0x00, 0x04, 0x00, 0x04, 0x00, //
+        0x10, 0x00, 0x06, 0x00, 0x20, 0x00, 0x04, 0x00, 0x68, 0x65, 0x6c, 0x6c, 0x6f, 0x00, 0x00, 0x00, //
     ];
     const MKE2FS_ACL_XATTR: &str =
         "0200000001000600ffffffff02000600e803000004000400ffffffff10000600ffffffff20000400ffffffff";
@@ -857,10 +804,7 @@ mod tests {
     fn kernel_ibody_and_acl() {
         let es = parse_ibody(&KERNEL_IBODY).unwrap();
         assert_eq!(es.len(), 2);
-        assert_eq!(
-            (es[0].full_name(), es[0].value.len()),
-            (b"trusted.x".to_vec(), 0)
-        );
+        assert_eq!((es[0].full_name(), es[0].value.len()), (b"trusted.x".to_vec(), 0));
         assert_eq!(es[1].full_name(), b"system.posix_acl_access".to_vec());
         assert!(es[1].name.is_empty());
         let x = acl_disk_to_xattr(&es[1].value).unwrap();
@@ -874,14 +818,8 @@ mod tests {
         let es = parse_ibody(&MKE2FS_IBODY).unwrap();
         assert_eq!(es[0], XattrEntry::new(INDEX_USER, b"a", b"hello"));
         assert_eq!(es[1].name_index, INDEX_POSIX_ACL_ACCESS);
-        assert_eq!(
-            acl_disk_to_xattr(&es[1].value).unwrap(),
-            unhex(MKE2FS_ACL_XATTR)
-        );
-        assert_eq!(
-            acl_xattr_to_disk(&unhex(MKE2FS_ACL_XATTR)).unwrap(),
-            es[1].value
-        );
+        assert_eq!(acl_disk_to_xattr(&es[1].value).unwrap(), unhex(MKE2FS_ACL_XATTR));
+        assert_eq!(acl_xattr_to_disk(&unhex(MKE2FS_ACL_XATTR)).unwrap(), es[1].value);
         assert_eq!(serialize_ibody(&es, 96).unwrap(), MKE2FS_IBODY);
     }
 
@@ -896,14 +834,8 @@ mod tests {
             split_name(b"system.posix_acl_defaultX"),
             Some((INDEX_SYSTEM, &b"posix_acl_defaultX"[..]))
         );
-        assert_eq!(
-            split_name(b"system.data"),
-            Some((INDEX_SYSTEM, &b"data"[..]))
-        );
-        assert_eq!(
-            split_name(b"security.selinux"),
-            Some((INDEX_SECURITY, &b"selinux"[..]))
-        );
+        assert_eq!(split_name(b"system.data"), Some((INDEX_SYSTEM, &b"data"[..])));
+        assert_eq!(split_name(b"security.selinux"), Some((INDEX_SECURITY, &b"selinux"[..])));
         assert_eq!(split_name(b"user."), None);
         assert_eq!(split_name(b"os2.foo"), None);
         for full in [
@@ -915,9 +847,7 @@ mod tests {
             let (i, n) = split_name(full).unwrap();
             assert_eq!(XattrEntry::new(i, n, b"").full_name(), full);
         }
-        assert!(XattrEntry::new(INDEX_ENCRYPTION, b"c", b"")
-            .full_name()
-            .is_empty());
+        assert!(XattrEntry::new(INDEX_ENCRYPTION, b"c", b"").full_name().is_empty());
     }
 
     #[test]
@@ -989,14 +919,8 @@ mod tests {
         assert!(acl_xattr_to_disk(&no_mask).is_err());
         // Minimal ACL without mask is fine.
         let min = unhex("0200000001000600ffffffff04000400ffffffff20000400ffffffff");
-        assert_eq!(
-            acl_disk_to_xattr(&acl_xattr_to_disk(&min).unwrap()).unwrap(),
-            min
-        );
-        assert_eq!(
-            acl_xattr_to_disk(&2u32.to_le_bytes()).unwrap(),
-            1u32.to_le_bytes()
-        );
+        assert_eq!(acl_disk_to_xattr(&acl_xattr_to_disk(&min).unwrap()).unwrap(), min);
+        assert_eq!(acl_xattr_to_disk(&2u32.to_le_bytes()).unwrap(), 1u32.to_le_bytes());
     }
 
     fn arb_entry() -> impl Strategy<Value = XattrEntry> {
@@ -1029,10 +953,7 @@ mod tests {
     fn dedup(v: Vec<XattrEntry>) -> Vec<XattrEntry> {
         let mut out: Vec<XattrEntry> = Vec::new();
         for e in v {
-            if !out
-                .iter()
-                .any(|o| o.name_index == e.name_index && o.name == e.name)
-            {
+            if !out.iter().any(|o| o.name_index == e.name_index && o.name == e.name) {
                 out.push(e);
             }
         }
