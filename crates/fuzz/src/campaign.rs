@@ -93,19 +93,28 @@ fn payload_text(p: &(dyn Any + Send)) -> String {
     }
 }
 
+/// Run `f`, catching a panic as (message with location, backtrace).
+pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, (String, String)> {
+    install_panic_hook();
+    CAPTURING.with(|c| c.set(true));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    CAPTURING.with(|c| c.set(false));
+    r.map_err(|payload| {
+        let cap = CAPTURED.with(|c| c.borrow_mut().take());
+        cap.unwrap_or_else(|| (payload_text(payload.as_ref()), String::new()))
+    })
+}
+
 /// Open and walk one image in memory, catching panics.
 pub fn run_image(img: Vec<u8>, limits: &WalkLimits) -> CaseResult {
-    install_panic_hook();
     let start = Instant::now();
-    CAPTURING.with(|c| c.set(true));
-    let r = catch_unwind(AssertUnwindSafe(|| {
+    let r = guarded(|| {
         let dev = Arc::new(MemDevice::from_vec_read_only(img));
         match Fs::open_device(dev, &OpenOptions { read_only: true, cache_budget: CASE_CACHE_BUDGET }) {
             Ok(fs) => (None, Some(walk_with(&fs, limits, None))),
             Err(e) => (Some((error_kind("open", &e), e.to_string())), None),
         }
-    }));
-    CAPTURING.with(|c| c.set(false));
+    });
     let mut out = CaseResult { elapsed: start.elapsed(), ..Default::default() };
     match r {
         Ok((open, walk)) => {
@@ -115,10 +124,7 @@ pub fn run_image(img: Vec<u8>, limits: &WalkLimits) -> CaseResult {
             }
             out.walk = walk;
         }
-        Err(payload) => {
-            let cap = CAPTURED.with(|c| c.borrow_mut().take());
-            out.panic = Some(cap.unwrap_or_else(|| (payload_text(payload.as_ref()), String::new())));
-        }
+        Err(p) => out.panic = Some(p),
     }
     out
 }
@@ -380,6 +386,16 @@ pub type CaseFn = Arc<dyn Fn(u64) -> Mutation + Send + Sync>;
 
 /// Run `n` cases made by `make` on `cfg.threads` workers.
 pub fn run_cases(bases: &'static [BaseImage], n: u64, make: CaseFn, cfg: &CampaignConfig) -> CampaignReport {
+    run_cases_with(n, make, cfg, Arc::new(move |m, limits| run_case(bases, m, limits)))
+}
+
+/// How a worker runs one case (the engine, or a stand-in in self-tests).
+pub type ExecFn = Arc<dyn Fn(&Mutation, &WalkLimits) -> CaseResult + Send + Sync>;
+
+/// [`run_cases`] with the per-case work supplied by the caller, so the
+/// harness itself (panic capture, hang and memory detection) can be tested
+/// against cases that are known to fail.
+pub fn run_cases_with(n: u64, make: CaseFn, cfg: &CampaignConfig, exec: ExecFn) -> CampaignReport {
     install_panic_hook();
     let t0 = Instant::now();
     let (rss0, _) = rss();
@@ -391,8 +407,8 @@ pub fn run_cases(bases: &'static [BaseImage], n: u64, make: CaseFn, cfg: &Campai
     let (tx, rx) = mpsc::channel::<(Mutation, CaseResult)>();
     let mut handles = Vec::new();
     for t in 0..threads {
-        let (next, stop, slots, tx, make, limits) =
-            (next.clone(), stop.clone(), slots.clone(), tx.clone(), make.clone(), cfg.limits.clone());
+        let (next, stop, slots, tx, make, exec, limits) =
+            (next.clone(), stop.clone(), slots.clone(), tx.clone(), make.clone(), exec.clone(), cfg.limits.clone());
         let h = std::thread::Builder::new()
             .name(format!("fuzz-worker-{t}"))
             .spawn(move || loop {
@@ -405,7 +421,7 @@ pub fn run_cases(bases: &'static [BaseImage], n: u64, make: CaseFn, cfg: &Campai
                 }
                 let m = make(i);
                 *slots[t].lock().unwrap_or_else(|e| e.into_inner()) = Some((i, Instant::now()));
-                let r = run_case(bases, &m, &limits);
+                let r = exec(&m, &limits);
                 *slots[t].lock().unwrap_or_else(|e| e.into_inner()) = None;
                 if tx.send((m, r)).is_err() {
                     break;
@@ -518,4 +534,68 @@ pub fn run_cases(bases: &'static [BaseImage], n: u64, make: CaseFn, cfg: &Campai
     rep.peak_heap = crate::alloc::peak_heap_bytes().map(|h| h as u64);
     rep.elapsed = t0.elapsed();
     rep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(seed: u64) -> Mutation {
+        Mutation {
+            seed,
+            base: 0,
+            base_name: "none".into(),
+            edits: Vec::new(),
+            touched: Vec::new(),
+            fix_checksums: false,
+            truncate_to: None,
+        }
+    }
+
+    /// The harness must see the failures it exists to find: a panic (with
+    /// message, location and backtrace), a hang, and a contract violation.
+    #[test]
+    fn harness_catches_panics_hangs_and_violations() {
+        let cfg = CampaignConfig { threads: 2, time_limit: Duration::from_millis(300), ..Default::default() };
+        let exec: ExecFn = Arc::new(|m, _| {
+            let start = Instant::now();
+            let r = guarded(|| match m.seed {
+                3 => panic!("injected panic"),
+                4 => Some(WalkReport { violations: vec!["injected violation".into()], ..Default::default() }),
+                _ => Some(WalkReport::default()),
+            });
+            let mut out = CaseResult { elapsed: start.elapsed(), ..Default::default() };
+            match r {
+                Ok(w) => out.walk = w,
+                Err(p) => out.panic = Some(p),
+            }
+            if m.seed == 40 {
+                std::thread::sleep(Duration::from_secs(3));
+            }
+            out
+        });
+        let rep = run_cases_with(1000, Arc::new(case), &cfg, exec);
+        let panics: Vec<_> = rep.failures_of(FailureKind::Panic).collect();
+        assert_eq!(panics.len(), 1, "{}", rep.summary());
+        assert_eq!(panics[0].seed, 3);
+        assert!(panics[0].message.starts_with("injected panic at "), "{}", panics[0].message);
+        assert!(panics[0].backtrace.contains("harness_catches"), "no backtrace: {:?}", panics[0].backtrace);
+        assert!(panics[0].reproduce.ends_with("--seed 3"));
+        assert_eq!(rep.failures_of(FailureKind::Violation).map(|f| f.seed).collect::<Vec<_>>(), [4]);
+        let hangs: Vec<_> = rep.failures_of(FailureKind::Hang).collect();
+        assert_eq!(hangs.len(), 1, "{}", rep.summary());
+        assert_eq!(hangs[0].seed, 40);
+        assert!(rep.stopped_early && !rep.is_clean());
+        assert!(rep.images < 1000, "the campaign must stop at a hang");
+    }
+
+    /// Panics outside fuzz cases still reach the previous hook (and the
+    /// capture slot stays empty), so other tests are not silenced.
+    #[test]
+    fn capture_is_scoped_to_cases() {
+        install_panic_hook();
+        let r = std::panic::catch_unwind(|| panic!("outside"));
+        assert!(r.is_err());
+        assert!(CAPTURED.with(|c| c.borrow().is_none()));
+    }
 }

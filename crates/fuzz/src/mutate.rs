@@ -286,7 +286,7 @@ struct Gen<'a> {
 impl Gen<'_> {
     fn one_edit(&mut self) {
         // Weights: inodes and directories are where most parsing happens.
-        let w = [10, 7, 2, 22, 8, 5, 5, 12, 8, 5, 6, 5, 2, 6, 6, 1];
+        let w = [10, 7, 2, 22, 8, 5, 5, 12, 8, 5, 6, 5, 2, 6, 6, 1, 4, 4];
         let ok = match self.rng.weighted(&w) {
             0 => self.superblock(),
             1 => self.group_desc(),
@@ -303,7 +303,9 @@ impl Gen<'_> {
             12 => self.symlink_block(),
             13 => self.random_anywhere(),
             14 => self.random_in_metadata(),
-            _ => self.data_block(),
+            15 => self.data_block(),
+            16 => self.copy_block(),
+            _ => self.copy_inode(),
         };
         if !ok {
             self.random_anywhere();
@@ -435,7 +437,10 @@ impl Gen<'_> {
     }
 
     fn inode_name(i: &InodeLoc) -> String {
-        format!("inode {} ({:?})", i.ino, i.ftype.map(|t| format!("{t:?}")).unwrap_or_else(|| "?".into()))
+        match i.ftype {
+            Some(t) => format!("inode {} ({t:?})", i.ino),
+            None => format!("inode {} (bad mode)", i.ino),
+        }
     }
 
     fn inode_field(&mut self) -> bool {
@@ -878,6 +883,83 @@ impl Gen<'_> {
         let b = *self.rng.pick(&self.map.data_blocks);
         let off = self.map.block_offset(b.block) + self.rng.index(self.map.block_size);
         self.set_bytes(off, 1, format!("data block {} of inode {}", b.block, b.ino), None);
+        true
+    }
+
+    /// Every mapped metadata block with what it is (for aliasing edits).
+    fn metadata_blocks(&self) -> Vec<(OwnedBlock, &'static str)> {
+        let m = self.map;
+        let mut v = Vec::new();
+        for (list, kind) in [
+            (&m.extent_nodes, "extent block"),
+            (&m.indirect_blocks, "indirect block"),
+            (&m.dir_leaves, "dir block"),
+            (&m.htree_roots, "htree root"),
+            (&m.htree_nodes, "htree node"),
+            (&m.xattr_blocks, "xattr block"),
+            (&m.symlink_blocks, "symlink block"),
+        ] {
+            v.extend(list.iter().map(|&b| (b, kind)));
+        }
+        v
+    }
+
+    /// Overwrite one metadata block with a copy of another (a directory
+    /// block of one directory inside another, an htree node over a leaf,
+    /// a directory block over an extent node, ...). With "fix checksums"
+    /// the copy is re-sealed for its new owner, so it parses.
+    fn copy_block(&mut self) -> bool {
+        let all = self.metadata_blocks();
+        if all.len() < 2 {
+            return false;
+        }
+        let (src, sk) = *self.rng.pick(&all);
+        let (dst, dk) = *self.rng.pick(&all);
+        if src.block == dst.block {
+            return false;
+        }
+        let bs = self.map.block_size;
+        let (so, d) = (self.map.block_offset(src.block), self.map.block_offset(dst.block));
+        if so + bs > self.img.len() || d + bs > self.img.len() {
+            return false;
+        }
+        let touched = match dk {
+            "extent block" => Some(Touched::ExtentBlock(dst)),
+            "dir block" => Some(Touched::DirLeaf(dst)),
+            "htree root" => Some(Touched::Htree(dst, true)),
+            "htree node" => Some(Touched::Htree(dst, false)),
+            "xattr block" => Some(Touched::XattrBlock(dst)),
+            _ => None,
+        };
+        self.edits.push(Edit {
+            offset: d,
+            new: self.img[so..so + bs].to_vec(),
+            old: self.img[d..d + bs].to_vec(),
+            what: format!(
+                "{dk} {} of inode {} replaced by {sk} {} of inode {}",
+                dst.block, dst.ino, src.block, src.ino
+            ),
+        });
+        self.touched.extend(touched);
+        true
+    }
+
+    /// Overwrite one inode record with another's: two inodes sharing
+    /// blocks, a file turned into a copy of a directory, ...
+    fn copy_inode(&mut self) -> bool {
+        let Some(src) = self.pick_inode(|_| true) else { return false };
+        let Some(dst) = self.pick_inode(|i| i.ino == 2 || i.ino >= 11) else { return false };
+        if src.ino == dst.ino {
+            return false;
+        }
+        let n = self.map.inode_size;
+        self.edits.push(Edit {
+            offset: dst.offset,
+            new: self.img[src.offset..src.offset + n].to_vec(),
+            old: self.img[dst.offset..dst.offset + n].to_vec(),
+            what: format!("{} replaced by a copy of {}", Self::inode_name(&dst), Self::inode_name(&src)),
+        });
+        self.touched.push(Touched::Inode(dst.ino));
         true
     }
 

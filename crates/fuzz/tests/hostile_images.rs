@@ -140,3 +140,67 @@ fn survives(seed: u64) {
     let r = run_case(all_bases(), &Mutation::generate(seed, all_bases()), &WalkLimits::default());
     assert!(!r.failed(), "seed {seed}: {:?} {:?}", r.panic, r.walk.map(|w| w.violations));
 }
+
+/// "Fix checksums" must really re-seal what it touched on a metadata_csum
+/// image, or every checksummed mutation would stop at the checksum check
+/// and the parsers behind it would go untested.
+#[test]
+fn checksum_fixing_lets_corruption_through() {
+    use ext4kit_fuzz::mutate::{Edit, Touched};
+    let all = all_bases();
+    let base = base_named("ext4-4k-csum").unwrap();
+    let idx = all.iter().position(|b| std::ptr::eq(b, base)).unwrap();
+    assert!(base.map.metadata_csum);
+    let clean = open(&base.bytes);
+    let ino = clean.resolve(b"/small.txt", false).unwrap().ino;
+    let dir_ino = clean.resolve(b"/dir/a", false).unwrap().ino;
+    let loc = *base.map.inode(ino).unwrap();
+    let leaf = *base.map.dir_leaves.iter().find(|b| b.ino == dir_ino).unwrap();
+    let xblk = *base.map.xattr_blocks.first().unwrap();
+    let ext = *base.map.extent_nodes.iter().find(|b| b.ino != 8).unwrap();
+    let g0 = base.map.groups[0].desc_offset;
+    let off_of = |needle: &[u8], blk: u64| {
+        let s = base.map.block_offset(blk);
+        s + base.bytes[s..s + base.map.block_size].windows(needle.len()).position(|w| w == needle).unwrap()
+    };
+    let name_at = off_of(b"file3", leaf.block);
+    let edits = vec![
+        Edit { offset: loc.offset + 2, new: vec![0x34, 0x12], old: vec![0, 0], what: "uid".into() },
+        Edit { offset: name_at, new: b"FILE3".to_vec(), old: b"file3".to_vec(), what: "name".into() },
+        Edit { offset: g0 + 0xC, new: vec![7, 0], old: base.bytes[g0 + 0xC..g0 + 0xE].to_vec(), what: "free".into() },
+    ];
+    let touched = vec![
+        Touched::Inode(ino),
+        Touched::DirLeaf(leaf),
+        Touched::Group(0),
+        Touched::XattrBlock(xblk),
+        Touched::ExtentBlock(ext),
+    ];
+    let mk = |fix| Mutation {
+        seed: 1,
+        base: idx,
+        base_name: base.spec.name.into(),
+        edits: edits.clone(),
+        touched: touched.clone(),
+        fix_checksums: fix,
+        truncate_to: None,
+    };
+    let fixed = open(&mk(true).apply(base));
+    assert_eq!(fixed.stat_ino(ino).unwrap().uid, 0x1234, "inode re-sealed");
+    let names: Vec<Vec<u8>> = fixed.read_dir_ino(dir_ino).unwrap().into_iter().map(|e| e.name).collect();
+    assert!(names.contains(&b"FILE3".to_vec()), "directory block re-sealed: {names:?}");
+    let rep = ext4kit_fuzz::walk(&fixed);
+    assert!(
+        rep.errors.keys().all(|k| !k.contains("checksum")),
+        "untouched-by-edit structures stay valid: {:?}",
+        rep.error_samples
+    );
+    // Without the fix the same edits are caught by the checksums.
+    let dev = Arc::new(MemDevice::from_vec_read_only(mk(false).apply(base)));
+    let err = Fs::open_device(dev, &OpenOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("checksum"), "{err}");
+    // Determinism: a seed always names the same mutation.
+    for seed in [0, 1, 99, 123_456_789] {
+        assert_eq!(Mutation::generate(seed, all), Mutation::generate(seed, all));
+    }
+}
