@@ -72,7 +72,7 @@ impl BufferCache {
         {
             let m = self.map.pin();
             if let Some(b) = m.get(&block) {
-                b.referenced.store(true, Ordering::Relaxed);
+                crate::vfs::touch(&b.referenced);
                 self.hits.fetch_add(1, Ordering::Relaxed);
                 return Ok(b.clone());
             }

@@ -53,7 +53,7 @@ impl DcacheGuard<'_> {
     /// The cached dentry for `name` in directory `dir_ino`, borrowed.
     pub fn get(&self, dir_ino: u32, name: &[u8]) -> Option<&Arc<Dentry>> {
         let d = self.m.get(&KeyRef(dir_ino, name))?;
-        d.referenced.store(true, Ordering::Relaxed);
+        crate::vfs::touch(&d.referenced);
         Some(d)
     }
 

@@ -96,7 +96,7 @@ impl Icache {
         {
             let m = self.map.pin();
             if let Some(i) = m.get(&ino) {
-                i.referenced.store(true, Ordering::Relaxed);
+                crate::vfs::touch(&i.referenced);
                 return Ok(i.clone());
             }
         }

@@ -41,6 +41,17 @@ pub struct Fs {
     pub pages: Arc<PageBudget>,
 }
 
+/// Mark a cache entry as recently used for the clock sweep. Reads first and
+/// writes only when the bit is clear, so a hot entry shared by many threads
+/// stays in every core's cache in the shared state instead of bouncing on
+/// each access (seed 001: hot shared objects must not become write-shared).
+#[inline]
+pub(crate) fn touch(flag: &std::sync::atomic::AtomicBool) {
+    if !flag.load(std::sync::atomic::Ordering::Relaxed) {
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Largest single device read when filling the page cache (blocks).
 const MAX_READ_RUN: u64 = 256;
 
@@ -348,8 +359,13 @@ impl Fs {
             let lblk = pos / bs;
             let in_blk = (pos % bs) as usize;
             let n = (bs as usize - in_blk).min(want - done);
-            if let Some(p) = inode.pages.get(lblk) {
-                buf[done..done + n].copy_from_slice(&p.data[in_blk..in_blk + n]);
+            // Copy straight out of the cached page under the map's epoch
+            // guard: no reference count is touched on the shared page.
+            if inode
+                .pages
+                .with(lblk, |p| buf[done..done + n].copy_from_slice(&p[in_blk..in_blk + n]))
+                .is_some()
+            {
                 done += n;
                 continue;
             }

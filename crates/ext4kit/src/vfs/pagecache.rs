@@ -43,8 +43,18 @@ impl PageMap {
     pub fn get(&self, lblk: u64) -> Option<Arc<Page>> {
         let m = self.pages.pin();
         let p = m.get(&lblk)?;
-        p.referenced.store(true, Ordering::Relaxed);
+        crate::vfs::touch(&p.referenced);
         Some(p.clone())
+    }
+
+    /// Run `f` on the bytes of the cached page for `lblk`, without taking a
+    /// reference on it.
+    #[inline]
+    pub fn with<R>(&self, lblk: u64, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let m = self.pages.pin();
+        let p = m.get(&lblk)?;
+        crate::vfs::touch(&p.referenced);
+        Some(f(&p.data))
     }
 
     /// Insert a freshly read page; returns true when it was new.
