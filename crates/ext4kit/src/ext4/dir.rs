@@ -78,6 +78,24 @@ impl Volume {
         Ok(())
     }
 
+    /// A directory whose map sends two logical blocks to one physical block
+    /// is corrupt — and on a hostile image would make a scan revisit the
+    /// same entries without bound — so refuse it.
+    fn check_distinct(&self, dir: DirRef<'_>, runs: &[(u64, u64, u64)]) -> Result<()> {
+        let mut r: Vec<(u64, u64)> = runs.iter().map(|&(_, p, n)| (p, n)).collect();
+        r.sort_unstable();
+        for w in r.windows(2) {
+            if w[0].0 + w[0].1 > w[1].0 {
+                return Err(Error::corrupt_msg(
+                    format!("directory inode {}", dir.ino),
+                    "block map",
+                    format!("physical block {} is mapped twice", w[1].0),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Read logical block `lblk` of a directory as a raw buffer (no checks).
     pub(crate) fn dir_block_raw(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<Arc<Buffer>>> {
         self.count_dir_block();
@@ -126,7 +144,9 @@ impl Volume {
         self.check_dir_size(dir)?;
         let indexed = dir.is_indexed(self);
         let nblocks = dir.nblocks(self);
-        for (lstart, _p, len) in dir.map.runs(self, nblocks)? {
+        let runs = dir.map.runs(self, nblocks)?;
+        self.check_distinct(dir, &runs)?;
+        for (lstart, _p, len) in runs {
             for lblk in lstart..lstart + len {
                 let buf = if indexed && lblk == 0 {
                     match self.dx_root_block(dir)? {
@@ -179,7 +199,9 @@ impl Volume {
             return self.dx_lookup(dir, name);
         }
         let nblocks = dir.nblocks(self);
-        for (lstart, _p, len) in dir.map.runs(self, nblocks)? {
+        let runs = dir.map.runs(self, nblocks)?;
+        self.check_distinct(dir, &runs)?;
+        for (lstart, _p, len) in runs {
             for lblk in lstart..lstart + len {
                 if let Some(hit) = self.search_leaf(dir, lblk, name)? {
                     return Ok(Some(hit));

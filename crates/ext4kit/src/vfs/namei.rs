@@ -10,6 +10,7 @@
 //! Symlinks are followed (at most 40 in one walk, ELOOP beyond) for every
 //! component but the last, and for the last when asked to follow.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use ext4kit_format::dirent::NAME_MAX;
@@ -42,14 +43,24 @@ impl Fs {
         let g = self.dcache.pin();
         let root = self.dcache.root();
         let mut links = 0usize;
-        // Pending components, last first; symlink targets are spliced in.
-        let mut pending: Vec<Vec<u8>> = split(path);
-        pending.reverse();
+        // Component sources, innermost last: the path itself (borrowed, so a
+        // walk without symlinks allocates nothing for components), then the
+        // target of each symlink being followed.
+        let mut frames: Vec<(Cow<'_, [u8]>, usize)> = vec![(Cow::Borrowed(path), 0)];
         // The directories walked through, root first (for ".." and so that
         // the parent of a new dentry is at hand without a lookup).
-        let mut stack: Vec<&Arc<Dentry>> = vec![root];
-        while let Some(comp) = pending.pop() {
-            let last = pending.is_empty();
+        let mut stack: Vec<&Arc<Dentry>> = Vec::with_capacity(16);
+        stack.push(root);
+        // Components are copied into a stack buffer: no allocation per step.
+        let mut name_buf = [0u8; NAME_MAX + 1];
+        while let Some((len, last)) = next_component(&mut frames, &mut name_buf) {
+            if len > NAME_MAX {
+                return Err(Error::posix(
+                    Errno::ENAMETOOLONG,
+                    format!("{}: name too long", show(path)),
+                ));
+            }
+            let comp = &name_buf[..len];
             let cur = *stack.last().unwrap_or(&root);
             if cur.ftype != Some(FileType::Directory) {
                 return Err(Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))));
@@ -63,23 +74,17 @@ impl Fs {
                 }
                 continue;
             }
-            if comp.len() > NAME_MAX {
-                return Err(Error::posix(
-                    Errno::ENAMETOOLONG,
-                    format!("{}: name too long", show(path)),
-                ));
-            }
-            let next = match g.get(cur.ino, &comp) {
+            let next = match g.get(cur.ino, comp) {
                 Some(d) => d,
                 None => {
-                    let (ino, ft) = self.lookup_disk(cur.ino, &comp)?.unwrap_or((0, None));
+                    let (ino, ft) = self.lookup_disk(cur.ino, comp)?.unwrap_or((0, None));
                     let ft = match (ino, ft) {
                         (0, _) => None,
                         (_, Some(t)) => Some(t),
                         // No filetype feature: the type comes from the inode.
                         (i, None) => Some(self.icache.get(&self.vol, i)?.ftype),
                     };
-                    g.insert(cur, &comp, ino, ft)
+                    g.insert(cur, comp, ino, ft)
                 }
             };
             if !next.is_positive() {
@@ -100,12 +105,10 @@ impl Fs {
                 if target.is_empty() {
                     return Err(Error::posix(Errno::ENOENT, format!("{}: empty symlink", show(path))));
                 }
-                let mut comps = split(&target);
-                comps.reverse();
-                pending.extend(comps);
                 if target.first() == Some(&b'/') {
                     stack.truncate(1);
                 }
+                frames.push((Cow::Owned(target), 0));
                 continue;
             }
             stack.push(next);
@@ -135,11 +138,30 @@ impl Fs {
     }
 }
 
-fn split(path: &[u8]) -> Vec<Vec<u8>> {
-    path.split(|&b| b == b'/')
-        .filter(|c| !c.is_empty())
-        .map(|c| c.to_vec())
-        .collect()
+/// The next non-empty component across the frames, and whether it is the
+/// last one of the whole walk.
+/// The component is copied into `out` (truncated past its size; the
+/// returned length is the real one, so callers can reject long names).
+fn next_component(frames: &mut Vec<(Cow<'_, [u8]>, usize)>, out: &mut [u8]) -> Option<(usize, bool)> {
+    loop {
+        let (buf, pos) = frames.last_mut()?;
+        let rest = &buf[*pos..];
+        let skip = rest.iter().take_while(|&&b| b == b'/').count();
+        let start = *pos + skip;
+        if start >= buf.len() {
+            frames.pop();
+            continue;
+        }
+        let len = buf[start..]
+            .iter()
+            .position(|&b| b == b'/')
+            .unwrap_or(buf.len() - start);
+        let n = len.min(out.len());
+        out[..n].copy_from_slice(&buf[start..start + n]);
+        *pos = start + len;
+        let last = frames.iter().all(|(b, p)| b[*p..].iter().all(|&c| c == b'/'));
+        return Some((len, last));
+    }
 }
 
 /// Paths in messages: lossy UTF-8.
