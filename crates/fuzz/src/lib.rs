@@ -15,6 +15,24 @@
 //! The same walker, with a digest of everything it saw, checks that many
 //! threads reading one shared `Fs` see exactly what one thread sees
 //! (`tests/concurrent_readers.rs`).
+//!
+//! # Running
+//!
+//! - CI: `cargo test --release -p ext4kit-fuzz` (2,000 mutated images,
+//!   every truncation of one base, the clean bases, concurrent readers;
+//!   about a minute on 2 cores). `EXT4KIT_FUZZ_COUNT` / `EXT4KIT_FUZZ_START`
+//!   change the campaign's size and first seed. e2fsprogs must be
+//!   installed; without it the tests fail and say so.
+//! - Long campaigns: `cargo run --release -p ext4kit-fuzz --bin
+//!   ext4kit-fuzz-images -- --count 1000000 --start 0`. Add
+//!   `CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true` to the environment to
+//!   also catch arithmetic overflow (a panic in debug builds).
+//! - Replay: `... -- --seed N` prints the mutation field by field and what
+//!   the engine did; `--save FILE` writes the image; `--minimize` drops
+//!   edits the failure does not need.
+//!
+//! Base images are cached in `target/fuzz-bases/` (or
+//! `$EXT4KIT_FUZZ_BASES`); delete the directory to rebuild them.
 
 pub mod alloc;
 pub mod base;
