@@ -7,7 +7,7 @@
 //! structure-aware, seed-deterministic mutator ([`mutate`], guided by a
 //! [`map`] of where each structure lives and able to recompute checksums so
 //! corruptions reach the parsers behind them), opens each with the engine
-//! and walks everything a reader can reach ([`walk`]), on worker threads
+//! and walks everything a reader can reach ([`mod@walk`]), on worker threads
 //! under `catch_unwind` with a time bound and a memory watch
 //! ([`campaign`]). Every failure is reproducible from its seed with the
 //! `ext4kit-fuzz-images` binary.

@@ -3,7 +3,7 @@
 //! A [`Mutation`] is a pure function of a seed and the list of bases: it
 //! picks a base (seeds rotate through them), one to eight edits aimed at
 //! named fields of real structures (found through the
-//! [`StructureMap`](crate::map::StructureMap)), optionally recomputes the
+//! [`crate::map::StructureMap`]), optionally recomputes the
 //! checksums of what it touched, and sometimes truncates the image.
 //!
 //! Why checksums are recomputed: on `metadata_csum` images almost every
