@@ -30,3 +30,15 @@ pub use error::{Errno, Error, Result};
 pub use ext4::{DirEntry, OpenOptions};
 pub use ext4kit_format::inode::{FileType, Timestamp};
 pub use vfs::{DataLayout, Fd, File, Fs, FsInfo, FsStats, OpenFlags, Process, Run, Stat, Whence};
+
+/// `Fs` is shared between threads by design; `File` and `Dentry` travel
+/// between them; `Process` moves but is not shared (seed 002's fast path
+/// relies on it). Checked at compile time.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    const fn send<T: Send>() {}
+    send_sync::<Fs>();
+    send_sync::<File>();
+    send_sync::<vfs::Dentry>();
+    send::<Process>();
+};
