@@ -128,7 +128,9 @@ unsafe impl GlobalAlloc for GuardedAlloc {
 }
 
 fn track_alloc(size: usize) {
-    INSTALLED.store(true, Ordering::Relaxed);
+    if !INSTALLED.load(Ordering::Relaxed) {
+        INSTALLED.store(true, Ordering::Relaxed);
+    }
     let now = LIVE.fetch_add(size, Ordering::Relaxed) + size;
     PEAK.fetch_max(now, Ordering::Relaxed);
 }

@@ -43,8 +43,8 @@ pub struct CaseResult {
     pub open_message: Option<String>,
     /// The walk, if the image opened.
     pub walk: Option<WalkReport>,
-    /// Panic message (with location) and backtrace.
-    pub panic: Option<(String, String)>,
+    /// The panic, if the engine panicked.
+    pub panic: Option<PanicReport>,
     /// Wall time of open + walk.
     pub elapsed: Duration,
 }
@@ -56,9 +56,20 @@ impl CaseResult {
     }
 }
 
+/// A caught panic. The backtrace is captured in the panic hook but only
+/// symbolised when displayed, which can take a second on a large binary:
+/// doing it in the hook would make a panicking case look like a hang.
+#[derive(Debug, Clone)]
+pub struct PanicReport {
+    /// Payload text and source location.
+    pub message: String,
+    /// Where it happened.
+    pub backtrace: Arc<Backtrace>,
+}
+
 thread_local! {
     static CAPTURING: Cell<bool> = const { Cell::new(false) };
-    static CAPTURED: RefCell<Option<(String, String)>> = const { RefCell::new(None) };
+    static CAPTURED: RefCell<Option<PanicReport>> = const { RefCell::new(None) };
 }
 
 /// Install (once) the panic hook that captures message and backtrace of
@@ -74,8 +85,8 @@ fn install_panic_hook() {
                     .location()
                     .map(|l| format!(" at {}:{}:{}", l.file(), l.line(), l.column()))
                     .unwrap_or_default();
-                let bt = Backtrace::force_capture().to_string();
-                CAPTURED.with(|c| *c.borrow_mut() = Some((format!("{msg}{loc}"), bt)));
+                let backtrace = Arc::new(Backtrace::force_capture());
+                CAPTURED.with(|c| *c.borrow_mut() = Some(PanicReport { message: format!("{msg}{loc}"), backtrace }));
             } else {
                 prev(info);
             }
@@ -93,15 +104,18 @@ fn payload_text(p: &(dyn Any + Send)) -> String {
     }
 }
 
-/// Run `f`, catching a panic as (message with location, backtrace).
-pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, (String, String)> {
+/// Run `f`, catching a panic with its message, location and backtrace.
+pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, PanicReport> {
     install_panic_hook();
     CAPTURING.with(|c| c.set(true));
     let r = catch_unwind(AssertUnwindSafe(f));
     CAPTURING.with(|c| c.set(false));
     r.map_err(|payload| {
         let cap = CAPTURED.with(|c| c.borrow_mut().take());
-        cap.unwrap_or_else(|| (payload_text(payload.as_ref()), String::new()))
+        cap.unwrap_or_else(|| PanicReport {
+            message: payload_text(payload.as_ref()),
+            backtrace: Arc::new(Backtrace::disabled()),
+        })
     })
 }
 
@@ -338,12 +352,12 @@ impl CampaignReport {
                 });
             }
         }
-        if let Some((msg, bt)) = r.panic {
+        if let Some(p) = r.panic {
             self.failures.push(Failure {
                 kind: FailureKind::Panic,
                 seed: m.seed,
-                message: msg,
-                backtrace: bt,
+                message: p.message,
+                backtrace: p.backtrace.to_string(),
                 mutation: m.describe(),
                 reproduce: reproduce_command(m),
             });
@@ -556,7 +570,9 @@ mod tests {
     /// message, location and backtrace), a hang, and a contract violation.
     #[test]
     fn harness_catches_panics_hangs_and_violations() {
-        let cfg = CampaignConfig { threads: 2, time_limit: Duration::from_millis(300), ..Default::default() };
+        // Generous bound: the test must not mistake a starved thread on a
+        // loaded 2-core machine for a hang.
+        let cfg = CampaignConfig { threads: 2, time_limit: Duration::from_secs(2), ..Default::default() };
         let exec: ExecFn = Arc::new(|m, _| {
             let start = Instant::now();
             let r = guarded(|| match m.seed {
@@ -570,7 +586,7 @@ mod tests {
                 Err(p) => out.panic = Some(p),
             }
             if m.seed == 40 {
-                std::thread::sleep(Duration::from_secs(3));
+                std::thread::sleep(Duration::from_secs(20));
             }
             out
         });

@@ -45,7 +45,7 @@ pub mod walk;
 pub use base::{base_named, base_specs, bases, check_tools, BaseError, BaseImage, BaseSpec, TreeOpts};
 pub use campaign::{
     guarded, reproduce_command, run_campaign, run_case, run_cases, run_cases_with, run_image, run_seeds,
-    CampaignConfig, CampaignReport, CaseResult, Failure, FailureKind,
+    CampaignConfig, CampaignReport, CaseResult, Failure, FailureKind, PanicReport,
 };
 pub use map::StructureMap;
 pub use mutate::Mutation;

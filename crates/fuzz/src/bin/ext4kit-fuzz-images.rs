@@ -175,8 +175,8 @@ fn print_case(r: &CaseResult) {
             println!("CONTRACT VIOLATION: {v}");
         }
     }
-    if let Some((msg, bt)) = &r.panic {
-        println!("PANIC: {msg}\n{bt}");
+    if let Some(p) = &r.panic {
+        println!("PANIC: {}\n{}", p.message, p.backtrace);
     }
     println!("time: {:.1?}", r.elapsed);
 }
