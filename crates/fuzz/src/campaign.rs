@@ -125,7 +125,12 @@ pub fn run_image(img: Vec<u8>, limits: &WalkLimits) -> CaseResult {
     let r = guarded(|| {
         let dev = Arc::new(MemDevice::from_vec_read_only(img));
         match Fs::open_device(dev, &OpenOptions { read_only: true, cache_budget: CASE_CACHE_BUDGET }) {
-            Ok(fs) => (None, Some(walk_with(&fs, limits, None))),
+            Ok(fs) => {
+                // The summary `ext4kit info` prints: formats every
+                // superblock field a user sees (label, UUID, features).
+                let _ = fs.info();
+                (None, Some(walk_with(&fs, limits, None)))
+            }
             Err(e) => (Some((error_kind("open", &e), e.to_string())), None),
         }
     });

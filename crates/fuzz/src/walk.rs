@@ -80,8 +80,9 @@ pub struct WalkReport {
     /// Successful path lookups.
     pub resolves: u64,
     /// Lookups by path that found a different inode than the directory
-    /// listing (legitimate on damaged images with duplicate names; never on
-    /// a clean one).
+    /// listing, or whose `d_path` differs from the path looked up
+    /// (legitimate on damaged images with duplicate names or names holding
+    /// '/'; never on a clean one).
     pub resolve_mismatches: u64,
     /// Symlinks whose target could not be followed for a POSIX reason
     /// (dangling, loop): expected, not an error.
@@ -212,7 +213,9 @@ pub fn walk_with(fs: &Fs, lim: &WalkLimits, digest: Option<&mut TreeDigest>) -> 
                 match fs.resolve(&path, false) {
                     Ok(d) => {
                         w.rep.resolves += 1;
-                        if d.ino != e.ino {
+                        // d_path walks the dentry parent chain back up: it
+                        // must give the path we came down.
+                        if d.ino != e.ino || fs.d_path(&d) != path {
                             w.rep.resolve_mismatches += 1;
                         }
                     }
