@@ -247,11 +247,7 @@ impl fmt::Display for Difference {
             DiffKind::XattrExtra { name } => {
                 write!(f, "xattr {} not in expected", escape_bytes(name))
             }
-            DiffKind::XattrValue {
-                name,
-                expected,
-                actual,
-            } => {
+            DiffKind::XattrValue { name, expected, actual } => {
                 let first = expected
                     .iter()
                     .zip(actual.iter())
@@ -287,11 +283,7 @@ type Tree = BTreeMap<Vec<u8>, Entry>;
 /// Fails only when a root cannot be read at all; a problem with one entry
 /// (unreadable file, failing readlink) is reported as a
 /// [`DiffKind::Error`] difference so one bad file does not hide the rest.
-pub fn compare_trees(
-    expected: &Path,
-    actual: &Path,
-    opts: &CompareOpts,
-) -> io::Result<Vec<Difference>> {
+pub fn compare_trees(expected: &Path, actual: &Path, opts: &CompareOpts) -> io::Result<Vec<Difference>> {
     let exp = collect(expected, opts)?;
     let act = collect(actual, opts)?;
     let exp_groups = link_groups(&exp);
@@ -435,8 +427,7 @@ pub fn compare_trees(
                 }),
             }
         }
-        let check_time =
-            attrs && (!ft.is_symlink() || opts.symlink_times) && (!ft.is_dir() || opts.dir_times);
+        let check_time = attrs && (!ft.is_symlink() || opts.symlink_times) && (!ft.is_dir() || opts.dir_times);
         if check_time {
             let et = (e.md.mtime(), e.md.mtime_nsec());
             let at = (a.md.mtime(), a.md.mtime_nsec());
@@ -526,19 +517,14 @@ fn link_groups(tree: &Tree) -> Groups {
     let mut g = Groups::new();
     for (rel, e) in tree {
         if !e.md.is_dir() {
-            g.entry((e.md.dev(), e.md.ino()))
-                .or_default()
-                .push(rel.clone());
+            g.entry((e.md.dev(), e.md.ino())).or_default().push(rel.clone());
         }
     }
     g
 }
 
 fn group_of(groups: &Groups, md: &Metadata) -> Vec<Vec<u8>> {
-    groups
-        .get(&(md.dev(), md.ino()))
-        .cloned()
-        .unwrap_or_default()
+    groups.get(&(md.dev(), md.ino())).cloned().unwrap_or_default()
 }
 
 /// Data ranges of a file per SEEK_DATA/SEEK_HOLE; the whole file if the
@@ -598,11 +584,7 @@ fn compare_contents(a: &Path, b: &Path, size: u64) -> io::Result<Option<u64>> {
             fb.read_exact_at(&mut bb[..n], off)
                 .context(|| format!("read {} at {off}", b.display()))?;
             if ba[..n] != bb[..n] {
-                let i = ba[..n]
-                    .iter()
-                    .zip(&bb[..n])
-                    .position(|(x, y)| x != y)
-                    .unwrap_or(0);
+                let i = ba[..n].iter().zip(&bb[..n]).position(|(x, y)| x != y).unwrap_or(0);
                 return Ok(Some(off + i as u64));
             }
             off += n as u64;
@@ -642,10 +624,7 @@ pub fn read_xattrs(p: &Path) -> io::Result<BTreeMap<Vec<u8>, Vec<u8>>> {
                     break buf;
                 }
                 Err(rustix::io::Errno::RANGE) => continue,
-                Err(e) => {
-                    return Err(e)
-                        .context(|| format!("getxattr {} on {}", escape_bytes(name), p.display()))
-                }
+                Err(e) => return Err(e).context(|| format!("getxattr {} on {}", escape_bytes(name), p.display())),
             }
         };
         out.insert(name.to_vec(), value);
@@ -662,10 +641,7 @@ mod tests {
     use rustix::fs::{AtFlags, Timespec, Timestamps, XattrFlags, CWD};
 
     fn set_mtime(p: &Path, s: i64, ns: i64) {
-        let ts = Timespec {
-            tv_sec: s,
-            tv_nsec: ns,
-        };
+        let ts = Timespec { tv_sec: s, tv_nsec: ns };
         rustix::fs::utimensat(
             CWD,
             p,
@@ -693,8 +669,7 @@ mod tests {
         let f = File::create(root.join("sparse")).expect("create");
         f.write_all_at(b"tail", 1 << 20).expect("write");
         drop(f);
-        fs::set_permissions(root.join("d/file"), fs::Permissions::from_mode(0o4755))
-            .expect("chmod");
+        fs::set_permissions(root.join("d/file"), fs::Permissions::from_mode(0o4755)).expect("chmod");
         for (p, s) in [
             ("d/file", 1_000_000_000),
             ("sym", 1_100_000_000),
@@ -742,9 +717,7 @@ mod tests {
         let d = diffs(a.path(), b.path());
         // Both names of the hard-linked file report it.
         assert_eq!(d.len(), 2, "{d:#?}");
-        assert!(d
-            .iter()
-            .all(|x| x.kind == DiffKind::Content { offset: 4321 }));
+        assert!(d.iter().all(|x| x.kind == DiffKind::Content { offset: 4321 }));
         assert_eq!(d[0].path, b"d/file");
         assert!(d[0].to_string().contains("/d/file: content differs"));
     }
@@ -776,8 +749,7 @@ mod tests {
     #[test]
     fn detects_changed_mode() {
         let (a, b) = pair();
-        fs::set_permissions(b.path().join("d/file"), fs::Permissions::from_mode(0o755))
-            .expect("chmod");
+        fs::set_permissions(b.path().join("d/file"), fs::Permissions::from_mode(0o755)).expect("chmod");
         let d = diffs(a.path(), b.path());
         assert!(d.iter().all(|x| x.kind
             == DiffKind::Mode {
@@ -785,10 +757,7 @@ mod tests {
                 actual: 0o755
             }));
         assert_eq!(d.len(), 2);
-        assert_eq!(
-            d[0].to_string(),
-            "/d/file: mode: expected 4755, actual 0755"
-        );
+        assert_eq!(d[0].to_string(), "/d/file: mode: expected 4755, actual 0755");
     }
 
     #[test]
@@ -811,24 +780,18 @@ mod tests {
             )),
             "{d:#?}"
         );
-        assert!(d.iter().any(|x| x.kind
-            == DiffKind::LinkCount {
-                expected: 2,
-                actual: 1
-            }));
+        assert!(d
+            .iter()
+            .any(|x| x.kind == DiffKind::LinkCount { expected: 2, actual: 1 }));
         // Nothing else differs.
-        assert!(d.iter().all(|x| matches!(
-            x.kind,
-            DiffKind::HardLinks { .. } | DiffKind::LinkCount { .. }
-        )));
+        assert!(d
+            .iter()
+            .all(|x| matches!(x.kind, DiffKind::HardLinks { .. } | DiffKind::LinkCount { .. })));
         let no_links = CompareOpts {
             hard_links: false,
             ..CompareOpts::default()
         };
-        assert_eq!(
-            compare_trees(a.path(), b.path(), &no_links).expect("compare"),
-            vec![]
-        );
+        assert_eq!(compare_trees(a.path(), b.path(), &no_links).expect("compare"), vec![]);
     }
 
     #[test]
@@ -843,18 +806,14 @@ mod tests {
                 name: b"user.k".to_vec()
             }
         );
-        rustix::fs::lsetxattr(b.path().join("d/file"), "user.k", b"w", XattrFlags::empty())
-            .expect("setxattr");
+        rustix::fs::lsetxattr(b.path().join("d/file"), "user.k", b"w", XattrFlags::empty()).expect("setxattr");
         let d = diffs(a.path(), b.path());
         assert!(matches!(&d[0].kind, DiffKind::XattrValue { .. }), "{d:#?}");
         let no_x = CompareOpts {
             xattrs: false,
             ..CompareOpts::default()
         };
-        assert_eq!(
-            compare_trees(a.path(), b.path(), &no_x).expect("compare"),
-            vec![]
-        );
+        assert_eq!(compare_trees(a.path(), b.path(), &no_x).expect("compare"), vec![]);
     }
 
     #[test]
@@ -873,10 +832,7 @@ mod tests {
             times: TimeFidelity::Seconds,
             ..CompareOpts::default()
         };
-        assert_eq!(
-            compare_trees(a.path(), b.path(), &secs).expect("compare"),
-            vec![]
-        );
+        assert_eq!(compare_trees(a.path(), b.path(), &secs).expect("compare"), vec![]);
     }
 
     #[test]
@@ -888,10 +844,7 @@ mod tests {
             times: TimeFidelity::Seconds32,
             ..CompareOpts::default()
         };
-        assert_eq!(
-            compare_trees(a.path(), b.path(), &opts).expect("compare"),
-            vec![]
-        );
+        assert_eq!(compare_trees(a.path(), b.path(), &opts).expect("compare"), vec![]);
         assert_eq!(diffs(a.path(), b.path()).len(), 1);
     }
 
@@ -929,18 +882,13 @@ mod tests {
         fs::create_dir(b.path().join("lost+found")).expect("mkdir");
         fs::set_permissions(b.path(), fs::Permissions::from_mode(0o700)).expect("chmod");
         let d = diffs(a.path(), b.path());
-        assert!(d
-            .iter()
-            .any(|x| x.path == b"lost+found" && x.kind == DiffKind::Extra));
+        assert!(d.iter().any(|x| x.path == b"lost+found" && x.kind == DiffKind::Extra));
         let opts = CompareOpts {
             ignore_lost_found: true,
             ignore_root_attrs: true,
             ..CompareOpts::default()
         };
-        assert_eq!(
-            compare_trees(a.path(), b.path(), &opts).expect("compare"),
-            vec![]
-        );
+        assert_eq!(compare_trees(a.path(), b.path(), &opts).expect("compare"), vec![]);
     }
 
     #[test]

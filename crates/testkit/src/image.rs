@@ -208,7 +208,7 @@ pub fn image_matrix() -> Vec<ImageSpec> {
         },
         ImageSpec {
             name: "ext4-1k",
-            description: "ext4, 1 KiB blocks (what mke2fs picks for small filesystems); two-level htree",
+            description: "ext4, 1 KiB blocks (what mke2fs picks for small filesystems; the full big directory needs a two-level htree)",
             block_size: 1024,
             ..base.clone()
         },
@@ -306,8 +306,7 @@ fn estimate(src: &Path, block_size: u64, inode_size: u64) -> io::Result<Estimate
                 child.push(b'/');
             }
             child.extend_from_slice(name);
-            let md = fs::symlink_metadata(e.path())
-                .context(|| format!("stat {}", e.path().display()))?;
+            let md = fs::symlink_metadata(e.path()).context(|| format!("stat {}", e.path().display()))?;
             if !inodes.insert(md.ino()) {
                 continue;
             }
@@ -338,11 +337,8 @@ fn estimate(src: &Path, block_size: u64, inode_size: u64) -> io::Result<Estimate
     let n = inodes.len() as u64;
     let inode_count = n + n / 8 + 128;
     let journal = 64 * 1024 * 1024 + 1024 * block_size;
-    let bytes = blocks * block_size
-        + blocks * block_size / 4
-        + inode_count * inode_size * 5 / 4
-        + journal
-        + 32 * 1024 * 1024;
+    let bytes =
+        blocks * block_size + blocks * block_size / 4 + inode_count * inode_size * 5 / 4 + journal + 32 * 1024 * 1024;
     Ok(Estimate {
         bytes: bytes.div_ceil(1024 * 1024) * 1024 * 1024,
         inodes: inode_count,
@@ -388,13 +384,11 @@ pub fn make_image(spec: &ImageSpec, src: &Path, out: &Path) -> io::Result<()> {
         // -D: rebuild (index) every directory with the default hash.
         let mut fsck = e2fs("e2fsck");
         fsck.args(["-fyD"]).arg(out);
-        run_ok(&mut fsck, &[0, 1])
-            .context(|| format!("{}: e2fsck -fyD (building htrees)", spec.name))?;
+        run_ok(&mut fsck, &[0, 1]).context(|| format!("{}: e2fsck -fyD (building htrees)", spec.name))?;
     }
 
     let map = image_inode_map(out).context(|| format!("{}: listing inodes", spec.name))?;
-    restore_times(spec, src, out, &map)
-        .context(|| format!("{}: restoring timestamps", spec.name))?;
+    restore_times(spec, src, out, &map).context(|| format!("{}: restoring timestamps", spec.name))?;
 
     if spec.dir_index {
         for dir in &est.multi_block_dirs {
@@ -430,10 +424,7 @@ pub fn make_image(spec: &ImageSpec, src: &Path, out: &Path) -> io::Result<()> {
             d.arg("-h").arg(out);
             let o = run_ok(&mut d, &[0])?;
             let text = String::from_utf8_lossy(&o.stdout);
-            let flags = text
-                .lines()
-                .find(|l| l.starts_with("Filesystem flags:"))
-                .unwrap_or("");
+            let flags = text.lines().find(|l| l.starts_with("Filesystem flags:")).unwrap_or("");
             if !flags.split_whitespace().any(|w| w == sign.dumpe2fs_word()) {
                 return Err(io::Error::other(format!(
                     "{}: superblock flags are `{flags}`, wanted {}",
@@ -493,9 +484,7 @@ fn debugfs_run(image: &Path, write: bool, strict: bool, script: &str) -> io::Res
     let script_owned = script.to_string();
     // Feed stdin from a thread: the script can be larger than a pipe.
     let feeder = std::thread::spawn(move || stdin.write_all(script_owned.as_bytes()));
-    let out = child
-        .wait_with_output()
-        .context(|| format!("waiting for `{desc}`"))?;
+    let out = child.wait_with_output().context(|| format!("waiting for `{desc}`"))?;
     feeder
         .join()
         .map_err(|_| io::Error::other("debugfs stdin feeder panicked"))?
@@ -591,12 +580,7 @@ fn image_inode_map(image: &Path) -> io::Result<BTreeMap<Vec<u8>, ImageEntry>> {
 /// Sets every inode's atime/mtime to the source's (full precision where the
 /// inode has room) and its ctime to [`FIXED_TIME`]; repairs i_size where
 /// mke2fs got it wrong.
-fn restore_times(
-    spec: &ImageSpec,
-    src: &Path,
-    out: &Path,
-    map: &BTreeMap<Vec<u8>, ImageEntry>,
-) -> io::Result<()> {
+fn restore_times(spec: &ImageSpec, src: &Path, out: &Path, map: &BTreeMap<Vec<u8>, ImageEntry>) -> io::Result<()> {
     let extra = spec.inode_size > 128;
     let mut script = String::new();
     let mut done = std::collections::BTreeSet::new();
@@ -637,10 +621,7 @@ fn restore_times(
                 script.push_str(&format!("sif <{ino}> {f}_extra 0x{xtra:08x}\n"));
             }
         }
-        script.push_str(&format!(
-            "sif <{ino}> ctime_lo 0x{:08x}\n",
-            FIXED_TIME as u32
-        ));
+        script.push_str(&format!("sif <{ino}> ctime_lo 0x{:08x}\n", FIXED_TIME as u32));
         if extra {
             script.push_str(&format!("sif <{ino}> ctime_extra 0\n"));
         }
@@ -675,9 +656,7 @@ fn htree_hash_version(image: &Path, ino: u32) -> io::Result<Option<u8>> {
 pub fn debugfs_rdump(image: &Path, dest: &Path) -> io::Result<()> {
     fs::create_dir_all(dest).context(|| format!("mkdir {}", dest.display()))?;
     let mut c = e2fs("debugfs");
-    c.arg("-R")
-        .arg(format!("rdump / \"{}\"", dest.display()))
-        .arg(image);
+    c.arg("-R").arg(format!("rdump / \"{}\"", dest.display())).arg(image);
     let o = run_ok(&mut c, &[0])?;
     let stderr = String::from_utf8_lossy(&o.stderr);
     let errors: Vec<&str> = stderr
@@ -749,18 +728,12 @@ impl std::fmt::Display for KernelUnavailable {
 impl std::error::Error for KernelUnavailable {}
 
 fn unavailable(reason: impl Into<String>) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::Unsupported,
-        KernelUnavailable {
-            reason: reason.into(),
-        },
-    )
+    io::Error::new(io::ErrorKind::Unsupported, KernelUnavailable { reason: reason.into() })
 }
 
 /// If `err` means "the kernel oracle is unavailable here", the reason.
 pub fn is_kernel_unavailable(err: &io::Error) -> Option<&KernelUnavailable> {
-    err.get_ref()
-        .and_then(|e| e.downcast_ref::<KernelUnavailable>())
+    err.get_ref().and_then(|e| e.downcast_ref::<KernelUnavailable>())
 }
 
 /// Checks the preconditions of loop mounting: root and a loop device.
@@ -770,9 +743,7 @@ pub fn kernel_available() -> io::Result<()> {
         return Err(unavailable("not running as root"));
     }
     if !Path::new("/dev/loop-control").exists() {
-        return Err(unavailable(
-            "/dev/loop-control does not exist (no loop driver)",
-        ));
+        return Err(unavailable("/dev/loop-control does not exist (no loop driver)"));
     }
     Ok(())
 }
@@ -793,25 +764,17 @@ impl LoopMount {
         kernel_available()?;
         fs::create_dir_all(dir).context(|| format!("mkdir {}", dir.display()))?;
         let mut c = Command::new("mount");
-        c.args([
-            "-t",
-            fstype,
-            "-o",
-            if read_only { "loop,ro" } else { "loop" },
-        ])
-        .arg(image)
-        .arg(dir)
-        .stdin(Stdio::null());
+        c.args(["-t", fstype, "-o", if read_only { "loop,ro" } else { "loop" }])
+            .arg(image)
+            .arg(dir)
+            .stdin(Stdio::null());
         let o = run(&mut c)?;
         if !o.status.success() {
             let msg = String::from_utf8_lossy(&o.stderr).trim().to_string();
             if msg.contains("loop device") || msg.contains("permission denied") {
                 return Err(unavailable(format!("{}: {msg}", describe(&c))));
             }
-            return Err(io::Error::other(format!(
-                "`{}` failed: {msg}",
-                describe(&c)
-            )));
+            return Err(io::Error::other(format!("`{}` failed: {msg}", describe(&c))));
         }
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -825,17 +788,11 @@ impl LoopMount {
     pub fn fuse2fs(image: &Path, dir: &Path) -> io::Result<Self> {
         fs::create_dir_all(dir).context(|| format!("mkdir {}", dir.display()))?;
         let mut c = Command::new("fuse2fs");
-        c.arg("-o")
-            .arg("ro")
-            .arg(image)
-            .arg(dir)
-            .stdin(Stdio::null());
+        c.arg("-o").arg("ro").arg(image).arg(dir).stdin(Stdio::null());
         let o = match c.output() {
             Ok(o) => o,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(unavailable(
-                    "fuse2fs is not installed (apt-get install fuse2fs)",
-                ))
+                return Err(unavailable("fuse2fs is not installed (apt-get install fuse2fs)"))
             }
             Err(e) => return Err(e).context(|| format!("cannot run `{}`", describe(&c))),
         };
@@ -913,9 +870,7 @@ pub fn make_kernel_image(src: &Path, out: &Path, mkfs_args: &[&str]) -> io::Resu
         Err(e) => return Err(e).context(|| format!("remove old {}", out.display())),
     }
     let mut mk = Command::new("mke2fs");
-    mk.args(["-F", "-q"])
-        .env("LC_ALL", "C")
-        .stdin(Stdio::null());
+    mk.args(["-F", "-q"]).env("LC_ALL", "C").stdin(Stdio::null());
     if !mkfs_args.contains(&"-t") {
         mk.args(["-t", "ext4"]);
     }
@@ -925,9 +880,7 @@ pub fn make_kernel_image(src: &Path, out: &Path, mkfs_args: &[&str]) -> io::Resu
     if !mkfs_args.contains(&"-U") {
         mk.args(["-U", FIXED_UUID]);
     }
-    mk.args(mkfs_args)
-        .arg(out)
-        .arg(format!("{}k", est.bytes / 1024));
+    mk.args(mkfs_args).arg(out).arg(format!("{}k", est.bytes / 1024));
     run_ok(&mut mk, &[0]).context(|| "kernel image: mke2fs".to_string())?;
 
     let mnt = PathBuf::from(format!("{}.mnt", out.display()));
@@ -935,10 +888,7 @@ pub fn make_kernel_image(src: &Path, out: &Path, mkfs_args: &[&str]) -> io::Resu
     let mut src_dot = src.as_os_str().to_os_string();
     src_dot.push("/.");
     let mut cp = Command::new("cp");
-    cp.arg("-a")
-        .arg(&src_dot)
-        .arg(m.path())
-        .stdin(Stdio::null());
+    cp.arg("-a").arg(&src_dot).arg(m.path()).stdin(Stdio::null());
     let copied = run_ok(&mut cp, &[0]);
     let unmounted = m.unmount();
     let _ = fs::remove_dir(&mnt);

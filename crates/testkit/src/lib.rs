@@ -46,9 +46,9 @@ mod util;
 
 pub use compare::{compare_trees, read_xattrs, CompareOpts, DiffKind, Difference, TimeFidelity};
 pub use image::{
-    compare_rdump, debugfs_rdump, e2fsck_clean, image_matrix, is_kernel_unavailable,
-    kernel_available, make_image, make_kernel_image, DirHash, HashSign, ImageSpec,
-    KernelUnavailable, LoopMount, FIXED_HASH_SEED, FIXED_TIME, FIXED_UUID,
+    compare_rdump, debugfs_rdump, e2fsck_clean, image_matrix, is_kernel_unavailable, kernel_available, make_image,
+    make_kernel_image, DirHash, HashSign, ImageSpec, KernelUnavailable, LoopMount, FIXED_HASH_SEED, FIXED_TIME,
+    FIXED_UUID,
 };
 pub use prng::SplitMix64;
 

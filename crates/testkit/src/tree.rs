@@ -181,8 +181,7 @@ impl Builder<'_> {
     fn file(&mut self, rel: &[u8], data: &[u8], mode: u32) -> io::Result<()> {
         let p = self.p(rel);
         let mut f = File::create(&p).context(|| format!("create {}", p.display()))?;
-        f.write_all(data)
-            .context(|| format!("write {}", p.display()))?;
+        f.write_all(data).context(|| format!("write {}", p.display()))?;
         drop(f);
         chmod(&p, mode)
     }
@@ -196,8 +195,7 @@ impl Builder<'_> {
         while left > 0 {
             let n = left.min(buf.len() as u64) as usize;
             rng.fill(&mut buf[..n]);
-            f.write_all(&buf[..n])
-                .context(|| format!("write {}", p.display()))?;
+            f.write_all(&buf[..n]).context(|| format!("write {}", p.display()))?;
             left -= n as u64;
         }
         drop(f);
@@ -241,14 +239,7 @@ impl Builder<'_> {
         fs::hard_link(&a, &b).context(|| format!("link {} -> {}", b.display(), a.display()))
     }
 
-    fn node(
-        &mut self,
-        rel: &[u8],
-        ft: FileType,
-        mode: u32,
-        major: u32,
-        minor: u32,
-    ) -> io::Result<()> {
+    fn node(&mut self, rel: &[u8], ft: FileType, mode: u32, major: u32, minor: u32) -> io::Result<()> {
         let p = self.p(rel);
         rustix::fs::mknodat(
             CWD,
@@ -266,8 +257,7 @@ impl Builder<'_> {
             return Ok(());
         }
         let p = self.p(rel);
-        std::os::unix::fs::lchown(&p, Some(uid), Some(gid))
-            .context(|| format!("chown {uid}:{gid} {}", p.display()))
+        std::os::unix::fs::lchown(&p, Some(uid), Some(gid)).context(|| format!("chown {uid}:{gid} {}", p.display()))
     }
 
     fn xattr(&mut self, rel: &[u8], name: &str, value: &[u8]) -> io::Result<()> {
@@ -336,11 +326,7 @@ impl Builder<'_> {
         self.sparse_file(b"sparse/many-extents", &chunks, 24 * MIB)?;
         if self.opts.huge_sparse {
             let size = 5 * GIB + 3000;
-            self.sparse_file(
-                b"sparse/huge-5g",
-                &[(0, 4 * KIB), (size - 6 * KIB, 6 * KIB)],
-                size,
-            )?;
+            self.sparse_file(b"sparse/huge-5g", &[(0, 4 * KIB), (size - 6 * KIB, 6 * KIB)], size)?;
         }
 
         // Names.
@@ -349,18 +335,10 @@ impl Builder<'_> {
         while long.len() < 255 {
             long.push(b'a' + (long.len() % 26) as u8);
         }
-        self.file(
-            &[b"names/".as_slice(), &long].concat(),
-            b"255 bytes\n",
-            0o644,
-        )?;
+        self.file(&[b"names/".as_slice(), &long].concat(), b"255 bytes\n", 0o644)?;
         // 85 three-byte characters: 255 bytes, 85 characters.
         let cjk: Vec<u8> = "日".repeat(85).into_bytes();
-        self.file(
-            &[b"names/".as_slice(), &cjk].concat(),
-            b"255 bytes of CJK\n",
-            0o644,
-        )?;
+        self.file(&[b"names/".as_slice(), &cjk].concat(), b"255 bytes of CJK\n", 0o644)?;
         for (name, body) in [
             ("ünïcødé-file", "latin with diacritics\n"),
             ("日本語のファイル名", "japanese\n"),
@@ -394,10 +372,7 @@ impl Builder<'_> {
         self.symlink(b"links/to-dir", b"../deep/l1")?;
         self.symlink(b"links/absolute", b"/etc/hostname")?;
         self.symlink(b"links/chain", b"fast")?;
-        self.symlink(
-            "links/ünï-target".as_bytes(),
-            "../names/ünïcødé-file".as_bytes(),
-        )?;
+        self.symlink("links/ünï-target".as_bytes(), "../names/ünïcødé-file".as_bytes())?;
 
         // Hard links: one file with three names in three directories, and a
         // pair in one directory.
@@ -484,13 +459,7 @@ impl Builder<'_> {
             self.node(b"special/char-1-3", FileType::CharacterDevice, 0o666, 1, 3)?;
             self.node(b"special/block-7-200", FileType::BlockDevice, 0o660, 7, 200)?;
             // Major > 255 / minor > 255 need the "new" encoding in i_block[1].
-            self.node(
-                b"special/char-300-70000",
-                FileType::CharacterDevice,
-                0o600,
-                300,
-                70000,
-            )?;
+            self.node(b"special/char-300-70000", FileType::CharacterDevice, 0o600, 300, 70000)?;
             self.node(b"special/block-259-0", FileType::BlockDevice, 0o600, 259, 0)?;
         }
 
@@ -604,9 +573,7 @@ impl Builder<'_> {
         }
         let mut dirs: Vec<Vec<u8>> = dirs.into_iter().map(|(r, _)| r).collect();
         dirs.push(Vec::new());
-        dirs.sort_by_key(|r| {
-            std::cmp::Reverse(r.iter().filter(|&&c| c == b'/').count() + usize::from(!r.is_empty()))
-        });
+        dirs.sort_by_key(|r| std::cmp::Reverse(r.iter().filter(|&&c| c == b'/').count() + usize::from(!r.is_empty())));
         for rel in &dirs {
             if let Some(&mode) = self.dir_modes.get(rel) {
                 chmod(&self.p(rel), mode)?;
@@ -643,8 +610,7 @@ impl Builder<'_> {
 }
 
 fn chmod(p: &Path, mode: u32) -> io::Result<()> {
-    fs::set_permissions(p, fs::Permissions::from_mode(mode))
-        .context(|| format!("chmod {mode:o} {}", p.display()))
+    fs::set_permissions(p, fs::Permissions::from_mode(mode)).context(|| format!("chmod {mode:o} {}", p.display()))
 }
 
 /// A symlink target of exactly `len` bytes that looks like a path.

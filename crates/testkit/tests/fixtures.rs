@@ -7,9 +7,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use ext4kit_testkit::{
-    build_source_tree, compare_rdump, compare_trees, debugfs_rdump, image_matrix,
-    is_kernel_unavailable, make_image, make_kernel_image, CompareOpts, ImageSpec, LoopMount,
-    TreeOpts,
+    build_source_tree, compare_rdump, compare_trees, debugfs_rdump, image_matrix, is_kernel_unavailable, make_image,
+    make_kernel_image, CompareOpts, ImageSpec, LoopMount, TreeOpts,
 };
 
 fn spec(name: &str) -> ImageSpec {
@@ -43,9 +42,7 @@ fn tree_is_deterministic_and_complete() {
     }
     // Boundary sizes and the big directory exist.
     assert_eq!(a.join("sizes/4097").metadata().expect("stat").len(), 4097);
-    let n = std::fs::read_dir(a.join("bigdir"))
-        .expect("readdir")
-        .count();
+    let n = std::fs::read_dir(a.join("bigdir")).expect("readdir").count();
     assert_eq!(n, 600);
     // 255-byte names.
     let longest = std::fs::read_dir(a.join("names"))
@@ -63,11 +60,7 @@ fn kernel_check(spec: &ImageSpec, src: &Path, img: &Path, mnt: &Path) {
         Ok(m) => {
             let d = compare_trees(src, m.path(), &spec.compare_opts()).expect("compare");
             m.unmount().expect("umount");
-            assert!(
-                d.is_empty(),
-                "{}: kernel reads a different tree: {d:#?}",
-                spec.name
-            );
+            assert!(d.is_empty(), "{}: kernel reads a different tree: {d:#?}", spec.name);
         }
         Err(e) => match is_kernel_unavailable(&e) {
             Some(why) => eprintln!("SKIP kernel check of {}: {why}", spec.name),

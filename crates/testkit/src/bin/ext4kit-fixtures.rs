@@ -16,9 +16,8 @@ use std::time::Instant;
 
 use clap::Parser;
 use ext4kit_testkit::{
-    build_source_tree, compare_rdump, compare_trees, debugfs_rdump, image_matrix,
-    is_kernel_unavailable, kernel_available, make_image, make_kernel_image, CompareOpts, LoopMount,
-    TimeFidelity, TreeOpts, FIXTURE_VERSION,
+    build_source_tree, compare_rdump, compare_trees, debugfs_rdump, image_matrix, is_kernel_unavailable,
+    kernel_available, make_image, make_kernel_image, CompareOpts, LoopMount, TimeFidelity, TreeOpts, FIXTURE_VERSION,
 };
 
 /// Build the ext4kit fixture tree and image matrix.
@@ -182,10 +181,7 @@ fn run(args: &Args) -> io::Result<bool> {
             .collect();
         workers
             .into_iter()
-            .map(|w| {
-                w.join()
-                    .unwrap_or_else(|_| Err(io::Error::other("worker panicked")))
-            })
+            .map(|w| w.join().unwrap_or_else(|_| Err(io::Error::other("worker panicked"))))
             .collect()
     });
     for r in results {
@@ -308,11 +304,7 @@ fn verify(out: &Path, src: &Path, manifest: &str) -> io::Result<bool> {
             Ok(d) if d.is_empty() => println!("{name:<24} {:<8} {reader:<14} identical", "PASS"),
             Ok(d) => {
                 all_ok = false;
-                println!(
-                    "{name:<24} {:<8} {reader:<14} {} differences:",
-                    "FAIL",
-                    d.len()
-                );
+                println!("{name:<24} {:<8} {reader:<14} {} differences:", "FAIL", d.len());
                 for x in d.iter().take(20) {
                     println!("    {x}");
                 }
