@@ -20,6 +20,7 @@ pub mod hash;
 pub mod htree;
 pub mod indirect;
 pub mod inode;
+pub mod jbd2;
 pub mod superblock;
 pub mod xattr;
 
