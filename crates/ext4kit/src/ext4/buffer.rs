@@ -41,6 +41,31 @@ impl Buffer {
     }
 }
 
+/// Striped per-block write locks (the analogue of `lock_buffer`): a writer
+/// of metadata block `b` holds stripe `b % N` from reading the current
+/// version to installing the new one, so two transactions touching one
+/// block (two inodes in one inode-table block) never lose an update.
+/// Readers never take these locks.
+#[derive(Debug)]
+pub struct BlockLocks {
+    stripes: Box<[parking_lot::Mutex<()>]>,
+}
+
+impl Default for BlockLocks {
+    fn default() -> Self {
+        BlockLocks {
+            stripes: (0..1024).map(|_| parking_lot::Mutex::new(())).collect(),
+        }
+    }
+}
+
+impl BlockLocks {
+    /// Lock the stripe of `block`.
+    pub fn lock(&self, block: u64) -> parking_lot::MutexGuard<'_, ()> {
+        self.stripes[(block % self.stripes.len() as u64) as usize].lock()
+    }
+}
+
 /// Bounded concurrent cache of metadata blocks.
 #[derive(Debug)]
 pub struct BufferCache {
@@ -90,6 +115,21 @@ impl BufferCache {
             }
         }
         Ok(got)
+    }
+
+    /// Install a new version of `block` (a transaction modified it). Readers
+    /// that hold the old `Arc<Buffer>` keep a consistent snapshot; new
+    /// lookups see the new bytes. The caller holds the block's write lock
+    /// (see [`BlockLocks`]) so versions are installed in order, and vouches
+    /// for the structure, so the new buffer starts out checked.
+    pub fn replace(&self, block: u64, data: Box<[u8]>) -> Arc<Buffer> {
+        let b = Arc::new(Buffer::new(block, data));
+        let _ = b.checked.set(Ok(()));
+        let m = self.map.pin();
+        if m.insert(block, b.clone()).is_none() {
+            self.bytes.fetch_add(self.block_size, Ordering::Relaxed);
+        }
+        b
     }
 
     /// Drop a block (after it was rewritten or freed).

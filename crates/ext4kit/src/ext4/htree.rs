@@ -120,6 +120,39 @@ impl Volume {
         }
     }
 
+    /// The leaf block a new entry named `name` belongs in (the first leaf
+    /// whose hash range covers the name's hash).
+    pub(crate) fn dx_leaf_for(&self, dir: DirRef<'_>, name: &[u8]) -> Result<u64> {
+        let loc = || format!("htree of directory inode {}", dir.ino);
+        let rootbuf = self
+            .dx_root_block(dir)?
+            .ok_or_else(|| Error::corrupt_msg(loc(), "htree root", "missing"))?;
+        let root = htree::parse_root(&rootbuf.data, self.block_size, self.largedir(), None)
+            .map_err(|e| Error::corrupt(loc(), e))?;
+        let version = HashVersion::from_root(root.info.hash_version, self.unsigned_hash).ok_or_else(|| {
+            Error::corrupt_msg(
+                loc(),
+                "htree root",
+                format!("unknown hash version {}", root.info.hash_version),
+            )
+        })?;
+        let (hash, _) = dx_hash(name, version, &self.hash_seed);
+        let nblocks = dir.nblocks(self);
+        let mut idx = root.index;
+        for _ in 0..root.info.indirect_levels {
+            let b = idx.entries[idx.find(hash)].block as u64;
+            if b == 0 || b >= nblocks {
+                return Err(Error::corrupt_msg(loc(), "htree entry", format!("points at block {b}")));
+            }
+            idx = self.dx_node(dir, b)?;
+        }
+        let b = idx.entries[idx.find(hash)].block as u64;
+        if b == 0 || b >= nblocks {
+            return Err(Error::corrupt_msg(loc(), "htree entry", format!("points at block {b}")));
+        }
+        Ok(b)
+    }
+
     /// Advance `path` to the next leaf if its first hash continues `hash`
     /// (the kernel's `ext4_htree_next_block`).
     fn dx_next_leaf(

@@ -6,9 +6,13 @@
 pub mod bmap;
 pub mod buffer;
 pub mod dir;
+pub mod dir_insert;
+pub mod group;
 pub mod htree;
+pub mod ialloc;
 pub mod inode;
 pub mod symlink;
+pub mod transaction;
 pub mod volume;
 pub mod xattr;
 

@@ -15,7 +15,7 @@ use ext4kit_format::group_desc::{GdCsum, GroupDesc};
 use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 use parking_lot::RwLock;
 
-use super::buffer::{Buffer, BufferCache};
+use super::buffer::{BlockLocks, Buffer, BufferCache};
 use crate::error::{Error, Result};
 
 /// How to open an image.
@@ -40,8 +40,13 @@ impl Default for OpenOptions {
 /// allocation in different groups never contends).
 #[derive(Debug)]
 pub struct Group {
-    /// The descriptor as last read or written.
+    /// The descriptor as last read or written. Its write lock is the group
+    /// lock: allocation in the group holds it while changing bitmaps.
     pub desc: RwLock<GroupDesc>,
+    /// Block of the primary descriptor table that holds this descriptor.
+    pub desc_block: u64,
+    /// Byte offset of the descriptor in that block.
+    pub desc_offset: usize,
 }
 
 /// Counters for tests and benchmarks.
@@ -93,6 +98,11 @@ pub struct Volume {
     pub warnings: Vec<String>,
     /// Metadata blocks.
     pub bcache: BufferCache,
+    /// Per-block write locks for metadata updates.
+    pub block_locks: BlockLocks,
+    /// Serialises superblock updates (free counts are kept in the groups
+    /// and summed when the superblock is written).
+    pub sb_lock: parking_lot::Mutex<()>,
     /// Counters.
     pub stats: Stats,
 }
@@ -177,6 +187,8 @@ impl Volume {
             read_only,
             warnings,
             bcache: BufferCache::new(block_size, opts.cache_budget / 4),
+            block_locks: BlockLocks::default(),
+            sb_lock: parking_lot::Mutex::new(()),
             stats: Stats::default(),
             groups: Vec::new(),
             sb: RwLock::new(sb),
@@ -231,7 +243,11 @@ impl Volume {
                         ));
                     }
                 }
-                out.push(Group { desc: RwLock::new(gd) });
+                out.push(Group {
+                    desc: RwLock::new(gd),
+                    desc_block: blk,
+                    desc_offset: i * dsz,
+                });
             }
         }
         Ok(out)
@@ -259,6 +275,24 @@ impl Volume {
         self.dev
             .read_at(block * self.block_size as u64, buf)
             .map_err(|e| Error::io(format!("reading block {block}"), e))
+    }
+
+    /// Write whole blocks at `block` straight to the device.
+    pub fn write_raw(&self, block: u64, data: &[u8]) -> Result<()> {
+        if self.read_only {
+            return Err(Error::posix(crate::error::Errno::EROFS, "filesystem is read-only"));
+        }
+        let n = (data.len() / self.block_size) as u64;
+        if block == 0 || block.checked_add(n).is_none_or(|e| e > self.blocks_count) {
+            return Err(Error::corrupt_msg(
+                format!("block {block}"),
+                "block map",
+                "write outside the filesystem",
+            ));
+        }
+        self.dev
+            .write_at(block * self.block_size as u64, data)
+            .map_err(|e| Error::io(format!("writing block {block}"), e))
     }
 
     /// A metadata block through the buffer cache.

@@ -201,6 +201,21 @@ impl Dcache {
         self.pin().insert(parent, name, ino, ftype).clone()
     }
 
+    /// Record that `name` in `parent` now refers to `ino` (after a create),
+    /// replacing a negative or stale entry.
+    pub fn set(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
+        let d = Arc::new(Dentry {
+            name: ArcSwap::from_pointee(Box::from(name)),
+            parent: ArcSwapOption::from(Some(parent.clone())),
+            ino,
+            dir_ino: parent.ino,
+            ftype,
+            referenced: AtomicBool::new(true),
+        });
+        self.map.pin().insert(Key(parent.ino, Box::from(name)), d.clone());
+        d
+    }
+
     /// Number of cached dentries.
     pub fn len(&self) -> usize {
         self.map.len()

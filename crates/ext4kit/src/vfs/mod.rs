@@ -10,6 +10,7 @@ pub mod icache;
 pub mod namei;
 pub mod pagecache;
 mod stat;
+pub mod write;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,0 +1,140 @@
+//! Block group bookkeeping on the write side: writing descriptors back
+//! (with their checksum) and the bitmap checksums they carry.
+//!
+//! Locking: callers hold the group's descriptor write lock (the group lock)
+//! across reading a bitmap, changing it, and updating the descriptor, so
+//! allocations in one group are serialised and different groups never
+//! contend.
+
+use ext4kit_format::checksum::crc32c;
+use ext4kit_format::group_desc::{GdCsum, GroupDesc};
+
+use super::transaction::Handle;
+use super::volume::Volume;
+use crate::error::Result;
+
+impl Volume {
+    /// How this filesystem checksums its descriptors.
+    pub fn gd_csum(&self) -> GdCsum {
+        let sb = self.sb.read();
+        if let Some(seed) = self.csum_seed {
+            GdCsum::Crc32c { seed }
+        } else if sb.gdt_csum() {
+            GdCsum::Crc16 { uuid: sb.uuid }
+        } else {
+            GdCsum::None
+        }
+    }
+
+    /// Write descriptor `g` (as `gd`) into its descriptor-table block.
+    pub fn write_group_desc(&self, h: &mut Handle<'_>, g: usize, gd: &GroupDesc) -> Result<()> {
+        let grp = &self.groups[g];
+        let dsz = self.sb.read().desc_size();
+        let bytes = gd.to_bytes_sized(dsz, g as u32, self.gd_csum());
+        let off = grp.desc_offset;
+        h.modify(grp.desc_block, |d| {
+            d[off..off + dsz].copy_from_slice(&bytes);
+            Ok(())
+        })
+    }
+
+    /// Store the checksum of an inode bitmap in its descriptor
+    /// (`bg_inode_bitmap_csum`: crc32c over inodes_per_group bits).
+    pub fn set_inode_bitmap_csum(&self, gd: &mut GroupDesc, bitmap: &[u8]) {
+        if let Some(seed) = self.csum_seed {
+            let c = crc32c(seed, &bitmap[..(self.inodes_per_group as usize).div_ceil(8)]);
+            gd.inode_bitmap_csum_lo = c as u16;
+            if self.sb.read().desc_size() >= 64 {
+                gd.inode_bitmap_csum_hi = (c >> 16) as u16;
+            }
+        }
+    }
+
+    /// Store the checksum of a block bitmap in its descriptor
+    /// (`bg_block_bitmap_csum`: crc32c over clusters_per_group bits).
+    pub fn set_block_bitmap_csum(&self, gd: &mut GroupDesc, bitmap: &[u8]) {
+        if let Some(seed) = self.csum_seed {
+            let c = crc32c(seed, &bitmap[..(self.blocks_per_group as usize).div_ceil(8)]);
+            gd.block_bitmap_csum_lo = c as u16;
+            if self.sb.read().desc_size() >= 64 {
+                gd.block_bitmap_csum_hi = (c >> 16) as u16;
+            }
+        }
+    }
+
+    /// Write the primary superblock with free counts summed from the groups
+    /// (the kernel keeps them in per-cpu counters and writes them the same
+    /// way at sync time).
+    pub fn sync_super(&self) -> Result<()> {
+        let _g = self.sb_lock.lock();
+        let (mut fb, mut fi) = (0u64, 0u64);
+        for grp in &self.groups {
+            let gd = grp.desc.read();
+            fb += gd.free_blocks_count() as u64;
+            fi += gd.free_inodes_count() as u64;
+        }
+        let bytes = {
+            let mut sb = self.sb.write();
+            sb.free_blocks_count_lo = fb as u32;
+            if self.has_incompat(ext4kit_format::features::incompat::BIT64) {
+                sb.free_blocks_count_hi = (fb >> 32) as u32;
+            }
+            sb.free_inodes_count = fi as u32;
+            sb.to_bytes_with_checksum()
+        };
+        if self.read_only {
+            return Ok(());
+        }
+        self.device()
+            .write_at(ext4kit_format::superblock::SUPERBLOCK_OFFSET, &bytes)
+            .map_err(|e| crate::error::Error::io("writing the superblock", e))
+    }
+}
+
+/// Test bit `i` of a bitmap.
+pub fn test_bit(bm: &[u8], i: usize) -> bool {
+    bm[i / 8] & (1 << (i % 8)) != 0
+}
+
+/// Set bit `i` of a bitmap.
+pub fn set_bit(bm: &mut [u8], i: usize) {
+    bm[i / 8] |= 1 << (i % 8);
+}
+
+/// Clear bit `i` of a bitmap.
+pub fn clear_bit(bm: &mut [u8], i: usize) {
+    bm[i / 8] &= !(1 << (i % 8));
+}
+
+/// First clear bit in `bm[from..limit]`.
+pub fn find_zero(bm: &[u8], from: usize, limit: usize) -> Option<usize> {
+    let mut i = from;
+    while i < limit {
+        if i.is_multiple_of(8) && i + 8 <= limit && bm[i / 8] == 0xff {
+            i += 8;
+            continue;
+        }
+        if !test_bit(bm, i) {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits() {
+        let mut b = vec![0xffu8, 0xff, 0b1110_1111, 0];
+        assert_eq!(find_zero(&b, 0, 32), Some(20));
+        set_bit(&mut b, 20);
+        assert_eq!(find_zero(&b, 0, 24), None);
+        assert_eq!(find_zero(&b, 0, 32), Some(24));
+        clear_bit(&mut b, 3);
+        assert_eq!(find_zero(&b, 0, 32), Some(3));
+        assert!(test_bit(&b, 20));
+    }
+}

@@ -1,0 +1,201 @@
+//! The first writes: creating files, fifos, sockets, device nodes and fast
+//! symlinks through transaction handles — in linear and htree directories,
+//! on ext2, ext4 with metadata_csum and ext4 with uninit_bg. After every
+//! run `e2fsck -fn` must be clean, a fresh open must read what was written,
+//! and (as root) the kernel must see it too.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ext4kit::{Errno, FileType, Fs, OpenOptions};
+
+fn sh(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (apt-get install e2fsprogs)"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn image(dir: &Path, tag: &str, mkfs: &[&str]) -> PathBuf {
+    let src = dir.join(format!("src-{tag}"));
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::create_dir_all(src.join("big")).unwrap();
+    for i in 0..400 {
+        std::fs::write(src.join("big").join(format!("existing-entry-{i:04}")), b"").unwrap();
+    }
+    std::fs::write(src.join("sub/old"), b"old").unwrap();
+    let img = dir.join(format!("{tag}.img"));
+    sh(Command::new("mke2fs")
+        .args(["-q", "-F"])
+        .args(mkfs)
+        .arg("-d")
+        .arg(&src)
+        .arg(&img)
+        .arg("32M"));
+    // Index the big directory (mke2fs -d leaves it linear).
+    let st = Command::new("e2fsck").arg("-fyD").arg(&img).output().unwrap();
+    assert!(st.status.code().is_some_and(|c| c <= 1), "e2fsck -fyD: {st:?}");
+    img
+}
+
+fn fsck_clean(img: &Path) {
+    let out = Command::new("timeout")
+        .args(["300", "e2fsck", "-fn"])
+        .arg(img)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn {} not clean:\n{}",
+        img.display(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+fn exercise(img: &Path, htree_expected: bool) -> usize {
+    let fs = Fs::open_image(
+        img,
+        &OpenOptions {
+            read_only: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        fs.stat(b"/big").unwrap().flags & 0x1000 != 0,
+        htree_expected,
+        "the big directory's index flag"
+    );
+    fs.create(b"/hello", 0o644, 1000, 1000).unwrap();
+    fs.create(b"/sub/new-file", 0o600, 0, 0).unwrap();
+    fs.mknod(b"/fifo", FileType::Fifo, 0o640, 0, 0, (0, 0)).unwrap();
+    fs.mknod(b"/sock", FileType::Socket, 0o755, 0, 0, (0, 0)).unwrap();
+    fs.mknod(b"/null", FileType::CharDevice, 0o666, 0, 0, (1, 3)).unwrap();
+    fs.mknod(b"/bigdev", FileType::BlockDevice, 0o660, 0, 6, (259, 300))
+        .unwrap();
+    fs.symlink(b"sub/new-file", b"/link", 0, 0).unwrap();
+    // The htree leaves e2fsck -D packed are nearly full: some names fit,
+    // the rest must fail cleanly with ENOSPC and change nothing.
+    let mut made = Vec::new();
+    for i in 0..150 {
+        let p = format!("/big/new-{i}-{}", "x".repeat(i % 40));
+        match fs.create(p.as_bytes(), 0o644, 0, 0) {
+            Ok(_) => made.push(p),
+            Err(e) => assert_eq!(e.errno(), Errno::ENOSPC, "{e}"),
+        }
+    }
+    // Errors leave nothing behind.
+    assert_eq!(fs.create(b"/hello", 0o644, 0, 0).unwrap_err().errno(), Errno::EEXIST);
+    assert_eq!(fs.create(b"/nodir/x", 0o644, 0, 0).unwrap_err().errno(), Errno::ENOENT);
+    assert_eq!(fs.create(b"/hello/x", 0o644, 0, 0).unwrap_err().errno(), Errno::ENOTDIR);
+    assert_eq!(
+        fs.create(&[b'n'; 256], 0o644, 0, 0).unwrap_err().errno(),
+        Errno::ENAMETOOLONG
+    );
+    // Visible at once through the same Fs (the dentry cache was updated).
+    assert_eq!(fs.stat(b"/hello").unwrap().uid, 1000);
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(img);
+
+    let fs = Fs::open_image(img, &OpenOptions::default()).unwrap();
+    let st = fs.stat(b"/hello").unwrap();
+    assert_eq!(
+        (st.ftype, st.perm(), st.uid, st.gid, st.size, st.nlink),
+        (FileType::Regular, 0o644, 1000, 1000, 0, 1)
+    );
+    assert_eq!(fs.lstat(b"/fifo").unwrap().ftype, FileType::Fifo);
+    assert_eq!(fs.lstat(b"/sock").unwrap().ftype, FileType::Socket);
+    assert_eq!(fs.lstat(b"/null").unwrap().rdev, (1, 3));
+    assert_eq!(fs.lstat(b"/bigdev").unwrap().rdev, (259, 300));
+    assert_eq!(fs.read_link(b"/link").unwrap(), b"sub/new-file");
+    assert_eq!(fs.stat(b"/link").unwrap().perm(), 0o600);
+    assert_eq!(fs.read_dir(b"/big").unwrap().len(), 2 + 400 + made.len());
+    for p in &made {
+        fs.stat(p.as_bytes()).unwrap();
+    }
+    drop(fs);
+
+    if !is_root() {
+        panic!("the kernel cross-check needs root (loop mount); CI runs as root");
+    }
+    let mnt = img.with_extension("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    sh(Command::new("mount").arg("-o").arg("loop,ro").arg(img).arg(&mnt));
+    let check = || -> Result<(), String> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let m = std::fs::symlink_metadata(mnt.join("hello")).map_err(|e| e.to_string())?;
+        if !(m.is_file() && m.mode() & 0o7777 == 0o644 && m.uid() == 1000) {
+            return Err(format!("hello: {m:?}"));
+        }
+        if !std::fs::symlink_metadata(mnt.join("fifo"))
+            .map_err(|e| e.to_string())?
+            .file_type()
+            .is_fifo()
+        {
+            return Err("fifo".into());
+        }
+        let n = std::fs::symlink_metadata(mnt.join("null")).map_err(|e| e.to_string())?;
+        if !(n.file_type().is_char_device() && n.rdev() == 0x103) {
+            return Err(format!("null rdev {:#x}", n.rdev()));
+        }
+        if std::fs::read_link(mnt.join("link")).map_err(|e| e.to_string())? != Path::new("sub/new-file") {
+            return Err("link".into());
+        }
+        let count = std::fs::read_dir(mnt.join("big")).map_err(|e| e.to_string())?.count();
+        if count != 400 + made.len() {
+            return Err(format!("big has {count} entries"));
+        }
+        Ok(())
+    };
+    let r = check();
+    sh(Command::new("umount").arg(&mnt));
+    r.unwrap();
+    made.len()
+}
+
+fn run(tag: &str, mkfs: &[&str], htree: bool) {
+    let dir = std::env::temp_dir().join(format!("ext4kit-write-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = image(&dir, tag, mkfs);
+    let made = exercise(&img, htree);
+    eprintln!("{tag}: {made} of 150 names fitted in /big without growing it");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn create_on_ext4_metadata_csum() {
+    run("ext4", &["-t", "ext4", "-b", "1024"], true);
+}
+
+#[test]
+fn create_on_ext4_uninit_bg() {
+    run(
+        "ext4-uninit-bg",
+        &["-t", "ext4", "-O", "^metadata_csum,uninit_bg", "-b", "4096"],
+        true,
+    );
+}
+
+#[test]
+fn create_on_ext2_linear() {
+    run("ext2", &["-t", "ext2", "-O", "^dir_index", "-b", "2048"], false);
+}
