@@ -11,6 +11,7 @@ pub mod group;
 pub mod htree;
 pub mod ialloc;
 pub mod inode;
+pub mod mkfs;
 pub mod symlink;
 pub mod transaction;
 pub mod volume;
