@@ -41,8 +41,8 @@ fn check(spec_name: &str, img: &Path, src: &Path, work: &Path, opts: &ext4kit_te
     diffs.iter().map(|d| format!("{spec_name}: {d}")).collect()
 }
 
-fn workdir() -> PathBuf {
-    let w = std::env::temp_dir().join(format!("ext4kit-readback-{}", std::process::id()));
+fn workdir(tag: &str) -> PathBuf {
+    let w = std::env::temp_dir().join(format!("ext4kit-readback-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&w);
     std::fs::create_dir_all(&w).unwrap();
     w
@@ -50,7 +50,7 @@ fn workdir() -> PathBuf {
 
 #[test]
 fn every_matrix_image_reads_back_exactly() {
-    let work = workdir();
+    let work = workdir("matrix");
     let src = work.join("src");
     let opts = TreeOpts {
         huge_sparse: true,
@@ -96,7 +96,7 @@ fn every_matrix_image_reads_back_exactly() {
 
 #[test]
 fn kernel_written_image_reads_back_exactly() {
-    let work = workdir();
+    let work = workdir("kernel");
     let src = work.join("src");
     build_source_tree(&src, &TreeOpts::small()).unwrap();
     let mut failures = Vec::new();
