@@ -6,6 +6,7 @@ pub mod demo;
 pub mod get;
 pub mod info;
 pub mod ls;
+pub mod mkfs;
 pub mod stat;
 
 use std::path::Path;

@@ -322,12 +322,12 @@ impl Geometry {
         if g <= 1 || !f.has_ro(ro_compat::SPARSE_SUPER) {
             return true;
         }
-        if g % 2 == 0 {
+        if g.is_multiple_of(2) {
             return false;
         }
         [3u64, 5, 7].iter().any(|&b| {
             let mut n = g;
-            while n % b == 0 {
+            while n.is_multiple_of(b) {
                 n /= b;
             }
             n == 1
@@ -892,8 +892,8 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         written: 0,
     };
     if !opts.device_zeroed {
-        for grp in 0..g.groups as usize {
-            w.zero_range(it[grp], g.itb)?;
+        for &t in &it {
+            w.zero_range(t, g.itb)?;
         }
     }
 
@@ -1054,7 +1054,7 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         let jsb = JournalSuperblock::new_internal(bs as u32, journal_blocks as u32, uuid, jinc);
         let jsb_bytes = jsb.to_bytes_with_checksum();
         w.block(map.data[0])[..jbd2::SUPERBLOCK_SIZE].copy_from_slice(&jsb_bytes);
-        overhead += map.total;
+        overhead += journal_blocks;
         for (b, data) in map.meta {
             *w.block(b) = data;
         }
@@ -1154,8 +1154,9 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         d.free_inodes_count_hi = (free_i >> 16) as u16;
         d.used_dirs_count_lo = dirs[i] as u16;
         d.used_dirs_count_hi = (dirs[i] >> 16) as u16;
+        // mke2fs marks zeroed tables even without descriptor checksums.
+        d.flags = BG_INODE_ZEROED;
         if gd_csum_any {
-            d.flags = BG_INODE_ZEROED;
             let unused = g.ipg - last_used[i];
             d.itable_unused_lo = unused as u16;
             d.itable_unused_hi = (unused >> 16) as u16;

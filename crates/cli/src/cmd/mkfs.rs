@@ -1,0 +1,196 @@
+//! `ext4kit mkfs [-t TYPE] [-b BLOCKSIZE] ... IMAGE SIZE`: make an empty
+//! filesystem in an image file, mke2fs-style.
+//!
+//! A regular file is truncated and extended to SIZE as a sparse file (so the
+//! engine may skip writing zeros); a block device is written in place and
+//! must hold SIZE. `SOURCE_DATE_EPOCH` fixes every timestamp; with `-U` and
+//! `-E hash_seed=` as well, the image is byte-for-byte reproducible.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+
+use ext4kit::ext4::mkfs::{mkfs, FsType, MkfsOptions};
+use ext4kit_blockdev::FileDevice;
+
+/// Arguments of `ext4kit mkfs`, as parsed by clap in `main.rs`.
+#[derive(Debug, Clone)]
+pub struct Args {
+    /// `-t`: ext2, ext3 or ext4.
+    pub fs_type: String,
+    /// `-b`: block size in bytes.
+    pub block_size: Option<u32>,
+    /// `-L`: volume label.
+    pub label: Option<String>,
+    /// `-U`: UUID, or "random" / "time" / "clear".
+    pub uuid: Option<String>,
+    /// `-N`: number of inodes.
+    pub inodes: Option<u64>,
+    /// `-I`: inode size.
+    pub inode_size: Option<u16>,
+    /// `-O`: feature edits (comma lists, `^` to clear).
+    pub features: Vec<String>,
+    /// `-E`: extended options (`hash_seed=UUID`).
+    pub extended: Vec<String>,
+    /// `-m`: reserved blocks percentage.
+    pub reserved_percent: Option<f64>,
+    /// `-d`: populate from a directory (not supported yet).
+    pub root_dir: Option<PathBuf>,
+    /// `-q`: print nothing on success.
+    pub quiet: bool,
+    /// The image file or block device.
+    pub image: PathBuf,
+    /// Filesystem size.
+    pub size: String,
+}
+
+/// Parse a UUID written as 32 hex digits with optional dashes.
+pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let hex: Vec<u8> = s.bytes().filter(|&c| c != b'-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, pair) in hex.chunks(2).enumerate() {
+        let txt = std::str::from_utf8(pair).ok()?;
+        out[i] = u8::from_str_radix(txt, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Parse SIZE the way mke2fs does: a number with a suffix `K`, `M`, `G`,
+/// `T` (binary units) or `s` (512-byte sectors); without a suffix, a count
+/// of `-b` blocks if given, else of KiB.
+pub fn parse_size(s: &str, block_size: Option<u32>) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        (i, 't' | 'T') => (&s[..i], 1 << 40),
+        (i, 's') => (&s[..i], 512),
+        _ => (s, block_size.map_or(1024, u64::from)),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// Make the filesystem and print a short summary.
+pub fn run(a: &Args) -> Result<(), String> {
+    let img = a.image.display().to_string();
+    let fail = |m: String| format!("{img}: {m}");
+    if a.root_dir.is_some() {
+        return Err(fail(
+            "-d (populate from a directory) is not yet supported; make the image, then copy files in".into(),
+        ));
+    }
+    let fs_type = FsType::parse(&a.fs_type).ok_or_else(|| {
+        fail(format!(
+            "unknown filesystem type \"{}\" (ext2, ext3 or ext4)",
+            a.fs_type
+        ))
+    })?;
+    let size = parse_size(&a.size, a.block_size)
+        .filter(|&s| s > 0)
+        .ok_or_else(|| fail(format!("invalid size \"{}\" (examples: 64M, 1G, 4096K)", a.size)))?;
+    let mut o = MkfsOptions {
+        fs_type,
+        block_size: a.block_size,
+        inodes: a.inodes,
+        label: a.label.clone().unwrap_or_default(),
+        features: a.features.clone(),
+        ..MkfsOptions::default()
+    };
+    if let Some(i) = a.inode_size {
+        o.inode_size = i;
+    }
+    if let Some(m) = a.reserved_percent {
+        o.reserved_percent = m;
+    }
+    match a.uuid.as_deref() {
+        None | Some("random") | Some("time") => {}
+        Some("clear") => o.uuid = Some([0; 16]),
+        Some(u) => o.uuid = Some(parse_uuid(u).ok_or_else(|| fail(format!("invalid UUID \"{u}\"")))?),
+    }
+    for e in a.extended.iter().flat_map(|s| s.split(',')) {
+        match e.split_once('=') {
+            Some(("hash_seed", v)) => {
+                o.hash_seed = Some(parse_uuid(v).ok_or_else(|| fail(format!("invalid hash_seed \"{v}\"")))?);
+            }
+            _ => {
+                return Err(fail(format!(
+                    "unknown extended option \"{e}\" (supported: hash_seed=UUID)"
+                )))
+            }
+        }
+    }
+    if let Ok(v) = std::env::var("SOURCE_DATE_EPOCH") {
+        let t = v
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| fail(format!("SOURCE_DATE_EPOCH=\"{v}\" is not a number of seconds")))?;
+        o.timestamp = Some(t);
+    }
+    let is_block_dev = std::fs::metadata(&a.image)
+        .map(|m| m.file_type().is_block_device())
+        .unwrap_or(false);
+    if !is_block_dev {
+        create_sparse(&a.image, size).map_err(|e| fail(e.to_string()))?;
+        o.device_zeroed = true;
+    }
+    let dev = FileDevice::open(&a.image, true).map_err(|e| fail(e.to_string()))?;
+    let r = mkfs(&dev, size, &o).map_err(|e| fail(e.to_string()))?;
+    if !a.quiet {
+        for n in &r.notes {
+            eprintln!("ext4kit: note: {img}: {n}");
+        }
+        let u = &r.uuid;
+        println!(
+            "Created {} on {img}: {} blocks of {} bytes, {} inodes, {} groups, journal {} blocks",
+            a.fs_type, r.blocks_count, r.block_size, r.inodes_count, r.groups, r.journal_blocks
+        );
+        println!(
+            "UUID {:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+            u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]
+        );
+        println!("Features: {}", r.features.join(" "));
+    }
+    Ok(())
+}
+
+/// Create (or truncate) `path` and extend it to `size` bytes without
+/// writing data, so every block reads as zeros.
+fn create_sparse(path: &Path, size: u64) -> std::io::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
+    f.set_len(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64M", None), Some(64 << 20));
+        assert_eq!(parse_size("1G", None), Some(1 << 30));
+        assert_eq!(parse_size("4096K", None), Some(4 << 20));
+        assert_eq!(parse_size("100", None), Some(100 << 10));
+        assert_eq!(parse_size("100", Some(4096)), Some(409600));
+        assert_eq!(parse_size("8s", None), Some(4096));
+        assert_eq!(parse_size("x", None), None);
+        assert_eq!(parse_size("", None), None);
+        assert_eq!(parse_size("99999999999999T", None), None);
+    }
+
+    #[test]
+    fn uuids() {
+        assert_eq!(
+            parse_uuid("01234567-89ab-cdef-0123-456789abcdef"),
+            Some([0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef])
+        );
+        assert_eq!(parse_uuid("0123"), None);
+        assert_eq!(parse_uuid("zz234567-89ab-cdef-0123-456789abcdef"), None);
+    }
+}
