@@ -419,9 +419,10 @@ impl Ctx<'_> {
             Err(e) => self.warn(src, format!("xattrs: {e}")),
         }
         if self.root {
-            let uid = rustix::fs::Uid::from_raw(st.uid);
-            let gid = rustix::fs::Gid::from_raw(st.gid);
-            rfs::chownat(dir, os(name), Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW)?;
+            // u32::MAX is "no change" to chown(2), not an id: leave it be.
+            let uid = (st.uid != u32::MAX).then(|| rustix::fs::Uid::from_raw(st.uid));
+            let gid = (st.gid != u32::MAX).then(|| rustix::fs::Gid::from_raw(st.gid));
+            rfs::chownat(dir, os(name), uid, gid, AtFlags::SYMLINK_NOFOLLOW)?;
         }
         if st.ftype != FileType::Symlink {
             let mode = Mode::from_raw_mode(st.perm() as _);
