@@ -233,6 +233,20 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// Unmount, retrying while something (a scanner, udev) briefly holds it.
+fn umount(m: &Path) {
+    let mut last = String::new();
+    for _ in 0..20 {
+        let out = Command::new("umount").arg(m).output().unwrap();
+        if out.status.success() {
+            return;
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    panic!("umount {}: {last}", m.display());
+}
+
 #[test]
 fn kernel_mounts_and_writes() {
     assert!(
@@ -261,8 +275,7 @@ fn kernel_mounts_and_writes() {
             let wrote = std::fs::write(m.join("hello.txt"), b"hello from the kernel\n");
             let made_dir = std::fs::create_dir(m.join("dir"));
             let lpf = std::fs::read_dir(m.join("lost+found")).map(|d| d.count());
-            let st = Command::new("umount").arg(&m).status().unwrap();
-            assert!(st.success(), "umount {}", m.display());
+            umount(&m);
             wrote.unwrap();
             made_dir.unwrap();
             assert_eq!(lpf.unwrap(), 0);
@@ -271,6 +284,7 @@ fn kernel_mounts_and_writes() {
             let names: Vec<Vec<u8>> = fs.read_dir(b"/").unwrap().into_iter().map(|e| e.name).collect();
             assert!(names.iter().any(|n| n == b"hello.txt"), "{names:?}");
             let _ = std::fs::remove_file(&p);
+            let _ = std::fs::remove_dir(&m);
         }
     }
 }

@@ -458,49 +458,59 @@ fn geometry(size_bytes: u64, f: &mut Features, opts: &MkfsOptions, notes: &mut V
     }
 }
 
-/// A bitmap of every block of the filesystem, used while laying it out.
+/// The blocks in use while laying the filesystem out, as sorted, merged
+/// ranges `start -> end` (exclusive): a new filesystem uses a few ranges per
+/// group, so this stays small where a bitmap would take `blocks / 8` bytes.
 struct Alloc {
-    bits: Vec<u64>,
+    used: BTreeMap<u64, u64>,
     blocks: u64,
 }
 
 impl Alloc {
     fn new(blocks: u64) -> Self {
         Alloc {
-            bits: vec![0; blocks.div_ceil(64) as usize],
+            used: BTreeMap::new(),
             blocks,
         }
     }
-    fn is_used(&self, b: u64) -> bool {
-        self.bits[(b / 64) as usize] & (1 << (b % 64)) != 0
-    }
+    /// Mark `b .. b + n` used (merging with neighbouring ranges).
     fn mark(&mut self, b: u64, n: u64) {
-        for x in b..b + n {
-            self.bits[(x / 64) as usize] |= 1 << (x % 64);
+        if n == 0 {
+            return;
         }
+        let (mut s, mut e) = (b, b + n);
+        if let Some((&ps, &pe)) = self.used.range(..=s).next_back() {
+            if pe >= s {
+                s = ps;
+                e = e.max(pe);
+                self.used.remove(&ps);
+            }
+        }
+        while let Some((&ns, &ne)) = self.used.range(s..).next() {
+            if ns > e {
+                break;
+            }
+            e = e.max(ne);
+            self.used.remove(&ns);
+        }
+        self.used.insert(s, e);
     }
-    /// First run of `n` free blocks at or after `goal` (wrapping to `from`).
+    /// First run of `n` free blocks at or after `goal` (then from `from`).
     fn alloc_range(&mut self, goal: u64, n: u64, from: u64) -> Result<u64> {
-        for start_at in [goal, from] {
-            let mut run = 0;
-            let mut b = start_at;
-            while b < self.blocks {
-                if self.is_used(b) {
-                    run = 0;
-                } else {
-                    run += 1;
-                    if run == n {
-                        let s = b + 1 - n;
-                        self.mark(s, n);
-                        return Ok(s);
+        for mut cand in [goal, from] {
+            while cand + n <= self.blocks {
+                match self.used.range(..cand + n).next_back() {
+                    Some((_, &e)) if e > cand => cand = e,
+                    _ => {
+                        self.mark(cand, n);
+                        return Ok(cand);
                     }
                 }
-                b += 1;
             }
         }
         Err(Error::posix(
             Errno::ENOSPC,
-            format!("no room for {n} contiguous blocks of metadata"),
+            format!("filesystem too small: no room for {n} contiguous free blocks"),
         ))
     }
     /// One free block at or after `*cursor` (wrapping to `from`).
@@ -509,8 +519,32 @@ impl Alloc {
         *cursor = b + 1;
         Ok(b)
     }
+    /// The used ranges overlapping `start .. start + n`, clipped to it.
+    fn used_in(&self, start: u64, n: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let end = start + n;
+        let first = self.used.range(..=start).next_back().map(|(&s, _)| s).unwrap_or(start);
+        self.used
+            .range(first..end)
+            .filter(move |(_, &e)| e > start)
+            .map(move |(&s, &e)| (s.max(start), e.min(end)))
+    }
     fn count_used(&self, start: u64, n: u64) -> u64 {
-        (start..start + n).filter(|&b| self.is_used(b)).count() as u64
+        self.used_in(start, n).map(|(s, e)| e - s).sum()
+    }
+}
+
+/// Set bits `from .. to` of a little-endian bitmap.
+fn set_bits(map: &mut [u8], from: u64, to: u64) {
+    let mut k = from;
+    while k < to {
+        if k.is_multiple_of(8) && k + 8 <= to {
+            let end = (to / 8) as usize;
+            map[(k / 8) as usize..end].fill(0xff);
+            k = to & !7;
+        } else {
+            map[(k / 8) as usize] |= 1 << (k % 8);
+            k += 1;
+        }
     }
 }
 
@@ -703,14 +737,20 @@ impl Writer<'_> {
         }
         Ok(())
     }
-    fn flush(&mut self) -> Result<()> {
+    /// Write one block at once (bitmaps and descriptor copies, which would
+    /// take `blocks / 4` bytes of memory if collected).
+    fn write_now(&mut self, b: u64, data: &[u8]) -> Result<()> {
+        self.dev
+            .write_at(b * self.bs, data)
+            .map_err(|e| Error::io(format!("writing block {b}"), e))?;
+        self.written += data.len() as u64;
+        Ok(())
+    }
+    fn write_blocks(&mut self) -> Result<()> {
         for (b, data) in std::mem::take(&mut self.blocks) {
-            self.dev
-                .write_at(b * self.bs, &data)
-                .map_err(|e| Error::io(format!("writing block {b}"), e))?;
-            self.written += data.len() as u64;
+            self.write_now(b, &data)?;
         }
-        self.dev.flush().map_err(|e| Error::io("flushing the device", e))
+        Ok(())
     }
 }
 
@@ -991,9 +1031,7 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         }
         if !opts.device_zeroed {
             for &grp in &backups {
-                for r in 0..g.rsv_gdt {
-                    w.block(g.group_first(grp) + 1 + g.desc_blocks + r);
-                }
+                w.zero_range(g.group_first(grp) + 1 + g.desc_blocks, g.rsv_gdt)?;
             }
         }
         *w.block(dind) = dind_buf;
@@ -1123,20 +1161,14 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         let nb = g.blocks_in_group(grp);
         let mut bmap = vec![0u8; bs as usize];
         let mut used = 0;
-        for k in 0..bs * 8 {
-            if k >= nb || al.is_used(first + k) {
-                bmap[(k / 8) as usize] |= 1 << (k % 8);
-                if k < nb {
-                    used += 1;
-                }
-            }
+        for (s, e) in al.used_in(first, nb) {
+            set_bits(&mut bmap, s - first, e - first);
+            used += e - s;
         }
+        set_bits(&mut bmap, nb, bs * 8);
         let mut imap = vec![0u8; bs as usize];
-        for k in 0..bs * 8 {
-            if k >= g.ipg || k < last_used[i] {
-                imap[(k / 8) as usize] |= 1 << (k % 8);
-            }
-        }
+        set_bits(&mut imap, 0, last_used[i]);
+        set_bits(&mut imap, g.ipg, bs * 8);
         let free_b = nb - used;
         let free_i = g.ipg - used_inodes[i];
         free_blocks_total += free_b;
@@ -1171,8 +1203,8 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
                 d.inode_bitmap_csum_hi = (ic >> 16) as u16;
             }
         }
-        *w.block(bb[i]) = bmap;
-        *w.block(ib[i]) = imap;
+        w.write_now(bb[i], &bmap)?;
+        w.write_now(ib[i], &imap)?;
         let raw = d.to_bytes_sized(g.desc_size as usize, grp as u32, gd_kind);
         let off = (grp * g.desc_size) as usize;
         gdt[off..off + raw.len()].copy_from_slice(&raw);
@@ -1247,54 +1279,32 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
     sb.checksum_seed = checksum_seed;
     sb.overhead_clusters = overhead as u32;
 
-    // 11. Write: metadata blocks, then descriptor tables and superblocks.
-    for grp in 0..g.groups {
-        if !g.has_super(&f, grp) {
-            continue;
-        }
+    // 11. Write the collected blocks, the descriptor tables, then the
+    // superblocks, primary last: until then the device holds no valid
+    // filesystem (an old one's primary superblock is gone only at the end).
+    if g.fdb == 1 {
+        w.block(0); // the boot block
+    }
+    w.write_blocks()?;
+    let sb_groups: Vec<u64> = (0..g.groups).filter(|&grp| g.has_super(&f, grp)).collect();
+    for &grp in &sb_groups {
         let first = g.group_first(grp);
         for k in 0..g.desc_blocks {
             let off = (k * bs) as usize;
-            *w.block(first + 1 + k) = gdt[off..off + bs as usize].to_vec();
+            w.write_now(first + 1 + k, &gdt[off..off + bs as usize])?;
         }
     }
-    // Block 0 (boot area + primary superblock for blocks > 1 KiB).
-    if g.fdb == 1 {
-        w.block(0);
-    }
-    let mut sb_writes = Vec::new();
-    for grp in 0..g.groups {
-        if g.has_super(&f, grp) {
-            sb_writes.push(grp);
-        }
-    }
-    // s_kbytes_written: what this run writes, known before writing it.
-    let pending: u64 = w.blocks.len() as u64 * bs;
-    let extra_sb = sb_writes
-        .iter()
-        .filter(|&&grp| !w.blocks.contains_key(&g.group_first(grp)))
-        .count() as u64
-        * bs;
-    let total_kb = (w.written + pending + extra_sb) / 1024;
-    sb.kbytes_written = total_kb;
-    for grp in sb_writes {
+    // s_kbytes_written: everything this run writes, superblocks included.
+    sb.kbytes_written = (w.written + sb_groups.len() as u64 * bs) / 1024;
+    for &grp in sb_groups.iter().rev() {
         let mut s = sb;
         s.block_group_nr = grp as u16;
-        let bytes = s.to_bytes_with_checksum();
-        if grp == 0 {
-            let blk0 = w.block(0);
-            let off = if bs == 1024 { None } else { Some(1024) };
-            match off {
-                Some(o) => blk0[o..o + 1024].copy_from_slice(&bytes),
-                None => *w.block(1) = bytes,
-            }
-        } else {
-            let first = g.group_first(grp);
-            let blk = w.block(first);
-            blk[..1024].copy_from_slice(&bytes);
-        }
+        let mut blk = vec![0u8; bs as usize];
+        let off = if grp == 0 && bs > 1024 { 1024 } else { 0 };
+        blk[off..off + 1024].copy_from_slice(&s.to_bytes_with_checksum());
+        w.write_now(g.group_first(grp), &blk)?;
     }
-    w.flush()?;
+    w.dev.flush().map_err(|e| Error::io("flushing the device", e))?;
 
     Ok(MkfsReport {
         block_size: bs as u32,
