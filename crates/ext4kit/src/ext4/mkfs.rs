@@ -8,7 +8,9 @@
 //!   then 32768 / 65536 ("big" / "huge"), never below the block size. The
 //!   inode table of a group fills whole blocks and `inodes_per_group` is a
 //!   multiple of 8. A partial last group too small to hold its own metadata
-//!   plus 50 blocks is dropped (the filesystem is shortened), as mke2fs does.
+//!   plus 50 blocks is dropped (the filesystem is shortened), as mke2fs does;
+//!   the size is first rounded down to whole 4 KiB pages, as mke2fs rounds
+//!   a device's size.
 //! - **Superblock and descriptors.** Primary at byte 1024; with
 //!   `sparse_super`, backups (with `s_block_group_nr` set) in groups 0, 1 and
 //!   powers of 3, 5, 7, each followed by the descriptor table and the
@@ -21,11 +23,18 @@
 //! - **Bitmaps and inode tables.** With `flex_bg` (16 groups per flex group)
 //!   the bitmaps and tables of a flex group are packed at the start of its
 //!   first group, block bitmaps then inode bitmaps then tables, each run
-//!   `table_offset` apart as in `ext2fs_allocate_group_table`. Bitmaps are
-//!   written fully (no `BLOCK_UNINIT` / `INODE_UNINIT`), padding bits set;
-//!   every inode table is zero and marked `ITABLE_ZEROED`, and
-//!   `bg_itable_unused` counts the never-used inodes at the table's end.
-//!   With `metadata_csum`, bitmaps carry crc32c checksums in the descriptor.
+//!   `table_offset` apart as in `ext2fs_allocate_group_table`. Every inode
+//!   table is zero and marked `ITABLE_ZEROED`. With descriptor checksums
+//!   (`metadata_csum` or `uninit_bg`), as mke2fs: `INODE_UNINIT` on groups
+//!   with no inode in use, `BLOCK_UNINIT` on groups (not the last) whose
+//!   only used blocks are the ones the kernel and e2fsck derive for such a
+//!   group (its superblock area and its own bitmaps and table if inside it);
+//!   those bitmaps are not written and their checksums stay 0. Every other
+//!   bitmap is written with its padding bits set and, with `metadata_csum`,
+//!   its crc32c in the descriptor; `bg_itable_unused` counts the
+//!   never-used inodes at the end of each table.
+//! - **Superblock copies.** Written last, primary last of all; the backups
+//!   have `s_state` without `VALID`, as `ext2fs_flush` writes them.
 //! - **Root (2) and lost+found (11).** Root has one block; lost+found gets
 //!   blocks until it holds 16 KiB and at least two blocks (at most 12), as
 //!   mke2fs's `create_lost_and_found`. Directory blocks end in a checksum
@@ -37,6 +46,12 @@
 //!   backed up in `s_jnl_blocks`. Its superblock is v2 with an empty log;
 //!   `64BIT` and `CSUM_V3` are set when the filesystem is 64bit /
 //!   metadata_csum (mke2fs leaves them for the kernel to set at mount).
+//!   Block-mapped (ext3) journals start at the beginning of the filesystem,
+//!   where libext2fs's allocator puts them.
+//!
+//! With the same UUID, hash seed and time, the result matches mke2fs 1.47
+//! block for block except `s_kbytes_written` (and the journal feature bits
+//! above); `tests/mkfs.rs` and the commit history record the comparison.
 //!
 //! Nothing here reads the clock or a random source when `uuid`,
 //! `hash_seed` and `timestamp` are given: the output is then a pure function
@@ -49,7 +64,7 @@ use ext4kit_format::checksum::{crc32c, fs_csum_seed, inode_csum_seed};
 use ext4kit_format::dirent::{self, DirFormat};
 use ext4kit_format::extent::{self, Extent, ExtentHeader, ExtentIndex, EXTENT_MAGIC};
 use ext4kit_format::features::{self, compat, incompat, ro_compat};
-use ext4kit_format::group_desc::{GdCsum, GroupDesc, BG_INODE_ZEROED};
+use ext4kit_format::group_desc::{GdCsum, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
 use ext4kit_format::inode::{flags as iflags, mode, Inode, TimeField, Timestamp};
 use ext4kit_format::jbd2::{self, JournalSuperblock};
 use ext4kit_format::superblock::{Superblock, CHECKSUM_TYPE_CRC32C, EXT4_MAGIC, FLAGS_SIGNED_HASH, STATE_VALID};
@@ -370,7 +385,8 @@ fn geometry(size_bytes: u64, f: &mut Features, opts: &MkfsOptions, notes: &mut V
     if isz < 128 || isz > bs || !isz.is_power_of_two() {
         return Err(einval(format!("inode size {isz} invalid (128..{bs}, a power of two)")));
     }
-    let mut blocks = size_bytes / bs;
+    // Whole 4 KiB pages only, as mke2fs does with a device's size.
+    let mut blocks = (size_bytes & !4095) / bs;
     if blocks > 0xffff_ffff && !f.has_incompat(incompat::BIT64) {
         return Err(einval(format!(
             "{blocks} blocks need the 64bit feature (at most 2^32 - 1 without it)"
@@ -1069,7 +1085,9 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
                 best = i;
             }
         }
-        let goal = g.group_first(best);
+        // Block-mapped journals (ext3) go where libext2fs's bmap allocator
+        // puts them: from the start of the filesystem.
+        let goal = if extents { g.group_first(best) } else { data_goal };
         let map = map_file(&mut al, &g, journal_blocks, goal, extents, iseed(JOURNAL_INO))?;
         if !opts.device_zeroed {
             let mut i = 0;
@@ -1118,7 +1136,15 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         inodes.push((JOURNAL_INO, ji));
     }
 
-    // 8. Inode records into their table blocks.
+    // 8. Inode records into their table blocks. The other reserved inodes
+    // are empty records, written (with their checksum) as mke2fs does.
+    for ino in 3..FIRST_INO {
+        if !inodes.iter().any(|(n, _)| *n == ino) {
+            inodes.push((ino, new_inode(g.isz as usize, 0, 0, 0, false)?));
+        }
+    }
+    inodes.sort_by_key(|(n, _)| *n);
+
     let mut used_inodes = vec![0u64; g.groups as usize];
     let mut last_used = vec![0u64; g.groups as usize];
     let mut dirs = vec![0u64; g.groups as usize];
@@ -1169,6 +1195,18 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         let mut imap = vec![0u8; bs as usize];
         set_bits(&mut imap, 0, last_used[i]);
         set_bits(&mut imap, g.ipg, bs * 8);
+        // BLOCK_UNINIT (as mke2fs): with descriptor checksums, a group other
+        // than the last whose only used blocks are its superblock area and
+        // whichever of its own bitmaps and table lie inside it. The kernel
+        // and e2fsck derive exactly that bitmap, so it need not be written.
+        let in_group = |s: u64, n: u64| {
+            let (a, b) = (s.max(first), (s + n).min(first + nb));
+            b.saturating_sub(a)
+        };
+        let derivable = g.super_area(&f, grp) + in_group(bb[i], 1) + in_group(ib[i], 1) + in_group(it[i], g.itb);
+        let block_uninit = gd_csum_any && grp + 1 < g.groups && used == derivable;
+        // INODE_UNINIT: no inode of the group is in use.
+        let inode_uninit = gd_csum_any && used_inodes[i] == 0;
         let free_b = nb - used;
         let free_i = g.ipg - used_inodes[i];
         free_blocks_total += free_b;
@@ -1188,23 +1226,43 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         d.used_dirs_count_hi = (dirs[i] >> 16) as u16;
         // mke2fs marks zeroed tables even without descriptor checksums.
         d.flags = BG_INODE_ZEROED;
+        if block_uninit {
+            d.flags |= BG_BLOCK_UNINIT;
+        }
+        if inode_uninit {
+            d.flags |= BG_INODE_UNINIT;
+        }
         if gd_csum_any {
             let unused = g.ipg - last_used[i];
             d.itable_unused_lo = unused as u16;
             d.itable_unused_hi = (unused >> 16) as u16;
         }
-        if csum {
+        // Uninitialised bitmaps are neither written nor checksummed (the
+        // checksum is computed when the kernel first initialises them).
+        if csum && !block_uninit {
             let bc = crc32c(fs_seed, &bmap[..(g.bpg / 8) as usize]);
-            let ic = crc32c(fs_seed, &imap[..(g.ipg / 8) as usize]);
             d.block_bitmap_csum_lo = bc as u16;
-            d.inode_bitmap_csum_lo = ic as u16;
             if g.desc_size >= 64 {
                 d.block_bitmap_csum_hi = (bc >> 16) as u16;
+            }
+        }
+        if csum && !inode_uninit {
+            let ic = crc32c(fs_seed, &imap[..(g.ipg / 8) as usize]);
+            d.inode_bitmap_csum_lo = ic as u16;
+            if g.desc_size >= 64 {
                 d.inode_bitmap_csum_hi = (ic >> 16) as u16;
             }
         }
-        w.write_now(bb[i], &bmap)?;
-        w.write_now(ib[i], &imap)?;
+        if !block_uninit {
+            w.write_now(bb[i], &bmap)?;
+        } else if !opts.device_zeroed {
+            w.write_now(bb[i], &vec![0u8; bs as usize])?;
+        }
+        if !inode_uninit {
+            w.write_now(ib[i], &imap)?;
+        } else if !opts.device_zeroed {
+            w.write_now(ib[i], &vec![0u8; bs as usize])?;
+        }
         let raw = d.to_bytes_sized(g.desc_size as usize, grp as u32, gd_kind);
         let off = (grp * g.desc_size) as usize;
         gdt[off..off + raw.len()].copy_from_slice(&raw);
@@ -1299,6 +1357,11 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
     for &grp in sb_groups.iter().rev() {
         let mut s = sb;
         s.block_group_nr = grp as u16;
+        if grp != 0 {
+            // As ext2fs_flush: backups say "not cleanly unmounted", so a
+            // fsck that has to fall back on one checks everything.
+            s.state &= !STATE_VALID;
+        }
         let mut blk = vec![0u8; bs as usize];
         let off = if grp == 0 && bs > 1024 { 1024 } else { 0 };
         blk[off..off + 1024].copy_from_slice(&s.to_bytes_with_checksum());
