@@ -9,7 +9,7 @@
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use ext4kit::ext4::mkfs::{mkfs, FsType, MkfsOptions};
+use ext4kit::ext4::mkfs::{dry_run, mkfs, FsType, MkfsOptions};
 use ext4kit_blockdev::FileDevice;
 
 /// Arguments of `ext4kit mkfs`, as parsed by clap in `main.rs`.
@@ -129,6 +129,8 @@ pub fn run(a: &Args) -> Result<(), String> {
             .map_err(|_| fail(format!("SOURCE_DATE_EPOCH=\"{v}\" is not a number of seconds")))?;
         o.timestamp = Some(t);
     }
+    // Every option and size check happens before the image is touched.
+    dry_run(size, &o).map_err(|e| fail(e.to_string()))?;
     let is_block_dev = std::fs::metadata(&a.image)
         .map(|m| m.file_type().is_block_device())
         .unwrap_or(false);

@@ -812,6 +812,42 @@ fn set_blocks(ino: &mut Inode, fs_blocks: u64, bs: u64) {
     ino.base.blocks_high = (sectors >> 32) as u16;
 }
 
+/// A device that accepts every write and keeps nothing: what [`dry_run`]
+/// lays the filesystem out on.
+struct NullDevice {
+    size: u64,
+}
+
+impl BlockDevice for NullDevice {
+    fn read_at(&self, _off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        buf.fill(0);
+        Ok(())
+    }
+    fn write_at(&self, _off: u64, _buf: &[u8]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+}
+
+/// Do everything [`mkfs`] would, writing nothing: the report, or the error
+/// `mkfs` would fail with. Lets a caller check the options before it
+/// truncates an image file.
+pub fn dry_run(size_bytes: u64, opts: &MkfsOptions) -> Result<MkfsReport> {
+    let o = MkfsOptions {
+        device_zeroed: true,
+        ..opts.clone()
+    };
+    mkfs(&NullDevice { size: size_bytes }, size_bytes, &o)
+}
+
 /// Make a filesystem of `size_bytes` (rounded down to whole blocks) at the
 /// start of `dev`.
 pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Result<MkfsReport> {
@@ -1451,6 +1487,13 @@ mod tests {
         assert!(f.edit("bogus").is_err());
         f.edit("none").unwrap();
         assert_eq!(f, Features::default());
+    }
+
+    #[test]
+    fn dry_run_reports_without_writing() {
+        let r = dry_run(64 << 20, &fixed(FsType::Ext4)).unwrap();
+        assert_eq!((r.blocks_count, r.inodes_count, r.journal_blocks), (65536, 16384, 4096));
+        assert!(dry_run(8 << 10, &fixed(FsType::Ext4)).is_err());
     }
 
     #[test]
