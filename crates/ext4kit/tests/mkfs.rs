@@ -109,6 +109,7 @@ fn e2fsck_clean_matrix() {
         (64 << 20, "64M"),
         // 1 KiB blocks: 9 full groups and a partial one of 6000 blocks.
         ((8192 * 9 + 6001) << 10, "partial"),
+        (1 << 30, "1G"),
     ];
     for t in [FsType::Ext2, FsType::Ext3, FsType::Ext4] {
         for bs in [1024u32, 2048, 4096, 65536] {

@@ -869,6 +869,12 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
             opts.reserved_percent
         )));
     }
+    if let Some(t) = opts.timestamp {
+        // Superblock times are 32 bits plus an 8-bit high byte, unsigned.
+        if !(0..1 << 40).contains(&t) {
+            return Err(einval(format!("timestamp {t} outside 0..2^40 seconds")));
+        }
+    }
     let mut f = Features::defaults(opts.fs_type);
     for item in opts.features.iter().flat_map(|s| s.split(',')) {
         f.edit(item)?;
