@@ -519,6 +519,20 @@ pub struct BlockTag {
 }
 
 impl BlockTag {
+    /// Whether `data` (the logged copy, as stored in the journal) matches
+    /// this tag's checksum in transaction `sequence`: all 32 bits with v3,
+    /// the low 16 with v2; always true without v2/v3.
+    pub fn data_checksum_matches(&self, fmt: TagFormat, seed: u32, sequence: u32, data: &[u8]) -> bool {
+        let c = tag_data_checksum(seed, sequence, data);
+        if fmt.csum_v3 {
+            c == self.checksum
+        } else if fmt.csum_v2 {
+            c & 0xffff == self.checksum & 0xffff
+        } else {
+            true
+        }
+    }
+
     /// Bytes this tag occupies in a descriptor block.
     pub fn encoded_len(&self, fmt: TagFormat) -> usize {
         fmt.tag_size() + if self.flags & tag_flags::SAME_UUID == 0 { 16 } else { 0 }
@@ -602,6 +616,24 @@ pub fn set_block_tail(block: &mut [u8], seed: u32) {
 /// transaction `sequence` (store the low 16 bits with checksum v2).
 pub fn tag_data_checksum(seed: u32, sequence: u32, data: &[u8]) -> u32 {
     crc32c(crc32c(seed, &sequence.to_be_bytes()), data)
+}
+
+/// Escape a block about to be logged: when its first word is the journal
+/// magic, zero that word and return true (set [`tag_flags::ESCAPE`]).
+pub fn escape(data: &mut [u8]) -> bool {
+    if needs_escape(data) {
+        data[..4].fill(0);
+        true
+    } else {
+        false
+    }
+}
+
+/// Undo [`escape`] on a logged copy whose tag has [`tag_flags::ESCAPE`].
+pub fn unescape(data: &mut [u8]) {
+    if data.len() >= 4 {
+        put_be32(data, 0, JBD2_MAGIC);
+    }
 }
 
 /// Whether a block about to be logged must be escaped (its first word is the
@@ -1078,6 +1110,36 @@ mod tests {
         h.serialize_block(&mut out, Some(seed));
         assert_eq!(out, c);
         assert!(CommitHeader::parse(&c, Some(seed ^ 1)).is_err());
+    }
+
+    #[test]
+    fn kernel_tag_data_checksum() {
+        // Journal block 2 of the live journal: the logged copy of FS block
+        // 267 (an inode bitmap: inodes 1..12 used, padding bits set).
+        let mut data = vec![0u8; 1024];
+        data[0] = 0xff;
+        data[1] = 0x0f;
+        data[0x100..].fill(0xff);
+        let sb = JournalSuperblock::parse(&block(KERNEL_JSB)).unwrap();
+        let d = DescriptorBlock::parse(&block(LIVE_DESCRIPTOR), sb.tag_format(), Some(sb.csum_seed())).unwrap();
+        let t = d.tags[0];
+        assert!(t.data_checksum_matches(sb.tag_format(), sb.csum_seed(), 2, &data));
+        assert!(!t.data_checksum_matches(sb.tag_format(), sb.csum_seed(), 3, &data));
+        data[5] = 1;
+        assert!(!t.data_checksum_matches(sb.tag_format(), sb.csum_seed(), 2, &data));
+    }
+
+    #[test]
+    fn escape_roundtrip() {
+        let mut b = JBD2_MAGIC.to_be_bytes().to_vec();
+        b.extend_from_slice(&[1, 2, 3]);
+        let orig = b.clone();
+        assert!(escape(&mut b));
+        assert_eq!(&b[..4], &[0, 0, 0, 0]);
+        unescape(&mut b);
+        assert_eq!(b, orig);
+        let mut plain = vec![1u8; 8];
+        assert!(!escape(&mut plain));
     }
 
     #[test]
