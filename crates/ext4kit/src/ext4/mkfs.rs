@@ -175,8 +175,12 @@ pub struct MkfsReport {
 
 /// Features this module knows how to lay out.
 const COMPAT_OK: u32 = compat::HAS_JOURNAL | compat::EXT_ATTR | compat::RESIZE_INODE | compat::DIR_INDEX;
-const INCOMPAT_OK: u32 =
-    incompat::FILETYPE | incompat::EXTENTS | incompat::BIT64 | incompat::FLEX_BG | incompat::CSUM_SEED;
+const INCOMPAT_OK: u32 = incompat::FILETYPE
+    | incompat::EXTENTS
+    | incompat::BIT64
+    | incompat::FLEX_BG
+    | incompat::CSUM_SEED
+    | incompat::LARGEDIR;
 const RO_COMPAT_OK: u32 = ro_compat::SPARSE_SUPER
     | ro_compat::LARGE_FILE
     | ro_compat::HUGE_FILE
