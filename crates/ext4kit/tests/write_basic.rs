@@ -69,6 +69,14 @@ fn fsck_clean(img: &Path) {
     );
 }
 
+/// File sizes written: empty-ish, block boundaries, and multi-run sizes
+/// (under 12 + block_size/4 blocks so ext2's single indirect suffices).
+const SIZES: [usize; 6] = [1, 1023, 4096, 4097, 100_000, 500_000];
+
+fn content(n: usize, salt: usize) -> Vec<u8> {
+    (0..n).map(|k| ((k * 31 + salt * 7) % 251) as u8).collect()
+}
+
 fn exercise(img: &Path, htree_expected: bool) -> usize {
     let fs = Fs::open_image(
         img,
@@ -91,6 +99,10 @@ fn exercise(img: &Path, htree_expected: bool) -> usize {
     fs.mknod(b"/bigdev", FileType::BlockDevice, 0o660, 0, 6, (259, 300))
         .unwrap();
     fs.symlink(b"sub/new-file", b"/link", 0, 0).unwrap();
+    for (i, &n) in SIZES.iter().enumerate() {
+        fs.write_file(format!("/data-{i}").as_bytes(), &content(n, i), 0o644, 0, 0)
+            .unwrap();
+    }
     // The htree leaves e2fsck -D packed are nearly full: some names fit,
     // the rest must fail cleanly with ENOSPC and change nothing.
     let mut made = Vec::new();
@@ -127,6 +139,14 @@ fn exercise(img: &Path, htree_expected: bool) -> usize {
     assert_eq!(fs.lstat(b"/bigdev").unwrap().rdev, (259, 300));
     assert_eq!(fs.read_link(b"/link").unwrap(), b"sub/new-file");
     assert_eq!(fs.stat(b"/link").unwrap().perm(), 0o600);
+    for (i, &n) in SIZES.iter().enumerate() {
+        let f = fs
+            .open(format!("/data-{i}").as_bytes(), ext4kit::OpenFlags::default())
+            .unwrap();
+        let mut got = vec![0u8; n + 10];
+        assert_eq!(f.pread(&fs, 0, &mut got).unwrap(), n);
+        assert!(got[..n] == content(n, i)[..], "data-{i} differs");
+    }
     assert_eq!(fs.read_dir(b"/big").unwrap().len(), 2 + 400 + made.len());
     for p in &made {
         fs.stat(p.as_bytes()).unwrap();
@@ -158,6 +178,12 @@ fn exercise(img: &Path, htree_expected: bool) -> usize {
         }
         if std::fs::read_link(mnt.join("link")).map_err(|e| e.to_string())? != Path::new("sub/new-file") {
             return Err("link".into());
+        }
+        for (i, &n) in SIZES.iter().enumerate() {
+            let got = std::fs::read(mnt.join(format!("data-{i}"))).map_err(|e| e.to_string())?;
+            if got != content(n, i) {
+                return Err(format!("kernel reads data-{i} differently"));
+            }
         }
         let count = std::fs::read_dir(mnt.join("big")).map_err(|e| e.to_string())?.count();
         if count != 400 + made.len() {
@@ -198,4 +224,103 @@ fn create_on_ext4_uninit_bg() {
 #[test]
 fn create_on_ext2_linear() {
     run("ext2", &["-t", "ext2", "-O", "^dir_index", "-b", "2048"], false);
+}
+
+/// A file larger than one group: allocation moves on to groups whose block
+/// bitmaps were never initialised (BLOCK_UNINIT) and must build them from
+/// the layout exactly as e2fsck computes it.
+#[test]
+fn allocation_spills_into_uninitialised_groups() {
+    let dir = std::env::temp_dir().join(format!("ext4kit-write-spill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("spill.img");
+    sh(Command::new("mke2fs")
+        .args(["-q", "-F", "-t", "ext4", "-b", "1024"])
+        .arg(&img)
+        .arg("64M"));
+    let uninit_before = sh(Command::new("dumpe2fs").arg(&img)).matches("BLOCK_UNINIT").count();
+    assert!(uninit_before > 2, "mke2fs left no BLOCK_UNINIT groups to test with");
+    let fs = Fs::open_image(
+        &img,
+        &OpenOptions {
+            read_only: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let data = content(12 << 20, 3);
+    fs.write_file(b"/twelve-mib", &data, 0o644, 0, 0).unwrap();
+    let runs = fs.data_layout(fs.stat(b"/twelve-mib").unwrap().ino).unwrap().runs;
+    assert!(runs.len() >= 2, "expected the file to cross groups: {runs:?}");
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+    let uninit_after = sh(Command::new("dumpe2fs").arg(&img)).matches("BLOCK_UNINIT").count();
+    assert!(
+        uninit_after < uninit_before,
+        "no group was initialised ({uninit_before} -> {uninit_after})"
+    );
+    let fs = Fs::open_image(&img, &OpenOptions::default()).unwrap();
+    let f = fs.open(b"/twelve-mib", ext4kit::OpenFlags::default()).unwrap();
+    let mut got = vec![0u8; data.len()];
+    assert_eq!(f.pread(&fs, 0, &mut got).unwrap(), data.len());
+    assert!(got == data);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Several threads creating and filling files at once, in different
+/// directories and in one shared directory: group locks, block locks and
+/// copy-on-write metadata buffers must not lose an update.
+#[test]
+fn concurrent_creates_stay_consistent() {
+    let dir = std::env::temp_dir().join(format!("ext4kit-write-conc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let src = dir.join("src");
+    for d in ["d0", "d1", "d2", "d3", "shared"] {
+        std::fs::create_dir_all(src.join(d)).unwrap();
+    }
+    let img = dir.join("conc.img");
+    sh(Command::new("mke2fs")
+        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-N", "4096", "-d"])
+        .arg(&src)
+        .arg(&img)
+        .arg("64M"));
+    let fs = Fs::open_image(
+        &img,
+        &OpenOptions {
+            read_only: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4usize {
+            let fs = &fs;
+            s.spawn(move || {
+                for i in 0..40usize {
+                    let own = format!("/d{t}/f{i}");
+                    fs.write_file(own.as_bytes(), &content(3000 + i * 97, t), 0o644, 0, 0)
+                        .unwrap();
+                    fs.create(format!("/shared/t{t}-{i}").as_bytes(), 0o600, 0, 0).unwrap();
+                }
+            });
+        }
+    });
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+    let fs = Fs::open_image(&img, &OpenOptions::default()).unwrap();
+    assert_eq!(fs.read_dir(b"/shared").unwrap().len(), 2 + 160);
+    for t in 0..4usize {
+        for i in 0..40usize {
+            let p = format!("/d{t}/f{i}");
+            let f = fs.open(p.as_bytes(), ext4kit::OpenFlags::default()).unwrap();
+            let n = 3000 + i * 97;
+            let mut got = vec![0u8; n];
+            assert_eq!(f.pread(&fs, 0, &mut got).unwrap(), n);
+            assert!(got == content(n, t), "{p} differs");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -23,15 +23,29 @@ pub struct Buffer {
     /// as a particular structure (directory leaf, dx node, ...).
     pub checked: OnceLock<Result<(), FormatError>>,
     referenced: AtomicBool,
+    /// Changed in memory and not yet written: never evicted (a later
+    /// reader would otherwise fetch the stale disk copy).
+    dirty: AtomicBool,
 }
 
 impl Buffer {
+    /// Whether this version still has to reach the disk.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty.load(Ordering::Acquire)
+    }
+
+    /// Record that this version is on disk.
+    pub fn mark_clean(&self) {
+        self.dirty.store(false, Ordering::Release);
+    }
+
     fn new(block: u64, data: Box<[u8]>) -> Self {
         Buffer {
             block,
             data,
             checked: OnceLock::new(),
             referenced: AtomicBool::new(true),
+            dirty: AtomicBool::new(false),
         }
     }
 
@@ -125,11 +139,17 @@ impl BufferCache {
     pub fn replace(&self, block: u64, data: Box<[u8]>) -> Arc<Buffer> {
         let b = Arc::new(Buffer::new(block, data));
         let _ = b.checked.set(Ok(()));
+        b.dirty.store(true, Ordering::Release);
         let m = self.map.pin();
         if m.insert(block, b.clone()).is_none() {
             self.bytes.fetch_add(self.block_size, Ordering::Relaxed);
         }
         b
+    }
+
+    /// The current version of `block` if cached (no device read).
+    pub fn peek(&self, block: u64) -> Option<Arc<Buffer>> {
+        self.map.pin().get(&block).cloned()
     }
 
     /// Drop a block (after it was rewritten or freed).
@@ -147,6 +167,9 @@ impl BufferCache {
             for (k, b) in m.iter() {
                 if self.bytes.load(Ordering::Relaxed) <= target {
                     return;
+                }
+                if b.dirty.load(Ordering::Acquire) {
+                    continue;
                 }
                 if !b.referenced.swap(false, Ordering::Relaxed) && m.remove(k).is_some() {
                     self.bytes.fetch_sub(self.block_size, Ordering::Relaxed);

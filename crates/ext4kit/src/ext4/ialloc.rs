@@ -51,7 +51,7 @@ impl Volume {
         let idx = ino - 1;
         let g = (idx / self.inodes_per_group) as usize;
         let i = idx % self.inodes_per_group;
-        let table = self.groups[g].desc.read().inode_table();
+        let table = self.groups[g].meta.2;
         let off = i as u64 * self.inode_size as u64;
         Ok((
             table + off / self.block_size as u64,

@@ -3,6 +3,8 @@
 //! It knows nothing of open files or caching policy above the metadata
 //! buffer cache; the vfs layer calls down into it.
 
+pub mod alloc_map;
+pub mod balloc;
 pub mod bmap;
 pub mod buffer;
 pub mod dir;

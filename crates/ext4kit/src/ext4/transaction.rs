@@ -80,26 +80,23 @@ impl<'v> Handle<'v> {
         self.dirty.keys().copied()
     }
 
-    /// Make the changes durable: write every dirty block (in block order,
-    /// coalescing neighbours into one write).
+    /// Make the changes durable: write every block the handle touched.
+    ///
+    /// What is written is the block's *current* version, under its block
+    /// lock, not the version this handle installed: another handle may have
+    /// changed the same block since (two allocations in one bitmap), and
+    /// writing our older snapshot after its newer one would undo its change
+    /// on disk. This is jbd2's rule too — a buffer belongs to the running
+    /// transaction, not to one handle.
     pub fn commit(self) -> Result<()> {
-        let bs = self.vol.block_size;
-        let mut run_start = 0u64;
-        let mut run: Vec<u8> = Vec::new();
-        for (&blk, b) in &self.dirty {
-            if !run.is_empty() && run_start + (run.len() / bs) as u64 == blk && run.len() < (1 << 20) {
-                run.extend_from_slice(&b.data);
-                continue;
+        for (&blk, mine) in &self.dirty {
+            let _g = self.vol.block_locks.lock(blk);
+            let cur = self.vol.bcache.peek(blk).unwrap_or_else(|| mine.clone());
+            if !cur.is_dirty() {
+                continue; // someone wrote this version (or a later one) already
             }
-            if !run.is_empty() {
-                self.vol.write_raw(run_start, &run)?;
-            }
-            run_start = blk;
-            run.clear();
-            run.extend_from_slice(&b.data);
-        }
-        if !run.is_empty() {
-            self.vol.write_raw(run_start, &run)?;
+            self.vol.write_raw(blk, &cur.data)?;
+            cur.mark_clean();
         }
         Ok(())
     }

@@ -47,6 +47,12 @@ pub struct Group {
     pub desc_block: u64,
     /// Byte offset of the descriptor in that block.
     pub desc_offset: usize,
+    /// Where the group's block bitmap, inode bitmap and inode table are.
+    /// Fixed for the life of the filesystem (only an offline resize moves
+    /// them), so layout questions never take any group lock — which is
+    /// what lets one group's allocator ask about every other group's
+    /// metadata while holding its own lock without a lock-order deadlock.
+    pub meta: (u64, u64, u64),
 }
 
 /// Counters for tests and benchmarks.
@@ -243,10 +249,12 @@ impl Volume {
                         ));
                     }
                 }
+                let meta = (gd.block_bitmap(), gd.inode_bitmap(), gd.inode_table());
                 out.push(Group {
                     desc: RwLock::new(gd),
                     desc_block: blk,
                     desc_offset: i * dsz,
+                    meta,
                 });
             }
         }

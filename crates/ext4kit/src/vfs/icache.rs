@@ -67,6 +67,12 @@ impl CachedInode {
         Ok(m)
     }
 
+    /// Forget the cached block map (after the write side changed it); the
+    /// next reader loads the new one.
+    pub fn reset_block_map(&self) {
+        self.map.store(None);
+    }
+
     /// Current size in bytes.
     pub fn size(&self) -> u64 {
         self.size.load(Ordering::Acquire)

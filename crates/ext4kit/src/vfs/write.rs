@@ -168,6 +168,25 @@ impl Fs {
         self.stat_ino(ino)
     }
 
+    /// Create a regular file at `path` holding `data` (an interim entry
+    /// point for image building until `pwrite` through the page cache
+    /// lands; it uses the same allocation and mapping code writeback will).
+    pub fn write_file(&self, path: &[u8], data: &[u8], perm: u16, uid: u32, gid: u32) -> Result<Stat> {
+        let st = self.create(path, perm, uid, gid)?;
+        let inode = self.inode(st.ino)?;
+        let mut rec = inode.disk.write();
+        let mut new = rec.clone();
+        let mut h = self.vol.begin()?;
+        self.vol.write_new_data(&mut h, st.ino, &mut new, data)?;
+        self.vol.write_inode(&mut h, st.ino, &new)?;
+        h.commit()?;
+        inode.size.store(new.size(), std::sync::atomic::Ordering::Release);
+        inode.reset_block_map();
+        *rec = new;
+        drop(rec);
+        self.stat_ino(st.ino)
+    }
+
     /// Write the superblock's summary counters and flush the device.
     pub fn sync(&self) -> Result<()> {
         self.vol.sync_super()?;

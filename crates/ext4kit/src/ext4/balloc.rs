@@ -1,0 +1,175 @@
+//! Block allocation (the kernel's `balloc.c` / a first `mballoc.c`):
+//! goal-directed, one group at a time under that group's lock, so
+//! sequential writers get contiguous runs and allocations in different
+//! groups never contend.
+//!
+//! A group flagged BLOCK_UNINIT has no bitmap on disk yet; its contents are
+//! implied by the layout (superblock backup, descriptor table and reserved
+//! GDT blocks when the group carries a backup, plus any group's bitmaps and
+//! inode table placed inside it by flex_bg) and are written out the first
+//! time the group is allocated from, clearing the flag.
+
+use ext4kit_format::features::{incompat, ro_compat};
+use ext4kit_format::group_desc::{GroupDesc, BG_BLOCK_UNINIT};
+
+use super::group::{clear_bit, set_bit, test_bit};
+use super::transaction::Handle;
+use super::volume::Volume;
+use crate::error::{Errno, Error, Result};
+
+impl Volume {
+    /// Blocks in group `g` (the last group may be short).
+    pub fn blocks_in_group(&self, g: usize) -> u64 {
+        let start = self.group_first_block(g as u64);
+        (self.blocks_count - start).min(self.blocks_per_group)
+    }
+
+    /// The block bitmap an uninitialised group implicitly has.
+    fn implied_block_bitmap(&self, g: usize) -> Result<Vec<u8>> {
+        let mut bm = vec![0u8; self.block_size];
+        let first = self.group_first_block(g as u64);
+        let n = self.blocks_in_group(g);
+        for i in n as usize..self.block_size * 8 {
+            set_bit(&mut bm, i);
+        }
+        let sb = self.sb.read();
+        if sb.group_has_super(g as u64) {
+            if self.has_incompat(incompat::META_BG) {
+                return Err(Error::Unsupported(format!(
+                    "initialising the block bitmap of meta_bg group {g}"
+                )));
+            }
+            let per_block = self.block_size / sb.desc_size();
+            let gdt = self.groups.len().div_ceil(per_block) as u64;
+            let meta = 1 + gdt + sb.reserved_gdt_blocks as u64;
+            // Group 0 with 1 KiB blocks starts at block 1 (the superblock).
+            for b in 0..meta.min(n) {
+                set_bit(&mut bm, b as usize);
+            }
+        }
+        let itable_blocks = (self.inodes_per_group as u64 * self.inode_size as u64).div_ceil(self.block_size as u64);
+        for grp in &self.groups {
+            let (bb, ib, it) = grp.meta;
+            for (start, len) in [(bb, 1), (ib, 1), (it, itable_blocks)] {
+                for b in start..start + len {
+                    if b >= first && b < first + n {
+                        set_bit(&mut bm, (b - first) as usize);
+                    }
+                }
+            }
+        }
+        Ok(bm)
+    }
+
+    fn block_bitmap_of(&self, g: usize, gd: &GroupDesc) -> Result<(Vec<u8>, bool)> {
+        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
+            return Ok((self.implied_block_bitmap(g)?, true));
+        }
+        Ok((self.buffer(gd.block_bitmap())?.data.to_vec(), false))
+    }
+
+    /// Allocate up to `want` contiguous blocks, preferring `goal`; returns
+    /// the first block and how many were allocated (at least one).
+    pub fn alloc_blocks(&self, h: &mut Handle<'_>, goal: u64, want: u32) -> Result<(u64, u32)> {
+        let ngroups = self.groups.len();
+        let goal = goal.clamp(self.first_data_block, self.blocks_count - 1);
+        let g0 = ((goal - self.first_data_block) / self.blocks_per_group) as usize;
+        for k in 0..ngroups {
+            let g = (g0 + k) % ngroups;
+            let from = if k == 0 {
+                goal - self.group_first_block(g as u64)
+            } else {
+                0
+            };
+            if let Some(r) = self.alloc_in_group(h, g, from as usize, want.max(1))? {
+                return Ok(r);
+            }
+        }
+        Err(Error::posix(Errno::ENOSPC, "no free blocks left on the filesystem"))
+    }
+
+    fn alloc_in_group(&self, h: &mut Handle<'_>, g: usize, from: usize, want: u32) -> Result<Option<(u64, u32)>> {
+        let grp = &self.groups[g];
+        let mut gd = grp.desc.write();
+        if gd.free_blocks_count() == 0 {
+            return Ok(None);
+        }
+        let (mut bm, uninit) = self.block_bitmap_of(g, &gd)?;
+        let n = self.blocks_in_group(g) as usize;
+        // First free bit at or after the goal, else from the group start.
+        let start = super::group::find_zero(&bm, from.min(n), n).or_else(|| super::group::find_zero(&bm, 0, n));
+        let Some(start) = start else {
+            return Err(Error::corrupt_msg(
+                format!("group {g}"),
+                "group descriptor",
+                format!("{} free blocks counted but the bitmap is full", gd.free_blocks_count()),
+            ));
+        };
+        let mut len = 0usize;
+        while len < want as usize && start + len < n && !test_bit(&bm, start + len) {
+            set_bit(&mut bm, start + len);
+            len += 1;
+        }
+        let mut new = *gd;
+        if uninit {
+            new.flags &= !BG_BLOCK_UNINIT;
+        }
+        let free = gd.free_blocks_count().checked_sub(len as u32).ok_or_else(|| {
+            Error::corrupt_msg(
+                format!("group {g}"),
+                "group descriptor",
+                "free block count below the bitmap's",
+            )
+        })?;
+        new.free_blocks_count_lo = free as u16;
+        new.free_blocks_count_hi = (free >> 16) as u16;
+        self.set_block_bitmap_csum(&mut new, &bm);
+        h.overwrite(gd.block_bitmap(), bm.into_boxed_slice())?;
+        self.write_group_desc(h, g, &new)?;
+        *gd = new;
+        Ok(Some((self.group_first_block(g as u64) + start as u64, len as u32)))
+    }
+
+    /// Return `len` blocks from `start` to the free pool (they must lie in
+    /// one group).
+    pub fn free_blocks(&self, h: &mut Handle<'_>, start: u64, len: u32) -> Result<()> {
+        let g = ((start - self.first_data_block) / self.blocks_per_group) as usize;
+        let grp = self
+            .groups
+            .get(g)
+            .ok_or_else(|| Error::corrupt_msg(format!("block {start}"), "block map", "outside every group"))?;
+        let mut gd = grp.desc.write();
+        let (mut bm, uninit) = self.block_bitmap_of(g, &gd)?;
+        let off = (start - self.group_first_block(g as u64)) as usize;
+        if off + len as usize > self.blocks_in_group(g) as usize {
+            return Err(Error::corrupt_msg(
+                format!("block {start}"),
+                "block map",
+                format!("run of {len} crosses group {g}"),
+            ));
+        }
+        for i in off..off + len as usize {
+            if !test_bit(&bm, i) {
+                return Err(Error::corrupt_msg(
+                    format!("block {}", start + (i - off) as u64),
+                    "block bitmap",
+                    "freeing a free block",
+                ));
+            }
+            clear_bit(&mut bm, i);
+        }
+        let mut new = *gd;
+        if uninit {
+            new.flags &= !BG_BLOCK_UNINIT;
+        }
+        let free = gd.free_blocks_count() + len;
+        new.free_blocks_count_lo = free as u16;
+        new.free_blocks_count_hi = (free >> 16) as u16;
+        self.set_block_bitmap_csum(&mut new, &bm);
+        h.overwrite(gd.block_bitmap(), bm.into_boxed_slice())?;
+        self.write_group_desc(h, g, &new)?;
+        *gd = new;
+        Ok(())
+    }
+}
