@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 
 /// ext4kit — read ext2/ext3/ext4 images from user space.
 ///
-/// Every command opens IMAGE read-only; nothing is ever written to it.
+/// Every command but `mkfs` opens IMAGE read-only and never writes to it.
 /// Paths inside the image are absolute ("/etc/passwd"); a missing leading
 /// "/" is allowed.
 #[derive(Parser, Debug)]
