@@ -93,6 +93,15 @@ fn reusable(out: &Path, stamp: &str) -> bool {
 fn run(args: &Args) -> io::Result<bool> {
     let out = &args.outdir;
     fs::create_dir_all(out)?;
+    // Two builders in one directory would delete each other's tree.
+    let lock = fs::File::create(out.join(".lock"))?;
+    if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        return Err(io::Error::other(format!(
+            "another ext4kit-fixtures is using {} (lock {}); wait for it to finish",
+            out.display(),
+            out.join(".lock").display()
+        )));
+    }
     let src = out.join("src");
     let opts = if args.small {
         TreeOpts::small()
