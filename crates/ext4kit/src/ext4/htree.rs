@@ -16,6 +16,9 @@ use super::dir::DirRef;
 use super::volume::Volume;
 use crate::error::{Error, Result};
 
+/// The (index, chosen entry) pairs from the root down to a leaf.
+type DxPath = Vec<(DxIndex, usize)>;
+
 impl Volume {
     fn largedir(&self) -> bool {
         self.has_incompat(incompat::LARGEDIR)
@@ -54,75 +57,10 @@ impl Volume {
         htree::parse_node(&buf.data, bs, None).map_err(|e| Error::corrupt(loc(), e))
     }
 
-    /// Lookup through the index.
-    pub(crate) fn dx_lookup(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
-        let loc = || format!("htree of directory inode {}", dir.ino);
-        let Some(rootbuf) = self.dx_root_block(dir)? else {
-            return Ok(None);
-        };
-        let root = htree::parse_root(&rootbuf.data, self.block_size, self.largedir(), None)
-            .map_err(|e| Error::corrupt(loc(), e))?;
-        let version = HashVersion::from_root(root.info.hash_version, self.unsigned_hash).ok_or_else(|| {
-            Error::corrupt_msg(
-                loc(),
-                "htree root",
-                format!("unknown hash version {}", root.info.hash_version),
-            )
-        })?;
-        let (hash, _minor) = dx_hash(name, version, &self.hash_seed);
-        let nblocks = dir.nblocks(self);
-        let check_blk = |b: u32| -> Result<u64> {
-            if (b as u64) >= nblocks || b == 0 {
-                Err(Error::corrupt_msg(
-                    loc(),
-                    "htree entry",
-                    format!("points at block {b} of a {nblocks}-block directory"),
-                ))
-            } else {
-                Ok(b as u64)
-            }
-        };
-        // Descend, remembering the path so collisions can move to the next leaf.
-        let mut path: Vec<(DxIndex, usize)> = Vec::with_capacity(4);
-        let i = root.index.find(hash);
-        path.push((root.index, i));
-        for _ in 0..root.info.indirect_levels {
-            let (idx, at) = path
-                .last()
-                .map(|(x, a)| (x, *a))
-                .ok_or_else(|| Error::corrupt_msg(loc(), "htree", "empty path"))?;
-            let blk = check_blk(idx.entries[at].block)?;
-            let node = self.dx_node(dir, blk)?;
-            let j = node.find(hash);
-            path.push((node, j));
-        }
-        let mut visited = 0u64;
-        loop {
-            let (idx, at) = path
-                .last()
-                .map(|(x, a)| (x, *a))
-                .ok_or_else(|| Error::corrupt_msg(loc(), "htree", "empty path"))?;
-            let leaf = check_blk(idx.entries[at].block)?;
-            if let Some(hit) = self.search_leaf(dir, leaf, name)? {
-                return Ok(Some(hit));
-            }
-            visited += 1;
-            if visited > nblocks {
-                return Err(Error::corrupt_msg(
-                    loc(),
-                    "htree",
-                    "collision chain longer than the directory",
-                ));
-            }
-            if !self.dx_next_leaf(dir, &mut path, hash, root.info.indirect_levels as usize)? {
-                return Ok(None);
-            }
-        }
-    }
-
-    /// The leaf block a new entry named `name` belongs in (the first leaf
-    /// whose hash range covers the name's hash).
-    pub(crate) fn dx_leaf_for(&self, dir: DirRef<'_>, name: &[u8]) -> Result<u64> {
+    /// Hash `name` and descend the index to its leaf (the kernel's
+    /// `dx_probe`): the hash, the path of (index, chosen entry) from the root
+    /// down, and the number of index levels below the root.
+    fn dx_probe(&self, dir: DirRef<'_>, name: &[u8]) -> Result<(u32, DxPath, usize)> {
         let loc = || format!("htree of directory inode {}", dir.ino);
         let rootbuf = self
             .dx_root_block(dir)?
@@ -136,21 +74,66 @@ impl Volume {
                 format!("unknown hash version {}", root.info.hash_version),
             )
         })?;
-        let (hash, _) = dx_hash(name, version, &self.hash_seed);
-        let nblocks = dir.nblocks(self);
-        let mut idx = root.index;
-        for _ in 0..root.info.indirect_levels {
-            let b = idx.entries[idx.find(hash)].block as u64;
-            if b == 0 || b >= nblocks {
-                return Err(Error::corrupt_msg(loc(), "htree entry", format!("points at block {b}")));
-            }
-            idx = self.dx_node(dir, b)?;
+        let (hash, _minor) = dx_hash(name, version, &self.hash_seed);
+        let levels = root.info.indirect_levels as usize;
+        let mut path: DxPath = Vec::with_capacity(levels + 1);
+        let i = root.index.find(hash);
+        path.push((root.index, i));
+        for _ in 0..levels {
+            let blk = self.dx_child(dir, path.last())?;
+            let node = self.dx_node(dir, blk)?;
+            let j = node.find(hash);
+            path.push((node, j));
         }
-        let b = idx.entries[idx.find(hash)].block as u64;
+        Ok((hash, path, levels))
+    }
+
+    /// The directory block the chosen entry of the last path step points
+    /// at, checked to lie inside the directory and not be the root.
+    fn dx_child(&self, dir: DirRef<'_>, step: Option<&(DxIndex, usize)>) -> Result<u64> {
+        let loc = || format!("htree of directory inode {}", dir.ino);
+        let (idx, at) = step.ok_or_else(|| Error::corrupt_msg(loc(), "htree", "empty path"))?;
+        let b = idx.entries[*at].block as u64;
+        let nblocks = dir.nblocks(self);
         if b == 0 || b >= nblocks {
-            return Err(Error::corrupt_msg(loc(), "htree entry", format!("points at block {b}")));
+            return Err(Error::corrupt_msg(
+                loc(),
+                "htree entry",
+                format!("points at block {b} of a {nblocks}-block directory"),
+            ));
         }
         Ok(b)
+    }
+
+    /// Lookup through the index.
+    pub(crate) fn dx_lookup(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
+        let (hash, mut path, levels) = self.dx_probe(dir, name)?;
+        let nblocks = dir.nblocks(self);
+        let mut visited = 0u64;
+        loop {
+            let leaf = self.dx_child(dir, path.last())?;
+            if let Some(hit) = self.search_leaf(dir, leaf, name)? {
+                return Ok(Some(hit));
+            }
+            visited += 1;
+            if visited > nblocks {
+                return Err(Error::corrupt_msg(
+                    format!("htree of directory inode {}", dir.ino),
+                    "htree",
+                    "collision chain longer than the directory",
+                ));
+            }
+            if !self.dx_next_leaf(dir, &mut path, hash, levels)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The leaf block a new entry named `name` belongs in (the first leaf
+    /// whose hash range covers the name's hash).
+    pub(crate) fn dx_leaf_for(&self, dir: DirRef<'_>, name: &[u8]) -> Result<u64> {
+        let (_, path, _) = self.dx_probe(dir, name)?;
+        self.dx_child(dir, path.last())
     }
 
     /// Advance `path` to the next leaf if its first hash continues `hash`

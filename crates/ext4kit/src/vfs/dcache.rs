@@ -37,6 +37,17 @@ pub struct Dentry {
 }
 
 impl Dentry {
+    fn child(parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
+        Arc::new(Dentry {
+            name: ArcSwap::from_pointee(Box::from(name)),
+            parent: ArcSwapOption::from(Some(parent.clone())),
+            ino,
+            dir_ino: parent.ino,
+            ftype,
+            referenced: AtomicBool::new(true),
+        })
+    }
+
     /// Whether the name exists.
     pub fn is_positive(&self) -> bool {
         self.ino != 0
@@ -59,14 +70,7 @@ impl DcacheGuard<'_> {
 
     /// Insert a lookup result; an entry inserted concurrently wins.
     pub fn insert(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> &Arc<Dentry> {
-        let d = Arc::new(Dentry {
-            name: ArcSwap::from_pointee(Box::from(name)),
-            parent: ArcSwapOption::from(Some(parent.clone())),
-            ino,
-            dir_ino: parent.ino,
-            ftype,
-            referenced: AtomicBool::new(true),
-        });
+        let d = Dentry::child(parent, name, ino, ftype);
         let got = self.m.get_or_insert(Key(parent.ino, Box::from(name)), d);
         if self.m.len() > self.c.limit {
             let target = self.c.limit / 4 * 3;
@@ -204,14 +208,7 @@ impl Dcache {
     /// Record that `name` in `parent` now refers to `ino` (after a create),
     /// replacing a negative or stale entry.
     pub fn set(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
-        let d = Arc::new(Dentry {
-            name: ArcSwap::from_pointee(Box::from(name)),
-            parent: ArcSwapOption::from(Some(parent.clone())),
-            ino,
-            dir_ino: parent.ino,
-            ftype,
-            referenced: AtomicBool::new(true),
-        });
+        let d = Dentry::child(parent, name, ino, ftype);
         self.map.pin().insert(Key(parent.ino, Box::from(name)), d.clone());
         d
     }
