@@ -87,45 +87,7 @@ enum Command {
     /// created or truncated and extended to SIZE as a sparse file.
     /// SOURCE_DATE_EPOCH fixes all timestamps; with -U and -E hash_seed= the
     /// image is reproducible byte for byte.
-    Mkfs {
-        /// Filesystem type: ext2, ext3 or ext4.
-        #[arg(short = 't', default_value = "ext4", value_name = "TYPE")]
-        fs_type: String,
-        /// Block size in bytes (1024..65536); default 1024 below 512 MiB, else 4096.
-        #[arg(short = 'b', value_name = "BLOCKSIZE")]
-        block_size: Option<u32>,
-        /// Volume label (at most 16 bytes).
-        #[arg(short = 'L', value_name = "LABEL")]
-        label: Option<String>,
-        /// Filesystem UUID, or "random", "time", "clear".
-        #[arg(short = 'U', value_name = "UUID")]
-        uuid: Option<String>,
-        /// Number of inodes (default: from the size, as mke2fs).
-        #[arg(short = 'N', value_name = "INODES")]
-        inodes: Option<u64>,
-        /// Inode size in bytes (default 256).
-        #[arg(short = 'I', value_name = "INODE_SIZE")]
-        inode_size: Option<u16>,
-        /// Feature edits, e.g. "^has_journal,metadata_csum_seed" (repeatable).
-        #[arg(short = 'O', value_name = "FEATURES")]
-        features: Vec<String>,
-        /// Extended options: hash_seed=UUID (repeatable).
-        #[arg(short = 'E', value_name = "OPTIONS")]
-        extended: Vec<String>,
-        /// Percentage of blocks reserved for root (default 5).
-        #[arg(short = 'm', value_name = "PERCENT")]
-        reserved_percent: Option<f64>,
-        /// Populate from a directory tree (not supported yet).
-        #[arg(short = 'd', value_name = "DIR")]
-        root_dir: Option<PathBuf>,
-        /// Print nothing on success.
-        #[arg(short = 'q')]
-        quiet: bool,
-        /// The image file (or block device) to write.
-        image: PathBuf,
-        /// Size: 64M, 1G, 4096K, 8s (sectors); a bare number counts -b blocks, else KiB.
-        size: String,
-    },
+    Mkfs(cmd::mkfs::Args),
 }
 
 fn main() -> ExitCode {
@@ -138,35 +100,7 @@ fn main() -> ExitCode {
         Command::Cat { image, path } => cmd::cat::run(&image, &path, budget),
         Command::Stat { image, path } => cmd::stat::run(&image, &path, budget),
         Command::Get { image, path, dest } => cmd::get::run(&image, &path, &dest, budget),
-        Command::Mkfs {
-            fs_type,
-            block_size,
-            label,
-            uuid,
-            inodes,
-            inode_size,
-            features,
-            extended,
-            reserved_percent,
-            root_dir,
-            quiet,
-            image,
-            size,
-        } => cmd::mkfs::run(&cmd::mkfs::Args {
-            fs_type,
-            block_size,
-            label,
-            uuid,
-            inodes,
-            inode_size,
-            features,
-            extended,
-            reserved_percent,
-            root_dir,
-            quiet,
-            image,
-            size,
-        }),
+        Command::Mkfs(args) => cmd::mkfs::run(&args),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

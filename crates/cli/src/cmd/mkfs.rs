@@ -12,34 +12,45 @@ use std::path::{Path, PathBuf};
 use ext4kit::ext4::mkfs::{dry_run, mkfs, FsType, MkfsOptions};
 use ext4kit_blockdev::FileDevice;
 
-/// Arguments of `ext4kit mkfs`, as parsed by clap in `main.rs`.
-#[derive(Debug, Clone)]
+/// Arguments of `ext4kit mkfs` (clap parses them straight into this).
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// `-t`: ext2, ext3 or ext4.
+    /// Filesystem type: ext2, ext3 or ext4.
+    #[arg(short = 't', default_value = "ext4", value_name = "TYPE")]
     pub fs_type: String,
-    /// `-b`: block size in bytes.
+    /// Block size in bytes (1024..65536); default 1024 below 512 MiB, else 4096.
+    #[arg(short = 'b', value_name = "BLOCKSIZE")]
     pub block_size: Option<u32>,
-    /// `-L`: volume label.
+    /// Volume label (at most 16 bytes).
+    #[arg(short = 'L', value_name = "LABEL")]
     pub label: Option<String>,
-    /// `-U`: UUID, or "random" / "time" / "clear".
+    /// Filesystem UUID, or "random", "time", "clear".
+    #[arg(short = 'U', value_name = "UUID")]
     pub uuid: Option<String>,
-    /// `-N`: number of inodes.
+    /// Number of inodes (default: from the size, as mke2fs).
+    #[arg(short = 'N', value_name = "INODES")]
     pub inodes: Option<u64>,
-    /// `-I`: inode size.
+    /// Inode size in bytes (default 256).
+    #[arg(short = 'I', value_name = "INODE_SIZE")]
     pub inode_size: Option<u16>,
-    /// `-O`: feature edits (comma lists, `^` to clear).
+    /// Feature edits, e.g. "^has_journal,metadata_csum_seed" (repeatable).
+    #[arg(short = 'O', value_name = "FEATURES")]
     pub features: Vec<String>,
-    /// `-E`: extended options (`hash_seed=UUID`).
+    /// Extended options: hash_seed=UUID (repeatable).
+    #[arg(short = 'E', value_name = "OPTIONS")]
     pub extended: Vec<String>,
-    /// `-m`: reserved blocks percentage.
+    /// Percentage of blocks reserved for root (default 5).
+    #[arg(short = 'm', value_name = "PERCENT")]
     pub reserved_percent: Option<f64>,
-    /// `-d`: populate from a directory (not supported yet).
+    /// Populate from a directory tree (not supported yet).
+    #[arg(short = 'd', value_name = "DIR")]
     pub root_dir: Option<PathBuf>,
-    /// `-q`: print nothing on success.
+    /// Print nothing on success.
+    #[arg(short = 'q')]
     pub quiet: bool,
-    /// The image file or block device.
+    /// The image file (or block device) to write.
     pub image: PathBuf,
-    /// Filesystem size.
+    /// Size: 64M, 1G, 4096K, 8s (sectors); a bare number counts -b blocks, else KiB.
     pub size: String,
 }
 
