@@ -1,56 +1,27 @@
-//! Shared pieces of the benchmark programs: building images with the
-//! kernel (loop mount) so peers and ext4kit see the very same bytes, and
-//! small statistics helpers (medians, since these machines are noisy).
+//! Shared pieces of the benchmark programs: thin wrappers over the test
+//! kit's command runner and loop mounts (so peers and ext4kit see the very
+//! same bytes), and statistics helpers (medians: these machines are noisy).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-/// Run a command, failing with its stderr.
+/// Run a command to success (the test kit's runner), as a `String` error
+/// for the benchmark mains.
 pub fn run(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(())
+    ext4kit_testkit::run_ok(cmd, &[0])
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
-/// Whether we run as root (loop mounts need it).
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
+/// Fail unless loop mounts are possible (root and a loop device).
+pub fn need_kernel(what: &str) -> Result<(), String> {
+    ext4kit_testkit::kernel_available().map_err(|e| format!("{what} needs a loop mount for the kernel peer: {e}"))
 }
 
-/// A loop mount that unmounts when dropped.
-pub struct Mount {
-    /// Where it is mounted.
-    pub dir: PathBuf,
-}
-
-impl Mount {
-    /// `mount -o loop[,opts] image dir`.
-    pub fn new(image: &Path, dir: &Path, opts: &str) -> Result<Mount, String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let o = if opts.is_empty() {
-            "loop".to_string()
-        } else {
-            format!("loop,{opts}")
-        };
-        run(Command::new("mount").arg("-o").arg(o).arg(image).arg(dir))?;
-        Ok(Mount { dir: dir.to_path_buf() })
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.dir).status();
-    }
+/// A loop mount (unmounted on drop); `opts` is "" or "ro".
+pub fn mount(image: &Path, dir: &Path, opts: &str) -> Result<ext4kit_testkit::LoopMount, String> {
+    ext4kit_testkit::LoopMount::mount(image, dir, "ext4", opts == "ro").map_err(|e| e.to_string())
 }
 
 /// Median of durations (upper median for even counts).

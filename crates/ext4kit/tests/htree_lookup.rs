@@ -17,12 +17,7 @@ fn tool_or_fail(name: &str) {
 }
 
 fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ext4kit_testkit::run_ok(cmd, &[0]).unwrap();
 }
 
 /// An ext4 image whose /big holds `entries` empty files, created by the
@@ -30,10 +25,9 @@ fn run(cmd: &mut Command) {
 /// directory and is quadratic: 50,000 names take it over five minutes.)
 /// The kernel indexes the directory itself when dir_index is on.
 fn make_dir_image(dir: &Path, entries: usize, dir_index: bool) -> PathBuf {
-    assert!(
-        rustix_is_root(),
-        "this test needs root: it loop-mounts an image so the kernel builds the directory (CI runs as root)"
-    );
+    if let Err(e) = ext4kit_testkit::kernel_available() {
+        panic!("this test loop-mounts an image so the kernel builds the directory ({e}); CI runs as root");
+    }
     let img = dir.join(format!("d{entries}-{dir_index}.img"));
     let feat = if dir_index { "dir_index" } else { "^dir_index" };
     let size = format!("{}M", 16 + entries / 1500);
@@ -41,9 +35,9 @@ fn make_dir_image(dir: &Path, entries: usize, dir_index: bool) -> PathBuf {
         .args(["-q", "-F", "-t", "ext4", "-O", feat, "-N", &(entries + 100).to_string()])
         .arg(&img)
         .arg(&size));
-    let mnt = dir.join(format!("mnt-{entries}-{dir_index}"));
-    std::fs::create_dir_all(&mnt).unwrap();
-    run(Command::new("mount").arg("-o").arg("loop").arg(&img).arg(&mnt));
+    let m = ext4kit_testkit::LoopMount::mount(&img, &dir.join(format!("mnt-{entries}-{dir_index}")), "ext4", false)
+        .unwrap();
+    let mnt = m.path().to_path_buf();
     let made = (|| -> std::io::Result<()> {
         std::fs::create_dir(mnt.join("big"))?;
         for i in 0..entries {
@@ -51,7 +45,7 @@ fn make_dir_image(dir: &Path, entries: usize, dir_index: bool) -> PathBuf {
         }
         Ok(())
     })();
-    run(Command::new("umount").arg(&mnt));
+    m.unmount().unwrap();
     made.unwrap();
     let fsck = Command::new("e2fsck").arg("-fn").arg(&img).output().unwrap();
     assert!(
@@ -60,18 +54,6 @@ fn make_dir_image(dir: &Path, entries: usize, dir_index: bool) -> PathBuf {
         String::from_utf8_lossy(&fsck.stdout)
     );
     img
-}
-
-fn rustix_is_root() -> bool {
-    // SAFETY-free check: /proc/self/status Uid line, effective uid is field 2.
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 fn name(i: usize) -> String {

@@ -26,14 +26,7 @@ fn tmpdir(tag: &str) -> Tmp {
 }
 
 fn sh(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (apt-get install e2fsprogs)"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = ext4kit_testkit::run_ok(cmd, &[0]).unwrap_or_else(|e| panic!("{e} (apt-get install e2fsprogs)"));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

@@ -10,27 +10,8 @@ use std::process::Command;
 use ext4kit::{Errno, FileType, Fs, OpenOptions};
 
 fn sh(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (apt-get install e2fsprogs)"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = ext4kit_testkit::run_ok(cmd, &[0]).unwrap_or_else(|e| panic!("{e} (apt-get install e2fsprogs)"));
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 fn image(dir: &Path, tag: &str, mkfs: &[&str]) -> PathBuf {
@@ -153,12 +134,12 @@ fn exercise(img: &Path, htree_expected: bool) -> usize {
     }
     drop(fs);
 
-    if !is_root() {
-        panic!("the kernel cross-check needs root (loop mount); CI runs as root");
+    if let Err(e) = ext4kit_testkit::kernel_available() {
+        panic!("the kernel cross-check needs a loop mount ({e}); CI runs as root");
     }
-    let mnt = img.with_extension("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    sh(Command::new("mount").arg("-o").arg("loop,ro").arg(img).arg(&mnt));
+    let mnt_dir = img.with_extension("mnt");
+    let m = ext4kit_testkit::LoopMount::mount(img, &mnt_dir, "ext4", true).unwrap();
+    let mnt = m.path().to_path_buf();
     let check = || -> Result<(), String> {
         use std::os::unix::fs::{FileTypeExt, MetadataExt};
         let m = std::fs::symlink_metadata(mnt.join("hello")).map_err(|e| e.to_string())?;
@@ -192,7 +173,7 @@ fn exercise(img: &Path, htree_expected: bool) -> usize {
         Ok(())
     };
     let r = check();
-    sh(Command::new("umount").arg(&mnt));
+    m.unmount().unwrap();
     r.unwrap();
     made.len()
 }

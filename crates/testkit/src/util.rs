@@ -75,8 +75,10 @@ pub(crate) fn run(cmd: &mut Command) -> io::Result<Output> {
     cmd.output().context(|| format!("cannot run `{desc}`"))
 }
 
-/// Runs a command and fails unless its exit code is in `ok`.
-pub(crate) fn run_ok(cmd: &mut Command, ok: &[i32]) -> io::Result<Output> {
+/// Runs a command and fails unless its exit code is in `ok`; the error
+/// names the command and carries its output. Tests and benchmarks use it
+/// instead of their own `Command` wrappers.
+pub fn run_ok(cmd: &mut Command, ok: &[i32]) -> io::Result<Output> {
     let desc = describe(cmd);
     let out = run(cmd)?;
     match out.status.code() {
@@ -91,7 +93,7 @@ pub(crate) fn run_ok(cmd: &mut Command, ok: &[i32]) -> io::Result<Output> {
 }
 
 /// A shell-like rendering of a command for error messages.
-pub(crate) fn describe(cmd: &Command) -> String {
+pub fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {
         s.push(' ');

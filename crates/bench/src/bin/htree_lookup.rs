@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use ext4kit::{Fs, OpenOptions};
-use ext4kit_bench::{is_root, median, run, Mount};
+use ext4kit_bench::{median, mount, need_kernel, run};
 
 #[derive(Parser)]
 #[command(about = "Lookup time in big directories: htree vs linear, ext4kit vs kernel")]
@@ -62,10 +62,10 @@ fn make_image(work: &Path, entries: usize, dir_index: bool) -> Result<PathBuf, S
         .arg(&tmp)
         .arg(format!("{}M", 32 + entries / 1000)))?;
     {
-        let m = Mount::new(&tmp, &work.join("mnt"), "")?;
-        std::fs::create_dir(m.dir.join("big")).map_err(|e| e.to_string())?;
+        let m = mount(&tmp, &work.join("mnt"), "")?;
+        std::fs::create_dir(m.path().join("big")).map_err(|e| e.to_string())?;
         for i in 0..entries {
-            std::fs::File::create(m.dir.join("big").join(name(i))).map_err(|e| e.to_string())?;
+            std::fs::File::create(m.path().join("big").join(name(i))).map_err(|e| e.to_string())?;
         }
     }
     std::fs::rename(&tmp, &img).map_err(|e| e.to_string())?;
@@ -92,13 +92,15 @@ fn ext4kit_lookup(img: &Path, entries: usize, probes: usize) -> Result<(Duration
 }
 
 fn kernel_lookup(img: &Path, work: &Path, entries: usize, probes: usize) -> Result<Duration, String> {
-    let m = Mount::new(img, &work.join("mnt"), "ro")?;
+    let m = mount(img, &work.join("mnt"), "ro")?;
     // Bring directory blocks into the page cache without creating dentries
     // for the probed names: readdir.
-    let _ = std::fs::read_dir(m.dir.join("big")).map_err(|e| e.to_string())?.count();
+    let _ = std::fs::read_dir(m.path().join("big"))
+        .map_err(|e| e.to_string())?
+        .count();
     let mut times = Vec::with_capacity(probes);
     for k in 0..probes {
-        let p = m.dir.join("big").join(name((k * 7919) % entries));
+        let p = m.path().join("big").join(name((k * 7919) % entries));
         let t = Instant::now();
         let r = std::fs::symlink_metadata(&p);
         times.push(t.elapsed());
@@ -109,9 +111,7 @@ fn kernel_lookup(img: &Path, work: &Path, entries: usize, probes: usize) -> Resu
 
 fn main() -> Result<(), String> {
     let a = Args::parse();
-    if !is_root() {
-        return Err("htree-lookup needs root: it loop-mounts images so the kernel builds the directories and serves as the peer".into());
-    }
+    need_kernel("htree-lookup")?;
     std::fs::create_dir_all(&a.work).map_err(|e| e.to_string())?;
     println!(
         "lookup of one name (median of {} distinct names, dentry-cache misses, warm block cache)",

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use ext4kit::{Fs, OpenFlags, OpenOptions, Process, Whence};
-use ext4kit_bench::{is_root, median, run, Mount};
+use ext4kit_bench::{median, mount, need_kernel, run};
 
 #[derive(Parser)]
 #[command(about = "Seeds 000/001/002 read-side experiments: ext4kit vs kernel")]
@@ -89,13 +89,11 @@ fn mops(ops: usize, d: Duration) -> f64 {
 
 fn main() -> Result<(), String> {
     let a = Args::parse();
-    if !is_root() {
-        return Err("seeds-read needs root: the kernel peer is a loop mount".into());
-    }
+    need_kernel("seeds-read")?;
     std::fs::create_dir_all(&a.work).map_err(|e| e.to_string())?;
     let img = make_image(&a.work)?;
     let fs = Fs::open_image(&img, &OpenOptions::default()).map_err(|e| e.to_string())?;
-    let m = Mount::new(&img, &a.work.join("mnt"), "ro")?;
+    let m = mount(&img, &a.work.join("mnt"), "ro")?;
     let ops = a.ops;
 
     println!("seed 000 — random SEEK_SET, each thread its own open file of a 128 MiB file ({ops} seeks/thread, M seeks/s total)");
@@ -129,7 +127,7 @@ fn main() -> Result<(), String> {
             })
         });
         let kfiles: Vec<_> = (0..n)
-            .map(|_| std::fs::File::open(m.dir.join("big")).unwrap())
+            .map(|_| std::fs::File::open(m.path().join("big")).unwrap())
             .collect();
         let t_kernel = best(a.reps, || {
             par(n, |i| {
@@ -179,7 +177,7 @@ fn main() -> Result<(), String> {
                 use std::io::Read;
                 let mut buf = [0u8; 1024];
                 for k in 0..storm {
-                    let mut f = std::fs::File::open(m.dir.join(format!("etc/small{}", (k + i) % 4))).unwrap();
+                    let mut f = std::fs::File::open(m.path().join(format!("etc/small{}", (k + i) % 4))).unwrap();
                     std::hint::black_box(f.read(&mut buf).unwrap());
                 }
             })
@@ -223,7 +221,7 @@ fn main() -> Result<(), String> {
     });
     let t_kernel = best(a.reps, || {
         use std::io::Read;
-        let mut f = std::fs::File::open(m.dir.join("onemeg")).unwrap();
+        let mut f = std::fs::File::open(m.path().join("onemeg")).unwrap();
         let mut b = [0u8; 1];
         let t = Instant::now();
         for _ in 0..count {

@@ -214,12 +214,13 @@ impl Fs {
             return Err(Error::posix(Errno::ENOTDIR, format!("inode {ino} is not a directory")));
         }
         let map = dir.block_map(&self.vol)?;
-        let inode = dir.disk.read().clone();
+        let inode = dir.disk.read(); // held for the listing, not copied
         let mut v = self.vol.read_dir(DirRef {
             ino,
             inode: &inode,
             map: &map,
         })?;
+        drop(inode);
         // Entries without a type (no `filetype` feature) get it from the inode.
         for e in v.iter_mut().filter(|e| e.file_type.is_none()) {
             e.file_type = Some(self.inode(e.ino)?.ftype);

@@ -126,7 +126,9 @@ impl Fs {
             ));
         }
         let map = dir.block_map(&self.vol)?;
-        let inode = dir.disk.read().clone();
+        // Shared side of the directory lock held across the lookup instead of
+        // copying the record (the copy allocated on every dcache miss).
+        let inode = dir.disk.read();
         self.vol.lookup(
             crate::ext4::DirRef {
                 ino: dir_ino,
