@@ -112,139 +112,22 @@ pub mod tag_flags {
     pub const LAST_TAG: u32 = 0x8;
 }
 
-/// A value that can be read from and written to a big-endian byte slice:
-/// the journal's counterpart of [`crate::bytes::Le`].
-pub trait Be: Sized + Copy {
-    /// Width in bytes.
-    const SIZE: usize;
-    /// Read at `off`; the caller guarantees `off + SIZE <= buf.len()`.
-    fn get(buf: &[u8], off: usize) -> Self;
-    /// Write at `off`; the caller guarantees `off + SIZE <= buf.len()`.
-    fn put(self, buf: &mut [u8], off: usize);
-}
-
-macro_rules! be_int {
-    ($($t:ty),*) => {$(
-        impl Be for $t {
-            const SIZE: usize = std::mem::size_of::<$t>();
-            #[inline]
-            fn get(buf: &[u8], off: usize) -> Self {
-                let mut a = [0u8; std::mem::size_of::<$t>()];
-                a.copy_from_slice(&buf[off..off + Self::SIZE]);
-                <$t>::from_be_bytes(a)
-            }
-            #[inline]
-            fn put(self, buf: &mut [u8], off: usize) {
-                buf[off..off + Self::SIZE].copy_from_slice(&self.to_be_bytes());
-            }
-        }
-    )*};
-}
-be_int!(u8, u16, u32, u64);
-
-impl<const N: usize> Be for [u8; N] {
-    const SIZE: usize = N;
-    fn get(buf: &[u8], off: usize) -> Self {
-        let mut a = [0u8; N];
-        a.copy_from_slice(&buf[off..off + N]);
-        a
-    }
-    fn put(self, buf: &mut [u8], off: usize) {
-        buf[off..off + N].copy_from_slice(&self);
-    }
-}
-
-impl<const N: usize> Be for [u32; N] {
-    const SIZE: usize = 4 * N;
-    fn get(buf: &[u8], off: usize) -> Self {
-        let mut a = [0u32; N];
-        for (i, v) in a.iter_mut().enumerate() {
-            *v = u32::get(buf, off + 4 * i);
-        }
-        a
-    }
-    fn put(self, buf: &mut [u8], off: usize) {
-        for (i, v) in self.iter().enumerate() {
-            v.put(buf, off + 4 * i);
-        }
-    }
-}
+pub use crate::bytes::Be;
 
 /// Read a big-endian u32 (bounds are the caller's responsibility).
 #[inline]
 pub fn be32(buf: &[u8], off: usize) -> u32 {
-    u32::get(buf, off)
+    <u32 as Be>::get(buf, off)
 }
 
 /// Write a big-endian u32.
 #[inline]
 pub fn put_be32(buf: &mut [u8], off: usize, v: u32) {
-    v.put(buf, off)
+    <u32 as Be>::put(v, buf, off)
 }
 
-/// The big-endian twin of [`crate::layout!`]: `name: type = offset` fields,
-/// `SIZE`, `parse_raw`, `serialize_into`, `to_bytes`, and a coverage check.
-macro_rules! be_layout {
-    (
-        $(#[$meta:meta])*
-        pub struct $name:ident ($size:expr) {
-            $( $(#[$fmeta:meta])* $field:ident : $ty:ty = $off:expr ),* $(,)?
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, PartialEq, Eq)]
-        pub struct $name {
-            $( $(#[$fmeta])* #[doc = concat!("On-disk big-endian field `", stringify!($field), "` at byte ", stringify!($off), ".")] pub $field: $ty, )*
-        }
-
-        impl $name {
-            /// Size of the structure on disk, in bytes.
-            pub const SIZE: usize = $size;
-
-            /// Decode from the first `SIZE` bytes of `buf` (no validation;
-            /// the caller checks the length).
-            pub fn parse_raw(buf: &[u8]) -> Self {
-                assert!(buf.len() >= Self::SIZE);
-                Self { $( $field: <$ty as Be>::get(buf, $off), )* }
-            }
-
-            /// Encode into the first `SIZE` bytes of `buf`.
-            pub fn serialize_into(&self, buf: &mut [u8]) {
-                assert!(buf.len() >= Self::SIZE);
-                $( <$ty as Be>::put(self.$field, buf, $off); )*
-            }
-
-            /// Encode into a fresh buffer.
-            pub fn to_bytes(&self) -> Vec<u8> {
-                let mut v = vec![0u8; Self::SIZE];
-                self.serialize_into(&mut v);
-                v
-            }
-
-            #[cfg(test)]
-            fn layout_covers_every_byte() {
-                let mut cover = vec![0u8; Self::SIZE];
-                $(
-                    for b in &mut cover[$off..$off + <$ty as Be>::SIZE] {
-                        assert_eq!(*b, 0, concat!("field ", stringify!($field), " overlaps"));
-                        *b = 1;
-                    }
-                )*
-                assert!(cover.iter().all(|&b| b == 1), concat!(stringify!($name), " has uncovered bytes"));
-            }
-        }
-
-        impl std::fmt::Debug for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($name))
-                    $( .field(stringify!($field), &self.$field) )*
-                    .finish()
-            }
-        }
-    };
-}
-
-be_layout! {
+crate::layout! {
+    big_endian
     /// `journal_header_t`: the first 12 bytes of every journal metadata block.
     pub struct JournalHeader (12) {
         h_magic: u32 = 0x0,
@@ -279,7 +162,8 @@ impl JournalHeader {
     }
 }
 
-be_layout! {
+crate::layout! {
+    big_endian
     /// `journal_superblock_t` (v1 and v2), field for field.
     pub struct JournalSuperblock (1024) {
         h_magic: u32 = 0x0,
@@ -729,7 +613,8 @@ impl DescriptorBlock {
     }
 }
 
-be_layout! {
+crate::layout! {
+    big_endian
     /// `struct commit_header`: the commit block of a transaction.
     pub struct CommitHeader (60) {
         h_magic: u32 = 0x0,
@@ -801,7 +686,8 @@ impl CommitHeader {
     }
 }
 
-be_layout! {
+crate::layout! {
+    big_endian
     /// `jbd2_journal_revoke_header_t`: header plus the bytes used.
     pub struct RevokeHeader (16) {
         h_magic: u32 = 0x0,
