@@ -6,6 +6,7 @@
 pub mod alloc_map;
 pub mod balloc;
 pub mod bmap;
+pub mod bmap_write;
 pub mod buffer;
 pub mod dir;
 pub mod dir_insert;

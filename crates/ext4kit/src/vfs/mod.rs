@@ -3,6 +3,7 @@
 //! lock-free path walk, inode cache, page cache, open files with atomic
 //! positions, descriptor tables).
 
+pub mod cred;
 pub mod dcache;
 pub mod fdtable;
 pub mod file;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use ext4kit_blockdev::{BlockDevice, FileDevice};
 use ext4kit_format::inode::FileType;
 
+pub use cred::Cred;
 pub use dcache::Dentry;
 pub use fdtable::{Fd, Process};
 pub use file::{File, OpenFlags, Whence};
