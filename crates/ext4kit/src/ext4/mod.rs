@@ -15,6 +15,7 @@ pub mod htree;
 pub mod ialloc;
 pub mod inode;
 pub mod mkfs;
+pub mod orphan;
 pub mod symlink;
 pub mod transaction;
 pub mod volume;

@@ -7,7 +7,7 @@
 //! path; the size is mirrored in an atomic so SEEK_END and reads never take
 //! that lock (seed 000).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -34,6 +34,9 @@ pub struct CachedInode {
     map: ArcSwapOption<BlockMap>,
     /// Cached file pages.
     pub pages: PageMap,
+    /// Open files on this inode: an inode whose last name goes while this
+    /// is non-zero lives on through the orphan list until the last close.
+    pub opens: AtomicU32,
     referenced: AtomicBool,
 }
 
@@ -53,6 +56,7 @@ impl CachedInode {
             disk: RwLock::new(inode),
             map: ArcSwapOption::empty(),
             pages: PageMap::default(),
+            opens: AtomicU32::new(0),
             referenced: AtomicBool::new(true),
         })
     }
@@ -136,6 +140,14 @@ impl Icache {
                     self.pages.release(v.pages.len());
                 }
             }
+        }
+    }
+
+    /// Drop inode `ino` from the cache (it was freed: a later inode with the
+    /// same number must be read afresh). Holders keep their reference.
+    pub fn forget(&self, ino: u32) {
+        if let Some(v) = self.map.pin().remove(&ino) {
+            self.pages.release(v.pages.len());
         }
     }
 

@@ -9,6 +9,7 @@ pub mod fdtable;
 pub mod file;
 pub mod icache;
 pub mod namei;
+pub mod namespace;
 pub mod pagecache;
 mod stat;
 pub mod write;
@@ -121,12 +122,16 @@ impl Fs {
         let budget = opts.cache_budget;
         let block_size = vol.block_size;
         let pages = Arc::new(PageBudget::new(budget / 2, block_size));
-        Ok(Arc::new(Fs {
+        let fs = Arc::new(Fs {
             icache: icache::Icache::new((budget / 8 / 1024).max(1024), pages.clone()),
             dcache: dcache::Dcache::new(ROOT_INO, (budget / 8 / 256).max(4096)),
             pages,
             vol,
-        }))
+        });
+        // Files unlinked while open when the last writer stopped are freed
+        // now, as the kernel does at mount (ext4_orphan_cleanup).
+        fs.recover_orphans()?;
+        Ok(fs)
     }
 
     /// Warnings from opening (read-only fallbacks, unrecovered journal).
