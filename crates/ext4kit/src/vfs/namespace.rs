@@ -390,17 +390,20 @@ impl Fs {
         self.stat_ino(ino)
     }
 
-    /// Whether directory `anc` is `dir` or one of its ancestors (walking
-    /// ".." on disk). Callers hold the rename mutex, so the tree's shape
-    /// cannot change under the walk.
-    fn is_ancestor(&self, anc: u32, mut dir: u32) -> Result<bool> {
+    /// Directory `dir` and its ancestors up to the root (walking ".." on
+    /// disk). Callers hold the rename mutex and no directory lock: under the
+    /// mutex no directory changes parent, so the chain stays true for the
+    /// whole rename.
+    fn ancestry(&self, mut dir: u32) -> Result<Vec<u32>> {
         let root = crate::ext4::ROOT_INO;
-        for _ in 0..=self.vol.inodes_count {
-            if dir == anc {
-                return Ok(true);
-            }
-            if dir == root {
-                return Ok(false);
+        let mut chain = vec![dir];
+        while dir != root {
+            if chain.len() > 65536 {
+                return Err(Error::corrupt_msg(
+                    format!("directory inode {dir}"),
+                    "directory",
+                    "the \"..\" chain loops or is absurdly deep",
+                ));
             }
             let d = self.dir_inode(dir)?;
             let rec = d.disk.read();
@@ -420,12 +423,9 @@ impl Fs {
                     ))
                 }
             };
+            chain.push(dir);
         }
-        Err(Error::corrupt_msg(
-            format!("directory inode {anc}"),
-            "directory",
-            "the \"..\" chain loops",
-        ))
+        Ok(chain)
     }
 
     /// Rename `old_name` in `old_dir` to `new_name` in `new_dir`.
@@ -452,17 +452,19 @@ impl Fs {
         let _rename_guard = cross.then(|| self.dcache.rename_mutex.lock());
         let od = self.dir_inode(old_dir)?;
         let nd = self.dir_inode(new_dir)?;
-        // Parent locks: ancestor first, else lower inode number first.
-        let old_first = if cross {
-            if self.is_ancestor(old_dir, new_dir)? {
-                true
-            } else if self.is_ancestor(new_dir, old_dir)? {
-                false
-            } else {
-                old_dir < new_dir
-            }
+        // Ancestor chains, read before any directory lock is taken.
+        let (old_up, new_up) = if cross {
+            (self.ancestry(old_dir)?, self.ancestry(new_dir)?)
         } else {
+            (Vec::new(), Vec::new())
+        };
+        // Parent locks: ancestor first, else lower inode number first.
+        let old_first = if !cross || new_up.contains(&old_dir) {
             true
+        } else if old_up.contains(&new_dir) {
+            false
+        } else {
+            old_dir < new_dir
         };
         let (mut orec, mut nrec): (RwLockWriteGuard<'_, Inode>, Option<RwLockWriteGuard<'_, Inode>>) = if !cross {
             (od.disk.write(), None)
@@ -517,34 +519,38 @@ impl Fs {
         let dst = tgt.map(|i| self.inode(i)).transpose()?;
         let s_dir = src.ftype == FileType::Directory;
         let d_dir = dst.as_ref().is_some_and(|d| d.ftype == FileType::Directory);
-        if !flags.exchange {
-            if let Some(_d) = &dst {
-                if s_dir && !d_dir {
-                    return Err(Error::posix(
-                        Errno::ENOTDIR,
-                        format!("{}: not a directory", show(new_name)),
-                    ));
-                }
-                if !s_dir && d_dir {
-                    return Err(Error::posix(
-                        Errno::EISDIR,
-                        format!("{}: is a directory", show(new_name)),
-                    ));
-                }
-            }
-        }
         if cross {
-            // A directory cannot move below itself.
-            if s_dir && self.is_ancestor(sino, new_dir)? {
+            // lock_rename's traps, checked before anything else about the
+            // pair: the source may not be an ancestor of the target ...
+            if s_dir && new_up.contains(&sino) {
                 return Err(Error::posix(
                     Errno::EINVAL,
                     format!("{}: cannot move a directory into its own subtree", show(old_name)),
                 ));
             }
-            if flags.exchange && d_dir && self.is_ancestor(tgt.unwrap_or(0), old_dir)? {
+            // ... nor the target an ancestor of the source.
+            if d_dir && old_up.contains(&t_ino(&dst)) {
                 return Err(Error::posix(
-                    Errno::EINVAL,
-                    format!("{}: cannot move a directory into its own subtree", show(new_name)),
+                    if flags.exchange {
+                        Errno::EINVAL
+                    } else {
+                        Errno::ENOTEMPTY
+                    },
+                    format!("{}: is an ancestor of the source", show(new_name)),
+                ));
+            }
+        }
+        if !flags.exchange && dst.is_some() {
+            if s_dir && !d_dir {
+                return Err(Error::posix(
+                    Errno::ENOTDIR,
+                    format!("{}: not a directory", show(new_name)),
+                ));
+            }
+            if !s_dir && d_dir {
+                return Err(Error::posix(
+                    Errno::EISDIR,
+                    format!("{}: is a directory", show(new_name)),
                 ));
             }
         }
