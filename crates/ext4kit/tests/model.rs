@@ -102,7 +102,7 @@ fn pick(m: &Model, rng: &mut SplitMix64, roots: &[&str], tag: &str) -> String {
         .keys()
         .filter(|k| roots.iter().any(|r| k.starts_with(&format!("{r}/")) && k.contains(tag)))
         .collect();
-    if !cands.is_empty() && rng.next_u64() % 3 != 0 {
+    if !cands.is_empty() && !rng.next_u64().is_multiple_of(3) {
         return cands[(rng.next_u64() % cands.len() as u64) as usize].clone();
     }
     // A new name in an existing directory.
@@ -219,8 +219,8 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut SplitMix64, roots: &[&str], tag: &str)
             }
         }
         _ => {
-            let exchange = rng.next_u64() % 4 == 0;
-            let noreplace = !exchange && rng.next_u64() % 4 == 0;
+            let exchange = rng.next_u64().is_multiple_of(4);
+            let noreplace = !exchange && rng.next_u64().is_multiple_of(4);
             let flags = RenameFlags { noreplace, exchange };
             let src = m.nodes.get(&a).cloned();
             let dst = m.nodes.get(&b).cloned();
