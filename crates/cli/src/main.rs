@@ -13,13 +13,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// ext4kit — read ext2/ext3/ext4 images from user space.
+/// ext4kit — read and edit ext2/ext3/ext4 images from user space.
 ///
-/// Every command but `mkfs` opens IMAGE read-only and never writes to it.
-/// Paths inside the image are absolute ("/etc/passwd"); a missing leading
-/// "/" is allowed.
+/// info, ls, cat, stat and get open IMAGE read-only and never write to it;
+/// mkfs, mkdir, rm, mv and ln change it (no mount, no root needed). Paths
+/// inside the image are absolute ("/etc/passwd"); a missing leading "/" is
+/// allowed.
 #[derive(Parser, Debug)]
-#[command(name = "ext4kit", version, about, long_about = None, after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata")]
+#[command(name = "ext4kit", version, about, long_about = None, after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata\n  ext4kit mkdir -p disk.img /srv/www\n  ext4kit mv disk.img /srv/www /srv/site\n  ext4kit ln -s disk.img /srv/site /www\n  ext4kit rm -r disk.img /srv")]
 struct Cli {
     /// Cache memory budget in MiB (inodes, dentries, pages).
     #[arg(long, global = true, default_value_t = 256, value_name = "MIB")]
@@ -88,6 +89,68 @@ enum Command {
     /// SOURCE_DATE_EPOCH fixes all timestamps; with -U and -E hash_seed= the
     /// image is reproducible byte for byte.
     Mkfs(cmd::mkfs::Args),
+    /// Make directories in the image.
+    Mkdir {
+        /// Make missing parents too; an existing directory is not an error.
+        #[arg(short, long)]
+        parents: bool,
+        /// Permission bits, in octal.
+        #[arg(short, long, default_value = "755", value_parser = parse_mode)]
+        mode: u16,
+        /// The image file.
+        image: PathBuf,
+        /// Directories to make.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Remove files (and with -r, directories and everything in them).
+    Rm {
+        /// Remove directories and their contents.
+        #[arg(short, long)]
+        recursive: bool,
+        /// A missing path is not an error.
+        #[arg(short, long)]
+        force: bool,
+        /// The image file.
+        image: PathBuf,
+        /// What to remove.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Rename or move a file or directory within the image (into DEST when
+    /// DEST is an existing directory). Replaces an existing DEST file or
+    /// empty directory, like rename(2).
+    Mv {
+        /// Do not replace an existing DEST.
+        #[arg(short = 'n', long)]
+        no_clobber: bool,
+        /// The image file.
+        image: PathBuf,
+        /// What to move.
+        src: String,
+        /// New name or target directory.
+        dest: String,
+    },
+    /// Make a hard link (or with -s, a symbolic link) in the image.
+    Ln {
+        /// Make a symbolic link whose contents are TARGET (any text).
+        #[arg(short, long)]
+        symbolic: bool,
+        /// The image file.
+        image: PathBuf,
+        /// Existing file (hard link) or link text (symbolic).
+        target: String,
+        /// The new name.
+        link: String,
+    },
+}
+
+/// Parse an octal mode like "755" or "0644".
+fn parse_mode(s: &str) -> Result<u16, String> {
+    u16::from_str_radix(s, 8)
+        .ok()
+        .filter(|&m| m <= 0o7777)
+        .ok_or_else(|| format!("\"{s}\" is not an octal mode (0 to 7777)"))
 }
 
 fn main() -> ExitCode {
@@ -101,6 +164,30 @@ fn main() -> ExitCode {
         Command::Stat { image, path } => cmd::stat::run(&image, &path, budget),
         Command::Get { image, path, dest } => cmd::get::run(&image, &path, &dest, budget),
         Command::Mkfs(args) => cmd::mkfs::run(&args),
+        Command::Mkdir {
+            parents,
+            mode,
+            image,
+            paths,
+        } => cmd::edit::mkdir(&image, &paths, parents, mode, budget),
+        Command::Rm {
+            recursive,
+            force,
+            image,
+            paths,
+        } => cmd::edit::rm(&image, &paths, recursive, force, budget),
+        Command::Mv {
+            no_clobber,
+            image,
+            src,
+            dest,
+        } => cmd::edit::mv(&image, &src, &dest, no_clobber, budget),
+        Command::Ln {
+            symbolic,
+            image,
+            target,
+            link,
+        } => cmd::edit::ln(&image, &target, &link, symbolic, budget),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

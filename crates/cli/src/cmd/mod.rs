@@ -3,6 +3,7 @@
 
 pub mod cat;
 pub mod demo;
+pub mod edit;
 pub mod get;
 pub mod info;
 pub mod ls;
