@@ -144,7 +144,8 @@ impl Fs {
                     format!("inode {ino}: default ACLs only on directories"),
                 ));
             }
-            if v.len() == 4 {
+            let is_acl = matches!(index, INDEX_POSIX_ACL_ACCESS | INDEX_POSIX_ACL_DEFAULT);
+            if is_acl && v.len() == 4 {
                 // An ACL with no entries is no ACL (posix_acl_from_xattr gives NULL).
                 value = None;
                 flags &= !XATTR_REPLACE;
