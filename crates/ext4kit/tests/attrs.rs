@@ -308,6 +308,20 @@ fn xattr_cycle(tag: &str, args: &[&str], body_space: bool) {
         );
         m.unmount().unwrap();
     }
+    // The kernel edits what we wrote (its own placement and hashing code
+    // meets our layout), and e2fsck still agrees.
+    {
+        let m = ext4kit_testkit::LoopMount::mount(&img, &dir.join("mnt"), "ext4", false).unwrap();
+        let f = m.path().join("f");
+        sh(Command::new("setfattr").args(["-x", "user.grow2"]).arg(&f));
+        sh(Command::new("setfattr")
+            .args(["-n", "user.kernel", "-v", "0x6b65726e656c"])
+            .arg(&f));
+        m.unmount().unwrap();
+    }
+    want.remove(&b"user.grow2"[..]);
+    want.insert(b"user.kernel".to_vec(), b"kernel".to_vec());
+    fsck_clean(&img);
 
     // Remove everything: the block goes, i_blocks comes back.
     let fs = open_rw(&img);
@@ -674,4 +688,57 @@ fn ext4kit_blocks_count(img: &Path) -> u64 {
         .find_map(|l| l.strip_prefix("Block count:"))
         .map(|v| v.trim().parse().unwrap())
         .unwrap()
+}
+
+/// Times on 128-byte inodes: whole seconds, 32-bit range (the kernel's
+/// s_time_min / s_time_max for inodes without the _extra fields).
+#[test]
+fn times_on_small_inodes() {
+    let dir = scratch("small-times");
+    let img = mkfs(&dir, "small-times", &["-t", "ext4", "-I", "128"]);
+    let fs = open_rw(&img);
+    fs.write_file(b"/f", b"", 0o644, 0, 0).unwrap();
+    let t = Timestamp {
+        sec: 5_000_000_000,
+        nsec: 999,
+    };
+    let st = fs
+        .utimens(
+            b"/f",
+            Some(TimeSet::Set(t)),
+            Some(TimeSet::Set(Timestamp { sec: -7, nsec: 5 })),
+            true,
+            &root(),
+        )
+        .unwrap();
+    assert_eq!(
+        st.atime,
+        Timestamp {
+            sec: i32::MAX as i64,
+            nsec: 0
+        }
+    );
+    assert_eq!(st.mtime, Timestamp { sec: -7, nsec: 0 });
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without the ext_attr feature there is nowhere to put attributes.
+#[test]
+fn no_ext_attr_feature() {
+    let dir = scratch("no-xattr");
+    let img = mkfs(&dir, "no-xattr", &["-t", "ext2", "-O", "^ext_attr"]);
+    let fs = open_rw(&img);
+    fs.write_file(b"/f", b"", 0o644, 0, 0).unwrap();
+    assert_eq!(
+        fs.setxattr(b"/f", b"user.a", b"1", 0, true, &root())
+            .unwrap_err()
+            .errno(),
+        Errno::EOPNOTSUPP
+    );
+    drop(fs);
+    fsck_clean(&img);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -415,3 +415,36 @@ fn set_file_acl(inode: &mut Inode, nr: u64) {
     inode.base.file_acl_lo = nr as u32;
     inode.base.file_acl_high = (nr >> 32) as u16;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_their_errors() {
+        assert_eq!(xattr_key(b"user.a").unwrap(), (xattr::INDEX_USER, &b"a"[..]));
+        assert_eq!(xattr_key(b"trusted.x.y").unwrap(), (xattr::INDEX_TRUSTED, &b"x.y"[..]));
+        assert_eq!(xattr_key(b"security.selinux").unwrap().0, xattr::INDEX_SECURITY);
+        assert_eq!(
+            xattr_key(b"system.posix_acl_access").unwrap(),
+            (xattr::INDEX_POSIX_ACL_ACCESS, &b""[..])
+        );
+        assert_eq!(
+            xattr_key(b"system.posix_acl_default").unwrap().0,
+            xattr::INDEX_POSIX_ACL_DEFAULT
+        );
+        let errno = |n: &[u8]| xattr_key(n).unwrap_err().errno();
+        assert_eq!(errno(b""), Errno::ERANGE);
+        assert_eq!(errno(&[b'u'; 256]), Errno::ERANGE);
+        assert_eq!(errno(b"user."), Errno::EINVAL);
+        assert_eq!(errno(b"trusted."), Errno::EINVAL);
+        assert_eq!(errno(b"system.data"), Errno::EOPNOTSUPP);
+        assert_eq!(errno(b"system.richacl"), Errno::EOPNOTSUPP);
+        assert_eq!(errno(b"gnu.translator"), Errno::EOPNOTSUPP);
+        assert_eq!(errno(b"nonsense"), Errno::EOPNOTSUPP);
+        // 255 bytes in all is the limit.
+        let mut max = b"user.".to_vec();
+        max.resize(255, b'n');
+        assert!(xattr_key(&max).is_ok());
+    }
+}
