@@ -464,8 +464,30 @@ fn xattr_permissions() {
     fs.write_file(b"/mine", b"x", 0o644, 1000, 1000).unwrap();
     fs.mknod(b"/fifo", ext4kit::FileType::Fifo, 0o666, 1000, 1000, (0, 0))
         .unwrap();
-    fs.setxattr(b"/mine", b"user.a", b"1", 0, true, &alice).unwrap();
     let e = |r: ext4kit::Result<()>| r.unwrap_err().errno();
+    fs.symlink(b"mine", b"/link", 1000, 1000).unwrap();
+    fs.setxattr(b"/mine", b"user.a", b"1", 0, true, &alice).unwrap();
+    // lsetxattr on the link itself: user.* refused, trusted.* fine for root;
+    // following the link reaches the file.
+    assert_eq!(
+        e(fs.setxattr(b"/link", b"user.b", b"2", 0, false, &alice)),
+        Errno::EPERM
+    );
+    assert_eq!(
+        e(fs.setxattr(b"/link", b"system.posix_acl_access", &acl_value(), 0, false, &alice)),
+        Errno::EOPNOTSUPP
+    );
+    fs.setxattr(b"/link", b"trusted.l", b"on the link", 0, false, &root())
+        .unwrap();
+    assert_eq!(fs.getxattr_as(b"/link", b"user.a", true, &alice).unwrap(), b"1");
+    assert_eq!(
+        fs.listxattr(b"/link", false, &root()).unwrap(),
+        vec![b"trusted.l".to_vec()]
+    );
+    // lchown changes the link, not the target.
+    let l = fs.chown(b"/link", Some(5), Some(6), false, &root()).unwrap();
+    assert_eq!((l.uid, l.gid), (5, 6));
+    assert_eq!(fs.stat(b"/mine").unwrap().uid, 1000);
     assert_eq!(e(fs.setxattr(b"/mine", b"user.a", b"2", 0, true, &bob)), Errno::EACCES);
     assert_eq!(fs.getxattr_as(b"/mine", b"user.a", true, &bob).unwrap(), b"1");
     assert_eq!(
