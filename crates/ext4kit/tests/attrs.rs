@@ -764,3 +764,165 @@ fn no_ext_attr_feature() {
     fsck_clean(&img);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A deterministic xorshift generator for the random sequences.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Random set / replace / remove sequences on files that start out sharing
+/// one kernel-made xattr block, checked after every step against a model
+/// (values, `i_blocks`), then by e2fsck (which recounts block refcounts)
+/// and the kernel.
+fn random_sequence(tag: &str, args: &[&str], seed: u64) {
+    need_kernel();
+    let dir = scratch(tag);
+    let img = mkfs(&dir, tag, args);
+    const FILES: usize = 4;
+    let shared = value(300, 1);
+    {
+        let m = ext4kit_testkit::LoopMount::mount(&img, &dir.join("mnt"), "ext4", false).unwrap();
+        for i in 0..FILES {
+            let p = m.path().join(format!("f{i}"));
+            std::fs::write(&p, b"x").unwrap();
+            sh(Command::new("setfattr")
+                .args(["-n", "user.shared", "-v"])
+                .arg(format!("0x{}", hex(&shared)))
+                .arg(&p));
+        }
+        m.unmount().unwrap();
+    }
+    let fs = open_rw(&img);
+    let bs = fs.statfs().unwrap().block_size as u64;
+    let mut model: Vec<BTreeMap<Vec<u8>, Vec<u8>>> = (0..FILES)
+        .map(|_| BTreeMap::from([(b"user.shared".to_vec(), shared.clone())]))
+        .collect();
+    let base: Vec<u64> = (0..FILES)
+        .map(|i| {
+            let st = fs.stat(format!("/f{i}").as_bytes()).unwrap();
+            assert_ne!(st.file_acl, 0);
+            st.blocks - bs / 512
+        })
+        .collect();
+    let mut rng = Rng(seed);
+    let names: Vec<Vec<u8>> = (0..8)
+        .map(|k| format!("user.{}", "n".repeat(1 + k * 3)).into_bytes())
+        .chain([b"user.shared".to_vec(), b"trusted.t".to_vec(), b"security.s".to_vec()])
+        .collect();
+    // What the sequence went through: ENOSPC refusals, steps where a file
+    // had no block, blocks distinct from the shared one.
+    let (mut full, mut no_block, mut own_block) = (0, 0, 0);
+    let first_block = fs.stat(b"/f0").unwrap().file_acl;
+    for step in 0..400 {
+        let f = rng.below(FILES as u64) as usize;
+        let path = format!("/f{f}");
+        let name = names[rng.below(names.len() as u64) as usize].clone();
+        let present = model[f].contains_key(&name);
+        if rng.below(2) == 0 {
+            let r = fs.removexattr(path.as_bytes(), &name, true, &root());
+            if present {
+                r.unwrap_or_else(|e| panic!("{tag} step {step}: remove: {e}"));
+                model[f].remove(&name);
+            } else {
+                assert_eq!(r.unwrap_err().errno(), Errno::ENODATA);
+            }
+        } else {
+            let len = match rng.below(8) {
+                0..=2 => rng.below(8),
+                3..=4 => rng.below(64),
+                5..=6 => rng.below(300),
+                _ => rng.below(bs / 2),
+            } as usize;
+            let v = value(len, step);
+            match fs.setxattr(path.as_bytes(), &name, &v, 0, true, &root()) {
+                Ok(()) => {
+                    model[f].insert(name.clone(), v);
+                }
+                Err(e) => {
+                    // Only a full block may refuse, and then nothing changed.
+                    assert_eq!(e.errno(), Errno::ENOSPC, "{tag} step {step}: {e}");
+                    full += 1;
+                    let need: usize = model[f]
+                        .iter()
+                        .filter(|(n, _)| **n != name)
+                        .map(|(n, v)| 16 + n.len() + v.len() + 8)
+                        .sum::<usize>()
+                        + v.len();
+                    assert!(need > bs as usize / 2, "{tag} step {step}: ENOSPC with {need} bytes");
+                }
+            }
+        }
+        let got = sorted(fs.xattrs(path.as_bytes()).unwrap());
+        assert_eq!(got, shown(&model[f]), "{tag} step {step}");
+        let st = fs.stat(path.as_bytes()).unwrap();
+        let want_blocks = base[f] + if st.file_acl != 0 { bs / 512 } else { 0 };
+        assert_eq!(st.blocks, want_blocks, "{tag} step {step}: i_blocks");
+        match st.file_acl {
+            0 => no_block += 1,
+            b if b != first_block => own_block += 1,
+            _ => {}
+        }
+    }
+    eprintln!("{tag}: {full} ENOSPC, {no_block} steps without a block, {own_block} with a private block");
+    assert!(
+        full > 0 && own_block > 0,
+        "{tag}: the sequence covers ENOSPC and copies"
+    );
+    // Empty two files completely: their blocks are released.
+    for f in 0..2 {
+        let path = format!("/f{f}");
+        for name in std::mem::take(&mut model[f]).keys() {
+            fs.removexattr(path.as_bytes(), name, true, &root()).unwrap();
+        }
+        let st = fs.stat(path.as_bytes()).unwrap();
+        assert_eq!((st.file_acl, st.blocks), (0, base[f]), "{tag}: f{f} emptied");
+    }
+    assert!(
+        no_block > 0 || tag.contains("128"),
+        "{tag}: some file lost its block mid-sequence"
+    );
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+    let m = ext4kit_testkit::LoopMount::mount(&img, &dir.join("mnt"), "ext4", true).unwrap();
+    for (i, want) in model.iter().enumerate() {
+        let got = kernel_xattrs(&m.path().join(format!("f{i}")));
+        assert_eq!(shown(&got), shown(want), "{tag}: kernel view of f{i}");
+    }
+    m.unmount().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn random_sequence_ext4() {
+    random_sequence(
+        "rand-ext4",
+        &["-t", "ext4", "-I", "256", "-b", "1024"],
+        0x9e37_79b9_7f4a_7c15,
+    );
+}
+
+#[test]
+fn random_sequence_ext4_128() {
+    random_sequence(
+        "rand-ext4-128",
+        &["-t", "ext4", "-I", "128", "-b", "1024"],
+        0x1234_5678_9abc_def1,
+    );
+}
+
+#[test]
+fn random_sequence_ext2() {
+    random_sequence("rand-ext2", &["-t", "ext2", "-b", "2048"], 0xdead_beef_cafe_f00d);
+}
