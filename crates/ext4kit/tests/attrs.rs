@@ -926,3 +926,96 @@ fn random_sequence_ext4_128() {
 fn random_sequence_ext2() {
     random_sequence("rand-ext2", &["-t", "ext2", "-b", "2048"], 0xdead_beef_cafe_f00d);
 }
+
+/// ACL-aware permission checks agree with the kernel's, before and after a
+/// chmod (which rewrites the ACL's mask).
+#[test]
+fn acl_permissions_match_kernel() {
+    need_kernel();
+    let dir = scratch("acl-perm");
+    let img = mkfs(&dir, "acl-perm", &["-t", "ext4", "-I", "256"]);
+    let fs = open_rw(&img);
+    fs.write_file(b"/f", b"secret", 0o650, 0, 20).unwrap();
+    // u::rw-, u:1000:rwx, g::r--, g:3000:-w-, m::r-x, o::---
+    let mut x = 2u32.to_le_bytes().to_vec();
+    for (t, p, id) in [
+        (1u16, 6u16, u32::MAX),
+        (2, 7, 1000),
+        (4, 4, u32::MAX),
+        (8, 2, 3000),
+        (0x10, 5, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        x.extend_from_slice(&t.to_le_bytes());
+        x.extend_from_slice(&p.to_le_bytes());
+        x.extend_from_slice(&id.to_le_bytes());
+    }
+    fs.setxattr(b"/f", b"system.posix_acl_access", &x, 0, true, &root())
+        .unwrap();
+    let creds = [
+        Cred::user(1000, 1000),
+        Cred::user(1001, 20),
+        Cred {
+            uid: 1002,
+            gid: 1002,
+            groups: vec![3000],
+        },
+        Cred::user(1003, 1003),
+    ];
+    let ours = |fs: &Fs| -> Vec<String> {
+        creds
+            .iter()
+            .map(|c| {
+                [(4u8, 'r'), (2, 'w'), (1, 'x')]
+                    .iter()
+                    .map(|&(m, ch)| if fs.access(b"/f", m, c).is_ok() { ch } else { '-' })
+                    .collect()
+            })
+            .collect()
+    };
+    let kernel = |img: &Path| -> Vec<String> {
+        let m = ext4kit_testkit::LoopMount::mount(img, &dir.join("mnt"), "ext4", false).unwrap();
+        let f = m.path().join("f");
+        let v = creds
+            .iter()
+            .map(|c| {
+                let groups: Vec<String> = c.groups.iter().map(|g| g.to_string()).collect();
+                let mut cmd = Command::new("setpriv");
+                cmd.arg(format!("--reuid={}", c.uid)).arg(format!("--regid={}", c.gid));
+                if groups.is_empty() {
+                    cmd.arg("--clear-groups");
+                } else {
+                    cmd.arg(format!("--groups={}", groups.join(",")));
+                }
+                cmd.args([
+                    "sh",
+                    "-c",
+                    "for t in r w x; do if test -$t \"$0\"; then printf $t; else printf -- -; fi; done",
+                ])
+                .arg(&f);
+                sh(&mut cmd)
+            })
+            .collect();
+        m.unmount().unwrap();
+        v
+    };
+    let before = ours(&fs);
+    assert_eq!(before, ["r-x", "r--", "---", "---"]);
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+    assert_eq!(kernel(&img), before, "the kernel applies the same ACL");
+
+    // chmod 0640: the mask becomes r--, so u:1000 loses x.
+    let fs = open_rw(&img);
+    fs.chmod(b"/f", 0o640, &root()).unwrap();
+    let after = ours(&fs);
+    assert_eq!(after, ["r--", "r--", "---", "---"]);
+    let acl = fs.getxattr(b"/f", b"system.posix_acl_access").unwrap();
+    assert_eq!(&acl[4 + 8 * 4..4 + 8 * 4 + 4], &[0x10, 0, 4, 0], "mask entry r--");
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+    assert_eq!(kernel(&img), after, "the kernel sees the rewritten mask");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -16,7 +16,9 @@
 //! * a chown of a non-directory clears S_ISUID, and S_ISGID when group-exec
 //!   is set or the caller is neither root nor in the group
 //!   (`setattr_should_drop_sgid`);
-//! * ctime becomes now on every change.
+//! * ctime becomes now on every change;
+//! * a chmod rewrites the access ACL's owner, mask and other entries to the
+//!   new bits (`posix_acl_chmod`), so the ACL and the mode stay one.
 //!
 //! Locking: the inode's write lock (`i_rwsem` analogue) is held from the
 //! permission check to publishing the new record, so the check and the
@@ -25,11 +27,13 @@
 use ext4kit_format::features::incompat;
 use ext4kit_format::inode::{flags, FileType, Inode, TimeField, Timestamp};
 
+use super::acl::{acl_chmod, ACL_ACCESS};
 use super::cred::{Cred, MAY_WRITE};
 use super::namei::show;
 use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
+use crate::ext4::xattr_write::XATTR_REPLACE;
 use crate::ext4::ROOT_INO;
 
 const S_ISUID: u16 = 0o4000;
@@ -144,7 +148,7 @@ impl Fs {
             if immutable {
                 return Err(eperm(ino, "immutable inode"));
             }
-            if !owner && !cred.may(old, MAY_WRITE) {
+            if !owner && !self.permission(ino, old, MAY_WRITE, cred)? {
                 return Err(Error::posix(
                     Errno::EACCES,
                     format!("inode {ino}: setting times to now needs write permission"),
@@ -205,6 +209,15 @@ impl Fs {
         }
         new.set_time(TimeField::Ctime, clamp_time(&new, t));
         let mut h = self.vol.begin()?;
+        if attr.mode.is_some() {
+            // posix_acl_chmod: an access ACL follows the new bits.
+            let acl = self.vol.xattrs(ino, &new)?.into_iter().find(|(n, _)| n == ACL_ACCESS);
+            if let Some((_, mut x)) = acl {
+                acl_chmod(&mut x, mode);
+                self.vol
+                    .set_xattr_named(&mut h, ino, &mut new, ACL_ACCESS, Some(&x), XATTR_REPLACE)?;
+            }
+        }
         self.vol.write_inode(&mut h, ino, &new)?;
         h.commit()?;
         *rec = new;
@@ -278,7 +291,7 @@ impl Fs {
                 return Err(eperm(ino, "write access to an immutable inode"));
             }
         }
-        if cred.may(&rec, mask) {
+        if self.permission(ino, &rec, mask, cred)? {
             Ok(())
         } else {
             Err(Error::posix(Errno::EACCES, format!("inode {ino}: permission denied")))

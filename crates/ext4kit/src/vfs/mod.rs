@@ -3,6 +3,7 @@
 //! lock-free path walk, inode cache, page cache, open files with atomic
 //! positions, descriptor tables).
 
+pub mod acl;
 pub mod attr;
 pub mod cred;
 pub mod dcache;

@@ -21,9 +21,10 @@
 
 use ext4kit_format::inode::{flags, FileType, Inode, TimeField};
 use ext4kit_format::xattr::{
-    acl_tag, INDEX_POSIX_ACL_ACCESS, INDEX_POSIX_ACL_DEFAULT, INDEX_SECURITY, INDEX_TRUSTED, INDEX_USER,
+    INDEX_POSIX_ACL_ACCESS, INDEX_POSIX_ACL_DEFAULT, INDEX_SECURITY, INDEX_TRUSTED, INDEX_USER,
 };
 
+use super::acl::acl_mode;
 use super::attr::owner_or_root;
 use super::cred::{Cred, MAY_READ, MAY_WRITE};
 use super::icache::CachedInode;
@@ -34,32 +35,6 @@ use crate::error::{Errno, Error, Result};
 use crate::ext4::xattr_write::{xattr_key, XATTR_REPLACE};
 
 const S_ISGID: u16 = 0o2000;
-
-/// The mode bits an access ACL (Linux xattr format) implies, and whether
-/// the ACL says no more than the mode (`posix_acl_equiv_mode`): only the
-/// owner, group and other entries.
-fn acl_mode(x: &[u8]) -> Option<(u16, bool)> {
-    let body = x.get(4..)?;
-    if body.len() % 8 != 0 {
-        return None;
-    }
-    let (mut user, mut group, mut mask, mut other) = (None, None, None, None);
-    let mut named = false;
-    for e in body.chunks(8) {
-        let tag = u16::from_le_bytes([e[0], e[1]]);
-        let perm = u16::from_le_bytes([e[2], e[3]]) & 7;
-        match tag {
-            acl_tag::USER_OBJ => user = Some(perm),
-            acl_tag::GROUP_OBJ => group = Some(perm),
-            acl_tag::MASK => mask = Some(perm),
-            acl_tag::OTHER => other = Some(perm),
-            acl_tag::USER | acl_tag::GROUP => named = true,
-            _ => return None,
-        }
-    }
-    let g = mask.or(group)?;
-    Some((user? << 6 | g << 3 | other?, !named && mask.is_none()))
-}
 
 impl Fs {
     /// Check `cred` may read (`write` false) or change attribute index
@@ -107,7 +82,7 @@ impl Fs {
                     return deny(Errno::EPERM, "sticky directory");
                 }
                 let mask = if write { MAY_WRITE } else { MAY_READ };
-                if cred.may(inode, mask) {
+                if self.permission(ino, inode, mask, cred)? {
                     Ok(())
                 } else {
                     deny(Errno::EACCES, "permission denied")
@@ -242,31 +217,5 @@ fn with_path(e: Error, path: &[u8]) -> Error {
     match e {
         Error::Posix { errno, msg } => Error::posix(errno, format!("{}: {msg}", show(path))),
         e => e,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
-        let mut x = 2u32.to_le_bytes().to_vec();
-        for &(t, p, id) in entries {
-            x.extend_from_slice(&t.to_le_bytes());
-            x.extend_from_slice(&p.to_le_bytes());
-            x.extend_from_slice(&id.to_le_bytes());
-        }
-        x
-    }
-
-    #[test]
-    fn acl_mode_bits() {
-        let u = u32::MAX;
-        let min = acl(&[(1, 6, u), (4, 4, u), (0x20, 0, u)]);
-        assert_eq!(acl_mode(&min), Some((0o640, true)));
-        let full = acl(&[(1, 7, u), (2, 6, 1000), (4, 4, u), (0x10, 5, u), (0x20, 1, u)]);
-        assert_eq!(acl_mode(&full), Some((0o751, false)));
-        assert_eq!(acl_mode(&acl(&[(4, 4, u), (0x20, 0, u)])), None);
-        assert_eq!(acl_mode(&[2, 0, 0]), None);
     }
 }
