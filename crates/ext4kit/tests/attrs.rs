@@ -1019,3 +1019,71 @@ fn acl_permissions_match_kernel() {
     assert_eq!(kernel(&img), after, "the kernel sees the rewritten mask");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Threads copying the same kernel-shared block at once: every refcount
+/// decrement happens under the block lock, so the block ends with exactly
+/// the references left (e2fsck recounts them) and is freed when none are.
+#[test]
+fn concurrent_copy_on_write_of_a_shared_block() {
+    need_kernel();
+    let dir = scratch("cow-race");
+    let img = mkfs(&dir, "cow-race", &["-t", "ext4", "-I", "256", "-b", "1024"]);
+    const FILES: usize = 16;
+    let big = value(500, 3);
+    {
+        let m = ext4kit_testkit::LoopMount::mount(&img, &dir.join("mnt"), "ext4", false).unwrap();
+        for i in 0..FILES {
+            let p = m.path().join(format!("f{i}"));
+            std::fs::write(&p, b"x").unwrap();
+            sh(Command::new("setfattr")
+                .args(["-n", "user.big", "-v"])
+                .arg(format!("0x{}", hex(&big)))
+                .arg(&p));
+        }
+        m.unmount().unwrap();
+    }
+    let fs = open_rw(&img);
+    let shared = fs.stat(b"/f0").unwrap().file_acl;
+    let bs = fs.statfs().unwrap().block_size as u64;
+    assert_eq!(block_refcount(&img, shared, bs), FILES as u32);
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let fs = &fs;
+            s.spawn(move || {
+                for i in (t..FILES).step_by(4) {
+                    let p = format!("/f{i}");
+                    if i % 2 == 0 {
+                        fs.setxattr(p.as_bytes(), b"user.big", &value(500, i), XATTR_REPLACE, true, &root())
+                            .unwrap();
+                    } else {
+                        fs.removexattr(p.as_bytes(), b"user.big", true, &root()).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    for i in 0..FILES {
+        let got = fs.xattrs(format!("/f{i}").as_bytes()).unwrap();
+        if i % 2 == 0 {
+            assert_eq!(got, vec![(b"user.big".to_vec(), value(500, i))]);
+        } else {
+            assert!(got.is_empty());
+        }
+    }
+    // Every file that kept an attribute has a block of its own.
+    let blocks: std::collections::BTreeSet<u64> = (0..FILES)
+        .step_by(2)
+        .map(|i| fs.stat(format!("/f{i}").as_bytes()).unwrap().file_acl)
+        .collect();
+    assert_eq!(blocks.len(), FILES / 2);
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+    if !blocks.contains(&shared) {
+        let out = sh(Command::new("debugfs")
+            .args(["-R", &format!("testb {shared}")])
+            .arg(&img));
+        assert!(out.contains("not in use"), "the shared block was freed: {out}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

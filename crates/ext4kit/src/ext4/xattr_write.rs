@@ -372,7 +372,20 @@ impl Volume {
             Ok(()) => Ok(()),
             Err(Error::Posix {
                 errno: Errno::ENODATA, ..
-            }) => self.free_blocks(h, nr, 1),
+            }) => {
+                // bforget: another handle that dropped its reference before
+                // ours may not have committed yet; its commit writes the
+                // block's *current* version, so mark that clean (under the
+                // block lock, after any write in progress) and a late commit
+                // cannot put stale xattr bytes over the block's next owner.
+                {
+                    let _g = self.block_locks.lock(nr);
+                    if let Some(b) = self.bcache.peek(nr) {
+                        b.mark_clean();
+                    }
+                }
+                self.free_blocks(h, nr, 1)
+            }
             Err(e) => Err(e),
         }
     }
