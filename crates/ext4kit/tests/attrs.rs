@@ -1087,3 +1087,56 @@ fn concurrent_copy_on_write_of_a_shared_block() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Damaged xattr blocks and pointers give a typed corruption error on
+/// write, never a panic, and nothing is written.
+#[test]
+fn hostile_xattr_blocks() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = scratch("hostile");
+    for (case, patch) in [("magic", 0u64), ("refcount", 4), ("blocks", 8), ("pointer", u64::MAX)] {
+        let img = mkfs(&dir, case, &["-t", "ext2", "-I", "128", "-b", "1024"]);
+        let fs = open_rw(&img);
+        fs.write_file(b"/f", b"x", 0o644, 0, 0).unwrap();
+        fs.setxattr(b"/f", b"user.a", &value(100, 0), 0, true, &root()).unwrap();
+        let st = fs.stat(b"/f").unwrap();
+        fs.sync().unwrap();
+        drop(fs);
+        if patch == u64::MAX {
+            sh(Command::new("debugfs")
+                .args(["-w", "-R", "sif /f file_acl 99999999"])
+                .arg(&img));
+        } else {
+            let mut f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+            f.seek(SeekFrom::Start(st.file_acl * 1024 + patch)).unwrap();
+            f.write_all(&if patch == 8 { 2u32 } else { 0u32 }.to_le_bytes())
+                .unwrap();
+        }
+        let before = std::fs::read(&img).unwrap();
+        let fs = open_rw(&img);
+        let e1 = fs
+            .setxattr(b"/f", b"user.b", &value(900, 1), 0, true, &root())
+            .unwrap_err();
+        let e2 = fs.removexattr(b"/f", b"user.a", true, &root()).unwrap_err();
+        for e in [&e1, &e2] {
+            assert_eq!(e.errno(), Errno::EUCLEAN, "{case}: {e}");
+        }
+        assert!(
+            e1.to_string().contains("xattr") || e1.to_string().contains("i_file_acl"),
+            "{case}: {e1}"
+        );
+        fs.sync().unwrap();
+        drop(fs);
+        let after = std::fs::read(&img).unwrap();
+        let changed = before
+            .chunks(1024)
+            .zip(after.chunks(1024))
+            .filter(|(a, b)| a != b)
+            .count();
+        assert!(
+            changed <= 1,
+            "{case}: only the superblock may change, {changed} blocks did"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
