@@ -610,6 +610,11 @@ fn setattr_rules_and_times() {
         .unwrap();
     assert!(st.mtime.sec > t.sec);
     assert_eq!(e(fs.utimens(b"/w", None, Some(TimeSet::Now), true, &bob)), Errno::EPERM);
+    // Both omitted: no check, no change (not even ctime).
+    assert_eq!(
+        fs.utimens(b"/f", None, None, true, &bob).unwrap(),
+        fs.stat(b"/f").unwrap()
+    );
     // setattr_ino with everything at once, as root.
     let st = fs
         .setattr_ino(

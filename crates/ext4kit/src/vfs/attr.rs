@@ -265,6 +265,10 @@ impl Fs {
         cred: &Cred,
     ) -> Result<Stat> {
         let d = self.resolve(path, follow)?;
+        if atime.is_none() && mtime.is_none() {
+            // Both UTIME_OMIT: nothing to do, no check, ctime untouched.
+            return self.stat_ino(d.ino);
+        }
         self.setattr_ino(
             d.ino,
             &SetAttr {
