@@ -20,6 +20,7 @@ pub mod symlink;
 pub mod transaction;
 pub mod volume;
 pub mod xattr;
+pub mod xattr_write;
 
 pub use bmap::{BlockMap, Mapping};
 pub use dir::{DirEntry, DirRef};
