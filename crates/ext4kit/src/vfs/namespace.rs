@@ -162,6 +162,19 @@ impl Fs {
 
     /// Create directory `name` in directory `parent`.
     pub fn mkdir_at(&self, parent: u32, name: &[u8], perm: u16, cred: &Cred) -> Result<Stat> {
+        self.mkdir_owned(parent, name, perm, cred, None)
+    }
+
+    /// [`Fs::mkdir_at`] with an explicit owner: image building copies owners
+    /// from a source tree while acting with `cred`'s rights.
+    pub fn mkdir_owned(
+        &self,
+        parent: u32,
+        name: &[u8],
+        perm: u16,
+        cred: &Cred,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Stat> {
         check_name(name)?;
         if is_dot(name) {
             return Err(Error::posix(Errno::EEXIST, format!("{}: exists", show(name))));
@@ -190,7 +203,10 @@ impl Fs {
                 format!("directory inode {parent} has {LINK_MAX} subdirectories (no dir_nlink)"),
             ));
         }
-        let (uid, gid, perm) = self.new_owner(&drec, cred, FileType::Directory, perm & 0o7777);
+        let (uid, gid, perm) = match owner {
+            Some((u, g)) => (u, g, perm & 0o7777),
+            None => self.new_owner(&drec, cred, FileType::Directory, perm & 0o7777),
+        };
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, true)?;

@@ -109,9 +109,10 @@ impl Fs {
         self.mknod_owned(parent, name, ftype, perm, rdev, cred, None)
     }
 
-    /// [`Fs::mknod_at`] with an explicit owner (image building).
+    /// [`Fs::mknod_at`] with an explicit owner: image building copies
+    /// owners from a source tree while acting with `cred`'s rights.
     #[allow(clippy::too_many_arguments)]
-    fn mknod_owned(
+    pub fn mknod_owned(
         &self,
         parent: u32,
         name: &[u8],
@@ -148,7 +149,8 @@ impl Fs {
         self.symlink_owned(parent, name, target, cred, None)
     }
 
-    fn symlink_owned(
+    /// [`Fs::symlink_at`] with an explicit owner (image building).
+    pub fn symlink_owned(
         &self,
         parent: u32,
         name: &[u8],
