@@ -15,12 +15,13 @@ use clap::{Parser, Subcommand};
 
 /// ext4kit — read and edit ext2/ext3/ext4 images from user space.
 ///
-/// info, ls, cat, stat and get open IMAGE read-only and never write to it;
-/// mkfs, mkdir, rm, mv and ln change it (no mount, no root needed). Paths
+/// info, df, ls, cat, stat, get and getfattr open IMAGE read-only and never
+/// write to it; mkfs, put, mkdir, rm, mv, ln, chmod, chown, touch, truncate
+/// and setfattr change it (no mount, no root needed). Paths
 /// inside the image are absolute ("/etc/passwd"); a missing leading "/" is
 /// allowed.
 #[derive(Parser, Debug)]
-#[command(name = "ext4kit", version, about, long_about = None, after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata\n  ext4kit mkdir -p disk.img /srv/www\n  ext4kit mv disk.img /srv/www /srv/site\n  ext4kit ln -s disk.img /srv/site /www\n  ext4kit rm -r disk.img /srv")]
+#[command(name = "ext4kit", version, about, long_about = None, after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata\n  ext4kit mkdir -p disk.img /srv/www\n  ext4kit mv disk.img /srv/www /srv/site\n  ext4kit ln -s disk.img /srv/site /www\n  ext4kit rm -r disk.img /srv\n  ext4kit chown disk.img 1000:1000 /home/me\n  ext4kit setfattr disk.img -n user.note -v hello /etc/motd")]
 struct Cli {
     /// Cache memory budget in MiB (inodes, dentries, pages).
     #[arg(long, global = true, default_value_t = 256, value_name = "MIB")]
@@ -143,6 +144,79 @@ enum Command {
         /// The new name.
         link: String,
     },
+    /// Change permission bits.
+    Chmod {
+        /// The image file.
+        image: PathBuf,
+        /// New mode, in octal (e.g. 644, 4755).
+        #[arg(value_parser = parse_mode)]
+        mode: u16,
+        /// Files to change.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Change owner and/or group (numeric ids: UID, UID:GID or :GID).
+    Chown {
+        /// Change a symlink itself, not what it points to.
+        #[arg(short = 'H', long = "no-dereference")]
+        no_dereference: bool,
+        /// The image file.
+        image: PathBuf,
+        /// UID[:GID] or :GID.
+        owner: String,
+        /// Files to change.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Set access and modification times (to now, or -d), creating missing
+    /// files unless -c.
+    Touch {
+        /// Do not create missing files.
+        #[arg(short = 'c', long)]
+        no_create: bool,
+        /// Time to set: seconds since 1970, optionally with .nanoseconds.
+        #[arg(short = 'd', long = "date", value_parser = cmd::edit::parse_time)]
+        date: Option<ext4kit::Timestamp>,
+        /// The image file.
+        image: PathBuf,
+        /// Files to touch.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Set (or with -x remove) an extended attribute, like setfattr(1).
+    Setfattr {
+        /// Attribute name, with its namespace: user.x, trusted.x,
+        /// security.x, system.posix_acl_access.
+        #[arg(short = 'n', long)]
+        name: String,
+        /// Value: text, "quoted text", or 0x followed by hex bytes.
+        #[arg(short = 'v', long, conflicts_with = "remove")]
+        value: Option<String>,
+        /// Remove the attribute instead.
+        #[arg(short = 'x', long)]
+        remove: bool,
+        /// The image file.
+        image: PathBuf,
+        /// Files to change.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Print extended attributes, like getfattr -d (read-only).
+    Getfattr {
+        /// Only this attribute.
+        #[arg(short = 'n', long)]
+        name: Option<String>,
+        /// The image file.
+        image: PathBuf,
+        /// Files to show.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Show size, used and available space and inodes, like df(1).
+    Df {
+        /// The image file.
+        image: PathBuf,
+    },
 }
 
 /// Parse an octal mode like "755" or "0644".
@@ -188,6 +262,29 @@ fn main() -> ExitCode {
             target,
             link,
         } => cmd::edit::ln(&image, &target, &link, symbolic, budget),
+        Command::Chmod { image, mode, paths } => cmd::edit::chmod(&image, mode, &paths, budget),
+        Command::Chown {
+            no_dereference,
+            image,
+            owner,
+            paths,
+        } => cmd::edit::parse_owner(&owner)
+            .and_then(|o| cmd::edit::chown(&image, o, no_dereference, &paths, budget)),
+        Command::Touch {
+            no_create,
+            date,
+            image,
+            paths,
+        } => cmd::edit::touch(&image, no_create, date, &paths, budget),
+        Command::Setfattr {
+            name,
+            value,
+            remove,
+            image,
+            paths,
+        } => cmd::edit::setfattr(&image, &name, value.as_deref(), remove, &paths, budget),
+        Command::Getfattr { name, image, paths } => cmd::edit::getfattr(&image, name.as_deref(), &paths, budget),
+        Command::Df { image } => cmd::edit::df(&image, budget),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
