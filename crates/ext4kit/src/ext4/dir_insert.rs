@@ -310,7 +310,7 @@ impl Volume {
         let first = dirent::entry_at(&buf.data, 0, fmt);
         let second = (first.rec_len + dirent::DIRENT_HEADER <= buf.data.len())
             .then(|| dirent::entry_at(&buf.data, first.rec_len, fmt));
-        if first.name != b"." || !second.is_some_and(|e| e.name == b"..") {
+        if first.name != b"." || second.is_none_or(|e| e.name != b"..") {
             return Err(Error::corrupt_msg(
                 loc(),
                 "directory block",

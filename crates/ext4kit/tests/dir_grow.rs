@@ -1,0 +1,385 @@
+//! Directories that grow, split and shrink (seed 004).
+//!
+//! Names are created through `Fs::create` until directories append blocks
+//! (ext2 without dir_index), turn into htrees, split leaves, grow a second
+//! index level (1 KiB blocks) and a third (large_dir); then half the names
+//! are moved to another directory with `remove_link` + `add_link` at the
+//! ext4 layer, two entries are swapped with `replace_link`, and a new
+//! directory is made with `init_dir` and moved with `set_dotdot`. After each
+//! phase `e2fsck -fn` must be clean (its pass 2 checks every htree: hash
+//! ranges, limits, depth, checksums), a fresh open must find every name, and
+//! the kernel (loop mount, as root) must list exactly the same names.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::Ordering;
+
+use ext4kit::ext4::{DirRef, Mapping};
+use ext4kit::{Errno, FileType, Fs, OpenOptions};
+use ext4kit_format::htree;
+
+fn sh(cmd: &mut Command) {
+    ext4kit_testkit::run_ok(cmd, &[0]).unwrap_or_else(|e| panic!("{e} (apt-get install e2fsprogs)"));
+}
+
+/// An image whose /d is an empty one-block linear directory and /moved
+/// another one (mke2fs -d).
+fn image(dir: &Path, tag: &str, mkfs: &[&str], size: &str) -> PathBuf {
+    let src = dir.join(format!("src-{tag}"));
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::create_dir_all(src.join("moved")).unwrap();
+    let img = dir.join(format!("{tag}.img"));
+    sh(Command::new("mke2fs")
+        .args(["-q", "-F"])
+        .args(mkfs)
+        .arg("-d")
+        .arg(&src)
+        .arg(&img)
+        .arg(size));
+    img
+}
+
+fn fsck_clean(img: &Path, phase: &str) {
+    let out = Command::new("timeout")
+        .args(["600", "e2fsck", "-fn"])
+        .arg(img)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn {} not clean after {phase}:\n{}",
+        img.display(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+fn open(img: &Path) -> std::sync::Arc<Fs> {
+    Fs::open_image(
+        img,
+        &OpenOptions {
+            read_only: false,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn name(i: usize, long: bool) -> String {
+    let short = format!("f{i:06}-{}", i.wrapping_mul(2654435761) % 1000);
+    if long {
+        // 255 bytes: three records per 1 KiB leaf, so trees get deep fast.
+        format!("{short}-{}", "x".repeat(255 - short.len() - 1))
+    } else {
+        short
+    }
+}
+
+/// Names in a directory as read by a fresh open, without "." and "..".
+fn listing(fs: &Fs, dir: &[u8]) -> BTreeSet<Vec<u8>> {
+    fs.read_dir(dir)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n != b"." && n != b"..")
+        .collect()
+}
+
+/// (INDEX flag, indirect levels) of a directory, read from its root.
+fn shape(fs: &Fs, dir: &[u8]) -> (bool, u8) {
+    let st = fs.stat(dir).unwrap();
+    if st.flags & 0x1000 == 0 {
+        return (false, 0);
+    }
+    let ci = fs.inode(st.ino).unwrap();
+    let map = ci.block_map(&fs.vol).unwrap();
+    let Mapping::Mapped { pblk, .. } = map.map(&fs.vol, 0).unwrap() else {
+        panic!("root is a hole")
+    };
+    let b = fs.vol.buffer(pblk).unwrap();
+    let root = htree::parse_root(&b.data, fs.vol.block_size, true, None).unwrap();
+    (true, root.info.indirect_levels)
+}
+
+/// What the kernel lists in `dir`, or None when it cannot mount here.
+fn kernel_listing(img: &Path, tag: &str, dirs: &[&str]) -> Option<Vec<BTreeSet<Vec<u8>>>> {
+    if let Err(e) = ext4kit_testkit::kernel_available() {
+        eprintln!("skipping the kernel read-back: {e}");
+        return None;
+    }
+    let mnt = img.with_file_name(format!("mnt-{tag}"));
+    let m = ext4kit_testkit::LoopMount::mount(img, &mnt, "ext4", true).unwrap();
+    let out = dirs
+        .iter()
+        .map(|d| {
+            std::fs::read_dir(m.path().join(d))
+                .unwrap()
+                .map(|e| {
+                    use std::os::unix::ffi::OsStrExt;
+                    e.unwrap().file_name().as_bytes().to_vec()
+                })
+                .collect()
+        })
+        .collect();
+    m.unmount().unwrap();
+    Some(out)
+}
+
+/// Run `f` on directory `path` at the ext4 layer inside one handle, then
+/// write the directory's record back (as the vfs does) and commit.
+fn with_dir<R>(
+    fs: &Fs,
+    path: &[u8],
+    f: impl FnOnce(&mut ext4kit::ext4::transaction::Handle<'_>, DirRef<'_>, &mut ext4kit_format::inode::Inode) -> R,
+) -> R {
+    let st = fs.stat(path).unwrap();
+    let ci = fs.inode(st.ino).unwrap();
+    let map = ci.block_map(&fs.vol).unwrap();
+    let mut rec = ci.disk.write();
+    let mut new = rec.clone();
+    let mut h = fs.vol.begin().unwrap();
+    let r = {
+        let dref = DirRef {
+            ino: st.ino,
+            inode: &rec,
+            map: &map,
+        };
+        f(&mut h, dref, &mut new)
+    };
+    fs.vol.write_inode(&mut h, st.ino, &new).unwrap();
+    h.commit().unwrap();
+    ci.size.store(new.size(), Ordering::Release);
+    *rec = new;
+    ci.reset_block_map();
+    r
+}
+
+struct Case {
+    tag: &'static str,
+    mkfs: &'static [&'static str],
+    size: &'static str,
+    n: usize,
+    long: bool,
+    /// Expected (indexed, indirect levels) of /d after the creates.
+    want: (bool, u8),
+}
+
+/// Create `n` names in /d through `Fs::create`; returns the set.
+fn create_all(img: &Path, c: &Case) -> BTreeSet<Vec<u8>> {
+    let fs = open(img);
+    let mut names = BTreeSet::new();
+    for i in 0..c.n {
+        let nm = name(i, c.long);
+        fs.create(format!("/d/{nm}").as_bytes(), 0o644, 0, 0)
+            .unwrap_or_else(|e| panic!("{}: create #{i}: {e}", c.tag));
+        names.insert(nm.into_bytes());
+    }
+    fs.sync().unwrap();
+    names
+}
+
+fn run_case(c: &Case) {
+    let tmp = tempdir(c.tag);
+    let img = image(&tmp, c.tag, c.mkfs, c.size);
+    let names = create_all(&img, c);
+    fsck_clean(&img, "creates");
+
+    // A fresh open finds every name by lookup and exactly the set by readdir.
+    let fs = open(&img);
+    assert_eq!(shape(&fs, b"/d"), c.want, "{}: shape of /d", c.tag);
+    for nm in &names {
+        let mut p = b"/d/".to_vec();
+        p.extend_from_slice(nm);
+        assert_eq!(fs.stat(&p).unwrap().ftype, FileType::Regular);
+    }
+    assert!(fs.stat(b"/d/absent").is_err());
+    assert_eq!(listing(&fs, b"/d"), names, "{}: readdir", c.tag);
+    drop(fs);
+    if let Some(k) = kernel_listing(&img, c.tag, &["d"]) {
+        assert_eq!(k[0], names, "{}: kernel listing", c.tag);
+    }
+
+    // Move every other name to /moved at the ext4 layer; swap two entries.
+    let fs = open(&img);
+    let moved_ino = fs.stat(b"/moved").unwrap().ino;
+    let d_ino = fs.stat(b"/d").unwrap().ino;
+    let all: Vec<Vec<u8>> = names.iter().cloned().collect();
+    let mut kept = BTreeSet::new();
+    let mut moved = BTreeSet::new();
+    let mut taken = Vec::new();
+    with_dir(&fs, b"/d", |h, d, _new| {
+        for (i, nm) in all.iter().enumerate() {
+            if i % 2 == 1 {
+                let (ino, ft) = fs.vol.remove_link(h, d, nm).unwrap();
+                assert_eq!(ft, Some(FileType::Regular));
+                taken.push((nm.clone(), ino));
+                moved.insert(nm.clone());
+            } else {
+                kept.insert(nm.clone());
+            }
+        }
+        let e = fs.vol.remove_link(h, d, &all[1]).unwrap_err();
+        assert_eq!(e.errno(), Errno::ENOENT);
+        assert!(!fs.vol.dir_is_empty(d).unwrap());
+        // Swap the first two kept names' inodes.
+        let (a, b) = (&all[0], &all[2]);
+        let ia = fs.vol.lookup(d, a).unwrap().unwrap().0;
+        let ib = fs.vol.lookup(d, b).unwrap().unwrap().0;
+        assert_eq!(fs.vol.replace_link(h, d, a, ib, FileType::Regular).unwrap(), ia);
+        assert_eq!(fs.vol.replace_link(h, d, b, ia, FileType::Regular).unwrap(), ib);
+        assert_eq!(fs.vol.lookup(d, a).unwrap().unwrap().0, ib);
+        assert_eq!(
+            fs.vol
+                .replace_link(h, d, b"absent", 5, FileType::Regular)
+                .unwrap_err()
+                .errno(),
+            Errno::ENOENT
+        );
+    });
+    let reads0 = fs.vol.stats.dir_block_reads.load(Ordering::Relaxed);
+    for (nm, ino) in &taken {
+        with_dir(&fs, b"/moved", |h, d, new| {
+            fs.vol.add_link(h, d, new, nm, *ino, FileType::Regular).unwrap();
+        });
+    }
+    let per_move = (fs.vol.stats.dir_block_reads.load(Ordering::Relaxed) - reads0) as f64 / taken.len().max(1) as f64;
+    eprintln!(
+        "{}: {per_move:.1} directory blocks read per add_link into /moved",
+        c.tag
+    );
+    // A new directory made at the ext4 layer inside /d, then moved to /moved.
+    let sub_ino = with_dir(&fs, b"/d", |h, d, new| {
+        let ino = fs.vol.alloc_inode(h, d_ino, true).unwrap();
+        let mut rec = fs.vol.new_inode_record(&ext4kit::ext4::ialloc::NewInode {
+            ftype: FileType::Directory,
+            perm: 0o755,
+            uid: 0,
+            gid: 0,
+            now: ext4kit::Timestamp { sec: 1, nsec: 0 },
+        });
+        fs.vol.init_dir(h, ino, &mut rec, d_ino).unwrap();
+        fs.vol.write_inode(h, ino, &rec).unwrap();
+        fs.vol.add_link(h, d, new, b"subdir", ino, FileType::Directory).unwrap();
+        new.base.links_count += 1;
+        ino
+    });
+    drop(fs);
+    fsck_clean(&img, "moves, swap and mkdir");
+    let fs = open(&img);
+    assert_eq!(listing(&fs, b"/d").len(), kept.len() + 1);
+    assert!(fs.read_dir_ino(sub_ino).unwrap().len() == 2);
+    with_dir(&fs, b"/d", |h, d, new| {
+        assert_eq!(
+            fs.vol.remove_link(h, d, b"subdir").unwrap(),
+            (sub_ino, Some(FileType::Directory))
+        );
+        new.base.links_count -= 1;
+    });
+    with_dir(&fs, b"/moved", |h, d, new| {
+        fs.vol
+            .add_link(h, d, new, b"subdir", sub_ino, FileType::Directory)
+            .unwrap();
+        new.base.links_count += 1;
+    });
+    {
+        let ci = fs.inode(sub_ino).unwrap();
+        let map = ci.block_map(&fs.vol).unwrap();
+        let rec = ci.disk.read();
+        let d = DirRef {
+            ino: sub_ino,
+            inode: &rec,
+            map: &map,
+        };
+        assert!(fs.vol.dir_is_empty(d).unwrap());
+        let mut h = fs.vol.begin().unwrap();
+        fs.vol.set_dotdot(&mut h, d, moved_ino).unwrap();
+        h.commit().unwrap();
+    }
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(&img, "moving a directory");
+
+    let fs = open(&img);
+    moved.insert(b"subdir".to_vec());
+    assert_eq!(listing(&fs, b"/d"), kept, "{}: /d after removals", c.tag);
+    assert_eq!(listing(&fs, b"/moved"), moved, "{}: /moved", c.tag);
+    let dd: Vec<_> = fs.read_dir(b"/moved/subdir").unwrap();
+    assert!(dd.iter().any(|e| e.name == b".." && e.ino == moved_ino));
+    let mut a = b"/d/".to_vec();
+    a.extend_from_slice(&all[0]);
+    let mut b = b"/d/".to_vec();
+    b.extend_from_slice(&all[2]);
+    assert_ne!(fs.stat(&a).unwrap().ino, fs.stat(&b).unwrap().ino);
+    drop(fs);
+    if let Some(k) = kernel_listing(&img, c.tag, &["d", "moved"]) {
+        assert_eq!(k[0], kept, "{}: kernel /d", c.tag);
+        assert_eq!(k[1], moved, "{}: kernel /moved", c.tag);
+    }
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ext4kit-dir-grow-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn ext4_4k_small() {
+    run_case(&Case {
+        tag: "ext4-4k",
+        mkfs: &["-t", "ext4", "-N", "2000"],
+        size: "32M",
+        n: 300,
+        long: false,
+        want: (true, 0),
+    });
+}
+
+#[test]
+fn ext4_1k_two_levels() {
+    run_case(&Case {
+        tag: "ext4-1k",
+        mkfs: &["-t", "ext4", "-b", "1024", "-N", "32000"],
+        size: "128M",
+        n: 30_000,
+        long: false,
+        want: (true, 1),
+    });
+}
+
+#[test]
+fn ext2_linear_growth() {
+    run_case(&Case {
+        tag: "ext2",
+        mkfs: &["-t", "ext2", "-O", "^dir_index", "-N", "2000"],
+        size: "32M",
+        n: 300,
+        long: false,
+        want: (false, 0),
+    });
+}
+
+#[test]
+fn ext3_small() {
+    run_case(&Case {
+        tag: "ext3",
+        mkfs: &["-t", "ext3", "-N", "2000"],
+        size: "32M",
+        n: 300,
+        long: false,
+        want: (true, 0),
+    });
+}
+
+#[test]
+fn ext4_1k_no_csum() {
+    run_case(&Case {
+        tag: "ext4-1k-nocsum",
+        mkfs: &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum", "-N", "4000"],
+        size: "64M",
+        n: 3000,
+        long: true,
+        want: (true, 1),
+    });
+}
