@@ -383,3 +383,156 @@ fn ext4_1k_no_csum() {
         want: (true, 1),
     });
 }
+
+/// Hard links to /target named by `name(i, true)` added to /d at the ext4
+/// layer until `stop(levels)` says so or the index is full (ENOSPC, which
+/// must leave nothing changed). Returns (links added, hit ENOSPC).
+fn fill_with_links(fs: &Fs, stop: impl Fn(u8) -> bool) -> (usize, bool) {
+    let target = fs.create(b"/target", 0o644, 0, 0).unwrap().ino;
+    let mut added = 0usize;
+    let mut full = false;
+    loop {
+        if added % 200 == 0 && stop(shape(fs, b"/d").1) {
+            break;
+        }
+        let nm = name(added, true);
+        let r = with_dir(fs, b"/d", |h, d, new| {
+            let before = new.clone();
+            let r = fs.vol.add_link(h, d, new, nm.as_bytes(), target, FileType::Regular);
+            if r.is_err() {
+                assert_eq!(h.dirty_blocks().count(), 0, "a failed add_link changed blocks");
+                assert_eq!(new.size(), before.size());
+                assert_eq!(new.base.blocks_lo, before.base.blocks_lo);
+            }
+            r
+        });
+        match r {
+            Ok(_) => added += 1,
+            Err(e) => {
+                assert_eq!(e.errno(), Errno::ENOSPC, "{e}");
+                full = true;
+                break;
+            }
+        }
+    }
+    let ci = fs.inode(target).unwrap();
+    let mut rec = ci.disk.write();
+    rec.base.links_count = 1 + added as u16;
+    let mut h = fs.vol.begin().unwrap();
+    fs.vol.write_inode(&mut h, target, &rec).unwrap();
+    h.commit().unwrap();
+    drop(rec);
+    fs.sync().unwrap();
+    (added, full)
+}
+
+/// Without large_dir a two-level tree is the limit: once the root and the
+/// path's node and leaf are full, add_link answers ENOSPC (as the kernel
+/// does) and changes nothing.
+#[test]
+fn ext4_1k_full_two_level_tree_is_enospc() {
+    let tmp = tempdir("enospc");
+    let img = image(&tmp, "enospc", &["-t", "ext4", "-b", "1024", "-N", "2000"], "96M");
+    let fs = open(&img);
+    let (added, full) = fill_with_links(&fs, |_| false);
+    assert!(full, "never hit ENOSPC after {added} links");
+    assert!(added > 10_000, "ENOSPC too early: {added}");
+    assert_eq!(shape(&fs, b"/d"), (true, 1));
+    eprintln!("two-level 1 KiB tree full at {added} names of 255 bytes");
+    drop(fs);
+    fsck_clean(&img, "filling a two-level tree");
+    let fs = open(&img);
+    assert_eq!(listing(&fs, b"/d").len(), added);
+    drop(fs);
+    if let Some(k) = kernel_listing(&img, "enospc", &["d"]) {
+        assert_eq!(k[0].len(), added);
+    }
+}
+
+/// With large_dir the root grows a third level.
+#[test]
+fn ext4_1k_largedir_three_levels() {
+    let tmp = tempdir("largedir");
+    let img = image(
+        &tmp,
+        "largedir",
+        &["-t", "ext4", "-b", "1024", "-O", "large_dir", "-N", "2000"],
+        "128M",
+    );
+    let fs = open(&img);
+    let (added, full) = fill_with_links(&fs, |levels| levels >= 2);
+    assert!(!full, "ENOSPC with large_dir after {added}");
+    assert_eq!(shape(&fs, b"/d"), (true, 2));
+    // Some more after the third level appeared.
+    let mut more = BTreeSet::new();
+    for i in 0..300 {
+        let nm = format!("after-{i}");
+        fs.create(format!("/d/{nm}").as_bytes(), 0o600, 0, 0).unwrap();
+        more.insert(nm.into_bytes());
+    }
+    fs.sync().unwrap();
+    eprintln!("three levels at {added} names of 255 bytes");
+    drop(fs);
+    fsck_clean(&img, "growing a third level");
+    let fs = open(&img);
+    let l = listing(&fs, b"/d");
+    assert_eq!(l.len(), added + 300);
+    assert!(more.is_subset(&l));
+    for i in (0..added).step_by(97) {
+        let p = format!("/d/{}", name(i, true));
+        assert!(fs.stat(p.as_bytes()).is_ok(), "{p}");
+    }
+    drop(fs);
+    if let Some(k) = kernel_listing(&img, "largedir", &["d"]) {
+        assert_eq!(k[0], l);
+    }
+}
+
+/// Seed 004: directory blocks read per create stay flat from 10k to 50k
+/// (and 100k) entries on a 4 KiB htree; 100,000 creates must all be found.
+#[test]
+fn ext4_4k_100k_creates_stay_flat() {
+    let tmp = tempdir("100k");
+    let img = image(&tmp, "100k", &["-t", "ext4", "-N", "100500"], "512M");
+    let fs = open(&img);
+    let mut per_create = Vec::new();
+    let mut names = BTreeSet::new();
+    let n = 100_000;
+    let mut reads = fs.vol.stats.dir_block_reads.load(Ordering::Relaxed);
+    let mut t = std::time::Instant::now();
+    for i in 0..n {
+        let nm = name(i, false);
+        fs.create(format!("/d/{nm}").as_bytes(), 0o644, 0, 0).unwrap();
+        names.insert(nm.into_bytes());
+        if (i + 1) % 10_000 == 0 {
+            let r = fs.vol.stats.dir_block_reads.load(Ordering::Relaxed);
+            let per = (r - reads) as f64 / 10_000.0;
+            let rate = 10_000.0 / t.elapsed().as_secs_f64();
+            eprintln!("{:>6} entries: {per:.2} dir blocks/create, {rate:.0} creates/s", i + 1);
+            per_create.push(per);
+            reads = r;
+            t = std::time::Instant::now();
+        }
+    }
+    fs.sync().unwrap();
+    // Windows 0..=4 cover 0..50k: a one-level tree (a 4 KiB root holds 507
+    // leaves), the cost must be flat. By 100k the root has grown a level:
+    // the lookup and the insert each read one more index block, no more.
+    let flat = &per_create[..5];
+    let (lo, hi) = flat.iter().fold((f64::MAX, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
+    assert!(
+        hi - lo < 0.5,
+        "blocks per create not flat from 10k to 50k: {per_create:?}"
+    );
+    assert_eq!(shape(&fs, b"/d"), (true, 1));
+    assert!(per_create[9] <= hi + 2.0 + 0.01, "{per_create:?}");
+    drop(fs);
+    fsck_clean(&img, "100k creates");
+    let fs = open(&img);
+    assert_eq!(shape(&fs, b"/d").0, true);
+    assert_eq!(listing(&fs, b"/d"), names);
+    drop(fs);
+    if let Some(k) = kernel_listing(&img, "100k", &["d"]) {
+        assert_eq!(k[0], names);
+    }
+}
