@@ -392,7 +392,7 @@ fn fill_with_links(fs: &Fs, stop: impl Fn(u8) -> bool) -> (usize, bool) {
     let mut added = 0usize;
     let mut full = false;
     loop {
-        if added % 200 == 0 && stop(shape(fs, b"/d").1) {
+        if added.is_multiple_of(200) && stop(shape(fs, b"/d").1) {
             break;
         }
         let nm = name(added, true);
@@ -529,7 +529,7 @@ fn ext4_4k_100k_creates_stay_flat() {
     drop(fs);
     fsck_clean(&img, "100k creates");
     let fs = open(&img);
-    assert_eq!(shape(&fs, b"/d").0, true);
+    assert!(shape(&fs, b"/d").0);
     assert_eq!(listing(&fs, b"/d"), names);
     drop(fs);
     if let Some(k) = kernel_listing(&img, "100k", &["d"]) {
