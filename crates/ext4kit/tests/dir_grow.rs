@@ -239,7 +239,14 @@ fn run_case(c: &Case) {
     let reads0 = fs.vol.stats.dir_block_reads.load(Ordering::Relaxed);
     for (nm, ino) in &taken {
         with_dir(&fs, b"/moved", |h, d, new| {
-            fs.vol.add_link(h, d, new, nm, *ino, FileType::Regular).unwrap();
+            let grew = fs.vol.add_link(h, d, new, nm, *ino, FileType::Regular).unwrap();
+            // Room in the leaf: exactly one block changes. A split or a new
+            // block: the leaves, the index path and the allocator's blocks.
+            let touched = h.dirty_blocks().count();
+            assert!(
+                if grew { touched <= 12 } else { touched == 1 },
+                "{touched} blocks for one add_link"
+            );
         });
     }
     let per_move = (fs.vol.stats.dir_block_reads.load(Ordering::Relaxed) - reads0) as f64 / taken.len().max(1) as f64;
@@ -263,6 +270,29 @@ fn run_case(c: &Case) {
         new.base.links_count += 1;
         ino
     });
+    // Fill the new directory past one block (an htree where dir_index is
+    // on), then empty it again: still valid, and empty.
+    let sub = b"/d/subdir";
+    for i in 0..200 {
+        with_dir(&fs, sub, |h, d, new| {
+            let nm = format!("tmp-{i}-{}", "y".repeat(i % 40));
+            fs.vol
+                .add_link(h, d, new, nm.as_bytes(), d_ino, FileType::Directory)
+                .unwrap();
+        });
+    }
+    assert_eq!(listing(&fs, sub).len(), 200);
+    for i in (0..200).rev() {
+        with_dir(&fs, sub, |h, d, _new| {
+            let nm = format!("tmp-{i}-{}", "y".repeat(i % 40));
+            assert_eq!(fs.vol.remove_link(h, d, nm.as_bytes()).unwrap().0, d_ino);
+            assert_eq!(fs.vol.dir_is_empty(d).unwrap(), i == 0);
+        });
+    }
+    assert!(
+        fs.stat(sub).unwrap().size > fs.vol.block_size as u64,
+        "the subdirectory grew"
+    );
     drop(fs);
     fsck_clean(&img, "moves, swap and mkdir");
     let fs = open(&img);
@@ -314,7 +344,41 @@ fn run_case(c: &Case) {
     if let Some(k) = kernel_listing(&img, c.tag, &["d", "moved"]) {
         assert_eq!(k[0], kept, "{}: kernel /d", c.tag);
         assert_eq!(k[1], moved, "{}: kernel /moved", c.tag);
+        kernel_then_us(&img, c.tag, &mut kept);
     }
+}
+
+/// The kernel adds and removes names in the tree we built (its dx_probe
+/// and do_split run on our index), then we add more on top of its changes.
+fn kernel_then_us(img: &Path, tag: &str, kept: &mut BTreeSet<Vec<u8>>) {
+    let mnt = img.with_file_name(format!("mnt-rw-{tag}"));
+    let m = ext4kit_testkit::LoopMount::mount(img, &mnt, "ext4", false).unwrap();
+    let d = m.path().join("d");
+    for i in 0..400 {
+        let nm = format!("kernel-made-{i}");
+        std::fs::File::create(d.join(&nm)).unwrap();
+        kept.insert(nm.into_bytes());
+    }
+    let victims: Vec<Vec<u8>> = kept.iter().step_by(7).take(100).cloned().collect();
+    for v in &victims {
+        use std::os::unix::ffi::OsStrExt;
+        std::fs::remove_file(d.join(std::ffi::OsStr::from_bytes(v))).unwrap();
+        kept.remove(v);
+    }
+    m.unmount().unwrap();
+    fsck_clean(img, "kernel changes on our tree");
+    let fs = open(img);
+    assert_eq!(&listing(&fs, b"/d"), kept, "{tag}: our view of the kernel's changes");
+    for i in 0..400 {
+        let nm = format!("ours-again-{i}");
+        fs.create(format!("/d/{nm}").as_bytes(), 0o644, 0, 0).unwrap();
+        kept.insert(nm.into_bytes());
+    }
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(img, "our changes on the kernel's tree");
+    let k = kernel_listing(img, &format!("{tag}-2"), &["d"]).unwrap();
+    assert_eq!(&k[0], kept, "{tag}: kernel view at the end");
 }
 
 fn tempdir(tag: &str) -> PathBuf {

@@ -191,6 +191,9 @@ impl Volume {
             return self.dx_add_entry(h, dir, new_dir, name, ino, ftb);
         }
         // Linear: the first block with room (the kernel scans the same way).
+        // An INDEX flag without the dir_index feature is ignored and cleared,
+        // as the kernel's `ext4_add_entry` fallback does.
+        new_dir.base.flags &= !ext4kit_format::inode::flags::INDEX;
         let need = rec_len_for(name.len());
         let limit = self.leaf_limit();
         let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
