@@ -241,6 +241,15 @@ impl Volume {
         lblk: u64,
         n: u64,
     ) -> Result<Vec<u64>> {
+        // Without large_dir a directory's i_size_high must stay zero (it
+        // was i_dir_acl; e2fsck pass 1 insists), so 4 GiB is the end.
+        let size = (lblk + n) * self.block_size as u64;
+        if size > u32::MAX as u64 && !self.has_incompat(ext4kit_format::features::incompat::LARGEDIR) {
+            return Err(Error::posix(
+                Errno::ENOSPC,
+                format!("directory inode {ino} would exceed 4 GiB without large_dir"),
+            ));
+        }
         let runs = self.map_blocks(h, ino, new_dir, lblk, n, false)?;
         let mut out = Vec::with_capacity(n as usize);
         for r in runs {
@@ -252,7 +261,6 @@ impl Volume {
                 format!("directory inode {ino}: mapped {} of {n} new blocks", out.len()),
             ));
         }
-        let size = (lblk + n) * self.block_size as u64;
         new_dir.base.size_lo = size as u32;
         new_dir.base.size_high = (size >> 32) as u32;
         Ok(out)
