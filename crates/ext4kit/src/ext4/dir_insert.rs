@@ -168,7 +168,9 @@ impl Volume {
     /// drops its cached map). On error (ENOSPC, ...) nothing has changed:
     /// blocks are allocated before any directory block is modified. The
     /// caller holds the directory's inode lock and has checked that `name`
-    /// is not present.
+    /// is not present. After a call that returned true, a further call on
+    /// the same directory needs a DirRef over the updated record and a
+    /// reloaded map (EINVAL otherwise).
     pub fn add_link(
         &self,
         h: &mut Handle<'_>,
@@ -179,6 +181,20 @@ impl Volume {
         ft: FileType,
     ) -> Result<bool> {
         check_name(name)?;
+        // A second add_link in one handle after the first grew the
+        // directory must use a refreshed DirRef (new size and map): with a
+        // stale one we would map a block that is already in use.
+        if new_dir.size() != dir.inode.size()
+            || (new_dir.base.flags ^ dir.inode.base.flags) & ext4kit_format::inode::flags::INDEX != 0
+        {
+            return Err(Error::posix(
+                Errno::EINVAL,
+                format!(
+                    "add_link on directory inode {}: the DirRef is older than the record (refresh it after the directory grew)",
+                    dir.ino
+                ),
+            ));
+        }
         if matches!(dir.map, BlockMap::Inline(_)) {
             return Err(Error::Unsupported(format!(
                 "adding entries to inline-data directory inode {} is not supported yet",
