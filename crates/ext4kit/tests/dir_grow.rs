@@ -220,6 +220,14 @@ fn run_case(c: &Case) {
                 kept.insert(nm.clone());
             }
         }
+        // A record that no longer matches the DirRef is refused untouched.
+        let mut stale = d.inode.clone();
+        stale.base.size_lo += fs.vol.block_size as u32;
+        let e = fs
+            .vol
+            .add_link(h, d, &mut stale, b"stale", 5, FileType::Regular)
+            .unwrap_err();
+        assert_eq!(e.errno(), Errno::EINVAL);
         let e = fs.vol.remove_link(h, d, &all[1]).unwrap_err();
         assert_eq!(e.errno(), Errno::ENOENT);
         assert!(!fs.vol.dir_is_empty(d).unwrap());

@@ -155,11 +155,11 @@ impl Volume {
             leaves = vec![lo, hi];
             root_entries = vec![DxEntry { hash: 0, block: 1 }, DxEntry { hash: hash2, block: 2 }];
         }
-        let pblks = self.grow_dir(h, dir.ino, new_dir, 1, leaves.len() as u64)?;
-        for (p, l) in pblks.iter().zip(&leaves) {
-            let b = self.build_leaf(l, seed)?;
-            h.overwrite(*p, b)?;
-        }
+        // Build every block before allocating, so nothing can fail after.
+        let built = leaves
+            .iter()
+            .map(|l| self.build_leaf(l, seed))
+            .collect::<Result<Vec<_>>>()?;
         let csum = self.csum_tails();
         let root = DxRoot {
             dot_inode: first.inode,
@@ -180,6 +180,10 @@ impl Volume {
         };
         let mut b = vec![0u8; self.block_size].into_boxed_slice();
         htree::write_root(&mut b, &root, self.block_size, seed).map_err(|e| Error::corrupt(loc(), e))?;
+        let pblks = self.grow_dir(h, dir.ino, new_dir, 1, built.len() as u64)?;
+        for (p, l) in pblks.into_iter().zip(built) {
+            h.overwrite(p, l)?;
+        }
         h.overwrite(buf.block, b)?;
         new_dir.base.flags |= flags::INDEX;
         Ok(true)
@@ -277,6 +281,7 @@ impl Volume {
             },
         );
         let (lo, hi, hash2) = split_records(hashed, new, limit);
+        let (lo_b, hi_b) = (self.build_leaf(&lo, seed)?, self.build_leaf(&hi, seed)?);
 
         // Allocate everything, then modify.
         let first_new = dir.nblocks(self);
@@ -289,12 +294,8 @@ impl Volume {
         };
 
         let (new_leaf_l, new_leaf_p) = take();
-        h.modify(leaf.block, |d| {
-            let b = self.build_leaf(&lo, seed)?;
-            d.copy_from_slice(&b);
-            Ok(())
-        })?;
-        h.overwrite(new_leaf_p, self.build_leaf(&hi, seed)?)?;
+        h.overwrite(leaf.block, lo_b)?;
+        h.overwrite(new_leaf_p, hi_b)?;
 
         // Insert the new leaf's entry bottom-up, splitting full nodes.
         let csum = self.csum_tails();
