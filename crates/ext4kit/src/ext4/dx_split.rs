@@ -25,7 +25,7 @@ use ext4kit_format::htree::{
 use ext4kit_format::inode::{flags, Inode};
 
 use super::dir::DirRef;
-use super::dir_insert::{find_slot, insert_at, leaf_records, Rec};
+use super::dir_insert::{find_slot, insert_at, leaf_records, packed_size, Rec};
 use super::htree::DxProbe;
 use super::transaction::Handle;
 use super::volume::Volume;
@@ -223,6 +223,21 @@ impl Volume {
             return Ok(false);
         }
 
+        // No single gap fits, but the live records packed tight leave room
+        // (a leaf fragmented by removals): compact it in place, no split.
+        let recs = leaf_records(&leaf.data, limit, fmt, false);
+        if packed_size(&recs) + rec_len_for(name.len()) <= limit {
+            let mut all = recs;
+            all.push(Rec {
+                ino,
+                name: name.to_vec(),
+                ft: ftb,
+            });
+            let b = self.build_leaf(&all, seed)?;
+            h.overwrite(leaf.block, b)?;
+            return Ok(false);
+        }
+
         // Full leaf. Count the blocks the insert needs before touching
         // anything: the new leaf, one per full level from the bottom up,
         // and one more if the root itself is full (a new level).
@@ -263,13 +278,15 @@ impl Volume {
         for &l in &lblks {
             pblks.push(self.dir_pblk(dir, l)?);
         }
-        let recs = leaf_records(&leaf.data, limit, fmt, false);
         let hashed: Vec<(u32, Rec)> = recs.into_iter().map(|r| (self.hash_of(&r.name, version), r)).collect();
-        if hashed.is_empty() {
+        // Packed, the records overflow with the new one: there are at
+        // least two of them (one record of at most 263 bytes plus another
+        // always fit a 1 KiB leaf), so the split below has two sides.
+        if hashed.len() < 2 {
             return Err(Error::corrupt_msg(
                 loc(),
                 "htree leaf",
-                format!("leaf {leaf_lblk} full but empty"),
+                format!("leaf {leaf_lblk} is full with {} records", hashed.len()),
             ));
         }
         let new = (
@@ -388,7 +405,6 @@ impl Volume {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ext4::dir_insert::packed_size;
 
     fn rec(n: usize) -> Rec {
         Rec {
