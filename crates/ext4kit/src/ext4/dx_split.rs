@@ -304,13 +304,19 @@ impl Volume {
         let first_new = dir.nblocks(self);
         let new_pblks = self.grow_dir(h, dir.ino, new_dir, first_new, need)?;
         let mut next_new = 0usize;
-        let mut take = || {
+        // `need` counted exactly the overflows below; running out would be
+        // a bug, reported rather than a panic.
+        let mut take = || -> Result<(u64, u64)> {
             let i = next_new;
             next_new += 1;
-            (first_new + i as u64, new_pblks[i])
+            let p = new_pblks
+                .get(i)
+                .copied()
+                .ok_or_else(|| Error::posix(Errno::EIO, "htree split needed more blocks than it counted"))?;
+            Ok((first_new + i as u64, p))
         };
 
-        let (new_leaf_l, new_leaf_p) = take();
+        let (new_leaf_l, new_leaf_p) = take()?;
         h.overwrite(leaf.block, lo_b)?;
         h.overwrite(new_leaf_p, hi_b)?;
 
@@ -331,7 +337,7 @@ impl Volume {
             if indexes[k].entries.len() <= indexes[k].limit as usize {
                 continue;
             }
-            let (nl, np) = take();
+            let (nl, np) = take()?;
             if k > 0 {
                 // Split the node by count; the upper half's first hash goes
                 // up to the parent, right after the entry we came through.
