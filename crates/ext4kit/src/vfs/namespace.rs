@@ -245,8 +245,10 @@ impl Fs {
         newd.set_time(TimeField::Ctime, t);
         self.vol.write_inode(&mut h, parent, &newd)?;
         h.commit()?;
+        let newsize = newd.size();
         *drec = newd;
         if grew {
+            dir.size.store(newsize, Ordering::Release);
             dir.reset_block_map();
         }
         drop(drec);
@@ -395,9 +397,11 @@ impl Fs {
         newt.set_time(TimeField::Ctime, t);
         self.vol.write_inode(&mut h, ino, &newt)?;
         h.commit()?;
+        let newsize = newd.size();
         *drec = newd;
         *trec = newt;
         if grew {
+            dir.size.store(newsize, Ordering::Release);
             dir.reset_block_map();
         }
         drop(trec);
@@ -757,6 +761,8 @@ impl Fs {
         if death == Death::Orphaned {
             self.vol.sync_super()?;
         }
+        let o_size = new_o.size();
+        let n_size = new_n.as_ref().map_or(o_size, |n| n.size());
         *orec = new_o;
         if let (Some(g), Some(n)) = (nrec.as_mut(), new_n) {
             **g = n;
@@ -770,9 +776,11 @@ impl Fs {
         drop(nrec);
         drop(orec);
         if o_grew {
+            od.size.store(o_size, Ordering::Release);
             od.reset_block_map();
         }
         if n_grew {
+            nd.size.store(n_size, Ordering::Release);
             nd.reset_block_map();
         }
         self.dcache

@@ -292,6 +292,7 @@ impl Fs {
         h.commit()?;
         *dir_rec = new_dir;
         if grew {
+            dir.size.store(dir_rec.size(), std::sync::atomic::Ordering::Release);
             dir.reset_block_map();
         }
         drop(dir_rec);
