@@ -226,7 +226,7 @@ fn exercise(img: &Path) {
     // Directory over a non-empty directory, dir over file, file over dir.
     assert_eq!(
         errno(fs.rename(b"/a/b/c", b"/a", RenameFlags::default(), &root)),
-        Errno::EINVAL
+        Errno::ENOTEMPTY
     );
     assert_eq!(
         errno(fs.rename(b"/empty", b"/a", RenameFlags::default(), &root)),

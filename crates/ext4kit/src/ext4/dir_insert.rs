@@ -303,6 +303,44 @@ impl Volume {
         h.overwrite(pblk, b)
     }
 
+    /// The parent directory recorded in `dir`'s ".." entry. An indexed
+    /// directory keeps "." and ".." in its dx root, where hash lookups never
+    /// look, so this reads them from block 0 directly.
+    pub fn dotdot(&self, dir: DirRef<'_>) -> Result<u32> {
+        let loc = || format!("directory inode {}", dir.ino);
+        if let BlockMap::Inline(data) = dir.map {
+            // Inline directories store the parent as the first 4 bytes.
+            return data
+                .get(0..4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .ok_or_else(|| Error::corrupt_msg(loc(), "inline directory", "too short for a parent"));
+        }
+        if dir.is_indexed(self) {
+            let buf = self
+                .dx_root_block(dir)?
+                .ok_or_else(|| Error::corrupt_msg(loc(), "htree root", "missing"))?;
+            let large = self.has_incompat(ext4kit_format::features::incompat::LARGEDIR);
+            let root = ext4kit_format::htree::parse_root(&buf.data, self.block_size, large, None)
+                .map_err(|e| Error::corrupt(loc(), e))?;
+            return Ok(root.dotdot_inode);
+        }
+        let fmt = self.dir_format();
+        let buf = self
+            .dir_leaf(dir, 0)?
+            .ok_or_else(|| Error::corrupt_msg(loc(), "directory block", "block 0 is a hole"))?;
+        let first = dirent::entry_at(&buf.data, 0, fmt);
+        let second = (first.rec_len + dirent::DIRENT_HEADER <= buf.data.len())
+            .then(|| dirent::entry_at(&buf.data, first.rec_len, fmt));
+        match second {
+            Some(e) if first.name == b"." && e.name == b".." => Ok(e.inode),
+            _ => Err(Error::corrupt_msg(
+                loc(),
+                "directory block",
+                "block 0 does not start with \".\" and \"..\"",
+            )),
+        }
+    }
+
     /// Point ".." at `parent_ino` (a directory moved to another parent).
     /// ".." is the second record of block 0 in both layouts; in an htree
     /// root the dx checksum covers it, in a linear block the tail does.

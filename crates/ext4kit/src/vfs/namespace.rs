@@ -433,16 +433,7 @@ impl Fs {
                 inode: &rec,
                 map: &map,
             };
-            dir = match self.vol.lookup(r, b"..")? {
-                Some((p, _)) => p,
-                None => {
-                    return Err(Error::corrupt_msg(
-                        format!("directory inode {dir}"),
-                        "directory",
-                        "no \"..\" entry",
-                    ))
-                }
-            };
+            dir = self.vol.dotdot(r)?;
             chain.push(dir);
         }
         Ok(chain)
@@ -695,9 +686,6 @@ impl Fs {
                 tr.set_time(TimeField::Ctime, t);
                 if d_dir {
                     tr.base.links_count = 0;
-                    // The victim directory's ".." no longer counts in its parent.
-                    let n = new_n.as_mut().unwrap_or(&mut new_o);
-                    add_links(n, -1, dir_nlink);
                 } else {
                     add_links(tr, -1, false);
                 }
@@ -727,19 +715,27 @@ impl Fs {
             } else {
                 self.vol.remove_link(&mut h, oref, old_name)?;
             }
-            if cross && s_dir {
-                let sm = self.locked_map(sino, &srec)?;
-                self.vol.set_dotdot(
-                    &mut h,
-                    DirRef {
-                        ino: sino,
-                        inode: &srec,
-                        map: &sm,
-                    },
-                    new_dir,
-                )?;
-                add_links(&mut new_o, -1, dir_nlink);
-                if !d_dir {
+            // Link counts as ext4_rename keeps them: the old directory loses
+            // a subdirectory when the source moves away or a directory
+            // target is replaced; the new one gains one only when nothing
+            // was replaced.
+            if s_dir {
+                if cross {
+                    let sm = self.locked_map(sino, &srec)?;
+                    self.vol.set_dotdot(
+                        &mut h,
+                        DirRef {
+                            ino: sino,
+                            inode: &srec,
+                            map: &sm,
+                        },
+                        new_dir,
+                    )?;
+                }
+                if cross || d_dir {
+                    add_links(&mut new_o, -1, dir_nlink);
+                }
+                if cross && !d_dir {
                     add_links(new_n.as_mut().unwrap_or(&mut new_o), 1, dir_nlink);
                 }
             }
