@@ -268,8 +268,7 @@ fn main() -> ExitCode {
             image,
             owner,
             paths,
-        } => cmd::edit::parse_owner(&owner)
-            .and_then(|o| cmd::edit::chown(&image, o, no_dereference, &paths, budget)),
+        } => cmd::edit::parse_owner(&owner).and_then(|o| cmd::edit::chown(&image, o, no_dereference, &paths, budget)),
         Command::Touch {
             no_create,
             date,

@@ -376,6 +376,18 @@ fn run_seed(seed: u64, ops: usize, threads: usize) {
             .count() as u64;
         want.get_mut(shared).unwrap().1 = 2 + subdirs;
     }
+    // The operation mix must leave a real tree behind, or the comparison
+    // below proves little.
+    let files = want.values().filter(|(n, _)| matches!(n, Node::File(_))).count();
+    let dirs = want.values().filter(|(n, _)| *n == Node::Dir).count();
+    assert!(
+        files >= 10 * threads && dirs >= 2 * threads,
+        "seed {seed}: only {files} files and {dirs} directories survived {ops} operations per thread"
+    );
+    eprintln!(
+        "seed {seed}: {} entries ({files} files, {dirs} directories) after {ops} ops x {threads} threads",
+        want.len()
+    );
     let fs = Fs::open_image(&img, &OpenOptions::default()).unwrap();
     let mut got = BTreeMap::new();
     walk(&fs, "/", &mut got);

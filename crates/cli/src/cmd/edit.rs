@@ -240,7 +240,13 @@ pub fn parse_owner(s: &str) -> Result<(Option<u32>, Option<u32>), String> {
 }
 
 /// `ext4kit chown [-h] IMAGE UID[:GID] PATH...`
-pub fn chown(image: &Path, owner: (Option<u32>, Option<u32>), no_deref: bool, paths: &[String], budget: usize) -> Result<(), String> {
+pub fn chown(
+    image: &Path,
+    owner: (Option<u32>, Option<u32>),
+    no_deref: bool,
+    paths: &[String],
+    budget: usize,
+) -> Result<(), String> {
     let fs = open_rw(image, budget)?;
     let ops = paths
         .iter()
@@ -258,7 +264,13 @@ pub fn chown(image: &Path, owner: (Option<u32>, Option<u32>), no_deref: bool, pa
 
 /// `ext4kit touch [-c] [-d SECONDS[.NANOS]] IMAGE PATH...`: set atime and
 /// mtime (to now, or the given time), creating missing files unless -c.
-pub fn touch(image: &Path, no_create: bool, at: Option<ext4kit::Timestamp>, paths: &[String], budget: usize) -> Result<(), String> {
+pub fn touch(
+    image: &Path,
+    no_create: bool,
+    at: Option<ext4kit::Timestamp>,
+    paths: &[String],
+    budget: usize,
+) -> Result<(), String> {
     use ext4kit::vfs::TimeSet;
     let fs = open_rw(image, budget)?;
     let t = at.map_or(TimeSet::Now, TimeSet::Set);
@@ -266,11 +278,12 @@ pub fn touch(image: &Path, no_create: bool, at: Option<ext4kit::Timestamp>, path
         .iter()
         .map(|p| {
             let p = abs(p);
-            Box::new(move |fs: &Fs| {
-                match fs.utimens(p.as_bytes(), Some(t), Some(t), true, &Cred::root()) {
+            Box::new(
+                move |fs: &Fs| match fs.utimens(p.as_bytes(), Some(t), Some(t), true, &Cred::root()) {
                     Ok(_) => Ok(()),
                     Err(e) if e.errno() == Errno::ENOENT && !no_create => {
-                        fs.create(p.as_bytes(), 0o644, 0, 0).map_err(|e| super::err(image, &p, e))?;
+                        fs.create(p.as_bytes(), 0o644, 0, 0)
+                            .map_err(|e| super::err(image, &p, e))?;
                         if at.is_some() {
                             fs.utimens(p.as_bytes(), Some(t), Some(t), true, &Cred::root())
                                 .map_err(|e| super::err(image, &p, e))?;
@@ -278,8 +291,8 @@ pub fn touch(image: &Path, no_create: bool, at: Option<ext4kit::Timestamp>, path
                         Ok(())
                     }
                     Err(e) => Err(super::err(image, &p, e)),
-                }
-            }) as Op<'_>
+                },
+            ) as Op<'_>
         })
         .collect();
     apply(image, &fs, ops)
@@ -304,7 +317,14 @@ pub fn parse_time(s: &str) -> Result<ext4kit::Timestamp, String> {
 /// `ext4kit setfattr IMAGE -n NAME [-v VALUE | -x] PATH...`. VALUE as in
 /// setfattr(1): "0x..." hex, "0s..." base64 is not supported, otherwise the
 /// text itself (quotes stripped).
-pub fn setfattr(image: &Path, name: &str, value: Option<&str>, remove: bool, paths: &[String], budget: usize) -> Result<(), String> {
+pub fn setfattr(
+    image: &Path,
+    name: &str,
+    value: Option<&str>,
+    remove: bool,
+    paths: &[String],
+    budget: usize,
+) -> Result<(), String> {
     let fs = open_rw(image, budget)?;
     let value = match value {
         Some(v) => Some(decode_value(v)?),
@@ -396,8 +416,15 @@ pub fn df(image: &Path, budget: usize) -> Result<(), String> {
     let s = fs.statfs().map_err(|e| format!("{}: {e}", image.display()))?;
     let k = s.block_size as u64 / 1024;
     let used = s.blocks.saturating_sub(s.blocks_free);
-    println!("{:<30} {:>12} {:>12} {:>12} {:>5}", "Image", "1K-blocks", "Used", "Available", "Use%");
-    let pct = if used + s.blocks_avail == 0 { 0 } else { (used * 100).div_ceil(used + s.blocks_avail) };
+    println!(
+        "{:<30} {:>12} {:>12} {:>12} {:>5}",
+        "Image", "1K-blocks", "Used", "Available", "Use%"
+    );
+    let pct = if used + s.blocks_avail == 0 {
+        0
+    } else {
+        (used * 100).div_ceil(used + s.blocks_avail)
+    };
     println!(
         "{:<30} {:>12} {:>12} {:>12} {:>4}%",
         image.display(),

@@ -21,10 +21,15 @@ use crate::ext4::ialloc::NewInode;
 use crate::ext4::transaction::Handle;
 use crate::ext4::DirRef;
 
-/// Prefix a POSIX error's message with the path the caller gave.
+/// Name the path the caller gave in a POSIX error's message (replacing
+/// the bare final name the `*_at` calls put first).
 fn in_path(e: Error, path: &[u8]) -> Error {
     match e {
-        Error::Posix { errno, msg } => Error::posix(errno, format!("{}: {msg}", show(path))),
+        Error::Posix { errno, msg } => {
+            let name = path.rsplit(|&b| b == b'/').find(|c| !c.is_empty()).unwrap_or(path);
+            let rest = msg.strip_prefix(&format!("{}: ", show(name))).unwrap_or(&msg);
+            Error::posix(errno, format!("{}: {rest}", show(path)))
+        }
         e => e,
     }
 }
