@@ -15,7 +15,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::file::{File, OpenFlags, Whence};
-use super::Fs;
+use super::{Cred, Fs};
 use crate::error::{Errno, Error, Result};
 
 /// A file descriptor.
@@ -153,6 +153,13 @@ impl Process {
         self.install(f)
     }
 
+    /// Open `path` with `cred`'s permissions (O_CREAT makes a regular file
+    /// with permission bits `mode`) and return a descriptor.
+    pub fn open_as(&mut self, path: impl AsRef<[u8]>, flags: OpenFlags, mode: u16, cred: &Cred) -> Result<Fd> {
+        let f = self.fs.open_as(path.as_ref(), flags, mode, cred)?;
+        self.install(f)
+    }
+
     /// Run `f` with the file behind `fd` borrowed — no reference taken.
     #[inline]
     pub fn with_file<R>(&self, fd: Fd, f: impl FnOnce(&File) -> Result<R>) -> Result<R> {
@@ -198,6 +205,42 @@ impl Process {
     pub fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64> {
         let fs = &self.fs;
         self.with_file(fd, |f| f.lseek(fs, off, whence))
+    }
+
+    /// Write to `fd` at its position (at the end for O_APPEND).
+    pub fn write(&self, fd: Fd, buf: &[u8]) -> Result<usize> {
+        let fs = &self.fs;
+        self.with_file(fd, |f| f.write(fs, buf))
+    }
+
+    /// Write to `fd` at `off`.
+    pub fn pwrite(&self, fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
+        let fs = &self.fs;
+        self.with_file(fd, |f| f.pwrite(fs, off, buf))
+    }
+
+    /// Set the size of the file behind `fd`.
+    pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {
+        let fs = &self.fs;
+        self.with_file(fd, |f| f.ftruncate(fs, len))
+    }
+
+    /// fallocate(2) on `fd` (modes: `vfs::io::FALLOC_FL_*`).
+    pub fn fallocate(&self, fd: Fd, mode: u32, off: u64, len: u64) -> Result<()> {
+        let fs = &self.fs;
+        self.with_file(fd, |f| f.fallocate(fs, mode, off, len))
+    }
+
+    /// fsync(2).
+    pub fn fsync(&self, fd: Fd) -> Result<()> {
+        let fs = &self.fs;
+        self.with_file(fd, |f| f.fsync(fs))
+    }
+
+    /// fdatasync(2).
+    pub fn fdatasync(&self, fd: Fd) -> Result<()> {
+        let fs = &self.fs;
+        self.with_file(fd, |f| f.fdatasync(fs))
     }
 
     /// Duplicate `fd` onto the lowest free number (shares the position).

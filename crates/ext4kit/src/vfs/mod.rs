@@ -8,10 +8,12 @@ pub mod dcache;
 pub mod fdtable;
 pub mod file;
 pub mod icache;
+pub mod io;
 pub mod namei;
 pub mod pagecache;
 mod stat;
 pub mod write;
+pub mod writeback;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -22,9 +24,10 @@ use ext4kit_format::inode::FileType;
 pub use cred::Cred;
 pub use dcache::Dentry;
 pub use fdtable::{Fd, Process};
-pub use file::{File, OpenFlags, Whence};
+pub use file::{Access, File, OpenFlags, Whence};
 pub use icache::CachedInode;
 pub use stat::{FsInfo, Stat};
+pub use writeback::{SyncLevel, WritebackStats};
 
 use crate::error::{Errno, Error, Result};
 use crate::ext4::{BlockMap, DirEntry, DirRef, Mapping, OpenOptions, Volume, ROOT_INO};
@@ -89,6 +92,10 @@ pub struct FsStats {
     pub metadata_misses: u64,
     /// Inode records read.
     pub inode_reads: u64,
+    /// Inode records written.
+    pub inode_writes: u64,
+    /// Bytes of dirty file pages.
+    pub dirty_page_bytes: usize,
     /// Inodes cached.
     pub cached_inodes: usize,
     /// Dentries cached.
@@ -146,6 +153,8 @@ impl Fs {
             dir_block_reads: self.vol.stats.dir_block_reads.load(Relaxed),
             metadata_misses: self.vol.bcache.misses.load(Relaxed),
             inode_reads: self.vol.stats.inode_reads.load(Relaxed),
+            inode_writes: self.vol.stats.inode_writes.load(Relaxed),
+            dirty_page_bytes: self.pages.dirty_bytes(),
             cached_inodes: self.icache.len(),
             cached_dentries: self.dcache.len(),
             cached_page_bytes: self.pages.used(),
@@ -153,20 +162,10 @@ impl Fs {
         }
     }
 
-    /// Open `path` for reading.
+    /// Open `path` as root (no permission checks; new files get mode 0644
+    /// owned by root). See [`Fs::open_as`] for the flags.
     pub fn open(&self, path: &[u8], flags: OpenFlags) -> Result<Arc<File>> {
-        let d = self.resolve(path, !flags.nofollow)?;
-        let inode = self.inode(d.ino)?;
-        if flags.nofollow && inode.ftype == FileType::Symlink {
-            return Err(Error::posix(
-                Errno::ELOOP,
-                format!("{}: is a symbolic link (O_NOFOLLOW)", show(path)),
-            ));
-        }
-        if flags.directory && inode.ftype != FileType::Directory {
-            return Err(Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))));
-        }
-        Ok(Arc::new(File::new(inode, Some(d), flags)))
+        self.open_as(path, flags, 0o644, &Cred::root())
     }
 
     /// Open inode `ino` directly (no path, so no dentry): for tools that
@@ -364,7 +363,9 @@ impl Fs {
             let in_blk = (pos % bs) as usize;
             let n = (bs as usize - in_blk).min(want - done);
             // Copy straight out of the cached page under the map's epoch
-            // guard: no reference count is touched on the shared page.
+            // guard: no reference count is touched on the shared page. A
+            // dirty page is found here too, before the block map is asked:
+            // with delayed allocation its block may still be a hole.
             if inode
                 .pages
                 .with(lblk, |p| buf[done..done + n].copy_from_slice(&p[in_blk..in_blk + n]))
@@ -374,10 +375,16 @@ impl Fs {
                 continue;
             }
             let blocks_left = (off + want as u64).div_ceil(bs) - lblk;
+            let seq = inode.pages.seq();
             match map.map(&self.vol, lblk)? {
                 Mapping::Hole { len } | Mapping::Mapped { len, uninit: true, .. } => {
-                    // Zero-fill the hole directly; nothing is cached.
-                    let span = len.min(blocks_left);
+                    // Zero-fill the hole directly; nothing is cached. Stop
+                    // at the next dirty page (delayed allocation: data the
+                    // map does not know about yet).
+                    let mut span = len.min(blocks_left);
+                    if let Some(d) = inode.pages.first_dirty_in(lblk + 1, lblk.saturating_add(span)) {
+                        span = d - lblk;
+                    }
                     let bytes = ((span * bs) as usize - in_blk).min(want - done);
                     buf[done..done + bytes].fill(0);
                     done += bytes;
@@ -388,17 +395,39 @@ impl Fs {
                     self.vol
                         .read_raw(pblk, &mut raw)
                         .map_err(|e| crate::ext4::volume::annotate(e, &format!("data of inode {}", inode.ino)))?;
-                    let mut added = 0;
+                    let mut added = Vec::new();
+                    let mut pages = Vec::with_capacity(run as usize);
                     for (k, chunk) in raw.chunks(bs as usize).enumerate() {
-                        if inode.pages.insert(lblk + k as u64, Arc::new(Page::new(chunk.into()))) {
-                            added += 1;
+                        let l = lblk + k as u64;
+                        // A page cached meanwhile (dirty or not) wins.
+                        let (page, new) = inode.pages.insert_clean(l, Arc::new(Page::new(chunk.into())));
+                        if new {
+                            added.push((l, page.clone()));
                         }
+                        pages.push(page);
                     }
-                    let avail = (run * bs) as usize - in_blk;
-                    let bytes = avail.min(want - done);
-                    buf[done..done + bytes].copy_from_slice(&raw[in_blk..in_blk + bytes]);
-                    done += bytes;
-                    if self.pages.charge(added) {
+                    if inode.pages.seq() != seq {
+                        // The write side replaced or dropped pages while we
+                        // read the disk: what we read may be older than a
+                        // write already written back and evicted, or come
+                        // from blocks a truncate freed. Undo and retry.
+                        for (l, p) in &added {
+                            inode.pages.remove_if_same(*l, p);
+                        }
+                        continue;
+                    }
+                    let mut copied = 0;
+                    for (k, page) in pages.iter().enumerate() {
+                        let a = if k == 0 { in_blk } else { 0 };
+                        let m = (bs as usize - a).min(want - done - copied);
+                        if m == 0 {
+                            break;
+                        }
+                        buf[done + copied..done + copied + m].copy_from_slice(&page.data[a..a + m]);
+                        copied += m;
+                    }
+                    done += copied;
+                    if self.pages.charge(added.len()) {
                         self.shrink_pages();
                     }
                 }
@@ -408,7 +437,7 @@ impl Fs {
     }
 
     /// Give back page-cache memory: sweep inodes' clean pages (clock).
-    fn shrink_pages(&self) {
+    pub(crate) fn shrink_pages(&self) {
         let target = self.pages.limit() / 4 * 3;
         self.icache.for_each(|i| {
             let n = i.pages.sweep();
@@ -428,6 +457,11 @@ impl Fs {
         };
         if off >= size {
             return Err(enxio());
+        }
+        // Delayed allocation: dirty pages are data the map does not show
+        // yet; write them back so the map answers for them.
+        if inode.pages.dirty_count() != 0 {
+            self.writeback_inode(inode, SyncLevel::All)?;
         }
         let map = inode.block_map(&self.vol)?;
         let bs = self.vol.block_size as u64;
