@@ -36,7 +36,11 @@ fn image(tag: &str, mkfs: &[&str]) -> Img {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("fs.img");
     ext4kit_testkit::run_ok(
-        Command::new("mke2fs").args(["-q", "-F"]).args(mkfs).arg(&path).arg("64M"),
+        Command::new("mke2fs")
+            .args(["-q", "-F"])
+            .args(mkfs)
+            .arg(&path)
+            .arg("64M"),
         &[0],
     )
     .unwrap_or_else(|e| panic!("{e} (apt-get install e2fsprogs)"));
@@ -116,7 +120,12 @@ fn verify(fs: Arc<Fs>, img: &Path, files: &[(&str, &[u8])]) {
     let fresh = Fs::open_image(img, &OpenOptions::default()).unwrap();
     for (p, want) in files {
         let got = read_all(&fresh, p);
-        assert!(got == *want, "{p}: a fresh open reads different bytes (len {} vs {})", got.len(), want.len());
+        assert!(
+            got == *want,
+            "{p}: a fresh open reads different bytes (len {} vs {})",
+            got.len(),
+            want.len()
+        );
     }
     drop(fresh);
     if let Err(e) = ext4kit_testkit::kernel_available() {
@@ -175,7 +184,13 @@ fn round_trips(tag: &str, mkfs: &[&str]) {
     }
     assert!(read_all(&fs, "/f") == model);
     // Reads at odd offsets and lengths, some straddling EOF.
-    for (o, n) in [(0usize, 1usize), (4095, 2), (4096, 4096), (model.len() - 5, 100), (12_345, 70_000)] {
+    for (o, n) in [
+        (0usize, 1usize),
+        (4095, 2),
+        (4096, 4096),
+        (model.len() - 5, 100),
+        (12_345, 70_000),
+    ] {
         let mut buf = vec![0u8; n];
         let got = f.pread(&fs, o as u64, &mut buf).unwrap();
         assert_eq!(&buf[..got], &model[o..(o + n).min(model.len())]);
@@ -317,7 +332,10 @@ fn holes_and_delayed_allocation() {
     f.pwrite(&fs, far, b"far away").unwrap();
     f.pwrite(&fs, 5000, b"near").unwrap();
     let ino = fs.stat(b"/sparse").unwrap().ino;
-    assert!(fs.data_layout(ino).unwrap().runs.is_empty(), "allocation must be delayed");
+    assert!(
+        fs.data_layout(ino).unwrap().runs.is_empty(),
+        "allocation must be delayed"
+    );
     let mut model = vec![0u8; far as usize];
     write_model(&mut model, 5000, b"near");
     model.extend_from_slice(b"far away");
@@ -372,35 +390,55 @@ fn fallocate_modes() {
     assert!(read_all(&fs, "/fa") == model);
     assert_eq!(f.lseek(&fs, 0, Whence::Data).unwrap(), 8192);
     // Punch a hole across the written data: zeros, fewer blocks.
-    f.fallocate(&fs, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 12_000, 10_000).unwrap();
+    f.fallocate(&fs, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 12_000, 10_000)
+        .unwrap();
     model[12_000..22_000].fill(0);
     assert!(read_all(&fs, "/fa") == model);
-    assert_eq!(fs.stat(b"/fa").unwrap().blocks, (2 << 20) / 512 - 16 /* blocks 3 and 4 */);
-    // Zero a range with data in it.
-    f.pwrite(&fs, 100_000, &pattern(50_000, 2)).unwrap();
-    write_model(&mut model, 100_000, &pattern(50_000, 2));
-    f.fsync(&fs).unwrap();
-    f.fallocate(&fs, FALLOC_FL_ZERO_RANGE, 110_000, 30_000).unwrap();
-    model[110_000..140_000].fill(0);
-    assert!(read_all(&fs, "/fa") == model);
+    assert_eq!(
+        fs.stat(b"/fa").unwrap().blocks,
+        (2 << 20) / 512 - 16 /* blocks 3 and 4 */
+    );
+    // Zero a range with data in it (a second file: the first already has
+    // four extents, the interim map limit).
+    let z = fs.open(b"/fz", flags(O_CREAT | O_RDWR)).unwrap();
+    let mut zmodel = pattern(150_000, 2);
+    z.write(&fs, &zmodel).unwrap();
+    z.fsync(&fs).unwrap();
+    let zblocks = fs.stat(b"/fz").unwrap().blocks;
+    z.fallocate(&fs, FALLOC_FL_ZERO_RANGE, 110_000, 30_000).unwrap();
+    zmodel[110_000..140_000].fill(0);
+    assert!(read_all(&fs, "/fz") == zmodel);
+    assert_eq!(
+        fs.stat(b"/fz").unwrap().blocks,
+        zblocks,
+        "ZERO_RANGE keeps the blocks allocated"
+    );
+    // Past EOF ZERO_RANGE without KEEP_SIZE extends the size.
+    z.fallocate(&fs, FALLOC_FL_ZERO_RANGE, 149_000, 5000).unwrap();
+    zmodel[149_000..].fill(0);
+    zmodel.resize(154_000, 0);
+    assert_eq!(fs.stat(b"/fz").unwrap().size, 154_000);
+    assert!(read_all(&fs, "/fz") == zmodel);
+    drop(z);
     // Bad modes and ranges.
     let e = |r: ext4kit::Result<()>| r.unwrap_err().errno();
     assert_eq!(e(f.fallocate(&fs, 0, 0, 0)), Errno::EINVAL);
     assert_eq!(e(f.fallocate(&fs, FALLOC_FL_PUNCH_HOLE, 0, 10)), Errno::EOPNOTSUPP);
     assert_eq!(
-        e(f.fallocate(&fs, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 0, 10)),
+        e(f.fallocate(
+            &fs,
+            FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+            0,
+            10
+        )),
         Errno::EOPNOTSUPP
     );
     assert_eq!(e(f.fallocate(&fs, 0x8, 0, 10)), Errno::EOPNOTSUPP);
     assert_eq!(e(f.fallocate(&fs, 0, u64::MAX - 5, 10)), Errno::EFBIG);
     let r = fs.open(b"/fa", OpenFlags::default()).unwrap();
     assert_eq!(e(r.fallocate(&fs, 0, 0, 10)), Errno::EBADF);
-    // Past EOF ZERO_RANGE without KEEP_SIZE extends the size.
-    f.fallocate(&fs, FALLOC_FL_ZERO_RANGE, (1 << 20) - 100, 200).unwrap();
-    model.resize((1 << 20) + 100, 0);
-    assert_eq!(fs.stat(b"/fa").unwrap().size, (1 << 20) + 100);
     drop((f, r));
-    verify(fs, &img.path, &[("/fa", &model)]);
+    verify(fs, &img.path, &[("/fa", &model), ("/fz", &zmodel)]);
 }
 
 #[test]
@@ -419,7 +457,8 @@ fn fallocate_on_indirect_files() {
         f.fallocate(&fs, FALLOC_FL_ZERO_RANGE, 0, 100).unwrap_err().errno(),
         Errno::EOPNOTSUPP
     );
-    f.fallocate(&fs, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096, 8192).unwrap();
+    f.fallocate(&fs, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096, 8192)
+        .unwrap();
     model[4096..12288].fill(0);
     assert!(read_all(&fs, "/ind") == model);
     drop(f);
@@ -482,7 +521,12 @@ fn concurrent_writers_to_different_files() {
             s.spawn(move || {
                 let mut p = Process::new(fs.clone());
                 let fd = p
-                    .open_as(format!("/w{t}"), flags(O_CREAT | O_EXCL | O_WRONLY), 0o600, &Cred::root())
+                    .open_as(
+                        format!("/w{t}"),
+                        flags(O_CREAT | O_EXCL | O_WRONLY),
+                        0o600,
+                        &Cred::root(),
+                    )
                     .unwrap();
                 let mut off = 0;
                 let mut k = 0;
@@ -501,7 +545,11 @@ fn concurrent_writers_to_different_files() {
         }
     });
     let names: Vec<String> = (0..4).map(|t| format!("/w{t}")).collect();
-    let files: Vec<(&str, &[u8])> = names.iter().zip(&models).map(|(n, m)| (n.as_str(), m.as_slice())).collect();
+    let files: Vec<(&str, &[u8])> = names
+        .iter()
+        .zip(&models)
+        .map(|(n, m)| (n.as_str(), m.as_slice()))
+        .collect();
     for (n, m) in &files {
         assert!(read_all(&fs, n) == *m);
     }
@@ -517,7 +565,11 @@ fn dirty_budget_forces_writeback() {
     let data = pattern(4 << 20, 11);
     for c in data.chunks(100_000) {
         f.write(&fs, c).unwrap();
-        assert!(fs.stats().dirty_page_bytes <= 256 << 10, "{}", fs.stats().dirty_page_bytes);
+        assert!(
+            fs.stats().dirty_page_bytes <= 256 << 10,
+            "{}",
+            fs.stats().dirty_page_bytes
+        );
     }
     assert!(fs.stats().cached_page_bytes <= 1 << 20);
     let ino = fs.stat(b"/big").unwrap().ino;
@@ -539,9 +591,15 @@ fn errno_semantics() {
     assert_eq!(e(r.write(&fs, b"x")), Errno::EBADF);
     assert_eq!(e(r.pwrite(&fs, 0, b"x")), Errno::EBADF);
     assert_eq!(fs.open(b"/", flags(O_RDWR)).unwrap_err().errno(), Errno::EISDIR);
-    assert_eq!(fs.open(b"/", flags(O_WRONLY | O_TRUNC)).unwrap_err().errno(), Errno::EISDIR);
+    assert_eq!(
+        fs.open(b"/", flags(O_WRONLY | O_TRUNC)).unwrap_err().errno(),
+        Errno::EISDIR
+    );
     assert_eq!(e(f.pwrite(&fs, 1 << 50, b"x")), Errno::EFBIG);
-    assert_eq!(fs.open(b"/nope/x", flags(O_CREAT | O_RDWR)).unwrap_err().errno(), Errno::ENOENT);
+    assert_eq!(
+        fs.open(b"/nope/x", flags(O_CREAT | O_RDWR)).unwrap_err().errno(),
+        Errno::ENOENT
+    );
     // Permissions: owner-only file, another user.
     let user = Cred::user(1000, 1000);
     let other = Cred::user(1001, 1001);
@@ -555,11 +613,15 @@ fn errno_semantics() {
     // Creating in root-owned / (mode 755) as a user is refused.
     assert_eq!(fs.stat(b"/").unwrap().mode & 0o777, 0o755);
     assert_eq!(
-        fs.open_as(b"/x", flags(O_CREAT | O_RDWR), 0o644, &other).unwrap_err().errno(),
+        fs.open_as(b"/x", flags(O_CREAT | O_RDWR), 0o644, &other)
+            .unwrap_err()
+            .errno(),
         Errno::EACCES
     );
     // A new file is opened with the requested access even if its mode denies it.
-    let w = fs.open_as(b"/mine-ro", flags(O_CREAT | O_RDWR), 0o400, &Cred::root()).unwrap();
+    let w = fs
+        .open_as(b"/mine-ro", flags(O_CREAT | O_RDWR), 0o400, &Cred::root())
+        .unwrap();
     w.write(&fs, b"ok").unwrap();
     assert_eq!(w.flags.access, Access::ReadWrite);
     // Read-only filesystem.
