@@ -60,6 +60,7 @@ fn xorshift(x: &mut u64) -> u64 {
 }
 
 /// One measured series.
+#[derive(Default)]
 struct Series {
     per_op: Vec<Duration>,
     total: Duration,
@@ -80,14 +81,19 @@ enum Sync {
     WritebackOnly,
 }
 
-fn ours_series(fs: &Fs, f: &File, blocks: u64, ops: usize, how: Sync) -> Series {
-    let mut x = 0x2545_F491_4F6C_DD1Du64 ^ blocks;
+/// Measurements are interleaved: this many rounds, each running a slice of
+/// the operations on every file size in turn, so the noise of a shared
+/// machine (other I/O, flush latency) hits all sizes alike.
+const ROUNDS: usize = 10;
+
+/// `ops` writes at offsets drawn from the first `window` blocks, each
+/// followed by the sync `how`, appended to `into`.
+fn ours_ops(fs: &Fs, f: &File, window: u64, ops: usize, how: Sync, x: &mut u64, into: &mut Series) {
     let block = vec![0x5Au8; BS as usize];
     let w0 = fs.stats().inode_writes;
-    let mut per_op = Vec::with_capacity(ops);
     let t0 = Instant::now();
     for _ in 0..ops {
-        let off = (xorshift(&mut x) % blocks) * BS;
+        let off = (xorshift(x) % window) * BS;
         let t = Instant::now();
         f.pwrite(fs, off, &block).expect("pwrite");
         match how {
@@ -97,23 +103,18 @@ fn ours_series(fs: &Fs, f: &File, blocks: u64, ops: usize, how: Sync) -> Series 
                 fs.writeback_inode(&f.inode, SyncLevel::Data).expect("writeback");
             }
         }
-        per_op.push(t.elapsed());
+        into.per_op.push(t.elapsed());
     }
-    Series {
-        per_op,
-        total: t0.elapsed(),
-        inode_writes: fs.stats().inode_writes - w0,
-    }
+    into.total += t0.elapsed();
+    into.inode_writes += fs.stats().inode_writes - w0;
 }
 
-fn kernel_series(f: &std::fs::File, blocks: u64, ops: usize, data_only: bool) -> Series {
+fn kernel_ops(f: &std::fs::File, window: u64, ops: usize, data_only: bool, x: &mut u64, into: &mut Series) {
     use std::os::unix::fs::FileExt;
-    let mut x = 0x2545_F491_4F6C_DD1Du64 ^ blocks;
     let block = vec![0x5Au8; BS as usize];
-    let mut per_op = Vec::with_capacity(ops);
     let t0 = Instant::now();
     for _ in 0..ops {
-        let off = (xorshift(&mut x) % blocks) * BS;
+        let off = (xorshift(x) % window) * BS;
         let t = Instant::now();
         f.write_all_at(&block, off).expect("pwrite");
         if data_only {
@@ -121,13 +122,9 @@ fn kernel_series(f: &std::fs::File, blocks: u64, ops: usize, data_only: bool) ->
         } else {
             f.sync_all().expect("fsync");
         }
-        per_op.push(t.elapsed());
+        into.per_op.push(t.elapsed());
     }
-    Series {
-        per_op,
-        total: t0.elapsed(),
-        inode_writes: 0,
-    }
+    into.total += t0.elapsed();
 }
 
 fn fill(blocks: u64, salt: u8) -> Vec<u8> {
@@ -155,7 +152,7 @@ fn main() -> Result<(), String> {
         },
     )
     .map_err(|e| e.to_string())?;
-    let mut ours = Vec::new();
+    let mut files = Vec::new();
     for &n in &a.blocks {
         let path = format!("/f{n}");
         let f = fs
@@ -171,26 +168,30 @@ fn main() -> Result<(), String> {
         if back != data {
             return Err(format!("{path}: read back differs"));
         }
-        let st = fs.stats();
         let runs = fs.data_layout(f.inode.ino).map_err(|e| e.to_string())?.runs.len();
-        eprintln!(
-            "ext4kit {path}: {} cached page bytes, {} extents",
-            st.cached_page_bytes, runs
-        );
-        let mut fsync = ours_series(&fs, &f, n, a.ops, Sync::Fsync);
-        let mut fdatasync = ours_series(&fs, &f, n, a.ops, Sync::Fdatasync);
-        let mut wb = ours_series(&fs, &f, n, a.ops, Sync::WritebackOnly);
-        ours.push((
-            n,
-            fsync.median_us(),
-            fsync.total,
-            fsync.inode_writes,
-            fdatasync.median_us(),
-            fdatasync.total,
-            fdatasync.inode_writes,
-            wb.median_us(),
-        ));
+        eprintln!("ext4kit {path}: {} pages cached, {runs} extent(s)", f.inode.pages.len());
+        files.push(f);
     }
+    let small = a.blocks.iter().copied().min().unwrap_or(1);
+    let per_round = a.ops.div_ceil(ROUNDS);
+    // ours[size][kind]: fsync, fdatasync, wb-only, wb-window.
+    let mut ours: Vec<[Series; 4]> = a.blocks.iter().map(|_| Default::default()).collect();
+    let kinds = [
+        (Sync::Fsync, false),
+        (Sync::Fdatasync, false),
+        (Sync::WritebackOnly, false),
+        (Sync::WritebackOnly, true),
+    ];
+    for (k, &(how, windowed)) in kinds.iter().enumerate() {
+        let mut rng: Vec<u64> = a.blocks.iter().map(|_| 0x2545_F491_4F6C_DD1D).collect();
+        for _ in 0..ROUNDS {
+            for (i, &n) in a.blocks.iter().enumerate() {
+                let w = if windowed { small } else { n };
+                ours_ops(&fs, &files[i], w, per_round, how, &mut rng[i], &mut ours[i][k]);
+            }
+        }
+    }
+    drop(files);
     fs.sync().map_err(|e| e.to_string())?;
     drop(fs);
     let fsck = Command::new("e2fsck")
@@ -201,11 +202,12 @@ fn main() -> Result<(), String> {
     let fsck_ok = fsck.status.success();
 
     // The kernel: the same workload on a loop-mounted image of its own.
-    let mut kern = Vec::new();
+    let mut kern: Vec<[Series; 2]> = Vec::new();
     if !a.no_kernel {
         let kimg = a.work.join("kernel.img");
         make_image(&kimg, &a.blocks)?;
         let m = mount(&kimg, &a.work.join("mnt"), "")?;
+        let mut kfiles = Vec::new();
         for &n in &a.blocks {
             use std::io::Read;
             let p = m.path().join(format!("f{n}"));
@@ -218,26 +220,52 @@ fn main() -> Result<(), String> {
             f.sync_all().map_err(|e| e.to_string())?;
             let mut sink = Vec::new();
             (&f).read_to_end(&mut sink).map_err(|e| e.to_string())?;
-            let mut fsync = kernel_series(&f, n, a.ops, false);
-            let mut fdatasync = kernel_series(&f, n, a.ops, true);
-            kern.push((
-                n,
-                fsync.median_us(),
-                fsync.total,
-                fdatasync.median_us(),
-                fdatasync.total,
-            ));
+            kfiles.push(f);
+            kern.push(Default::default());
         }
+        for (k, data_only) in [false, true].into_iter().enumerate() {
+            let mut rng: Vec<u64> = a.blocks.iter().map(|_| 0x2545_F491_4F6C_DD1D).collect();
+            for _ in 0..ROUNDS {
+                for (i, &n) in a.blocks.iter().enumerate() {
+                    kernel_ops(&kfiles[i], n, per_round, data_only, &mut rng[i], &mut kern[i][k]);
+                }
+            }
+        }
+        drop(kfiles);
         m.unmount().map_err(|e| e.to_string())?;
     }
+    // (blocks, fsync med, total, inodes, fdatasync med, total, inodes, wb, wbw)
+    let ours: Vec<_> = ours
+        .iter_mut()
+        .zip(&a.blocks)
+        .map(|(s, &n)| {
+            (
+                n,
+                s[0].median_us(),
+                s[0].total,
+                s[0].inode_writes,
+                s[1].median_us(),
+                s[1].total,
+                s[1].inode_writes,
+                s[2].median_us(),
+                s[3].median_us(),
+            )
+        })
+        .collect();
+    let kern: Vec<_> = kern
+        .iter_mut()
+        .zip(&a.blocks)
+        .map(|(s, &n)| (n, s[0].median_us(), s[0].total, s[1].median_us(), s[1].total))
+        .collect();
 
     println!(
-        "seed 003 — {} × (2 KiB write at a random block + sync) into a file of N cached 2 KiB blocks",
-        a.ops
+        "seed 003 — {} × (2 KiB write at a random block + sync) into a file of N cached 2 KiB blocks ({ROUNDS} interleaved rounds)",
+        per_round * ROUNDS
     );
-    println!("median µs per op; total ms; inode = inode records ext4kit wrote; wb-only = write + writeback without the device flush\n");
+    println!("median µs per op; total ms; inode = inode records ext4kit wrote; wb-only = write + writeback without the device flush;");
+    println!("wb-window = wb-only with offsets drawn from the first {} blocks for every file (same locality, only the cached-page count differs)\n", a.blocks.iter().min().unwrap_or(&0));
     println!(
-        "{:>7} | {:>9} {:>8} {:>6} | {:>9} {:>8} {:>6} | {:>8} || {:>9} {:>8} | {:>9} {:>8}",
+        "{:>7} | {:>9} {:>8} {:>6} | {:>9} {:>8} {:>6} | {:>8} {:>9} || {:>9} {:>8} | {:>9} {:>8}",
         "blocks",
         "fsync",
         "total",
@@ -246,6 +274,7 @@ fn main() -> Result<(), String> {
         "total",
         "inode",
         "wb-only",
+        "wb-window",
         "k fsync",
         "total",
         "k fdsync",
@@ -254,7 +283,7 @@ fn main() -> Result<(), String> {
     for (i, o) in ours.iter().enumerate() {
         let k = kern.get(i);
         println!(
-            "{:>7} | {:>9.1} {:>8.0} {:>6} | {:>9.1} {:>8.0} {:>6} | {:>8.1} || {:>9} {:>8} | {:>9} {:>8}",
+            "{:>7} | {:>9.1} {:>8.0} {:>6} | {:>9.1} {:>8.0} {:>6} | {:>8.1} {:>9.1} || {:>9} {:>8} | {:>9} {:>8}",
             o.0,
             o.1,
             o.2.as_secs_f64() * 1e3,
@@ -263,6 +292,7 @@ fn main() -> Result<(), String> {
             o.5.as_secs_f64() * 1e3,
             o.6,
             o.7,
+            o.8,
             k.map_or("-".into(), |k| format!("{:.1}", k.1)),
             k.map_or("-".into(), |k| format!("{:.0}", k.2.as_secs_f64() * 1e3)),
             k.map_or("-".into(), |k| format!("{:.1}", k.3)),
@@ -275,8 +305,9 @@ fn main() -> Result<(), String> {
         let r = l.1 / s.1;
         let rd = l.4 / s.4;
         let rw = l.7 / s.7;
+        let rww = l.8 / s.8;
         print!(
-            "\nratio {}/{}: ext4kit fsync {r:.2}x, fdatasync {rd:.2}x, wb-only {rw:.2}x",
+            "\nratio {}/{}: ext4kit fsync {r:.2}x, fdatasync {rd:.2}x, wb-only {rw:.2}x, wb-window {rww:.2}x",
             l.0, s.0
         );
         if kern.len() >= 2 {
@@ -304,10 +335,10 @@ fn main() -> Result<(), String> {
         if fsck_ok { "clean" } else { "NOT CLEAN" }
     );
     let csv = a.work.join("seeds_fsync.csv");
-    let mut out = String::from("impl,blocks,fsync_median_us,fsync_total_ms,fsync_inode_writes,fdatasync_median_us,fdatasync_total_ms,fdatasync_inode_writes,wb_only_median_us\n");
+    let mut out = String::from("impl,blocks,fsync_median_us,fsync_total_ms,fsync_inode_writes,fdatasync_median_us,fdatasync_total_ms,fdatasync_inode_writes,wb_only_median_us,wb_window_median_us\n");
     for o in &ours {
         out += &format!(
-            "ext4kit,{},{:.1},{:.1},{},{:.1},{:.1},{},{:.1}\n",
+            "ext4kit,{},{:.1},{:.1},{},{:.1},{:.1},{},{:.1},{:.1}\n",
             o.0,
             o.1,
             o.2.as_secs_f64() * 1e3,
@@ -315,12 +346,13 @@ fn main() -> Result<(), String> {
             o.4,
             o.5.as_secs_f64() * 1e3,
             o.6,
-            o.7
+            o.7,
+            o.8
         );
     }
     for k in &kern {
         out += &format!(
-            "kernel,{},{:.1},{:.1},,{:.1},{:.1},,\n",
+            "kernel,{},{:.1},{:.1},,{:.1},{:.1},,,\n",
             k.0,
             k.1,
             k.2.as_secs_f64() * 1e3,
