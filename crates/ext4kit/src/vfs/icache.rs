@@ -125,6 +125,8 @@ impl CachedInode {
     /// next reader loads the new one.
     pub fn reset_block_map(&self) {
         self.map.store(None);
+        // Readers holding the old map recheck (see PageMap's `seq`).
+        self.pages.bump();
     }
 
     /// Current size in bytes.

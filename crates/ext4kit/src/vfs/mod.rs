@@ -347,7 +347,10 @@ impl Fs {
             return Ok(0);
         }
         let want = ((size - off).min(buf.len() as u64)) as usize;
-        let map = inode.block_map(&self.vol)?;
+        // The sequence is loaded before the map: a change to either after
+        // this point is seen by the rechecks below (PageMap's `seq`).
+        let mut seq = inode.pages.seq();
+        let mut map = inode.block_map(&self.vol)?;
         if let BlockMap::Inline(data) = &*map {
             let end = (off as usize + want).min(data.len());
             let start = (off as usize).min(end);
@@ -375,7 +378,6 @@ impl Fs {
                 continue;
             }
             let blocks_left = (off + want as u64).div_ceil(bs) - lblk;
-            let seq = inode.pages.seq();
             match map.map(&self.vol, lblk)? {
                 Mapping::Hole { len } | Mapping::Mapped { len, uninit: true, .. } => {
                     // Zero-fill the hole directly; nothing is cached. Stop
@@ -387,6 +389,13 @@ impl Fs {
                     }
                     let bytes = ((span * bs) as usize - in_blk).min(want - done);
                     buf[done..done + bytes].fill(0);
+                    if inode.pages.seq() != seq {
+                        // Written back (and maybe evicted) or remapped
+                        // meanwhile: redo this step with the current map.
+                        seq = inode.pages.seq();
+                        map = inode.block_map(&self.vol)?;
+                        continue;
+                    }
                     done += bytes;
                 }
                 Mapping::Mapped { pblk, len, .. } => {
@@ -414,6 +423,8 @@ impl Fs {
                         for (l, p) in &added {
                             inode.pages.remove_if_same(*l, p);
                         }
+                        seq = inode.pages.seq();
+                        map = inode.block_map(&self.vol)?;
                         continue;
                     }
                     let mut copied = 0;

@@ -74,11 +74,16 @@ pub struct PageMap {
     dirty: Mutex<BTreeSet<u64>>,
     /// `dirty.len()`, readable without the mutex (read path fast check).
     ndirty: AtomicUsize,
-    /// Bumped by every replacement or removal done by the write side. A
-    /// reader that filled pages from disk checks it did not move while it
-    /// read: otherwise its bytes may be older than a write that has been
-    /// written back and evicted meanwhile, or come from blocks a truncate
-    /// freed, and it drops what it inserted and retries.
+    /// Bumped whenever what a lock-free reader derived from the disk may
+    /// have become stale: a page made clean by writeback (it may now be
+    /// evicted, and a reader that read the block before the write must not
+    /// cache its old bytes), pages dropped by truncate or hole punching
+    /// (their blocks may be reused), and the block map replaced (a reader
+    /// holding the old map may think a written block is a hole). Readers
+    /// load it before the map and recheck it after using the disk or the
+    /// map; on a change they undo what they inserted and redo the step. A
+    /// plain write does not bump it: its page is in the map before any
+    /// reader could miss it.
     seq: AtomicU64,
 }
 
@@ -125,7 +130,12 @@ impl PageMap {
 
     /// The write-side sequence number (see the field doc).
     pub fn seq(&self) -> u64 {
-        self.seq.load(Ordering::Acquire)
+        self.seq.load(Ordering::SeqCst)
+    }
+
+    /// Tell readers that what they derived from the disk may be stale.
+    pub fn bump(&self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Install new contents for blocks as dirty pages (replacing cached
@@ -144,7 +154,6 @@ impl PageMap {
             }
         }
         self.ndirty.store(set.len(), Ordering::Release);
-        self.seq.fetch_add(1, Ordering::AcqRel);
         (new_pages, new_dirty)
     }
 
@@ -179,6 +188,7 @@ impl PageMap {
                 cur.dirty.store(false, Ordering::Release);
                 let was = set.remove(&lblk);
                 self.ndirty.store(set.len(), Ordering::Release);
+                self.bump();
                 was
             }
             _ => false,
@@ -214,7 +224,7 @@ impl PageMap {
             set.remove(k);
         }
         self.ndirty.store(set.len(), Ordering::Release);
-        self.seq.fetch_add(1, Ordering::AcqRel);
+        self.bump();
         (dropped, gone.len())
     }
 
