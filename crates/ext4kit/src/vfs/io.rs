@@ -259,6 +259,9 @@ impl Fs {
             let fb = len.div_ceil(bs);
             // Punch first: it fails (interim limits) before changing anything.
             let mut h = self.vol.begin()?;
+            // Readers that looked at the old map must not trust blocks we
+            // free from here on (PageMap's `seq`).
+            inode.pages.bump();
             self.vol.punch_blocks(&mut h, inode.ino, &mut rec, fb, u64::MAX)?;
             set_size(inode, &mut rec, len);
             let (pages, dirty) = inode.pages.remove_range(fb, u64::MAX);
@@ -342,6 +345,7 @@ impl Fs {
             let (fb, lb) = (off.div_ceil(bs), end / bs);
             if fb < lb {
                 let mut h = self.vol.begin()?;
+                inode.pages.bump();
                 self.vol.punch_blocks(&mut h, ino, &mut rec, fb, lb)?;
                 let (pages, dirty) = inode.pages.remove_range(fb, lb);
                 self.pages.release(pages);
@@ -394,6 +398,7 @@ impl Fs {
             self.zero_range_edges(inode, rec, off, end.min(rec.size().max(off)))?;
             let (fb, lb) = (off.div_ceil(bs), end / bs);
             if fb < lb {
+                inode.pages.bump();
                 self.vol.punch_blocks(h, ino, rec, fb, lb)?;
                 let (pages, dirty) = inode.pages.remove_range(fb, lb);
                 self.pages.release(pages);

@@ -404,25 +404,34 @@ impl Fs {
                     self.vol
                         .read_raw(pblk, &mut raw)
                         .map_err(|e| crate::ext4::volume::annotate(e, &format!("data of inode {}", inode.ino)))?;
-                    let mut added = Vec::new();
+                    // Charged before insertion, so the count never dips
+                    // below what is cached while a sweep runs.
+                    let over = self.pages.charge(run as usize);
+                    let mut added = 0;
                     let mut pages = Vec::with_capacity(run as usize);
                     for (k, chunk) in raw.chunks(bs as usize).enumerate() {
-                        let l = lblk + k as u64;
-                        // A page cached meanwhile (dirty or not) wins.
-                        let (page, new) = inode.pages.insert_clean(l, Arc::new(Page::new(chunk.into())));
-                        if new {
-                            added.push((l, page.clone()));
+                        // A page cached meanwhile (dirty or not) wins; a
+                        // write-side change since `seq` voids what we read.
+                        match inode
+                            .pages
+                            .insert_clean_at(lblk + k as u64, Arc::new(Page::new(chunk.into())), seq)
+                        {
+                            Some((page, new)) => {
+                                added += new as usize;
+                                pages.push(page);
+                            }
+                            None => break,
                         }
-                        pages.push(page);
                     }
-                    if inode.pages.seq() != seq {
-                        // The write side replaced or dropped pages while we
-                        // read the disk: what we read may be older than a
-                        // write already written back and evicted, or come
-                        // from blocks a truncate freed. Undo and retry.
-                        for (l, p) in &added {
-                            inode.pages.remove_if_same(*l, p);
-                        }
+                    self.pages.release(run as usize - added);
+                    if over {
+                        self.shrink_pages();
+                    }
+                    if pages.len() < run as usize {
+                        // The write side cleaned, dropped or remapped
+                        // while we read the disk: what we read may be older
+                        // than a write already written back and evicted, or
+                        // come from blocks a truncate freed. Redo the step.
                         seq = inode.pages.seq();
                         map = inode.block_map(&self.vol)?;
                         continue;
@@ -438,9 +447,6 @@ impl Fs {
                         copied += m;
                     }
                     done += copied;
-                    if self.pages.charge(added.len()) {
-                        self.shrink_pages();
-                    }
                 }
             }
         }

@@ -31,6 +31,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use papaya::{Compute, Operation};
 use parking_lot::Mutex;
 
 /// One cached block of file data.
@@ -62,7 +63,7 @@ impl Page {
 
     /// Whether the page holds data not yet written to disk.
     pub fn is_dirty(&self) -> bool {
-        self.dirty.load(Ordering::Acquire)
+        self.dirty.load(Ordering::SeqCst)
     }
 }
 
@@ -121,11 +122,30 @@ impl PageMap {
         (got.clone(), new)
     }
 
-    /// Remove `page` from `lblk` if it is still the one cached there (a
-    /// reader undoing a fill that raced with the write side).
-    pub fn remove_if_same(&self, lblk: u64, page: &Arc<Page>) -> bool {
+    /// Insert a clean page read from disk at `lblk`, unless a page is
+    /// cached there already (that one is returned, `false`), or the write
+    /// side moved the sequence past `seq0` — the value the reader loaded
+    /// before it looked at the block map — in which case nothing is
+    /// inserted and `None` tells the reader to redo the step.
+    ///
+    /// The emptiness check, the sequence check and the insertion are one
+    /// atomic `compute`: a slot can only have become empty by eviction of a
+    /// clean page or by truncation, and both bump the sequence *before*
+    /// the page can go (see `mark_clean` and `remove_range`), so a reader
+    /// that sees the slot empty also sees the bump. A stale page is thus
+    /// never made visible, not even for an instant.
+    pub fn insert_clean_at(&self, lblk: u64, page: Arc<Page>, seq0: u64) -> Option<(Arc<Page>, bool)> {
         let m = self.pages.pin();
-        matches!(m.remove_if(&lblk, |_, v| Arc::ptr_eq(v, page)), Ok(Some(_)))
+        let r = m.compute(lblk, |e| match e {
+            Some((_, v)) => Operation::Abort(Some(v.clone())),
+            None if self.seq() != seq0 => Operation::Abort(None),
+            None => Operation::Insert(page.clone()),
+        });
+        match r {
+            Compute::Inserted(_, v) => Some((v.clone(), true)),
+            Compute::Aborted(Some(v)) => Some((v, false)),
+            _ => None,
+        }
     }
 
     /// The write-side sequence number (see the field doc).
@@ -185,10 +205,13 @@ impl PageMap {
         let m = self.pages.pin();
         match m.get(&lblk) {
             Some(cur) if Arc::ptr_eq(cur, page) => {
-                cur.dirty.store(false, Ordering::Release);
+                // Bump first: once the flag is clear the sweep may evict
+                // the page, and a reader finding the slot empty must see
+                // the bump (`insert_clean_at`).
+                self.bump();
+                cur.dirty.store(false, Ordering::SeqCst);
                 let was = set.remove(&lblk);
                 self.ndirty.store(set.len(), Ordering::Release);
-                self.bump();
                 was
             }
             _ => false,
@@ -203,6 +226,8 @@ impl PageMap {
             return (0, 0);
         }
         let mut set = self.dirty.lock();
+        // Bump before anything goes (see `insert_clean_at`).
+        self.bump();
         let m = self.pages.pin();
         let mut dropped = 0;
         if end - start <= m.len() as u64 {
@@ -224,7 +249,6 @@ impl PageMap {
             set.remove(k);
         }
         self.ndirty.store(set.len(), Ordering::Release);
-        self.bump();
         (dropped, gone.len())
     }
 
