@@ -710,3 +710,31 @@ fn readers_never_see_stale_or_torn_blocks() {
     drop(f);
     verify(fs, &img.path, &[("/r", &vec![40u8; BLOCKS * 4096])]);
 }
+
+/// The descriptor-table wrappers reach the same operations.
+#[test]
+fn process_wrappers() {
+    let img = image("proc", &["-t", "ext4", "-b", "4096"]);
+    let fs = rw(&img.path);
+    let mut p = Process::new(fs.clone());
+    let fd = p.open_as("/p", flags(O_CREAT | O_RDWR), 0o640, &Cred::root()).unwrap();
+    assert_eq!(p.write(fd, b"hello world").unwrap(), 11);
+    assert_eq!(p.pwrite(fd, b"W", 6).unwrap(), 1);
+    p.ftruncate(fd, 9).unwrap();
+    p.fallocate(fd, 0, 0, 20_000).unwrap();
+    p.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 2, 3)
+        .unwrap();
+    p.fdatasync(fd).unwrap();
+    p.fsync(fd).unwrap();
+    let mut b = [0u8; 16];
+    assert_eq!(p.pread(fd, &mut b, 0).unwrap(), 16);
+    assert_eq!(&b[..11], b"he\0\0\0 Wor\0\0");
+    assert_eq!(fs.stat(b"/p").unwrap().mode & 0o777, 0o640);
+    let mut model = b"he\0\0\0 Wor".to_vec();
+    model.resize(20_000, 0);
+    p.close(fd).unwrap();
+    assert_eq!(p.write(fd, b"x").unwrap_err().errno(), Errno::EBADF);
+    assert_eq!(p.fsync(fd).unwrap_err().errno(), Errno::EBADF);
+    drop(p);
+    verify(fs, &img.path, &[("/p", &model)]);
+}
