@@ -738,3 +738,49 @@ fn process_wrappers() {
     drop(p);
     verify(fs, &img.path, &[("/p", &model)]);
 }
+
+/// Immutable and append-only inodes (set with debugfs, as chattr would).
+#[test]
+fn immutable_and_append_only_inodes() {
+    let img = image("iflags", &["-t", "ext4", "-b", "4096"]);
+    let fs = rw(&img.path);
+    for p in ["/imm", "/app"] {
+        let f = fs.open(p.as_bytes(), flags(O_CREAT | O_WRONLY)).unwrap();
+        f.write(&fs, b"base").unwrap();
+    }
+    fs.sync().unwrap();
+    drop(fs);
+    for (p, fl) in [("/imm", "0x80010"), ("/app", "0x80020")] {
+        ext4kit_testkit::run_ok(
+            Command::new("debugfs")
+                .arg("-w")
+                .arg("-R")
+                .arg(format!("set_inode_field {p} flags {fl}"))
+                .arg(&img.path),
+            &[0],
+        )
+        .unwrap();
+    }
+    let fs = rw(&img.path);
+    let eperm = |r: ext4kit::Result<Arc<ext4kit::File>>| r.unwrap_err().errno();
+    assert_eq!(eperm(fs.open(b"/imm", flags(O_WRONLY))), Errno::EPERM);
+    assert_eq!(eperm(fs.open(b"/imm", flags(O_WRONLY | O_APPEND))), Errno::EPERM);
+    assert_eq!(eperm(fs.open(b"/app", flags(O_WRONLY))), Errno::EPERM);
+    assert_eq!(
+        eperm(fs.open(b"/app", flags(O_WRONLY | O_APPEND | O_TRUNC))),
+        Errno::EPERM
+    );
+    fs.open(b"/imm", flags(O_RDONLY)).unwrap();
+    let a = fs.open(b"/app", flags(O_WRONLY | O_APPEND)).unwrap();
+    a.pwrite(&fs, 0, b"+more").unwrap();
+    assert_eq!(a.ftruncate(&fs, 0).unwrap_err().errno(), Errno::EPERM);
+    assert_eq!(
+        a.fallocate(&fs, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 2)
+            .unwrap_err()
+            .errno(),
+        Errno::EPERM
+    );
+    a.fallocate(&fs, FALLOC_FL_KEEP_SIZE, 0, 100_000).unwrap();
+    drop(a);
+    verify(fs, &img.path, &[("/imm", b"base"), ("/app", b"base+more")]);
+}

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use ext4kit_format::features::ro_compat;
 use ext4kit_format::indirect;
-use ext4kit_format::inode::{FileType, Inode, TimeField};
+use ext4kit_format::inode::{flags as iflags, FileType, Inode, TimeField};
 
 use super::cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::file::{File, OpenFlags};
@@ -98,11 +98,26 @@ impl Fs {
         if self.vol.read_only {
             return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
         }
+        if rec.base.flags & iflags::IMMUTABLE != 0 {
+            return Err(Error::posix(Errno::EPERM, format!("inode {} is immutable", inode.ino)));
+        }
         if rec.has_inline_data() {
             return Err(Error::Unsupported(format!(
                 "inode {}: writing inline-data files is not supported yet",
                 inode.ino
             )));
+        }
+        Ok(())
+    }
+
+    /// Changes other than appending (truncate, punching, zeroing) are
+    /// refused on an append-only inode (`IS_APPEND`), as the kernel does.
+    fn check_not_append_only(&self, inode: &CachedInode, rec: &Inode) -> Result<()> {
+        if rec.base.flags & iflags::APPEND != 0 {
+            return Err(Error::posix(
+                Errno::EPERM,
+                format!("inode {} is append-only", inode.ino),
+            ));
         }
         Ok(())
     }
@@ -182,7 +197,13 @@ impl Fs {
         let mut rec = inode.disk.write();
         self.check_writable(inode, &rec)?;
         let old_size = rec.size();
-        let off = off.unwrap_or(old_size);
+        // An append-only inode is written only at its end (the open check
+        // demands O_APPEND; pwrite on O_APPEND appends).
+        let off = if rec.base.flags & iflags::APPEND != 0 {
+            old_size
+        } else {
+            off.unwrap_or(old_size)
+        };
         if buf.is_empty() {
             return Ok((off, 0));
         }
@@ -246,6 +267,7 @@ impl Fs {
         check_regular(inode)?;
         let mut rec = inode.disk.write();
         self.check_writable(inode, &rec)?;
+        self.check_not_append_only(inode, &rec)?;
         let max = max_file_size(self, &rec);
         if len > max {
             return Err(Error::posix(
@@ -322,6 +344,9 @@ impl Fs {
         check_regular(inode)?;
         let mut rec = inode.disk.write();
         self.check_writable(inode, &rec)?;
+        if mode & !FALLOC_FL_KEEP_SIZE != 0 {
+            self.check_not_append_only(inode, &rec)?;
+        }
         let max = max_file_size(self, &rec);
         let end = off.checked_add(len).filter(|&e| e <= max).ok_or_else(|| {
             Error::posix(
@@ -508,6 +533,20 @@ impl Fs {
                 return Err(Error::posix(
                     Errno::EACCES,
                     format!("{}: permission denied", show(path)),
+                ));
+            }
+        }
+        {
+            // may_open: IS_APPEND needs O_APPEND to write and forbids
+            // O_TRUNC; IS_IMMUTABLE forbids writing at all.
+            let r = inode.disk.read();
+            let f = r.base.flags;
+            if (write || flags.trunc) && f & iflags::IMMUTABLE != 0
+                || f & iflags::APPEND != 0 && (flags.trunc || write && !flags.append)
+            {
+                return Err(Error::posix(
+                    Errno::EPERM,
+                    format!("{}: immutable or append-only", show(path)),
                 ));
             }
         }
