@@ -784,3 +784,34 @@ fn immutable_and_append_only_inodes() {
     drop(a);
     verify(fs, &img.path, &[("/imm", b"base"), ("/app", b"base+more")]);
 }
+
+/// Writes by an unprivileged opener clear setuid (and setgid with group
+/// execute); root's writes keep them.
+#[test]
+fn unprivileged_writes_clear_setuid() {
+    let img = image("suid", &["-t", "ext4", "-b", "4096"]);
+    let fs = rw(&img.path);
+    let user = Cred::user(1000, 1000);
+    fs.create(b"/s", 0o6755, 1000, 1000).unwrap();
+    fs.create(b"/g", 0o2644, 1000, 1000).unwrap();
+    fs.create(b"/r", 0o6755, 1000, 1000).unwrap();
+    let mode = |p: &[u8]| fs.stat(p).unwrap().mode & 0o7777;
+    fs.open_as(b"/s", flags(O_WRONLY), 0, &user)
+        .unwrap()
+        .write(&fs, b"x")
+        .unwrap();
+    assert_eq!(mode(b"/s"), 0o755);
+    fs.open_as(b"/g", flags(O_WRONLY), 0, &user)
+        .unwrap()
+        .write(&fs, b"x")
+        .unwrap();
+    assert_eq!(mode(b"/g"), 0o2644, "setgid without group exec is not a privilege");
+    fs.open_as(b"/r", flags(O_WRONLY), 0, &Cred::root())
+        .unwrap()
+        .write(&fs, b"x")
+        .unwrap();
+    assert_eq!(mode(b"/r"), 0o6755);
+    verify(fs, &img.path, &[("/s", b"x"), ("/g", b"x"), ("/r", b"x")]);
+    let fresh = Fs::open_image(&img.path, &OpenOptions::default()).unwrap();
+    assert_eq!(fresh.stat(b"/s").unwrap().mode & 0o7777, 0o755);
+}

@@ -126,6 +126,9 @@ pub struct File {
     pos: AtomicU64,
     /// Flags given at open.
     pub flags: OpenFlags,
+    /// Opened by a caller with CAP_FSETID (root): its writes keep the
+    /// setuid/setgid bits, others' writes clear them (`file_remove_privs`).
+    pub(crate) privileged: bool,
 }
 
 impl File {
@@ -136,6 +139,7 @@ impl File {
             dentry,
             pos: AtomicU64::new(0),
             flags,
+            privileged: true,
         }
     }
 
@@ -233,7 +237,7 @@ impl File {
         } else {
             Some(self.pos.load(Ordering::Relaxed))
         };
-        let (off, n) = fs.write_at(&self.inode, at, buf)?;
+        let (off, n) = fs.write_as(&self.inode, at, buf, self.privileged)?;
         self.pos.store(off + n as u64, Ordering::Relaxed);
         Ok(n)
     }
@@ -243,7 +247,7 @@ impl File {
     pub fn pwrite(&self, fs: &Fs, off: u64, buf: &[u8]) -> Result<usize> {
         self.check_write()?;
         let at = if self.flags.append { None } else { Some(off) };
-        Ok(fs.write_at(&self.inode, at, buf)?.1)
+        Ok(fs.write_as(&self.inode, at, buf, self.privileged)?.1)
     }
 
     /// ftruncate(2): EINVAL unless open for writing (as Linux).

@@ -184,8 +184,21 @@ impl Fs {
     /// Buffered write of `buf` at `off` (`None`: at the end of file, read
     /// under the lock — O_APPEND). Returns (offset written at, bytes).
     pub fn write_at(&self, inode: &CachedInode, off: Option<u64>, buf: &[u8]) -> Result<(u64, usize)> {
+        self.write_as(inode, off, buf, true)
+    }
+
+    /// [`Self::write_at`] by a caller that is `privileged` (CAP_FSETID) or
+    /// not: an unprivileged write clears setuid, and setgid when group
+    /// execute is set (`file_remove_privs`).
+    pub fn write_as(
+        &self,
+        inode: &CachedInode,
+        off: Option<u64>,
+        buf: &[u8],
+        privileged: bool,
+    ) -> Result<(u64, usize)> {
         check_regular(inode)?;
-        let r = self.write_locked(inode, off, buf);
+        let r = self.write_locked(inode, off, buf, privileged);
         // Memory pressure is handled with no inode lock held.
         if r.is_ok() {
             self.balance_dirty(inode)?;
@@ -193,7 +206,13 @@ impl Fs {
         r
     }
 
-    fn write_locked(&self, inode: &CachedInode, off: Option<u64>, buf: &[u8]) -> Result<(u64, usize)> {
+    fn write_locked(
+        &self,
+        inode: &CachedInode,
+        off: Option<u64>,
+        buf: &[u8],
+        privileged: bool,
+    ) -> Result<(u64, usize)> {
         let mut rec = inode.disk.write();
         self.check_writable(inode, &rec)?;
         let old_size = rec.size();
@@ -256,6 +275,12 @@ impl Fs {
             }
         }
         touch_mtime(inode, &mut rec);
+        let m = rec.base.mode;
+        if !privileged && (m & 0o4000 != 0 || m & 0o2010 == 0o2010) {
+            rec.base.mode = m & !(if m & 0o0010 != 0 { 0o6000 } else { 0o4000 });
+            // A mode change is metadata fdatasync need not write; fsync does.
+            inode.mark_dirty(DIRTY_TIME);
+        }
         Ok((off, buf.len()))
     }
 
@@ -559,7 +584,9 @@ impl Fs {
         if flags.trunc && inode.ftype == FileType::Regular && !created {
             self.truncate_inode(&inode, 0)?;
         }
-        Ok(Arc::new(File::new(inode, Some(d), flags)))
+        let mut file = File::new(inode, Some(d), flags);
+        file.privileged = cred.is_root();
+        Ok(Arc::new(file))
     }
 }
 
