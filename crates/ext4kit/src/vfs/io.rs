@@ -241,9 +241,18 @@ impl Fs {
             // Keep the tail past the old EOF zero before it becomes file data.
             self.zero_block_tail(inode, &rec, old_size)?;
         }
+        // A failure after some chunks were written ends the write short
+        // (write(2) reports what it wrote; the next call sees the error).
+        let mut failure = None;
         let mut pos = off;
-        while pos < end {
-            let map = inode.block_map_locked(&self.vol, &rec)?;
+        'chunks: while pos < end {
+            let map = match inode.block_map_locked(&self.vol, &rec) {
+                Ok(m) => m,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
             let first = pos / bs;
             let last = (end - 1) / bs;
             let upto = last.min(first + WRITE_CHUNK - 1);
@@ -258,7 +267,13 @@ impl Fs {
                     // Wholly past the old EOF: no old contents to keep.
                     vec![0u8; bs as usize].into_boxed_slice()
                 } else {
-                    self.block_contents(inode, &map, lblk)?
+                    match self.block_contents(inode, &map, lblk) {
+                        Ok(d) => d,
+                        Err(e) => {
+                            failure = Some(e);
+                            break 'chunks;
+                        }
+                    }
                 };
                 let src = &buf[(a - off) as usize..(b - off) as usize];
                 data[(a - bstart) as usize..(b - bstart) as usize].copy_from_slice(src);
@@ -271,7 +286,15 @@ impl Fs {
                 inode.mark_dirty(DIRTY_DATA);
             }
             if pos < end && self.pages.dirty_over() {
-                self.writeback_locked(inode, &mut rec, super::writeback::SyncLevel::All)?;
+                if let Err(e) = self.writeback_locked(inode, &mut rec, super::writeback::SyncLevel::All) {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if pos == off {
+            if let Some(e) = failure {
+                return Err(e);
             }
         }
         touch_mtime(inode, &mut rec);
@@ -281,7 +304,7 @@ impl Fs {
             // A mode change is metadata fdatasync need not write; fsync does.
             inode.mark_dirty(DIRTY_TIME);
         }
-        Ok((off, buf.len()))
+        Ok((off, (pos - off) as usize))
     }
 
     /// Set the size of `inode` to `len` (truncate/ftruncate). Shrinking
