@@ -338,15 +338,20 @@ impl Fs {
             self.pages.release(pages);
             self.pages.release_dirty(dirty);
             inode.reset_block_map();
-            if !len.is_multiple_of(bs) {
-                self.zero_block_tail(inode, &rec, len)?;
-            }
+            // A failure here (reading the tail block) must not keep the
+            // freed blocks and the new map from reaching disk together.
+            let tail = if len.is_multiple_of(bs) {
+                Ok(())
+            } else {
+                self.zero_block_tail(inode, &rec, len)
+            };
             touch_mtime(inode, &mut rec);
             // Freed blocks and the map that no longer holds them go to disk
             // in one handle, so the record is written now.
             self.vol.write_inode(&mut h, inode.ino, &rec)?;
             h.commit()?;
             inode.clear_dirty();
+            tail?;
         } else {
             if len > old {
                 if !old.is_multiple_of(bs) {
@@ -438,11 +443,14 @@ impl Fs {
         // Whatever was changed is committed, even after a failure: the
         // handle's bitmaps and the record's map must reach disk together.
         inode.reset_block_map();
+        let mut r = r;
         if r.is_ok() && mode & FALLOC_FL_KEEP_SIZE == 0 && end > size {
             if !size.is_multiple_of(bs) {
-                self.zero_block_tail(inode, &rec, size)?;
+                r = self.zero_block_tail(inode, &rec, size);
             }
-            set_size(inode, &mut rec, end);
+            if r.is_ok() {
+                set_size(inode, &mut rec, end);
+            }
         }
         // ext4_fallocate updates the times like a write does.
         touch_mtime(inode, &mut rec);
