@@ -387,3 +387,78 @@ fn many_renames_across_directories_stay_consistent() {
     }
     check_all(&img, &m);
 }
+
+fn rw_flags() -> ext4kit::OpenFlags {
+    ext4kit::OpenFlags {
+        access: ext4kit::vfs::file::Access::ReadWrite,
+        create: true,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn unlinked_open_file_lives_until_last_close() {
+    let img = image("orphan", &["-t", "ext4"], "16M");
+    let root = Cred::root();
+    let fs = rw(&img);
+    let free0 = fs.statfs().unwrap();
+    let mut p = ext4kit::Process::new(fs.clone());
+    let fd = p.open_as(b"/doomed", rw_flags(), 0o644, &root).unwrap();
+    let data = vec![0xabu8; 200_000];
+    assert_eq!(p.write(fd, &data).unwrap(), data.len());
+    p.fsync(fd).unwrap();
+    let fd2 = p.dup(fd).unwrap();
+    fs.unlink(b"/doomed", &root).unwrap();
+    assert_eq!(fs.stat(b"/doomed").unwrap_err().errno(), Errno::ENOENT);
+    // Still readable and writable through the open descriptors.
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(p.pread(fd, &mut back, 0).unwrap(), data.len());
+    assert!(back == data);
+    p.pwrite(fd2, b"more", 200_000).unwrap();
+    // Its blocks are still in use while it is open.
+    assert!(fs.statfs().unwrap().blocks_free < free0.blocks_free);
+    p.close(fd).unwrap();
+    assert!(fs.statfs().unwrap().blocks_free < free0.blocks_free, "freed before the last close");
+    p.close(fd2).unwrap();
+    fs.sync().unwrap();
+    let free1 = fs.statfs().unwrap();
+    assert_eq!(
+        (free1.blocks_free, free1.files_free),
+        (free0.blocks_free, free0.files_free),
+        "the last close frees blocks and inode"
+    );
+    drop(p);
+    drop(fs);
+    fsck_clean(&img);
+}
+
+#[test]
+fn orphans_left_open_are_freed_at_the_next_open_and_by_the_kernel() {
+    for who in ["ext4kit", "kernel"] {
+        let img = image(&format!("orphan-recovery-{who}"), &["-t", "ext4"], "16M");
+        let root = Cred::root();
+        let fs = rw(&img);
+        let free0 = fs.statfs().unwrap();
+        let mut p = ext4kit::Process::new(fs.clone());
+        let fd = p.open_as(b"/kept-open", rw_flags(), 0o644, &root).unwrap();
+        p.write(fd, &vec![7u8; 100_000]).unwrap();
+        fs.unlink(b"/kept-open", &root).unwrap();
+        fs.sync().unwrap();
+        // The process "dies" with the file open: no close.
+        std::mem::forget(p);
+        drop(fs);
+        if who == "ext4kit" {
+            let fs = rw(&img);
+            let free1 = fs.statfs().unwrap();
+            assert_eq!((free1.blocks_free, free1.files_free), (free0.blocks_free, free0.files_free));
+            drop(fs);
+        } else {
+            ext4kit_testkit::kernel_available().expect("the kernel check needs a loop mount; CI runs as root");
+            let mnt = img.with_extension("mnt");
+            std::fs::create_dir_all(&mnt).unwrap();
+            let m = ext4kit_testkit::LoopMount::mount(&img, &mnt, "ext4", false).unwrap();
+            m.unmount().unwrap();
+        }
+        fsck_clean(&img);
+    }
+}

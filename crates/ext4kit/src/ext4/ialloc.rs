@@ -70,6 +70,7 @@ impl Volume {
                 format!("inode {ino}: record of {} bytes", bytes.len()),
             ));
         }
+        self.stats.inode_writes.fetch_add(1, Ordering::Relaxed);
         h.modify(blk, |d| {
             d[off..off + n].copy_from_slice(&bytes);
             Ok(())

@@ -805,8 +805,22 @@ impl Fs {
             self.vol.orphan_add(h, inode.ino, rec)?;
             return Ok(Death::Orphaned);
         }
+        self.discard_pages(inode);
         self.destroy(h, inode.ino, rec, t)?;
         Ok(Death::Freed)
+    }
+
+    /// Drop every cached page of a dying inode, dirty ones included (their
+    /// data has nowhere to go), with the page budget's accounting, and stop
+    /// readers from trusting the old block map.
+    fn discard_pages(&self, inode: &CachedInode) {
+        inode.pages.bump();
+        let (pages, dirty) = inode.pages.remove_range(0, u64::MAX);
+        self.pages.release(pages);
+        self.pages.release_dirty(dirty);
+        inode.clear_dirty();
+        inode.size.store(0, Ordering::Release);
+        inode.reset_block_map();
     }
 
     /// Free everything inode `ino` owns and the inode itself (`ext4_evict_inode`):
@@ -845,6 +859,7 @@ impl Fs {
         let t = now();
         let mut h = self.vol.begin()?;
         let mut new = rec.clone();
+        self.discard_pages(inode);
         self.vol.orphan_remove(&mut h, inode.ino, &mut new)?;
         self.destroy(&mut h, inode.ino, &mut new, t)?;
         h.commit()?;
@@ -853,6 +868,20 @@ impl Fs {
         *rec = new;
         drop(rec);
         self.icache.forget(inode.ino);
+        Ok(())
+    }
+
+    /// Close an open file: drop this reference, and if it was the last open
+    /// of an inode that has no name left, free the inode (the last close of
+    /// an unlinked file). Frontends call this instead of just dropping the
+    /// `Arc<File>`; a file dropped without it stays on the orphan list until
+    /// the next open of the image frees it.
+    pub fn close_file(&self, file: Arc<super::File>) -> Result<()> {
+        let inode = file.inode.clone();
+        drop(file);
+        if inode.opens.load(Ordering::Acquire) == 0 {
+            self.release_unlinked(&inode)?;
+        }
         Ok(())
     }
 

@@ -326,6 +326,7 @@ impl Fs {
 
     /// Write the superblock's summary counters and flush the device.
     pub fn sync(&self) -> Result<()> {
+        self.writeback_all()?;
         self.vol.sync_super()?;
         if !self.vol.read_only {
             self.vol
