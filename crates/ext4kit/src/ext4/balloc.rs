@@ -71,7 +71,32 @@ impl Volume {
 
     /// Allocate up to `want` contiguous blocks, preferring `goal`; returns
     /// the first block and how many were allocated (at least one).
+    ///
+    /// This is the unprivileged allocator: it never takes the last
+    /// `s_r_blocks_count` free blocks (the root reserve), the way the
+    /// kernel's `ext4_has_free_clusters` treats a caller without
+    /// CAP_SYS_RESOURCE. File data and map blocks go through here whoever
+    /// the caller is (this layer has no caller identity), so root writing a
+    /// file does not dip into the reserve either — stricter than the kernel,
+    /// never looser. Callers that must succeed where root would (e2fsck-like
+    /// repairs, the superuser's own tools) use [`Self::alloc_blocks_as`].
     pub fn alloc_blocks(&self, h: &mut Handle<'_>, goal: u64, want: u32) -> Result<(u64, u32)> {
+        self.alloc_blocks_as(h, goal, want, false)
+    }
+
+    /// [`Self::alloc_blocks`], with `privileged` allowed to use the root
+    /// reserve (`s_r_blocks_count`).
+    ///
+    /// The reserve check reads the group counters without holding them
+    /// across the allocation (like the kernel's per-cpu free counter, it is
+    /// a snapshot): two concurrent unprivileged allocations may together
+    /// take at most one request's worth out of the reserve.
+    pub fn alloc_blocks_as(&self, h: &mut Handle<'_>, goal: u64, want: u32, privileged: bool) -> Result<(u64, u32)> {
+        let want = if privileged {
+            want.max(1)
+        } else {
+            self.unreserved_allowance(want.max(1))?
+        };
         let ngroups = self.groups.len();
         let goal = goal.clamp(self.first_data_block, self.blocks_count - 1);
         let g0 = ((goal - self.first_data_block) / self.blocks_per_group) as usize;
@@ -87,6 +112,34 @@ impl Volume {
             }
         }
         Err(Error::posix(Errno::ENOSPC, "no free blocks left on the filesystem"))
+    }
+
+    /// How many of `want` blocks an unprivileged caller may take: all of
+    /// them while at least `r_blocks + want` are free, else what is free
+    /// above the reserve; ENOSPC when only the reserve is left. Sums group
+    /// counters (one read lock at a time, never two) and stops as soon as
+    /// enough is seen, so a roomy filesystem looks at a group or two.
+    fn unreserved_allowance(&self, want: u32) -> Result<u32> {
+        let reserved = self.sb.read().r_blocks_count();
+        if reserved == 0 {
+            return Ok(want);
+        }
+        let need = reserved + want as u64;
+        let mut free = 0u64;
+        for grp in &self.groups {
+            free += grp.desc.read().free_blocks_count() as u64;
+            if free >= need {
+                return Ok(want);
+            }
+        }
+        if free > reserved {
+            Ok((free - reserved) as u32)
+        } else {
+            Err(Error::posix(
+                Errno::ENOSPC,
+                format!("no free blocks left outside the {reserved} reserved for root"),
+            ))
+        }
     }
 
     fn alloc_in_group(&self, h: &mut Handle<'_>, g: usize, from: usize, want: u32) -> Result<Option<(u64, u32)>> {
