@@ -24,7 +24,7 @@
 use ext4kit_format::extent::Extent;
 use ext4kit_format::inode::{flags, Inode};
 
-use super::extent_tree::{convert_leaf, merge, punch_leaf, INIT_MAX, UNINIT_MAX};
+use super::extent_tree::{convert_leaf, merge, punch_leaf, EditKind, INIT_MAX, UNINIT_MAX};
 use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
@@ -94,7 +94,7 @@ impl Volume {
             }
             let mut freed: Vec<(u64, u64)> = Vec::new();
             let goal = self.inode_goal(ino);
-            let cx = self.ext_edit(h, ino, inode, goal, start, end, true, &mut |leaf| {
+            let cx = self.ext_edit(h, ino, inode, goal, start, end, EditKind::Punch, &mut |leaf| {
                 punch_leaf(leaf, start, end, &mut freed);
                 Ok(())
             })?;
@@ -126,7 +126,7 @@ impl Volume {
         }
         let end = lblk.saturating_add(len);
         let goal = self.inode_goal(ino);
-        let cx = self.ext_edit(h, ino, inode, goal, lblk, end, true, &mut |leaf| {
+        let cx = self.ext_edit(h, ino, inode, goal, lblk, end, EditKind::Convert, &mut |leaf| {
             convert_leaf(leaf, lblk, end);
             Ok(())
         })?;
@@ -209,7 +209,7 @@ impl Volume {
                 Err(e) => return self.map_unwind(h, ino, inode, &runs, e),
             };
             let ext = Extent::new(l as u32, n, p, uninit);
-            let edit = self.ext_edit(h, ino, inode, p, l, l + n as u64, false, &mut |leaf| {
+            let edit = self.ext_edit(h, ino, inode, p, l, l + n as u64, EditKind::Insert, &mut |leaf| {
                 let pos = leaf.partition_point(|e| e.block < ext.block);
                 leaf.insert(pos, ext);
                 merge(leaf);

@@ -158,6 +158,20 @@ pub(crate) struct EditCx {
     pub meta_alloc: u64,
     /// Node blocks removed from the tree by this edit.
     pub meta_freed: u64,
+    /// May use the root reserve: removing or converting blocks must not
+    /// fail for want of a node block (the kernel's `EXT4_EX_NOFAIL`).
+    privileged: bool,
+}
+
+/// What an edit does to the leaves (decides reservation and collapse).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EditKind {
+    /// Add one extent (map_blocks).
+    Insert,
+    /// Remove a range (punch, truncate).
+    Punch,
+    /// Unwritten to written (mark_written).
+    Convert,
 }
 
 impl Volume {
@@ -254,6 +268,7 @@ impl Volume {
     /// free and collapse nodes as needed and write the new root into
     /// `inode`. `f` may add at most two entries to a leaf. `shrinking` asks
     /// for the depth-reduction check (punch, conversion).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn ext_edit(
         &self,
         h: &mut Handle<'_>,
@@ -262,7 +277,7 @@ impl Volume {
         goal: u64,
         start: u64,
         end: u64,
-        shrinking: bool,
+        kind: EditKind,
         f: &mut dyn FnMut(&mut Vec<Extent>) -> Result<()>,
     ) -> Result<EditCx> {
         let seed = self.inode_seed(ino, inode.base.generation);
@@ -274,13 +289,31 @@ impl Volume {
             pool: Vec::new(),
             meta_alloc: 0,
             meta_freed: 0,
+            privileged: false,
         };
         // Reserve what splits could need before changing anything: a leaf
         // near full (an edit adds at most two entries) may split, and the
-        // split may cascade to the root and grow the tree.
+        // split may cascade to the root and grow the tree. Only inserts,
+        // punches strictly inside one extent and conversions cutting an
+        // unwritten extent add entries at all.
+        let last = end.saturating_sub(1).max(start);
+        let grows = match kind {
+            EditKind::Insert => true,
+            EditKind::Punch => self
+                .ext_find(ino, inode, start)?
+                .cur
+                .is_some_and(|e| (e.block as u64) < start && e.block as u64 + e.length() as u64 > end),
+            EditKind::Convert => {
+                let a = self.ext_find(ino, inode, start)?.cur;
+                let b = self.ext_find(ino, inode, last)?.cur;
+                a.is_some_and(|e| e.is_uninit() && (e.block as u64) < start)
+                    || b.is_some_and(|e| e.is_uninit() && e.block as u64 + e.length() as u64 > end)
+            }
+        };
+        cx.privileged = kind != EditKind::Insert;
         let (n1, max1, depth) = self.ext_leaf_fill(ino, seed, &root, start)?;
-        let (n2, max2, _) = self.ext_leaf_fill(ino, seed, &root, end.saturating_sub(1).max(start))?;
-        if n1 + 2 > max1 || n2 + 2 > max2 {
+        let (n2, max2, _) = self.ext_leaf_fill(ino, seed, &root, last)?;
+        if grows && (n1 + 2 > max1 || n2 + 2 > max2) {
             if depth >= MAX_DEPTH {
                 return Err(Error::posix(
                     Errno::EFBIG,
@@ -290,6 +323,7 @@ impl Volume {
             let need = 2 * (depth as u64 + 1) + 1;
             self.reserve_pool(h, &mut cx, need)?;
         }
+        let shrinking = kind != EditKind::Insert;
         let r = self.ext_edit_inner(h, &mut cx, inode, &mut root, start, end, shrinking, f);
         // Unused reservations go back whatever happened.
         let pool = std::mem::take(&mut cx.pool);
@@ -435,7 +469,7 @@ impl Volume {
     fn reserve_pool(&self, h: &mut Handle<'_>, cx: &mut EditCx, need: u64) -> Result<()> {
         while (cx.pool.len() as u64) < need {
             let want = (need - cx.pool.len() as u64) as u32;
-            match self.alloc_blocks(h, cx.goal, want) {
+            match self.alloc_blocks_as(h, cx.goal, want, cx.privileged) {
                 Ok((p, n)) => cx.pool.extend((0..n as u64).map(|k| p + k)),
                 Err(e) => {
                     for b in std::mem::take(&mut cx.pool) {
@@ -452,7 +486,7 @@ impl Volume {
     fn take_block(&self, h: &mut Handle<'_>, cx: &mut EditCx) -> Result<u64> {
         let b = match cx.pool.pop() {
             Some(b) => b,
-            None => self.alloc_blocks(h, cx.goal, 1)?.0,
+            None => self.alloc_blocks_as(h, cx.goal, 1, cx.privileged)?.0,
         };
         cx.meta_alloc += 1;
         Ok(b)
@@ -579,7 +613,7 @@ mod tests {
             for tail in [true, false] {
                 let v = split_sizes(n, 84, tail);
                 assert_eq!(v.iter().sum::<usize>(), n);
-                assert!(v.iter().all(|&s| s >= 1 && s <= 84));
+                assert!(v.iter().all(|&s| (1..=84).contains(&s)));
             }
         }
     }

@@ -75,13 +75,11 @@ impl Volume {
     }
 
     fn ind_set_ptr(&self, st: &mut IndState, blk: u64, i: usize, v: u32) -> Result<()> {
-        if !st.dirty.contains_key(&blk) {
-            let cur = self.buffer(blk)?.data.to_vec();
-            st.dirty.insert(blk, cur);
-        }
-        if let Some(d) = st.dirty.get_mut(&blk) {
-            d[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
-        }
+        let d = match st.dirty.entry(blk) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(slot) => slot.insert(self.buffer(blk)?.data.to_vec()),
+        };
+        d[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
         Ok(())
     }
 
@@ -187,13 +185,15 @@ impl Volume {
         for (slot, depth) in [(IND, 1usize), (DIND, 2), (TIND, 3)] {
             let span = indirect::span(depth, bs);
             let p = st.root[slot];
-            if p != 0 && start < base + span && end > base {
-                if self.ind_punch_tree(h, st, &mut fr, p as u64, depth, base, start, end)? {
-                    self.free_add(h, &mut fr, p as u64)?;
-                    st.dirty.remove(&(p as u64));
-                    st.meta_freed += 1;
-                    st.root[slot] = 0;
-                }
+            if p != 0
+                && start < base + span
+                && end > base
+                && self.ind_punch_tree(h, st, &mut fr, p as u64, depth, base, start, end)?
+            {
+                self.free_add(h, &mut fr, p as u64)?;
+                st.dirty.remove(&(p as u64));
+                st.meta_freed += 1;
+                st.root[slot] = 0;
             }
             base += span;
         }

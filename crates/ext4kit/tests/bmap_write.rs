@@ -1,0 +1,490 @@
+//! The block-map writer driven directly through the ext4 layer: extent
+//! trees growing to depth 3 and shrinking back, punching at depth, unwritten
+//! extents converted piecewise, ext2/ext3 indirect maps up to triple
+//! indirect, and ENOSPC. Every scenario keeps an in-memory model of the
+//! file; after each phase `e2fsck -fn` must be clean, a fresh open must read
+//! the model byte for byte, and (as root) so must the kernel.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use ext4kit::ext4::Mapping;
+use ext4kit::{Errno, Error, Fs, OpenFlags, OpenOptions};
+
+fn workdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ext4kit-bmapw-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn mkimg(dir: &Path, args: &[&str], size: &str) -> PathBuf {
+    let img = dir.join("fs.img");
+    ext4kit_testkit::run_ok(
+        Command::new("mke2fs").args(["-q", "-F"]).args(args).arg(&img).arg(size),
+        &[0],
+    )
+    .unwrap_or_else(|e| panic!("{e} (apt-get install e2fsprogs)"));
+    img
+}
+
+fn fsck_clean(img: &Path) {
+    let out = Command::new("timeout")
+        .args(["300", "e2fsck", "-fn"])
+        .arg(img)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn {} not clean:\n{}{}",
+        img.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn features(img: &Path) -> String {
+    let out = ext4kit_testkit::run_ok(Command::new("dumpe2fs").arg("-h").arg(img), &[0]).unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("Filesystem features:"))
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn open_rw(img: &Path) -> Arc<Fs> {
+    Fs::open_image(
+        img,
+        &OpenOptions {
+            read_only: false,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// A file under test and what it must read as.
+struct File {
+    ino: u32,
+    name: &'static str,
+    model: Vec<u8>,
+    bs: usize,
+}
+
+fn pattern(lblk: u64, bs: usize, salt: u8) -> Vec<u8> {
+    (0..bs)
+        .map(|i| (lblk as usize).wrapping_mul(131).wrapping_add(i * 7 + salt as usize) as u8 | 1)
+        .collect()
+}
+
+impl File {
+    fn create(fs: &Fs, name: &'static str) -> File {
+        let path = format!("/{name}");
+        let st = fs.create(path.as_bytes(), 0o644, 0, 0).unwrap();
+        File {
+            ino: st.ino,
+            name,
+            model: Vec::new(),
+            bs: fs.vol.block_size,
+        }
+    }
+
+    fn set_size(&mut self, inode: &mut ext4kit_format::inode::Inode, size: u64) {
+        inode.base.size_lo = size as u32;
+        inode.base.size_high = (size >> 32) as u32;
+        self.model.resize(size as usize, 0);
+    }
+
+    /// map_blocks + data (pattern for written runs, garbage for unwritten
+    /// ones, which must read as zeros); extends the size to cover the range.
+    fn map(&mut self, fs: &Fs, lblk: u64, len: u64, uninit: bool, salt: u8) -> ext4kit::Result<()> {
+        let vol = &fs.vol;
+        let mut h = vol.begin()?;
+        let mut inode = vol.read_inode(self.ino)?;
+        let runs = match vol.map_blocks(&mut h, self.ino, &mut inode, lblk, len, uninit) {
+            Ok(r) => r,
+            Err(e) => {
+                // The map is as before the call: commit what changed (the
+                // allocations given back) and report.
+                vol.write_inode(&mut h, self.ino, &inode)?;
+                h.commit()?;
+                return Err(e);
+            }
+        };
+        let mut covered = 0;
+        for r in &runs {
+            covered += r.len;
+            assert!(r.len > 0);
+            for k in 0..r.len {
+                let l = r.lblk + k;
+                if r.new {
+                    let data = if uninit {
+                        vec![0xAA; self.bs]
+                    } else {
+                        pattern(l, self.bs, salt)
+                    };
+                    vol.write_raw(r.pblk + k, &data)?;
+                    let end = (l as usize + 1) * self.bs;
+                    if self.model.len() < end {
+                        self.model.resize(end, 0);
+                    }
+                    if !uninit {
+                        self.model[l as usize * self.bs..end].copy_from_slice(&data);
+                    }
+                }
+            }
+        }
+        assert_eq!(covered, len, "map_blocks covers the whole range");
+        let end = ((lblk + len) as usize * self.bs).max(self.model.len()) as u64;
+        self.set_size(&mut inode, end);
+        vol.write_inode(&mut h, self.ino, &inode)?;
+        h.commit()
+    }
+
+    fn punch(&mut self, fs: &Fs, start: u64, end: u64) {
+        let vol = &fs.vol;
+        let mut h = vol.begin().unwrap();
+        let mut inode = vol.read_inode(self.ino).unwrap();
+        vol.punch_blocks(&mut h, self.ino, &mut inode, start, end).unwrap();
+        let s = (start as usize * self.bs).min(self.model.len());
+        let e = (end.saturating_mul(self.bs as u64)).min(self.model.len() as u64) as usize;
+        self.model[s..e].fill(0);
+        vol.write_inode(&mut h, self.ino, &inode).unwrap();
+        h.commit().unwrap();
+    }
+
+    fn truncate(&mut self, fs: &Fs, size: u64) {
+        let vol = &fs.vol;
+        let mut h = vol.begin().unwrap();
+        let mut inode = vol.read_inode(self.ino).unwrap();
+        let keep = size.div_ceil(self.bs as u64);
+        vol.punch_blocks(&mut h, self.ino, &mut inode, keep, u64::MAX).unwrap();
+        self.set_size(&mut inode, size);
+        // The kept partial block reads as zeros past the size on re-extend;
+        // the model just ends at `size`.
+        vol.write_inode(&mut h, self.ino, &inode).unwrap();
+        h.commit().unwrap();
+    }
+
+    /// Write data into unwritten blocks, then convert them.
+    fn write_unwritten(&mut self, fs: &Fs, lblk: u64, len: u64, salt: u8) {
+        let vol = &fs.vol;
+        let mut h = vol.begin().unwrap();
+        let mut inode = vol.read_inode(self.ino).unwrap();
+        let map = vol.block_map(self.ino, &inode).unwrap();
+        for l in lblk..lblk + len {
+            match map.map(vol, l).unwrap() {
+                Mapping::Mapped { pblk, .. } => {
+                    let d = pattern(l, self.bs, salt);
+                    vol.write_raw(pblk, &d).unwrap();
+                    self.model[l as usize * self.bs..(l as usize + 1) * self.bs].copy_from_slice(&d);
+                }
+                Mapping::Hole { .. } => panic!("block {l} is not mapped"),
+            }
+        }
+        vol.mark_written(&mut h, self.ino, &mut inode, lblk, len).unwrap();
+        vol.write_inode(&mut h, self.ino, &inode).unwrap();
+        h.commit().unwrap();
+    }
+
+    fn depth(&self, fs: &Fs) -> u16 {
+        let inode = fs.vol.read_inode(self.ino).unwrap();
+        u16::from_le_bytes([inode.base.block[6], inode.base.block[7]])
+    }
+
+    fn sectors(&self, fs: &Fs) -> u64 {
+        let inode = fs.vol.read_inode(self.ino).unwrap();
+        (inode.base.blocks_high as u64) << 32 | inode.base.blocks_lo as u64
+    }
+}
+
+fn free_blocks(fs: &Fs) -> u64 {
+    fs.vol
+        .groups
+        .iter()
+        .map(|g| g.desc.read().free_blocks_count() as u64)
+        .sum()
+}
+
+/// fsck, then a fresh open reads every file exactly as modelled, then the
+/// kernel does too (when we can mount).
+fn verify(fs: &Fs, img: &Path, files: &[&File]) {
+    fs.sync().unwrap();
+    fsck_clean(img);
+    let fresh = Fs::open_image(img, &OpenOptions::default()).unwrap();
+    for f in files {
+        let path = format!("/{}", f.name);
+        assert_eq!(fresh.stat(path.as_bytes()).unwrap().size, f.model.len() as u64);
+        let h = fresh.open(path.as_bytes(), OpenFlags::default()).unwrap();
+        let mut buf = vec![0u8; f.model.len()];
+        let mut got = 0;
+        while got < buf.len() {
+            let n = h.pread(&fresh, got as u64, &mut buf[got..]).unwrap();
+            assert!(n > 0, "{}: short read at {got}", f.name);
+            got += n;
+        }
+        if let Some(i) = (0..buf.len()).find(|&i| buf[i] != f.model[i]) {
+            panic!("{}: byte {i} (block {}) differs", f.name, i / f.bs);
+        }
+    }
+    kernel_read(img, files);
+}
+
+fn kernel_read(img: &Path, files: &[&File]) {
+    if let Err(e) = ext4kit_testkit::kernel_available() {
+        eprintln!("skipping the kernel read-back: {e}");
+        return;
+    }
+    let mnt = img.with_extension("mnt");
+    let m = match ext4kit_testkit::LoopMount::mount(img, &mnt, "ext4", true) {
+        Ok(m) => m,
+        Err(e) if ext4kit_testkit::is_kernel_unavailable(&e).is_some() => {
+            eprintln!("skipping the kernel read-back: {e}");
+            return;
+        }
+        Err(e) => panic!("mount: {e}"),
+    };
+    for f in files {
+        let data = std::fs::read(m.path().join(f.name)).unwrap();
+        assert_eq!(data.len(), f.model.len(), "{}: kernel size", f.name);
+        if let Some(i) = (0..data.len()).find(|&i| data[i] != f.model[i]) {
+            panic!("{}: the kernel reads byte {i} (block {}) differently", f.name, i / f.bs);
+        }
+    }
+    m.unmount().unwrap();
+}
+
+#[test]
+fn extent_tree_grows_to_depth_3_and_shrinks_back() {
+    let dir = workdir("depth");
+    let img = mkimg(&dir, &["-t", "ext4", "-b", "1024"], "96M");
+    let fs = open_rw(&img);
+    let free0 = free_blocks(&fs);
+    let mut f = File::create(&fs, "frag");
+    let f_free = free_blocks(&fs);
+    assert_eq!(f_free, free0, "creating an empty file takes no block");
+    // Every other block: one-block extents that never merge. The root holds
+    // 4, a 1 KiB node 84: depth 1 at 5 extents, 2 at 337, 3 at 28225.
+    let mut depth_seen = vec![];
+    let mut n = 0u64;
+    for target in [4u64, 5, 336, 337, 28224, 28225] {
+        while n < target {
+            f.map(&fs, 2 * n, 1, false, 1).unwrap();
+            n += 1;
+        }
+        depth_seen.push((target, f.depth(&fs)));
+    }
+    assert_eq!(
+        depth_seen,
+        vec![(4, 0), (5, 1), (336, 1), (337, 2), (28224, 2), (28225, 3)],
+        "depth after that many one-block extents"
+    );
+    verify(&fs, &img, &[&f]);
+
+    // Punch whole leaves out of the middle and a range crossing leaves.
+    f.punch(&fs, 1000, 30000);
+    f.punch(&fs, 40001, 40003);
+    verify(&fs, &img, &[&f]);
+    // Fill some punched holes again (front-of-leaf inserts fix index keys).
+    for l in (1001..1400).step_by(2) {
+        f.map(&fs, l, 1, false, 2).unwrap();
+    }
+    f.map(&fs, 0, 1, false, 3).unwrap(); // already mapped: no change
+    verify(&fs, &img, &[&f]);
+    // Truncate to the middle, then to a size the root holds again.
+    f.truncate(&fs, 20_000 * 1024 + 100);
+    verify(&fs, &img, &[&f]);
+    f.truncate(&fs, 5 * 1024);
+    assert_eq!(f.depth(&fs), 0, "three extents fit back in the root");
+    verify(&fs, &img, &[&f]);
+    f.truncate(&fs, 0);
+    assert_eq!(f.depth(&fs), 0);
+    assert_eq!(f.sectors(&fs), 0, "no block left after truncate to 0");
+    assert_eq!(free_blocks(&fs), free0, "every block came back");
+    verify(&fs, &img, &[&f]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn punch_inside_extents_at_depth_one() {
+    let dir = workdir("punch");
+    let img = mkimg(&dir, &["-t", "ext4", "-b", "1024"], "32M");
+    let fs = open_rw(&img);
+    let free0 = free_blocks(&fs);
+    let mut f = File::create(&fs, "runs");
+    // 200 extents of 6 blocks with 2-block gaps: 3 leaves (84, 84, 32).
+    for k in 0..200u64 {
+        f.map(&fs, 8 * k, 6, false, 4).unwrap();
+    }
+    assert_eq!(f.depth(&fs), 1);
+    verify(&fs, &img, &[&f]);
+    // Middles of extents in a full leaf: each splits an extent, the leaf
+    // overflows and splits.
+    for k in [3u64, 10, 40, 83, 90, 150] {
+        f.punch(&fs, 8 * k + 2, 8 * k + 4);
+    }
+    // Across extents and leaves, mid-extent at both ends.
+    f.punch(&fs, 8 * 60 + 1, 8 * 100 + 5);
+    verify(&fs, &img, &[&f]);
+    // Sequential growth after the end joins the last extent.
+    f.map(&fs, 8 * 199 + 6, 50, false, 5).unwrap();
+    // Truncate mid-extent.
+    f.truncate(&fs, (8 * 120 + 3) * 1024);
+    verify(&fs, &img, &[&f]);
+    f.truncate(&fs, 0);
+    assert_eq!(f.depth(&fs), 0);
+    assert_eq!(f.sectors(&fs), 0);
+    assert_eq!(free_blocks(&fs), free0);
+    verify(&fs, &img, &[&f]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sequential_maps_are_contiguous() {
+    let dir = workdir("seq");
+    let img = mkimg(&dir, &["-t", "ext4"], "64M");
+    let fs = open_rw(&img);
+    let mut f = File::create(&fs, "seq");
+    for k in 0..64u64 {
+        f.map(&fs, 16 * k, 16, false, 6).unwrap();
+    }
+    let inode = fs.vol.read_inode(f.ino).unwrap();
+    let map = fs.vol.block_map(f.ino, &inode).unwrap();
+    let runs = map.runs(&fs.vol, u64::MAX).unwrap();
+    assert_eq!(runs.len(), 1, "16 sequential maps give one extent: {runs:?}");
+    assert_eq!(f.depth(&fs), 0);
+    verify(&fs, &img, &[&f]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn unwritten_extents_read_as_zeros_until_written() {
+    let dir = workdir("uninit");
+    let img = mkimg(&dir, &["-t", "ext4", "-b", "1024"], "32M");
+    let fs = open_rw(&img);
+    let mut f = File::create(&fs, "falloc");
+    f.map(&fs, 0, 600, true, 0).unwrap();
+    assert_eq!(f.depth(&fs), 0);
+    verify(&fs, &img, &[&f]);
+    f.write_unwritten(&fs, 10, 20, 7);
+    f.write_unwritten(&fs, 0, 3, 8);
+    // Every third block: hundreds of extents, depth 1.
+    for l in (40..600).step_by(3) {
+        f.write_unwritten(&fs, l, 1, 9);
+    }
+    assert!(f.depth(&fs) >= 1);
+    verify(&fs, &img, &[&f]);
+    // Everything written: merges back into one extent in the root.
+    f.write_unwritten(&fs, 0, 600, 10);
+    let inode = fs.vol.read_inode(f.ino).unwrap();
+    let map = fs.vol.block_map(f.ino, &inode).unwrap();
+    let runs = map.runs(&fs.vol, u64::MAX).unwrap();
+    // Neighbours merge within each leaf (as the kernel's
+    // ext4_ext_try_to_merge): one written extent per leaf, physically one run.
+    assert!(runs.len() <= 8, "{runs:?}");
+    assert!(runs
+        .windows(2)
+        .all(|w| w[0].0 + w[0].2 == w[1].0 && w[0].1 + w[0].2 == w[1].1));
+    assert_eq!(runs.iter().map(|r| r.2).sum::<u64>(), 600);
+    verify(&fs, &img, &[&f]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn indirect_scenario(fstype: &str) {
+    let dir = workdir(fstype);
+    let img = mkimg(&dir, &["-t", fstype, "-b", "1024"], "64M");
+    let feats = features(&img);
+    let fs = open_rw(&img);
+    let free0 = free_blocks(&fs);
+    let mut f = File::create(&fs, "ind");
+    let mut g = File::create(&fs, "tri");
+    // uninit has no meaning on an indirect map.
+    let err = f.map(&fs, 0, 1, true, 0).unwrap_err();
+    assert_eq!(err.errno(), Errno::EOPNOTSUPP);
+    // Direct, single and into double indirect in one call.
+    f.map(&fs, 0, 12 + 256 + 300, false, 11).unwrap();
+    // Sparse triple indirect.
+    let t = 12 + 256 + 65536 + 5;
+    g.map(&fs, 3, 2, false, 12).unwrap();
+    g.map(&fs, t, 1, false, 13).unwrap();
+    g.map(&fs, t + 250, 10, false, 14).unwrap();
+    verify(&fs, &img, &[&f, &g]);
+    // Punch inside single and across into double; and the triple range.
+    f.punch(&fs, 5, 20);
+    f.punch(&fs, 200, 12 + 256 + 100);
+    g.punch(&fs, t, t + 1);
+    verify(&fs, &img, &[&f, &g]);
+    g.truncate(&fs, 0);
+    f.truncate(&fs, 7 * 1024 + 3);
+    verify(&fs, &img, &[&f, &g]);
+    f.truncate(&fs, 0);
+    assert_eq!(f.sectors(&fs), 0);
+    assert_eq!(g.sectors(&fs), 0);
+    assert_eq!(free_blocks(&fs), free0);
+    verify(&fs, &img, &[&f, &g]);
+    assert_eq!(features(&img), feats, "the feature set is unchanged");
+    let inode = fs.vol.read_inode(f.ino).unwrap();
+    assert!(!inode.uses_extents());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ext2_indirect_through_triple() {
+    indirect_scenario("ext2");
+}
+
+#[test]
+fn ext3_indirect_through_triple() {
+    indirect_scenario("ext3");
+}
+
+fn fill_until_enospc(fs: &Fs, f: &mut File) -> Error {
+    let mut l = 0u64;
+    loop {
+        match f.map(fs, l, 7, false, 15) {
+            Ok(()) => l += 9,
+            Err(e) => return e,
+        }
+    }
+}
+
+#[test]
+fn enospc_leaves_a_consistent_map() {
+    for (tag, args) in [
+        ("enospc-ext4", &["-t", "ext4", "-b", "1024", "-m", "5"][..]),
+        ("enospc-ext4-m0", &["-t", "ext4", "-b", "1024", "-m", "0"][..]),
+        ("enospc-ext2", &["-t", "ext2", "-b", "1024", "-m", "5"][..]),
+    ] {
+        let dir = workdir(tag);
+        let img = mkimg(&dir, args, "4M");
+        let fs = open_rw(&img);
+        let reserved = fs.vol.sb.read().r_blocks_count();
+        let mut f = File::create(&fs, "fill");
+        let free0 = free_blocks(&fs);
+        // One call asking for more than exists: fails, takes nothing.
+        let before = f.sectors(&fs);
+        let e = f.map(&fs, 0, 10_000, false, 1).unwrap_err();
+        assert_eq!(e.errno(), Errno::ENOSPC, "{tag}: {e}");
+        assert_eq!(
+            free_blocks(&fs),
+            free0,
+            "{tag}: a failed map_blocks gives everything back"
+        );
+        assert_eq!(f.sectors(&fs), before);
+        // Fragmented fill until the allocator refuses.
+        let e = fill_until_enospc(&fs, &mut f);
+        assert_eq!(e.errno(), Errno::ENOSPC, "{tag}: {e}");
+        let left = free_blocks(&fs);
+        assert!(
+            left >= reserved && left <= reserved + 8,
+            "{tag}: {left} free at ENOSPC with {reserved} reserved"
+        );
+        verify(&fs, &img, &[&f]);
+        // And the space comes back.
+        f.truncate(&fs, 0);
+        assert_eq!(free_blocks(&fs), free0, "{tag}");
+        verify(&fs, &img, &[&f]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
