@@ -42,6 +42,14 @@ fn fsck_clean(img: &Path) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // Not even the optimisation notes ("extent tree could be narrower /
+    // shorter"): only the pass headers and the summary line.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let odd: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with("Pass ") && !l.contains(" files (") && !l.contains(" blocks"))
+        .collect();
+    assert!(odd.is_empty(), "e2fsck -fn {} remarks:\n{}", img.display(), odd.join("\n"));
 }
 
 fn features(img: &Path) -> String {

@@ -161,6 +161,8 @@ pub(crate) struct EditCx {
     /// May use the root reserve: removing or converting blocks must not
     /// fail for want of a node block (the kernel's `EXT4_EX_NOFAIL`).
     privileged: bool,
+    /// The edit removes entries: join siblings and collapse the root.
+    shrinking: bool,
 }
 
 /// What an edit does to the leaves (decides reservation and collapse).
@@ -290,6 +292,7 @@ impl Volume {
             meta_alloc: 0,
             meta_freed: 0,
             privileged: false,
+            shrinking: kind != EditKind::Insert,
         };
         // Reserve what splits could need before changing anything: a leaf
         // near full (an edit adds at most two entries) may split, and the
@@ -415,6 +418,7 @@ impl Volume {
         let first = idx.partition_point(|x| x.block as u64 <= start).saturating_sub(1);
         let mut out: Vec<ExtentIndex> = idx[..first.min(idx.len())].to_vec();
         let mut j = first;
+        let edited_from = out.len();
         while j < idx.len() && (j == first || (idx[j].block as u64) < end) {
             let blk = idx[j].leaf();
             let mut child = self.ext_load(cx.ino, cx.seed, blk, node.depth - 1)?;
@@ -422,8 +426,48 @@ impl Volume {
             out.extend(self.store_node(h, cx, blk, &child, start)?);
             j += 1;
         }
+        let edited_to = out.len();
         out.extend_from_slice(&idx[j.min(idx.len())..]);
+        if cx.shrinking {
+            self.merge_siblings(h, cx, &mut out, node.depth - 1, edited_from, edited_to)?;
+        }
         node.idx = out;
+        Ok(())
+    }
+
+    /// After a shrinking edit, join each edited child with its neighbour
+    /// while both fit in one node, so emptied ranges do not leave a level
+    /// of half-empty blocks (what e2fsck reports as "could be narrower").
+    /// `out[from..to]` are the edited children; their neighbours on either
+    /// side are candidates too.
+    fn merge_siblings(
+        &self,
+        h: &mut Handle<'_>,
+        cx: &mut EditCx,
+        out: &mut Vec<ExtentIndex>,
+        child_depth: u16,
+        from: usize,
+        to: usize,
+    ) -> Result<()> {
+        let max = self.node_max();
+        let mut k = from.saturating_sub(1);
+        let mut stop = (to + 1).min(out.len());
+        while k + 1 < stop {
+            let (a, b) = (out[k].leaf(), out[k + 1].leaf());
+            let mut left = self.ext_load(cx.ino, cx.seed, a, child_depth)?;
+            let right = self.ext_load(cx.ino, cx.seed, b, child_depth)?;
+            if left.len() + right.len() <= max {
+                left.leaf.extend(right.leaf);
+                left.idx.extend(right.idx);
+                self.ext_write(h, cx.seed, a, &left)?;
+                self.free_run(h, b, 1)?;
+                cx.meta_freed += 1;
+                out.remove(k + 1);
+                stop -= 1;
+            } else {
+                k += 1;
+            }
+        }
         Ok(())
     }
 
@@ -449,11 +493,16 @@ impl Volume {
             self.ext_write(h, cx.seed, blk, node)?;
             return Ok(vec![index_entry(node.first_key(), blk)]);
         }
-        let keys = node.keys();
-        // Appending (only the last entry at or after the edit point): keep
-        // the left node full so sequential growth packs nodes.
-        let tail = keys[n - 1] as u64 >= start && (keys[n - 2] as u64) < start;
-        let sizes = split_sizes(n, max, tail);
+        // Split at the edit point, as ext4_ext_split does: entries before
+        // it stay, the rest move (so appending keeps full nodes behind it);
+        // when that would leave either side over-full or the left empty,
+        // split evenly.
+        let at_edit = node.keys().partition_point(|&k| (k as u64) < start);
+        let sizes = if at_edit >= 1 && at_edit <= max && n - at_edit <= max {
+            vec![at_edit, n - at_edit]
+        } else {
+            split_sizes(n, max, false)
+        };
         let mut out = Vec::with_capacity(sizes.len());
         let mut at = 0;
         for (k, sz) in sizes.into_iter().enumerate() {
