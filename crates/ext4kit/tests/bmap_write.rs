@@ -29,7 +29,13 @@ fn mkimg(dir: &Path, args: &[&str], size: &str) -> PathBuf {
     img
 }
 
-fn fsck_clean(img: &Path) {
+/// `e2fsck -fn` exits 0 and says nothing but its pass headers; with
+/// `narrow_ok`, it may also note that a level of the extent tree "could be
+/// narrower" (a not-a-fix optimisation note, PR_1E_CAN_NARROW_EXTENT_TREE,
+/// which trees the kernel punches get as well: e2fsck wants each level
+/// packed into the fewest blocks, which neither we nor the kernel keep up
+/// after removing a range in the middle of a tree).
+fn fsck_clean(img: &Path, narrow_ok: bool) {
     let out = Command::new("timeout")
         .args(["300", "e2fsck", "-fn"])
         .arg(img)
@@ -48,8 +54,14 @@ fn fsck_clean(img: &Path) {
     let odd: Vec<&str> = text
         .lines()
         .filter(|l| !l.is_empty() && !l.starts_with("Pass ") && !l.contains(" files (") && !l.contains(" blocks"))
+        .filter(|l| !(narrow_ok && l.contains("extent tree (at level") && l.contains("could be narrower")))
         .collect();
-    assert!(odd.is_empty(), "e2fsck -fn {} remarks:\n{}", img.display(), odd.join("\n"));
+    assert!(
+        odd.is_empty(),
+        "e2fsck -fn {} remarks:\n{}",
+        img.display(),
+        odd.join("\n")
+    );
 }
 
 fn features(img: &Path) -> String {
@@ -218,8 +230,12 @@ fn free_blocks(fs: &Fs) -> u64 {
 /// fsck, then a fresh open reads every file exactly as modelled, then the
 /// kernel does too (when we can mount).
 fn verify(fs: &Fs, img: &Path, files: &[&File]) {
+    verify_with(fs, img, files, false)
+}
+
+fn verify_with(fs: &Fs, img: &Path, files: &[&File], narrow_ok: bool) {
     fs.sync().unwrap();
-    fsck_clean(img);
+    fsck_clean(img, narrow_ok);
     let fresh = Fs::open_image(img, &OpenOptions::default()).unwrap();
     for f in files {
         let path = format!("/{}", f.name);
@@ -293,16 +309,16 @@ fn extent_tree_grows_to_depth_3_and_shrinks_back() {
     // Punch whole leaves out of the middle and a range crossing leaves.
     f.punch(&fs, 1000, 30000);
     f.punch(&fs, 40001, 40003);
-    verify(&fs, &img, &[&f]);
+    verify_with(&fs, &img, &[&f], true);
     // Fill some punched holes again (front-of-leaf inserts fix index keys).
     for l in (1001..1400).step_by(2) {
         f.map(&fs, l, 1, false, 2).unwrap();
     }
     f.map(&fs, 0, 1, false, 3).unwrap(); // already mapped: no change
-    verify(&fs, &img, &[&f]);
+    verify_with(&fs, &img, &[&f], true);
     // Truncate to the middle, then to a size the root holds again.
     f.truncate(&fs, 20_000 * 1024 + 100);
-    verify(&fs, &img, &[&f]);
+    verify_with(&fs, &img, &[&f], true);
     f.truncate(&fs, 5 * 1024);
     assert_eq!(f.depth(&fs), 0, "three extents fit back in the root");
     verify(&fs, &img, &[&f]);

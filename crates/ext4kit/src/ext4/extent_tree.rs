@@ -493,13 +493,16 @@ impl Volume {
             self.ext_write(h, cx.seed, blk, node)?;
             return Ok(vec![index_entry(node.first_key(), blk)]);
         }
-        // Split at the edit point, as ext4_ext_split does: entries before
-        // it stay, the rest move (so appending keeps full nodes behind it);
-        // when that would leave either side over-full or the left empty,
-        // split evenly.
+        // Split at the edit point, as ext4_ext_split does: the first entry
+        // the edit made stays with those before it and everything after it
+        // moves to the new node; an entry appended at the end moves alone.
+        // Ascending inserts so fill the left node and appending keeps full
+        // nodes behind it. When that would leave a side empty or
+        // over-full, split evenly.
         let at_edit = node.keys().partition_point(|&k| (k as u64) < start);
-        let sizes = if at_edit >= 1 && at_edit <= max && n - at_edit <= max {
-            vec![at_edit, n - at_edit]
+        let cut = if at_edit + 1 < n { at_edit + 1 } else { at_edit };
+        let sizes = if cut >= 1 && cut <= max && n - cut <= max {
+            vec![cut, n - cut]
         } else {
             split_sizes(n, max, false)
         };
