@@ -639,3 +639,29 @@ fn random_operations_on_an_indirect_map() {
         random_ops("ext3", seed);
     }
 }
+
+/// A fast symlink's target text is not a block map: punching it (as a
+/// delete would) frees nothing and leaves the target; mapping refuses.
+#[test]
+fn fast_symlinks_are_not_block_maps() {
+    let dir = workdir("symlink");
+    let img = mkimg(&dir, &["-t", "ext2", "-b", "1024"], "8M");
+    let fs = open_rw(&img);
+    let free0 = free_blocks(&fs);
+    let st = fs
+        .symlink(b"/ln", b"some/target/text/that/looks/like/pointers", 0, 0)
+        .unwrap();
+    let vol = &fs.vol;
+    let mut h = vol.begin().unwrap();
+    let mut inode = vol.read_inode(st.ino).unwrap();
+    let before = inode.base.block;
+    vol.punch_blocks(&mut h, st.ino, &mut inode, 0, u64::MAX).unwrap();
+    assert_eq!(inode.base.block, before);
+    let e = vol.map_blocks(&mut h, st.ino, &mut inode, 0, 1, false).unwrap_err();
+    assert_eq!(e.errno(), Errno::EINVAL);
+    h.commit().unwrap();
+    assert_eq!(free_blocks(&fs), free0);
+    fs.sync().unwrap();
+    fsck_clean(&img, false);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -44,6 +44,14 @@ pub struct MappedRun {
     pub new: bool,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MapKind {
+    Extents,
+    Indirect,
+    NoBlocks,
+    Inline,
+}
+
 /// Extent trees address logical blocks below 2^32 (`ee_block` is 32 bits).
 const EXTENT_LIMIT: u64 = 1 << 32;
 
@@ -68,6 +76,20 @@ impl Volume {
         if len == 0 {
             return Ok(Vec::new());
         }
+        match self.map_kind(inode) {
+            MapKind::Extents | MapKind::Indirect => {}
+            MapKind::NoBlocks => {
+                return Err(Error::posix(
+                    Errno::EINVAL,
+                    format!("inode {ino} keeps no data blocks (device, fifo, socket or fast symlink)"),
+                ))
+            }
+            MapKind::Inline => {
+                return Err(Error::Unsupported(format!(
+                    "inode {ino}: inline data must be moved to blocks before mapping blocks"
+                )))
+            }
+        }
         if inode.base.flags & flags::EXTENTS != 0 {
             self.map_extents(h, ino, inode, lblk, len, uninit)
         } else if uninit {
@@ -87,6 +109,16 @@ impl Volume {
     pub fn punch_blocks(&self, h: &mut Handle<'_>, ino: u32, inode: &mut Inode, start: u64, end: u64) -> Result<()> {
         if start >= end {
             return Ok(());
+        }
+        match self.map_kind(inode) {
+            MapKind::Extents | MapKind::Indirect => {}
+            // i_block holds no pointers: nothing to free.
+            MapKind::NoBlocks => return Ok(()),
+            MapKind::Inline => {
+                return Err(Error::Unsupported(format!(
+                    "inode {ino}: punching inline data is not done through the block map"
+                )))
+            }
         }
         if inode.base.flags & flags::EXTENTS != 0 {
             if start >= EXTENT_LIMIT {
@@ -127,7 +159,7 @@ impl Volume {
     /// merged with written neighbours). The caller has written the data
     /// first. Indirect maps have nothing unwritten: a no-op.
     pub fn mark_written(&self, h: &mut Handle<'_>, ino: u32, inode: &mut Inode, lblk: u64, len: u64) -> Result<()> {
-        if inode.base.flags & flags::EXTENTS == 0 || len == 0 || lblk >= EXTENT_LIMIT {
+        if self.map_kind(inode) != MapKind::Extents || len == 0 || lblk >= EXTENT_LIMIT {
             return Ok(());
         }
         let end = lblk.saturating_add(len);
@@ -176,6 +208,31 @@ impl Volume {
             b.mark_clean();
         }
         self.bcache.forget(blk);
+    }
+
+    /// What `i_block` holds for this inode. Devices, fifos, sockets and
+    /// fast symlinks keep no pointers there (a symlink's target text must
+    /// never be read as block numbers); inline data is not a block map.
+    fn map_kind(&self, inode: &Inode) -> MapKind {
+        use ext4kit_format::inode::FileType;
+        if inode.has_inline_data() {
+            return MapKind::Inline;
+        }
+        match inode.file_type() {
+            Some(FileType::CharDevice | FileType::BlockDevice | FileType::Fifo | FileType::Socket) => {
+                return MapKind::NoBlocks
+            }
+            // ext4_inode_is_fast_symlink: a target is there (size > 0) and
+            // no block holds it. A fresh symlink (size 0) is being given
+            // its target block.
+            Some(FileType::Symlink) if inode.size() > 0 && self.is_fast_symlink(inode) => return MapKind::NoBlocks,
+            _ => {}
+        }
+        if inode.uses_extents() {
+            MapKind::Extents
+        } else {
+            MapKind::Indirect
+        }
     }
 
     /// Default allocation goal: the start of the inode's group
@@ -396,19 +453,30 @@ fn push_run(runs: &mut Vec<MappedRun>, lblk: u64, pblk: u64, len: u64, new: bool
     });
 }
 
-/// `i_blocks` counts 512-byte sectors (files under 2^48 sectors; the
-/// HUGE_FILE per-inode unit is never set by us).
+/// `i_blocks` counts 512-byte sectors, or filesystem blocks when the inode
+/// carries EXT4_HUGE_FILE_FL (`ext4_inode_blocks_set`); we never set that
+/// flag but keep its unit on inodes that have it. `blocks_high` only has a
+/// meaning with the huge_file feature, which is the only way a file reaches
+/// 2^32 sectors.
 pub(crate) fn add_blocks(inode: &mut Inode, n: u64, bs: usize) {
     let cur = (inode.base.blocks_high as u64) << 32 | inode.base.blocks_lo as u64;
-    set_sectors(inode, cur + n * (bs as u64 / 512));
+    set_units(inode, cur + n * unit(inode, bs));
 }
 
 pub(crate) fn sub_blocks(inode: &mut Inode, n: u64, bs: usize) {
     let cur = (inode.base.blocks_high as u64) << 32 | inode.base.blocks_lo as u64;
-    set_sectors(inode, cur.saturating_sub(n * (bs as u64 / 512)));
+    set_units(inode, cur.saturating_sub(n * unit(inode, bs)));
 }
 
-fn set_sectors(inode: &mut Inode, s: u64) {
+fn unit(inode: &Inode, bs: usize) -> u64 {
+    if inode.base.flags & flags::HUGE_FILE != 0 {
+        1
+    } else {
+        bs as u64 / 512
+    }
+}
+
+fn set_units(inode: &mut Inode, s: u64) {
     inode.base.blocks_lo = s as u32;
     inode.base.blocks_high = (s >> 32) as u16;
 }
