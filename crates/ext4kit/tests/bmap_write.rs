@@ -649,7 +649,7 @@ fn fast_symlinks_are_not_block_maps() {
     let fs = open_rw(&img);
     let free0 = free_blocks(&fs);
     let st = fs
-        .symlink(b"/ln", b"some/target/text/that/looks/like/pointers", 0, 0)
+        .symlink(b"some/target/text/that/looks/like/pointers", b"/ln", 0, 0)
         .unwrap();
     let vol = &fs.vol;
     let mut h = vol.begin().unwrap();
