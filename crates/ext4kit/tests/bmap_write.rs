@@ -584,9 +584,11 @@ fn freed_node_blocks_are_not_written_back() {
 
 /// Random maps, fallocates with partial writes, punches and truncates on
 /// an extent file and an indirect file, against the in-memory model.
-fn random_ops(fstype: &str, seed: u64) {
-    let dir = workdir(&format!("random-{fstype}-{seed}"));
-    let img = mkimg(&dir, &["-t", fstype, "-b", "1024"], "64M");
+fn random_ops(fstype: &str, extra: &[&str], seed: u64) {
+    let dir = workdir(&format!("random-{fstype}-{}-{seed}", extra.len()));
+    let mut args = vec!["-t", fstype, "-b", "1024"];
+    args.extend_from_slice(extra);
+    let img = mkimg(&dir, &args, "64M");
     let fs = open_rw(&img);
     let free0 = free_blocks(&fs);
     let extents = fstype == "ext4";
@@ -629,14 +631,22 @@ fn random_ops(fstype: &str, seed: u64) {
 #[test]
 fn random_operations_on_an_extent_tree() {
     for seed in 1..=6 {
-        random_ops("ext4", seed);
+        random_ops("ext4", &[], seed);
+    }
+}
+
+/// Without metadata_csum (no extent block tails) and without 64bit.
+#[test]
+fn random_operations_on_an_extent_tree_without_checksums() {
+    for seed in 7..=9 {
+        random_ops("ext4", &["-O", "^metadata_csum,^64bit"], seed);
     }
 }
 
 #[test]
 fn random_operations_on_an_indirect_map() {
     for seed in 1..=3 {
-        random_ops("ext3", seed);
+        random_ops("ext3", &[], seed);
     }
 }
 
@@ -661,6 +671,62 @@ fn fast_symlinks_are_not_block_maps() {
     assert_eq!(e.errno(), Errno::EINVAL);
     h.commit().unwrap();
     assert_eq!(free_blocks(&fs), free0);
+    fs.sync().unwrap();
+    fsck_clean(&img, false);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Throughput of the mapping path (run with `--release --ignored
+/// --nocapture`): one 256 MiB file through `Fs::write_file`, then 20,000
+/// one-block extents (a depth-2 tree on 4 KiB blocks) mapped one call each,
+/// then a truncate to zero.
+#[test]
+#[ignore]
+fn mapping_throughput() {
+    let dir = workdir("speed");
+    let img = mkimg(&dir, &["-t", "ext4"], "1G");
+    let fs = open_rw(&img);
+    let data = vec![0x5Au8; 256 << 20];
+    let t = std::time::Instant::now();
+    fs.write_file(b"/big", &data, 0o644, 0, 0).unwrap();
+    let big = t.elapsed();
+    // The mapping alone, no data written (65536 blocks, 256 MiB).
+    let g = File::create(&fs, "mapped-only");
+    let t = std::time::Instant::now();
+    let mut h = fs.vol.begin().unwrap();
+    let mut inode = fs.vol.read_inode(g.ino).unwrap();
+    let runs = fs.vol.map_blocks(&mut h, g.ino, &mut inode, 0, 65536, true).unwrap();
+    h.commit().unwrap();
+    let map_only = t.elapsed();
+    println!("map_blocks 65536 blocks: {map_only:?} in {} runs", runs.len());
+    let mut h = fs.vol.begin().unwrap();
+    fs.vol.punch_blocks(&mut h, g.ino, &mut inode, 0, u64::MAX).unwrap();
+    fs.vol.write_inode(&mut h, g.ino, &inode).unwrap();
+    h.commit().unwrap();
+    let mut f = File::create(&fs, "frag");
+    let vol = &fs.vol;
+    let t = std::time::Instant::now();
+    let mut h = vol.begin().unwrap();
+    let mut inode = vol.read_inode(f.ino).unwrap();
+    for k in 0..20_000u64 {
+        vol.map_blocks(&mut h, f.ino, &mut inode, 2 * k, 1, true).unwrap();
+    }
+    f.set_size(&mut inode, 40_000 * 4096);
+    vol.write_inode(&mut h, f.ino, &inode).unwrap();
+    h.commit().unwrap();
+    let frag = t.elapsed();
+    assert_eq!(f.depth(&fs), 2);
+    let t = std::time::Instant::now();
+    f.truncate(&fs, 0);
+    let trunc = t.elapsed();
+    println!(
+        "write_file 256 MiB: {:?} ({:.0} MiB/s); 20000 one-block maps: {:?} ({:.1} us each); truncate: {:?}",
+        big,
+        256.0 / big.as_secs_f64(),
+        frag,
+        frag.as_secs_f64() * 1e6 / 20000.0,
+        trunc
+    );
     fs.sync().unwrap();
     fsck_clean(&img, false);
     let _ = std::fs::remove_dir_all(&dir);

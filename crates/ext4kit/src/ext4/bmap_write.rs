@@ -13,7 +13,16 @@
 //! ENOSPC (or any error) part-way through [`Volume::map_blocks`]: every
 //! block this call allocated is punched out again before the error is
 //! returned, so the map is as it was before the call and no block leaks
-//! (blocks that were already mapped stay mapped).
+//! (blocks that were already mapped stay mapped). The handle then holds
+//! the allocate-and-give-back bitmap changes and `inode` its unchanged map:
+//! writing the record and committing is harmless, dropping the handle is
+//! too (the in-memory counters already match the bitmaps).
+//!
+//! Punching the middle of an extent and converting part of an unwritten
+//! one can need a new tree node; those may use the root reserve
+//! (`s_r_blocks_count`), like the kernel's `EXT4_EX_NOFAIL`, so truncate
+//! and unlink work on a filesystem an unprivileged writer has filled.
+//! Data blocks and nodes for new mappings never do (see `alloc_blocks`).
 //!
 //! Caller rules (for every function here): the caller holds the inode's
 //! write lock (`i_rwsem`), passes the current record in `inode`, and writes

@@ -509,10 +509,24 @@ impl Volume {
         } else {
             split_sizes(n, max, false)
         };
+        // Every block first, so a failure writes nothing (the reservation
+        // makes that failure a can't-happen; this keeps it harmless).
+        let mut blocks = vec![blk];
+        while blocks.len() < sizes.len() {
+            match self.take_block(h, cx) {
+                Ok(b) => blocks.push(b),
+                Err(e) => {
+                    for &b in &blocks[1..] {
+                        self.free_run(h, b, 1)?;
+                        cx.meta_alloc -= 1;
+                    }
+                    return Err(e);
+                }
+            }
+        }
         let mut out = Vec::with_capacity(sizes.len());
         let mut at = 0;
-        for (k, sz) in sizes.into_iter().enumerate() {
-            let b = if k == 0 { blk } else { self.take_block(h, cx)? };
+        for (sz, b) in sizes.into_iter().zip(blocks) {
             let piece = node.slice(at, at + sz);
             self.ext_write(h, cx.seed, b, &piece)?;
             out.push(index_entry(piece.first_key(), b));
