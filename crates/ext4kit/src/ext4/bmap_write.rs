@@ -418,7 +418,7 @@ impl Volume {
                 n += 1;
             }
             self.ind_ensure_path(h, st, l)?;
-            let (pb, got) = self.alloc_blocks(h, st.goal, n as u32)?;
+            let (pb, got) = self.ind_alloc(h, st.goal, n as u32)?;
             *data_alloc += got as u64;
             for k in 0..got as u64 {
                 if let Err(e) = self.ind_set(st, l + k, (pb + k) as u32) {

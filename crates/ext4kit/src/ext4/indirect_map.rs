@@ -103,11 +103,40 @@ impl Volume {
 
     /// Allocate one zeroed indirect block.
     fn ind_new_block(&self, h: &mut Handle<'_>, st: &mut IndState) -> Result<u32> {
-        let (b, _) = self.alloc_blocks(h, st.goal, 1)?;
+        let (b, _) = self.ind_alloc(h, st.goal, 1)?;
         st.goal = b + 1;
         st.meta_alloc += 1;
         st.dirty.insert(b, vec![0u8; self.block_size]);
         Ok(b as u32)
+    }
+
+    /// Allocate for an indirect-mapped file: pointers are 32 bits, so on a
+    /// 64bit filesystem the blocks must lie below 2^32 (mballoc's
+    /// `EXT4_MAX_BLOCK_FILE_PHYS` rule for non-extent files). A run that
+    /// does not is given back and the goal moves to the start.
+    pub(crate) fn ind_alloc(&self, h: &mut Handle<'_>, goal: u64, want: u32) -> Result<(u64, u32)> {
+        const LIMIT: u64 = 1 << 32;
+        let mut goal = if goal >= LIMIT { self.first_data_block } else { goal };
+        let mut want = want;
+        // At most: the goal's try, a try from the start of the
+        // filesystem, and a trimmed run that ends at the limit.
+        for _ in 0..3 {
+            let (p, n) = self.alloc_blocks(h, goal, want)?;
+            if p + n as u64 <= LIMIT {
+                return Ok((p, n));
+            }
+            self.free_run(h, p, n as u64)?;
+            if p < LIMIT {
+                want = (LIMIT - p) as u32;
+                goal = p;
+            } else {
+                goal = self.first_data_block;
+            }
+        }
+        Err(Error::posix(
+            Errno::ENOSPC,
+            "no free block below 2^32 for an indirect-mapped file",
+        ))
     }
 
     /// Make sure every indirect block on the way to `lblk` exists.
