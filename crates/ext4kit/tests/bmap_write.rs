@@ -731,3 +731,58 @@ fn mapping_throughput() {
     fsck_clean(&img, false);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// 4 KiB blocks (340 entries a node): depth 2 after 1361 one-block
+/// extents, mixed written and unwritten, read by fsck and the kernel.
+#[test]
+fn depth_two_with_4k_blocks() {
+    let dir = workdir("4k");
+    let img = mkimg(&dir, &["-t", "ext4", "-b", "4096"], "64M");
+    let fs = open_rw(&img);
+    let mut f = File::create(&fs, "deep");
+    for k in 0..1400u64 {
+        f.map(&fs, 2 * k, 1, k % 3 == 0, 18).unwrap();
+    }
+    assert_eq!(f.depth(&fs), 2);
+    verify(&fs, &img, &[&f]);
+    f.truncate(&fs, 3 * 4096);
+    assert_eq!(f.depth(&fs), 0);
+    verify(&fs, &img, &[&f]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two writers, each on its own file with its own handles, sharing the
+/// groups' allocators: maps, punches and truncates interleave freely.
+#[test]
+fn concurrent_writers_on_separate_files() {
+    let dir = workdir("conc");
+    let img = mkimg(&dir, &["-t", "ext4", "-b", "1024"], "64M");
+    let fs = open_rw(&img);
+    let free0 = free_blocks(&fs);
+    let mut files: Vec<File> = ["one", "two", "three"].iter().map(|n| File::create(&fs, n)).collect();
+    std::thread::scope(|s| {
+        for (i, f) in files.iter_mut().enumerate() {
+            let fs = &fs;
+            s.spawn(move || {
+                let mut rng = ext4kit_testkit::SplitMix64::new(100 + i as u64);
+                for k in 0..600u64 {
+                    let l = rng.below(4000);
+                    if k % 5 == 4 {
+                        f.punch(fs, l, l + rng.below(50));
+                    } else {
+                        f.map(fs, l, 1 + rng.below(6), false, i as u8).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let refs: Vec<&File> = files.iter().collect();
+    verify_with(&fs, &img, &refs, true);
+    for f in files.iter_mut() {
+        f.truncate(&fs, 0);
+    }
+    assert_eq!(free_blocks(&fs), free0);
+    let refs: Vec<&File> = files.iter().collect();
+    verify(&fs, &img, &refs);
+    let _ = std::fs::remove_dir_all(&dir);
+}
