@@ -314,8 +314,15 @@ impl Volume {
             }
         };
         cx.privileged = kind != EditKind::Insert;
+        // An insert fills a hole and a punch splits at most the extent at
+        // `start`: one leaf. A conversion may cut extents at both ends.
         let (n1, max1, depth) = self.ext_leaf_fill(ino, seed, &root, start)?;
-        let (n2, max2, _) = self.ext_leaf_fill(ino, seed, &root, last)?;
+        let (n2, max2) = if kind == EditKind::Convert {
+            let (n, m, _) = self.ext_leaf_fill(ino, seed, &root, last)?;
+            (n, m)
+        } else {
+            (0, usize::MAX)
+        };
         if grows && (n1 + 2 > max1 || n2 + 2 > max2) {
             if depth >= MAX_DEPTH {
                 return Err(Error::posix(
