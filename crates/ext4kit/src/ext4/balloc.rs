@@ -184,39 +184,95 @@ impl Volume {
         Ok(Some((self.group_first_block(g as u64) + start as u64, len as u32)))
     }
 
+    /// Return many runs `(start, len)` to the free pool, changing each
+    /// group's bitmap once however many runs fall in it (a truncate of a
+    /// fragmented file frees thousands of runs). Runs may cross groups.
+    /// Groups are locked one at a time, in ascending order.
+    pub fn free_block_runs(&self, h: &mut Handle<'_>, runs: &[(u64, u64)]) -> Result<()> {
+        let mut pieces: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+        for &(mut p, mut n) in runs {
+            while n > 0 {
+                if p < self.first_data_block || p >= self.blocks_count {
+                    return Err(Error::corrupt_msg(
+                        format!("block {p}"),
+                        "block map",
+                        "freeing a block outside the filesystem",
+                    ));
+                }
+                let g = (p - self.first_data_block) / self.blocks_per_group;
+                let k = n.min(self.group_first_block(g) + self.blocks_per_group - p);
+                pieces.push((p, k));
+                p += k;
+                n -= k;
+            }
+        }
+        pieces.sort_unstable();
+        let mut i = 0;
+        while i < pieces.len() {
+            let g = (pieces[i].0 - self.first_data_block) / self.blocks_per_group;
+            let mut j = i;
+            while j < pieces.len() && (pieces[j].0 - self.first_data_block) / self.blocks_per_group == g {
+                j += 1;
+            }
+            self.free_in_group(h, g as usize, &pieces[i..j])?;
+            i = j;
+        }
+        Ok(())
+    }
+
     /// Return `len` blocks from `start` to the free pool (they must lie in
     /// one group).
     pub fn free_blocks(&self, h: &mut Handle<'_>, start: u64, len: u32) -> Result<()> {
+        if start < self.first_data_block {
+            return Err(Error::corrupt_msg(
+                format!("block {start}"),
+                "block map",
+                "before the first data block",
+            ));
+        }
         let g = ((start - self.first_data_block) / self.blocks_per_group) as usize;
+        self.free_in_group(h, g, &[(start, len as u64)])
+    }
+
+    /// Clear the bits of `runs` (all inside group `g`) under the group lock.
+    fn free_in_group(&self, h: &mut Handle<'_>, g: usize, runs: &[(u64, u64)]) -> Result<()> {
+        let start = runs.first().map_or(0, |r| r.0);
         let grp = self
             .groups
             .get(g)
             .ok_or_else(|| Error::corrupt_msg(format!("block {start}"), "block map", "outside every group"))?;
         let mut gd = grp.desc.write();
         let (mut bm, uninit) = self.block_bitmap_of(g, &gd)?;
-        let off = (start - self.group_first_block(g as u64)) as usize;
-        if off + len as usize > self.blocks_in_group(g) as usize {
-            return Err(Error::corrupt_msg(
-                format!("block {start}"),
-                "block map",
-                format!("run of {len} crosses group {g}"),
-            ));
-        }
-        for i in off..off + len as usize {
-            if !test_bit(&bm, i) {
+        let first = self.group_first_block(g as u64);
+        let mut total = 0u32;
+        for &(s, len) in runs {
+            let off = (s - first) as usize;
+            if off + len as usize > self.blocks_in_group(g) as usize {
                 return Err(Error::corrupt_msg(
-                    format!("block {}", start + (i - off) as u64),
+                    format!("block {s}"),
+                    "block map",
+                    format!("run of {len} crosses group {g}"),
+                ));
+            }
+            // Check the whole run before changing a bit of it, so a bad
+            // run leaves the bitmap as it was.
+            if let Some(i) = (off..off + len as usize).find(|&i| !test_bit(&bm, i)) {
+                return Err(Error::corrupt_msg(
+                    format!("block {}", s + (i - off) as u64),
                     "block bitmap",
                     "freeing a free block",
                 ));
             }
-            clear_bit(&mut bm, i);
+            for i in off..off + len as usize {
+                clear_bit(&mut bm, i);
+            }
+            total += len as u32;
         }
         let mut new = *gd;
         if uninit {
             new.flags &= !BG_BLOCK_UNINIT;
         }
-        let free = gd.free_blocks_count() + len;
+        let free = gd.free_blocks_count() + total;
         new.free_blocks_count_lo = free as u16;
         new.free_blocks_count_hi = (free >> 16) as u16;
         self.set_block_bitmap_csum(&mut new, &bm);

@@ -142,13 +142,14 @@ impl Volume {
             // Directory and symlink blocks live in the buffer cache.
             let cached = is_cached_data(inode);
             let mut data = 0;
-            for (p, n) in freed {
+            for &(p, n) in &freed {
                 if cached {
                     (p..p + n).for_each(|b| self.forget_meta(b));
                 }
-                self.free_run(h, p, n)?;
                 data += n;
             }
+            // One bitmap change per group, however fragmented the range.
+            self.free_block_runs(h, &freed)?;
             add_blocks(inode, cx.meta_alloc, self.block_size);
             sub_blocks(inode, data + cx.meta_freed, self.block_size);
             Ok(())
@@ -184,23 +185,8 @@ impl Volume {
 
     /// Free `n` blocks from `p`, a group at a time (an extent may cross a
     /// group boundary; `free_blocks` takes one group).
-    pub(crate) fn free_run(&self, h: &mut Handle<'_>, mut p: u64, mut n: u64) -> Result<()> {
-        while n > 0 {
-            if p < self.first_data_block || p >= self.blocks_count {
-                return Err(Error::corrupt_msg(
-                    format!("block {p}"),
-                    "block map",
-                    "freeing a block outside the filesystem",
-                ));
-            }
-            let g = (p - self.first_data_block) / self.blocks_per_group;
-            let group_end = self.group_first_block(g) + self.blocks_per_group;
-            let k = n.min(group_end - p);
-            self.free_blocks(h, p, k as u32)?;
-            p += k;
-            n -= k;
-        }
-        Ok(())
+    pub(crate) fn free_run(&self, h: &mut Handle<'_>, p: u64, n: u64) -> Result<()> {
+        self.free_block_runs(h, &[(p, n)])
     }
 
     /// Drop a freed metadata block from the buffer cache, and make sure

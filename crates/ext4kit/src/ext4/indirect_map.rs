@@ -41,9 +41,10 @@ pub(crate) struct IndState {
     pub forget_data: bool,
 }
 
-/// Accumulates freed blocks into runs so each run is one `free_blocks`.
+/// Accumulates freed blocks into runs, freed together at the end
+/// (`free_block_runs`: one bitmap change per group).
 struct Freer {
-    run: Option<(u64, u64)>,
+    runs: Vec<(u64, u64)>,
 }
 
 impl Volume {
@@ -204,7 +205,7 @@ impl Volume {
 
     /// Unmap `[start, end)`: free data blocks and emptied indirect blocks.
     pub(crate) fn ind_punch(&self, h: &mut Handle<'_>, st: &mut IndState, start: u64, end: u64) -> Result<()> {
-        let mut fr = Freer { run: None };
+        let mut fr = Freer { runs: Vec::new() };
         for l in start.min(DIRECT as u64)..end.min(DIRECT as u64) {
             let p = std::mem::take(&mut st.root[l as usize]);
             if p != 0 {
@@ -284,25 +285,20 @@ impl Volume {
         Ok(empty)
     }
 
-    fn free_add(&self, h: &mut Handle<'_>, fr: &mut Freer, p: u64) -> Result<()> {
-        if let Some((s, n)) = fr.run.as_mut() {
-            let same_group = (p - self.first_data_block) / self.blocks_per_group
-                == (*s - self.first_data_block) / self.blocks_per_group;
-            if *s + *n == p && same_group {
+    fn free_add(&self, _h: &mut Handle<'_>, fr: &mut Freer, p: u64) -> Result<()> {
+        if let Some((s, n)) = fr.runs.last_mut() {
+            if *s + *n == p {
                 *n += 1;
                 return Ok(());
             }
         }
-        self.free_flush(h, fr)?;
-        fr.run = Some((p, 1));
+        fr.runs.push((p, 1));
         Ok(())
     }
 
     fn free_flush(&self, h: &mut Handle<'_>, fr: &mut Freer) -> Result<()> {
-        if let Some((s, n)) = fr.run.take() {
-            self.free_run(h, s, n)?;
-        }
-        Ok(())
+        let runs = std::mem::take(&mut fr.runs);
+        self.free_block_runs(h, &runs)
     }
 
     /// Write the edit's indirect blocks and root pointers.
