@@ -786,3 +786,28 @@ fn concurrent_writers_on_separate_files() {
     verify(&fs, &img, &refs);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Freeing a block that is already free is a corrupt map, reported with
+/// the block, and changes nothing (the whole batch is checked first).
+#[test]
+fn freeing_a_free_block_is_refused_without_change() {
+    let dir = workdir("dfree");
+    let img = mkimg(&dir, &["-t", "ext4", "-b", "1024"], "8M");
+    let fs = open_rw(&img);
+    let vol = &fs.vol;
+    let mut h = vol.begin().unwrap();
+    let (p, n) = vol.alloc_blocks(&mut h, 0, 4).unwrap();
+    assert_eq!(n, 4);
+    let free = free_blocks(&fs);
+    // The run's last block is freed already: nothing of the run is freed.
+    vol.free_blocks(&mut h, p + 3, 1).unwrap();
+    let e = vol.free_block_runs(&mut h, &[(p, 4)]).unwrap_err();
+    assert!(e.to_string().contains(&format!("block {}", p + 3)), "{e}");
+    assert_eq!(free_blocks(&fs), free + 1);
+    vol.free_block_runs(&mut h, &[(p + 2, 1), (p, 2)]).unwrap();
+    assert_eq!(free_blocks(&fs), free + 4);
+    h.commit().unwrap();
+    fs.sync().unwrap();
+    fsck_clean(&img, false);
+    let _ = std::fs::remove_dir_all(&dir);
+}
