@@ -11,6 +11,7 @@ pub enum Errno {
     EPERM = 1,
     ENOENT = 2,
     EIO = 5,
+    E2BIG = 7,
     ENXIO = 6,
     EBADF = 9,
     EACCES = 13,

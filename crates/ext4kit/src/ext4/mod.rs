@@ -9,7 +9,9 @@ pub mod bmap;
 pub mod bmap_write;
 pub mod buffer;
 pub mod dir;
+pub mod dir_delete;
 pub mod dir_insert;
+pub mod dx_split;
 pub mod extent_tree;
 pub mod group;
 pub mod htree;
@@ -21,6 +23,7 @@ pub mod symlink;
 pub mod transaction;
 pub mod volume;
 pub mod xattr;
+pub mod xattr_write;
 
 pub use bmap::{BlockMap, Mapping};
 pub use dir::{DirEntry, DirRef};

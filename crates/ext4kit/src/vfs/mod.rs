@@ -3,6 +3,8 @@
 //! lock-free path walk, inode cache, page cache, open files with atomic
 //! positions, descriptor tables).
 
+pub mod acl;
+pub mod attr;
 pub mod cred;
 pub mod dcache;
 pub mod fdtable;
@@ -12,6 +14,7 @@ pub mod namei;
 pub mod pagecache;
 mod stat;
 pub mod write;
+pub mod xattr_ops;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,6 +22,7 @@ use std::sync::Arc;
 use ext4kit_blockdev::{BlockDevice, FileDevice};
 use ext4kit_format::inode::FileType;
 
+pub use attr::{SetAttr, StatFs, TimeSet};
 pub use cred::Cred;
 pub use dcache::Dentry;
 pub use fdtable::{Fd, Process};

@@ -143,7 +143,6 @@ impl Fs {
         if self.vol.lookup(dref, name)?.is_some() {
             return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(path))));
         }
-        let slot = self.vol.find_dir_slot(dref, name)?;
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, dir.ino, false)?;
@@ -156,13 +155,17 @@ impl Fs {
         });
         init(&mut rec)?;
         self.vol.write_inode(&mut h, ino, &rec)?;
-        self.vol.add_link_at(&mut h, dref, slot, name, ino, ftype)?;
         let mut new_dir = dir_rec.clone();
+        let map_changed = self.vol.add_link(&mut h, dref, &mut new_dir, name, ino, ftype)?;
         new_dir.set_time(TimeField::Mtime, t);
         new_dir.set_time(TimeField::Ctime, t);
         self.vol.write_inode(&mut h, dir.ino, &new_dir)?;
         h.commit()?;
+        dir.size.store(new_dir.size(), std::sync::atomic::Ordering::Release);
         *dir_rec = new_dir;
+        if map_changed {
+            dir.reset_block_map();
+        }
         drop(dir_rec);
         self.dcache.set(&parent, name, ino, Some(ftype));
         self.stat_ino(ino)
