@@ -21,7 +21,7 @@ use clap::{Parser, Subcommand};
 /// inside the image are absolute ("/etc/passwd"); a missing leading "/" is
 /// allowed.
 #[derive(Parser, Debug)]
-#[command(name = "ext4kit", version, about, long_about = None, after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata\n  ext4kit mkdir -p disk.img /srv/www\n  ext4kit mv disk.img /srv/www /srv/site\n  ext4kit ln -s disk.img /srv/site /www\n  ext4kit rm -r disk.img /srv\n  ext4kit chown disk.img 1000:1000 /home/me\n  ext4kit setfattr disk.img -n user.note -v hello /etc/motd")]
+#[command(name = "ext4kit", version, about, long_about = None, after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata\n  ext4kit mkfs -d rootfs/ disk.img 256M   build an image from a directory\n  ext4kit put site/ disk.img:/srv/www   copy a tree in\n  ext4kit mkdir -p disk.img /srv/www\n  ext4kit mv disk.img /srv/www /srv/site\n  ext4kit ln -s disk.img /srv/site /www\n  ext4kit rm -r disk.img /srv\n  ext4kit chown disk.img 1000:1000 /home/me\n  ext4kit setfattr disk.img -n user.note -v hello /etc/motd")]
 struct Cli {
     /// Cache memory budget in MiB (inodes, dentries, pages).
     #[arg(long, global = true, default_value_t = 256, value_name = "MIB")]
@@ -84,12 +84,23 @@ enum Command {
         /// Where to put it.
         dest: PathBuf,
     },
-    /// Make a new, empty ext2/ext3/ext4 filesystem in IMAGE (mke2fs-style
-    /// defaults). This is the one command that writes: a regular file is
-    /// created or truncated and extended to SIZE as a sparse file.
+    /// Make a new ext2/ext3/ext4 filesystem in IMAGE (mke2fs-style
+    /// defaults), optionally filled from a directory tree (-d). A regular
+    /// file is created or truncated and extended to SIZE as a sparse file.
     /// SOURCE_DATE_EPOCH fixes all timestamps; with -U and -E hash_seed= the
     /// image is reproducible byte for byte.
     Mkfs(cmd::mkfs::Args),
+    /// Copy host files or directory trees into the image, preserving type,
+    /// mode, owner, times (ns), symlinks, hard links, device nodes, xattrs
+    /// and ACLs; sparse files stay sparse. With one SRC, DEST may be a new
+    /// name; otherwise DEST must be an existing directory.
+    Put {
+        /// Files or directories on the host.
+        #[arg(required = true)]
+        srcs: Vec<PathBuf>,
+        /// IMAGE:DEST, e.g. disk.img:/srv.
+        target: String,
+    },
     /// Make directories in the image.
     Mkdir {
         /// Make missing parents too; an existing directory is not an error.
@@ -183,6 +194,20 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<String>,
     },
+    /// Set file sizes: shrinking frees blocks, growing leaves a hole.
+    Truncate {
+        /// New size: bytes, or with a K, M, G or T suffix.
+        #[arg(short = 's', long, value_parser = parse_bytes)]
+        size: u64,
+        /// Do not create missing files.
+        #[arg(short = 'c', long)]
+        no_create: bool,
+        /// The image file.
+        image: PathBuf,
+        /// Files to resize.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
     /// Set (or with -x remove) an extended attribute, like setfattr(1).
     Setfattr {
         /// Attribute name, with its namespace: user.x, trusted.x,
@@ -219,6 +244,22 @@ enum Command {
     },
 }
 
+/// Parse a byte count with an optional binary suffix (K, M, G, T).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let bad = || format!("\"{s}\" is not a size (e.g. 4096, 10M, 2G)");
+    let (num, shift) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 10),
+        Some(b'm' | b'M') => (&s[..s.len() - 1], 20),
+        Some(b'g' | b'G') => (&s[..s.len() - 1], 30),
+        Some(b't' | b'T') => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .ok_or_else(bad)
+}
+
 /// Parse an octal mode like "755" or "0644".
 fn parse_mode(s: &str) -> Result<u16, String> {
     u16::from_str_radix(s, 8)
@@ -238,6 +279,7 @@ fn main() -> ExitCode {
         Command::Stat { image, path } => cmd::stat::run(&image, &path, budget),
         Command::Get { image, path, dest } => cmd::get::run(&image, &path, &dest, budget),
         Command::Mkfs(args) => cmd::mkfs::run(&args),
+        Command::Put { srcs, target } => cmd::put::run(&srcs, &target, budget),
         Command::Mkdir {
             parents,
             mode,
@@ -284,6 +326,12 @@ fn main() -> ExitCode {
         } => cmd::edit::setfattr(&image, &name, value.as_deref(), remove, &paths, budget),
         Command::Getfattr { name, image, paths } => cmd::edit::getfattr(&image, name.as_deref(), &paths, budget),
         Command::Df { image } => cmd::edit::df(&image, budget),
+        Command::Truncate {
+            size,
+            no_create,
+            image,
+            paths,
+        } => cmd::edit::truncate(&image, size, no_create, &paths, budget),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

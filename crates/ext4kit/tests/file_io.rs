@@ -816,12 +816,10 @@ fn unprivileged_writes_clear_setuid() {
     assert_eq!(fresh.stat(b"/s").unwrap().mode & 0o7777, 0o755);
 }
 
-/// Layouts beyond the interim block-map limits: many extents (random
-/// writes with gaps, synced often; concurrent writers syncing as they go)
-/// and double-indirect ext2 files. Run after the general map_blocks lands:
-/// `cargo test -p ext4kit --test file_io -- --ignored`.
+/// Fragmented layouts: many extents (writes with gaps, synced often;
+/// concurrent writers syncing as they go, so their blocks interleave) and
+/// double-indirect ext2 files.
 #[test]
-#[ignore = "needs the general map_blocks (extent trees below the root, double/triple indirect)"]
 fn fragmented_and_large_layouts() {
     for (tag, mkfs) in [
         ("frag-ext4", &["-t", "ext4", "-b", "1024"][..]),
@@ -867,5 +865,67 @@ fn fragmented_and_large_layouts() {
         let mut files: Vec<(&str, &[u8])> = vec![("/holes", &model), ("/big", &big[..1 << 20])];
         files.extend(names.iter().zip(&models).map(|(n, m)| (n.as_str(), m.as_slice())));
         verify(fs, &img.path, &files);
+    }
+}
+
+/// Files past 4 GiB and sparse files whose extents are far apart (5 GiB,
+/// 1 TiB): sizes, holes and data read back by us and the kernel, on ext4
+/// and (within its triple-indirect limit) ext3.
+#[test]
+fn files_past_4_gib_with_far_apart_extents() {
+    for (tag, mkfs, offsets) in [
+        (
+            "huge-ext4",
+            &["-t", "ext4"][..],
+            &[0u64, 5 << 30, (1 << 40) + 12345][..],
+        ),
+        (
+            "huge-ext3",
+            &["-t", "ext3"][..],
+            &[0u64, 5 << 30, (8u64 << 30) - 4096][..],
+        ),
+    ] {
+        let img = image(tag, mkfs);
+        let fs = rw(&img.path);
+        let f = fs.open(b"/sparse", flags(O_CREAT | O_RDWR)).unwrap();
+        for (k, &o) in offsets.iter().enumerate() {
+            f.pwrite(&fs, o, &pattern(100_000, k as u64)).unwrap();
+        }
+        f.fsync(&fs).unwrap();
+        let size = offsets.last().unwrap() + 100_000;
+        assert_eq!(fs.stat(b"/sparse").unwrap().size, size);
+        // Only the written blocks are allocated.
+        assert!(fs.stat(b"/sparse").unwrap().blocks < 3 * 110_000 / 512 + 64);
+        drop(f);
+        fs.sync().unwrap();
+        drop(fs);
+        fsck_clean(&img.path);
+        let fresh = Fs::open_image(&img.path, &OpenOptions::default()).unwrap();
+        let f = fresh.open(b"/sparse", OpenFlags::default()).unwrap();
+        for (k, &o) in offsets.iter().enumerate() {
+            let mut b = vec![0u8; 100_000];
+            assert_eq!(f.pread(&fresh, o, &mut b).unwrap(), b.len());
+            assert!(b == pattern(100_000, k as u64), "{tag}: data at {o}");
+            let mut z = vec![1u8; 4096];
+            if o > 4096 {
+                f.pread(&fresh, o - 4096, &mut z).unwrap();
+                assert!(z.iter().all(|&x| x == 0), "{tag}: hole before {o}");
+            }
+        }
+        drop(f);
+        drop(fresh);
+        ext4kit_testkit::kernel_available().expect("the kernel check needs a loop mount; CI runs as root");
+        let mnt = img.dir.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        let m = ext4kit_testkit::LoopMount::mount(&img.path, &mnt, "auto", true).unwrap();
+        let kf = std::fs::File::open(m.path().join("sparse")).unwrap();
+        assert_eq!(kf.metadata().unwrap().len(), size);
+        for (k, &o) in offsets.iter().enumerate() {
+            let mut b = vec![0u8; 100_000];
+            std::os::unix::fs::FileExt::read_exact_at(&kf, &mut b, o).unwrap();
+            assert!(b == pattern(100_000, k as u64), "{tag}: kernel reads other data at {o}");
+        }
+        drop(kf);
+        m.unmount().unwrap();
     }
 }

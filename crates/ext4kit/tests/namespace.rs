@@ -418,7 +418,10 @@ fn unlinked_open_file_lives_until_last_close() {
     // Its blocks are still in use while it is open.
     assert!(fs.statfs().unwrap().blocks_free < free0.blocks_free);
     p.close(fd).unwrap();
-    assert!(fs.statfs().unwrap().blocks_free < free0.blocks_free, "freed before the last close");
+    assert!(
+        fs.statfs().unwrap().blocks_free < free0.blocks_free,
+        "freed before the last close"
+    );
     p.close(fd2).unwrap();
     fs.sync().unwrap();
     let free1 = fs.statfs().unwrap();
@@ -450,7 +453,10 @@ fn orphans_left_open_are_freed_at_the_next_open_and_by_the_kernel() {
         if who == "ext4kit" {
             let fs = rw(&img);
             let free1 = fs.statfs().unwrap();
-            assert_eq!((free1.blocks_free, free1.files_free), (free0.blocks_free, free0.files_free));
+            assert_eq!(
+                (free1.blocks_free, free1.files_free),
+                (free0.blocks_free, free0.files_free)
+            );
             drop(fs);
         } else {
             ext4kit_testkit::kernel_available().expect("the kernel check needs a loop mount; CI runs as root");

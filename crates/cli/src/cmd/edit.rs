@@ -442,3 +442,27 @@ pub fn df(image: &Path, budget: usize) -> Result<(), String> {
     );
     Ok(())
 }
+
+/// `ext4kit truncate -s SIZE IMAGE PATH...`: set file sizes (shrinking
+/// frees blocks; growing leaves a hole), creating missing files unless -c.
+pub fn truncate(image: &Path, size: u64, no_create: bool, paths: &[String], budget: usize) -> Result<(), String> {
+    let fs = open_rw(image, budget)?;
+    let ops = paths
+        .iter()
+        .map(|p| {
+            let p = abs(p);
+            Box::new(move |fs: &Fs| {
+                let st = match fs.stat(p.as_bytes()) {
+                    Ok(st) => st,
+                    Err(e) if e.errno() == Errno::ENOENT && !no_create => fs
+                        .create(p.as_bytes(), 0o644, 0, 0)
+                        .map_err(|e| super::err(image, &p, e))?,
+                    Err(e) => return Err(super::err(image, &p, e)),
+                };
+                let inode = fs.inode(st.ino).map_err(|e| super::err(image, &p, e))?;
+                fs.truncate_inode(&inode, size).map_err(|e| super::err(image, &p, e))
+            }) as Op<'_>
+        })
+        .collect();
+    apply(image, &fs, ops)
+}

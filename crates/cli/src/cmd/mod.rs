@@ -8,6 +8,7 @@ pub mod get;
 pub mod info;
 pub mod ls;
 pub mod mkfs;
+pub mod put;
 pub mod stat;
 
 use std::path::Path;

@@ -57,7 +57,9 @@ fn measure(src: &Path) -> (u64, u64) {
     let (mut n, mut bytes) = (0u64, 0u64);
     let mut stack = vec![src.to_path_buf()];
     while let Some(p) = stack.pop() {
-        let Ok(md) = std::fs::symlink_metadata(&p) else { continue };
+        let Ok(md) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
         n += 1;
         if md.is_file() {
             bytes += md.len();
@@ -265,12 +267,12 @@ impl Copier<'_> {
         let mut off = 0u64;
         while off < size {
             // Next data region [start, end); ENXIO: no more data.
-            let start = match rustix::fs::seek(&f, SeekFrom::Data(off as i64)) {
+            let start = match rustix::fs::seek(&f, SeekFrom::Data(off)) {
                 Ok(s) => s,
                 Err(rustix::io::Errno::NXIO) => break,
                 Err(_) => off, // no SEEK_DATA here: treat everything as data
             };
-            let end = rustix::fs::seek(&f, SeekFrom::Hole(start as i64)).unwrap_or(size).min(size);
+            let end = rustix::fs::seek(&f, SeekFrom::Hole(start)).unwrap_or(size).min(size);
             let mut pos = start;
             while pos < end {
                 let want = ((end - pos) as usize).min(self.buf.len());
@@ -360,10 +362,20 @@ pub fn run(srcs: &[PathBuf], target: &str, budget: usize) -> Result<(), String> 
     let (image, dest) = split_target(target)?;
     let image = Path::new(image);
     let fs = super::edit::open_rw(image, budget)?;
-    let dest = if dest.starts_with('/') { dest.to_string() } else { format!("/{dest}") };
-    let dest_dir = fs.stat(dest.as_bytes()).ok().filter(|st| st.ftype == FileType::Directory);
+    let dest = if dest.starts_with('/') {
+        dest.to_string()
+    } else {
+        format!("/{dest}")
+    };
+    let dest_dir = fs
+        .stat(dest.as_bytes())
+        .ok()
+        .filter(|st| st.ftype == FileType::Directory);
     if srcs.len() > 1 && dest_dir.is_none() {
-        return Err(format!("{}: {dest}: not an existing directory (several sources)", image.display()));
+        return Err(format!(
+            "{}: {dest}: not an existing directory (several sources)",
+            image.display()
+        ));
     }
     let mut total = Summary::default();
     for src in srcs {
@@ -387,7 +399,8 @@ pub fn run(srcs: &[PathBuf], target: &str, budget: usize) -> Result<(), String> 
         total.bytes += s.bytes;
         total.problems += s.problems;
     }
-    fs.sync().map_err(|e| format!("{}: writing back: {e}", image.display()))?;
+    fs.sync()
+        .map_err(|e| format!("{}: writing back: {e}", image.display()))?;
     if total.problems > 0 {
         return Err(format!(
             "{}: {} entries copied, {} could not be (see above)",
@@ -412,6 +425,8 @@ fn split_target(t: &str) -> Result<(&str, &str), String> {
     }
     match t.rsplit_once(':') {
         Some((img, dest)) if !img.is_empty() => Ok((img, if dest.is_empty() { "/" } else { dest })),
-        _ => Err(format!("\"{t}\": the last argument must be IMAGE:DEST (for example disk.img:/srv)")),
+        _ => Err(format!(
+            "\"{t}\": the last argument must be IMAGE:DEST (for example disk.img:/srv)"
+        )),
     }
 }
