@@ -52,6 +52,54 @@ struct Copier<'a> {
     buf: Vec<u8>,
 }
 
+/// Open `p` for reading without updating its atime where we may (owner or
+/// root: `O_NOATIME`), so building an image leaves the source tree as it
+/// was — and two builds of one tree see the same atimes.
+fn open_noatime(p: &Path, dir: bool) -> std::io::Result<std::os::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let base = OFlags::RDONLY | OFlags::CLOEXEC | if dir { OFlags::DIRECTORY } else { OFlags::empty() };
+    match rustix::fs::open(p, base | OFlags::NOATIME, Mode::empty()) {
+        Err(rustix::io::Errno::PERM) => Ok(rustix::fs::open(p, base, Mode::empty())?),
+        r => Ok(r?),
+    }
+}
+
+/// The entries of host directory `p` (without "." and ".."), read without
+/// touching its atime.
+fn list_dir(p: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let fd = open_noatime(p, true)?;
+    let mut out = Vec::new();
+    for e in rustix::fs::Dir::read_from(&fd)? {
+        let e = e?;
+        let name = e.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            out.push(p.join(std::ffi::OsStr::from_bytes(name)));
+        }
+    }
+    Ok(out)
+}
+
+/// readlink(2) updates a symlink's atime and there is no O_NOATIME for it:
+/// put the atime back (as `tar --atime-preserve=replace` does) when we may.
+fn read_link_keep_atime(p: &Path, md: &Metadata) -> std::io::Result<PathBuf> {
+    use rustix::fs::{utimensat, AtFlags, Timespec, Timestamps, CWD, UTIME_OMIT};
+    let t = std::fs::read_link(p)?;
+    if std::fs::symlink_metadata(p).is_ok_and(|now| now.atime() != md.atime() || now.atime_nsec() != md.atime_nsec()) {
+        let ts = Timestamps {
+            last_access: Timespec {
+                tv_sec: md.atime(),
+                tv_nsec: md.atime_nsec(),
+            },
+            last_modification: Timespec {
+                tv_sec: 0,
+                tv_nsec: UTIME_OMIT,
+            },
+        };
+        let _ = utimensat(CWD, p, &ts, AtFlags::SYMLINK_NOFOLLOW);
+    }
+    Ok(t)
+}
+
 /// Count entries and bytes below `src` (for the progress bar).
 fn measure(src: &Path) -> (u64, u64) {
     let (mut n, mut bytes) = (0u64, 0u64);
@@ -64,8 +112,8 @@ fn measure(src: &Path) -> (u64, u64) {
         if md.is_file() {
             bytes += md.len();
         } else if md.is_dir() {
-            if let Ok(rd) = std::fs::read_dir(&p) {
-                stack.extend(rd.flatten().map(|e| e.path()));
+            if let Ok(kids) = list_dir(&p) {
+                stack.extend(kids);
             }
         }
     }
@@ -152,8 +200,8 @@ impl Copier<'_> {
             match f {
                 Frame::Leave(p, ino, md) => self.set_times(ino, &md, &p),
                 Frame::Enter(p, ino) => {
-                    let mut kids: Vec<PathBuf> = match std::fs::read_dir(&p) {
-                        Ok(rd) => rd.flatten().map(|e| e.path()).collect(),
+                    let mut kids: Vec<PathBuf> = match list_dir(&p) {
+                        Ok(k) => k,
                         Err(e) => {
                             self.problem(&p, e);
                             continue;
@@ -211,7 +259,7 @@ impl Copier<'_> {
         let made = if ft.is_dir() {
             fs.mkdir_owned(parent, name, perm, &self.cred, owner)
         } else if ft.is_symlink() {
-            match std::fs::read_link(src) {
+            match read_link_keep_atime(src, md) {
                 Ok(t) => fs.symlink_owned(parent, name, t.as_os_str().as_bytes(), &self.cred, owner),
                 Err(e) => {
                     self.problem(src, e);
@@ -262,7 +310,7 @@ impl Copier<'_> {
     /// Write the data regions of host file `src` into image inode `ino`;
     /// holes are skipped, and a trailing hole is made by setting the size.
     fn copy_data(&mut self, src: &Path, ino: u32, size: u64) -> Result<(), String> {
-        let f = std::fs::File::open(src).map_err(|e| e.to_string())?;
+        let f = open_noatime(src, false).map_err(|e| e.to_string())?;
         let inode = self.fs.inode(ino).map_err(|e| e.to_string())?;
         let mut off = 0u64;
         while off < size {
