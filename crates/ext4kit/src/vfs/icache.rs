@@ -208,6 +208,21 @@ impl Icache {
         }
     }
 
+    /// Drop `inode` from the cache if it is still the cached one for its
+    /// number. The freeing side uses this: by the time it gets here the
+    /// number may already belong to a new inode (allocation sees the freed
+    /// bit at once), whose cache entry must stay.
+    pub fn forget_if(&self, inode: &CachedInode) {
+        let m = self.map.pin();
+        if m.get(&inode.ino)
+            .is_some_and(|cur| std::ptr::eq(Arc::as_ptr(cur), inode))
+        {
+            if let Some(v) = m.remove(&inode.ino) {
+                self.pages.release(v.pages.len());
+            }
+        }
+    }
+
     /// Number of cached inodes.
     pub fn len(&self) -> usize {
         self.map.len()

@@ -210,6 +210,9 @@ impl Fs {
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, true)?;
+        // A cached inode of this number is a dead predecessor whose freer
+        // has not dropped it yet: the number is ours now.
+        self.icache.forget(ino);
         let mut rec = self.vol.new_inode_record(&NewInode {
             ftype: FileType::Directory,
             perm,
@@ -345,7 +348,7 @@ impl Fs {
         drop(drec);
         self.dcache.remove(parent, name);
         if died == Death::Freed {
-            self.icache.forget(ino);
+            self.icache.forget_if(&victim);
         }
         Ok(())
     }
@@ -781,8 +784,8 @@ impl Fs {
         }
         self.dcache
             .renamed(old_dir, old_name, new_dir, new_name, flags.exchange);
-        if death == Death::Freed {
-            self.icache.forget(t_ino(&dst));
+        if let (Death::Freed, Some(d)) = (death, &dst) {
+            self.icache.forget_if(d);
         }
         Ok(())
     }
@@ -867,7 +870,7 @@ impl Fs {
         new.base.mode = 0; // dead: a late releaser must not free it twice
         *rec = new;
         drop(rec);
-        self.icache.forget(inode.ino);
+        self.icache.forget_if(inode);
         Ok(())
     }
 

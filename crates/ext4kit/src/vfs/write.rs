@@ -265,6 +265,9 @@ impl Fs {
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, false)?;
+        // A cached inode of this number is a dead predecessor whose freer
+        // has not dropped it yet: the number is ours now.
+        self.icache.forget(ino);
         let mut rec = self.vol.new_inode_record(&NewInode {
             ftype,
             perm,
