@@ -83,9 +83,11 @@ impl CachedInode {
         if let Some(m) = self.map.load_full() {
             return Ok(m);
         }
-        let m = Arc::new(vol.block_map(self.ino, &self.disk.read())?);
-        self.map.store(Some(m.clone()));
-        Ok(m)
+        // Parse and publish under the shared lock: a writer changes the map
+        // and resets the cached one under the exclusive side, so a map
+        // parsed from an older record can never be stored after the reset.
+        let rec = self.disk.read();
+        self.block_map_locked(vol, &rec)
     }
 
     /// The block map, for a caller that already holds the `disk` lock

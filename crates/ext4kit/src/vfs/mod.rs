@@ -223,8 +223,8 @@ impl Fs {
         if dir.ftype != FileType::Directory {
             return Err(Error::posix(Errno::ENOTDIR, format!("inode {ino} is not a directory")));
         }
-        let map = dir.block_map(&self.vol)?;
         let inode = dir.disk.read(); // held for the listing, not copied
+        let map = dir.block_map_locked(&self.vol, &inode)?; // in step with the record
         let mut v = self.vol.read_dir(DirRef {
             ino,
             inode: &inode,

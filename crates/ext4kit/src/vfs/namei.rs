@@ -125,10 +125,12 @@ impl Fs {
                 format!("inode {dir_ino} is not a directory"),
             ));
         }
-        let map = dir.block_map(&self.vol)?;
         // Shared side of the directory lock held across the lookup instead of
-        // copying the record (the copy allocated on every dcache miss).
+        // copying the record (the copy allocated on every dcache miss). The
+        // map is taken under the lock: a growing insert changes record and
+        // map together under the writer side.
         let inode = dir.disk.read();
+        let map = dir.block_map_locked(&self.vol, &inode)?;
         self.vol.lookup(
             crate::ext4::DirRef {
                 ino: dir_ino,

@@ -115,10 +115,11 @@ impl Fs {
         Ok(d)
     }
 
-    /// The block map of a locked directory (the lock pins it: maps change
-    /// only under the writer side).
-    fn locked_map(&self, ino: u32, rec: &Inode) -> Result<BlockMap> {
-        self.vol.block_map(ino, rec)
+    /// The block map of a locked inode: the cached one (maps change, and
+    /// the cache is reset, only under the writer side of the lock we hold)
+    /// or parsed from `rec`.
+    fn locked_map(&self, inode: &CachedInode, rec: &Inode) -> Result<Arc<BlockMap>> {
+        inode.block_map_locked(&self.vol, rec)
     }
 
     fn may_create(&self, dir: &Inode, cred: &Cred, what: &[u8]) -> Result<()> {
@@ -188,7 +189,7 @@ impl Fs {
             ));
         }
         self.may_create(&drec, cred, name)?;
-        let map = self.locked_map(parent, &drec)?;
+        let map = self.locked_map(&dir, &drec)?;
         let dref = DirRef {
             ino: parent,
             inode: &drec,
@@ -284,7 +285,7 @@ impl Fs {
     fn remove_at(&self, parent: u32, name: &[u8], want_dir: bool, cred: &Cred) -> Result<()> {
         let dir = self.dir_inode(parent)?;
         let mut drec = dir.disk.write();
-        let map = self.locked_map(parent, &drec)?;
+        let map = self.locked_map(&dir, &drec)?;
         let dref = DirRef {
             ino: parent,
             inode: &drec,
@@ -307,7 +308,7 @@ impl Fs {
         let mut vrec = victim.disk.write();
         self.may_delete(&drec, &vrec, cred, name)?;
         if is_dir {
-            let vmap = self.locked_map(ino, &vrec)?;
+            let vmap = self.locked_map(&victim, &vrec)?;
             let vref = DirRef {
                 ino,
                 inode: &vrec,
@@ -362,7 +363,7 @@ impl Fs {
         let dir = self.dir_inode(parent)?;
         let mut drec = dir.disk.write();
         self.may_create(&drec, cred, name)?;
-        let map = self.locked_map(parent, &drec)?;
+        let map = self.locked_map(&dir, &drec)?;
         let dref = DirRef {
             ino: parent,
             inode: &drec,
@@ -430,7 +431,7 @@ impl Fs {
             }
             let d = self.dir_inode(dir)?;
             let rec = d.disk.read();
-            let map = self.locked_map(dir, &rec)?;
+            let map = self.locked_map(&d, &rec)?;
             let r = DirRef {
                 ino: dir,
                 inode: &rec,
@@ -489,9 +490,9 @@ impl Fs {
             let b = nd.disk.write();
             (od.disk.write(), Some(b))
         };
-        let omap = self.locked_map(old_dir, &orec)?;
+        let omap = self.locked_map(&od, &orec)?;
         let nmap = match &nrec {
-            Some(r) => Some(self.locked_map(new_dir, r)?),
+            Some(r) => Some(self.locked_map(&nd, r)?),
             None => None,
         };
         let oref = DirRef {
@@ -601,7 +602,7 @@ impl Fs {
             ));
         }
         if let (false, Some(t), true) = (flags.exchange, &trec, d_dir) {
-            let tm = self.locked_map(t_ino(&dst), t)?;
+            let tm = self.vol.block_map(t_ino(&dst), t)?;
             let r = DirRef {
                 ino: t_ino(&dst),
                 inode: t,
@@ -644,7 +645,7 @@ impl Fs {
             self.vol.replace_link(&mut h, nref, new_name, sino, src.ftype)?;
             if cross {
                 if s_dir {
-                    let sm = self.locked_map(sino, &srec)?;
+                    let sm = self.locked_map(&src, &srec)?;
                     self.vol.set_dotdot(
                         &mut h,
                         DirRef {
@@ -656,7 +657,7 @@ impl Fs {
                     )?;
                 }
                 if let (true, Some(tr)) = (d_dir, trec.as_deref()) {
-                    let tm = self.locked_map(tino, tr)?;
+                    let tm = self.vol.block_map(tino, tr)?;
                     self.vol.set_dotdot(
                         &mut h,
                         DirRef {
@@ -705,7 +706,8 @@ impl Fs {
             // Remove the old name. In the same directory an insert may have
             // grown it: look the name up through the updated record.
             if !cross && o_grew {
-                let m = self.locked_map(old_dir, &new_o)?;
+                // The cached map is the pre-growth one: parse the grown record.
+                let m = self.vol.block_map(old_dir, &new_o)?;
                 self.vol.remove_link(
                     &mut h,
                     DirRef {
@@ -724,7 +726,7 @@ impl Fs {
             // was replaced.
             if s_dir {
                 if cross {
-                    let sm = self.locked_map(sino, &srec)?;
+                    let sm = self.locked_map(&src, &srec)?;
                     self.vol.set_dotdot(
                         &mut h,
                         DirRef {

@@ -248,7 +248,7 @@ impl Fs {
                 format!("{}: no write and search permission on the directory", show(name)),
             ));
         }
-        let map = self.vol.block_map(parent, &dir_rec)?;
+        let map = dir.block_map_locked(&self.vol, &dir_rec)?;
         let dref = DirRef {
             ino: parent,
             inode: &dir_rec,
