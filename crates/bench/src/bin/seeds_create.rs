@@ -61,11 +61,13 @@ fn name(i: u64) -> String {
 fn make_image(path: &Path, fstype: &str, extra: &[&str], files: u64) -> Result<(), String> {
     let _ = std::fs::remove_file(path);
     let inodes = (files + 10_000).to_string();
-    // 4 KiB per inode of space plus a margin: the directory itself takes
-    // ~32 bytes per name.
-    let size = format!("{}M", (files * 48 / 1024 / 1024).max(64) + 256);
+    // 4 KiB blocks, as the seed's ext4 (with 1 KiB blocks a two-level htree
+    // is full near 250,000 names without large_dir, for the kernel too);
+    // space for the directory (~32 bytes per name) and the inode tables.
+    // 256-byte inode + ~64 bytes of directory per file, plus room.
+    let size = format!("{}M", files * 320 / (1 << 20) + 512);
     run(Command::new("mke2fs")
-        .args(["-q", "-F", "-t", fstype, "-N", &inodes])
+        .args(["-q", "-F", "-t", fstype, "-b", "4096", "-m", "0", "-N", &inodes])
         .args(extra)
         .arg(path)
         .arg(size))

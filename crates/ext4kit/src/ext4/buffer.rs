@@ -12,6 +12,8 @@ use std::sync::{Arc, OnceLock};
 
 use ext4kit_format::FormatError;
 
+use crate::clock::{Clock, Visit};
+
 /// One cached block.
 #[derive(Debug)]
 pub struct Buffer {
@@ -86,6 +88,12 @@ pub struct BufferCache {
     map: papaya::HashMap<u64, Arc<Buffer>>,
     bytes: AtomicUsize,
     budget: usize,
+    /// Eviction order (keys of `map`).
+    clock: Clock<u64>,
+    /// Cached bytes at which the next eviction sweep runs.
+    next_evict: AtomicUsize,
+    /// A sweep is running.
+    evicting: std::sync::atomic::AtomicBool,
     block_size: usize,
     /// Blocks read from the device (cache misses).
     pub misses: AtomicU64,
@@ -100,6 +108,9 @@ impl BufferCache {
             map: papaya::HashMap::new(),
             bytes: AtomicUsize::new(0),
             budget: budget.max(block_size * 16),
+            clock: Clock::default(),
+            next_evict: AtomicUsize::new(budget.max(block_size * 16)),
+            evicting: std::sync::atomic::AtomicBool::new(false),
             block_size,
             misses: AtomicU64::new(0),
             hits: AtomicU64::new(0),
@@ -123,9 +134,17 @@ impl BufferCache {
         let m = self.map.pin();
         let got = m.get_or_insert(block, buf.clone()).clone();
         if Arc::ptr_eq(&got, &buf) {
+            self.clock.push(block);
             let now = self.bytes.fetch_add(self.block_size, Ordering::Relaxed) + self.block_size;
-            if now > self.budget {
+            if now > self.next_evict.load(Ordering::Relaxed) && !self.evicting.swap(true, Ordering::Acquire) {
                 self.evict(&m);
+                // A sweep that could not reach the target (dirty buffers
+                // stay) is not repeated for another quarter of the budget
+                // of new blocks: a sweep is O(n), its cost per read O(1).
+                let after = self.bytes.load(Ordering::Relaxed);
+                self.next_evict
+                    .store(self.budget.max(after + self.budget / 4), Ordering::Relaxed);
+                self.evicting.store(false, Ordering::Release);
             }
         }
         Ok(got)
@@ -143,6 +162,7 @@ impl BufferCache {
         let m = self.map.pin();
         if m.insert(block, b.clone()).is_none() {
             self.bytes.fetch_add(self.block_size, Ordering::Relaxed);
+            self.clock.push(block);
         }
         b
     }
@@ -154,28 +174,36 @@ impl BufferCache {
 
     /// Drop a block (after it was rewritten or freed).
     pub fn forget(&self, block: u64) {
-        if self.map.pin().remove(&block).is_some() {
+        let m = self.map.pin();
+        if m.remove(&block).is_some() {
             self.bytes.fetch_sub(self.block_size, Ordering::Relaxed);
         }
+        self.clock.compact_if(m.len(), |blk| m.get(blk).is_some());
     }
 
     /// Second-chance (clock) eviction down to three quarters of the budget:
     /// a buffer used since the last sweep survives once.
+    /// In clock order, never by iterating the map (see `crate::clock`).
     fn evict(&self, m: &papaya::HashMapRef<'_, u64, Arc<Buffer>, std::hash::RandomState, papaya::LocalGuard<'_>>) {
         let target = self.budget / 4 * 3;
-        for _pass in 0..2 {
-            for (k, b) in m.iter() {
-                if self.bytes.load(Ordering::Relaxed) <= target {
-                    return;
+        self.clock.sweep(
+            || self.bytes.load(Ordering::Relaxed) <= target,
+            |blk| {
+                let Some(b) = m.get(blk) else { return Visit::Gone };
+                if b.dirty.load(Ordering::Acquire) || b.referenced.swap(false, Ordering::Relaxed) {
+                    return Visit::Keep;
                 }
-                if b.dirty.load(Ordering::Acquire) {
-                    continue;
+                match m.remove_if(blk, |_, b| !b.dirty.load(Ordering::Acquire)) {
+                    Ok(Some(_)) => {
+                        self.bytes.fetch_sub(self.block_size, Ordering::Relaxed);
+                        Visit::Gone
+                    }
+                    Ok(None) => Visit::Gone,
+                    Err(_) => Visit::Keep,
                 }
-                if !b.referenced.swap(false, Ordering::Relaxed) && m.remove(k).is_some() {
-                    self.bytes.fetch_sub(self.block_size, Ordering::Relaxed);
-                }
-            }
-        }
+            },
+        );
+        self.clock.compact_if(m.len(), |blk| m.get(blk).is_some());
     }
 
     /// Bytes currently cached.

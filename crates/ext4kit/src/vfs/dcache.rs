@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
+
+use crate::clock::{Clock, Visit};
 use ext4kit_format::inode::FileType;
 use parking_lot::RwLock;
 
@@ -68,21 +70,12 @@ impl DcacheGuard<'_> {
     /// Insert a lookup result; an entry inserted concurrently wins.
     pub fn insert(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> &Arc<Dentry> {
         let d = Dentry::child(parent, name, ino, ftype);
-        let got = self.m.get_or_insert(Key(parent.ino, Box::from(name)), d);
-        self.c.index_dir(got);
-        if self.m.len() > self.c.limit {
-            let target = self.c.limit / 4 * 3;
-            for _ in 0..2 {
-                for (k, v) in self.m.iter() {
-                    if self.m.len() <= target {
-                        break;
-                    }
-                    if Arc::strong_count(v) == 1 && !v.referenced.swap(false, Ordering::Relaxed) {
-                        self.m.remove(k);
-                    }
-                }
-            }
+        let got = self.m.get_or_insert(Key(parent.ino, Box::from(name)), d.clone());
+        if Arc::ptr_eq(got, &d) {
+            self.c.clock.push(Key(parent.ino, Box::from(name)));
         }
+        self.c.index_dir(got);
+        self.c.maybe_evict(&self.m);
         got
     }
 }
@@ -161,6 +154,12 @@ pub struct Dcache {
     /// `s_vfs_rename_mutex`): while held, no directory changes parent, so
     /// "is A an ancestor of B" answers stay true for the whole rename.
     pub rename_mutex: parking_lot::Mutex<()>,
+    /// Eviction order (keys of `map`).
+    clock: Clock<Key>,
+    /// Size at which the next eviction sweep runs.
+    next_evict: std::sync::atomic::AtomicUsize,
+    /// A sweep is running.
+    evicting: AtomicBool,
 }
 
 impl Dcache {
@@ -182,6 +181,9 @@ impl Dcache {
             d_path_fallbacks: AtomicU64::new(0),
             dirs: papaya::HashMap::new(),
             rename_mutex: parking_lot::Mutex::new(()),
+            clock: Clock::default(),
+            next_evict: std::sync::atomic::AtomicUsize::new(limit.max(256)),
+            evicting: AtomicBool::new(false),
         }
     }
 
@@ -217,9 +219,48 @@ impl Dcache {
     /// replacing a negative or stale entry.
     pub fn set(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
         let d = Dentry::child(parent, name, ino, ftype);
-        self.map.pin().insert(Key(parent.ino, Box::from(name)), d.clone());
+        let m = self.map.pin();
+        if m.insert(Key(parent.ino, Box::from(name)), d.clone()).is_none() {
+            self.clock.push(Key(parent.ino, Box::from(name)));
+        }
         self.index_dir(&d);
+        self.maybe_evict(&m);
         d
+    }
+
+    /// Second-chance sweep down to three quarters of the limit once the map
+    /// passes its threshold. Dentries in use (held by a walk's caller, an
+    /// open file, or a child's parent pointer) stay. One sweeper at a time;
+    /// after a sweep that could not reach the target, the next waits for a
+    /// quarter of the limit of new entries, so a sweep's O(n) walk costs
+    /// O(1) per insert whatever is pinned.
+    fn maybe_evict(
+        &self,
+        m: &papaya::HashMapRef<'_, Key, Arc<Dentry>, std::hash::RandomState, papaya::LocalGuard<'_>>,
+    ) {
+        if m.len() <= self.next_evict.load(Ordering::Relaxed) || self.evicting.swap(true, Ordering::Acquire) {
+            return;
+        }
+        // In clock order, never by iterating the map (see crate::clock).
+        let target = self.limit / 4 * 3;
+        self.clock.sweep(
+            || m.len() <= target,
+            |k| {
+                let key = KeyRef(k.0, &k.1);
+                let Some(v) = m.get(&key) else { return Visit::Gone };
+                if Arc::strong_count(v) > 1 || v.referenced.swap(false, Ordering::Relaxed) {
+                    return Visit::Keep;
+                }
+                match m.remove_if(&key, |_, v| Arc::strong_count(v) == 1) {
+                    Ok(_) => Visit::Gone,
+                    Err(_) => Visit::Keep,
+                }
+            },
+        );
+        self.clock.compact_if(m.len(), |k| m.get(&KeyRef(k.0, &k.1)).is_some());
+        self.next_evict
+            .store(self.limit.max(m.len() + self.limit / 4), Ordering::Relaxed);
+        self.evicting.store(false, Ordering::Release);
     }
 
     fn index_dir(&self, d: &Arc<Dentry>) {

@@ -15,7 +15,7 @@
 //! changed (size, block map, `i_blocks`). fsync writes the record when
 //! either is set; fdatasync only for [`DIRTY_DATA`].
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -23,6 +23,7 @@ use ext4kit_format::inode::{FileType, Inode};
 use parking_lot::RwLock;
 
 use super::pagecache::{PageBudget, PageMap};
+use crate::clock::{Clock, Visit};
 use crate::error::{Error, Result};
 use crate::ext4::{BlockMap, Volume};
 
@@ -141,7 +142,13 @@ impl CachedInode {
 #[derive(Debug)]
 pub struct Icache {
     map: papaya::HashMap<u32, Arc<CachedInode>>,
+    /// Eviction order (keys of `map`).
+    clock: Clock<u32>,
     limit: usize,
+    /// Size at which the next eviction sweep runs.
+    next_evict: AtomicUsize,
+    /// A sweep is running.
+    evicting: AtomicBool,
     pages: Arc<PageBudget>,
 }
 
@@ -150,7 +157,10 @@ impl Icache {
     pub fn new(limit: usize, pages: Arc<PageBudget>) -> Self {
         Icache {
             map: papaya::HashMap::new(),
+            clock: Clock::default(),
             limit: limit.max(64),
+            next_evict: AtomicUsize::new(limit.max(64)),
+            evicting: AtomicBool::new(false),
             pages,
         }
     }
@@ -174,40 +184,61 @@ impl Icache {
         }
         let fresh = Arc::new(CachedInode::new(ino, inode)?);
         let m = self.map.pin();
-        let got = m.get_or_insert(ino, fresh).clone();
-        if m.len() > self.limit {
+        let got = m.get_or_insert(ino, fresh.clone()).clone();
+        if Arc::ptr_eq(&got, &fresh) {
+            self.clock.push(ino);
+        }
+        drop(fresh);
+        if m.len() > self.next_evict.load(Ordering::Relaxed) && !self.evicting.swap(true, Ordering::Acquire) {
+            // One sweeper at a time. A sweep may visit every entry, so after
+            // one that could not get below the target (inodes in use or
+            // dirty) the next waits for another quarter of the limit of
+            // new entries: the cost per insert stays constant.
             self.evict(&m);
+            let after = m.len();
+            self.next_evict
+                .store(self.limit.max(after + self.limit / 4), Ordering::Relaxed);
+            self.evicting.store(false, Ordering::Release);
         }
         Ok(got)
     }
 
-    /// Drop unused inodes (clock: one sweep of grace for recently used).
+    /// Drop unused inodes (clock: one sweep of grace for recently used),
+    /// in the order of [`Clock`] (never by iterating the map: see there).
     fn evict(&self, m: &papaya::HashMapRef<'_, u32, Arc<CachedInode>, std::hash::RandomState, papaya::LocalGuard<'_>>) {
         let target = self.limit / 4 * 3;
-        for _ in 0..2 {
-            for (k, v) in m.iter() {
-                if m.len() <= target {
-                    return;
-                }
+        let mut released = 0;
+        self.clock.sweep(
+            || m.len() <= target,
+            |ino| {
+                let Some(v) = m.get(ino) else { return Visit::Gone };
                 // Only the map holds it: nobody can be using it. A dirty
                 // inode stays until written back (its state lives only here).
-                if Arc::strong_count(v) == 1
-                    && !v.is_dirty()
-                    && !v.referenced.swap(false, Ordering::Relaxed)
-                    && m.remove(k).is_some()
-                {
-                    self.pages.release(v.pages.len());
+                if Arc::strong_count(v) > 1 || v.is_dirty() || v.referenced.swap(false, Ordering::Relaxed) {
+                    return Visit::Keep;
                 }
-            }
-        }
+                match m.remove_if(ino, |_, v| Arc::strong_count(v) == 1 && !v.is_dirty()) {
+                    Ok(Some((_, v))) => {
+                        released += v.pages.len();
+                        Visit::Gone
+                    }
+                    Ok(None) => Visit::Gone,
+                    Err(_) => Visit::Keep,
+                }
+            },
+        );
+        self.pages.release(released);
+        self.clock.compact_if(m.len(), |ino| m.get(ino).is_some());
     }
 
     /// Drop inode `ino` from the cache (it was freed: a later inode with the
     /// same number must be read afresh). Holders keep their reference.
     pub fn forget(&self, ino: u32) {
-        if let Some(v) = self.map.pin().remove(&ino) {
+        let m = self.map.pin();
+        if let Some(v) = m.remove(&ino) {
             self.pages.release(v.pages.len());
         }
+        self.clock.compact_if(m.len(), |k| m.get(k).is_some());
     }
 
     /// Drop `inode` from the cache if it is still the cached one for its

@@ -1,0 +1,119 @@
+//! Second-chance (clock) eviction order for the caches' concurrent maps.
+//!
+//! The caches (buffers, inodes, dentries) are papaya maps, read lock-free.
+//! Eviction must not walk those maps: papaya 0.2.5's iteration can spin
+//! forever completing an incremental resize after many removals (seen as
+//! an eviction sweep that never returned while allocating tables until the
+//! process ran out of memory, past ~100,000 inodes). So each cache keeps
+//! its keys in insertion order in a queue beside the map, and a sweep pops
+//! keys, looks each one up, and either drops it (evicted, or already gone)
+//! or puts it back (in use, dirty, or referenced since the last pass).
+//!
+//! The queue is touched only by inserts (one push) and sweeps (under its
+//! mutex); lookups never see it.
+
+use std::collections::VecDeque;
+
+use parking_lot::Mutex;
+
+/// What a sweep decided about one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visit {
+    /// Still cached and staying: back of the queue.
+    Keep,
+    /// Evicted now, or no longer in the map: forget the key.
+    Gone,
+}
+
+/// The eviction order of one cache.
+#[derive(Debug)]
+pub struct Clock<K> {
+    q: Mutex<VecDeque<K>>,
+}
+
+impl<K> Default for Clock<K> {
+    fn default() -> Self {
+        Clock {
+            q: Mutex::new(VecDeque::new()),
+        }
+    }
+}
+
+impl<K> Clock<K> {
+    /// Record a key newly inserted in the map.
+    pub fn push(&self, k: K) {
+        self.q.lock().push_back(k);
+    }
+
+    /// Keys queued (live and stale).
+    pub fn len(&self) -> usize {
+        self.q.lock().len()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.q.lock().is_empty()
+    }
+
+    /// Visit keys from the front until `done()` or every key has been seen
+    /// twice (two clock passes: the first clears "referenced" bits, the
+    /// second evicts). Returns how many keys were dropped.
+    pub fn sweep(&self, mut done: impl FnMut() -> bool, mut visit: impl FnMut(&K) -> Visit) -> usize {
+        let mut q = self.q.lock();
+        let mut steps = q.len() * 2;
+        let mut dropped = 0;
+        while steps > 0 && !done() {
+            steps -= 1;
+            let Some(k) = q.pop_front() else { break };
+            match visit(&k) {
+                Visit::Keep => q.push_back(k),
+                Visit::Gone => dropped += 1,
+            }
+        }
+        dropped
+    }
+
+    /// Drop stale keys (removed from the map by other paths) once they
+    /// outnumber the live entries, so the queue stays proportional to the
+    /// cache: `live(k)` tells whether `k` is still in the map.
+    pub fn compact_if(&self, map_len: usize, mut live: impl FnMut(&K) -> bool) {
+        let mut q = self.q.lock();
+        if q.len() <= 2 * map_len + 1024 {
+            return;
+        }
+        q.retain(|k| live(k));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_keeps_and_drops_in_order() {
+        let c = Clock::default();
+        for k in 0..10u32 {
+            c.push(k);
+        }
+        let mut seen = Vec::new();
+        // Evict even keys; stop after five evictions.
+        let mut evicted = 0;
+        let n = c.sweep(
+            || evicted >= 5,
+            |&k| {
+                seen.push(k);
+                if k % 2 == 0 {
+                    evicted += 1;
+                    Visit::Gone
+                } else {
+                    Visit::Keep
+                }
+            },
+        );
+        assert_eq!(n, 5);
+        assert_eq!(seen, (0..9).collect::<Vec<_>>());
+        assert_eq!(c.len(), 5);
+        c.compact_if(0, |&k| k != 1);
+        assert_eq!(c.len(), 5, "small queues are not compacted");
+    }
+}
