@@ -97,13 +97,13 @@ mod tests {
         }
         let mut seen = Vec::new();
         // Evict even keys; stop after five evictions.
-        let mut evicted = 0;
+        let evicted = std::cell::Cell::new(0);
         let n = c.sweep(
-            || evicted >= 5,
+            || evicted.get() >= 5,
             |&k| {
                 seen.push(k);
                 if k % 2 == 0 {
-                    evicted += 1;
+                    evicted.set(evicted.get() + 1);
                     Visit::Gone
                 } else {
                     Visit::Keep
