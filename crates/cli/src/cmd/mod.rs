@@ -7,6 +7,7 @@ pub mod get;
 pub mod info;
 pub mod ls;
 pub mod mkfs;
+pub mod mount;
 pub mod stat;
 
 use std::path::Path;

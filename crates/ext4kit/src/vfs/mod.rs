@@ -8,6 +8,7 @@ pub mod dcache;
 pub mod fdtable;
 pub mod file;
 pub mod icache;
+pub mod lookup;
 pub mod namei;
 pub mod pagecache;
 mod stat;
