@@ -225,8 +225,10 @@ impl Filesystem for Ext4Fuse {
         })();
         match r {
             // KEEP_CACHE: we are the only writer of the image, so pages the
-            // kernel cached at an earlier open are still valid.
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            // kernel cached at an earlier open are still valid. NOFLUSH: a
+            // close needs no FLUSH round trip (nothing is buffered here;
+            // revisit when write-back caching is negotiated).
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH),
             Err(e) => reply.error(e),
         }
     }
