@@ -391,3 +391,59 @@ fn an_unprivileged_user_mounts_through_fusermount3() {
     assert_eq!(mounted_type(&mnt), None);
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Every SEEK_DATA / SEEK_HOLE answer (walking each sparse file from 0,
+/// alternating) as (offset asked, whence, result or errno).
+fn seek_map(root: &Path, files: &[PathBuf]) -> Vec<(String, u64, &'static str, Result<u64, i32>)> {
+    use rustix::fs::SeekFrom;
+    let mut v = Vec::new();
+    for rel in files {
+        let f = std::fs::File::open(root.join(rel)).unwrap();
+        let size = f.metadata().unwrap().len();
+        let mut off = 0u64;
+        let mut data = true;
+        // Bounded walk: each step moves forward or ends with ENXIO.
+        for _ in 0..64 {
+            let (w, r) = if data {
+                ("DATA", rustix::fs::seek(&f, SeekFrom::Data(off)))
+            } else {
+                ("HOLE", rustix::fs::seek(&f, SeekFrom::Hole(off)))
+            };
+            let r = r.map_err(|e| e.raw_os_error());
+            v.push((rel.to_string_lossy().into_owned(), off, w, r));
+            match r {
+                Ok(p) if p < size => {
+                    off = if p == off { p + 1 } else { p };
+                    data = !data;
+                }
+                _ => break,
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn seek_data_and_seek_hole_answer_like_the_kernel() {
+    require_fuse();
+    let work = workdir("seek");
+    let src = work.join("src");
+    let manifest = build_source_tree(&src, &TreeOpts::small()).unwrap();
+    assert!(!manifest.sparse_files.is_empty(), "the fixture has sparse files");
+    let spec = image_matrix().into_iter().find(|s| s.name == "ext4-default").unwrap();
+    let img = work.join("seek.img");
+    make_image(&spec, &src, &img).unwrap();
+    let mnt = work.join("mnt");
+    let lm = LoopMount::mount(&img, &mnt, "ext4", true).unwrap();
+    let want = seek_map(&mnt, &manifest.sparse_files);
+    lm.unmount().unwrap();
+    ok(&ext4kit(&[&"mount", &img, &mnt]), "mount");
+    let got = seek_map(&mnt, &manifest.sparse_files);
+    ok(&ext4kit(&[&"umount", &mnt]), "umount");
+    assert!(
+        want.len() > manifest.sparse_files.len(),
+        "the walk visited data and holes: {want:?}"
+    );
+    assert_eq!(got, want, "SEEK_DATA/SEEK_HOLE through ext4kit vs the kernel");
+    let _ = std::fs::remove_dir_all(&work);
+}
