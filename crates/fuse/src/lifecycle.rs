@@ -100,6 +100,7 @@ pub struct Mounted {
     lock: ImageLock,
     /// Mounted by fusermount3 (unmount through it too).
     via_fusermount: bool,
+    nodes: Arc<crate::nodes::Nodes>,
 }
 
 impl std::fmt::Debug for Mounted {
@@ -164,6 +165,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     // root on many systems: unprivileged servers share one descriptor).
     config.clone_fd = opts.threads > 1 && sys::can_read_write(Path::new("/dev/fuse"));
     let server = Ext4Fuse::new(fs.clone(), true);
+    let nodes = server.nodes();
     let fail = |e: &dyn std::fmt::Display| format!("mounting {} at {}: {e}", image.display(), mount_point.display());
     let (session, via_fusermount) = if sys::is_root() {
         let mut mount_options = vec![
@@ -209,6 +211,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
         mount_point,
         lock,
         via_fusermount,
+        nodes,
     })
 }
 
@@ -216,6 +219,16 @@ impl Mounted {
     /// Where it is mounted.
     pub fn mount_point(&self) -> &Path {
         &self.mount_point
+    }
+
+    /// The kernel's lookup counts (inodes it holds), live.
+    pub fn kernel_refs(&self) -> Arc<crate::nodes::Nodes> {
+        self.nodes.clone()
+    }
+
+    /// The engine behind the mount.
+    pub fn fs(&self) -> &Arc<Fs> {
+        &self.fs
     }
 
     /// Serve until unmounted or signalled; flush; release the image.

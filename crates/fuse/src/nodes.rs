@@ -129,4 +129,39 @@ mod tests {
         assert_eq!(to_ext4(INodeNo(0)), None);
         assert_eq!(to_ext4(INodeNo(1 << 32)), None);
     }
+
+    #[test]
+    fn counts_pin_inodes_until_forgotten() {
+        use ext4kit::ext4::mkfs::{mkfs, MkfsOptions};
+        let dev = std::sync::Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
+        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
+        let fs = ext4kit::Fs::open_device(
+            dev,
+            &ext4kit::OpenOptions {
+                read_only: false,
+                cache_budget: 8 << 20,
+            },
+        )
+        .unwrap();
+        let st = fs.write_file(b"/f", b"x", 0o644, 0, 0).unwrap();
+        let nodes = Nodes::default();
+        let inode = fs.inode(st.ino).unwrap();
+        let refs = Arc::strong_count(&inode);
+        nodes.remember(&inode);
+        nodes.remember(&inode);
+        assert_eq!(nodes.count(st.ino), 2);
+        // The table holds one reference however many lookups: the inode
+        // cache cannot evict it (it only drops inodes nobody references).
+        assert_eq!(Arc::strong_count(&inode), refs + 1);
+        nodes.forget(st.ino, 1);
+        assert_eq!(nodes.count(st.ino), 1);
+        nodes.forget(st.ino, 1);
+        assert_eq!(nodes.count(st.ino), 0);
+        assert!(nodes.is_empty());
+        assert_eq!(Arc::strong_count(&inode), refs);
+        // A forget for an unknown inode (or too many) is harmless.
+        nodes.forget(st.ino, 5);
+        nodes.forget(999, 1);
+        assert!(nodes.is_empty());
+    }
 }

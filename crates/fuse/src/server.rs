@@ -41,7 +41,7 @@ pub const MAX_BACKGROUND: u16 = 256;
 #[derive(Debug)]
 pub struct Ext4Fuse {
     fs: Arc<Fs>,
-    nodes: Nodes,
+    nodes: Arc<Nodes>,
     handles: Handles,
     read_only: bool,
     block_size: u32,
@@ -64,7 +64,7 @@ impl Ext4Fuse {
         let block_size = fs.vol.block_size as u32;
         Ext4Fuse {
             fs,
-            nodes: Nodes::default(),
+            nodes: Arc::default(),
             handles: Handles::default(),
             read_only,
             block_size,
@@ -72,9 +72,10 @@ impl Ext4Fuse {
         }
     }
 
-    /// The kernel lookup counts (for tests and statistics).
-    pub fn nodes(&self) -> &Nodes {
-        &self.nodes
+    /// The kernel lookup counts (shared: tests and statistics read them
+    /// while the session owns the server).
+    pub fn nodes(&self) -> Arc<Nodes> {
+        self.nodes.clone()
     }
 
     /// A shared view of the capabilities INIT negotiated.
