@@ -23,7 +23,11 @@
 //!   timeout (a reply with node id 0);
 //! - open files keep their page cache across opens (`FOPEN_KEEP_CACHE`),
 //!   directories may be cached by the kernel (`FOPEN_CACHE_DIR`), symlink
-//!   targets too (`FUSE_CACHE_SYMLINKS`).
+//!   targets too (`FUSE_CACHE_SYMLINKS`);
+//! - read-only mounts negotiate `FUSE_NO_OPEN_SUPPORT`: OPEN answers ENOSYS
+//!   once and the kernel then opens and closes files without asking us
+//!   (reads and SEEK_DATA/SEEK_HOLE go by inode number), so open/close of
+//!   a cached file costs no round trip at all.
 //!
 //! The invalidation we rely on is the kernel's own, after requests it
 //! sends. Should the engine ever change something on its own (none does

@@ -45,6 +45,8 @@ pub struct Ext4Fuse {
     handles: Handles,
     read_only: bool,
     block_size: u32,
+    /// OPEN answers ENOSYS (see `init`).
+    no_open: bool,
     /// What INIT negotiated (for tests and `--debug` output).
     negotiated: Arc<parking_lot::Mutex<Option<InitFlags>>>,
 }
@@ -68,6 +70,7 @@ impl Ext4Fuse {
             handles: Handles::default(),
             read_only,
             block_size,
+            no_open: false,
             negotiated: Arc::default(),
         }
     }
@@ -81,6 +84,12 @@ impl Ext4Fuse {
     /// A shared view of the capabilities INIT negotiated.
     pub fn negotiated(&self) -> Arc<parking_lot::Mutex<Option<InitFlags>>> {
         self.negotiated.clone()
+    }
+
+    /// Whether files are opened without OPEN requests (read-only mounts on
+    /// kernels that support it; set by INIT).
+    fn no_open(&self) -> bool {
+        self.no_open
     }
 
     fn ino(ino: INodeNo) -> Result<u32, Errno> {
@@ -159,6 +168,12 @@ impl Filesystem for Ext4Fuse {
         ] {
             let _ = config.add_capabilities(cap);
         }
+        // Read-only: opening a file needs no state here (reads go by inode),
+        // so OPEN answers ENOSYS once and the kernel stops sending OPEN and
+        // RELEASE (FUSE_NO_OPEN_SUPPORT): open/close cost no round trip.
+        // Files opened that way keep their page cache (the kernel's default
+        // for no-open is FOPEN_KEEP_CACHE).
+        self.no_open = self.read_only && config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT).is_ok();
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(MAX_BACKGROUND / 4 * 3);
@@ -222,6 +237,9 @@ impl Filesystem for Ext4Fuse {
             if f.is_dir() {
                 return Err(Errno::EISDIR);
             }
+            if self.no_open() {
+                return Err(Errno::ENOSYS);
+            }
             Ok(self.handles.insert(Handle::File(f)))
         })();
         match r {
@@ -237,7 +255,7 @@ impl Filesystem for Ext4Fuse {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -250,9 +268,15 @@ impl Filesystem for Ext4Fuse {
             if buf.len() < size as usize {
                 buf.resize(size as usize, 0);
             }
+            let buf = &mut buf[..size as usize];
             let r = self.handles.with(fh.0, |h| match h {
-                Handle::File(f) => f.pread(&self.fs, offset, &mut buf[..size as usize]),
+                Handle::File(f) => f.pread(&self.fs, offset, buf),
                 Handle::Dir(_) => Err(ext4kit::Error::posix(ext4kit::Errno::EISDIR, "read of a directory")),
+            });
+            // No handle (fh 0): opened without OPEN (see `init`); read by inode.
+            let r = r.or_else(|| {
+                let i = to_ext4(ino)?;
+                Some(self.fs.inode(i).and_then(|inode| self.fs.read_at(&inode, offset, buf)))
             });
             match r {
                 Some(Ok(n)) => reply.data(&buf[..n]),
@@ -412,7 +436,7 @@ impl Filesystem for Ext4Fuse {
         }
     }
 
-    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+    fn lseek(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         let whence = match whence {
             libc::SEEK_SET => Whence::Set,
             libc::SEEK_CUR => Whence::Cur,
@@ -424,6 +448,14 @@ impl Filesystem for Ext4Fuse {
         let r = self.handles.with(fh.0, |h| match h {
             Handle::File(f) => f.lseek(&self.fs, offset, whence).map_err(|e| errno(&e)),
             Handle::Dir(_) => Err(Errno::EINVAL),
+        });
+        // Opened without OPEN: a transient open file answers the question.
+        let r = r.or_else(|| {
+            let i = to_ext4(ino)?;
+            Some(
+                res(self.fs.open_ino(i, EngineOpen::default()))
+                    .and_then(|f| f.lseek(&self.fs, offset, whence).map_err(|e| errno(&e))),
+            )
         });
         match r {
             Some(Ok(p)) => reply.offset(p as i64),
