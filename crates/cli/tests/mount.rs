@@ -66,7 +66,8 @@ fn mounted_type(dir: &Path) -> Option<String> {
     })
 }
 
-/// Pids of `ext4kit mount` processes serving `image`.
+/// Pids of `ext4kit mount` processes serving `image` (given by the same
+/// absolute path the tests pass on the command line).
 fn servers_of(image: &Path) -> Vec<u32> {
     let needle = image.to_string_lossy().into_owned();
     let mut v = Vec::new();
@@ -81,7 +82,7 @@ fn servers_of(image: &Path) -> Vec<u32> {
             .split(|&b| b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.iter().any(|a| a == "mount") && args.iter().any(|a| a.ends_with(needle.rsplit('/').next().unwrap())) {
+        if args.iter().any(|a| a == "mount") && args.iter().any(|a| *a == needle) {
             v.push(pid);
         }
     }
