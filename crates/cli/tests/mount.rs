@@ -82,7 +82,7 @@ fn servers_of(image: &Path) -> Vec<u32> {
             .split(|&b| b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.iter().any(|a| a == "mount") && args.iter().any(|a| *a == needle) {
+        if args.iter().any(|a| a == "mount") && args.contains(&needle) {
             v.push(pid);
         }
     }
