@@ -339,6 +339,11 @@ impl Filesystem for Ext4Fuse {
             };
             for (added, (i, (name, ino, _))) in d.entries.iter().enumerate().skip(offset as usize).enumerate() {
                 let one = || -> Result<_, Errno> {
+                    if *ino == 1 {
+                        // FUSE's node 1 is the root: an entry naming ext4's
+                        // bad-blocks inode cannot be handed out (corruption).
+                        return Err(Errno::from_i32(libc::EUCLEAN));
+                    }
                     let inode = res(self.fs.inode(*ino))?;
                     let st = res(self.fs.stat_ino(*ino))?;
                     Ok((inode, st))
