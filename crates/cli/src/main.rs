@@ -13,13 +13,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// ext4kit — read ext2/ext3/ext4 images from user space.
+/// ext4kit — read and edit ext2/ext3/ext4 images from user space.
 ///
-/// Every command but `mkfs` opens IMAGE read-only and never writes to it.
-/// Paths inside the image are absolute ("/etc/passwd"); a missing leading
-/// "/" is allowed.
+/// info, df, ls, cat, stat, get and getfattr open IMAGE read-only and never
+/// write to it; mkfs, put, mkdir, rm, mv, ln, chmod, chown, touch, truncate
+/// and setfattr change it (no mount, no root needed). Paths
+/// inside the image are absolute ("/etc/passwd"); a missing leading "/" is
+/// allowed.
 #[derive(Parser, Debug)]
-#[command(name = "ext4kit", version, about, long_about = None, after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata")]
+#[command(name = "ext4kit", version, about, long_about = None, after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata\n  ext4kit mkfs -d rootfs/ disk.img 256M   build an image from a directory\n  ext4kit put site/ disk.img:/srv/www   copy a tree in\n  ext4kit mkdir -p disk.img /srv/www\n  ext4kit mv disk.img /srv/www /srv/site\n  ext4kit ln -s disk.img /srv/site /www\n  ext4kit rm -r disk.img /srv\n  ext4kit chown disk.img 1000:1000 /home/me\n  ext4kit setfattr disk.img -n user.note -v hello /etc/motd")]
 struct Cli {
     /// Cache memory budget in MiB (inodes, dentries, pages).
     #[arg(long, global = true, default_value_t = 256, value_name = "MIB")]
@@ -82,9 +84,9 @@ enum Command {
         /// Where to put it.
         dest: PathBuf,
     },
-    /// Make a new, empty ext2/ext3/ext4 filesystem in IMAGE (mke2fs-style
-    /// defaults). This is the one command that writes: a regular file is
-    /// created or truncated and extended to SIZE as a sparse file.
+    /// Make a new ext2/ext3/ext4 filesystem in IMAGE (mke2fs-style
+    /// defaults), optionally filled from a directory tree (-d). A regular
+    /// file is created or truncated and extended to SIZE as a sparse file.
     /// SOURCE_DATE_EPOCH fixes all timestamps; with -U and -E hash_seed= the
     /// image is reproducible byte for byte.
     Mkfs(cmd::mkfs::Args),
@@ -93,6 +95,182 @@ enum Command {
     Mount(cmd::mount::MountArgs),
     /// Unmount an ext4kit mount and wait for its server to finish.
     Umount(cmd::mount::UmountArgs),
+    /// Copy host files or directory trees into the image, preserving type,
+    /// mode, owner, times (ns), symlinks, hard links, device nodes, xattrs
+    /// and ACLs; sparse files stay sparse. With one SRC, DEST may be a new
+    /// name; otherwise DEST must be an existing directory.
+    Put {
+        /// Files or directories on the host.
+        #[arg(required = true)]
+        srcs: Vec<PathBuf>,
+        /// IMAGE:DEST, e.g. disk.img:/srv.
+        target: String,
+    },
+    /// Make directories in the image.
+    Mkdir {
+        /// Make missing parents too; an existing directory is not an error.
+        #[arg(short, long)]
+        parents: bool,
+        /// Permission bits, in octal.
+        #[arg(short, long, default_value = "755", value_parser = parse_mode)]
+        mode: u16,
+        /// The image file.
+        image: PathBuf,
+        /// Directories to make.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Remove files (and with -r, directories and everything in them).
+    Rm {
+        /// Remove directories and their contents.
+        #[arg(short, long)]
+        recursive: bool,
+        /// A missing path is not an error.
+        #[arg(short, long)]
+        force: bool,
+        /// The image file.
+        image: PathBuf,
+        /// What to remove.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Rename or move a file or directory within the image (into DEST when
+    /// DEST is an existing directory). Replaces an existing DEST file or
+    /// empty directory, like rename(2).
+    Mv {
+        /// Do not replace an existing DEST.
+        #[arg(short = 'n', long)]
+        no_clobber: bool,
+        /// The image file.
+        image: PathBuf,
+        /// What to move.
+        src: String,
+        /// New name or target directory.
+        dest: String,
+    },
+    /// Make a hard link (or with -s, a symbolic link) in the image.
+    Ln {
+        /// Make a symbolic link whose contents are TARGET (any text).
+        #[arg(short, long)]
+        symbolic: bool,
+        /// The image file.
+        image: PathBuf,
+        /// Existing file (hard link) or link text (symbolic).
+        target: String,
+        /// The new name.
+        link: String,
+    },
+    /// Change permission bits.
+    Chmod {
+        /// The image file.
+        image: PathBuf,
+        /// New mode, in octal (e.g. 644, 4755).
+        #[arg(value_parser = parse_mode)]
+        mode: u16,
+        /// Files to change.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Change owner and/or group (numeric ids: UID, UID:GID or :GID).
+    Chown {
+        /// Change a symlink itself, not what it points to.
+        #[arg(short = 'H', long = "no-dereference")]
+        no_dereference: bool,
+        /// The image file.
+        image: PathBuf,
+        /// UID[:GID] or :GID.
+        owner: String,
+        /// Files to change.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Set access and modification times (to now, or -d), creating missing
+    /// files unless -c.
+    Touch {
+        /// Do not create missing files.
+        #[arg(short = 'c', long)]
+        no_create: bool,
+        /// Time to set: seconds since 1970, optionally with .nanoseconds.
+        #[arg(short = 'd', long = "date", value_parser = cmd::edit::parse_time)]
+        date: Option<ext4kit::Timestamp>,
+        /// The image file.
+        image: PathBuf,
+        /// Files to touch.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Set file sizes: shrinking frees blocks, growing leaves a hole.
+    Truncate {
+        /// New size: bytes, or with a K, M, G or T suffix.
+        #[arg(short = 's', long, value_parser = parse_bytes)]
+        size: u64,
+        /// Do not create missing files.
+        #[arg(short = 'c', long)]
+        no_create: bool,
+        /// The image file.
+        image: PathBuf,
+        /// Files to resize.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Set (or with -x remove) an extended attribute, like setfattr(1).
+    Setfattr {
+        /// Attribute name, with its namespace: user.x, trusted.x,
+        /// security.x, system.posix_acl_access.
+        #[arg(short = 'n', long)]
+        name: String,
+        /// Value: text, "quoted text", or 0x followed by hex bytes.
+        #[arg(short = 'v', long, conflicts_with = "remove")]
+        value: Option<String>,
+        /// Remove the attribute instead.
+        #[arg(short = 'x', long)]
+        remove: bool,
+        /// The image file.
+        image: PathBuf,
+        /// Files to change.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Print extended attributes, like getfattr -d (read-only).
+    Getfattr {
+        /// Only this attribute.
+        #[arg(short = 'n', long)]
+        name: Option<String>,
+        /// The image file.
+        image: PathBuf,
+        /// Files to show.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Show size, used and available space and inodes, like df(1).
+    Df {
+        /// The image file.
+        image: PathBuf,
+    },
+}
+
+/// Parse a byte count with an optional binary suffix (K, M, G, T).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let bad = || format!("\"{s}\" is not a size (e.g. 4096, 10M, 2G)");
+    let (num, shift) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 10),
+        Some(b'm' | b'M') => (&s[..s.len() - 1], 20),
+        Some(b'g' | b'G') => (&s[..s.len() - 1], 30),
+        Some(b't' | b'T') => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .ok_or_else(bad)
+}
+
+/// Parse an octal mode like "755" or "0644".
+fn parse_mode(s: &str) -> Result<u16, String> {
+    u16::from_str_radix(s, 8)
+        .ok()
+        .filter(|&m| m <= 0o7777)
+        .ok_or_else(|| format!("\"{s}\" is not an octal mode (0 to 7777)"))
 }
 
 fn main() -> ExitCode {
@@ -108,6 +286,59 @@ fn main() -> ExitCode {
         Command::Mkfs(args) => cmd::mkfs::run(&args),
         Command::Mount(args) => cmd::mount::run(&args, budget),
         Command::Umount(args) => cmd::mount::umount(&args),
+        Command::Put { srcs, target } => cmd::put::run(&srcs, &target, budget),
+        Command::Mkdir {
+            parents,
+            mode,
+            image,
+            paths,
+        } => cmd::edit::mkdir(&image, &paths, parents, mode, budget),
+        Command::Rm {
+            recursive,
+            force,
+            image,
+            paths,
+        } => cmd::edit::rm(&image, &paths, recursive, force, budget),
+        Command::Mv {
+            no_clobber,
+            image,
+            src,
+            dest,
+        } => cmd::edit::mv(&image, &src, &dest, no_clobber, budget),
+        Command::Ln {
+            symbolic,
+            image,
+            target,
+            link,
+        } => cmd::edit::ln(&image, &target, &link, symbolic, budget),
+        Command::Chmod { image, mode, paths } => cmd::edit::chmod(&image, mode, &paths, budget),
+        Command::Chown {
+            no_dereference,
+            image,
+            owner,
+            paths,
+        } => cmd::edit::parse_owner(&owner).and_then(|o| cmd::edit::chown(&image, o, no_dereference, &paths, budget)),
+        Command::Touch {
+            no_create,
+            date,
+            image,
+            paths,
+        } => cmd::edit::touch(&image, no_create, date, &paths, budget),
+        Command::Setfattr {
+            name,
+            value,
+            remove,
+            image,
+            paths,
+        } => cmd::edit::setfattr(&image, &name, value.as_deref(), remove, &paths, budget),
+        Command::Getfattr { name, image, paths } => cmd::edit::getfattr(&image, name.as_deref(), &paths, budget),
+        Command::Df { image } => cmd::edit::df(&image, budget),
+        Command::Truncate {
+            size,
+            no_create,
+            image,
+            paths,
+        } => cmd::edit::truncate(&image, size, no_create, &paths, budget),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -29,7 +29,8 @@ pub mod vfs;
 pub use error::{Errno, Error, Result};
 pub use ext4::{DirEntry, OpenOptions};
 pub use ext4kit_format::inode::{FileType, Timestamp};
-pub use vfs::{Cred, DataLayout, Fd, File, Fs, FsInfo, FsStats, OpenFlags, Process, Run, Stat, Whence};
+pub use vfs::{Access, Cred, DataLayout, Fd, File, Fs, FsInfo, FsStats, OpenFlags, Process, Run, Stat, Whence};
+pub use vfs::{SetAttr, StatFs, TimeSet};
 
 /// `Fs` is shared between threads by design; `File` and `Dentry` travel
 /// between them; `Process` moves but is not shared (seed 002's fast path

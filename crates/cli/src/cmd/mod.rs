@@ -3,11 +3,13 @@
 
 pub mod cat;
 pub mod demo;
+pub mod edit;
 pub mod get;
 pub mod info;
 pub mod ls;
 pub mod mkfs;
 pub mod mount;
+pub mod put;
 pub mod stat;
 
 use std::path::Path;

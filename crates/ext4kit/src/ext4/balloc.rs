@@ -71,7 +71,32 @@ impl Volume {
 
     /// Allocate up to `want` contiguous blocks, preferring `goal`; returns
     /// the first block and how many were allocated (at least one).
+    ///
+    /// This is the unprivileged allocator: it never takes the last
+    /// `s_r_blocks_count` free blocks (the root reserve), the way the
+    /// kernel's `ext4_has_free_clusters` treats a caller without
+    /// CAP_SYS_RESOURCE. File data and map blocks go through here whoever
+    /// the caller is (this layer has no caller identity), so root writing a
+    /// file does not dip into the reserve either — stricter than the kernel,
+    /// never looser. Callers that must succeed where root would (e2fsck-like
+    /// repairs, the superuser's own tools) use [`Self::alloc_blocks_as`].
     pub fn alloc_blocks(&self, h: &mut Handle<'_>, goal: u64, want: u32) -> Result<(u64, u32)> {
+        self.alloc_blocks_as(h, goal, want, false)
+    }
+
+    /// [`Self::alloc_blocks`], with `privileged` allowed to use the root
+    /// reserve (`s_r_blocks_count`).
+    ///
+    /// The reserve check reads the group counters without holding them
+    /// across the allocation (like the kernel's per-cpu free counter, it is
+    /// a snapshot): two concurrent unprivileged allocations may together
+    /// take at most one request's worth out of the reserve.
+    pub fn alloc_blocks_as(&self, h: &mut Handle<'_>, goal: u64, want: u32, privileged: bool) -> Result<(u64, u32)> {
+        let want = if privileged {
+            want.max(1)
+        } else {
+            self.unreserved_allowance(want.max(1))?
+        };
         let ngroups = self.groups.len();
         let goal = goal.clamp(self.first_data_block, self.blocks_count - 1);
         let g0 = ((goal - self.first_data_block) / self.blocks_per_group) as usize;
@@ -87,6 +112,34 @@ impl Volume {
             }
         }
         Err(Error::posix(Errno::ENOSPC, "no free blocks left on the filesystem"))
+    }
+
+    /// How many of `want` blocks an unprivileged caller may take: all of
+    /// them while at least `r_blocks + want` are free, else what is free
+    /// above the reserve; ENOSPC when only the reserve is left. Sums group
+    /// counters (one read lock at a time, never two) and stops as soon as
+    /// enough is seen, so a roomy filesystem looks at a group or two.
+    fn unreserved_allowance(&self, want: u32) -> Result<u32> {
+        let reserved = self.sb.read().r_blocks_count();
+        if reserved == 0 {
+            return Ok(want);
+        }
+        let need = reserved + want as u64;
+        let mut free = 0u64;
+        for grp in &self.groups {
+            free += grp.desc.read().free_blocks_count() as u64;
+            if free >= need {
+                return Ok(want);
+            }
+        }
+        if free > reserved {
+            Ok((free - reserved) as u32)
+        } else {
+            Err(Error::posix(
+                Errno::ENOSPC,
+                format!("no free blocks left outside the {reserved} reserved for root"),
+            ))
+        }
     }
 
     fn alloc_in_group(&self, h: &mut Handle<'_>, g: usize, from: usize, want: u32) -> Result<Option<(u64, u32)>> {
@@ -131,39 +184,95 @@ impl Volume {
         Ok(Some((self.group_first_block(g as u64) + start as u64, len as u32)))
     }
 
+    /// Return many runs `(start, len)` to the free pool, changing each
+    /// group's bitmap once however many runs fall in it (a truncate of a
+    /// fragmented file frees thousands of runs). Runs may cross groups.
+    /// Groups are locked one at a time, in ascending order.
+    pub fn free_block_runs(&self, h: &mut Handle<'_>, runs: &[(u64, u64)]) -> Result<()> {
+        let mut pieces: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+        for &(mut p, mut n) in runs {
+            while n > 0 {
+                if p < self.first_data_block || p >= self.blocks_count {
+                    return Err(Error::corrupt_msg(
+                        format!("block {p}"),
+                        "block map",
+                        "freeing a block outside the filesystem",
+                    ));
+                }
+                let g = (p - self.first_data_block) / self.blocks_per_group;
+                let k = n.min(self.group_first_block(g) + self.blocks_per_group - p);
+                pieces.push((p, k));
+                p += k;
+                n -= k;
+            }
+        }
+        pieces.sort_unstable();
+        let mut i = 0;
+        while i < pieces.len() {
+            let g = (pieces[i].0 - self.first_data_block) / self.blocks_per_group;
+            let mut j = i;
+            while j < pieces.len() && (pieces[j].0 - self.first_data_block) / self.blocks_per_group == g {
+                j += 1;
+            }
+            self.free_in_group(h, g as usize, &pieces[i..j])?;
+            i = j;
+        }
+        Ok(())
+    }
+
     /// Return `len` blocks from `start` to the free pool (they must lie in
     /// one group).
     pub fn free_blocks(&self, h: &mut Handle<'_>, start: u64, len: u32) -> Result<()> {
+        if start < self.first_data_block {
+            return Err(Error::corrupt_msg(
+                format!("block {start}"),
+                "block map",
+                "before the first data block",
+            ));
+        }
         let g = ((start - self.first_data_block) / self.blocks_per_group) as usize;
+        self.free_in_group(h, g, &[(start, len as u64)])
+    }
+
+    /// Clear the bits of `runs` (all inside group `g`) under the group lock.
+    fn free_in_group(&self, h: &mut Handle<'_>, g: usize, runs: &[(u64, u64)]) -> Result<()> {
+        let start = runs.first().map_or(0, |r| r.0);
         let grp = self
             .groups
             .get(g)
             .ok_or_else(|| Error::corrupt_msg(format!("block {start}"), "block map", "outside every group"))?;
         let mut gd = grp.desc.write();
         let (mut bm, uninit) = self.block_bitmap_of(g, &gd)?;
-        let off = (start - self.group_first_block(g as u64)) as usize;
-        if off + len as usize > self.blocks_in_group(g) as usize {
-            return Err(Error::corrupt_msg(
-                format!("block {start}"),
-                "block map",
-                format!("run of {len} crosses group {g}"),
-            ));
-        }
-        for i in off..off + len as usize {
-            if !test_bit(&bm, i) {
+        let first = self.group_first_block(g as u64);
+        let mut total = 0u32;
+        for &(s, len) in runs {
+            let off = (s - first) as usize;
+            if off + len as usize > self.blocks_in_group(g) as usize {
                 return Err(Error::corrupt_msg(
-                    format!("block {}", start + (i - off) as u64),
+                    format!("block {s}"),
+                    "block map",
+                    format!("run of {len} crosses group {g}"),
+                ));
+            }
+            // Check the whole run before changing a bit of it, so a bad
+            // run leaves the bitmap as it was.
+            if let Some(i) = (off..off + len as usize).find(|&i| !test_bit(&bm, i)) {
+                return Err(Error::corrupt_msg(
+                    format!("block {}", s + (i - off) as u64),
                     "block bitmap",
                     "freeing a free block",
                 ));
             }
-            clear_bit(&mut bm, i);
+            for i in off..off + len as usize {
+                clear_bit(&mut bm, i);
+            }
+            total += len as u32;
         }
         let mut new = *gd;
         if uninit {
             new.flags &= !BG_BLOCK_UNINIT;
         }
-        let free = gd.free_blocks_count() + len;
+        let free = gd.free_blocks_count() + total;
         new.free_blocks_count_lo = free as u16;
         new.free_blocks_count_hi = (free >> 16) as u16;
         self.set_block_bitmap_csum(&mut new, &bm);

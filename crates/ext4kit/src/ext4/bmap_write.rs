@@ -6,10 +6,23 @@
 //! so the map format (extent tree or indirect map) stays this module's
 //! business.
 //!
-//! INTERIM implementation: extent maps limited to the root in `i_block`
-//! (four extents, depth 0) and indirect maps limited to direct + single
-//! indirect pointers. Anything larger answers `Unsupported` before changing
-//! anything. Trees of any depth and double/triple indirect maps replace it.
+//! Extent trees of any depth are changed by [`super::extent_tree`],
+//! indirect maps (direct, single, double, triple) by
+//! [`super::indirect_map`]; this module decides what to change.
+//!
+//! ENOSPC (or any error) part-way through [`Volume::map_blocks`]: every
+//! block this call allocated is punched out again before the error is
+//! returned, so the map is as it was before the call and no block leaks
+//! (blocks that were already mapped stay mapped). The handle then holds
+//! the allocate-and-give-back bitmap changes and `inode` its unchanged map:
+//! writing the record and committing is harmless, dropping the handle is
+//! too (the in-memory counters already match the bitmaps).
+//!
+//! Punching the middle of an extent and converting part of an unwritten
+//! one can need a new tree node; those may use the root reserve
+//! (`s_r_blocks_count`), like the kernel's `EXT4_EX_NOFAIL`, so truncate
+//! and unlink work on a filesystem an unprivileged writer has filled.
+//! Data blocks and nodes for new mappings never do (see `alloc_blocks`).
 //!
 //! Caller rules (for every function here): the caller holds the inode's
 //! write lock (`i_rwsem`), passes the current record in `inode`, and writes
@@ -17,18 +30,13 @@
 //! data blocks are NOT zeroed: the caller writes data (or zeroes) into them
 //! before the handle commits (ordered mode).
 
-use ext4kit_format::extent::{Extent, ExtentHeader, ExtentNode, NodeEntries, EXTENT_MAGIC};
-use ext4kit_format::indirect;
+use ext4kit_format::extent::Extent;
 use ext4kit_format::inode::{flags, Inode};
 
+use super::extent_tree::{convert_leaf, merge, punch_leaf, EditKind, INIT_MAX, UNINIT_MAX};
 use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
-
-/// Longest initialised extent (`EXT_INIT_MAX_LEN`).
-const INIT_MAX: u64 = 32768;
-/// Longest unwritten extent (`EXT_UNWRITTEN_MAX_LEN`).
-const UNINIT_MAX: u64 = 32767;
 
 /// A run of logical blocks as mapped after [`Volume::map_blocks`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +53,17 @@ pub struct MappedRun {
     pub new: bool,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MapKind {
+    Extents,
+    Indirect,
+    NoBlocks,
+    Inline,
+}
+
+/// Extent trees address logical blocks below 2^32 (`ee_block` is 32 bits).
+const EXTENT_LIMIT: u64 = 1 << 32;
+
 impl Volume {
     /// Map logical blocks `[lblk, lblk + len)` of inode `ino`, allocating
     /// every hole (goal: right after the previous mapped block, else the
@@ -53,6 +72,7 @@ impl Volume {
     /// extents are unwritten when `uninit` (fallocate); indirect maps have
     /// no unwritten state and answer EOPNOTSUPP for it, as the kernel does.
     /// Blocks already mapped are returned as they are (`new: false`).
+    /// On error nothing this call allocated stays allocated.
     pub fn map_blocks(
         &self,
         h: &mut Handle<'_>,
@@ -65,157 +85,159 @@ impl Volume {
         if len == 0 {
             return Ok(Vec::new());
         }
+        match self.map_kind(inode) {
+            MapKind::Extents | MapKind::Indirect => {}
+            MapKind::NoBlocks => {
+                return Err(Error::posix(
+                    Errno::EINVAL,
+                    format!("inode {ino} keeps no data blocks (device, fifo, socket or fast symlink)"),
+                ))
+            }
+            MapKind::Inline => {
+                return Err(Error::Unsupported(format!(
+                    "inode {ino}: inline data must be moved to blocks before mapping blocks"
+                )))
+            }
+        }
         if inode.base.flags & flags::EXTENTS != 0 {
-            self.map_extents_root(h, ino, inode, lblk, len, uninit)
+            self.map_extents(h, ino, inode, lblk, len, uninit)
         } else if uninit {
             Err(Error::posix(
                 Errno::EOPNOTSUPP,
                 format!("inode {ino}: unwritten blocks need an extent-mapped file"),
             ))
         } else {
-            self.map_indirect_small(h, ino, inode, lblk, len)
+            self.map_indirect(h, ino, inode, lblk, len)
         }
     }
 
     /// Unmap and free every block in `[start, end)` (`end = u64::MAX` for
-    /// truncate), splitting an extent whose middle is punched, and lower
-    /// `i_blocks` by what was freed.
+    /// truncate), splitting an extent whose middle is punched, freeing map
+    /// blocks left empty (the tree loses depth when it fits in the inode
+    /// again), and lower `i_blocks` by what was freed.
     pub fn punch_blocks(&self, h: &mut Handle<'_>, ino: u32, inode: &mut Inode, start: u64, end: u64) -> Result<()> {
         if start >= end {
             return Ok(());
         }
-        if inode.base.flags & flags::EXTENTS != 0 {
-            let mut ext = root_extents(ino, inode)?;
-            let mut out = Vec::with_capacity(ext.len() + 1);
-            let mut freed: Vec<(u64, u64)> = Vec::new();
-            for e in ext.drain(..) {
-                let (s, l) = (e.block as u64, e.length() as u64);
-                let (ps, pe) = (s.max(start), (s + l).min(end));
-                if ps >= pe {
-                    out.push(e);
-                    continue;
-                }
-                if s < ps {
-                    out.push(Extent::new(s as u32, (ps - s) as u32, e.start(), e.is_uninit()));
-                }
-                freed.push((e.start() + (ps - s), pe - ps));
-                if pe < s + l {
-                    out.push(Extent::new(
-                        pe as u32,
-                        (s + l - pe) as u32,
-                        e.start() + (pe - s),
-                        e.is_uninit(),
-                    ));
-                }
-            }
-            if out.len() > 4 {
+        match self.map_kind(inode) {
+            MapKind::Extents | MapKind::Indirect => {}
+            // i_block holds no pointers: nothing to free.
+            MapKind::NoBlocks => return Ok(()),
+            MapKind::Inline => {
                 return Err(Error::Unsupported(format!(
-                    "inode {ino}: punching this range needs an extent tree deeper than the inode root (not yet)"
-                )));
+                    "inode {ino}: punching inline data is not done through the block map"
+                )))
             }
-            set_root_extents(inode, &out);
-            for (p, n) in freed {
-                self.free_run(h, p, n)?;
-                sub_blocks(inode, n, self.block_size);
+        }
+        if inode.base.flags & flags::EXTENTS != 0 {
+            if start >= EXTENT_LIMIT {
+                return Ok(());
             }
+            let mut freed: Vec<(u64, u64)> = Vec::new();
+            let goal = self.inode_goal(ino);
+            let cx = self.ext_edit(h, ino, inode, goal, start, end, EditKind::Punch, &mut |leaf| {
+                punch_leaf(leaf, start, end, &mut freed);
+                Ok(())
+            })?;
+            // Directory and symlink blocks live in the buffer cache.
+            let cached = is_cached_data(inode);
+            let mut data = 0;
+            for &(p, n) in &freed {
+                if cached {
+                    (p..p + n).for_each(|b| self.forget_meta(b));
+                }
+                data += n;
+            }
+            // One bitmap change per group, however fragmented the range.
+            self.free_block_runs(h, &freed)?;
+            add_blocks(inode, cx.meta_alloc, self.block_size);
+            sub_blocks(inode, data + cx.meta_freed, self.block_size);
             Ok(())
         } else {
-            let bs = self.block_size;
-            let per = (bs / 4) as u64;
-            let mut root = indirect::root_pointers(&inode.base.block);
-            if root[indirect::DIND] != 0 || root[indirect::TIND] != 0 {
-                return Err(Error::Unsupported(format!(
-                    "inode {ino}: double/triple indirect maps are not writable yet"
-                )));
-            }
-            let mut freed = 0u64;
-            for l in start.min(indirect::DIRECT as u64)..end.min(indirect::DIRECT as u64) {
-                let p = std::mem::take(&mut root[l as usize]);
-                if p != 0 {
-                    self.free_run(h, p as u64, 1)?;
-                    freed += 1;
-                }
-            }
-            let ib = root[indirect::IND] as u64;
-            if ib != 0 {
-                let lo = start.max(indirect::DIRECT as u64) - indirect::DIRECT as u64;
-                let hi = end.saturating_sub(indirect::DIRECT as u64).min(per);
-                let mut ptrs = self.buffer(ib)?.data.to_vec();
-                for i in lo..hi {
-                    let o = 4 * i as usize;
-                    let p = u32::from_le_bytes([ptrs[o], ptrs[o + 1], ptrs[o + 2], ptrs[o + 3]]);
-                    if p != 0 {
-                        self.free_run(h, p as u64, 1)?;
-                        freed += 1;
-                        ptrs[o..o + 4].fill(0);
-                    }
-                }
-                if ptrs.iter().all(|&b| b == 0) {
-                    self.free_run(h, ib, 1)?;
-                    freed += 1;
-                    root[indirect::IND] = 0;
-                } else if lo < hi {
-                    h.overwrite(ib, ptrs.into_boxed_slice())?;
-                }
-            }
-            for (i, p) in root.iter().enumerate() {
-                inode.base.block[4 * i..4 * i + 4].copy_from_slice(&p.to_le_bytes());
-            }
-            sub_blocks(inode, freed, bs);
+            let mut st = self.ind_state(ino, &inode.base.block, self.inode_goal(ino));
+            st.forget_data = is_cached_data(inode);
+            self.ind_punch(h, &mut st, start, end)?;
+            let freed = st.data_freed + st.meta_freed;
+            self.ind_finish(h, st, &mut inode.base.block)?;
+            sub_blocks(inode, freed, self.block_size);
             Ok(())
         }
     }
 
     /// Mark `[lblk, lblk + len)` written: unwritten extents there become
-    /// ordinary ones (split where the range covers only part of one). The
-    /// caller has written the data first.
-    pub fn mark_written(&self, _h: &mut Handle<'_>, ino: u32, inode: &mut Inode, lblk: u64, len: u64) -> Result<()> {
-        if inode.base.flags & flags::EXTENTS == 0 || len == 0 {
+    /// ordinary ones (split where the range covers only part of one, then
+    /// merged with written neighbours). The caller has written the data
+    /// first. Indirect maps have nothing unwritten: a no-op.
+    pub fn mark_written(&self, h: &mut Handle<'_>, ino: u32, inode: &mut Inode, lblk: u64, len: u64) -> Result<()> {
+        if self.map_kind(inode) != MapKind::Extents || len == 0 || lblk >= EXTENT_LIMIT {
             return Ok(());
         }
         let end = lblk.saturating_add(len);
-        let ext = root_extents(ino, inode)?;
-        let mut out: Vec<Extent> = Vec::with_capacity(ext.len() + 2);
-        for e in ext {
-            let (s, l) = (e.block as u64, e.length() as u64);
-            let (ps, pe) = (s.max(lblk), (s + l).min(end));
-            if !e.is_uninit() || ps >= pe {
-                out.push(e);
-                continue;
-            }
-            if s < ps {
-                out.push(Extent::new(s as u32, (ps - s) as u32, e.start(), true));
-            }
-            out.push(Extent::new(ps as u32, (pe - ps) as u32, e.start() + (ps - s), false));
-            if pe < s + l {
-                out.push(Extent::new(pe as u32, (s + l - pe) as u32, e.start() + (pe - s), true));
-            }
-        }
-        let out = merge(out);
-        if out.len() > 4 {
-            return Err(Error::Unsupported(format!(
-                "inode {ino}: converting this range needs an extent tree deeper than the inode root (not yet)"
-            )));
-        }
-        set_root_extents(inode, &out);
+        let goal = self.inode_goal(ino);
+        let cx = self.ext_edit(h, ino, inode, goal, lblk, end, EditKind::Convert, &mut |leaf| {
+            convert_leaf(leaf, lblk, end);
+            Ok(())
+        })?;
+        add_blocks(inode, cx.meta_alloc, self.block_size);
+        sub_blocks(inode, cx.meta_freed, self.block_size);
         Ok(())
     }
 
     /// Free `n` blocks from `p`, a group at a time (an extent may cross a
     /// group boundary; `free_blocks` takes one group).
-    fn free_run(&self, h: &mut Handle<'_>, mut p: u64, mut n: u64) -> Result<()> {
-        while n > 0 {
-            let g = (p - self.first_data_block) / self.blocks_per_group;
-            let group_end = self.group_first_block(g) + self.blocks_per_group;
-            let k = n.min(group_end - p);
-            self.free_blocks(h, p, k as u32)?;
-            p += k;
-            n -= k;
-        }
-        Ok(())
+    pub(crate) fn free_run(&self, h: &mut Handle<'_>, p: u64, n: u64) -> Result<()> {
+        self.free_block_runs(h, &[(p, n)])
     }
 
-    fn map_extents_root(
+    /// Drop a freed metadata block from the buffer cache, and make sure
+    /// no handle writes its old contents at commit (the kernel's
+    /// `ext4_forget` / `bforget`): the block may be allocated again — as
+    /// file data written with `write_raw` — before the handle commits, and
+    /// a late write of the stale node or indirect block would destroy it.
+    /// The buffer installed by this handle is the cached version (the
+    /// inode lock keeps map blocks private), so marking it clean is enough
+    /// for commit to skip it.
+    pub(crate) fn forget_meta(&self, blk: u64) {
+        let _g = self.block_locks.lock(blk);
+        if let Some(b) = self.bcache.peek(blk) {
+            b.mark_clean();
+        }
+        self.bcache.forget(blk);
+    }
+
+    /// What `i_block` holds for this inode. Devices, fifos, sockets and
+    /// fast symlinks keep no pointers there (a symlink's target text must
+    /// never be read as block numbers); inline data is not a block map.
+    fn map_kind(&self, inode: &Inode) -> MapKind {
+        use ext4kit_format::inode::FileType;
+        if inode.has_inline_data() {
+            return MapKind::Inline;
+        }
+        match inode.file_type() {
+            Some(FileType::CharDevice | FileType::BlockDevice | FileType::Fifo | FileType::Socket) => {
+                return MapKind::NoBlocks
+            }
+            // ext4_inode_is_fast_symlink: a target is there (size > 0) and
+            // no block holds it. A fresh symlink (size 0) is being given
+            // its target block.
+            Some(FileType::Symlink) if inode.size() > 0 && self.is_fast_symlink(inode) => return MapKind::NoBlocks,
+            _ => {}
+        }
+        if inode.uses_extents() {
+            MapKind::Extents
+        } else {
+            MapKind::Indirect
+        }
+    }
+
+    /// Default allocation goal: the start of the inode's group
+    /// (`ext4_inode_to_goal_block` without the per-process colour).
+    fn inode_goal(&self, ino: u32) -> u64 {
+        let g = ((ino.max(1) - 1) / self.inodes_per_group) as u64;
+        self.group_first_block(g)
+    }
+
+    fn map_extents(
         &self,
         h: &mut Handle<'_>,
         ino: u32,
@@ -226,17 +248,16 @@ impl Volume {
     ) -> Result<Vec<MappedRun>> {
         let end = lblk
             .checked_add(len)
-            .filter(|&e| e <= 1 << 32)
+            .filter(|&e| e <= EXTENT_LIMIT)
             .ok_or_else(|| Error::posix(Errno::EFBIG, format!("inode {ino}: block {lblk}+{len} past 2^32")))?;
-        let mut ext = root_extents(ino, inode)?;
         let mut runs = Vec::new();
-        let mut new_runs: Vec<(u64, u64)> = Vec::new();
         let mut l = lblk;
-        let g = ((ino - 1) / self.inodes_per_group) as u64;
-        let mut goal = self.group_first_block(g);
         while l < end {
-            let i = ext.partition_point(|e| e.block as u64 + e.length() as u64 <= l);
-            if let Some(e) = ext.get(i).filter(|e| (e.block as u64) <= l) {
+            let found = match self.ext_find(ino, inode, l) {
+                Ok(f) => f,
+                Err(e) => return self.map_unwind(h, ino, inode, &runs, e),
+            };
+            if let Some(e) = found.cur {
                 let off = l - e.block as u64;
                 let n = (e.length() as u64 - off).min(end - l);
                 runs.push(MappedRun {
@@ -246,27 +267,37 @@ impl Volume {
                     uninit: e.is_uninit(),
                     new: false,
                 });
-                goal = e.start() + off + n;
                 l += n;
                 continue;
             }
-            if let Some(prev) = i.checked_sub(1).and_then(|k| ext.get(k)) {
-                goal = prev.start() + prev.length() as u64 + (l - prev.block as u64 - prev.length() as u64);
-            }
-            let hole_end = ext.get(i).map_or(end, |e| (e.block as u64).min(end));
+            // ext4_ext_find_goal: where the previous extent would continue.
+            let goal = match found.prev {
+                Some(p) => p.start() + (l - p.block as u64),
+                None => runs.last().map_or_else(|| self.inode_goal(ino), |r| r.pblk + r.len),
+            };
+            let hole_end = found.next_start.map_or(end, |n| n.min(end));
             let cap = if uninit { UNINIT_MAX } else { INIT_MAX };
             let want = (hole_end - l).min(cap) as u32;
             let (p, n) = match self.alloc_blocks(h, goal, want) {
                 Ok(r) => r,
+                Err(e) => return self.map_unwind(h, ino, inode, &runs, e),
+            };
+            let ext = Extent::new(l as u32, n, p, uninit);
+            let edit = self.ext_edit(h, ino, inode, p, l, l + n as u64, EditKind::Insert, &mut |leaf| {
+                let pos = leaf.partition_point(|e| e.block < ext.block);
+                leaf.insert(pos, ext);
+                merge(leaf);
+                Ok(())
+            });
+            let cx = match edit {
+                Ok(cx) => cx,
                 Err(e) => {
-                    for (p, n) in new_runs {
-                        self.free_run(h, p, n)?;
-                    }
-                    return Err(e);
+                    self.free_run(h, p, n as u64)?;
+                    return self.map_unwind(h, ino, inode, &runs, e);
                 }
             };
-            new_runs.push((p, n as u64));
-            ext.insert(i, Extent::new(l as u32, n, p, uninit));
+            add_blocks(inode, n as u64 + cx.meta_alloc, self.block_size);
+            sub_blocks(inode, cx.meta_freed, self.block_size);
             runs.push(MappedRun {
                 lblk: l,
                 pblk: p,
@@ -274,24 +305,27 @@ impl Volume {
                 uninit,
                 new: true,
             });
-            goal = p + n as u64;
             l += n as u64;
         }
-        let ext = merge(ext);
-        if ext.len() > 4 {
-            for (p, n) in new_runs {
-                self.free_run(h, p, n)?;
-            }
-            return Err(Error::Unsupported(format!(
-                "inode {ino}: more than four extents need an extent tree below the inode root (not yet)"
-            )));
-        }
-        set_root_extents(inode, &ext);
-        add_blocks(inode, new_runs.iter().map(|r| r.1).sum(), self.block_size);
         Ok(runs)
     }
 
-    fn map_indirect_small(
+    /// Undo the new runs of a failed `map_blocks` and return its error.
+    fn map_unwind(
+        &self,
+        h: &mut Handle<'_>,
+        ino: u32,
+        inode: &mut Inode,
+        runs: &[MappedRun],
+        err: Error,
+    ) -> Result<Vec<MappedRun>> {
+        for r in runs.iter().rev().filter(|r| r.new) {
+            self.punch_blocks(h, ino, inode, r.lblk, r.lblk + r.len)?;
+        }
+        Err(err)
+    }
+
+    fn map_indirect(
         &self,
         h: &mut Handle<'_>,
         ino: u32,
@@ -299,140 +333,145 @@ impl Volume {
         lblk: u64,
         len: u64,
     ) -> Result<Vec<MappedRun>> {
-        let bs = self.block_size;
-        let per = (bs / 4) as u64;
-        let end = lblk.saturating_add(len);
-        if end > indirect::DIRECT as u64 + per {
-            return Err(Error::Unsupported(format!(
-                "inode {ino}: blocks past the single-indirect range need double-indirect maps (not yet)"
-            )));
-        }
-        let mut root = indirect::root_pointers(&inode.base.block);
-        let mut ind: Option<Vec<u8>> = match root[indirect::IND] {
-            0 => None,
-            b => Some(self.buffer(b as u64)?.data.to_vec()),
-        };
-        let g = ((ino - 1) / self.inodes_per_group) as u64;
-        let mut goal = self.group_first_block(g);
+        let end = lblk
+            .checked_add(len)
+            .filter(|&e| e <= self.ind_limit())
+            .ok_or_else(|| {
+                Error::posix(
+                    Errno::EFBIG,
+                    format!("inode {ino}: block {lblk}+{len} past the triple-indirect range"),
+                )
+            })?;
+        let mut st = self.ind_state(ino, &inode.base.block, self.inode_goal(ino));
         let mut runs: Vec<MappedRun> = Vec::new();
-        let mut allocated = 0u64;
-        let mut new_ind = None;
-        for l in lblk..end {
-            let cur = if l < indirect::DIRECT as u64 {
-                root[l as usize]
-            } else {
-                let o = 4 * (l - indirect::DIRECT as u64) as usize;
-                ind.as_ref()
-                    .map_or(0, |b| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]))
-            };
-            let (p, new) = if cur != 0 {
-                (cur as u64, false)
-            } else {
-                if l >= indirect::DIRECT as u64 && ind.is_none() {
-                    let (ib, _) = self.alloc_blocks(h, goal, 1)?;
-                    allocated += 1;
-                    new_ind = Some(ib);
-                    root[indirect::IND] = ib as u32;
-                    ind = Some(vec![0u8; bs]);
-                    goal = ib + 1;
-                }
-                let (p, _) = self.alloc_blocks(h, goal, 1)?;
-                allocated += 1;
-                if l < indirect::DIRECT as u64 {
-                    root[l as usize] = p as u32;
-                } else if let Some(b) = ind.as_mut() {
-                    let o = 4 * (l - indirect::DIRECT as u64) as usize;
-                    b[o..o + 4].copy_from_slice(&(p as u32).to_le_bytes());
-                }
-                (p, true)
-            };
-            goal = p + 1;
-            match runs.last_mut() {
-                Some(r) if r.pblk + r.len == p && r.new == new => r.len += 1,
-                _ => runs.push(MappedRun {
-                    lblk: l,
-                    pblk: p,
-                    len: 1,
-                    uninit: false,
-                    new,
-                }),
+        let mut data_alloc = 0u64;
+        let r = self.map_indirect_runs(h, &mut st, lblk, end, &mut runs, &mut data_alloc);
+        if let Err(e) = r {
+            // Punch what this call mapped (and, at the failing block, any
+            // indirect blocks it left empty) back out.
+            let mut at_fail = runs.last().map_or(lblk, |r| r.lblk + r.len);
+            for r in runs.iter().rev().filter(|r| r.new) {
+                self.ind_punch(h, &mut st, r.lblk, r.lblk + r.len)?;
             }
-        }
-        let _ = new_ind;
-        if let Some(b) = ind {
-            if end > indirect::DIRECT as u64 {
-                h.overwrite(root[indirect::IND] as u64, b.into_boxed_slice())?;
+            while at_fail < end && self.ind_get(&st, at_fail)? != 0 {
+                at_fail += 1;
             }
+            if at_fail < end {
+                self.ind_punch(h, &mut st, at_fail, at_fail + 1)?;
+            }
+            let net = st.meta_alloc + data_alloc;
+            let freed = st.meta_freed + st.data_freed;
+            self.ind_finish(h, st, &mut inode.base.block)?;
+            add_blocks(inode, net, self.block_size);
+            sub_blocks(inode, freed, self.block_size);
+            return Err(e);
         }
-        for (i, p) in root.iter().enumerate() {
-            inode.base.block[4 * i..4 * i + 4].copy_from_slice(&p.to_le_bytes());
-        }
-        add_blocks(inode, allocated, bs);
+        let alloc = st.meta_alloc + data_alloc;
+        self.ind_finish(h, st, &mut inode.base.block)?;
+        add_blocks(inode, alloc, self.block_size);
         Ok(runs)
     }
-}
 
-/// The extents of a depth-0 root (an empty list for a fresh inode).
-fn root_extents(ino: u32, inode: &Inode) -> Result<Vec<Extent>> {
-    let node = ExtentNode::parse(&inode.base.block).map_err(|e| Error::corrupt(format!("inode {ino}"), e))?;
-    match node.entries {
-        NodeEntries::Leaf(v) => Ok(v),
-        NodeEntries::Index(_) => Err(Error::Unsupported(format!(
-            "inode {ino}: changing extent trees deeper than the inode root is not supported yet"
-        ))),
-    }
-}
-
-fn set_root_extents(inode: &mut Inode, ext: &[Extent]) {
-    let node = ExtentNode {
-        header: ExtentHeader {
-            magic: EXTENT_MAGIC,
-            entries: ext.len() as u16,
-            max: 4,
-            depth: 0,
-            generation: 0,
-        },
-        entries: NodeEntries::Leaf(ext.to_vec()),
-    };
-    inode.base.block = [0; 60];
-    node.serialize_into(&mut inode.base.block);
-}
-
-/// Join neighbours that are contiguous logically and physically and share
-/// the unwritten state, within the length limits.
-fn merge(ext: Vec<Extent>) -> Vec<Extent> {
-    let mut out: Vec<Extent> = Vec::with_capacity(ext.len());
-    for e in ext {
-        if let Some(last) = out.last_mut() {
-            let cap = if e.is_uninit() { UNINIT_MAX } else { INIT_MAX };
-            let ll = last.length() as u64;
-            if last.is_uninit() == e.is_uninit()
-                && last.block as u64 + ll == e.block as u64
-                && last.start() + ll == e.start()
-                && ll + e.length() as u64 <= cap
-            {
-                *last = Extent::new(last.block, (ll + e.length() as u64) as u32, last.start(), e.is_uninit());
-                continue;
+    fn map_indirect_runs(
+        &self,
+        h: &mut Handle<'_>,
+        st: &mut super::indirect_map::IndState,
+        lblk: u64,
+        end: u64,
+        runs: &mut Vec<MappedRun>,
+        data_alloc: &mut u64,
+    ) -> Result<()> {
+        if lblk > 0 {
+            let prev = self.ind_get(st, lblk - 1)?;
+            if prev != 0 {
+                st.goal = prev as u64 + 1;
             }
         }
-        out.push(e);
+        let mut l = lblk;
+        while l < end {
+            let p = self.ind_get(st, l)?;
+            if p != 0 {
+                push_run(runs, l, p as u64, 1, false);
+                st.goal = p as u64 + 1;
+                l += 1;
+                continue;
+            }
+            // A hole piece inside one pointer block: its path first, then
+            // one contiguous data run.
+            let cap = self.ind_piece_cap(l).min(end - l);
+            let mut n = 1;
+            while n < cap && self.ind_get(st, l + n)? == 0 {
+                n += 1;
+            }
+            self.ind_ensure_path(h, st, l)?;
+            let (pb, got) = self.ind_alloc(h, st.goal, n as u32)?;
+            *data_alloc += got as u64;
+            for k in 0..got as u64 {
+                if let Err(e) = self.ind_set(st, l + k, (pb + k) as u32) {
+                    // Blocks not yet in the map go straight back.
+                    self.free_run(h, pb + k, got as u64 - k)?;
+                    *data_alloc -= got as u64 - k;
+                    if k > 0 {
+                        push_run(runs, l, pb, k, true);
+                    }
+                    return Err(e);
+                }
+            }
+            push_run(runs, l, pb, got as u64, true);
+            st.goal = pb + got as u64;
+            l += got as u64;
+        }
+        Ok(())
     }
-    out
 }
 
-/// `i_blocks` counts 512-byte sectors (files under 2^48 sectors; the
-/// HUGE_FILE per-inode unit is never set by us).
-fn add_blocks(inode: &mut Inode, n: u64, bs: usize) {
+/// Whether the inode's data blocks are read through the metadata buffer
+/// cache (directories, slow symlinks), so freeing them must forget them.
+fn is_cached_data(inode: &Inode) -> bool {
+    use ext4kit_format::inode::FileType;
+    matches!(inode.file_type(), Some(FileType::Directory | FileType::Symlink))
+}
+
+fn push_run(runs: &mut Vec<MappedRun>, lblk: u64, pblk: u64, len: u64, new: bool) {
+    if let Some(r) = runs.last_mut() {
+        if r.lblk + r.len == lblk && r.pblk + r.len == pblk && r.new == new {
+            r.len += len;
+            return;
+        }
+    }
+    runs.push(MappedRun {
+        lblk,
+        pblk,
+        len,
+        uninit: false,
+        new,
+    });
+}
+
+/// `i_blocks` counts 512-byte sectors, or filesystem blocks when the inode
+/// carries EXT4_HUGE_FILE_FL (`ext4_inode_blocks_set`); we never set that
+/// flag but keep its unit on inodes that have it. `blocks_high` only has a
+/// meaning with the huge_file feature, which is the only way a file reaches
+/// 2^32 sectors.
+pub(crate) fn add_blocks(inode: &mut Inode, n: u64, bs: usize) {
     let cur = (inode.base.blocks_high as u64) << 32 | inode.base.blocks_lo as u64;
-    set_sectors(inode, cur + n * (bs as u64 / 512));
+    set_units(inode, cur + n * unit(inode, bs));
 }
 
-fn sub_blocks(inode: &mut Inode, n: u64, bs: usize) {
+pub(crate) fn sub_blocks(inode: &mut Inode, n: u64, bs: usize) {
     let cur = (inode.base.blocks_high as u64) << 32 | inode.base.blocks_lo as u64;
-    set_sectors(inode, cur.saturating_sub(n * (bs as u64 / 512)));
+    set_units(inode, cur.saturating_sub(n * unit(inode, bs)));
 }
 
-fn set_sectors(inode: &mut Inode, s: u64) {
+fn unit(inode: &Inode, bs: usize) -> u64 {
+    if inode.base.flags & flags::HUGE_FILE != 0 {
+        1
+    } else {
+        bs as u64 / 512
+    }
+}
+
+fn set_units(inode: &mut Inode, s: u64) {
     inode.base.blocks_lo = s as u32;
     inode.base.blocks_high = (s >> 32) as u16;
 }

@@ -196,7 +196,12 @@ impl Volume {
         }
         self.check_dir_size(dir)?;
         if dir.is_indexed(self) {
-            return self.dx_lookup(dir, name);
+            // "." and ".." live in the dx root, outside every hash bucket.
+            match name {
+                b"." => return Ok(Some((dir.ino, Some(FileType::Directory)))),
+                b".." => return Ok(Some((self.dotdot(dir)?, Some(FileType::Directory)))),
+                _ => return self.dx_lookup(dir, name),
+            }
         }
         let nblocks = dir.nblocks(self);
         let runs = dir.map.runs(self, nblocks)?;

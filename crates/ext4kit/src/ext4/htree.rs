@@ -17,7 +17,21 @@ use super::volume::Volume;
 use crate::error::{Error, Result};
 
 /// The (index, chosen entry) pairs from the root down to a leaf.
-type DxPath = Vec<(DxIndex, usize)>;
+pub(crate) type DxPath = Vec<(DxIndex, usize)>;
+
+/// What [`Volume::dx_probe`] found: the name's hash, the directory's hash
+/// function, and the path from the root down to the leaf's index entry.
+#[derive(Debug, Clone)]
+pub(crate) struct DxProbe {
+    /// Major hash of the name.
+    pub hash: u32,
+    /// The hash function of this directory (root's version + superblock flag).
+    pub version: HashVersion,
+    /// (index, chosen entry) from the root (level 0) down.
+    pub path: DxPath,
+    /// `indirect_levels` of the root.
+    pub levels: usize,
+}
 
 impl Volume {
     fn largedir(&self) -> bool {
@@ -45,7 +59,7 @@ impl Volume {
         Ok(Some(buf))
     }
 
-    fn dx_node(&self, dir: DirRef<'_>, lblk: u64) -> Result<DxIndex> {
+    pub(crate) fn dx_node(&self, dir: DirRef<'_>, lblk: u64) -> Result<DxIndex> {
         let loc = || format!("htree node {lblk} of directory inode {}", dir.ino);
         let Some(buf) = self.dir_block_raw(dir, lblk)? else {
             return Err(Error::corrupt_msg(loc(), "htree node", "points at a hole"));
@@ -60,7 +74,7 @@ impl Volume {
     /// Hash `name` and descend the index to its leaf (the kernel's
     /// `dx_probe`): the hash, the path of (index, chosen entry) from the root
     /// down, and the number of index levels below the root.
-    fn dx_probe(&self, dir: DirRef<'_>, name: &[u8]) -> Result<(u32, DxPath, usize)> {
+    pub(crate) fn dx_probe(&self, dir: DirRef<'_>, name: &[u8]) -> Result<DxProbe> {
         let loc = || format!("htree of directory inode {}", dir.ino);
         let rootbuf = self
             .dx_root_block(dir)?
@@ -85,12 +99,17 @@ impl Volume {
             let j = node.find(hash);
             path.push((node, j));
         }
-        Ok((hash, path, levels))
+        Ok(DxProbe {
+            hash,
+            version,
+            path,
+            levels,
+        })
     }
 
     /// The directory block the chosen entry of the last path step points
     /// at, checked to lie inside the directory and not be the root.
-    fn dx_child(&self, dir: DirRef<'_>, step: Option<&(DxIndex, usize)>) -> Result<u64> {
+    pub(crate) fn dx_child(&self, dir: DirRef<'_>, step: Option<&(DxIndex, usize)>) -> Result<u64> {
         let loc = || format!("htree of directory inode {}", dir.ino);
         let (idx, at) = step.ok_or_else(|| Error::corrupt_msg(loc(), "htree", "empty path"))?;
         let b = idx.entries[*at].block as u64;
@@ -107,13 +126,24 @@ impl Volume {
 
     /// Lookup through the index.
     pub(crate) fn dx_lookup(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
-        let (hash, mut path, levels) = self.dx_probe(dir, name)?;
+        match self.dx_find(dir, name)? {
+            Some(lblk) => self.search_leaf(dir, lblk, name),
+            None => Ok(None),
+        }
+    }
+
+    /// The leaf block holding `name`, following a collision chain across
+    /// leaves when the name's hash continues into the next block.
+    pub(crate) fn dx_find(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<u64>> {
+        let DxProbe {
+            hash, mut path, levels, ..
+        } = self.dx_probe(dir, name)?;
         let nblocks = dir.nblocks(self);
         let mut visited = 0u64;
         loop {
             let leaf = self.dx_child(dir, path.last())?;
-            if let Some(hit) = self.search_leaf(dir, leaf, name)? {
-                return Ok(Some(hit));
+            if self.search_leaf(dir, leaf, name)?.is_some() {
+                return Ok(Some(leaf));
             }
             visited += 1;
             if visited > nblocks {
@@ -127,13 +157,6 @@ impl Volume {
                 return Ok(None);
             }
         }
-    }
-
-    /// The leaf block a new entry named `name` belongs in (the first leaf
-    /// whose hash range covers the name's hash).
-    pub(crate) fn dx_leaf_for(&self, dir: DirRef<'_>, name: &[u8]) -> Result<u64> {
-        let (_, path, _) = self.dx_probe(dir, name)?;
-        self.dx_child(dir, path.last())
     }
 
     /// Advance `path` to the next leaf if its first hash continues `hash`

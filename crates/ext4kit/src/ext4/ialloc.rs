@@ -70,6 +70,7 @@ impl Volume {
                 format!("inode {ino}: record of {} bytes", bytes.len()),
             ));
         }
+        self.stats.inode_writes.fetch_add(1, Ordering::Relaxed);
         h.modify(blk, |d| {
             d[off..off + n].copy_from_slice(&bytes);
             Ok(())
@@ -218,5 +219,50 @@ impl Volume {
         self.write_group_desc(h, g, &new)?;
         *gd = new;
         Ok(Some((g * ipg + i + 1) as u32))
+    }
+}
+
+impl Volume {
+    /// Return inode `ino` to its group's free pool (the kernel's
+    /// `ext4_free_inode`). The caller has already released the inode's
+    /// blocks and xattr block and written its record with `i_links_count`
+    /// 0 and `i_dtime` set (e2fsck expects a deleted inode to carry a
+    /// deletion time). `dir` lowers the group's used-directories count.
+    pub fn free_inode(&self, h: &mut Handle<'_>, ino: u32, dir: bool) -> Result<()> {
+        if ino < self.sb.read().first_ino() || ino > self.inodes_count {
+            return Err(Error::posix(
+                Errno::EINVAL,
+                format!("inode {ino} is reserved or out of range and cannot be freed"),
+            ));
+        }
+        let ipg = self.inodes_per_group;
+        let g = ((ino - 1) / ipg) as usize;
+        let i = ((ino - 1) % ipg) as usize;
+        let grp = &self.groups[g];
+        let mut gd = grp.desc.write();
+        let bm_blk = gd.inode_bitmap();
+        let mut bitmap = self.buffer(bm_blk)?.data.to_vec();
+        if !super::group::test_bit(&bitmap, i) {
+            return Err(Error::corrupt_msg(
+                format!("inode {ino}"),
+                "inode bitmap",
+                format!("freeing an inode already free in group {g}'s bitmap (block {bm_blk})"),
+            ));
+        }
+        super::group::clear_bit(&mut bitmap, i);
+        let mut new = *gd;
+        self.set_inode_bitmap_csum(&mut new, &bitmap);
+        h.overwrite(bm_blk, bitmap.into_boxed_slice())?;
+        let free = gd.free_inodes_count() + 1;
+        new.free_inodes_count_lo = free as u16;
+        new.free_inodes_count_hi = (free >> 16) as u16;
+        if dir {
+            let u = new.used_dirs_count().saturating_sub(1);
+            new.used_dirs_count_lo = u as u16;
+            new.used_dirs_count_hi = (u >> 16) as u16;
+        }
+        self.write_group_desc(h, g, &new)?;
+        *gd = new;
+        Ok(())
     }
 }

@@ -62,6 +62,8 @@ pub struct Stats {
     pub dir_block_reads: AtomicU64,
     /// Inode records read from the device.
     pub inode_reads: AtomicU64,
+    /// Inode records written through a handle (seed 003: fdatasync writes none).
+    pub inode_writes: AtomicU64,
 }
 
 /// The filesystem as the ext4 layer sees it.

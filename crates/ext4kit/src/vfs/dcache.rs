@@ -14,7 +14,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use ext4kit_format::inode::FileType;
@@ -29,8 +29,6 @@ pub struct Dentry {
     pub parent: ArcSwapOption<Dentry>,
     /// Inode number, or 0 for a negative dentry (the name does not exist).
     pub ino: u32,
-    /// Inode number of the directory holding the name.
-    pub dir_ino: u32,
     /// Type, when known from the directory entry.
     pub ftype: Option<FileType>,
     referenced: AtomicBool,
@@ -42,7 +40,6 @@ impl Dentry {
             name: ArcSwap::from_pointee(Box::from(name)),
             parent: ArcSwapOption::from(Some(parent.clone())),
             ino,
-            dir_ino: parent.ino,
             ftype,
             referenced: AtomicBool::new(true),
         })
@@ -72,6 +69,7 @@ impl DcacheGuard<'_> {
     pub fn insert(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> &Arc<Dentry> {
         let d = Dentry::child(parent, name, ino, ftype);
         let got = self.m.get_or_insert(Key(parent.ino, Box::from(name)), d);
+        self.c.index_dir(got);
         if self.m.len() > self.c.limit {
             let target = self.c.limit / 4 * 3;
             for _ in 0..2 {
@@ -154,6 +152,15 @@ pub struct Dcache {
     limit: usize,
     /// d_path calls that had to fall back to the lock.
     pub d_path_fallbacks: AtomicU64,
+    /// Directory inode -> its (only) dentry, weakly held so the index never
+    /// keeps a dentry alive. Operations that name a directory by inode
+    /// number (the FUSE server, `*_at` calls) find its dentry here to keep
+    /// the cache and `d_path` right across renames.
+    dirs: papaya::HashMap<u32, Weak<Dentry>>,
+    /// One cross-directory rename at a time (the kernel's
+    /// `s_vfs_rename_mutex`): while held, no directory changes parent, so
+    /// "is A an ancestor of B" answers stay true for the whole rename.
+    pub rename_mutex: parking_lot::Mutex<()>,
 }
 
 impl Dcache {
@@ -163,7 +170,6 @@ impl Dcache {
             name: ArcSwap::from_pointee(Box::from(&b"/"[..])),
             parent: ArcSwapOption::empty(),
             ino: root_ino,
-            dir_ino: root_ino,
             ftype: Some(FileType::Directory),
             referenced: AtomicBool::new(true),
         });
@@ -174,6 +180,8 @@ impl Dcache {
             rename_lock: RwLock::new(()),
             limit: limit.max(256),
             d_path_fallbacks: AtomicU64::new(0),
+            dirs: papaya::HashMap::new(),
+            rename_mutex: parking_lot::Mutex::new(()),
         }
     }
 
@@ -210,7 +218,86 @@ impl Dcache {
     pub fn set(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
         let d = Dentry::child(parent, name, ino, ftype);
         self.map.pin().insert(Key(parent.ino, Box::from(name)), d.clone());
+        self.index_dir(&d);
         d
+    }
+
+    fn index_dir(&self, d: &Arc<Dentry>) {
+        if d.ftype == Some(FileType::Directory) && d.ino != 0 {
+            let m = self.dirs.pin();
+            if m.get(&d.ino)
+                .and_then(Weak::upgrade)
+                .is_none_or(|cur| !Arc::ptr_eq(&cur, d))
+            {
+                m.insert(d.ino, Arc::downgrade(d));
+            }
+        }
+    }
+
+    /// The dentry of directory `ino`, when cached.
+    pub fn dir(&self, ino: u32) -> Option<Arc<Dentry>> {
+        if ino == self.root.ino {
+            return Some(self.root.clone());
+        }
+        self.dirs.pin().get(&ino).and_then(Weak::upgrade)
+    }
+
+    /// Forget `name` in directory `dir_ino` (after unlink or rmdir, or before
+    /// publishing a new name): the next lookup goes to disk. Whoever holds
+    /// the dentry keeps it, detached.
+    pub fn remove(&self, dir_ino: u32, name: &[u8]) {
+        let m = self.map.pin();
+        if let Some(d) = m.remove(&KeyRef(dir_ino, name)) {
+            if d.ftype == Some(FileType::Directory) {
+                let dm = self.dirs.pin();
+                if dm
+                    .get(&d.ino)
+                    .and_then(Weak::upgrade)
+                    .is_some_and(|cur| Arc::ptr_eq(&cur, d))
+                {
+                    dm.remove(&d.ino);
+                }
+            }
+        }
+    }
+
+    /// Record that a name was added: drop any negative entry and publish the
+    /// positive one when the parent's dentry is known.
+    pub fn added(&self, dir_ino: u32, name: &[u8], ino: u32, ftype: FileType) {
+        self.remove(dir_ino, name);
+        if let Some(p) = self.dir(dir_ino) {
+            self.set(&p, name, ino, Some(ftype));
+        }
+    }
+
+    /// Record a rename (or, with `exchange`, a swap) in the cache. The moved
+    /// dentry keeps its identity, so holders (open directories, `d_path`)
+    /// see the new name; the rename sequence makes concurrent `d_path`
+    /// readers retry.
+    pub fn renamed(&self, old_dir: u32, old_name: &[u8], new_dir: u32, new_name: &[u8], exchange: bool) {
+        let m = self.map.pin();
+        let src = m.remove(&KeyRef(old_dir, old_name)).cloned();
+        let dst = m.remove(&KeyRef(new_dir, new_name)).cloned();
+        let (np, op) = (self.dir(new_dir), self.dir(old_dir));
+        if let (Some(d), Some(np)) = (src.filter(|d| d.is_positive()), np) {
+            self.move_dentry(&d, &np, new_name);
+            m.insert(Key(new_dir, Box::from(new_name)), d);
+        }
+        if exchange {
+            if let (Some(d), Some(op)) = (dst.filter(|d| d.is_positive()), op) {
+                self.move_dentry(&d, &op, old_name);
+                m.insert(Key(old_dir, Box::from(old_name)), d);
+            }
+        } else if let Some(d) = dst.filter(|d| d.ftype == Some(FileType::Directory)) {
+            let dm = self.dirs.pin();
+            if dm
+                .get(&d.ino)
+                .and_then(Weak::upgrade)
+                .is_some_and(|cur| Arc::ptr_eq(&cur, &d))
+            {
+                dm.remove(&d.ino);
+            }
+        }
     }
 
     /// Number of cached dentries.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::file::{File, OpenFlags, Whence};
-use super::Fs;
+use super::{Cred, Fs};
 use crate::error::{Errno, Error, Result};
 
 /// A file descriptor.
@@ -153,6 +153,13 @@ impl Process {
         self.install(f)
     }
 
+    /// Open `path` with `cred`'s permissions (O_CREAT makes a regular file
+    /// with permission bits `mode`) and return a descriptor.
+    pub fn open_as(&mut self, path: impl AsRef<[u8]>, flags: OpenFlags, mode: u16, cred: &Cred) -> Result<Fd> {
+        let f = self.fs.open_as(path.as_ref(), flags, mode, cred)?;
+        self.install(f)
+    }
+
     /// Run `f` with the file behind `fd` borrowed — no reference taken.
     #[inline]
     pub fn with_file<R>(&self, fd: Fd, f: impl FnOnce(&File) -> Result<R>) -> Result<R> {
@@ -200,6 +207,42 @@ impl Process {
         self.with_file(fd, |f| f.lseek(fs, off, whence))
     }
 
+    /// Write to `fd` at its position (at the end for O_APPEND).
+    pub fn write(&self, fd: Fd, buf: &[u8]) -> Result<usize> {
+        let fs = &self.fs;
+        self.with_file(fd, |f| f.write(fs, buf))
+    }
+
+    /// Write to `fd` at `off`.
+    pub fn pwrite(&self, fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
+        let fs = &self.fs;
+        self.with_file(fd, |f| f.pwrite(fs, off, buf))
+    }
+
+    /// Set the size of the file behind `fd`.
+    pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {
+        let fs = &self.fs;
+        self.with_file(fd, |f| f.ftruncate(fs, len))
+    }
+
+    /// fallocate(2) on `fd` (modes: `vfs::io::FALLOC_FL_*`).
+    pub fn fallocate(&self, fd: Fd, mode: u32, off: u64, len: u64) -> Result<()> {
+        let fs = &self.fs;
+        self.with_file(fd, |f| f.fallocate(fs, mode, off, len))
+    }
+
+    /// fsync(2).
+    pub fn fsync(&self, fd: Fd) -> Result<()> {
+        let fs = &self.fs;
+        self.with_file(fd, |f| f.fsync(fs))
+    }
+
+    /// fdatasync(2).
+    pub fn fdatasync(&self, fd: Fd) -> Result<()> {
+        let fs = &self.fs;
+        self.with_file(fd, |f| f.fdatasync(fs))
+    }
+
     /// Duplicate `fd` onto the lowest free number (shares the position).
     pub fn dup(&mut self, fd: Fd) -> Result<Fd> {
         let f = self.get_file(fd)?;
@@ -209,20 +252,20 @@ impl Process {
     /// Close `fd`.
     pub fn close(&mut self, fd: Fd) -> Result<()> {
         let ebadf = || Error::posix(Errno::EBADF, format!("bad file descriptor {fd}"));
-        match &mut self.table {
+        let file = match &mut self.table {
             Table::Unshared(v) => {
                 let slot = usize::try_from(fd).ok().and_then(|i| v.get_mut(i)).ok_or_else(ebadf)?;
-                slot.take().map(|_| ()).ok_or_else(ebadf)
+                slot.take().ok_or_else(ebadf)?
             }
             Table::Shared(t) => {
                 let mut free = t.alloc.lock();
-                if t.files.pin().remove(&fd).is_none() {
-                    return Err(ebadf());
-                }
+                let f = t.files.pin().remove(&fd).cloned().ok_or_else(ebadf)?;
                 free.push(fd);
-                Ok(())
+                f
             }
-        }
+        };
+        // The last close of an unlinked file frees it.
+        self.fs.close_file(file)
     }
 }
 

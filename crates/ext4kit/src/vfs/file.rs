@@ -4,6 +4,10 @@
 //! it — no inode lock — and SEEK_END reads the inode's atomic size, so any
 //! number of threads can seek their own (or a shared) open file while
 //! others read or write the inode.
+//!
+//! The access mode is checked here (EBADF for a write through a read-only
+//! description and vice versa); the data work is in `io.rs` and
+//! `writeback.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,13 +34,86 @@ pub enum Whence {
     Hole,
 }
 
-/// Open flags the read side understands.
+/// The access mode of an open file (the O_ACCMODE bits).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Access {
+    /// O_RDONLY.
+    #[default]
+    ReadOnly,
+    /// O_WRONLY.
+    WriteOnly,
+    /// O_RDWR.
+    ReadWrite,
+}
+
+impl Access {
+    /// Whether reads are allowed.
+    pub fn reads(self) -> bool {
+        self != Access::WriteOnly
+    }
+
+    /// Whether writes are allowed.
+    pub fn writes(self) -> bool {
+        self != Access::ReadOnly
+    }
+}
+
+/// `O_RDONLY` (Linux value).
+pub const O_RDONLY: i32 = 0;
+/// `O_WRONLY`.
+pub const O_WRONLY: i32 = 1;
+/// `O_RDWR`.
+pub const O_RDWR: i32 = 2;
+/// `O_CREAT`.
+pub const O_CREAT: i32 = 0o100;
+/// `O_EXCL`.
+pub const O_EXCL: i32 = 0o200;
+/// `O_TRUNC`.
+pub const O_TRUNC: i32 = 0o1000;
+/// `O_APPEND`.
+pub const O_APPEND: i32 = 0o2000;
+/// `O_DIRECTORY`.
+pub const O_DIRECTORY: i32 = 0o200000;
+/// `O_NOFOLLOW`.
+pub const O_NOFOLLOW: i32 = 0o400000;
+
+/// Open flags. `Default` is O_RDONLY with nothing else.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OpenFlags {
     /// Do not follow a symlink in the last component (O_NOFOLLOW).
     pub nofollow: bool,
     /// Fail unless the target is a directory (O_DIRECTORY).
     pub directory: bool,
+    /// O_RDONLY / O_WRONLY / O_RDWR.
+    pub access: Access,
+    /// Create a regular file if the name does not exist (O_CREAT).
+    pub create: bool,
+    /// With `create`: fail with EEXIST if the name exists (O_EXCL).
+    pub excl: bool,
+    /// Truncate a regular file to zero length (O_TRUNC).
+    pub trunc: bool,
+    /// Every write goes to the end of file, atomically (O_APPEND).
+    pub append: bool,
+}
+
+impl OpenFlags {
+    /// Flags from Linux `open(2)` bits (the `O_*` constants of this
+    /// module); unknown bits are ignored, as the kernel does.
+    pub fn from_bits(bits: i32) -> Self {
+        OpenFlags {
+            nofollow: bits & O_NOFOLLOW != 0,
+            directory: bits & O_DIRECTORY != 0,
+            access: match bits & 3 {
+                O_WRONLY => Access::WriteOnly,
+                O_RDWR => Access::ReadWrite,
+                _ => Access::ReadOnly,
+            },
+            create: bits & O_CREAT != 0,
+            excl: bits & O_EXCL != 0,
+            trunc: bits & O_TRUNC != 0,
+            append: bits & O_APPEND != 0,
+        }
+    }
 }
 
 /// An open file description.
@@ -49,15 +126,20 @@ pub struct File {
     pos: AtomicU64,
     /// Flags given at open.
     pub flags: OpenFlags,
+    /// Opened by a caller with CAP_FSETID (root): its writes keep the
+    /// setuid/setgid bits, others' writes clear them (`file_remove_privs`).
+    pub(crate) privileged: bool,
 }
 
 impl File {
     pub(crate) fn new(inode: Arc<CachedInode>, dentry: Option<Arc<Dentry>>, flags: OpenFlags) -> Self {
+        inode.opens.fetch_add(1, Ordering::AcqRel);
         File {
             inode,
             dentry,
             pos: AtomicU64::new(0),
             flags,
+            privileged: true,
         }
     }
 
@@ -70,6 +152,7 @@ impl File {
     /// one description may overlap (POSIX leaves that unspecified for
     /// threads); each is atomic with respect to the data it returns.
     pub fn read(&self, fs: &Fs, buf: &mut [u8]) -> Result<usize> {
+        self.check_read()?;
         let pos = self.pos.load(Ordering::Relaxed);
         let n = fs.read_at(&self.inode, pos, buf)?;
         self.pos.store(pos + n as u64, Ordering::Relaxed);
@@ -78,6 +161,7 @@ impl File {
 
     /// Read at `off` without touching the position.
     pub fn pread(&self, fs: &Fs, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.check_read()?;
         fs.read_at(&self.inode, off, buf)
     }
 
@@ -126,5 +210,77 @@ impl File {
     /// Whether this is a directory.
     pub fn is_dir(&self) -> bool {
         self.inode.ftype == FileType::Directory
+    }
+
+    fn check_read(&self) -> Result<()> {
+        if self.flags.access.reads() {
+            Ok(())
+        } else {
+            Err(Error::posix(Errno::EBADF, "file not open for reading"))
+        }
+    }
+
+    fn check_write(&self) -> Result<()> {
+        if self.flags.access.writes() {
+            Ok(())
+        } else {
+            Err(Error::posix(Errno::EBADF, "file not open for writing"))
+        }
+    }
+
+    /// Write at the current position (at the end of file, atomically, for
+    /// O_APPEND) and advance the position past what was written.
+    pub fn write(&self, fs: &Fs, buf: &[u8]) -> Result<usize> {
+        self.check_write()?;
+        let at = if self.flags.append {
+            None
+        } else {
+            Some(self.pos.load(Ordering::Relaxed))
+        };
+        let (off, n) = fs.write_as(&self.inode, at, buf, self.privileged)?;
+        self.pos.store(off + n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// Write at `off` without touching the position. As on Linux, an
+    /// O_APPEND description appends whatever `off` says.
+    pub fn pwrite(&self, fs: &Fs, off: u64, buf: &[u8]) -> Result<usize> {
+        self.check_write()?;
+        let at = if self.flags.append { None } else { Some(off) };
+        Ok(fs.write_as(&self.inode, at, buf, self.privileged)?.1)
+    }
+
+    /// ftruncate(2): EINVAL unless open for writing (as Linux).
+    pub fn ftruncate(&self, fs: &Fs, len: u64) -> Result<()> {
+        if !self.flags.access.writes() {
+            return Err(Error::posix(Errno::EINVAL, "ftruncate: file not open for writing"));
+        }
+        fs.truncate_inode(&self.inode, len)
+    }
+
+    /// fallocate(2) (see [`Fs::fallocate_inode`] for modes and errors).
+    pub fn fallocate(&self, fs: &Fs, mode: u32, off: u64, len: u64) -> Result<()> {
+        self.check_write()?;
+        fs.fallocate_inode(&self.inode, mode, off, len)
+    }
+
+    /// fsync(2): dirty pages, then the inode record if dirty at any level,
+    /// then a device flush.
+    pub fn fsync(&self, fs: &Fs) -> Result<()> {
+        fs.fsync_inode(&self.inode, false).map(|_| ())
+    }
+
+    /// fdatasync(2): dirty pages, the inode record only if data-relevant
+    /// fields changed (size, block map), then a device flush.
+    pub fn fdatasync(&self, fs: &Fs) -> Result<()> {
+        fs.fsync_inode(&self.inode, true).map(|_| ())
+    }
+}
+
+impl Drop for File {
+    /// The description's last reference went away: one open fewer on the
+    /// inode (close(2) of the last descriptor that shared it).
+    fn drop(&mut self) {
+        self.inode.opens.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -6,8 +6,16 @@
 //! sits behind a reader/writer lock (the `i_rwsem` analogue) for the write
 //! path; the size is mirrored in an atomic so SEEK_END and reads never take
 //! that lock (seed 000).
+//!
+//! `disk` is the inode as it is *now* in memory — size, times, block map —
+//! not necessarily as it is on disk. Every change to it is made under its
+//! write lock together with a dirtiness level (seed 003, the patch's
+//! `I_DIRTY` / `I_RDIRTY`): [`DIRTY_TIME`] when only timestamps changed,
+//! [`DIRTY_DATA`] when something a later read of the data depends on
+//! changed (size, block map, `i_blocks`). fsync writes the record when
+//! either is set; fdatasync only for [`DIRTY_DATA`].
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -17,6 +25,11 @@ use parking_lot::RwLock;
 use super::pagecache::{PageBudget, PageMap};
 use crate::error::{Error, Result};
 use crate::ext4::{BlockMap, Volume};
+
+/// Only timestamps differ from the record on disk (`I_DIRTY` in seed 003).
+pub const DIRTY_TIME: u8 = 1;
+/// Data-relevant fields differ: size, block map, `i_blocks` (`I_RDIRTY`).
+pub const DIRTY_DATA: u8 = 2;
 
 /// An inode in memory.
 #[derive(Debug)]
@@ -34,6 +47,12 @@ pub struct CachedInode {
     map: ArcSwapOption<BlockMap>,
     /// Cached file pages.
     pub pages: PageMap,
+    /// Open file descriptions of this inode (incremented by `File::new`,
+    /// decremented when the description is dropped): an unlinked inode is
+    /// freed on its last close.
+    pub opens: AtomicU32,
+    /// [`DIRTY_TIME`] | [`DIRTY_DATA`]; changed under the `disk` write lock.
+    dirty: AtomicU8,
     referenced: AtomicBool,
 }
 
@@ -53,6 +72,8 @@ impl CachedInode {
             disk: RwLock::new(inode),
             map: ArcSwapOption::empty(),
             pages: PageMap::default(),
+            opens: AtomicU32::new(0),
+            dirty: AtomicU8::new(0),
             referenced: AtomicBool::new(true),
         })
     }
@@ -67,10 +88,45 @@ impl CachedInode {
         Ok(m)
     }
 
+    /// The block map, for a caller that already holds the `disk` lock
+    /// (reading it through [`Self::block_map`] would take the lock again).
+    pub fn block_map_locked(&self, vol: &Volume, rec: &Inode) -> Result<Arc<BlockMap>> {
+        if let Some(m) = self.map.load_full() {
+            return Ok(m);
+        }
+        let m = Arc::new(vol.block_map(self.ino, rec)?);
+        self.map.store(Some(m.clone()));
+        Ok(m)
+    }
+
+    /// Record that the in-memory record changed (`level`: [`DIRTY_TIME`]
+    /// and/or [`DIRTY_DATA`]). Caller holds the `disk` write lock.
+    pub fn mark_dirty(&self, level: u8) {
+        self.dirty.fetch_or(level, Ordering::AcqRel);
+    }
+
+    /// The current dirtiness level.
+    pub fn dirty_level(&self) -> u8 {
+        self.dirty.load(Ordering::Acquire)
+    }
+
+    /// The record was written: nothing differs any more. Caller holds the
+    /// `disk` write lock (so no change can slip between write and clear).
+    pub fn clear_dirty(&self) {
+        self.dirty.store(0, Ordering::Release);
+    }
+
+    /// Whether anything about this inode (record or pages) is unwritten.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty_level() != 0 || self.pages.dirty_count() != 0
+    }
+
     /// Forget the cached block map (after the write side changed it); the
     /// next reader loads the new one.
     pub fn reset_block_map(&self) {
         self.map.store(None);
+        // Readers holding the old map recheck (see PageMap's `seq`).
+        self.pages.bump();
     }
 
     /// Current size in bytes.
@@ -131,10 +187,38 @@ impl Icache {
                 if m.len() <= target {
                     return;
                 }
-                // Only the map holds it: nobody can be using it.
-                if Arc::strong_count(v) == 1 && !v.referenced.swap(false, Ordering::Relaxed) && m.remove(k).is_some() {
+                // Only the map holds it: nobody can be using it. A dirty
+                // inode stays until written back (its state lives only here).
+                if Arc::strong_count(v) == 1
+                    && !v.is_dirty()
+                    && !v.referenced.swap(false, Ordering::Relaxed)
+                    && m.remove(k).is_some()
+                {
                     self.pages.release(v.pages.len());
                 }
+            }
+        }
+    }
+
+    /// Drop inode `ino` from the cache (it was freed: a later inode with the
+    /// same number must be read afresh). Holders keep their reference.
+    pub fn forget(&self, ino: u32) {
+        if let Some(v) = self.map.pin().remove(&ino) {
+            self.pages.release(v.pages.len());
+        }
+    }
+
+    /// Drop `inode` from the cache if it is still the cached one for its
+    /// number. The freeing side uses this: by the time it gets here the
+    /// number may already belong to a new inode (allocation sees the freed
+    /// bit at once), whose cache entry must stay.
+    pub fn forget_if(&self, inode: &CachedInode) {
+        let m = self.map.pin();
+        if m.get(&inode.ino)
+            .is_some_and(|cur| std::ptr::eq(Arc::as_ptr(cur), inode))
+        {
+            if let Some(v) = m.remove(&inode.ino) {
+                self.pages.release(v.pages.len());
             }
         }
     }

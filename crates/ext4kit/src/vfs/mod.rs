@@ -3,16 +3,22 @@
 //! lock-free path walk, inode cache, page cache, open files with atomic
 //! positions, descriptor tables).
 
+pub mod acl;
+pub mod attr;
 pub mod cred;
 pub mod dcache;
 pub mod fdtable;
 pub mod file;
 pub mod icache;
+pub mod io;
 pub mod lookup;
 pub mod namei;
+pub mod namespace;
 pub mod pagecache;
 mod stat;
 pub mod write;
+pub mod writeback;
+pub mod xattr_ops;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -20,12 +26,14 @@ use std::sync::Arc;
 use ext4kit_blockdev::{BlockDevice, FileDevice};
 use ext4kit_format::inode::FileType;
 
+pub use attr::{SetAttr, StatFs, TimeSet};
 pub use cred::Cred;
 pub use dcache::Dentry;
 pub use fdtable::{Fd, Process};
-pub use file::{File, OpenFlags, Whence};
+pub use file::{Access, File, OpenFlags, Whence};
 pub use icache::CachedInode;
 pub use stat::{FsInfo, Stat};
+pub use writeback::{SyncLevel, WritebackStats};
 
 use crate::error::{Errno, Error, Result};
 use crate::ext4::{BlockMap, DirEntry, DirRef, Mapping, OpenOptions, Volume, ROOT_INO};
@@ -90,6 +98,10 @@ pub struct FsStats {
     pub metadata_misses: u64,
     /// Inode records read.
     pub inode_reads: u64,
+    /// Inode records written.
+    pub inode_writes: u64,
+    /// Bytes of dirty file pages.
+    pub dirty_page_bytes: usize,
     /// Inodes cached.
     pub cached_inodes: usize,
     /// Dentries cached.
@@ -122,12 +134,16 @@ impl Fs {
         let budget = opts.cache_budget;
         let block_size = vol.block_size;
         let pages = Arc::new(PageBudget::new(budget / 2, block_size));
-        Ok(Arc::new(Fs {
+        let fs = Arc::new(Fs {
             icache: icache::Icache::new((budget / 8 / 1024).max(1024), pages.clone()),
             dcache: dcache::Dcache::new(ROOT_INO, (budget / 8 / 256).max(4096)),
             pages,
             vol,
-        }))
+        });
+        // Files unlinked while open when the last writer stopped are freed
+        // now, as the kernel does at mount (ext4_orphan_cleanup).
+        fs.recover_orphans()?;
+        Ok(fs)
     }
 
     /// Warnings from opening (read-only fallbacks, unrecovered journal).
@@ -147,6 +163,8 @@ impl Fs {
             dir_block_reads: self.vol.stats.dir_block_reads.load(Relaxed),
             metadata_misses: self.vol.bcache.misses.load(Relaxed),
             inode_reads: self.vol.stats.inode_reads.load(Relaxed),
+            inode_writes: self.vol.stats.inode_writes.load(Relaxed),
+            dirty_page_bytes: self.pages.dirty_bytes(),
             cached_inodes: self.icache.len(),
             cached_dentries: self.dcache.len(),
             cached_page_bytes: self.pages.used(),
@@ -154,20 +172,10 @@ impl Fs {
         }
     }
 
-    /// Open `path` for reading.
+    /// Open `path` as root (no permission checks; new files get mode 0644
+    /// owned by root). See [`Fs::open_as`] for the flags.
     pub fn open(&self, path: &[u8], flags: OpenFlags) -> Result<Arc<File>> {
-        let d = self.resolve(path, !flags.nofollow)?;
-        let inode = self.inode(d.ino)?;
-        if flags.nofollow && inode.ftype == FileType::Symlink {
-            return Err(Error::posix(
-                Errno::ELOOP,
-                format!("{}: is a symbolic link (O_NOFOLLOW)", show(path)),
-            ));
-        }
-        if flags.directory && inode.ftype != FileType::Directory {
-            return Err(Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))));
-        }
-        Ok(Arc::new(File::new(inode, Some(d), flags)))
+        self.open_as(path, flags, 0o644, &Cred::root())
     }
 
     /// Open inode `ino` directly (no path, so no dentry): for tools that
@@ -349,7 +357,10 @@ impl Fs {
             return Ok(0);
         }
         let want = ((size - off).min(buf.len() as u64)) as usize;
-        let map = inode.block_map(&self.vol)?;
+        // The sequence is loaded before the map: a change to either after
+        // this point is seen by the rechecks below (PageMap's `seq`).
+        let mut seq = inode.pages.seq();
+        let mut map = inode.block_map(&self.vol)?;
         if let BlockMap::Inline(data) = &*map {
             let end = (off as usize + want).min(data.len());
             let start = (off as usize).min(end);
@@ -365,7 +376,9 @@ impl Fs {
             let in_blk = (pos % bs) as usize;
             let n = (bs as usize - in_blk).min(want - done);
             // Copy straight out of the cached page under the map's epoch
-            // guard: no reference count is touched on the shared page.
+            // guard: no reference count is touched on the shared page. A
+            // dirty page is found here too, before the block map is asked:
+            // with delayed allocation its block may still be a hole.
             if inode
                 .pages
                 .with(lblk, |p| buf[done..done + n].copy_from_slice(&p[in_blk..in_blk + n]))
@@ -377,10 +390,22 @@ impl Fs {
             let blocks_left = (off + want as u64).div_ceil(bs) - lblk;
             match map.map(&self.vol, lblk)? {
                 Mapping::Hole { len } | Mapping::Mapped { len, uninit: true, .. } => {
-                    // Zero-fill the hole directly; nothing is cached.
-                    let span = len.min(blocks_left);
+                    // Zero-fill the hole directly; nothing is cached. Stop
+                    // at the next dirty page (delayed allocation: data the
+                    // map does not know about yet).
+                    let mut span = len.min(blocks_left);
+                    if let Some(d) = inode.pages.first_dirty_in(lblk + 1, lblk.saturating_add(span)) {
+                        span = d - lblk;
+                    }
                     let bytes = ((span * bs) as usize - in_blk).min(want - done);
                     buf[done..done + bytes].fill(0);
+                    if inode.pages.seq() != seq {
+                        // Written back (and maybe evicted) or remapped
+                        // meanwhile: redo this step with the current map.
+                        seq = inode.pages.seq();
+                        map = inode.block_map(&self.vol)?;
+                        continue;
+                    }
                     done += bytes;
                 }
                 Mapping::Mapped { pblk, len, .. } => {
@@ -389,19 +414,49 @@ impl Fs {
                     self.vol
                         .read_raw(pblk, &mut raw)
                         .map_err(|e| crate::ext4::volume::annotate(e, &format!("data of inode {}", inode.ino)))?;
+                    // Charged before insertion, so the count never dips
+                    // below what is cached while a sweep runs.
+                    let over = self.pages.charge(run as usize);
                     let mut added = 0;
+                    let mut pages = Vec::with_capacity(run as usize);
                     for (k, chunk) in raw.chunks(bs as usize).enumerate() {
-                        if inode.pages.insert(lblk + k as u64, Arc::new(Page::new(chunk.into()))) {
-                            added += 1;
+                        // A page cached meanwhile (dirty or not) wins; a
+                        // write-side change since `seq` voids what we read.
+                        match inode
+                            .pages
+                            .insert_clean_at(lblk + k as u64, Arc::new(Page::new(chunk.into())), seq)
+                        {
+                            Some((page, new)) => {
+                                added += new as usize;
+                                pages.push(page);
+                            }
+                            None => break,
                         }
                     }
-                    let avail = (run * bs) as usize - in_blk;
-                    let bytes = avail.min(want - done);
-                    buf[done..done + bytes].copy_from_slice(&raw[in_blk..in_blk + bytes]);
-                    done += bytes;
-                    if self.pages.charge(added) {
+                    self.pages.release(run as usize - added);
+                    if over {
                         self.shrink_pages();
                     }
+                    if pages.len() < run as usize {
+                        // The write side cleaned, dropped or remapped
+                        // while we read the disk: what we read may be older
+                        // than a write already written back and evicted, or
+                        // come from blocks a truncate freed. Redo the step.
+                        seq = inode.pages.seq();
+                        map = inode.block_map(&self.vol)?;
+                        continue;
+                    }
+                    let mut copied = 0;
+                    for (k, page) in pages.iter().enumerate() {
+                        let a = if k == 0 { in_blk } else { 0 };
+                        let m = (bs as usize - a).min(want - done - copied);
+                        if m == 0 {
+                            break;
+                        }
+                        buf[done + copied..done + copied + m].copy_from_slice(&page.data[a..a + m]);
+                        copied += m;
+                    }
+                    done += copied;
                 }
             }
         }
@@ -409,7 +464,7 @@ impl Fs {
     }
 
     /// Give back page-cache memory: sweep inodes' clean pages (clock).
-    fn shrink_pages(&self) {
+    pub(crate) fn shrink_pages(&self) {
         let target = self.pages.limit() / 4 * 3;
         self.icache.for_each(|i| {
             let n = i.pages.sweep();
@@ -429,6 +484,11 @@ impl Fs {
         };
         if off >= size {
             return Err(enxio());
+        }
+        // Delayed allocation: dirty pages are data the map does not show
+        // yet; write them back so the map answers for them.
+        if inode.pages.dirty_count() != 0 {
+            self.writeback_inode(inode, SyncLevel::All)?;
         }
         let map = inode.block_map(&self.vol)?;
         let bs = self.vol.block_size as u64;

@@ -6,36 +6,86 @@
 //! cached: they are zero-filled straight into the caller's buffer, so a
 //! sparse multi-GiB file costs no memory.
 //!
-//! Each inode's [`PageMap`] is where the write side will keep its dirty
-//! set (seed 003: fsync walks the dirty set, never the whole map). The
-//! global budget bounds memory: past it, clean pages not touched since
-//! the last sweep are dropped.
+//! Write side (seed 003). A page is never changed in place: a write builds
+//! the new block contents and *replaces* the page's `Arc` in the map, so a
+//! lock-free reader copies either the old or the new block, never a torn
+//! mix, without any page lock. Each inode keeps a **dirty set** beside its
+//! page map — an ordered set of the logical blocks whose pages are dirty —
+//! so writeback (fsync) visits exactly the dirty pages in logical order and
+//! its cost does not grow with the number of clean cached pages (the seed
+//! patch's `i_drtypages`, as an ordered set).
+//!
+//! Invariant, kept under the dirty-set mutex: `lblk` is in the dirty set
+//! exactly when the page in the map at `lblk` has its `dirty` flag set.
+//! Writers insert (page, set entry) together under the mutex; writeback
+//! clears both under the mutex and only if the map still holds the very
+//! page it wrote (a page re-dirtied meanwhile is a new `Arc` and stays
+//! dirty). The clock sweep removes a page with `remove_if(!dirty)`, which is
+//! atomic against a concurrent replacement, so dirty pages are never
+//! evicted.
+//!
+//! The global budget bounds memory: past it, clean pages not touched since
+//! the last sweep are dropped; past the dirty budget, writers write back.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use papaya::{Compute, Operation};
+use parking_lot::Mutex;
 
 /// One cached block of file data.
 #[derive(Debug)]
 pub struct Page {
-    /// The bytes (one filesystem block).
+    /// The bytes (one filesystem block). Never modified after insertion.
     pub data: Box<[u8]>,
     referenced: AtomicBool,
+    dirty: AtomicBool,
 }
 
 impl Page {
-    /// A page holding `data`.
+    /// A clean page holding `data` (read from disk).
     pub fn new(data: Box<[u8]>) -> Self {
         Page {
             data,
             referenced: AtomicBool::new(true),
+            dirty: AtomicBool::new(false),
         }
+    }
+
+    fn new_dirty(data: Box<[u8]>) -> Self {
+        Page {
+            data,
+            referenced: AtomicBool::new(true),
+            dirty: AtomicBool::new(true),
+        }
+    }
+
+    /// Whether the page holds data not yet written to disk.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty.load(Ordering::SeqCst)
     }
 }
 
-/// The pages of one inode.
+/// The pages of one inode, and its dirty set.
 #[derive(Debug, Default)]
 pub struct PageMap {
     pages: papaya::HashMap<u64, Arc<Page>>,
+    /// Logical blocks whose pages are dirty, in order (see the module doc).
+    dirty: Mutex<BTreeSet<u64>>,
+    /// `dirty.len()`, readable without the mutex (read path fast check).
+    ndirty: AtomicUsize,
+    /// Bumped whenever what a lock-free reader derived from the disk may
+    /// have become stale: a page made clean by writeback (it may now be
+    /// evicted, and a reader that read the block before the write must not
+    /// cache its old bytes), pages dropped by truncate or hole punching
+    /// (their blocks may be reused), and the block map replaced (a reader
+    /// holding the old map may think a written block is a hole). Readers
+    /// load it before the map and recheck it after using the disk or the
+    /// map; on a change they undo what they inserted and redo the step. A
+    /// plain write does not bump it: its page is in the map before any
+    /// reader could miss it.
+    seq: AtomicU64,
 }
 
 impl PageMap {
@@ -57,11 +107,149 @@ impl PageMap {
         Some(f(&p.data))
     }
 
-    /// Insert a freshly read page; returns true when it was new.
+    /// Insert a freshly read (clean) page; returns true when it was new.
     pub fn insert(&self, lblk: u64, page: Arc<Page>) -> bool {
+        self.insert_clean(lblk, page).1
+    }
+
+    /// Insert a clean page unless one is already cached; returns the page
+    /// now in the map (a dirty one wins over what was read from disk) and
+    /// whether ours was inserted.
+    pub fn insert_clean(&self, lblk: u64, page: Arc<Page>) -> (Arc<Page>, bool) {
         let m = self.pages.pin();
         let got = m.get_or_insert(lblk, page.clone());
-        Arc::ptr_eq(got, &page)
+        let new = Arc::ptr_eq(got, &page);
+        (got.clone(), new)
+    }
+
+    /// Insert a clean page read from disk at `lblk`, unless a page is
+    /// cached there already (that one is returned, `false`), or the write
+    /// side moved the sequence past `seq0` — the value the reader loaded
+    /// before it looked at the block map — in which case nothing is
+    /// inserted and `None` tells the reader to redo the step.
+    ///
+    /// The emptiness check, the sequence check and the insertion are one
+    /// atomic `compute`: a slot can only have become empty by eviction of a
+    /// clean page or by truncation, and both bump the sequence *before*
+    /// the page can go (see `mark_clean` and `remove_range`), so a reader
+    /// that sees the slot empty also sees the bump. A stale page is thus
+    /// never made visible, not even for an instant.
+    pub fn insert_clean_at(&self, lblk: u64, page: Arc<Page>, seq0: u64) -> Option<(Arc<Page>, bool)> {
+        let m = self.pages.pin();
+        let r = m.compute(lblk, |e| match e {
+            Some((_, v)) => Operation::Abort(Some(v.clone())),
+            None if self.seq() != seq0 => Operation::Abort(None),
+            None => Operation::Insert(page.clone()),
+        });
+        match r {
+            Compute::Inserted(_, v) => Some((v.clone(), true)),
+            Compute::Aborted(Some(v)) => Some((v, false)),
+            _ => None,
+        }
+    }
+
+    /// The write-side sequence number (see the field doc).
+    pub fn seq(&self) -> u64 {
+        self.seq.load(Ordering::SeqCst)
+    }
+
+    /// Tell readers that what they derived from the disk may be stale.
+    pub fn bump(&self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Install new contents for blocks as dirty pages (replacing cached
+    /// ones). Returns (pages that were not cached before, blocks that were
+    /// not dirty before) for memory and dirty accounting.
+    pub fn write_pages(&self, pages: impl IntoIterator<Item = (u64, Box<[u8]>)>) -> (usize, usize) {
+        let mut set = self.dirty.lock();
+        let m = self.pages.pin();
+        let (mut new_pages, mut new_dirty) = (0, 0);
+        for (lblk, data) in pages {
+            if m.insert(lblk, Arc::new(Page::new_dirty(data))).is_none() {
+                new_pages += 1;
+            }
+            if set.insert(lblk) {
+                new_dirty += 1;
+            }
+        }
+        self.ndirty.store(set.len(), Ordering::Release);
+        (new_pages, new_dirty)
+    }
+
+    /// The dirty blocks, in order (a copy: O(dirty), whatever is cached).
+    pub fn dirty_blocks(&self) -> Vec<u64> {
+        self.dirty.lock().iter().copied().collect()
+    }
+
+    /// Number of dirty pages.
+    pub fn dirty_count(&self) -> usize {
+        self.ndirty.load(Ordering::Acquire)
+    }
+
+    /// The first dirty block in `[start, end)`. Lock-free when nothing is
+    /// dirty (the common case for a reader); otherwise a short mutex hold
+    /// for an ordered-set range query.
+    pub fn first_dirty_in(&self, start: u64, end: u64) -> Option<u64> {
+        if self.dirty_count() == 0 || start >= end {
+            return None;
+        }
+        self.dirty.lock().range(start..end).next().copied()
+    }
+
+    /// After writeback wrote `page` for `lblk`: mark it clean if it is
+    /// still the page cached there. Returns whether the block left the
+    /// dirty set.
+    pub fn mark_clean(&self, lblk: u64, page: &Arc<Page>) -> bool {
+        let mut set = self.dirty.lock();
+        let m = self.pages.pin();
+        match m.get(&lblk) {
+            Some(cur) if Arc::ptr_eq(cur, page) => {
+                // Bump first: once the flag is clear the sweep may evict
+                // the page, and a reader finding the slot empty must see
+                // the bump (`insert_clean_at`).
+                self.bump();
+                cur.dirty.store(false, Ordering::SeqCst);
+                let was = set.remove(&lblk);
+                self.ndirty.store(set.len(), Ordering::Release);
+                was
+            }
+            _ => false,
+        }
+    }
+
+    /// Drop every page (dirty or not) in `[start, end)`: truncate and hole
+    /// punching. Visits whichever is smaller, the range or the cached
+    /// pages. Returns (pages dropped, dirty pages dropped).
+    pub fn remove_range(&self, start: u64, end: u64) -> (usize, usize) {
+        if start >= end {
+            return (0, 0);
+        }
+        let mut set = self.dirty.lock();
+        // Bump before anything goes (see `insert_clean_at`).
+        self.bump();
+        let m = self.pages.pin();
+        let mut dropped = 0;
+        if end - start <= m.len() as u64 {
+            for l in start..end {
+                if m.remove(&l).is_some() {
+                    dropped += 1;
+                }
+            }
+        } else {
+            let keys: Vec<u64> = m.keys().copied().filter(|k| (start..end).contains(k)).collect();
+            for k in keys {
+                if m.remove(&k).is_some() {
+                    dropped += 1;
+                }
+            }
+        }
+        let gone: Vec<u64> = set.range(start..end).copied().collect();
+        for k in &gone {
+            set.remove(k);
+        }
+        self.ndirty.store(set.len(), Ordering::Release);
+        (dropped, gone.len())
     }
 
     /// Number of cached pages.
@@ -74,12 +262,17 @@ impl PageMap {
         self.pages.is_empty()
     }
 
-    /// Drop clean pages not referenced since the last sweep; returns how many.
+    /// Drop clean pages not referenced since the last sweep; returns how
+    /// many. Dirty pages are skipped (and the check is part of the atomic
+    /// removal, so a page re-dirtied under the sweep is never lost).
     pub fn sweep(&self) -> usize {
         let m = self.pages.pin();
         let mut n = 0;
         for (k, p) in m.iter() {
-            if !p.referenced.swap(false, Ordering::Relaxed) && m.remove(k).is_some() {
+            if p.is_dirty() || p.referenced.swap(false, Ordering::Relaxed) {
+                continue;
+            }
+            if let Ok(Some(_)) = m.remove_if(k, |_, v| !v.is_dirty() && !v.referenced.load(Ordering::Relaxed)) {
                 n += 1;
             }
         }
@@ -92,15 +285,21 @@ impl PageMap {
 pub struct PageBudget {
     bytes: AtomicUsize,
     limit: usize,
+    dirty: AtomicUsize,
+    dirty_limit: usize,
     page_size: usize,
 }
 
 impl PageBudget {
-    /// A budget of `limit` bytes of `page_size`-byte pages.
+    /// A budget of `limit` bytes of `page_size`-byte pages; a quarter of it
+    /// may be dirty before writers must write back.
     pub fn new(limit: usize, page_size: usize) -> Self {
+        let limit = limit.max(page_size * 64);
         PageBudget {
             bytes: AtomicUsize::new(0),
-            limit: limit.max(page_size * 64),
+            limit,
+            dirty: AtomicUsize::new(0),
+            dirty_limit: (limit / 4).max(page_size * 16),
             page_size,
         }
     }
@@ -115,6 +314,27 @@ impl PageBudget {
         self.bytes.fetch_sub(n * self.page_size, Ordering::Relaxed);
     }
 
+    /// Account for `n` newly dirty pages; true when the dirty budget is now
+    /// exceeded.
+    pub fn charge_dirty(&self, n: usize) -> bool {
+        self.dirty.fetch_add(n * self.page_size, Ordering::Relaxed) + n * self.page_size > self.dirty_limit
+    }
+
+    /// `n` pages were written back (or dropped).
+    pub fn release_dirty(&self, n: usize) {
+        self.dirty.fetch_sub(n * self.page_size, Ordering::Relaxed);
+    }
+
+    /// Whether dirty pages exceed the dirty budget.
+    pub fn dirty_over(&self) -> bool {
+        self.dirty.load(Ordering::Relaxed) > self.dirty_limit
+    }
+
+    /// Bytes of dirty pages.
+    pub fn dirty_bytes(&self) -> usize {
+        self.dirty.load(Ordering::Relaxed)
+    }
+
     /// Bytes in use.
     pub fn used(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
@@ -123,5 +343,70 @@ impl PageBudget {
     /// The configured limit.
     pub fn limit(&self) -> usize {
         self.limit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(b: u8) -> Box<[u8]> {
+        vec![b; 16].into_boxed_slice()
+    }
+
+    #[test]
+    fn dirty_set_tracks_written_pages_in_order() {
+        let m = PageMap::default();
+        for l in 0..100 {
+            m.insert(l, Arc::new(Page::new(block(0))));
+        }
+        assert_eq!(m.write_pages([(50, block(1)), (7, block(2))]), (0, 2));
+        assert_eq!(m.write_pages([(7, block(3)), (200, block(4))]), (1, 1));
+        assert_eq!(m.dirty_blocks(), vec![7, 50, 200]);
+        assert_eq!(m.first_dirty_in(8, 1000), Some(50));
+        assert_eq!(m.first_dirty_in(51, 200), None);
+        assert_eq!(m.with(7, |d| d[0]), Some(3));
+    }
+
+    #[test]
+    fn redirtied_page_stays_dirty() {
+        let m = PageMap::default();
+        m.write_pages([(5, block(1))]);
+        let written = m.get(5).unwrap();
+        // A writer replaces the page while "writeback" writes the old one.
+        m.write_pages([(5, block(2))]);
+        assert!(!m.mark_clean(5, &written));
+        assert_eq!(m.dirty_blocks(), vec![5]);
+        let cur = m.get(5).unwrap();
+        assert!(m.mark_clean(5, &cur));
+        assert!(m.dirty_blocks().is_empty());
+        assert!(!cur.is_dirty());
+    }
+
+    #[test]
+    fn sweep_never_drops_dirty_pages() {
+        let m = PageMap::default();
+        m.insert(1, Arc::new(Page::new(block(0))));
+        m.write_pages([(2, block(1))]);
+        // Two sweeps: the first clears reference bits, the second evicts.
+        m.sweep();
+        m.sweep();
+        assert!(m.get(1).is_none());
+        assert!(m.get(2).is_some_and(|p| p.is_dirty()));
+    }
+
+    #[test]
+    fn remove_range_drops_pages_and_dirty_entries() {
+        let m = PageMap::default();
+        for l in 0..10 {
+            m.insert(l, Arc::new(Page::new(block(0))));
+        }
+        m.write_pages([(3, block(1)), (8, block(1)), (1 << 40, block(1))]);
+        let s = m.seq();
+        assert_eq!(m.remove_range(5, u64::MAX), (6, 2));
+        assert!(m.seq() > s);
+        assert_eq!(m.len(), 5);
+        assert_eq!(m.dirty_blocks(), vec![3]);
+        assert_eq!(m.remove_range(0, 2), (2, 0));
     }
 }

@@ -11,11 +11,28 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ext4kit_format::dirent::NAME_MAX;
 use ext4kit_format::inode::{FileType, TimeField, Timestamp};
 
+use ext4kit_format::inode::Inode;
+
+use super::cred::{Cred, MAY_EXEC, MAY_WRITE};
 use super::namei::show;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::ialloc::NewInode;
+use crate::ext4::transaction::Handle;
 use crate::ext4::DirRef;
+
+/// Name the path the caller gave in a POSIX error's message (replacing
+/// the bare final name the `*_at` calls put first).
+fn in_path(e: Error, path: &[u8]) -> Error {
+    match e {
+        Error::Posix { errno, msg } => {
+            let name = path.rsplit(|&b| b == b'/').find(|c| !c.is_empty()).unwrap_or(path);
+            let rest = msg.strip_prefix(&format!("{}: ", show(name))).unwrap_or(&msg);
+            Error::posix(errno, format!("{}: {rest}", show(path)))
+        }
+        e => e,
+    }
+}
 
 /// The current time as an ext4 timestamp (honours `SOURCE_DATE_EPOCH` for
 /// reproducible images).
@@ -65,15 +82,58 @@ impl Fs {
         self.mknod(path, FileType::Regular, perm, uid, gid, (0, 0))
     }
 
-    /// Create a file, fifo, socket or device node.
+    /// Create a file, fifo, socket or device node owned by `uid`:`gid`
+    /// (image building: no permission check).
     pub fn mknod(&self, path: &[u8], ftype: FileType, perm: u16, uid: u32, gid: u32, rdev: (u32, u32)) -> Result<Stat> {
+        let (parent_path, name) = split_parent(path)?;
+        let parent = self.resolve(parent_path, true)?;
+        self.mknod_owned(parent.ino, name, ftype, perm, rdev, &Cred::root(), Some((uid, gid)))
+            .map_err(|e| in_path(e, path))
+    }
+
+    /// Create a symbolic link at `path` pointing to `target`.
+    pub fn symlink(&self, target: &[u8], path: &[u8], uid: u32, gid: u32) -> Result<Stat> {
+        let (parent_path, name) = split_parent(path)?;
+        let parent = self.resolve(parent_path, true)?;
+        self.symlink_owned(parent.ino, name, target, &Cred::root(), Some((uid, gid)))
+            .map_err(|e| in_path(e, path))
+    }
+
+    /// Create a file, fifo, socket or device node `name` in directory
+    /// `parent`, owned by the caller (or the directory's group when it is
+    /// set-group-id).
+    pub fn mknod_at(
+        &self,
+        parent: u32,
+        name: &[u8],
+        ftype: FileType,
+        perm: u16,
+        rdev: (u32, u32),
+        cred: &Cred,
+    ) -> Result<Stat> {
+        self.mknod_owned(parent, name, ftype, perm, rdev, cred, None)
+    }
+
+    /// [`Fs::mknod_at`] with an explicit owner: image building copies
+    /// owners from a source tree while acting with `cred`'s rights.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod_owned(
+        &self,
+        parent: u32,
+        name: &[u8],
+        ftype: FileType,
+        perm: u16,
+        rdev: (u32, u32),
+        cred: &Cred,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Stat> {
         if matches!(ftype, FileType::Directory | FileType::Symlink) {
             return Err(Error::posix(
                 Errno::EINVAL,
-                format!("{}: mknod cannot make a {ftype:?}", show(path)),
+                format!("{}: mknod cannot make a {ftype:?}", show(name)),
             ));
         }
-        self.create_inode(path, ftype, perm, uid, gid, |rec| {
+        self.create_at(parent, name, ftype, perm, cred, owner, |_, _, _, rec| {
             if matches!(ftype, FileType::CharDevice | FileType::BlockDevice) {
                 let (ma, mi) = rdev;
                 if ma < 256 && mi < 256 {
@@ -87,66 +147,127 @@ impl Fs {
         })
     }
 
-    /// Create a symbolic link at `path` pointing to `target`.
-    pub fn symlink(&self, target: &[u8], path: &[u8], uid: u32, gid: u32) -> Result<Stat> {
-        if target.is_empty() || target.len() >= ext4kit_format::dirent::NAME_MAX * 16 {
-            return Err(Error::posix(
-                Errno::ENAMETOOLONG,
-                format!("{}: bad symlink target length", show(path)),
-            ));
-        }
-        if target.len() >= 60 {
-            return Err(Error::posix(
-                Errno::ENOSPC,
-                format!(
-                    "{}: symlink targets of 60 bytes or more need a data block (not supported yet)",
-                    show(path)
-                ),
-            ));
-        }
-        self.create_inode(path, FileType::Symlink, 0o777, uid, gid, |rec| {
-            // A fast symlink: the target lives in i_block, no extent header.
-            rec.base.flags &= !ext4kit_format::inode::flags::EXTENTS;
-            rec.base.block = [0; 60];
-            rec.base.block[..target.len()].copy_from_slice(target);
-            rec.base.size_lo = target.len() as u32;
-            Ok(())
-        })
+    /// Create symbolic link `name` in directory `parent` pointing to
+    /// `target`: a fast symlink (target in `i_block`) under 60 bytes, else
+    /// one data block, as the kernel does.
+    pub fn symlink_at(&self, parent: u32, name: &[u8], target: &[u8], cred: &Cred) -> Result<Stat> {
+        self.symlink_owned(parent, name, target, cred, None)
     }
 
-    fn create_inode(
+    /// [`Fs::symlink_at`] with an explicit owner (image building).
+    pub fn symlink_owned(
         &self,
-        path: &[u8],
-        ftype: FileType,
-        perm: u16,
-        uid: u32,
-        gid: u32,
-        init: impl FnOnce(&mut ext4kit_format::inode::Inode) -> Result<()>,
+        parent: u32,
+        name: &[u8],
+        target: &[u8],
+        cred: &Cred,
+        owner: Option<(u32, u32)>,
     ) -> Result<Stat> {
-        let (parent_path, name) = split_parent(path)?;
-        let parent = self.resolve(parent_path, true)?;
-        let dir = self.inode(parent.ino)?;
-        if dir.ftype != FileType::Directory {
+        let bs = self.vol.block_size;
+        if target.is_empty() || target.len() >= bs.min(4096) {
             return Err(Error::posix(
-                Errno::ENOTDIR,
-                format!("{}: not a directory", show(parent_path)),
+                Errno::ENAMETOOLONG,
+                format!("{}: symlink target must be 1 to {} bytes", show(name), bs.min(4096) - 1),
             ));
         }
-        let map = dir.block_map(&self.vol)?;
+        self.create_at(
+            parent,
+            name,
+            FileType::Symlink,
+            0o777,
+            cred,
+            owner,
+            |vol, h, ino, rec| {
+                if target.len() < 60 {
+                    // A fast symlink: the target lives in i_block, no extent header.
+                    rec.base.flags &= !ext4kit_format::inode::flags::EXTENTS;
+                    rec.base.block = [0; 60];
+                    rec.base.block[..target.len()].copy_from_slice(target);
+                    rec.base.size_lo = target.len() as u32;
+                    return Ok(());
+                }
+                // Map while the size is still 0: a symlink with a size and
+                // no blocks counts as fast, which has no block map to extend.
+                let runs = vol.map_blocks(h, ino, rec, 0, 1, false)?;
+                rec.base.size_lo = target.len() as u32;
+                let run = runs
+                    .first()
+                    .ok_or_else(|| Error::posix(Errno::EIO, "no block mapped for a symlink"))?;
+                let mut b = vec![0u8; bs];
+                b[..target.len()].copy_from_slice(target);
+                // Data before the metadata that points at it (ordered mode).
+                vol.write_raw(run.pblk, &b)
+            },
+        )
+    }
+
+    /// The creation path every inode kind shares: under the parent's
+    /// inode lock (i_rwsem, writer side) check the name, allocate and
+    /// initialise the inode (`init` may map blocks through the handle),
+    /// link it in (growing the directory if needed), update the parent's
+    /// times, commit, then publish the name in the dentry cache. A failure
+    /// after the inode was allocated gives it back (logical undo).
+    #[allow(clippy::too_many_arguments)]
+    fn create_at(
+        &self,
+        parent: u32,
+        name: &[u8],
+        ftype: FileType,
+        perm: u16,
+        cred: &Cred,
+        owner: Option<(u32, u32)>,
+        init: impl FnOnce(&crate::ext4::Volume, &mut Handle<'_>, u32, &mut Inode) -> Result<()>,
+    ) -> Result<Stat> {
+        if name.is_empty() || name == b"." || name == b".." {
+            return Err(Error::posix(Errno::EEXIST, format!("{}: exists", show(name))));
+        }
+        if name.len() > NAME_MAX {
+            return Err(Error::posix(
+                Errno::ENAMETOOLONG,
+                format!("{}: name too long", show(name)),
+            ));
+        }
+        if name.contains(&b'/') || name.contains(&0) {
+            return Err(Error::posix(Errno::EINVAL, format!("{}: invalid name", show(name))));
+        }
+        let dir = self.inode(parent)?;
+        if dir.ftype != FileType::Directory {
+            return Err(Error::posix(Errno::ENOTDIR, format!("inode {parent}: not a directory")));
+        }
         // i_rwsem, writer side: one namespace change in this directory at a time.
         let mut dir_rec = dir.disk.write();
+        if dir_rec.base.links_count == 0 {
+            return Err(Error::posix(
+                Errno::ENOENT,
+                format!("directory inode {parent} was removed"),
+            ));
+        }
+        if !cred.may(&dir_rec, MAY_WRITE | MAY_EXEC) {
+            return Err(Error::posix(
+                Errno::EACCES,
+                format!("{}: no write and search permission on the directory", show(name)),
+            ));
+        }
+        let map = self.vol.block_map(parent, &dir_rec)?;
         let dref = DirRef {
-            ino: dir.ino,
+            ino: parent,
             inode: &dir_rec,
             map: &map,
         };
         if self.vol.lookup(dref, name)?.is_some() {
-            return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(path))));
+            return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name))));
         }
-        let slot = self.vol.find_dir_slot(dref, name)?;
+        let (uid, gid) = match owner {
+            Some(o) => o,
+            None if dir_rec.base.mode & 0o2000 != 0 => (cred.uid, dir_rec.gid()),
+            None => (cred.uid, cred.gid),
+        };
         let t = now();
         let mut h = self.vol.begin()?;
-        let ino = self.vol.alloc_inode(&mut h, dir.ino, false)?;
+        let ino = self.vol.alloc_inode(&mut h, parent, false)?;
+        // A cached inode of this number is a dead predecessor whose freer
+        // has not dropped it yet: the number is ours now.
+        self.icache.forget(ino);
         let mut rec = self.vol.new_inode_record(&NewInode {
             ftype,
             perm,
@@ -154,17 +275,39 @@ impl Fs {
             gid,
             now: t,
         });
-        init(&mut rec)?;
-        self.vol.write_inode(&mut h, ino, &rec)?;
-        self.vol.add_link_at(&mut h, dref, slot, name, ino, ftype)?;
         let mut new_dir = dir_rec.clone();
+        let linked = init(&self.vol, &mut h, ino, &mut rec)
+            .and_then(|()| self.vol.write_inode(&mut h, ino, &rec))
+            .and_then(|()| self.vol.add_link(&mut h, dref, &mut new_dir, name, ino, ftype));
+        let grew = match linked {
+            Ok(g) => g,
+            Err(e) => {
+                // Logical undo: blocks the init mapped and the inode go back.
+                if matches!(
+                    self.vol.block_map(ino, &rec),
+                    Ok(crate::ext4::BlockMap::Extents(_) | crate::ext4::BlockMap::Indirect(_))
+                ) {
+                    self.vol.punch_blocks(&mut h, ino, &mut rec, 0, u64::MAX)?;
+                }
+                rec.base.links_count = 0;
+                rec.base.dtime = t.sec as u32;
+                self.vol.write_inode(&mut h, ino, &rec)?;
+                self.vol.free_inode(&mut h, ino, false)?;
+                h.commit()?;
+                return Err(e);
+            }
+        };
         new_dir.set_time(TimeField::Mtime, t);
         new_dir.set_time(TimeField::Ctime, t);
-        self.vol.write_inode(&mut h, dir.ino, &new_dir)?;
+        self.vol.write_inode(&mut h, parent, &new_dir)?;
         h.commit()?;
         *dir_rec = new_dir;
+        if grew {
+            dir.size.store(dir_rec.size(), std::sync::atomic::Ordering::Release);
+            dir.reset_block_map();
+        }
         drop(dir_rec);
-        self.dcache.set(&parent, name, ino, Some(ftype));
+        self.dcache.added(parent, name, ino, ftype);
         self.stat_ino(ino)
     }
 
@@ -189,6 +332,7 @@ impl Fs {
 
     /// Write the superblock's summary counters and flush the device.
     pub fn sync(&self) -> Result<()> {
+        self.writeback_all()?;
         self.vol.sync_super()?;
         if !self.vol.read_only {
             self.vol

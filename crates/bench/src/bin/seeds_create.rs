@@ -1,0 +1,196 @@
+//! Seed 004's experiment: sequential creates of empty files in one
+//! directory, reported as files/s per interval of directory size, for
+//! ext4kit (library API, htree directories) beside the kernel on the same
+//! kind of image (loop mount: ext4 with dir_index, and ext2 without it —
+//! the linear search the seed removed).
+//!
+//! ```text
+//! sudo target/release/seeds-create                     # 10k..50k, then to 1M for ext4kit and kernel ext4
+//! sudo target/release/seeds-create --max 50000 --no-kernel
+//! ```
+//! Acceptance (issue 3): ext4kit's files/s in the 40k-50k interval is at
+//! least 80% of the 0-10k interval, and stays flat to 1,000,000.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use clap::Parser;
+use ext4kit::{Fs, OpenOptions};
+use ext4kit_bench::{mount, need_kernel, run};
+
+#[derive(Parser, Debug)]
+#[command(about = "Seed 004: files/s creating files in one directory, ext4kit beside the kernel")]
+struct Args {
+    /// Create up to this many files (points every 10,000 up to 50,000, then
+    /// every 50,000 (to 200k) and every 200,000 beyond).
+    #[arg(long, default_value_t = 1_000_000)]
+    max: u64,
+    /// Skip the kernel peers (no root needed).
+    #[arg(long)]
+    no_kernel: bool,
+    /// Kernel ext2 (no dir_index) only up to this many files: its linear
+    /// directory search makes each create O(n).
+    #[arg(long, default_value_t = 50_000)]
+    ext2_max: u64,
+    /// Where the images go (needs ~3 GiB of sparse space for 1M files).
+    #[arg(long, default_value = "target/bench-create")]
+    dir: PathBuf,
+}
+
+fn points(max: u64) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut n = 0;
+    while n < max {
+        n += if n < 50_000 {
+            10_000
+        } else if n < 200_000 {
+            50_000
+        } else {
+            200_000
+        };
+        v.push(n.min(max));
+    }
+    v
+}
+
+fn name(i: u64) -> String {
+    format!("file-{i:08}")
+}
+
+fn make_image(path: &Path, fstype: &str, extra: &[&str], files: u64) -> Result<(), String> {
+    let _ = std::fs::remove_file(path);
+    let inodes = (files + 10_000).to_string();
+    // 4 KiB per inode of space plus a margin: the directory itself takes
+    // ~32 bytes per name.
+    let size = format!("{}M", (files * 48 / 1024 / 1024).max(64) + 256);
+    run(Command::new("mke2fs")
+        .args(["-q", "-F", "-t", fstype, "-N", &inodes])
+        .args(extra)
+        .arg(path)
+        .arg(size))
+}
+
+/// files/s per interval.
+fn ours(img: &Path, pts: &[u64]) -> Result<Vec<f64>, String> {
+    let fs = Fs::open_image(
+        img,
+        &OpenOptions {
+            read_only: false,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    fs.mkdir(b"/d", 0o755, &ext4kit::Cred::root())
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let mut i = 0;
+    for &p in pts {
+        let t = Instant::now();
+        let n = p - i;
+        while i < p {
+            fs.create(format!("/d/{}", name(i)).as_bytes(), 0o644, 0, 0)
+                .map_err(|e| format!("ext4kit create #{i}: {e}"))?;
+            i += 1;
+        }
+        out.push(n as f64 / t.elapsed().as_secs_f64());
+        eprint!("\rext4kit: {p} files");
+    }
+    let t = Instant::now();
+    fs.sync().map_err(|e| e.to_string())?;
+    eprintln!(" (final sync {:.2} s)", t.elapsed().as_secs_f64());
+    Ok(out)
+}
+
+fn kernel(img: &Path, mnt: &Path, pts: &[u64], label: &str) -> Result<Vec<f64>, String> {
+    std::fs::create_dir_all(mnt).map_err(|e| e.to_string())?;
+    let m = mount(img, mnt, "")?;
+    let d = m.path().join("d");
+    std::fs::create_dir(&d).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let mut i = 0;
+    for &p in pts {
+        let t = Instant::now();
+        let n = p - i;
+        while i < p {
+            std::fs::File::create(d.join(name(i))).map_err(|e| format!("{label} create #{i}: {e}"))?;
+            i += 1;
+        }
+        out.push(n as f64 / t.elapsed().as_secs_f64());
+        eprint!("\r{label}: {p} files");
+    }
+    eprintln!();
+    m.unmount().map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+fn fsck(img: &Path) -> Result<(), String> {
+    run(Command::new("e2fsck").arg("-fn").arg(img)).map_err(|e| format!("e2fsck after ext4kit: {e}"))
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    match real_main(&a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("seeds-create: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main(a: &Args) -> Result<(), String> {
+    std::fs::create_dir_all(&a.dir).map_err(|e| e.to_string())?;
+    let pts = points(a.max);
+    let img = a.dir.join("ours.img");
+    make_image(&img, "ext4", &[], a.max)?;
+    let ours = ours(&img, &pts)?;
+    fsck(&img)?;
+    let _ = std::fs::remove_file(&img);
+    let (mut k4, mut k2) = (None, None);
+    if !a.no_kernel {
+        need_kernel("seeds-create")?;
+        let img = a.dir.join("kernel-ext4.img");
+        make_image(&img, "ext4", &[], a.max)?;
+        k4 = Some(kernel(&img, &a.dir.join("mnt"), &pts, "kernel ext4")?);
+        let _ = std::fs::remove_file(&img);
+        let p2: Vec<u64> = pts.iter().copied().filter(|&p| p <= a.ext2_max).collect();
+        let img = a.dir.join("kernel-ext2.img");
+        make_image(&img, "ext2", &["-O", "^dir_index"], a.ext2_max.min(a.max))?;
+        k2 = Some(kernel(&img, &a.dir.join("mnt"), &p2, "kernel ext2 (no dir_index)")?);
+        let _ = std::fs::remove_file(&img);
+    }
+    println!("seed 004: creates in one directory, files/s per interval (higher is better)");
+    println!(
+        "{:>10} | {:>12} | {:>12} | {:>14} | {:>12}",
+        "files", "ext4kit", "kernel ext4", "kernel ext2", "ours/kernel4"
+    );
+    for (k, &p) in pts.iter().enumerate() {
+        let kk4 = k4.as_ref().map(|v| v[k]);
+        let kk2 = k2.as_ref().and_then(|v| v.get(k).copied());
+        let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.0}"));
+        println!(
+            "{:>10} | {:>12.0} | {:>12} | {:>14} | {:>12}",
+            p,
+            ours[k],
+            f(kk4),
+            f(kk2),
+            kk4.map_or("-".into(), |x| format!("{:.2}", ours[k] / x))
+        );
+    }
+    let at = |n: u64| pts.iter().position(|&p| p == n).map(|i| ours[i]);
+    if let (Some(a10), Some(a50)) = (at(10_000), at(50_000)) {
+        println!(
+            "ext4kit 40k-50k vs 0-10k: {:.0}% (acceptance: >= 80%)",
+            100.0 * a50 / a10
+        );
+    }
+    if let (Some(a10), Some(last)) = (at(10_000), ours.last()) {
+        println!(
+            "ext4kit last interval ({} files) vs 0-10k: {:.0}%",
+            pts.last().copied().unwrap_or(0),
+            100.0 * last / a10
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,468 @@
+//! Namespace edits on an image without mounting it: `mkdir`, `rm`, `mv`,
+//! `ln`. Each opens the image read-write, applies every operation through
+//! the library (so the same locking, allocation and checks as any other
+//! caller), writes the superblock and flushes, and reports each failure
+//! with the image, the path and the cause. Operations run in the order
+//! given; one that fails does not stop the rest, but the exit status is 1.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ext4kit::vfs::namespace::RenameFlags;
+use ext4kit::{Cred, Errno, FileType, Fs, OpenOptions};
+
+/// Open an image for writing, printing the engine's warnings; refuse if
+/// it could only be opened read-only (a feature we cannot write, or a
+/// journal that needs recovery).
+pub fn open_rw(image: &Path, budget: usize) -> Result<Arc<Fs>, String> {
+    let fs = Fs::open_image(
+        image,
+        &OpenOptions {
+            read_only: false,
+            cache_budget: budget,
+        },
+    )
+    .map_err(|e| format!("{}: {e}", image.display()))?;
+    for w in fs.warnings() {
+        eprintln!("ext4kit: warning: {}: {w}", image.display());
+    }
+    if fs.vol.read_only {
+        return Err(format!(
+            "{}: cannot be modified (see the warning above)",
+            image.display()
+        ));
+    }
+    Ok(fs)
+}
+
+/// Run `ops` and then sync; the first error message is returned after
+/// every op ran (others are printed as they happen).
+/// One edit, run against the open image.
+type Op<'a> = Box<dyn FnOnce(&Fs) -> Result<(), String> + 'a>;
+
+fn apply(image: &Path, fs: &Fs, ops: Vec<Op<'_>>) -> Result<(), String> {
+    let mut first: Option<String> = None;
+    for op in ops {
+        if let Err(e) = op(fs) {
+            if first.is_some() {
+                eprintln!("ext4kit: {e}");
+            } else {
+                first = Some(e);
+            }
+        }
+    }
+    fs.sync()
+        .map_err(|e| format!("{}: writing back: {e}", image.display()))?;
+    first.map_or(Ok(()), Err)
+}
+
+fn abs(path: &str) -> String {
+    if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    }
+}
+
+/// `ext4kit mkdir [-p] [-m MODE] IMAGE PATH...`
+pub fn mkdir(image: &Path, paths: &[String], parents: bool, mode: u16, budget: usize) -> Result<(), String> {
+    let fs = open_rw(image, budget)?;
+    let root = Cred::root();
+    let ops = paths
+        .iter()
+        .map(|p| {
+            let p = abs(p);
+            let root = &root;
+            Box::new(move |fs: &Fs| -> Result<(), String> {
+                if !parents {
+                    return fs
+                        .mkdir(p.as_bytes(), mode, root)
+                        .map(|_| ())
+                        .map_err(|e| super::err(image, &p, e));
+                }
+                let mut cur = String::new();
+                for comp in p.split('/').filter(|c| !c.is_empty()) {
+                    cur.push('/');
+                    cur.push_str(comp);
+                    match fs.mkdir(cur.as_bytes(), mode, root) {
+                        Ok(_) => {}
+                        Err(e) if e.errno() == Errno::EEXIST => {
+                            let st = fs.stat(cur.as_bytes()).map_err(|e| super::err(image, &cur, e))?;
+                            if st.ftype != FileType::Directory {
+                                return Err(format!("{}: {cur}: exists and is not a directory", image.display()));
+                            }
+                        }
+                        Err(e) => return Err(super::err(image, &cur, e)),
+                    }
+                }
+                Ok(())
+            }) as Op<'_>
+        })
+        .collect();
+    apply(image, &fs, ops)
+}
+
+/// `ext4kit rm [-r] [-f] IMAGE PATH...`
+pub fn rm(image: &Path, paths: &[String], recursive: bool, force: bool, budget: usize) -> Result<(), String> {
+    let fs = open_rw(image, budget)?;
+    let root = Cred::root();
+    let ops = paths
+        .iter()
+        .map(|p| {
+            let p = abs(p);
+            let root = &root;
+            Box::new(move |fs: &Fs| -> Result<(), String> {
+                if p.trim_end_matches('/').is_empty() {
+                    return Err(format!("{}: refusing to remove the root directory", image.display()));
+                }
+                let st = match fs.lstat(p.as_bytes()) {
+                    Ok(st) => st,
+                    Err(e) if force && e.errno() == Errno::ENOENT => return Ok(()),
+                    Err(e) => return Err(super::err(image, &p, e)),
+                };
+                if st.ftype != FileType::Directory {
+                    return fs.unlink(p.as_bytes(), root).map_err(|e| super::err(image, &p, e));
+                }
+                if !recursive {
+                    return Err(format!("{}: {p}: is a directory (use -r)", image.display()));
+                }
+                remove_tree(fs, &p, root).map_err(|(path, e)| super::err(image, &path, e))
+            }) as Op<'_>
+        })
+        .collect();
+    apply(image, &fs, ops)
+}
+
+/// Remove a directory and everything below it, depth first, without
+/// recursion on the call stack (deep trees cannot overflow it).
+fn remove_tree(fs: &Fs, top: &str, cred: &Cred) -> Result<(), (String, ext4kit::Error)> {
+    // (path, children already pushed)
+    let mut stack: Vec<(String, bool)> = vec![(top.to_string(), false)];
+    while let Some((dir, expanded)) = stack.pop() {
+        if expanded {
+            fs.rmdir(dir.as_bytes(), cred).map_err(|e| (dir.clone(), e))?;
+            continue;
+        }
+        stack.push((dir.clone(), true));
+        let entries = fs.read_dir(dir.as_bytes()).map_err(|e| (dir.clone(), e))?;
+        for e in entries {
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            let child = format!("{}/{}", dir.trim_end_matches('/'), String::from_utf8_lossy(&e.name));
+            let st = fs.lstat(child.as_bytes()).map_err(|e| (child.clone(), e))?;
+            if st.ftype == FileType::Directory {
+                stack.push((child, false));
+            } else {
+                fs.unlink(child.as_bytes(), cred).map_err(|e| (child.clone(), e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `ext4kit mv [-n] IMAGE SRC DEST` (DEST an existing directory: SRC moves
+/// into it, keeping its name).
+pub fn mv(image: &Path, src: &str, dest: &str, no_clobber: bool, budget: usize) -> Result<(), String> {
+    let fs = open_rw(image, budget)?;
+    let (src, mut dest) = (abs(src), abs(dest));
+    if let Ok(st) = fs.stat(dest.as_bytes()) {
+        if st.ftype == FileType::Directory {
+            let name = src.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
+            if fs.lstat(src.as_bytes()).is_ok_and(|s| s.ino != st.ino) {
+                dest = format!("{}/{name}", dest.trim_end_matches('/'));
+            }
+        }
+    }
+    let flags = RenameFlags {
+        noreplace: no_clobber,
+        exchange: false,
+    };
+    let op = Box::new(move |fs: &Fs| {
+        fs.rename(src.as_bytes(), dest.as_bytes(), flags, &Cred::root())
+            .map_err(|e| super::err(image, &src, e))
+    }) as Op<'_>;
+    apply(image, &fs, vec![op])
+}
+
+/// `ext4kit ln [-s] IMAGE TARGET LINK`
+pub fn ln(image: &Path, target: &str, link: &str, symbolic: bool, budget: usize) -> Result<(), String> {
+    let fs = open_rw(image, budget)?;
+    let link = abs(link);
+    let target = target.to_string();
+    let op = Box::new(move |fs: &Fs| {
+        if symbolic {
+            fs.symlink(target.as_bytes(), link.as_bytes(), 0, 0)
+                .map(|_| ())
+                .map_err(|e| super::err(image, &link, e))
+        } else {
+            fs.link(abs(&target).as_bytes(), link.as_bytes(), &Cred::root())
+                .map(|_| ())
+                .map_err(|e| super::err(image, &link, e))
+        }
+    }) as Op<'_>;
+    apply(image, &fs, vec![op])
+}
+
+/// `ext4kit chmod IMAGE MODE PATH...` (octal MODE).
+pub fn chmod(image: &Path, mode: u16, paths: &[String], budget: usize) -> Result<(), String> {
+    let fs = open_rw(image, budget)?;
+    let ops = paths
+        .iter()
+        .map(|p| {
+            let p = abs(p);
+            Box::new(move |fs: &Fs| {
+                fs.chmod(p.as_bytes(), mode, &Cred::root())
+                    .map(|_| ())
+                    .map_err(|e| super::err(image, &p, e))
+            }) as Op<'_>
+        })
+        .collect();
+    apply(image, &fs, ops)
+}
+
+/// Parse "UID", "UID:GID", ":GID" (numeric ids: an image has no passwd of
+/// ours to consult).
+pub fn parse_owner(s: &str) -> Result<(Option<u32>, Option<u32>), String> {
+    let num = |t: &str| -> Result<Option<u32>, String> {
+        if t.is_empty() {
+            Ok(None)
+        } else {
+            t.parse::<u32>()
+                .map(Some)
+                .map_err(|_| format!("\"{t}\" is not a numeric user or group id"))
+        }
+    };
+    match s.split_once(':') {
+        Some((u, g)) => Ok((num(u)?, num(g)?)),
+        None => Ok((num(s)?, None)),
+    }
+}
+
+/// `ext4kit chown [-h] IMAGE UID[:GID] PATH...`
+pub fn chown(
+    image: &Path,
+    owner: (Option<u32>, Option<u32>),
+    no_deref: bool,
+    paths: &[String],
+    budget: usize,
+) -> Result<(), String> {
+    let fs = open_rw(image, budget)?;
+    let ops = paths
+        .iter()
+        .map(|p| {
+            let p = abs(p);
+            Box::new(move |fs: &Fs| {
+                fs.chown(p.as_bytes(), owner.0, owner.1, !no_deref, &Cred::root())
+                    .map(|_| ())
+                    .map_err(|e| super::err(image, &p, e))
+            }) as Op<'_>
+        })
+        .collect();
+    apply(image, &fs, ops)
+}
+
+/// `ext4kit touch [-c] [-d SECONDS[.NANOS]] IMAGE PATH...`: set atime and
+/// mtime (to now, or the given time), creating missing files unless -c.
+pub fn touch(
+    image: &Path,
+    no_create: bool,
+    at: Option<ext4kit::Timestamp>,
+    paths: &[String],
+    budget: usize,
+) -> Result<(), String> {
+    use ext4kit::vfs::TimeSet;
+    let fs = open_rw(image, budget)?;
+    let t = at.map_or(TimeSet::Now, TimeSet::Set);
+    let ops = paths
+        .iter()
+        .map(|p| {
+            let p = abs(p);
+            Box::new(
+                move |fs: &Fs| match fs.utimens(p.as_bytes(), Some(t), Some(t), true, &Cred::root()) {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.errno() == Errno::ENOENT && !no_create => {
+                        fs.create(p.as_bytes(), 0o644, 0, 0)
+                            .map_err(|e| super::err(image, &p, e))?;
+                        if at.is_some() {
+                            fs.utimens(p.as_bytes(), Some(t), Some(t), true, &Cred::root())
+                                .map_err(|e| super::err(image, &p, e))?;
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(super::err(image, &p, e)),
+                },
+            ) as Op<'_>
+        })
+        .collect();
+    apply(image, &fs, ops)
+}
+
+/// Parse "SECONDS" or "SECONDS.NANOS" since the epoch (may be negative).
+pub fn parse_time(s: &str) -> Result<ext4kit::Timestamp, String> {
+    let bad = || format!("\"{s}\" is not a time (seconds since 1970, optionally .nanoseconds)");
+    let (sec, frac) = s.split_once('.').unwrap_or((s, ""));
+    let sec: i64 = sec.parse().map_err(|_| bad())?;
+    let nsec = if frac.is_empty() {
+        0
+    } else {
+        if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        format!("{frac:0<9}").parse::<u32>().map_err(|_| bad())?
+    };
+    Ok(ext4kit::Timestamp { sec, nsec })
+}
+
+/// `ext4kit setfattr IMAGE -n NAME [-v VALUE | -x] PATH...`. VALUE as in
+/// setfattr(1): "0x..." hex, "0s..." base64 is not supported, otherwise the
+/// text itself (quotes stripped).
+pub fn setfattr(
+    image: &Path,
+    name: &str,
+    value: Option<&str>,
+    remove: bool,
+    paths: &[String],
+    budget: usize,
+) -> Result<(), String> {
+    let fs = open_rw(image, budget)?;
+    let value = match value {
+        Some(v) => Some(decode_value(v)?),
+        None if remove => None,
+        None => Some(Vec::new()),
+    };
+    let ops = paths
+        .iter()
+        .map(|p| {
+            let p = abs(p);
+            let value = value.clone();
+            Box::new(move |fs: &Fs| {
+                let r = match &value {
+                    Some(v) => fs.setxattr(p.as_bytes(), name.as_bytes(), v, 0, false, &Cred::root()),
+                    None => fs.removexattr(p.as_bytes(), name.as_bytes(), false, &Cred::root()),
+                };
+                r.map_err(|e| super::err(image, &p, e))
+            }) as Op<'_>
+        })
+        .collect();
+    apply(image, &fs, ops)
+}
+
+fn decode_value(v: &str) -> Result<Vec<u8>, String> {
+    if let Some(hex) = v.strip_prefix("0x") {
+        if hex.len() % 2 != 0 {
+            return Err(format!("\"{v}\": odd number of hex digits"));
+        }
+        return (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|_| format!("\"{v}\": not hex")))
+            .collect();
+    }
+    let t = v.strip_prefix('"').and_then(|x| x.strip_suffix('"')).unwrap_or(v);
+    Ok(t.as_bytes().to_vec())
+}
+
+fn encode_value(v: &[u8]) -> String {
+    if v.iter().all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\') {
+        format!("\"{}\"", String::from_utf8_lossy(v))
+    } else {
+        let mut s = String::from("0x");
+        for b in v {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    }
+}
+
+/// `ext4kit getfattr IMAGE [-n NAME] PATH...`: print xattrs as getfattr -d
+/// does (`name="text"` or `name=0xHEX`). Read-only.
+pub fn getfattr(image: &Path, name: Option<&str>, paths: &[String], budget: usize) -> Result<(), String> {
+    let fs = super::open(image, budget)?;
+    let root = Cred::root();
+    let mut first = None;
+    for p in paths {
+        let p = abs(p);
+        let names = match name {
+            Some(n) => vec![n.as_bytes().to_vec()],
+            None => match fs.listxattr(p.as_bytes(), false, &root) {
+                Ok(v) => v,
+                Err(e) => {
+                    let m = super::err(image, &p, e);
+                    eprintln!("ext4kit: {m}");
+                    first.get_or_insert(m);
+                    continue;
+                }
+            },
+        };
+        println!("# file: {}", p.trim_start_matches('/'));
+        for n in names {
+            match fs.getxattr_as(p.as_bytes(), &n, false, &root) {
+                Ok(v) => println!("{}={}", String::from_utf8_lossy(&n), encode_value(&v)),
+                Err(e) => {
+                    let m = super::err(image, &p, e);
+                    eprintln!("ext4kit: {m}");
+                    first.get_or_insert(m);
+                }
+            }
+        }
+        println!();
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// `ext4kit df IMAGE`: sizes and free space as statfs(2) reports them.
+pub fn df(image: &Path, budget: usize) -> Result<(), String> {
+    let fs = super::open(image, budget)?;
+    let s = fs.statfs().map_err(|e| format!("{}: {e}", image.display()))?;
+    let k = s.block_size as u64 / 1024;
+    let used = s.blocks.saturating_sub(s.blocks_free);
+    println!(
+        "{:<30} {:>12} {:>12} {:>12} {:>5}",
+        "Image", "1K-blocks", "Used", "Available", "Use%"
+    );
+    let pct = if used + s.blocks_avail == 0 {
+        0
+    } else {
+        (used * 100).div_ceil(used + s.blocks_avail)
+    };
+    println!(
+        "{:<30} {:>12} {:>12} {:>12} {:>4}%",
+        image.display(),
+        s.blocks * k,
+        used * k,
+        s.blocks_avail * k,
+        pct
+    );
+    println!(
+        "{:<30} {:>12} {:>12} {:>12}",
+        "  inodes",
+        s.files,
+        s.files - s.files_free,
+        s.files_free
+    );
+    Ok(())
+}
+
+/// `ext4kit truncate -s SIZE IMAGE PATH...`: set file sizes (shrinking
+/// frees blocks; growing leaves a hole), creating missing files unless -c.
+pub fn truncate(image: &Path, size: u64, no_create: bool, paths: &[String], budget: usize) -> Result<(), String> {
+    let fs = open_rw(image, budget)?;
+    let ops = paths
+        .iter()
+        .map(|p| {
+            let p = abs(p);
+            Box::new(move |fs: &Fs| {
+                let st = match fs.stat(p.as_bytes()) {
+                    Ok(st) => st,
+                    Err(e) if e.errno() == Errno::ENOENT && !no_create => fs
+                        .create(p.as_bytes(), 0o644, 0, 0)
+                        .map_err(|e| super::err(image, &p, e))?,
+                    Err(e) => return Err(super::err(image, &p, e)),
+                };
+                let inode = fs.inode(st.ino).map_err(|e| super::err(image, &p, e))?;
+                fs.truncate_inode(&inode, size).map_err(|e| super::err(image, &p, e))
+            }) as Op<'_>
+        })
+        .collect();
+    apply(image, &fs, ops)
+}

@@ -1,0 +1,646 @@
+//! The write side of file I/O on an inode: buffered writes through the page
+//! cache, truncate, fallocate, and `open` with creation flags.
+//!
+//! Locking: every function here takes the inode's `disk` write lock (the
+//! `i_rwsem` analogue) for the whole change, so writers to one file are
+//! serialised and the in-memory record, the atomic size and the page cache
+//! move together. Readers take no lock (see `read_at` and the page cache's
+//! replace-on-write rule). Nothing here holds two inode locks.
+//!
+//! Writes are buffered with delayed allocation: a write only fills pages
+//! and marks them dirty; blocks are allocated at writeback. Size growth is
+//! data-relevant dirtiness ([`DIRTY_DATA`]); the mtime/ctime update of a
+//! write that does not change the size is timestamps-only ([`DIRTY_TIME`]),
+//! so fdatasync leaves the record alone (seed 003).
+//!
+//! On-disk rule kept throughout: the bytes of the last block past `i_size`
+//! are zero (the kernel zeroes them at writeout and in
+//! `ext4_block_truncate_page`), so growing a file never exposes old data.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use ext4kit_format::features::ro_compat;
+use ext4kit_format::indirect;
+use ext4kit_format::inode::{flags as iflags, FileType, Inode, TimeField};
+
+use super::cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
+use super::file::{File, OpenFlags};
+use super::icache::{CachedInode, DIRTY_DATA, DIRTY_TIME};
+use super::namei::show;
+use super::write::now;
+use super::Fs;
+use crate::error::{Errno, Error, Result};
+use crate::ext4::{BlockMap, Mapping};
+
+/// fallocate: do not change the file size.
+pub const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
+/// fallocate: deallocate the range (must be combined with KEEP_SIZE).
+pub const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
+/// fallocate: make the range read as zeros, keeping it allocated.
+pub const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
+
+/// Pages filled per step of a large write before the dirty budget is
+/// checked (so one huge write cannot dirty unbounded memory).
+const WRITE_CHUNK: u64 = 256;
+
+/// Largest file size this filesystem allows for `rec` (`ext4_max_size` /
+/// `ext4_max_bitmap_size`): the block map's reach, and `i_blocks` (counted
+/// in 512-byte sectors, 32 bits without `huge_file`, 48 with).
+pub fn max_file_size(fs: &Fs, rec: &Inode) -> u64 {
+    let bs = fs.vol.block_size as u64;
+    let map_limit = if rec.uses_extents() {
+        ((1u64 << 32) - 1) * bs
+    } else {
+        let per = bs / 4;
+        (indirect::DIRECT as u64 + per + per * per + per * per * per).saturating_mul(bs)
+    };
+    let sectors = if fs.vol.has_ro_compat(ro_compat::HUGE_FILE) {
+        1u64 << 48
+    } else {
+        (1u64 << 32) - 1
+    };
+    map_limit
+        .min(sectors.saturating_mul(512) / bs * bs)
+        .min(i64::MAX as u64)
+}
+
+fn set_size(inode: &CachedInode, rec: &mut Inode, size: u64) {
+    rec.base.size_lo = size as u32;
+    rec.base.size_high = (size >> 32) as u32;
+    inode.size.store(size, Ordering::Release);
+}
+
+fn touch_mtime(inode: &CachedInode, rec: &mut Inode) {
+    let t = now();
+    rec.set_time(TimeField::Mtime, t);
+    rec.set_time(TimeField::Ctime, t);
+    inode.mark_dirty(DIRTY_TIME);
+}
+
+fn check_regular(inode: &CachedInode) -> Result<()> {
+    match inode.ftype {
+        FileType::Regular => Ok(()),
+        FileType::Directory => Err(Error::posix(
+            Errno::EISDIR,
+            format!("inode {} is a directory", inode.ino),
+        )),
+        _ => Err(Error::posix(
+            Errno::EINVAL,
+            format!("inode {} is not a regular file", inode.ino),
+        )),
+    }
+}
+
+impl Fs {
+    fn check_writable(&self, inode: &CachedInode, rec: &Inode) -> Result<()> {
+        check_regular(inode)?;
+        if self.vol.read_only {
+            return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
+        }
+        if rec.base.flags & iflags::IMMUTABLE != 0 {
+            return Err(Error::posix(Errno::EPERM, format!("inode {} is immutable", inode.ino)));
+        }
+        if rec.has_inline_data() {
+            return Err(Error::Unsupported(format!(
+                "inode {}: writing inline-data files is not supported yet",
+                inode.ino
+            )));
+        }
+        Ok(())
+    }
+
+    /// Changes other than appending (truncate, punching, zeroing) are
+    /// refused on an append-only inode (`IS_APPEND`), as the kernel does.
+    fn check_not_append_only(&self, inode: &CachedInode, rec: &Inode) -> Result<()> {
+        if rec.base.flags & iflags::APPEND != 0 {
+            return Err(Error::posix(
+                Errno::EPERM,
+                format!("inode {} is append-only", inode.ino),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The current contents of block `lblk` (cached page, else the disk,
+    /// else zeros for holes and unwritten extents). Caller holds the lock.
+    fn block_contents(&self, inode: &CachedInode, map: &BlockMap, lblk: u64) -> Result<Box<[u8]>> {
+        if let Some(p) = inode.pages.get(lblk) {
+            return Ok(p.data.clone());
+        }
+        let mut b = vec![0u8; self.vol.block_size].into_boxed_slice();
+        if let Mapping::Mapped {
+            pblk, uninit: false, ..
+        } = map.map(&self.vol, lblk)?
+        {
+            self.vol
+                .read_raw(pblk, &mut b)
+                .map_err(|e| crate::ext4::volume::annotate(e, &format!("data of inode {}", inode.ino)))?;
+        }
+        Ok(b)
+    }
+
+    /// Zero block `at / bs` from byte `at % bs` to its end, through the
+    /// cache (dirtying it) — only if those bytes are not already zero.
+    fn zero_block_tail(&self, inode: &CachedInode, rec: &Inode, at: u64) -> Result<()> {
+        self.zero_in_block(
+            inode,
+            rec,
+            at,
+            at.div_ceil(self.vol.block_size as u64) * self.vol.block_size as u64,
+        )
+    }
+
+    /// Zero bytes `[from, to)`, which lie in one block, through the cache.
+    fn zero_in_block(&self, inode: &CachedInode, rec: &Inode, from: u64, to: u64) -> Result<()> {
+        let bs = self.vol.block_size as u64;
+        if from >= to {
+            return Ok(());
+        }
+        let lblk = from / bs;
+        let (a, b) = ((from % bs) as usize, (to - lblk * bs) as usize);
+        let map = inode.block_map_locked(&self.vol, rec)?;
+        let cached = inode.pages.get(lblk).is_some();
+        if !cached && !matches!(map.map(&self.vol, lblk)?, Mapping::Mapped { uninit: false, .. }) {
+            return Ok(()); // a hole or unwritten extent already reads as zeros
+        }
+        let mut data = self.block_contents(inode, &map, lblk)?;
+        if data[a..b].iter().all(|&x| x == 0) {
+            return Ok(());
+        }
+        data[a..b].fill(0);
+        self.install_dirty(inode, vec![(lblk, data)]);
+        Ok(())
+    }
+
+    fn install_dirty(&self, inode: &CachedInode, pages: Vec<(u64, Box<[u8]>)>) {
+        let (new_pages, new_dirty) = inode.pages.write_pages(pages);
+        self.pages.charge_dirty(new_dirty);
+        if self.pages.charge(new_pages) {
+            self.shrink_pages();
+        }
+    }
+
+    /// Buffered write of `buf` at `off` (`None`: at the end of file, read
+    /// under the lock — O_APPEND). Returns (offset written at, bytes).
+    pub fn write_at(&self, inode: &CachedInode, off: Option<u64>, buf: &[u8]) -> Result<(u64, usize)> {
+        self.write_as(inode, off, buf, true)
+    }
+
+    /// [`Self::write_at`] by a caller that is `privileged` (CAP_FSETID) or
+    /// not: an unprivileged write clears setuid, and setgid when group
+    /// execute is set (`file_remove_privs`).
+    pub fn write_as(
+        &self,
+        inode: &CachedInode,
+        off: Option<u64>,
+        buf: &[u8],
+        privileged: bool,
+    ) -> Result<(u64, usize)> {
+        check_regular(inode)?;
+        let r = self.write_locked(inode, off, buf, privileged);
+        // Memory pressure is handled with no inode lock held.
+        if r.is_ok() {
+            self.balance_dirty(inode)?;
+        }
+        r
+    }
+
+    fn write_locked(
+        &self,
+        inode: &CachedInode,
+        off: Option<u64>,
+        buf: &[u8],
+        privileged: bool,
+    ) -> Result<(u64, usize)> {
+        let mut rec = inode.disk.write();
+        self.check_writable(inode, &rec)?;
+        let old_size = rec.size();
+        // An append-only inode is written only at its end (the open check
+        // demands O_APPEND; pwrite on O_APPEND appends).
+        let off = if rec.base.flags & iflags::APPEND != 0 {
+            old_size
+        } else {
+            off.unwrap_or(old_size)
+        };
+        if buf.is_empty() {
+            return Ok((off, 0));
+        }
+        // generic_write_check_limits: past the limit EFBIG, up to it a short write.
+        let max = max_file_size(self, &rec);
+        if off >= max {
+            return Err(Error::posix(
+                Errno::EFBIG,
+                format!("inode {}: offset {off} is past the largest file size {max}", inode.ino),
+            ));
+        }
+        let buf = &buf[..buf.len().min((max - off) as usize)];
+        let end = off + buf.len() as u64;
+        let bs = self.vol.block_size as u64;
+        if end > old_size && !old_size.is_multiple_of(bs) {
+            // Keep the tail past the old EOF zero before it becomes file data.
+            self.zero_block_tail(inode, &rec, old_size)?;
+        }
+        // A failure after some chunks were written ends the write short
+        // (write(2) reports what it wrote; the next call sees the error).
+        let mut failure = None;
+        let mut pos = off;
+        'chunks: while pos < end {
+            let map = match inode.block_map_locked(&self.vol, &rec) {
+                Ok(m) => m,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
+            let first = pos / bs;
+            let last = (end - 1) / bs;
+            let upto = last.min(first + WRITE_CHUNK - 1);
+            let mut pages = Vec::with_capacity((upto - first + 1) as usize);
+            for lblk in first..=upto {
+                let bstart = lblk * bs;
+                let a = pos.max(bstart);
+                let b = end.min(bstart + bs);
+                let mut data = if a == bstart && b == bstart + bs {
+                    vec![0u8; bs as usize].into_boxed_slice()
+                } else if bstart >= old_size.div_ceil(bs) * bs && inode.pages.get(lblk).is_none() {
+                    // Wholly past the old EOF: no old contents to keep.
+                    vec![0u8; bs as usize].into_boxed_slice()
+                } else {
+                    match self.block_contents(inode, &map, lblk) {
+                        Ok(d) => d,
+                        Err(e) => {
+                            failure = Some(e);
+                            break 'chunks;
+                        }
+                    }
+                };
+                let src = &buf[(a - off) as usize..(b - off) as usize];
+                data[(a - bstart) as usize..(b - bstart) as usize].copy_from_slice(src);
+                pages.push((lblk, data));
+            }
+            self.install_dirty(inode, pages);
+            pos = end.min((upto + 1) * bs);
+            if pos > rec.size() {
+                set_size(inode, &mut rec, pos);
+                inode.mark_dirty(DIRTY_DATA);
+            }
+            if pos < end && self.pages.dirty_over() {
+                if let Err(e) = self.writeback_locked(inode, &mut rec, super::writeback::SyncLevel::All) {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if pos == off {
+            if let Some(e) = failure {
+                return Err(e);
+            }
+        }
+        touch_mtime(inode, &mut rec);
+        let m = rec.base.mode;
+        if !privileged && (m & 0o4000 != 0 || m & 0o2010 == 0o2010) {
+            rec.base.mode = m & !(if m & 0o0010 != 0 { 0o6000 } else { 0o4000 });
+            // A mode change is metadata fdatasync need not write; fsync does.
+            inode.mark_dirty(DIRTY_TIME);
+        }
+        Ok((off, (pos - off) as usize))
+    }
+
+    /// Set the size of `inode` to `len` (truncate/ftruncate). Shrinking
+    /// frees every whole block past the new end and zeroes the tail of the
+    /// last partial block; growing only changes the size (the new range is
+    /// a hole). mtime and ctime are updated, as Linux does.
+    pub fn truncate_inode(&self, inode: &CachedInode, len: u64) -> Result<()> {
+        check_regular(inode)?;
+        let mut rec = inode.disk.write();
+        self.check_writable(inode, &rec)?;
+        self.check_not_append_only(inode, &rec)?;
+        let max = max_file_size(self, &rec);
+        if len > max {
+            return Err(Error::posix(
+                Errno::EFBIG,
+                format!("inode {}: size {len} is past the largest file size {max}", inode.ino),
+            ));
+        }
+        let old = rec.size();
+        let bs = self.vol.block_size as u64;
+        if len < old {
+            let fb = len.div_ceil(bs);
+            // Punch first: it fails (interim limits) before changing anything.
+            let mut h = self.vol.begin()?;
+            // Readers that looked at the old map must not trust blocks we
+            // free from here on (PageMap's `seq`).
+            inode.pages.bump();
+            self.vol.punch_blocks(&mut h, inode.ino, &mut rec, fb, u64::MAX)?;
+            set_size(inode, &mut rec, len);
+            let (pages, dirty) = inode.pages.remove_range(fb, u64::MAX);
+            self.pages.release(pages);
+            self.pages.release_dirty(dirty);
+            inode.reset_block_map();
+            // A failure here (reading the tail block) must not keep the
+            // freed blocks and the new map from reaching disk together.
+            let tail = if len.is_multiple_of(bs) {
+                Ok(())
+            } else {
+                self.zero_block_tail(inode, &rec, len)
+            };
+            touch_mtime(inode, &mut rec);
+            // Freed blocks and the map that no longer holds them go to disk
+            // in one handle, so the record is written now.
+            self.vol.write_inode(&mut h, inode.ino, &rec)?;
+            h.commit()?;
+            inode.clear_dirty();
+            tail?;
+        } else {
+            if len > old {
+                if !old.is_multiple_of(bs) {
+                    self.zero_block_tail(inode, &rec, old)?;
+                }
+                set_size(inode, &mut rec, len);
+                inode.mark_dirty(DIRTY_DATA);
+            }
+            touch_mtime(inode, &mut rec);
+        }
+        Ok(())
+    }
+
+    /// fallocate(2) on `inode`: `mode` 0 (allocate, extend the size),
+    /// [`FALLOC_FL_KEEP_SIZE`], [`FALLOC_FL_PUNCH_HOLE`] (with KEEP_SIZE) or
+    /// [`FALLOC_FL_ZERO_RANGE`] (optionally with KEEP_SIZE).
+    ///
+    /// Errors as the kernel's `vfs_fallocate` / `ext4_fallocate`: EINVAL
+    /// for an empty range; EOPNOTSUPP for unknown mode bits, PUNCH_HOLE
+    /// without KEEP_SIZE, PUNCH_HOLE with ZERO_RANGE, and ZERO_RANGE on an
+    /// indirect-mapped file (no unwritten state there); EFBIG past the
+    /// largest file size. On indirect-mapped files plain allocation is done
+    /// by writing zeros into the new blocks (what glibc's posix_fallocate
+    /// emulation does), hole punching works as on extent files.
+    pub fn fallocate_inode(&self, inode: &CachedInode, mode: u32, off: u64, len: u64) -> Result<()> {
+        let ino = inode.ino;
+        let bad = |why: &str| Error::posix(Errno::EOPNOTSUPP, format!("fallocate on inode {ino}: {why}"));
+        if len == 0 {
+            return Err(Error::posix(
+                Errno::EINVAL,
+                format!("fallocate on inode {ino}: empty range"),
+            ));
+        }
+        if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 {
+            return Err(bad(&format!("mode {mode:#x} is not supported")));
+        }
+        if mode & FALLOC_FL_PUNCH_HOLE != 0 && mode & FALLOC_FL_ZERO_RANGE != 0 {
+            return Err(bad("PUNCH_HOLE and ZERO_RANGE are mutually exclusive"));
+        }
+        if mode & FALLOC_FL_PUNCH_HOLE != 0 && mode & FALLOC_FL_KEEP_SIZE == 0 {
+            return Err(bad("PUNCH_HOLE needs KEEP_SIZE"));
+        }
+        check_regular(inode)?;
+        let mut rec = inode.disk.write();
+        self.check_writable(inode, &rec)?;
+        if mode & !FALLOC_FL_KEEP_SIZE != 0 {
+            self.check_not_append_only(inode, &rec)?;
+        }
+        let max = max_file_size(self, &rec);
+        let end = off.checked_add(len).filter(|&e| e <= max).ok_or_else(|| {
+            Error::posix(
+                Errno::EFBIG,
+                format!("fallocate on inode {ino}: range past the largest file size {max}"),
+            )
+        })?;
+        if mode & FALLOC_FL_ZERO_RANGE != 0 && !rec.uses_extents() {
+            return Err(bad("ZERO_RANGE needs an extent-mapped file"));
+        }
+        let bs = self.vol.block_size as u64;
+        let size = rec.size();
+        if mode & FALLOC_FL_PUNCH_HOLE != 0 {
+            // ext4_punch_hole: nothing past EOF; partial edge blocks zeroed
+            // in the cache, whole blocks freed.
+            let end = end.min(size);
+            if off >= end {
+                return Ok(());
+            }
+            self.zero_range_edges(inode, &rec, off, end)?;
+            let (fb, lb) = (off.div_ceil(bs), end / bs);
+            if fb < lb {
+                let mut h = self.vol.begin()?;
+                inode.pages.bump();
+                self.vol.punch_blocks(&mut h, ino, &mut rec, fb, lb)?;
+                let (pages, dirty) = inode.pages.remove_range(fb, lb);
+                self.pages.release(pages);
+                self.pages.release_dirty(dirty);
+                inode.reset_block_map();
+                touch_mtime(inode, &mut rec);
+                self.vol.write_inode(&mut h, ino, &rec)?;
+                h.commit()?;
+                inode.clear_dirty();
+            } else {
+                touch_mtime(inode, &mut rec);
+            }
+            return Ok(());
+        }
+        let mut h = self.vol.begin()?;
+        let r = self.fallocate_blocks(&mut h, inode, &mut rec, mode, off, end);
+        // Whatever was changed is committed, even after a failure: the
+        // handle's bitmaps and the record's map must reach disk together.
+        inode.reset_block_map();
+        let mut r = r;
+        if r.is_ok() && mode & FALLOC_FL_KEEP_SIZE == 0 && end > size {
+            if !size.is_multiple_of(bs) {
+                r = self.zero_block_tail(inode, &rec, size);
+            }
+            if r.is_ok() {
+                set_size(inode, &mut rec, end);
+            }
+        }
+        // ext4_fallocate updates the times like a write does.
+        touch_mtime(inode, &mut rec);
+        self.vol.write_inode(&mut h, ino, &rec)?;
+        h.commit()?;
+        inode.clear_dirty();
+        r
+    }
+
+    /// The block-map part of fallocate's allocate and ZERO_RANGE modes.
+    fn fallocate_blocks(
+        &self,
+        h: &mut crate::ext4::transaction::Handle<'_>,
+        inode: &CachedInode,
+        rec: &mut Inode,
+        mode: u32,
+        off: u64,
+        end: u64,
+    ) -> Result<()> {
+        let bs = self.vol.block_size as u64;
+        let ino = inode.ino;
+        if mode & FALLOC_FL_ZERO_RANGE != 0 {
+            // ext4_zero_range: partial edges zeroed through the cache (bytes
+            // past EOF are zero already); whole blocks become unwritten
+            // extents: they read as zeros and stay allocated.
+            self.zero_range_edges(inode, rec, off, end.min(rec.size().max(off)))?;
+            let (fb, lb) = (off.div_ceil(bs), end / bs);
+            if fb < lb {
+                inode.pages.bump();
+                self.vol.punch_blocks(h, ino, rec, fb, lb)?;
+                let (pages, dirty) = inode.pages.remove_range(fb, lb);
+                self.pages.release(pages);
+                self.pages.release_dirty(dirty);
+                self.vol.map_blocks(h, ino, rec, fb, lb - fb, true)?;
+            }
+            return Ok(());
+        }
+        let extents = rec.uses_extents();
+        let (a, b) = (off / bs, end.div_ceil(bs));
+        let runs = self.vol.map_blocks(h, ino, rec, a, b - a, extents)?;
+        if !extents {
+            // No unwritten state: new blocks must hold zeros on disk before
+            // the map pointing at them commits.
+            for r in runs.iter().filter(|r| r.new) {
+                let zeros = vec![0u8; (r.len * bs) as usize];
+                self.vol.write_raw(r.pblk, &zeros)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Zero the partial blocks at the edges of `[off, end)` through the
+    /// cache (both edges may be one block).
+    fn zero_range_edges(&self, inode: &CachedInode, rec: &Inode, off: u64, end: u64) -> Result<()> {
+        let bs = self.vol.block_size as u64;
+        if off >= end {
+            return Ok(());
+        }
+        if off / bs == (end - 1) / bs {
+            if !off.is_multiple_of(bs) || !end.is_multiple_of(bs) {
+                self.zero_in_block(inode, rec, off, end)?;
+            }
+            return Ok(());
+        }
+        if !off.is_multiple_of(bs) {
+            self.zero_in_block(inode, rec, off, off.div_ceil(bs) * bs)?;
+        }
+        if !end.is_multiple_of(bs) {
+            self.zero_in_block(inode, rec, end / bs * bs, end)?;
+        }
+        Ok(())
+    }
+
+    /// open(2): resolve `path` (creating a regular file with `mode` for
+    /// O_CREAT), check `cred`'s permissions, apply O_TRUNC, and return the
+    /// open file description.
+    pub fn open_as(&self, path: &[u8], flags: OpenFlags, mode: u16, cred: &Cred) -> Result<Arc<File>> {
+        let mut created = false;
+        let follow = !(flags.nofollow || (flags.create && flags.excl));
+        let d = match self.resolve(path, follow) {
+            Ok(d) => {
+                if flags.create && flags.excl {
+                    return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(path))));
+                }
+                d
+            }
+            Err(e) if e.errno() == Errno::ENOENT && flags.create => {
+                let (parent, _) = split_last(path);
+                let pd = self.resolve(parent, true)?;
+                let dir = self.inode(pd.ino)?;
+                let (dir_mode, dir_gid) = {
+                    let r = dir.disk.read();
+                    if !cred.may(&r, MAY_WRITE | MAY_EXEC) {
+                        return Err(Error::posix(
+                            Errno::EACCES,
+                            format!("{}: permission denied (creating in {})", show(path), show(parent)),
+                        ));
+                    }
+                    (r.base.mode, r.gid())
+                };
+                // A setgid directory hands its group to new files.
+                let gid = if dir_mode & 0o2000 != 0 { dir_gid } else { cred.gid };
+                match self.create(path, mode & 0o7777, cred.uid, gid) {
+                    Ok(_) => created = true,
+                    // Lost a race with another creator: open theirs.
+                    Err(e) if e.errno() == Errno::EEXIST && !flags.excl => {}
+                    Err(e) => return Err(e),
+                }
+                self.resolve(path, follow)?
+            }
+            Err(e) => return Err(e),
+        };
+        let inode = self.inode(d.ino)?;
+        if flags.nofollow && inode.ftype == FileType::Symlink {
+            return Err(Error::posix(
+                Errno::ELOOP,
+                format!("{}: is a symbolic link (O_NOFOLLOW)", show(path)),
+            ));
+        }
+        if flags.directory && inode.ftype != FileType::Directory {
+            return Err(Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))));
+        }
+        let write = flags.access.writes();
+        if inode.ftype == FileType::Directory && (write || flags.trunc) {
+            return Err(Error::posix(Errno::EISDIR, format!("{}: is a directory", show(path))));
+        }
+        if !created {
+            let mut mask = 0;
+            if flags.access.reads() {
+                mask |= MAY_READ;
+            }
+            if write || flags.trunc {
+                mask |= MAY_WRITE;
+            }
+            if !cred.may(&inode.disk.read(), mask) {
+                return Err(Error::posix(
+                    Errno::EACCES,
+                    format!("{}: permission denied", show(path)),
+                ));
+            }
+        }
+        {
+            // may_open: IS_APPEND needs O_APPEND to write and forbids
+            // O_TRUNC; IS_IMMUTABLE forbids writing at all.
+            let r = inode.disk.read();
+            let f = r.base.flags;
+            if (write || flags.trunc) && f & iflags::IMMUTABLE != 0
+                || f & iflags::APPEND != 0 && (flags.trunc || write && !flags.append)
+            {
+                return Err(Error::posix(
+                    Errno::EPERM,
+                    format!("{}: immutable or append-only", show(path)),
+                ));
+            }
+        }
+        if (write || flags.trunc) && self.vol.read_only {
+            return Err(Error::posix(
+                Errno::EROFS,
+                format!("{}: read-only filesystem", show(path)),
+            ));
+        }
+        if flags.trunc && inode.ftype == FileType::Regular && !created {
+            self.truncate_inode(&inode, 0)?;
+        }
+        let mut file = File::new(inode, Some(d), flags);
+        file.privileged = cred.is_root();
+        Ok(Arc::new(file))
+    }
+}
+
+/// "/a/b/c" -> ("/a/b", "c"), trailing slashes ignored.
+fn split_last(path: &[u8]) -> (&[u8], &[u8]) {
+    let mut e = path.len();
+    while e > 1 && path[e - 1] == b'/' {
+        e -= 1;
+    }
+    let p = &path[..e];
+    match p.iter().rposition(|&b| b == b'/') {
+        Some(0) => (b"/", &p[1..]),
+        Some(i) => (&p[..i], &p[i + 1..]),
+        None => (b"/", p),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn split_last_component() {
+        assert_eq!(super::split_last(b"/a/b/c"), (&b"/a/b"[..], &b"c"[..]));
+        assert_eq!(super::split_last(b"/c//"), (&b"/"[..], &b"c"[..]));
+        assert_eq!(super::split_last(b"c"), (&b"/"[..], &b"c"[..]));
+    }
+}

@@ -1,0 +1,221 @@
+//! The extended-attribute calls (`setxattr`, `removexattr`, `getxattr`,
+//! `listxattr`) with the Linux permission rules, by inode number and by
+//! path.
+//!
+//! Permissions (the VFS's `xattr_permission` plus the handlers):
+//! * writes to immutable or append-only inodes: EPERM;
+//! * `trusted.*`: root only (writes EPERM; reads ENODATA and the names are
+//!   not listed for others);
+//! * `security.*`: anyone may read; writes need root (`cap_inode_setxattr`);
+//! * `user.*`: only on regular files and directories (else writes EPERM,
+//!   reads ENODATA); read or write permission on the inode (EACCES); in a
+//!   sticky directory only the owner or root may write;
+//! * `system.posix_acl_*`: set or removed by the owner or root (EPERM), not
+//!   on symlinks (EOPNOTSUPP); a default ACL only on directories (EACCES).
+//!   Setting the access ACL also sets the mode's permission bits from it,
+//!   and an ACL equivalent to the mode is not stored at all
+//!   (`posix_acl_update_mode`), as the kernel does.
+//!
+//! Every change sets ctime. Locking: the inode's write lock is held across
+//! the check, the change and publishing the new record.
+
+use ext4kit_format::inode::{flags, FileType, Inode, TimeField};
+use ext4kit_format::xattr::{
+    INDEX_POSIX_ACL_ACCESS, INDEX_POSIX_ACL_DEFAULT, INDEX_SECURITY, INDEX_TRUSTED, INDEX_USER,
+};
+
+use super::acl::acl_mode;
+use super::attr::owner_or_root;
+use super::cred::{Cred, MAY_READ, MAY_WRITE};
+use super::icache::CachedInode;
+use super::namei::show;
+use super::write::now;
+use super::Fs;
+use crate::error::{Errno, Error, Result};
+use crate::ext4::xattr_write::{xattr_key, XATTR_REPLACE};
+
+const S_ISGID: u16 = 0o2000;
+
+impl Fs {
+    /// Check `cred` may read (`write` false) or change attribute index
+    /// `index` of `inode`.
+    fn xattr_permission(&self, ci: &CachedInode, inode: &Inode, index: u8, write: bool, cred: &Cred) -> Result<()> {
+        let ino = ci.ino;
+        let deny = |errno, why: &str| Err(Error::posix(errno, format!("inode {ino}: {why}")));
+        if write && inode.base.flags & (flags::IMMUTABLE | flags::APPEND) != 0 {
+            return deny(Errno::EPERM, "immutable or append-only inode");
+        }
+        match index {
+            INDEX_TRUSTED if !cred.is_root() => {
+                if write {
+                    deny(Errno::EPERM, "trusted.* attributes need root")
+                } else {
+                    deny(Errno::ENODATA, "no such attribute")
+                }
+            }
+            INDEX_TRUSTED => Ok(()),
+            INDEX_SECURITY if write && !cred.is_root() => deny(Errno::EPERM, "security.* attributes need root"),
+            INDEX_SECURITY => Ok(()),
+            INDEX_POSIX_ACL_ACCESS | INDEX_POSIX_ACL_DEFAULT if write => {
+                if ci.ftype == FileType::Symlink {
+                    return deny(Errno::EOPNOTSUPP, "symbolic links have no ACLs");
+                }
+                if !owner_or_root(cred, inode) {
+                    return deny(Errno::EPERM, "only the owner may change ACLs");
+                }
+                Ok(())
+            }
+            INDEX_POSIX_ACL_ACCESS | INDEX_POSIX_ACL_DEFAULT => Ok(()),
+            INDEX_USER => {
+                if !matches!(ci.ftype, FileType::Regular | FileType::Directory) {
+                    return if write {
+                        deny(Errno::EPERM, "user.* attributes only on files and directories")
+                    } else {
+                        deny(Errno::ENODATA, "no such attribute")
+                    };
+                }
+                if write
+                    && ci.ftype == FileType::Directory
+                    && inode.base.mode & 0o1000 != 0
+                    && !owner_or_root(cred, inode)
+                {
+                    return deny(Errno::EPERM, "sticky directory");
+                }
+                let mask = if write { MAY_WRITE } else { MAY_READ };
+                if self.permission(ino, inode, mask, cred)? {
+                    Ok(())
+                } else {
+                    deny(Errno::EACCES, "permission denied")
+                }
+            }
+            _ => deny(Errno::EOPNOTSUPP, "namespace not supported"),
+        }
+    }
+
+    /// Set attribute `name` of inode `ino` to `value` (`flags`:
+    /// 0, XATTR_CREATE or XATTR_REPLACE). ACL values are in the Linux
+    /// xattr format.
+    pub fn setxattr_ino(&self, ino: u32, name: &[u8], value: &[u8], flags: u32, cred: &Cred) -> Result<()> {
+        self.change_xattr(ino, name, Some(value), flags, cred)
+    }
+
+    /// Remove attribute `name` of inode `ino` (ENODATA if absent).
+    pub fn removexattr_ino(&self, ino: u32, name: &[u8], cred: &Cred) -> Result<()> {
+        self.change_xattr(ino, name, None, XATTR_REPLACE, cred)
+    }
+
+    fn change_xattr(&self, ino: u32, name: &[u8], value: Option<&[u8]>, flags: u32, cred: &Cred) -> Result<()> {
+        let (index, _) = xattr_key(name)?;
+        let ci = self.inode(ino)?;
+        let mut rec = ci.disk.write();
+        self.xattr_permission(&ci, &rec, index, true, cred)?;
+        let mut new = rec.clone();
+        let mut value = value;
+        let mut flags = flags;
+        if let Some(v) = value {
+            if index == INDEX_POSIX_ACL_DEFAULT && ci.ftype != FileType::Directory {
+                return Err(Error::posix(
+                    Errno::EACCES,
+                    format!("inode {ino}: default ACLs only on directories"),
+                ));
+            }
+            let is_acl = matches!(index, INDEX_POSIX_ACL_ACCESS | INDEX_POSIX_ACL_DEFAULT);
+            if is_acl && v.len() == 4 {
+                // An ACL with no entries is no ACL (posix_acl_from_xattr gives NULL).
+                value = None;
+                flags &= !XATTR_REPLACE;
+            } else if index == INDEX_POSIX_ACL_ACCESS {
+                let (perm, equiv) = acl_mode(v)
+                    .ok_or_else(|| Error::posix(Errno::EINVAL, format!("inode {ino}: invalid POSIX ACL")))?;
+                let mut mode = (new.base.mode & !0o777) | perm;
+                if !cred.is_root() && !cred.in_group(new.gid()) {
+                    mode &= !S_ISGID;
+                }
+                new.base.mode = mode;
+                if equiv {
+                    value = None;
+                    flags &= !XATTR_REPLACE;
+                }
+            }
+        }
+        let mut h = self.vol.begin()?;
+        match self.vol.set_xattr_named(&mut h, ino, &mut new, name, value, flags) {
+            // Dropping an ACL that is not there (an equivalent or empty ACL).
+            Err(Error::Posix {
+                errno: Errno::ENODATA, ..
+            }) if flags & XATTR_REPLACE == 0 && value.is_none() => {}
+            r => r?,
+        }
+        new.set_time(TimeField::Ctime, now());
+        self.vol.write_inode(&mut h, ino, &new)?;
+        h.commit()?;
+        *rec = new;
+        Ok(())
+    }
+
+    /// The value of attribute `name` of inode `ino` (ENODATA if absent;
+    /// ACLs in the Linux xattr format).
+    pub fn getxattr_ino(&self, ino: u32, name: &[u8], cred: &Cred) -> Result<Vec<u8>> {
+        let (index, _) = xattr_key(name)?;
+        let ci = self.inode(ino)?;
+        let rec = ci.disk.read();
+        self.xattr_permission(&ci, &rec, index, false, cred)?;
+        self.vol
+            .xattrs(ino, &rec)?
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .ok_or_else(|| Error::posix(Errno::ENODATA, format!("inode {ino}: no attribute {}", show(name))))
+    }
+
+    /// Names of inode `ino`'s attributes `cred` may see (trusted.* only for
+    /// root, as `ext4_xattr_trusted_list`).
+    pub fn listxattr_ino(&self, ino: u32, cred: &Cred) -> Result<Vec<Vec<u8>>> {
+        Ok(self
+            .xattrs_ino(ino)?
+            .into_iter()
+            .map(|(n, _)| n)
+            .filter(|n| cred.is_root() || !n.starts_with(b"trusted."))
+            .collect())
+    }
+
+    /// `setxattr(2)` (`follow`) / `lsetxattr(2)`.
+    pub fn setxattr(
+        &self,
+        path: &[u8],
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+        follow: bool,
+        cred: &Cred,
+    ) -> Result<()> {
+        let d = self.resolve(path, follow)?;
+        self.setxattr_ino(d.ino, name, value, flags, cred)
+            .map_err(|e| with_path(e, path))
+    }
+
+    /// `removexattr(2)` (`follow`) / `lremovexattr(2)`.
+    pub fn removexattr(&self, path: &[u8], name: &[u8], follow: bool, cred: &Cred) -> Result<()> {
+        let d = self.resolve(path, follow)?;
+        self.removexattr_ino(d.ino, name, cred).map_err(|e| with_path(e, path))
+    }
+
+    /// `getxattr(2)` (`follow`) / `lgetxattr(2)` with permission checks.
+    pub fn getxattr_as(&self, path: &[u8], name: &[u8], follow: bool, cred: &Cred) -> Result<Vec<u8>> {
+        let d = self.resolve(path, follow)?;
+        self.getxattr_ino(d.ino, name, cred).map_err(|e| with_path(e, path))
+    }
+
+    /// `listxattr(2)` (`follow`) / `llistxattr(2)`.
+    pub fn listxattr(&self, path: &[u8], follow: bool, cred: &Cred) -> Result<Vec<Vec<u8>>> {
+        let d = self.resolve(path, follow)?;
+        self.listxattr_ino(d.ino, cred).map_err(|e| with_path(e, path))
+    }
+}
+
+fn with_path(e: Error, path: &[u8]) -> Error {
+    match e {
+        Error::Posix { errno, msg } => Error::posix(errno, format!("{}: {msg}", show(path))),
+        e => e,
+    }
+}

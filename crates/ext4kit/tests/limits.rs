@@ -1,0 +1,154 @@
+//! Running into limits: a full filesystem (blocks, then inodes), names
+//! over 255 bytes, symlink loops, over-long symlink targets. Each must
+//! fail with the right errno and a message naming what, leave the image
+//! `e2fsck`-clean, and leave the filesystem usable (free something, and
+//! the next create works).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use ext4kit::{Cred, Errno, Fs, OpenOptions};
+
+fn image(tag: &str, mkfs: &[&str], size: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("limits");
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join(format!("{tag}.img"));
+    let _ = std::fs::remove_file(&img);
+    ext4kit_testkit::run_ok(
+        Command::new("mke2fs").args(["-q", "-F"]).args(mkfs).arg(&img).arg(size),
+        &[0],
+    )
+    .unwrap();
+    img
+}
+
+fn fsck_clean(img: &std::path::Path) {
+    let out = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn {} not clean:\n{}",
+        img.display(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+fn rw(img: &std::path::Path) -> std::sync::Arc<Fs> {
+    Fs::open_image(
+        img,
+        &OpenOptions {
+            read_only: false,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_full_filesystem_says_enospc_and_stays_clean() {
+    for (tag, args) in [
+        ("full-ext4", &["-t", "ext4", "-b", "1024", "-m", "0"][..]),
+        ("full-ext2", &["-t", "ext2", "-b", "1024", "-m", "0"][..]),
+    ] {
+        let img = image(tag, args, "4M");
+        let fs = rw(&img);
+        let root = Cred::root();
+        fs.mkdir(b"/d", 0o755, &root).unwrap();
+        let data = vec![0x5au8; 40 * 1024];
+        let mut made = 0;
+        let err = loop {
+            match fs.write_file(format!("/d/f{made}").as_bytes(), &data, 0o644, 0, 0) {
+                Ok(_) => made += 1,
+                Err(e) => break e,
+            }
+            assert!(made < 1000, "{tag}: a 4 MiB image never filled");
+        };
+        assert_eq!(err.errno(), Errno::ENOSPC, "{tag}: {err}");
+        assert!(made > 10, "{tag}: only {made} files fit");
+        fs.sync().unwrap();
+        fsck_clean(&img);
+        // Freeing space makes room again.
+        for i in 0..made {
+            fs.unlink(format!("/d/f{i}").as_bytes(), &root).unwrap();
+        }
+        let _ = fs.unlink(format!("/d/f{made}").as_bytes(), &root);
+        fs.write_file(b"/d/again", &data, 0o644, 0, 0).unwrap();
+        fs.sync().unwrap();
+        drop(fs);
+        fsck_clean(&img);
+    }
+}
+
+#[test]
+fn running_out_of_inodes_says_enospc() {
+    let img = image("inodes", &["-t", "ext4", "-N", "64"], "8M");
+    let fs = rw(&img);
+    let root = Cred::root();
+    let mut made = 0;
+    let err = loop {
+        let r = if made % 5 == 0 {
+            fs.mkdir(format!("/d{made}").as_bytes(), 0o755, &root).map(|_| ())
+        } else {
+            fs.create(format!("/f{made}").as_bytes(), 0o644, 0, 0).map(|_| ())
+        };
+        match r {
+            Ok(()) => made += 1,
+            Err(e) => break e,
+        }
+        assert!(made < 1000, "64 inodes never ran out");
+    };
+    assert_eq!(err.errno(), Errno::ENOSPC, "{err}");
+    assert!(
+        err.to_string().contains("inode"),
+        "the message should say inodes ran out: {err}"
+    );
+    fs.sync().unwrap();
+    fsck_clean(&img);
+    fs.unlink(b"/f1", &root).unwrap();
+    fs.create(b"/last", 0o644, 0, 0).unwrap();
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+}
+
+#[test]
+fn bad_names_and_loops_are_refused_cleanly() {
+    let img = image("names", &["-t", "ext4"], "8M");
+    let fs = rw(&img);
+    let root = Cred::root();
+    let long = format!("/{}", "x".repeat(256));
+    let ok = format!("/{}", "y".repeat(255));
+    assert_eq!(
+        fs.create(long.as_bytes(), 0o644, 0, 0).unwrap_err().errno(),
+        Errno::ENAMETOOLONG
+    );
+    assert_eq!(
+        fs.mkdir(long.as_bytes(), 0o755, &root).unwrap_err().errno(),
+        Errno::ENAMETOOLONG
+    );
+    fs.create(ok.as_bytes(), 0o644, 0, 0).unwrap();
+    assert_eq!(
+        fs.rename(ok.as_bytes(), long.as_bytes(), Default::default(), &root)
+            .unwrap_err()
+            .errno(),
+        Errno::ENAMETOOLONG
+    );
+    // A symlink loop: resolving through it is ELOOP, creating beside it works.
+    fs.symlink(b"/loop-b", b"/loop-a", 0, 0).unwrap();
+    fs.symlink(b"/loop-a", b"/loop-b", 0, 0).unwrap();
+    assert_eq!(fs.stat(b"/loop-a").unwrap_err().errno(), Errno::ELOOP);
+    assert_eq!(fs.create(b"/loop-a/x", 0o644, 0, 0).unwrap_err().errno(), Errno::ELOOP);
+    assert_eq!(fs.mkdir(b"/loop-a/x", 0o755, &root).unwrap_err().errno(), Errno::ELOOP);
+    // A long symlink target takes a data block and reads back.
+    let target = "t".repeat(1000); // 1 KiB blocks: up to 1023 bytes
+    fs.symlink(target.as_bytes(), b"/slow", 0, 0).unwrap();
+    assert_eq!(fs.read_link(b"/slow").unwrap(), target.as_bytes());
+    assert_eq!(
+        fs.symlink("t".repeat(1024).as_bytes(), b"/too-long", 0, 0)
+            .unwrap_err()
+            .errno(),
+        Errno::ENAMETOOLONG
+    );
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+}
