@@ -424,8 +424,19 @@ fn seek_map(root: &Path, files: &[PathBuf]) -> Vec<(String, u64, &'static str, R
     v
 }
 
+/// `stat -f`: block size, blocks, free blocks, inodes, free inodes.
+fn statfs_line(dir: &Path) -> String {
+    let o = Command::new("stat")
+        .args(["-f", "-c", "%S %b %f %c %d"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    ok(&o, "stat -f");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 #[test]
-fn seek_data_and_seek_hole_answer_like_the_kernel() {
+fn seek_data_seek_hole_and_statfs_answer_like_the_kernel() {
     require_fuse();
     let work = workdir("seek");
     let src = work.join("src");
@@ -437,10 +448,16 @@ fn seek_data_and_seek_hole_answer_like_the_kernel() {
     let mnt = work.join("mnt");
     let lm = LoopMount::mount(&img, &mnt, "ext4", true).unwrap();
     let want = seek_map(&mnt, &manifest.sparse_files);
+    let want_statfs = statfs_line(&mnt);
     lm.unmount().unwrap();
     ok(&ext4kit(&[&"mount", &img, &mnt]), "mount");
     let got = seek_map(&mnt, &manifest.sparse_files);
+    let got_statfs = statfs_line(&mnt);
     ok(&ext4kit(&[&"umount", &mnt]), "umount");
+    // statfs: block size, data blocks (overhead excluded), free blocks,
+    // inodes and free inodes exactly as the kernel counts them. (f_bavail
+    // differs by design: the kernel holds back a runtime reserve.)
+    assert_eq!(got_statfs, want_statfs, "statfs through ext4kit vs the kernel");
     assert!(
         want.len() > manifest.sparse_files.len(),
         "the walk visited data and holes: {want:?}"

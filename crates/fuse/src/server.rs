@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ext4kit::vfs::cred::Cred;
-use ext4kit::{FileType as Ft, Fs, OpenFlags as EngineOpen, Whence};
+use ext4kit::{Fs, OpenFlags as EngineOpen, Whence};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -388,10 +388,12 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = crate::statfs::statfs(&self.fs);
-        reply.statfs(
-            s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
-        );
+        match crate::statfs::statfs(&self.fs) {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -422,19 +424,9 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let r = (|| {
-            let ino = Self::ino(ino)?;
-            let inode = res(self.fs.inode(ino))?;
-            let want = (mask.bits() & 7) as u8;
-            if self.read_only && want & 2 != 0 && matches!(inode.ftype, Ft::Regular | Ft::Directory | Ft::Symlink) {
-                return Err(Errno::EROFS);
-            }
-            if want == 0 || Self::cred(req).may(&inode.disk.read(), want) {
-                Ok(())
-            } else {
-                Err(Errno::EACCES)
-            }
-        })();
+        // The engine's check: mode bits, ACLs, EROFS for writes to a
+        // read-only filesystem, immutable inodes.
+        let r = Self::ino(ino).and_then(|i| res(self.fs.access_ino(i, (mask.bits() & 7) as u8, &Self::cred(req))));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),

@@ -5,7 +5,7 @@ use ext4kit::Fs;
 /// What `STATFS` replies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatFs {
-    /// Total data blocks.
+    /// Data blocks (total minus the fixed metadata overhead, as ext4).
     pub blocks: u64,
     /// Free blocks.
     pub bfree: u64,
@@ -21,20 +21,18 @@ pub struct StatFs {
     pub namelen: u32,
 }
 
-/// The filesystem's counts. One function so it can switch to an engine
-/// `Fs::statfs` when there is one: today it reads the superblock summary
-/// (`Fs::info`), whose free counts the engine keeps current from the group
-/// descriptors (`sync_super` sums them). Unlike the kernel's `ext4_statfs`
-/// the metadata overhead is not subtracted from `blocks`.
-pub fn statfs(fs: &Fs) -> StatFs {
-    let i = fs.info();
-    StatFs {
-        blocks: i.blocks,
-        bfree: i.free_blocks,
-        bavail: i.free_blocks.saturating_sub(i.reserved_blocks),
-        files: u64::from(i.inodes),
-        ffree: u64::from(i.free_inodes),
-        bsize: i.block_size,
-        namelen: 255,
-    }
+/// The filesystem's counts, from the engine's `Fs::statfs` (live group
+/// descriptor counts, overhead counted like `ext4_calculate_overhead`).
+/// One function, so the reply is shaped in one place.
+pub fn statfs(fs: &Fs) -> ext4kit::Result<StatFs> {
+    let s = fs.statfs()?;
+    Ok(StatFs {
+        blocks: s.blocks,
+        bfree: s.blocks_free,
+        bavail: s.blocks_avail,
+        files: s.files,
+        ffree: s.files_free,
+        bsize: s.block_size,
+        namelen: s.name_max,
+    })
 }
