@@ -90,6 +90,11 @@ enum Command {
     /// SOURCE_DATE_EPOCH fixes all timestamps; with -U and -E hash_seed= the
     /// image is reproducible byte for byte.
     Mkfs(cmd::mkfs::Args),
+    /// Mount an image with the ext4kit FUSE server (read-only for now);
+    /// detaches once the mount works.
+    Mount(cmd::mount::MountArgs),
+    /// Unmount an ext4kit mount and wait for its server to finish.
+    Umount(cmd::mount::UmountArgs),
     /// Copy host files or directory trees into the image, preserving type,
     /// mode, owner, times (ns), symlinks, hard links, device nodes, xattrs
     /// and ACLs; sparse files stay sparse. With one SRC, DEST may be a new
@@ -279,6 +284,8 @@ fn main() -> ExitCode {
         Command::Stat { image, path } => cmd::stat::run(&image, &path, budget),
         Command::Get { image, path, dest } => cmd::get::run(&image, &path, &dest, budget),
         Command::Mkfs(args) => cmd::mkfs::run(&args),
+        Command::Mount(args) => cmd::mount::run(&args, budget),
+        Command::Umount(args) => cmd::mount::umount(&args),
         Command::Put { srcs, target } => cmd::put::run(&srcs, &target, budget),
         Command::Mkdir {
             parents,

@@ -8,6 +8,7 @@ pub mod get;
 pub mod info;
 pub mod ls;
 pub mod mkfs;
+pub mod mount;
 pub mod put;
 pub mod stat;
 

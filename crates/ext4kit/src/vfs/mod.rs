@@ -11,6 +11,7 @@ pub mod fdtable;
 pub mod file;
 pub mod icache;
 pub mod io;
+pub mod lookup;
 pub mod namei;
 pub mod namespace;
 pub mod pagecache;

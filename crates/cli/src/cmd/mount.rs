@@ -1,0 +1,87 @@
+//! `ext4kit mount` and `ext4kit umount`: argument handling only; the
+//! server and its lifecycle are the `ext4kit-fuse` crate.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+/// Mount an image with the ext4kit FUSE server.
+#[derive(Args, Debug)]
+#[command(after_help = "EXAMPLES:
+  ext4kit mount disk.img /mnt/disk            mount read-only; returns once it works
+  ls -l /mnt/disk && cat /mnt/disk/etc/hostname
+  ext4kit umount /mnt/disk                    unmount, wait for the server to finish
+  ext4kit mount -o allow_other disk.img /mnt/disk
+                                              let every user read it (permissions are
+                                              checked by the kernel against the image's
+                                              modes and owners)
+  ext4kit mount --foreground --threads 4 disk.img /mnt/disk
+                                              stay in the terminal; Ctrl-C unmounts
+
+As root the mount is made with mount(2); other users mount through
+fusermount3 (apt-get install fuse3) on a mount point they own. An image
+that is mounted already (by the kernel, fuse2fs or another ext4kit) is
+refused. Read-write mounts arrive with the write engine: today every
+mount is read-only.")]
+pub struct MountArgs {
+    /// Mount options, comma-separated (repeatable): ro (default), rw (not
+    /// yet), allow_other, allow_root, default_permissions (always on),
+    /// nosuid, nodev, noexec, noatime, ...
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+    /// Serve in this process instead of detaching (Ctrl-C unmounts).
+    #[arg(short = 'f', long)]
+    foreground: bool,
+    /// Request-serving threads (default: number of CPUs).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// The image file (or block device).
+    image: PathBuf,
+    /// An existing, empty directory.
+    mountpoint: PathBuf,
+}
+
+/// Unmount an ext4kit mount.
+#[derive(Args, Debug)]
+#[command(after_help = "EXAMPLES:
+  ext4kit umount /mnt/disk     unmount; returns when the server has flushed and exited
+
+Works for the user who mounted it (through fusermount3) and for root.")]
+pub struct UmountArgs {
+    /// Seconds to wait for the server to finish after the unmount.
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    timeout: u64,
+    /// The mount point.
+    mountpoint: PathBuf,
+}
+
+/// `ext4kit mount`.
+pub fn run(a: &MountArgs, budget: usize) -> Result<(), String> {
+    let mut opts = ext4kit_fuse::MountOptions {
+        cache_budget: budget,
+        ..Default::default()
+    };
+    for o in &a.options {
+        ext4kit_fuse::parse_options(o, &mut opts)?;
+    }
+    if !opts.read_only {
+        return Err(ext4kit_fuse::RW_PENDING.into());
+    }
+    if let Some(n) = a.threads {
+        if n == 0 {
+            return Err("--threads must be at least 1".into());
+        }
+        opts.threads = n;
+    }
+    if a.foreground {
+        ext4kit_fuse::run_foreground(&a.image, &a.mountpoint, &opts)
+    } else {
+        ext4kit_fuse::run_detached(&a.image, &a.mountpoint, &opts)
+    }
+}
+
+/// `ext4kit umount`.
+pub fn umount(a: &UmountArgs) -> Result<(), String> {
+    ext4kit_fuse::unmount(&a.mountpoint, Duration::from_secs(a.timeout))
+}

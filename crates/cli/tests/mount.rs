@@ -1,0 +1,467 @@
+//! `ext4kit mount` through the kernel's FUSE driver: the whole fixture tree
+//! read back through a real mount (names, types, modes, owners, sizes,
+//! contents, symlinks, devices, hard links, xattrs, times), concurrent
+//! readers, the lifecycle (detach, umount, signals, kill -9), refusal of an
+//! image already in use, and an unprivileged mount through fusermount3.
+//!
+//! These tests need /dev/fuse and fusermount3 (.ci/run installs fuse3) and
+//! root (CI runs as root); without them they fail and say why, rather than
+//! pass without testing anything.
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ext4kit_testkit::{build_source_tree, compare_trees, e2fsck_clean, image_matrix, make_image, LoopMount, TreeOpts};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ext4kit");
+
+fn require_fuse() {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse does not exist: these tests need the FUSE driver (modprobe fuse, or run the container with \
+         --device /dev/fuse)"
+    );
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "these tests need root (they mount, loop-mount and switch to user nobody); CI runs as root"
+    );
+}
+
+fn workdir(tag: &str) -> PathBuf {
+    let w = std::env::temp_dir().join(format!("ext4kit-mount-{tag}-{}", std::process::id()));
+    let _ = Command::new("umount").arg("-l").arg(w.join("mnt")).output();
+    let _ = std::fs::remove_dir_all(&w);
+    std::fs::create_dir_all(w.join("mnt")).unwrap();
+    std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o755)).unwrap();
+    w
+}
+
+fn ext4kit(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    let mut c = Command::new(BIN);
+    for a in args {
+        c.arg(a);
+    }
+    c.stdin(Stdio::null()).output().unwrap()
+}
+
+fn ok(o: &Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what} failed ({}):\n{}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The mount table's type for `dir`, if mounted.
+fn mounted_type(dir: &Path) -> Option<String> {
+    let t = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    t.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        (Path::new(left.split(' ').nth(4)?) == dir).then(|| right.split(' ').next().unwrap_or("").to_string())
+    })
+}
+
+/// Pids of `ext4kit mount` processes serving `image` (given by the same
+/// absolute path the tests pass on the command line).
+fn servers_of(image: &Path) -> Vec<u32> {
+    let needle = image.to_string_lossy().into_owned();
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "mount") && args.contains(&needle) {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// sha256 of every regular file's bytes in sorted path order (as a shell
+/// pipeline, so the reads come from separate processes).
+fn content_digest(dir: &Path) -> String {
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("cd \"$1\" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 cat | sha256sum")
+        .arg("sh")
+        .arg(dir)
+        .output()
+        .unwrap();
+    ok(&o, "find | cat | sha256sum");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn spawn_foreground(img: &Path, mnt: &Path) -> Child {
+    let child = Command::new(BIN)
+        .args(["mount", "--foreground", "--threads", "2"])
+        .arg(img)
+        .arg(mnt)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the foreground mount", Duration::from_secs(20), || {
+        mounted_type(mnt).is_some()
+    });
+    child
+}
+
+fn exit_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(t.elapsed() < limit, "the server did not exit within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn small_image(work: &Path, spec_name: &str) -> (PathBuf, PathBuf, ext4kit_testkit::ImageSpec) {
+    let src = work.join("src");
+    build_source_tree(&src, &TreeOpts::small()).unwrap();
+    let spec = image_matrix().into_iter().find(|s| s.name == spec_name).unwrap();
+    let img = work.join(format!("{spec_name}.img"));
+    make_image(&spec, &src, &img).unwrap();
+    (src, img, spec)
+}
+
+#[test]
+fn the_whole_tree_reads_back_through_the_mount_with_concurrent_readers() {
+    require_fuse();
+    for name in ["ext4-default", "ext2-1k"] {
+        let work = workdir(name);
+        let (src, img, spec) = small_image(&work, name);
+        let mnt = work.join("mnt");
+        let o = ext4kit(&[&"mount", &img, &mnt]);
+        ok(&o, "ext4kit mount");
+        // Detached: the command returned and the mount already works.
+        assert_eq!(mounted_type(&mnt).as_deref(), Some("fuse.ext4kit"), "{name}");
+        let servers = servers_of(&img);
+        assert_eq!(servers.len(), 1, "{name}: one server process: {servers:?}");
+
+        let opts = spec.compare_opts();
+        let diffs = compare_trees(&src, &mnt, &opts).unwrap();
+        assert!(
+            diffs.is_empty(),
+            "{name}: the mount differs from the source:\n{diffs:#?}"
+        );
+
+        // Several threads comparing the whole tree while several processes
+        // cat every file: every reader sees exactly the source.
+        let want = content_digest(&src);
+        std::thread::scope(|s| {
+            let threads: Vec<_> = (0..3)
+                .map(|_| s.spawn(|| compare_trees(&src, &mnt, &opts).unwrap()))
+                .collect();
+            let procs: Vec<_> = (0..3).map(|_| s.spawn(|| content_digest(&mnt))).collect();
+            for t in threads {
+                let d = t.join().unwrap();
+                assert!(d.is_empty(), "{name}: a concurrent reader saw differences: {d:#?}");
+            }
+            for p in procs {
+                assert_eq!(p.join().unwrap(), want, "{name}: a concurrent cat saw other bytes");
+            }
+        });
+
+        // statfs through the mount is the image's.
+        let df = Command::new("stat")
+            .args(["-f", "-c", "%S %b %c"])
+            .arg(&mnt)
+            .output()
+            .unwrap();
+        ok(&df, "stat -f");
+        let info = ext4kit(&[&"info", &img]);
+        let bs = String::from_utf8_lossy(&df.stdout)
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string();
+        assert_eq!(bs.trim(), spec.block_size.to_string(), "{name}: statfs block size");
+        assert!(String::from_utf8_lossy(&info.stdout).contains(&bs), "{name}");
+
+        // Writes are refused: the mount is read-only.
+        let e = std::fs::write(mnt.join("new-file"), b"x").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc_erofs()), "{name}: {e}");
+
+        let o = ext4kit(&[&"umount", &mnt]);
+        ok(&o, "ext4kit umount");
+        assert_eq!(mounted_type(&mnt), None, "{name}: still mounted after umount");
+        wait_until("the server to exit", Duration::from_secs(10), || {
+            servers_of(&img).is_empty()
+        });
+        e2fsck_clean(&img).unwrap();
+        let _ = std::fs::remove_dir_all(&work);
+    }
+}
+
+fn libc_erofs() -> i32 {
+    30
+}
+
+#[test]
+fn umount_and_signals_end_a_foreground_server_with_status_0() {
+    require_fuse();
+    let work = workdir("signals");
+    let (_src, img, _) = small_image(&work, "ext4-default");
+    let mnt = work.join("mnt");
+    for how in ["umount", "TERM", "INT"] {
+        let mut child = spawn_foreground(&img, &mnt);
+        assert!(
+            std::fs::read_dir(&mnt).unwrap().count() > 3,
+            "{how}: the mount lists the tree"
+        );
+        match how {
+            "umount" => ok(&ext4kit(&[&"umount", &mnt]), "ext4kit umount"),
+            sig => {
+                let o = Command::new("kill")
+                    .arg(format!("-{sig}"))
+                    .arg(child.id().to_string())
+                    .output()
+                    .unwrap();
+                ok(&o, "kill");
+            }
+        }
+        let st = exit_within(&mut child, Duration::from_secs(20));
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert!(st.success(), "{how}: the server exited with {st}: {err}");
+        assert_eq!(mounted_type(&mnt), None, "{how}: still mounted");
+    }
+    e2fsck_clean(&img).unwrap();
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn kill_9_leaves_the_image_openable_and_clean() {
+    require_fuse();
+    let work = workdir("kill9");
+    let (src, img, spec) = small_image(&work, "ext4-default");
+    let mnt = work.join("mnt");
+    let mut child = spawn_foreground(&img, &mnt);
+    // Traffic in flight when the server dies.
+    let reader = Command::new("sh")
+        .arg("-c")
+        .arg("cd \"$1\" && while :; do find . -type f -exec cat {} + >/dev/null 2>&1 || exit 0; done")
+        .arg("sh")
+        .arg(&mnt)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The dead mount answers ENOTCONN until it is detached.
+    let _ = Command::new("umount").arg("-l").arg(&mnt).output().unwrap();
+    let mut reader = reader;
+    let _ = reader.kill();
+    let _ = reader.wait();
+    assert_eq!(mounted_type(&mnt), None);
+    ext4kit::Fs::open_image(
+        &img,
+        &ext4kit::OpenOptions {
+            read_only: true,
+            cache_budget: 16 << 20,
+        },
+    )
+    .unwrap();
+    e2fsck_clean(&img).unwrap();
+    // The lock died with the process: the image mounts again, intact.
+    ok(&ext4kit(&[&"mount", &img, &mnt]), "mount after kill -9");
+    let diffs = compare_trees(&src, &mnt, &spec.compare_opts()).unwrap();
+    ok(&ext4kit(&[&"umount", &mnt]), "umount");
+    assert!(diffs.is_empty(), "{diffs:#?}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn an_image_in_use_is_refused_with_a_clear_message() {
+    require_fuse();
+    let work = workdir("twice");
+    let (_src, img, _) = small_image(&work, "ext4-default");
+    let (mnt, mnt2) = (work.join("mnt"), work.join("mnt2"));
+    std::fs::create_dir_all(&mnt2).unwrap();
+
+    // Mounted by ext4kit: a second ext4kit mount is refused.
+    ok(&ext4kit(&[&"mount", &img, &mnt]), "mount");
+    let o = ext4kit(&[&"mount", &img, &mnt2]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "second mount: {err}");
+    assert!(
+        err.contains("already mounted") && err.contains(&*mnt.to_string_lossy()),
+        "{err}"
+    );
+    assert_eq!(mounted_type(&mnt2), None);
+    ok(&ext4kit(&[&"umount", &mnt]), "umount");
+
+    // Mounted by the kernel through a loop device: refused.
+    let lm = LoopMount::mount(&img, &mnt, "ext4", true).unwrap();
+    let o = ext4kit(&[&"mount", &img, &mnt2]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "mount of a loop-mounted image: {err}");
+    assert!(err.contains("already mounted") && err.contains("/dev/loop"), "{err}");
+    lm.unmount().unwrap();
+
+    // -o rw is refused with the reason.
+    let o = ext4kit(&[&"mount", &"-o", &"rw", &img, &mnt2]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err.contains("read-write mounts arrive with the write engine"), "{err}");
+    // An unknown option is named.
+    let o = ext4kit(&[&"mount", &"-o", &"bogus", &img, &mnt2]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("`bogus`"));
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn a_held_image_lock_refuses_a_second_server() {
+    require_fuse();
+    let work = workdir("lock");
+    let (_src, img, _) = small_image(&work, "ext4-default");
+    let f = std::fs::File::open(&img).unwrap();
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+    let o = ext4kit(&[&"mount", &img, &work.join("mnt")]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("in use"), "{err}");
+    drop(f);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn an_unprivileged_user_mounts_through_fusermount3() {
+    require_fuse();
+    assert!(
+        Command::new("fusermount3")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "fusermount3 is missing: apt-get install fuse3 (.ci/run does)"
+    );
+    // fusermount3 opens /dev/fuse with the caller's rights; fuse3's udev
+    // rule makes it 0666. Machines without udev (this VM) leave it 0600.
+    let mode = std::fs::metadata("/dev/fuse").unwrap().permissions().mode() & 0o777;
+    if mode != 0o666 {
+        eprintln!("/dev/fuse is {mode:o}; setting 0666 as fuse3's udev rule does");
+        std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(0o20666)).unwrap();
+    }
+    let work = workdir("nobody");
+    let (_src, img, _) = small_image(&work, "ext4-default");
+    std::fs::set_permissions(&img, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mnt = work.join("mnt");
+    std::os::unix::fs::chown(&mnt, Some(65534), Some(65534)).unwrap();
+    let as_nobody = |args: &[&dyn AsRef<std::ffi::OsStr>]| {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"]);
+        for a in args {
+            c.arg(a);
+        }
+        c.stdin(Stdio::null()).output().unwrap()
+    };
+    ok(&as_nobody(&[&BIN, &"mount", &img, &mnt]), "mount as nobody");
+    assert_eq!(mounted_type(&mnt).as_deref(), Some("fuse.ext4kit"));
+    let o = as_nobody(&[&"cat", &mnt.join("sizes/59")]);
+    ok(&o, "cat as nobody");
+    assert_eq!(o.stdout, std::fs::read(work.join("src/sizes/59")).unwrap());
+    // Without allow_other/allow_root, other users (root too) are kept out.
+    let e = std::fs::read_dir(&mnt).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(13), "{e}");
+    ok(&as_nobody(&[&BIN, &"umount", &mnt]), "umount as nobody");
+    assert_eq!(mounted_type(&mnt), None);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// Every SEEK_DATA / SEEK_HOLE answer (walking each sparse file from 0,
+/// alternating) as (offset asked, whence, result or errno).
+fn seek_map(root: &Path, files: &[PathBuf]) -> Vec<(String, u64, &'static str, Result<u64, i32>)> {
+    use rustix::fs::SeekFrom;
+    let mut v = Vec::new();
+    for rel in files {
+        let f = std::fs::File::open(root.join(rel)).unwrap();
+        let size = f.metadata().unwrap().len();
+        let mut off = 0u64;
+        let mut data = true;
+        // Bounded walk: each step moves forward or ends with ENXIO.
+        for _ in 0..64 {
+            let (w, r) = if data {
+                ("DATA", rustix::fs::seek(&f, SeekFrom::Data(off)))
+            } else {
+                ("HOLE", rustix::fs::seek(&f, SeekFrom::Hole(off)))
+            };
+            let r = r.map_err(|e| e.raw_os_error());
+            v.push((rel.to_string_lossy().into_owned(), off, w, r));
+            match r {
+                Ok(p) if p < size => {
+                    off = if p == off { p + 1 } else { p };
+                    data = !data;
+                }
+                _ => break,
+            }
+        }
+    }
+    v
+}
+
+/// `stat -f`: block size, blocks, free blocks, inodes, free inodes.
+fn statfs_line(dir: &Path) -> String {
+    let o = Command::new("stat")
+        .args(["-f", "-c", "%S %b %f %c %d"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    ok(&o, "stat -f");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn seek_data_seek_hole_and_statfs_answer_like_the_kernel() {
+    require_fuse();
+    let work = workdir("seek");
+    let src = work.join("src");
+    let manifest = build_source_tree(&src, &TreeOpts::small()).unwrap();
+    assert!(!manifest.sparse_files.is_empty(), "the fixture has sparse files");
+    let spec = image_matrix().into_iter().find(|s| s.name == "ext4-default").unwrap();
+    let img = work.join("seek.img");
+    make_image(&spec, &src, &img).unwrap();
+    let mnt = work.join("mnt");
+    let lm = LoopMount::mount(&img, &mnt, "ext4", true).unwrap();
+    let want = seek_map(&mnt, &manifest.sparse_files);
+    let want_statfs = statfs_line(&mnt);
+    lm.unmount().unwrap();
+    ok(&ext4kit(&[&"mount", &img, &mnt]), "mount");
+    let got = seek_map(&mnt, &manifest.sparse_files);
+    let got_statfs = statfs_line(&mnt);
+    ok(&ext4kit(&[&"umount", &mnt]), "umount");
+    // statfs: block size, data blocks (overhead excluded), free blocks,
+    // inodes and free inodes exactly as the kernel counts them. (f_bavail
+    // differs by design: the kernel holds back a runtime reserve.)
+    assert_eq!(got_statfs, want_statfs, "statfs through ext4kit vs the kernel");
+    assert!(
+        want.len() > manifest.sparse_files.len(),
+        "the walk visited data and holes: {want:?}"
+    );
+    assert_eq!(got, want, "SEEK_DATA/SEEK_HOLE through ext4kit vs the kernel");
+    let _ = std::fs::remove_dir_all(&work);
+}

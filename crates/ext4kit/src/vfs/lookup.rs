@@ -1,0 +1,87 @@
+//! Lookup of one name in a directory given by inode number: what a frontend
+//! that already holds the parent (the FUSE server: the kernel walks paths and
+//! sends `LOOKUP(parent inode, name)`) needs instead of a path walk.
+//!
+//! The dentry cache is consulted first (lock-free read, no reference taken,
+//! as in the path walk). On a miss the directory is searched on disk
+//! (htree or linear) under the directory's shared lock. The result is not
+//! inserted into the dentry cache: an insert needs the parent's dentry,
+//! which a by-inode caller does not have, and the kernel in front of a FUSE
+//! mount keeps its own dentry cache, so ours would be a second copy.
+
+use ext4kit_format::dirent::NAME_MAX;
+use ext4kit_format::inode::FileType;
+
+use super::namei::show;
+use super::Fs;
+use crate::error::{Errno, Error, Result};
+
+impl Fs {
+    /// The inode `name` refers to in directory inode `dir_ino`, with its
+    /// type; `None` when the name does not exist. "." and ".." are looked up
+    /// like any other name (they are real entries in ext4 directories).
+    ///
+    /// Errors: ENOTDIR when `dir_ino` is not a directory, ENAMETOOLONG for a
+    /// name longer than 255 bytes, EINVAL for an empty name or one with '/'.
+    pub fn lookup_at(&self, dir_ino: u32, name: &[u8]) -> Result<Option<(u32, FileType)>> {
+        if name.len() > NAME_MAX {
+            return Err(Error::posix(
+                Errno::ENAMETOOLONG,
+                format!("{}: name too long", show(name)),
+            ));
+        }
+        if name.is_empty() || name.contains(&b'/') {
+            return Err(Error::posix(
+                Errno::EINVAL,
+                format!("{:?}: not a single path component", show(name)),
+            ));
+        }
+        let cached = self.dcache.with(dir_ino, name, |d| (d.ino, d.ftype));
+        let (ino, ftype) = match cached {
+            Some(hit) => hit,
+            None => self.lookup_disk(dir_ino, name)?.unwrap_or((0, None)),
+        };
+        if ino == 0 {
+            return Ok(None);
+        }
+        let ftype = match ftype {
+            Some(t) => t,
+            // No `filetype` feature: the type comes from the inode.
+            None => self.inode(ino)?.ftype,
+        };
+        Ok(Some((ino, ftype)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ext4::mkfs::{mkfs, MkfsOptions};
+    use crate::{Errno, Fs, OpenOptions};
+    use ext4kit_blockdev::MemDevice;
+    use std::sync::Arc;
+
+    #[test]
+    fn finds_names_by_parent_inode() {
+        let dev = Arc::new(MemDevice::new(8 << 20));
+        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
+        let fs = Fs::open_device(
+            dev,
+            &OpenOptions {
+                read_only: false,
+                cache_budget: 8 << 20,
+            },
+        )
+        .unwrap();
+        let st = fs.write_file(b"/hello", b"hi", 0o644, 0, 0).unwrap();
+        let (ino, ft) = fs.lookup_at(2, b"hello").unwrap().unwrap();
+        assert_eq!((ino, ft), (st.ino, crate::FileType::Regular));
+        // Twice: the second may come from the dentry cache.
+        fs.stat(b"/hello").unwrap();
+        assert_eq!(fs.lookup_at(2, b"hello").unwrap().unwrap().0, st.ino);
+        assert_eq!(fs.lookup_at(2, b"..").unwrap().unwrap().0, 2);
+        assert!(fs.lookup_at(2, b"missing").unwrap().is_none());
+        assert_eq!(fs.lookup_at(st.ino, b"x").unwrap_err().errno(), Errno::ENOTDIR);
+        assert_eq!(fs.lookup_at(2, &[b'a'; 256]).unwrap_err().errno(), Errno::ENAMETOOLONG);
+        assert_eq!(fs.lookup_at(2, b"a/b").unwrap_err().errno(), Errno::EINVAL);
+    }
+}

@@ -1,0 +1,165 @@
+//! Refusing an image that something else is using.
+//!
+//! Two mounts of one image (two ext4kit servers, or ext4kit and the kernel,
+//! or ext4kit and fuse2fs) would each cache metadata the other changes and
+//! corrupt the filesystem. Two checks, both done before the image is
+//! opened:
+//!
+//! 1. An advisory lock (`flock(LOCK_EX)`) on the image file, held for the
+//!    whole life of the mount: a second ext4kit server (or `ext4kit`
+//!    library user taking the same lock) fails at once, and `ext4kit
+//!    umount` waits on it to know the server has finished flushing.
+//! 2. The kernel's mount table: the image mounted directly (a block
+//!    device), through a loop device (`/sys/block/loopN/loop/backing_file`
+//!    names our file), or by another FUSE server that names it as its
+//!    source (fuse2fs does), is refused with the mount point in the message.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{flock, FlockOperation};
+
+/// The lock held for the mount's life; released on drop (or process exit,
+/// including kill -9).
+#[derive(Debug)]
+pub struct ImageLock {
+    _file: File,
+}
+
+impl ImageLock {
+    /// Take the exclusive lock or explain who holds it.
+    pub fn acquire(image: &Path) -> Result<Self, String> {
+        let file = File::open(image).map_err(|e| format!("{}: {e}", image.display()))?;
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(ImageLock { _file: file }),
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(format!(
+                "{}: the image is in use: another ext4kit mount (or a program holding a lock on it) has it open; \
+                 unmount that first",
+                image.display()
+            )),
+            Err(e) => Err(format!("{}: cannot lock the image: {e}", image.display())),
+        }
+    }
+}
+
+/// Whether nobody holds the image lock (a shared lock can be taken now).
+pub fn lock_is_free(image: &Path) -> bool {
+    match File::open(image) {
+        Ok(f) => flock(&f, FlockOperation::NonBlockingLockShared).is_ok(),
+        Err(_) => true,
+    }
+}
+
+/// One line of `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// Where it is mounted.
+    pub mount_point: PathBuf,
+    /// Filesystem type ("ext4", "fuse.ext4kit", ...).
+    pub fstype: String,
+    /// Source ("/dev/loop0", an image path, ...).
+    pub source: String,
+}
+
+/// Undo the kernel's octal escapes of space, tab, newline and backslash.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The current mount table.
+pub fn mounts() -> io::Result<Vec<MountEntry>> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(text.lines().filter_map(parse_mountinfo_line).collect())
+}
+
+fn parse_mountinfo_line(l: &str) -> Option<MountEntry> {
+    let (left, right) = l.split_once(" - ")?;
+    let mount_point = left.split(' ').nth(4)?;
+    let mut r = right.split(' ');
+    let fstype = r.next()?;
+    let source = r.next()?;
+    Some(MountEntry {
+        mount_point: PathBuf::from(unescape(mount_point)),
+        fstype: unescape(fstype),
+        source: unescape(source),
+    })
+}
+
+/// Whether two paths name the same file (same device and inode).
+fn same_file(a: &std::fs::Metadata, b: &Path) -> bool {
+    std::fs::metadata(b).is_ok_and(|m| m.dev() == a.dev() && m.ino() == a.ino())
+}
+
+/// If the kernel has `image` mounted (directly, through a loop device, or
+/// as the source of a FUSE mount), a message naming where.
+pub fn kernel_user(image: &Path) -> Option<String> {
+    let me = std::fs::metadata(image).ok()?;
+    let table = mounts().ok()?;
+    for m in &table {
+        let src = Path::new(&m.source);
+        let hit = if me.file_type().is_block_device() {
+            std::fs::metadata(src).is_ok_and(|s| s.file_type().is_block_device() && s.rdev() == me.rdev())
+        } else if let Some(loopdev) = m.source.strip_prefix("/dev/") {
+            let backing = format!("/sys/block/{loopdev}/loop/backing_file");
+            match std::fs::read_to_string(&backing) {
+                Ok(b) => same_file(&me, Path::new(b.trim_end().trim_end_matches(" (deleted)"))),
+                Err(_) => false,
+            }
+        } else {
+            src.is_absolute() && same_file(&me, src)
+        };
+        if hit {
+            return Some(format!(
+                "{} is already mounted at {} ({} from {}); unmount it first",
+                image.display(),
+                m.mount_point.display(),
+                m.fstype,
+                m.source
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_lines_parse_with_escapes() {
+        let l = "36 35 98:0 / /mnt/my\\040dir rw,noatime master:1 - fuse.ext4kit /tmp/a\\040b.img ro,user_id=0";
+        let e = parse_mountinfo_line(l).unwrap();
+        assert_eq!(e.mount_point, PathBuf::from("/mnt/my dir"));
+        assert_eq!(e.fstype, "fuse.ext4kit");
+        assert_eq!(e.source, "/tmp/a b.img");
+        assert!(parse_mountinfo_line("garbage").is_none());
+    }
+
+    #[test]
+    fn a_second_lock_is_refused_until_the_first_is_dropped() {
+        let p = std::env::temp_dir().join(format!("ext4kit-fuse-lock-{}", std::process::id()));
+        std::fs::write(&p, b"x").unwrap();
+        let a = ImageLock::acquire(&p).unwrap();
+        assert!(!lock_is_free(&p));
+        let e = ImageLock::acquire(&p).unwrap_err();
+        assert!(e.contains("in use"), "{e}");
+        drop(a);
+        assert!(lock_is_free(&p));
+        ImageLock::acquire(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+    }
+}

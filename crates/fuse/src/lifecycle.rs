@@ -1,0 +1,415 @@
+//! Mounting, serving, stopping and unmounting.
+//!
+//! `mount` checks the image is not in use, takes its lock, opens it,
+//! mounts (mount(2) as root, `fusermount3` otherwise — fuser chooses) and
+//! completes the FUSE INIT handshake: when it returns, the mount works.
+//! `Mounted::run` serves requests on N threads until the mount goes away
+//! (external unmount) or a stop signal arrives (SIGINT/SIGTERM/SIGHUP:
+//! unmount, lazily if busy), then flushes (`Fs::sync`) and releases the
+//! lock. `run_detached` forks *before* any thread exists; the child mounts
+//! and reports readiness (or the error) over a pipe, so the parent returns
+//! only once the mount works or with the child's message.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ext4kit::{Fs, OpenOptions};
+use fuser::{Config, MountOption, Session, SessionACL};
+
+use crate::inuse::{kernel_user, lock_is_free, mounts, ImageLock};
+use crate::server::Ext4Fuse;
+use crate::sys;
+
+/// The FUSE subtype: mounts show as `fuse.ext4kit` in /proc/mounts.
+pub const SUBTYPE: &str = "ext4kit";
+
+/// How to mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Read-only (the only mode until the write engine is merged).
+    pub read_only: bool,
+    /// Let every user use the mount (`allow_other`; non-root needs
+    /// `user_allow_other` in /etc/fuse.conf).
+    pub allow_other: bool,
+    /// Let root use the mount too (`allow_root`).
+    pub allow_root: bool,
+    /// Kernel options passed through (nosuid, nodev, noexec, noatime, ...).
+    pub kernel: Vec<MountOption>,
+    /// Request threads.
+    pub threads: usize,
+    /// Engine cache budget in bytes.
+    pub cache_budget: usize,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            read_only: true,
+            allow_other: false,
+            allow_root: false,
+            kernel: Vec::new(),
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            cache_budget: 256 << 20,
+        }
+    }
+}
+
+/// The message `-o rw` gets until writes are wired in.
+pub const RW_PENDING: &str =
+    "read-write mounts arrive with the write engine; mount read-only for now (-o ro, the default)";
+
+/// Apply a comma-separated `-o` list to `opts`.
+pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> {
+    for o in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        match o {
+            "ro" => opts.read_only = true,
+            "rw" => opts.read_only = false,
+            "allow_other" => opts.allow_other = true,
+            "allow_root" => opts.allow_root = true,
+            // Always on (see the crate docs): accepted for familiarity.
+            "default_permissions" => {}
+            "nosuid" => opts.kernel.push(MountOption::NoSuid),
+            "suid" => opts.kernel.push(MountOption::Suid),
+            "nodev" => opts.kernel.push(MountOption::NoDev),
+            "dev" => opts.kernel.push(MountOption::Dev),
+            "noexec" => opts.kernel.push(MountOption::NoExec),
+            "exec" => opts.kernel.push(MountOption::Exec),
+            "noatime" => opts.kernel.push(MountOption::NoAtime),
+            "atime" => opts.kernel.push(MountOption::Atime),
+            "sync" => opts.kernel.push(MountOption::Sync),
+            "async" => opts.kernel.push(MountOption::Async),
+            "dirsync" => opts.kernel.push(MountOption::DirSync),
+            other => {
+                return Err(format!(
+                    "unknown mount option `{other}` (known: ro, rw, allow_other, allow_root, default_permissions, \
+                     [no]suid, [no]dev, [no]exec, [no]atime, sync, async, dirsync)"
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A working mount, not yet serving requests beyond INIT.
+pub struct Mounted {
+    session: Session<Ext4Fuse>,
+    fs: Arc<Fs>,
+    mount_point: PathBuf,
+    lock: ImageLock,
+    /// Mounted by fusermount3 (unmount through it too).
+    via_fusermount: bool,
+    nodes: Arc<crate::nodes::Nodes>,
+}
+
+impl std::fmt::Debug for Mounted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mounted")
+            .field("mount_point", &self.mount_point)
+            .finish()
+    }
+}
+
+/// Mount `image` at `mount_point`. Blocks SIGINT/SIGTERM/SIGHUP in the
+/// calling thread first (the server threads inherit the mask and
+/// [`Mounted::run`] waits for them on a thread of its own).
+pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mounted, String> {
+    if !opts.read_only {
+        return Err(RW_PENDING.into());
+    }
+    let image = std::fs::canonicalize(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let mount_point = std::fs::canonicalize(mount_point).map_err(|e| format!("{}: {e}", mount_point.display()))?;
+    if !mount_point.is_dir() {
+        return Err(format!("{}: not a directory", mount_point.display()));
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err(
+            "/dev/fuse does not exist: load the fuse module (modprobe fuse) or give the container the device".into(),
+        );
+    }
+    if let Some(msg) = kernel_user(&image) {
+        return Err(msg);
+    }
+    let lock = ImageLock::acquire(&image)?;
+    sys::block_stop_signals().map_err(|e| format!("blocking signals: {e}"))?;
+    let fs = Fs::open_image(
+        &image,
+        &OpenOptions {
+            read_only: true,
+            cache_budget: opts.cache_budget,
+        },
+    )
+    .map_err(|e| format!("{}: {e}", image.display()))?;
+    for w in fs.warnings() {
+        eprintln!("ext4kit: warning: {}: {w}", image.display());
+    }
+    let fsname = match image.to_str() {
+        // The image path as the source: what `ext4kit umount` and the in-use
+        // check read back from the mount table. A path with a comma cannot
+        // pass through the option string; such mounts show "ext4kit".
+        Some(s) if !s.contains(',') => s.to_string(),
+        _ => SUBTYPE.to_string(),
+    };
+    let acl = if opts.allow_other {
+        SessionACL::All
+    } else if opts.allow_root {
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    let mut config = Config::default();
+    config.acl = acl;
+    config.n_threads = Some(opts.threads.max(1));
+    // Cloned descriptors need /dev/fuse to be openable by us (it is 0600
+    // root on many systems: unprivileged servers share one descriptor).
+    config.clone_fd = opts.threads > 1 && sys::can_read_write(Path::new("/dev/fuse"));
+    let server = Ext4Fuse::new(fs.clone(), true);
+    let nodes = server.nodes();
+    let fail = |e: &dyn std::fmt::Display| format!("mounting {} at {}: {e}", image.display(), mount_point.display());
+    let (session, via_fusermount) = if sys::is_root() {
+        let mut mount_options = vec![
+            MountOption::FSName(fsname),
+            // fuser's mount(2) path does not pass `Subtype` to the kernel;
+            // the fuse driver accepts `subtype=` itself (type fuse.ext4kit).
+            MountOption::CUSTOM(format!("subtype={SUBTYPE}")),
+            MountOption::RO,
+            MountOption::DefaultPermissions,
+        ];
+        mount_options.extend(opts.kernel.iter().cloned());
+        config.mount_options = mount_options;
+        (
+            Session::new(server, &mount_point, &config).map_err(|e| fail(&e))?,
+            false,
+        )
+    } else {
+        let mut o = vec![
+            format!("fsname={fsname}"),
+            format!("subtype={SUBTYPE}"),
+            "ro".to_string(),
+            "default_permissions".to_string(),
+            "nosuid".to_string(),
+            "nodev".to_string(),
+        ];
+        if opts.allow_other || opts.allow_root {
+            o.push("allow_other".into());
+        }
+        o.extend(opts.kernel.iter().map(kernel_option_name).filter(|s| !s.is_empty()));
+        let fd = crate::fusermount::mount(&mount_point, &o.join(",")).map_err(|e| fail(&e))?;
+        let config2 = config.clone();
+        match Session::from_fd(server, fd, acl, config2) {
+            Ok(s) => (s, true),
+            Err(e) => {
+                let _ = fusermount(&["-u"], &mount_point);
+                return Err(fail(&e));
+            }
+        }
+    };
+    Ok(Mounted {
+        session,
+        fs,
+        mount_point,
+        lock,
+        via_fusermount,
+        nodes,
+    })
+}
+
+impl Mounted {
+    /// Where it is mounted.
+    pub fn mount_point(&self) -> &Path {
+        &self.mount_point
+    }
+
+    /// The kernel's lookup counts (inodes it holds), live.
+    pub fn kernel_refs(&self) -> Arc<crate::nodes::Nodes> {
+        self.nodes.clone()
+    }
+
+    /// The engine behind the mount.
+    pub fn fs(&self) -> &Arc<Fs> {
+        &self.fs
+    }
+
+    /// Serve until unmounted or signalled; flush; release the image.
+    pub fn run(mut self) -> Result<(), String> {
+        let mut unmounter = self.session.unmount_callable();
+        let mp = self.mount_point.clone();
+        let via_fusermount = self.via_fusermount;
+        std::thread::Builder::new()
+            .name("ext4kit-signals".into())
+            .spawn(move || {
+                if sys::wait_stop_signal().is_ok() {
+                    // A busy mount (open files, a shell inside) cannot be
+                    // unmounted at once: detach it; the kernel ends the
+                    // session when the last user leaves.
+                    let done = if via_fusermount {
+                        fusermount(&["-u"], &mp).is_ok()
+                    } else {
+                        unmounter.unmount().is_ok()
+                    };
+                    if !done {
+                        let _ = lazy_unmount(&mp);
+                    }
+                }
+            })
+            .map_err(|e| format!("starting the signal thread: {e}"))?;
+        let served = self.session.run();
+        let synced = self.fs.sync();
+        drop(self.lock);
+        served.map_err(|e| format!("serving {}: {e}", self.mount_point.display()))?;
+        synced.map_err(|e| format!("flushing: {e}"))
+    }
+}
+
+/// The fusermount3 spelling of a kernel option.
+fn kernel_option_name(o: &MountOption) -> String {
+    match o {
+        MountOption::NoSuid => "nosuid",
+        MountOption::Suid => "suid",
+        MountOption::NoDev => "nodev",
+        MountOption::Dev => "dev",
+        MountOption::NoExec => "noexec",
+        MountOption::Exec => "exec",
+        MountOption::NoAtime => "noatime",
+        MountOption::Atime => "atime",
+        MountOption::Sync => "sync",
+        MountOption::Async => "async",
+        MountOption::DirSync => "dirsync",
+        MountOption::RO => "ro",
+        MountOption::RW => "rw",
+        _ => "",
+    }
+    .to_string()
+}
+
+fn lazy_unmount(mp: &Path) -> Result<(), String> {
+    if sys::is_root() {
+        sys::umount(mp, true).map_err(|e| format!("{}: {e}", mp.display()))
+    } else {
+        fusermount(&["-u", "-z"], mp)
+    }
+}
+
+fn fusermount(args: &[&str], mp: &Path) -> Result<(), String> {
+    let out = std::process::Command::new("fusermount3")
+        .args(args)
+        .arg(mp)
+        .output()
+        .map_err(|e| format!("running fusermount3: {e} (apt-get install fuse3)"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// Mount in a detached child process: returns (in the parent) once the
+/// mount works, or with the child's error. Must be called while the
+/// process has a single thread: it forks first.
+pub fn run_detached(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<(), String> {
+    // Absolute paths: the child changes directory to "/".
+    let image = std::fs::canonicalize(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let mount_point = std::fs::canonicalize(mount_point).map_err(|e| format!("{}: {e}", mount_point.display()))?;
+    let (r, w) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    match sys::fork().map_err(|e| format!("fork: {e}"))? {
+        sys::Forked::Child => {
+            drop(r);
+            let mut w = std::fs::File::from(w);
+            let _ = sys::setsid();
+            let code = match mount(&image, &mount_point, opts) {
+                Err(msg) => {
+                    let _ = w.write_all(msg.as_bytes());
+                    1
+                }
+                Ok(m) => {
+                    let _ = w.write_all(&[0]);
+                    drop(w);
+                    let _ = std::env::set_current_dir("/");
+                    let _ = sys::stdio_to_devnull();
+                    match m.run() {
+                        Ok(()) => 0,
+                        Err(_) => 1,
+                    }
+                }
+            };
+            std::process::exit(code);
+        }
+        sys::Forked::Parent(pid) => {
+            drop(w);
+            let mut msg = Vec::new();
+            let _ = std::fs::File::from(r).read_to_end(&mut msg);
+            match msg.first() {
+                Some(0) => Ok(()),
+                Some(_) => {
+                    let _ = sys::wait_child(pid);
+                    Err(String::from_utf8_lossy(&msg).into_owned())
+                }
+                None => {
+                    let st = sys::wait_child(pid).unwrap_or(-1);
+                    Err(format!(
+                        "the mount server exited (status {st}) before the mount was ready"
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// Serve in the foreground: mount, run until unmounted or signalled.
+pub fn run_foreground(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<(), String> {
+    mount(image, mount_point, opts)?.run()
+}
+
+/// Unmount an ext4kit mount and wait (up to `wait`) until its server has
+/// flushed and released the image.
+pub fn unmount(mount_point: &Path, wait: Duration) -> Result<(), String> {
+    let mp = std::fs::canonicalize(mount_point).map_err(|e| format!("{}: {e}", mount_point.display()))?;
+    let table = mounts().map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
+    let Some(entry) = table.iter().rev().find(|m| m.mount_point == mp) else {
+        return Err(format!("{}: not a mount point", mp.display()));
+    };
+    if entry.fstype != format!("fuse.{SUBTYPE}") {
+        return Err(format!(
+            "{}: not an ext4kit mount (it is {} from {}); use umount(8)",
+            mp.display(),
+            entry.fstype,
+            entry.source
+        ));
+    }
+    if sys::is_root() {
+        sys::umount(&mp, false).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EBUSY) {
+                format!(
+                    "{}: busy (a process has files open or its working directory there); close them, or detach \
+                     now with `umount -l {}`",
+                    mp.display(),
+                    mp.display()
+                )
+            } else {
+                format!("{}: {e}", mp.display())
+            }
+        })?;
+    } else {
+        fusermount(&["-u"], &mp).map_err(|e| format!("{}: {e}", mp.display()))?;
+    }
+    let image = Path::new(&entry.source);
+    if !image.is_absolute() {
+        return Ok(());
+    }
+    let start = Instant::now();
+    while !lock_is_free(image) {
+        if start.elapsed() > wait {
+            return Err(format!(
+                "{}: unmounted, but the server still holds {} after {:?}",
+                mp.display(),
+                image.display(),
+                wait
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
