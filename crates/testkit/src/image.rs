@@ -815,11 +815,29 @@ impl LoopMount {
     }
 
     /// Unmounts, reporting failure (Drop can only try).
+    ///
+    /// "target is busy" can be transient when tests run in parallel (a
+    /// child process of another test briefly holding the mount, the loop
+    /// device's final flush), so it is retried for up to ten seconds; on
+    /// failure the mount stays recorded and Drop tries again (lazily).
     pub fn unmount(mut self) -> io::Result<()> {
-        self.mounted = false;
-        let mut c = Command::new("umount");
-        c.arg(&self.dir).stdin(Stdio::null());
-        run_ok(&mut c, &[0]).map(|_| ())
+        let mut last = None;
+        for attempt in 0..100 {
+            if attempt > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            let mut c = Command::new("umount");
+            c.arg(&self.dir).stdin(Stdio::null());
+            match run_ok(&mut c, &[0]) {
+                Ok(_) => {
+                    self.mounted = false;
+                    return Ok(());
+                }
+                Err(e) if e.to_string().contains("busy") => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("umount kept failing")))
     }
 }
 
