@@ -289,15 +289,22 @@ impl PageMap {
         // `retain` evaluates the predicate atomically with the removal (a
         // page re-dirtied under the sweep stays), and does not race papaya's
         // incremental resize the way `remove` inside `iter` can.
+        // Iterate and remove one by one with `remove_if`: only the sweeper
+        // whose removal succeeded counts the page, so concurrent sweeps of
+        // one map never release the budget twice (`retain` cannot tell).
+        // Page maps are per inode and see far less churn than the caches
+        // whose sweeps moved to `crate::clock` (papaya iteration after heavy
+        // removal is the hazard described there).
         let m = self.pages.pin();
         let mut n = 0;
-        m.retain(|_, p| {
+        for (k, p) in m.iter() {
             if p.is_dirty() || p.referenced.swap(false, Ordering::Relaxed) {
-                return true;
+                continue;
             }
-            n += 1;
-            false
-        });
+            if let Ok(Some(_)) = m.remove_if(k, |_, v| !v.is_dirty() && !v.referenced.load(Ordering::Relaxed)) {
+                n += 1;
+            }
+        }
         n
     }
 }
