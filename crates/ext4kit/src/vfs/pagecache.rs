@@ -88,19 +88,13 @@ pub struct PageMap {
     seq: AtomicU64,
 }
 
-/// One memory reclaimer for every inode's page map. A papaya map that owns
-/// its collector costs ~17 KiB before it holds anything (per-thread
-/// reservation slots); an inode cache of 100,000 entries would spend 1.7 GiB
-/// on empty page maps. Shared, an empty map costs a few hundred bytes.
-fn page_collector() -> Arc<seize::Collector> {
-    static C: std::sync::OnceLock<Arc<seize::Collector>> = std::sync::OnceLock::new();
-    C.get_or_init(|| Arc::new(seize::Collector::new())).clone()
-}
-
 impl Default for PageMap {
     fn default() -> Self {
         PageMap {
-            pages: papaya::HashMap::builder().shared_collector(page_collector()).build(),
+            // Its own collector (~17 KiB): papaya 0.2.5 with one collector
+            // shared among page maps panicked in a resize under concurrent
+            // writers ("next_table().unwrap()" on None) — see issue 3's notes.
+            pages: papaya::HashMap::new(),
             dirty: Mutex::default(),
             ndirty: AtomicUsize::new(0),
             seq: AtomicU64::new(0),
@@ -286,9 +280,6 @@ impl PageMap {
     /// many. Dirty pages are skipped (and the check is part of the atomic
     /// removal, so a page re-dirtied under the sweep is never lost).
     pub fn sweep(&self) -> usize {
-        // `retain` evaluates the predicate atomically with the removal (a
-        // page re-dirtied under the sweep stays), and does not race papaya's
-        // incremental resize the way `remove` inside `iter` can.
         // Iterate and remove one by one with `remove_if`: only the sweeper
         // whose removal succeeded counts the page, so concurrent sweeps of
         // one map never release the budget twice (`retain` cannot tell).
