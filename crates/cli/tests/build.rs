@@ -36,13 +36,7 @@ fn workdir(tag: &str) -> PathBuf {
 }
 
 fn fsck_clean(img: &Path) {
-    let out = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
-    assert!(
-        out.status.success(),
-        "e2fsck -fn {} not clean:\n{}",
-        img.display(),
-        String::from_utf8_lossy(&out.stdout)
-    );
+    ext4kit_testkit::e2fsck_clean(img).unwrap_or_else(|e| panic!("{e}"));
 }
 
 fn need_kernel() {

@@ -23,13 +23,7 @@ fn image(tag: &str, mkfs: &[&str], size: &str) -> PathBuf {
 }
 
 fn fsck_clean(img: &std::path::Path) {
-    let out = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
-    assert!(
-        out.status.success(),
-        "e2fsck -fn {} not clean:\n{}",
-        img.display(),
-        String::from_utf8_lossy(&out.stdout)
-    );
+    ext4kit_testkit::e2fsck_clean(img).unwrap_or_else(|e| panic!("{e}"));
 }
 
 fn rw(img: &std::path::Path) -> std::sync::Arc<Fs> {

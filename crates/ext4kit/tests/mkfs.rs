@@ -53,22 +53,7 @@ fn make(path: &Path, size: u64, o: &MkfsOptions) -> MkfsReport {
 
 /// `e2fsck -fn` must exit 0 with nothing to report.
 fn fsck_clean(path: &Path) {
-    let out = Command::new("timeout")
-        .args(["120", "e2fsck", "-fn"])
-        .arg(path)
-        .output()
-        .expect("e2fsck (e2fsprogs) must be installed for this test");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "e2fsck -fn {} failed ({:?}):\n{text}",
-        path.display(),
-        out.status.code()
-    );
+    ext4kit_testkit::e2fsck_clean(path).unwrap_or_else(|e| panic!("{e}"));
 }
 
 fn dumpe2fs_h(path: &Path) -> String {

@@ -37,17 +37,7 @@ fn image(dir: &Path, tag: &str, mkfs: &[&str]) -> PathBuf {
 }
 
 fn fsck_clean(img: &Path) {
-    let out = Command::new("timeout")
-        .args(["300", "e2fsck", "-fn"])
-        .arg(img)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "e2fsck -fn {} not clean:\n{}",
-        img.display(),
-        String::from_utf8_lossy(&out.stdout)
-    );
+    ext4kit_testkit::e2fsck_clean(img).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// File sizes written: empty-ish, block boundaries, and multi-run sizes
