@@ -29,7 +29,7 @@ use ext4kit_format::inode::{flags, FileType, Inode, TimeField, Timestamp};
 
 use super::acl::{acl_chmod, ACL_ACCESS};
 use super::cred::{Cred, MAY_WRITE};
-use super::namei::show;
+use super::namei::with_path;
 use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
@@ -368,13 +368,5 @@ impl Fs {
             total += self.vol.read_inode(journal_ino)?.size() / vol.block_size as u64;
         }
         Ok(total)
-    }
-}
-
-/// Name the path in a per-inode error message.
-fn with_path(e: Error, path: &[u8]) -> Error {
-    match e {
-        Error::Posix { errno, msg } => Error::posix(errno, format!("{}: {msg}", show(path))),
-        e => e,
     }
 }

@@ -177,3 +177,21 @@ pub(crate) fn show(p: &[u8]) -> String {
         s.into_owned()
     }
 }
+
+/// Name the path a caller gave in a POSIX error's message: the path
+/// wrappers of every `*_at` / `*_ino` call use this, so a message names the
+/// path once, replacing the bare final name the inode-level call put first.
+pub(crate) fn with_path(e: Error, path: &[u8]) -> Error {
+    match e {
+        Error::Posix { errno, msg } => {
+            let shown = show(path);
+            if msg.starts_with(&*shown) {
+                return Error::posix(errno, msg);
+            }
+            let name = path.rsplit(|&b| b == b'/').find(|c| !c.is_empty()).unwrap_or(path);
+            let rest = msg.strip_prefix(&format!("{}: ", show(name))).unwrap_or(&msg);
+            Error::posix(errno, format!("{shown}: {rest}"))
+        }
+        e => e,
+    }
+}

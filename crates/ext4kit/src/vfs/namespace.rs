@@ -30,7 +30,7 @@ use parking_lot::RwLockWriteGuard;
 
 use super::cred::{Cred, MAY_EXEC, MAY_WRITE};
 use super::icache::CachedInode;
-use super::namei::show;
+use super::namei::{show, with_path};
 use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
@@ -980,14 +980,4 @@ enum Death {
     Orphaned,
     /// Freed.
     Freed,
-}
-
-/// Prefix a POSIX error's message with the path the caller gave.
-fn with_path(e: Error, path: &[u8]) -> Error {
-    match e {
-        Error::Posix { errno, msg } if !msg.starts_with(&*show(path)) => {
-            Error::posix(errno, format!("{}: {msg}", show(path)))
-        }
-        e => e,
-    }
 }

@@ -14,25 +14,12 @@ use ext4kit_format::inode::{FileType, TimeField, Timestamp};
 use ext4kit_format::inode::Inode;
 
 use super::cred::{Cred, MAY_EXEC, MAY_WRITE};
-use super::namei::show;
+use super::namei::{show, with_path};
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::ialloc::NewInode;
 use crate::ext4::transaction::Handle;
 use crate::ext4::DirRef;
-
-/// Name the path the caller gave in a POSIX error's message (replacing
-/// the bare final name the `*_at` calls put first).
-fn in_path(e: Error, path: &[u8]) -> Error {
-    match e {
-        Error::Posix { errno, msg } => {
-            let name = path.rsplit(|&b| b == b'/').find(|c| !c.is_empty()).unwrap_or(path);
-            let rest = msg.strip_prefix(&format!("{}: ", show(name))).unwrap_or(&msg);
-            Error::posix(errno, format!("{}: {rest}", show(path)))
-        }
-        e => e,
-    }
-}
 
 /// The current time as an ext4 timestamp (honours `SOURCE_DATE_EPOCH` for
 /// reproducible images).
@@ -88,7 +75,7 @@ impl Fs {
         let (parent_path, name) = split_parent(path)?;
         let parent = self.resolve(parent_path, true)?;
         self.mknod_owned(parent.ino, name, ftype, perm, rdev, &Cred::root(), Some((uid, gid)))
-            .map_err(|e| in_path(e, path))
+            .map_err(|e| with_path(e, path))
     }
 
     /// Create a symbolic link at `path` pointing to `target`.
@@ -96,7 +83,7 @@ impl Fs {
         let (parent_path, name) = split_parent(path)?;
         let parent = self.resolve(parent_path, true)?;
         self.symlink_owned(parent.ino, name, target, &Cred::root(), Some((uid, gid)))
-            .map_err(|e| in_path(e, path))
+            .map_err(|e| with_path(e, path))
     }
 
     /// Create a file, fifo, socket or device node `name` in directory

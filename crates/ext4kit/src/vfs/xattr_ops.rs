@@ -28,7 +28,7 @@ use super::acl::acl_mode;
 use super::attr::owner_or_root;
 use super::cred::{Cred, MAY_READ, MAY_WRITE};
 use super::icache::CachedInode;
-use super::namei::show;
+use super::namei::{show, with_path};
 use super::write::now;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
@@ -210,12 +210,5 @@ impl Fs {
     pub fn listxattr(&self, path: &[u8], follow: bool, cred: &Cred) -> Result<Vec<Vec<u8>>> {
         let d = self.resolve(path, follow)?;
         self.listxattr_ino(d.ino, cred).map_err(|e| with_path(e, path))
-    }
-}
-
-fn with_path(e: Error, path: &[u8]) -> Error {
-    match e {
-        Error::Posix { errno, msg } => Error::posix(errno, format!("{}: {msg}", show(path))),
-        e => e,
     }
 }
