@@ -304,7 +304,12 @@ fn time_set(t: TimeOrNow) -> TimeSet {
     }
 }
 
-/// A `SystemTime` (possibly before 1970) as an ext4 timestamp.
+/// A time from a FUSE request as an ext4 timestamp. fuser 0.18 builds
+/// request times before 1970 as `UNIX_EPOCH - Duration::new(-sec, nsec)`
+/// from the kernel's (sec, nsec) (its `system_time_from_time`, which
+/// subtracts the nanoseconds instead of adding them), so the kernel's pair
+/// is read back the same way: whole seconds negated, nanoseconds as they
+/// are.
 fn timestamp(t: SystemTime) -> Timestamp {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => Timestamp {
@@ -313,13 +318,10 @@ fn timestamp(t: SystemTime) -> Timestamp {
         },
         Err(e) => {
             let d = e.duration();
-            // -1.25 s is sec -2, nsec 750_000_000.
-            let (mut sec, mut nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
-            if nsec != 0 {
-                sec -= 1;
-                nsec = 1_000_000_000 - nsec;
+            Timestamp {
+                sec: -(d.as_secs() as i64),
+                nsec: d.subsec_nanos(),
             }
-            Timestamp { sec, nsec }
         }
     }
 }
@@ -1054,16 +1056,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_before_1970_convert_exactly() {
-        let t = UNIX_EPOCH - Duration::new(1, 250_000_000);
+    fn times_before_1970_undo_fusers_encoding() {
+        // The kernel's (-2, 750_000_000) is -1.25 s; fuser hands it over
+        // as EPOCH - 2.75 s.
+        let from_fuser = UNIX_EPOCH - Duration::new(2, 750_000_000);
         assert_eq!(
-            timestamp(t),
+            timestamp(from_fuser),
             Timestamp {
                 sec: -2,
                 nsec: 750_000_000
             }
         );
-        assert_eq!(crate::attr::time(timestamp(t)), t);
         let t = UNIX_EPOCH + Duration::new(5, 7);
         assert_eq!(timestamp(t), Timestamp { sec: 5, nsec: 7 });
     }
