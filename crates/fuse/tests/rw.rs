@@ -201,7 +201,7 @@ fn every_write_request_behaves_like_linux() {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
+        .create_new(true)
         .open(m.p("t"))
         .unwrap();
     f.write_all_at_helper(b"0123456789", 0);
@@ -361,7 +361,7 @@ fn every_write_request_behaves_like_linux() {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
+        .create_new(true)
         .open(m.p("fa"))
         .unwrap();
     rustix::fs::fallocate(f.as_fd(), FallocateFlags::empty(), 0, 1 << 20).unwrap();
@@ -398,7 +398,7 @@ fn every_write_request_behaves_like_linux() {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
+        .create_new(true)
         .open(m.p("sparse"))
         .unwrap();
     f.write_all_at_helper(&[1u8; 4096], 0);
@@ -414,7 +414,7 @@ fn every_write_request_behaves_like_linux() {
     let g = OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
+        .create_new(true)
         .open(m.p("copy"))
         .unwrap();
     let (mut oi, mut oo) = (1u64 << 20, 10u64);
@@ -477,7 +477,7 @@ impl FifoHelper for fs::FileType {
 
 /// Create `p` of `len` bytes and fill it through a shared mapping.
 fn mmap_write(p: &Path, len: usize) {
-    let f = OpenOptions::new().read(true).write(true).create(true).open(p).unwrap();
+    let f = OpenOptions::new().read(true).write(true).create_new(true).open(p).unwrap();
     f.set_len(len as u64).unwrap();
     use std::os::fd::AsRawFd;
     // SAFETY: a fresh shared mapping of a file we hold open, unmapped
@@ -508,7 +508,7 @@ fn an_unlinked_open_file_is_freed_at_its_last_close() {
     let mut f = OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
+        .create_new(true)
         .open(m.p("victim"))
         .unwrap();
     f.write_all(&vec![0x5a; 8 << 20]).unwrap();
