@@ -61,6 +61,11 @@ impl Rw {
             allow_other: true,
             threads: 2,
             cache_budget: 64 << 20,
+            cache: match std::env::var("EXT4KIT_TEST_CACHE").as_deref() {
+                Ok("direct") => ext4kit_fuse::CacheMode::Direct,
+                Ok("writeback") => ext4kit_fuse::CacheMode::Writeback,
+                _ => ext4kit_fuse::CacheMode::WriteThrough,
+            },
             ..Default::default()
         };
         let m = ext4kit_fuse::mount(&img, &mnt, &opts).unwrap();
@@ -477,7 +482,12 @@ impl FifoHelper for fs::FileType {
 
 /// Create `p` of `len` bytes and fill it through a shared mapping.
 fn mmap_write(p: &Path, len: usize) {
-    let f = OpenOptions::new().read(true).write(true).create_new(true).open(p).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(p)
+        .unwrap();
     f.set_len(len as u64).unwrap();
     use std::os::fd::AsRawFd;
     // SAFETY: a fresh shared mapping of a file we hold open, unmapped
