@@ -59,8 +59,22 @@ impl Volume {
         ))
     }
 
-    /// Write inode `ino` (its checksum refreshed) through the handle.
+    /// Write inode `ino` (its checksum refreshed) through the handle. An
+    /// inode with no links may be an orphan: then its `i_dtime` is the
+    /// chain link kept in memory (`orphan.rs`), written under the links'
+    /// mutex so that it cannot go stale on the way.
     pub fn write_inode(&self, h: &mut Handle<'_>, ino: u32, inode: &Inode) -> Result<()> {
+        if inode.base.links_count == 0 {
+            let links = self.orphans.lock();
+            if links.contains_key(&ino) {
+                return self.write_inode_linked(h, ino, inode, &links);
+            }
+        }
+        self.write_inode_raw(h, ino, inode)
+    }
+
+    /// Write inode `ino` exactly as given.
+    pub(crate) fn write_inode_raw(&self, h: &mut Handle<'_>, ino: u32, inode: &Inode) -> Result<()> {
         let (blk, off) = self.inode_location(ino)?;
         let bytes = inode.to_bytes(self.csum_seed.map(|s| (ino, s)));
         let n = self.inode_size;

@@ -109,6 +109,8 @@ pub struct Volume {
     pub bcache: BufferCache,
     /// Per-block write locks for metadata updates.
     pub block_locks: BlockLocks,
+    /// The orphan chain's links (`orphan.rs`).
+    pub orphans: super::orphan::OrphanLinks,
     /// Committed metadata blocks not yet written home (`checkpoint.rs`).
     pub dirty_meta: DirtyMeta,
     /// Serialises superblock updates (free counts are kept in the groups
@@ -199,6 +201,7 @@ impl Volume {
             warnings,
             bcache: BufferCache::new(block_size, opts.cache_budget / 4),
             // A quarter of the buffer cache may wait for a checkpoint.
+            orphans: Default::default(),
             dirty_meta: DirtyMeta::new(opts.cache_budget / 16 / block_size),
             block_locks: BlockLocks::default(),
             sb_lock: parking_lot::Mutex::new(()),
