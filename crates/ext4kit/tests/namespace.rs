@@ -525,3 +525,40 @@ fn orphan_chain_survives_writeback_of_an_open_orphan() {
         fsck_clean(&img);
     }
 }
+
+/// A held inode (FUSE's lookup count) outlives its last name like an open
+/// file: its number is not reused until the hold is dropped, and dropping
+/// it frees the inode.
+#[test]
+fn a_held_inode_is_not_freed_until_its_hold_is_dropped() {
+    let img = image("hold", &["-t", "ext4"], "16M");
+    let root = Cred::root();
+    let fs = rw(&img);
+    let free0 = fs.statfs().unwrap();
+    let st = fs.write_file(b"/held", &[1u8; 20_000], 0o644, 0, 0).unwrap();
+    let inode = fs.inode(st.ino).unwrap();
+    fs.hold_inode(&inode);
+    fs.hold_inode(&inode);
+    fs.unlink(b"/held", &root).unwrap();
+    // Its number is not handed out again while held.
+    for i in 0..50 {
+        let s = fs.write_file(format!("/n{i}").as_bytes(), b"x", 0o644, 0, 0).unwrap();
+        assert_ne!(s.ino, st.ino, "a held inode number was reused");
+    }
+    fs.drop_hold(&inode).unwrap();
+    assert_eq!(fs.stat_ino(st.ino).unwrap().nlink, 0, "still there with one hold left");
+    fs.drop_hold(&inode).unwrap();
+    drop(inode);
+    for i in 0..50 {
+        fs.unlink(format!("/n{i}").as_bytes(), &root).unwrap();
+    }
+    fs.sync().unwrap();
+    let free1 = fs.statfs().unwrap();
+    assert_eq!(
+        (free1.blocks_free, free1.files_free),
+        (free0.blocks_free, free0.files_free),
+        "the last hold freed the inode and its blocks"
+    );
+    drop(fs);
+    fsck_clean(&img);
+}

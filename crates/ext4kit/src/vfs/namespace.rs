@@ -890,6 +890,27 @@ impl Fs {
         Ok(())
     }
 
+    /// Keep `inode` allocated as an open file does, for a frontend that
+    /// hands its number out and may be asked about it after its last name
+    /// is gone. FUSE's lookup count is that: until FORGET the kernel may
+    /// send requests for the node id, and were the inode freed and its
+    /// number reused, they would reach another file (the kernel, seeing the
+    /// id come back with a new generation, marks its inode bad: EIO,
+    /// ESTALE, a missed ETXTBSY). Unlinked while held, it waits on the
+    /// orphan list like an open file. Pair with [`Fs::drop_hold`].
+    pub fn hold_inode(&self, inode: &CachedInode) {
+        inode.opens.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Undo one [`Fs::hold_inode`]; the last hold or close of an inode that
+    /// has no name left frees it.
+    pub fn drop_hold(&self, inode: &CachedInode) -> Result<()> {
+        if inode.opens.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.release_unlinked(inode)?;
+        }
+        Ok(())
+    }
+
     /// Free the inodes left on the orphan list by a process that ended with
     /// unlinked files open (the kernel's `ext4_orphan_cleanup` at mount).
     /// Returns how many were freed.
