@@ -17,6 +17,8 @@
 //! and the first differing bytes (with the number of the operation that
 //! wrote the expected byte), so it can be replayed exactly.
 //!
+//! - `EXT4KIT_BIN`: another ext4kit binary to judge (default: this build's).
+//!
 //! Needs root, loop devices and /dev/fuse; fails loudly without them.
 
 use std::collections::VecDeque;
@@ -32,6 +34,12 @@ use rustix::fs::FallocateFlags;
 use rustix::io::Errno;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ext4kit");
+
+/// The ext4kit binary under test: this package's, unless `EXT4KIT_BIN`
+/// names another build (e.g. a branch's release binary).
+fn ext4kit_bin() -> PathBuf {
+    std::env::var_os("EXT4KIT_BIN").map_or_else(|| PathBuf::from(BIN), PathBuf::from)
+}
 const PAGE: u64 = 4096;
 /// Longest single read, write or fallocate.
 const MAX_IO: u64 = 128 << 10;
@@ -550,7 +558,7 @@ fn run_one(peer: &Peer, seed: u64, ops: u64, maxlen: u64) {
 
 #[test]
 fn fsx_one_file_matches_the_model_through_the_mount_and_on_disk() {
-    let peers = peers_from_env("EXT4KIT_FSX_TARGETS", "ext4kit", Path::new(BIN)).unwrap();
+    let peers = peers_from_env("EXT4KIT_FSX_TARGETS", "ext4kit", &ext4kit_bin()).unwrap();
     let seed = env_u64("EXT4KIT_FSX_SEED", 0x5eed_f5c5);
     let ops = env_u64("EXT4KIT_FSX_OPS", 100_000);
     let maxlen = env_u64("EXT4KIT_FSX_MAXLEN", 1 << 20);

@@ -11,12 +11,19 @@
 //! - `EXT4KIT_PJDFSTEST_TARGETS`: targets to run (default `kernel,ext4kit`;
 //!   add `fuse2fs` to see the incumbent's results beside them);
 //! - `EXT4KIT_PJDFSTEST_JUDGE`: targets whose regressions fail the test
-//!   (default `ext4kit`).
+//!   (default `ext4kit`);
+//! - `EXT4KIT_BIN`: another ext4kit binary to judge (default: this build's).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ext4kit");
+
+/// The ext4kit binary under test: this package's, unless `EXT4KIT_BIN`
+/// names another build (e.g. a branch's release binary).
+fn ext4kit_bin() -> PathBuf {
+    std::env::var_os("EXT4KIT_BIN").map_or_else(|| PathBuf::from(BIN), PathBuf::from)
+}
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pjdfstest-compare")
@@ -40,7 +47,8 @@ fn pjdfstest_passes_on_ext4kit_wherever_it_passes_on_the_kernel() {
     let judge = std::env::var("EXT4KIT_PJDFSTEST_JUDGE").unwrap_or_else(|_| "ext4kit".into());
     let out = Command::new("bash")
         .arg(script())
-        .args(["--targets", &targets, "--judge", &judge, "--ext4kit", BIN])
+        .args(["--targets", &targets, "--judge", &judge, "--ext4kit"])
+        .arg(ext4kit_bin())
         .args(["--image-size", "256M"])
         .stdin(Stdio::null())
         .output()

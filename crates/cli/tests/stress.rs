@@ -29,6 +29,8 @@
 //!   (operations per storm process, default 2500; raise it for a soak),
 //!   `EXT4KIT_STRESS_PROCS` (storm processes, default 4).
 //!
+//! - `EXT4KIT_BIN`: another ext4kit binary to judge (default: this build's).
+//!
 //! Needs root, loop devices and /dev/fuse; fails loudly without them.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,6 +46,12 @@ use ext4kit_testkit::mountpeer::{mkfs_ext4, mounted_fstype, peer_available, peer
 use ext4kit_testkit::{e2fsck_clean, run_ok, LoopMount, SplitMix64};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ext4kit");
+
+/// The ext4kit binary under test: this package's, unless `EXT4KIT_BIN`
+/// names another build (e.g. a branch's release binary).
+fn ext4kit_bin() -> PathBuf {
+    std::env::var_os("EXT4KIT_BIN").map_or_else(|| PathBuf::from(BIN), PathBuf::from)
+}
 const BLOCK: usize = 4096;
 
 const ENOENT: i32 = 2;
@@ -69,7 +77,7 @@ fn env_path(name: &str) -> PathBuf {
 }
 
 fn peers() -> Vec<Peer> {
-    let peers = peers_from_env("EXT4KIT_STRESS_TARGETS", "ext4kit", Path::new(BIN)).unwrap();
+    let peers = peers_from_env("EXT4KIT_STRESS_TARGETS", "ext4kit", &ext4kit_bin()).unwrap();
     for p in &peers {
         peer_available(p).unwrap_or_else(|e| panic!("the stress tests need {}: {e}", p.name()));
     }
