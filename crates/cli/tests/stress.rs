@@ -27,7 +27,9 @@
 //!   `fuse2fs`, `all`);
 //! - `EXT4KIT_STRESS_SEED` (default 0x57e55), `EXT4KIT_STRESS_OPS`
 //!   (operations per storm process, default 2500; raise it for a soak),
-//!   `EXT4KIT_STRESS_PROCS` (storm processes, default 4).
+//!   `EXT4KIT_STRESS_PROCS` (storm processes, default 4),
+//!   `EXT4KIT_STRESS_ONLY` (comma-separated storm operation kinds to keep,
+//!   e.g. `write,truncate`, to narrow a failure down).
 //!
 //! - `EXT4KIT_BIN`: another ext4kit binary to judge (default: this build's).
 //!
@@ -267,6 +269,9 @@ fn storm_worker(id: usize) {
     };
     let mut buf = vec![0u8; 64 << 10];
     let hidden_ok = std::env::var("EXT4KIT_STRESS_PEER").is_ok_and(|p| p == "fuse2fs");
+    let only: Option<Vec<String>> = std::env::var("EXT4KIT_STRESS_ONLY")
+        .ok()
+        .map(|v| v.split(',').map(str::to_string).collect());
     let p = |rel: &str| root.join(rel);
     let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
     for op in 0..ops {
@@ -288,6 +293,11 @@ fn storm_worker(id: usize) {
             88..=93 => "read",
             _ => "readdir",
         };
+        // EXT4KIT_STRESS_ONLY=kind,kind narrows the storm (to bisect a
+        // failure; the remaining operations then draw other arguments).
+        if only.as_ref().is_some_and(|o| !o.iter().any(|k| k == kind)) {
+            continue;
+        }
         *counts.entry(kind).or_default() += 1;
         let desc;
         match kind {
@@ -674,6 +684,56 @@ fn parse_stamp(b: &[u8]) -> Result<(u32, u32, u32), String> {
     Ok((u(4), u(8), u(12)))
 }
 
+/// A block that is not one whole stamp, split into byte ranges each equal
+/// to some version in `lo..=hi` of the stamp: `Ok` if every byte belongs
+/// to such a version (a tear between two legitimate writes), `Err` with
+/// the ranges otherwise (garbage). Where the tear falls tells where two
+/// copies met.
+fn compose(blk: &[u8], f: u32, b: u32, lo: u32, hi: u32) -> Result<Vec<(usize, usize, u32)>, String> {
+    let versions: Vec<(u32, Vec<u8>)> = (lo..=hi).map(|v| (v, stamp(f, b, v))).collect();
+    let mut out = Vec::new();
+    let mut garbage = false;
+    let mut i = 0;
+    while i < BLOCK {
+        // The version matching the longest run from byte i.
+        let best = versions
+            .iter()
+            .map(|(v, s)| (*v, blk[i..].iter().zip(&s[i..]).take_while(|(a, b)| a == b).count()))
+            .max_by_key(|&(_, n)| n);
+        match best {
+            Some((v, n)) if n > 0 => {
+                out.push((i, i + n, v));
+                i += n;
+            }
+            _ => {
+                garbage = true;
+                out.push((i, i + 1, u32::MAX));
+                i += 1;
+            }
+        }
+    }
+    // Copies move at least 8 bytes at a time: a run shorter than that
+    // (other than the last) is a chance match inside garbage.
+    let describe = |ranges: &[(usize, usize, u32)]| {
+        ranges
+            .iter()
+            .map(|(a, z, v)| {
+                if *v == u32::MAX {
+                    format!("{a}..{z}: none of versions {lo}..={hi}")
+                } else {
+                    format!("{a}..{z}: version {v}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if garbage || out.iter().any(|(a, z, _)| z - a < 8 && *z != BLOCK) {
+        Err(format!("block contents by range: [{}]", describe(&out)))
+    } else {
+        Ok(out)
+    }
+}
+
 fn rw_file(root: &Path, f: u32) -> PathBuf {
     root.join(format!("blocks-{f}"))
 }
@@ -727,7 +787,7 @@ fn block_reader(id: usize) {
     let mut r = SplitMix64::for_label(env_u64("EXT4KIT_STRESS_SEED", 0), &format!("block-reader-{id}"));
     let files: Vec<File> = (0..RW_FILES).map(|f| File::open(rw_file(&root, f)).unwrap()).collect();
     let mut seen = vec![0u32; SHM_BLOCKS];
-    let (mut reads, mut mapped, mut newer) = (0u64, 0u64, 0u64);
+    let (mut reads, mut mapped, mut newer, mut torn_mapped) = (0u64, 0u64, 0u64, 0u64);
     // Read until the test says stop (the writers are done), at least 200.
     while reads < 200 || shm.word(SHM_STOP).load(Ordering::Acquire) == 0 {
         let f = r.below(u64::from(RW_FILES)) as u32;
@@ -738,7 +798,8 @@ fn block_reader(id: usize) {
             .collect();
         let off = u64::from(b) * BLOCK as u64;
         let len = n as usize * BLOCK;
-        let data = if r.below(4) == 0 {
+        let mapped_read = r.below(4) == 0;
+        let data = if mapped_read {
             mapped += 1;
             map_read(&files[f as usize], off, len)
         } else {
@@ -752,8 +813,34 @@ fn block_reader(id: usize) {
         for (j, k) in (b..b + n).enumerate() {
             let i = (f * RW_BLOCKS + k) as usize;
             let blk = &data[j * BLOCK..(j + 1) * BLOCK];
-            let (sf, sb, v) =
-                parse_stamp(blk).unwrap_or_else(|e| panic!("reader {id} read {reads}: file {f} block {k}: {e}"));
+            let now = shm.word(i).load(Ordering::Acquire);
+            let (sf, sb, v) = match parse_stamp(blk) {
+                Ok(s) => s,
+                // Loads from a mapping are not read(2): POSIX gives them no
+                // atomicity against a concurrent write(2), and the page is
+                // copied into while we copy out of it. Each part must still
+                // be a version a writer wrote, none older than committed.
+                Err(e) if mapped_read => {
+                    match compose(blk, f, k, committed[j], now + 1) {
+                        Ok(parts) => {
+                            torn_mapped += 1;
+                            if torn_mapped <= 3 {
+                                println!("block reader {id}: mmap load of file {f} block {k} met a concurrent write: {parts:?}");
+                            }
+                            continue;
+                        }
+                        Err(d) => panic!("reader {id} read {reads} (mmap): file {f} block {k}: {e}; {d}"),
+                    }
+                }
+                Err(e) => {
+                    let d = compose(blk, f, k, committed[j].saturating_sub(4), now + 1)
+                        .map_or_else(|d| d, |p| format!("parts {p:?}"));
+                    panic!(
+                        "reader {id} read {reads} (pread): file {f} block {k}: {e} — a read(2) racing a write(2) \
+                         must see all or none of it (POSIX XSH 2.9.7); {d}"
+                    )
+                }
+            };
             assert_eq!(
                 (sf, sb),
                 (f, k),
@@ -770,7 +857,6 @@ fn block_reader(id: usize) {
                 "reader {id}: file {f} block {k}: read version {v} after having read version {} (went back)",
                 seen[i]
             );
-            let now = shm.word(i).load(Ordering::Acquire);
             assert!(
                 v <= now + 1,
                 "reader {id}: file {f} block {k}: version {v} was never written (writers are at {now})"
@@ -781,7 +867,10 @@ fn block_reader(id: usize) {
             seen[i] = v;
         }
     }
-    println!("block reader {id}: {reads} reads ({mapped} through mmap), {newer} blocks newer than committed");
+    println!(
+        "block reader {id}: {reads} reads ({mapped} through mmap, {torn_mapped} mmap loads met a write), {newer} \
+         blocks newer than committed"
+    );
 }
 
 fn map_read(f: &File, off: u64, len: usize) -> Vec<u8> {

@@ -28,7 +28,8 @@ pub enum Peer {
     /// `fuse2fs -f IMAGE DIR -o allow_other,default_permissions`.
     Fuse2fs,
     /// `EXT4KIT mount --foreground -o rw,allow_other IMAGE DIR`, with the
-    /// given `ext4kit` binary.
+    /// given `ext4kit` binary; `EXT4KIT_MOUNT_OPTIONS` in the environment
+    /// adds options (e.g. `cache=direct`).
     Ext4kit(PathBuf),
 }
 
@@ -207,10 +208,12 @@ impl PeerMount {
                 c
             }
             Peer::Ext4kit(bin) => {
+                let mut opts = "rw,allow_other".to_string();
+                if let Ok(extra) = std::env::var("EXT4KIT_MOUNT_OPTIONS") {
+                    opts = format!("{opts},{extra}");
+                }
                 let mut c = Command::new(bin);
-                c.args(["mount", "--foreground", "-o", "rw,allow_other"])
-                    .arg(image)
-                    .arg(&dir);
+                c.args(["mount", "--foreground", "-o", &opts]).arg(image).arg(&dir);
                 c
             }
         };
