@@ -1281,7 +1281,7 @@ fn sigterm_on(peer: &Peer) {
         &[
             ("EXT4KIT_STRESS_OPS", "100000000".into()),
             ("EXT4KIT_STRESS_TOLERANT", "1".into()),
-            ("EXT4KIT_STRESS_SECS", "20".into()),
+            ("EXT4KIT_STRESS_SECS", "8".into()),
         ],
     );
     std::thread::sleep(Duration::from_millis(300));
@@ -1337,7 +1337,7 @@ fn kill9_on(peer: &Peer) {
         &[
             ("EXT4KIT_STRESS_OPS", "100000000".into()),
             ("EXT4KIT_STRESS_TOLERANT", "1".into()),
-            ("EXT4KIT_STRESS_SECS", "20".into()),
+            ("EXT4KIT_STRESS_SECS", "8".into()),
         ],
     );
     std::thread::sleep(Duration::from_millis(500));
