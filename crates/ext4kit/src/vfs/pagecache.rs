@@ -29,7 +29,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use papaya::{Compute, Operation};
 use parking_lot::Mutex;
@@ -70,7 +70,10 @@ impl Page {
 /// The pages of one inode, and its dirty set.
 #[derive(Debug)]
 pub struct PageMap {
-    pages: papaya::HashMap<u64, Arc<Page>>,
+    /// Created on the first page: most cached inodes (a create storm, a
+    /// `stat` walk) never cache a page, and each papaya map owns a
+    /// collector of ~17 KiB whose setup cost dominated empty creates.
+    pages: OnceLock<papaya::HashMap<u64, Arc<Page>>>,
     /// Logical blocks whose pages are dirty, in order (see the module doc).
     dirty: Mutex<BTreeSet<u64>>,
     /// `dirty.len()`, readable without the mutex (read path fast check).
@@ -91,10 +94,7 @@ pub struct PageMap {
 impl Default for PageMap {
     fn default() -> Self {
         PageMap {
-            // Its own collector (~17 KiB): papaya 0.2.5 with one collector
-            // shared among page maps panicked in a resize under concurrent
-            // writers ("next_table().unwrap()" on None) — see issue 3's notes.
-            pages: papaya::HashMap::new(),
+            pages: OnceLock::new(),
             dirty: Mutex::default(),
             ndirty: AtomicUsize::new(0),
             seq: AtomicU64::new(0),
@@ -103,9 +103,23 @@ impl Default for PageMap {
 }
 
 impl PageMap {
+    /// The map, if any page was ever cached.
+    #[inline]
+    fn map(&self) -> Option<&papaya::HashMap<u64, Arc<Page>>> {
+        self.pages.get()
+    }
+
+    /// The map, created on first use. Each map has its own collector:
+    /// papaya 0.2.5 with one collector shared among page maps panicked in
+    /// a resize under concurrent writers ("next_table().unwrap()" on None)
+    /// — see issue 3's notes.
+    fn map_or_init(&self) -> &papaya::HashMap<u64, Arc<Page>> {
+        self.pages.get_or_init(papaya::HashMap::new)
+    }
+
     /// The cached page for logical block `lblk`.
     pub fn get(&self, lblk: u64) -> Option<Arc<Page>> {
-        let m = self.pages.pin();
+        let m = self.map()?.pin();
         let p = m.get(&lblk)?;
         crate::vfs::touch(&p.referenced);
         Some(p.clone())
@@ -115,7 +129,7 @@ impl PageMap {
     /// reference on it.
     #[inline]
     pub fn with<R>(&self, lblk: u64, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        let m = self.pages.pin();
+        let m = self.map()?.pin();
         let p = m.get(&lblk)?;
         crate::vfs::touch(&p.referenced);
         Some(f(&p.data))
@@ -130,7 +144,7 @@ impl PageMap {
     /// now in the map (a dirty one wins over what was read from disk) and
     /// whether ours was inserted.
     pub fn insert_clean(&self, lblk: u64, page: Arc<Page>) -> (Arc<Page>, bool) {
-        let m = self.pages.pin();
+        let m = self.map_or_init().pin();
         let got = m.get_or_insert(lblk, page.clone());
         let new = Arc::ptr_eq(got, &page);
         (got.clone(), new)
@@ -149,7 +163,7 @@ impl PageMap {
     /// that sees the slot empty also sees the bump. A stale page is thus
     /// never made visible, not even for an instant.
     pub fn insert_clean_at(&self, lblk: u64, page: Arc<Page>, seq0: u64) -> Option<(Arc<Page>, bool)> {
-        let m = self.pages.pin();
+        let m = self.map_or_init().pin();
         let r = m.compute(lblk, |e| match e {
             Some((_, v)) => Operation::Abort(Some(v.clone())),
             None if self.seq() != seq0 => Operation::Abort(None),
@@ -177,7 +191,7 @@ impl PageMap {
     /// not dirty before) for memory and dirty accounting.
     pub fn write_pages(&self, pages: impl IntoIterator<Item = (u64, Box<[u8]>)>) -> (usize, usize) {
         let mut set = self.dirty.lock();
-        let m = self.pages.pin();
+        let m = self.map_or_init().pin();
         let (mut new_pages, mut new_dirty) = (0, 0);
         for (lblk, data) in pages {
             if m.insert(lblk, Arc::new(Page::new_dirty(data))).is_none() {
@@ -216,7 +230,8 @@ impl PageMap {
     /// dirty set.
     pub fn mark_clean(&self, lblk: u64, page: &Arc<Page>) -> bool {
         let mut set = self.dirty.lock();
-        let m = self.pages.pin();
+        let Some(map) = self.map() else { return false };
+        let m = map.pin();
         match m.get(&lblk) {
             Some(cur) if Arc::ptr_eq(cur, page) => {
                 // Bump first: once the flag is clear the sweep may evict
@@ -242,8 +257,13 @@ impl PageMap {
         let mut set = self.dirty.lock();
         // Bump before anything goes (see `insert_clean_at`).
         self.bump();
-        let m = self.pages.pin();
         let mut dropped = 0;
+        let Some(map) = self.map() else {
+            // No page was ever cached; the dirty set is empty too (a dirty
+            // block always has its page).
+            return (0, 0);
+        };
+        let m = map.pin();
         if end - start <= m.len() as u64 {
             for l in start..end {
                 if m.remove(&l).is_some() {
@@ -268,12 +288,12 @@ impl PageMap {
 
     /// Number of cached pages.
     pub fn len(&self) -> usize {
-        self.pages.len()
+        self.map().map_or(0, |m| m.len())
     }
 
     /// Whether no page is cached.
     pub fn is_empty(&self) -> bool {
-        self.pages.is_empty()
+        self.map().is_none_or(|m| m.is_empty())
     }
 
     /// Drop clean pages not referenced since the last sweep; returns how
@@ -286,7 +306,8 @@ impl PageMap {
         // Page maps are per inode and see far less churn than the caches
         // whose sweeps moved to `crate::clock` (papaya iteration after heavy
         // removal is the hazard described there).
-        let m = self.pages.pin();
+        let Some(map) = self.map() else { return 0 };
+        let m = map.pin();
         let mut n = 0;
         for (k, p) in m.iter() {
             if p.is_dirty() || p.referenced.swap(false, Ordering::Relaxed) {
