@@ -61,6 +61,7 @@ fn pjdfstest_passes_on_ext4kit_wherever_it_passes_on_the_kernel() {
     match out.status.code() {
         Some(0) => {}
         Some(2) => panic!("pjdfstest-compare: a prerequisite is missing:\n{stderr}"),
+        Some(3) => panic!("pjdfstest-compare: a target could not mount its image:\n{stdout}\n{stderr}"),
         _ => panic!(
             "pjdfstest on ext4kit fails tests that pass on the kernel's ext4 ({}):\n{stdout}\n{stderr}",
             out.status
