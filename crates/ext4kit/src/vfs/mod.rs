@@ -5,6 +5,7 @@
 
 pub mod acl;
 pub mod attr;
+pub mod by_ino;
 pub mod cred;
 pub mod dcache;
 pub mod fdtable;

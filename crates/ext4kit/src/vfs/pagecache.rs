@@ -31,7 +31,6 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use papaya::{Compute, Operation};
 use parking_lot::Mutex;
 
 /// One cached block of file data.
@@ -75,6 +74,8 @@ pub struct PageMap {
     /// collector of ~17 KiB whose setup cost dominated empty creates.
     pages: OnceLock<papaya::HashMap<u64, Arc<Page>>>,
     /// Logical blocks whose pages are dirty, in order (see the module doc).
+    /// Its mutex also serialises every change to `pages`: readers of the
+    /// map never take it.
     dirty: Mutex<BTreeSet<u64>>,
     /// `dirty.len()`, readable without the mutex (read path fast check).
     ndirty: AtomicUsize,
@@ -135,45 +136,38 @@ impl PageMap {
         Some(f(&p.data))
     }
 
-    /// Insert a freshly read (clean) page; returns true when it was new.
-    pub fn insert(&self, lblk: u64, page: Arc<Page>) -> bool {
-        self.insert_clean(lblk, page).1
-    }
-
-    /// Insert a clean page unless one is already cached; returns the page
-    /// now in the map (a dirty one wins over what was read from disk) and
-    /// whether ours was inserted.
-    pub fn insert_clean(&self, lblk: u64, page: Arc<Page>) -> (Arc<Page>, bool) {
-        let m = self.map_or_init().pin();
-        let got = m.get_or_insert(lblk, page.clone());
-        let new = Arc::ptr_eq(got, &page);
-        (got.clone(), new)
-    }
-
     /// Insert a clean page read from disk at `lblk`, unless a page is
     /// cached there already (that one is returned, `false`), or the write
     /// side moved the sequence past `seq0` — the value the reader loaded
     /// before it looked at the block map — in which case nothing is
     /// inserted and `None` tells the reader to redo the step.
     ///
-    /// The emptiness check, the sequence check and the insertion are one
-    /// atomic `compute`: a slot can only have become empty by eviction of a
-    /// clean page or by truncation, and both bump the sequence *before*
-    /// the page can go (see `mark_clean` and `remove_range`), so a reader
-    /// that sees the slot empty also sees the bump. A stale page is thus
-    /// never made visible, not even for an instant.
+    /// The emptiness check, the sequence check and the insertion happen
+    /// under the map's mutex, which every change to the map holds (writes,
+    /// writeback's `mark_clean`, truncation, eviction): a slot can only
+    /// have become empty by eviction of a clean page or by truncation, and
+    /// both happen after the sequence was bumped (see `mark_clean` and
+    /// `remove_range`), so a reader that finds the slot empty also sees the
+    /// bump. A stale page is thus never made visible. Only misses (which
+    /// read the disk anyway) take the mutex; hits stay lock-free.
+    ///
+    /// This used to be one lock-free papaya `compute`. With concurrent
+    /// writers on the map (reader inserts, writer inserts, sweeps) a clean
+    /// page older than the disk was found cached about once in 100 runs of
+    /// `file_io::readers_never_see_stale_or_torn_blocks` — after it the
+    /// disk held the newer data — so papaya 0.2.5 is now only trusted with
+    /// lock-free readers beside one writer at a time.
     pub fn insert_clean_at(&self, lblk: u64, page: Arc<Page>, seq0: u64) -> Option<(Arc<Page>, bool)> {
+        let _w = self.dirty.lock();
         let m = self.map_or_init().pin();
-        let r = m.compute(lblk, |e| match e {
-            Some((_, v)) => Operation::Abort(Some(v.clone())),
-            None if self.seq() != seq0 => Operation::Abort(None),
-            None => Operation::Insert(page.clone()),
-        });
-        match r {
-            Compute::Inserted(_, v) => Some((v.clone(), true)),
-            Compute::Aborted(Some(v)) => Some((v, false)),
-            _ => None,
+        if let Some(v) = m.get(&lblk) {
+            return Some((v.clone(), false));
         }
+        if self.seq() != seq0 {
+            return None;
+        }
+        m.insert(lblk, page.clone());
+        Some((page, true))
     }
 
     /// The write-side sequence number (see the field doc).
@@ -297,25 +291,24 @@ impl PageMap {
     }
 
     /// Drop clean pages not referenced since the last sweep; returns how
-    /// many. Dirty pages are skipped (and the check is part of the atomic
-    /// removal, so a page re-dirtied under the sweep is never lost).
+    /// many. Dirty pages are skipped; holding the map's mutex, no page can
+    /// be replaced or re-dirtied between the check and the removal.
     pub fn sweep(&self) -> usize {
-        // Iterate and remove one by one with `remove_if`: only the sweeper
-        // whose removal succeeded counts the page, so concurrent sweeps of
-        // one map never release the budget twice (`retain` cannot tell).
-        // Page maps are per inode and see far less churn than the caches
-        // whose sweeps moved to `crate::clock` (papaya iteration after heavy
-        // removal is the hazard described there).
+        // Under the map's mutex, like every change to the map (see
+        // `insert_clean_at`). Page maps are per inode and see far less
+        // churn than the caches whose sweeps moved to `crate::clock`
+        // (papaya iteration after heavy removal is the hazard described
+        // there).
         let Some(map) = self.map() else { return 0 };
+        let _w = self.dirty.lock();
         let m = map.pin();
         let mut n = 0;
         for (k, p) in m.iter() {
             if p.is_dirty() || p.referenced.swap(false, Ordering::Relaxed) {
                 continue;
             }
-            if let Ok(Some(_)) = m.remove_if(k, |_, v| !v.is_dirty() && !v.referenced.load(Ordering::Relaxed)) {
-                n += 1;
-            }
+            m.remove(k);
+            n += 1;
         }
         n
     }
@@ -395,11 +388,16 @@ mod tests {
         vec![b; 16].into_boxed_slice()
     }
 
+    /// A clean page as a reader caches it.
+    fn read_in(m: &PageMap, l: u64) {
+        assert!(m.insert_clean_at(l, Arc::new(Page::new(block(0))), m.seq()).is_some());
+    }
+
     #[test]
     fn dirty_set_tracks_written_pages_in_order() {
         let m = PageMap::default();
         for l in 0..100 {
-            m.insert(l, Arc::new(Page::new(block(0))));
+            read_in(&m, l);
         }
         assert_eq!(m.write_pages([(50, block(1)), (7, block(2))]), (0, 2));
         assert_eq!(m.write_pages([(7, block(3)), (200, block(4))]), (1, 1));
@@ -427,7 +425,7 @@ mod tests {
     #[test]
     fn sweep_never_drops_dirty_pages() {
         let m = PageMap::default();
-        m.insert(1, Arc::new(Page::new(block(0))));
+        read_in(&m, 1);
         m.write_pages([(2, block(1))]);
         // Two sweeps: the first clears reference bits, the second evicts.
         m.sweep();
@@ -440,7 +438,7 @@ mod tests {
     fn remove_range_drops_pages_and_dirty_entries() {
         let m = PageMap::default();
         for l in 0..10 {
-            m.insert(l, Arc::new(Page::new(block(0))));
+            read_in(&m, l);
         }
         m.write_pages([(3, block(1)), (8, block(1)), (1 << 40, block(1))]);
         let s = m.seq();
