@@ -970,9 +970,23 @@ fn dir_reader(id: usize) {
         // Open and check one atomically replaced file.
         for (w, seen_w) in seen.iter_mut().enumerate() {
             let committed = shm.word(SHM_ATOMIC + w).load(Ordering::Acquire);
-            let b = fs::read(dir.join(format!("atomic-{w}")))
+            let mut fh = File::open(dir.join(format!("atomic-{w}")))
                 .unwrap_or_else(|e| panic!("dir reader {id}: open atomic-{w} (replaced only by rename): {e}"));
-            let (f, blk, v) = parse_stamp(&b).unwrap_or_else(|e| panic!("dir reader {id}: atomic-{w}: {e}"));
+            let st = fh.metadata().unwrap();
+            let mut b = Vec::new();
+            fh.read_to_end(&mut b)
+                .unwrap_or_else(|e| panic!("dir reader {id}: read atomic-{w}: {e}"));
+            let (f, blk, v) = parse_stamp(&b).unwrap_or_else(|e| {
+                let now = fh.metadata().map(|m| (m.ino(), m.nlink(), m.len()));
+                panic!(
+                    "dir reader {id}: atomic-{w}: {e} (the opened file: inode {} nlink {} size {} at open; \
+                     now {now:?}; committed version before open {committed}) — opened by name, it must be a \
+                     complete version: rename(2) replaced it atomically",
+                    st.ino(),
+                    st.nlink(),
+                    st.len()
+                )
+            });
             assert_eq!((f, blk), (1000 + w as u32, 0), "atomic-{w} holds another file's stamp");
             assert!(
                 v >= committed,
