@@ -570,6 +570,17 @@ fn storm_on(peer: &Peer) {
     let _ = fs::remove_dir_all(&work);
 }
 
+/// The namespace storm, then `e2fsck -fn` and the kernel's view.
+///
+/// KNOWN EXT4KIT BUG (found by this test on main 662c029; kept running):
+/// intermittently (about 1 run in 5 under load, 3 in 6 with
+/// `EXT4KIT_STRESS_ONLY=create,unlink,write,truncate,read,fsync
+/// EXT4KIT_STRESS_OPS=6000`) the server logs "closing a file: corrupt
+/// filesystem: inode N: corrupt orphan list: an orphan is not on the
+/// superblock's orphan chain" and the image leaks blocks (e2fsck: "Block
+/// bitmap differences: -(36911--36913) ..."); sometimes creat(2) answers
+/// EIO. With `EXT4KIT_MOUNT_OPTIONS=cache=direct`, ESTALE and ENOTDIR also
+/// appear (an inode number reused while the kernel still holds it).
 #[test]
 fn a_multi_process_namespace_storm_leaves_a_clean_image_the_kernel_reads_identically() {
     for peer in peers() {
