@@ -1154,9 +1154,13 @@ fn concurrent_block_readers_see_only_written_current_versions_while_writers_writ
 /// over it returns an empty file (the opened inode has nlink 0 and size 0:
 /// the replaced inode was freed although the kernel had looked it up and
 /// was opening it), or a file of size 4096 that reads 0 bytes, or another
-/// file's contents (`atomic-1 holds another file's stamp`): an inode number
-/// still known to the kernel is freed and reused. Almost every run fails;
-/// the kernel's ext4 passes. Run it with
+/// file's contents (`atomic-1 holds another file's stamp`), or EIO: an inode
+/// number still known to the kernel (no FORGET yet) is freed and reused as
+/// a FUSE node id; the kernel then sees the id with a new generation and
+/// marks its old inode bad (EIO for whoever holds it). Fix direction: keep
+/// an inode number allocated while the kernel's lookup count is non-zero
+/// (freed at FORGET, like an orphan). Almost every run fails; the kernel's
+/// ext4 passes. Run it with
 /// `cargo test -p ext4kit-cli --test stress -- --ignored directory`.
 #[test]
 #[ignore = "KNOWN BUG: ext4kit frees and reuses an inode the kernel still holds (rename-over while another process opens)"]
