@@ -946,6 +946,7 @@ fn dir_writer(id: usize) {
 
 fn dir_reader(id: usize) {
     let dir = env_path("EXT4KIT_STRESS_ROOT").join("dir");
+    let hidden_ok = std::env::var("EXT4KIT_STRESS_PEER").is_ok_and(|p| p == "fuse2fs");
     let shm = Shared::open(&env_path("EXT4KIT_STRESS_SHM"));
     let mut seen = [0u32; DIR_WRITERS as usize];
     let mut listings = 0u64;
@@ -974,6 +975,11 @@ fn dir_reader(id: usize) {
             );
         }
         for n in names.keys() {
+            // fuse2fs (libfuse's high-level API) shows files unlinked while
+            // open as .fuse_hiddenXXXX until their release.
+            if hidden_ok && n.starts_with(".fuse_hidden") {
+                continue;
+            }
             let ok = n.starts_with("stable-")
                 || n.starts_with("churn-")
                 || n.starts_with("tmp-")
@@ -1051,6 +1057,7 @@ fn readers_writers_on(peer: &Peer, part: RwPart) {
         ("EXT4KIT_STRESS_SHM", shm_path.to_string_lossy().into_owned()),
         ("EXT4KIT_STRESS_SEED", seed.to_string()),
         ("EXT4KIT_STRESS_OPS", "1500".to_string()),
+        ("EXT4KIT_STRESS_PEER", peer.name().to_string()),
     ];
     let t = Instant::now();
     let mut writers = Vec::new();
