@@ -40,6 +40,7 @@
 
 mod compare;
 mod image;
+pub mod mountpeer;
 mod prng;
 mod tree;
 mod util;
