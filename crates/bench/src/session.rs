@@ -39,15 +39,19 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Mount `peer` (read-only if `ro`) unless it is already the mount,
-    /// or `fresh` asks for a new mount: unmount, drop the kernel's caches
-    /// (page cache of the image file and of the mount), mount.
-    fn ensure(&mut self, peer: Peer, ro: bool, fresh: bool) -> Result<&Path, String> {
-        if fresh || self.cur.as_ref().is_none_or(|m| m.peer() != peer) {
+    /// Mount `peer` (read-only if `ro`) unless it is already the mount;
+    /// `cold`: a new mount in any case, after dropping the kernel's caches
+    /// (the page cache of the image file and of the mount). The first mount
+    /// of a session is always cold.
+    fn ensure(&mut self, peer: Peer, ro: bool, cold: bool) -> Result<&Path, String> {
+        let first = self.cur.is_none();
+        if cold || self.cur.as_ref().is_none_or(|m| m.peer() != peer) {
             if let Some(m) = self.cur.take() {
                 m.unmount()?;
             }
-            crate::drop_kernel_caches();
+            if cold || first {
+                crate::drop_kernel_caches();
+            }
             self.cur = Some(PeerMount::mount(peer, self.cfg, &self.image, &self.dir, ro)?);
         }
         Ok(self.cur.as_ref().map(|m| m.path()).unwrap_or(&self.dir))
@@ -70,6 +74,9 @@ impl<'a> Session<'a> {
 
     /// A phase that only reads, on the peer; `cold`: on a fresh mount with
     /// the kernel's caches dropped (the servers' own caches start empty).
+    /// Not cold: on the current mount (the read-only peer replacing a
+    /// stand-in finds the image file in the host's page cache, as a
+    /// writing peer would).
     pub fn read<T>(&mut self, cold: bool, f: impl FnOnce(&Path) -> Result<T, String>) -> Result<Option<T>, String> {
         let ro = !self.writable;
         let dir = self.ensure(self.peer, ro, cold)?.to_path_buf();
