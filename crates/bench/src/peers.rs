@@ -269,11 +269,16 @@ impl Drop for PeerMount {
             Inner::Gone => {}
             Inner::Kernel(m) => drop(m),
             Inner::Ext4kit => {
-                let _ = Command::new(&self.cfg.ext4kit_bin)
+                let ok = Command::new(&self.cfg.ext4kit_bin)
                     .arg("umount")
                     .arg(&self.dir)
                     .stdin(Stdio::null())
-                    .output();
+                    .output()
+                    .is_ok_and(|o| o.status.success());
+                // A crashed server leaves a dead mount (ENOTCONN): detach it.
+                if !ok {
+                    let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
+                }
             }
             Inner::Fuse2fs(mut child, _) => {
                 if umount_retrying(&self.dir).is_err() {

@@ -65,7 +65,7 @@ struct Args {
     /// A peer whose run of a workload took at least this many seconds is
     /// not run again for that workload (a long run averages itself; fuse2fs
     /// needs minutes for some workloads). The table marks such figures.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 60)]
     long_run_secs: u64,
     /// create: files made in one directory.
     #[arg(long, default_value_t = 50_000)]
@@ -253,8 +253,7 @@ fn unpack(r: Option<Vec<f64>>, n: usize) -> Values {
 }
 
 /// Interleaved rounds, as seeds-fsync: each round runs a slice of the
-/// operations on every file size in turn, so a shared machine's noise
-/// (other I/O, flush latency) hits all sizes alike.
+/// operations on every file size and sync kind in turn.
 const FSYNC_ROUNDS: usize = 10;
 const FSYNC_BS: u64 = 4096;
 
@@ -290,14 +289,16 @@ fn w_fsync(s: &mut Session, a: &Args) -> Result<Values, String> {
         }
         let block = vec![0x5Au8; FSYNC_BS as usize];
         let per_round = a.fsync_ops.div_ceil(FSYNC_ROUNDS);
-        let mut out = vec![0.0; a.fsync_blocks.len() * 2];
-        for data_only in [false, true] {
-            let mut rng: Vec<u64> = a.fsync_blocks.iter().map(|_| 0x2545_F491_4F6C_DD1D).collect();
-            let mut per_op: Vec<Vec<Duration>> = a.fsync_blocks.iter().map(|_| Vec::new()).collect();
-            for _ in 0..FSYNC_ROUNDS {
-                for (i, &n) in a.fsync_blocks.iter().enumerate() {
+        // per_op[size * 2 + kind], kind 0 fsync, 1 fdatasync; each round
+        // runs a slice of both kinds on every size, so a burst of other I/O
+        // on the host (flush latency) hits all four series alike.
+        let mut per_op: Vec<Vec<Duration>> = vec![Vec::new(); a.fsync_blocks.len() * 2];
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..FSYNC_ROUNDS {
+            for (i, &n) in a.fsync_blocks.iter().enumerate() {
+                for data_only in [false, true] {
                     for _ in 0..per_round {
-                        let off = (xorshift(&mut rng[i]) % n) * FSYNC_BS;
+                        let off = (xorshift(&mut rng) % n) * FSYNC_BS;
                         let t = Instant::now();
                         files[i].write_all_at(&block, off).map_err(io("pwrite"))?;
                         if data_only {
@@ -305,14 +306,12 @@ fn w_fsync(s: &mut Session, a: &Args) -> Result<Values, String> {
                         } else {
                             files[i].sync_all().map_err(io("fsync"))?;
                         }
-                        per_op[i].push(t.elapsed());
+                        per_op[i * 2 + usize::from(data_only)].push(t.elapsed());
                     }
                 }
             }
-            for (i, v) in per_op.iter_mut().enumerate() {
-                out[i * 2 + usize::from(data_only)] = median(v).as_secs_f64() * 1e6;
-            }
         }
+        let out: Vec<f64> = per_op.iter_mut().map(|v| median(v).as_secs_f64() * 1e6).collect();
         Ok(out)
     })?;
     Ok(unpack(r, a.fsync_blocks.len() * 2))
