@@ -1,8 +1,11 @@
 //! `ext4kit mount` through the kernel's FUSE driver: the whole fixture tree
 //! read back through a real mount (names, types, modes, owners, sizes,
 //! contents, symlinks, devices, hard links, xattrs, times), concurrent
-//! readers, the lifecycle (detach, umount, signals, kill -9), refusal of an
-//! image already in use, and an unprivileged mount through fusermount3.
+//! readers, the lifecycle (detach, umount, signals, kill -9 of a server
+//! with writers, unmount while a writer is busy), read-write by default and
+//! the read-only fallbacks (read-only features, needs_recovery, mmp),
+//! refusal of an image already in use, and an unprivileged mount through
+//! fusermount3. (Each write request is tested in crates/fuse/tests/rw.rs.)
 //!
 //! These tests need /dev/fuse and fusermount3 (.ci/run installs fuse3) and
 //! root (CI runs as root); without them they fail and say why, rather than
@@ -154,7 +157,13 @@ fn the_whole_tree_reads_back_through_the_mount_with_concurrent_readers() {
         let work = workdir(name);
         let (src, img, spec) = small_image(&work, name);
         let mnt = work.join("mnt");
-        let o = ext4kit(&[&"mount", &img, &mnt]);
+        // ext4 read-write (the default), ext2 read-only (-o ro).
+        let ro = name == "ext2-1k";
+        let o = if ro {
+            ext4kit(&[&"mount", &"-o", &"ro", &img, &mnt])
+        } else {
+            ext4kit(&[&"mount", &img, &mnt])
+        };
         ok(&o, "ext4kit mount");
         // Detached: the command returned and the mount already works.
         assert_eq!(mounted_type(&mnt).as_deref(), Some("fuse.ext4kit"), "{name}");
@@ -201,9 +210,14 @@ fn the_whole_tree_reads_back_through_the_mount_with_concurrent_readers() {
         assert_eq!(bs.trim(), spec.block_size.to_string(), "{name}: statfs block size");
         assert!(String::from_utf8_lossy(&info.stdout).contains(&bs), "{name}");
 
-        // Writes are refused: the mount is read-only.
-        let e = std::fs::write(mnt.join("new-file"), b"x").unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc_erofs()), "{name}: {e}");
+        if ro {
+            // Writes are refused: the mount is read-only.
+            let e = std::fs::write(mnt.join("new-file"), b"x").unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc_erofs()), "{name}: {e}");
+        } else {
+            std::fs::write(mnt.join("new-file"), b"x").unwrap();
+            assert_eq!(std::fs::read(mnt.join("new-file")).unwrap(), b"x");
+        }
 
         let o = ext4kit(&[&"umount", &mnt]);
         ok(&o, "ext4kit umount");
@@ -254,32 +268,45 @@ fn umount_and_signals_end_a_foreground_server_with_status_0() {
 }
 
 #[test]
-fn kill_9_leaves_the_image_openable_and_clean() {
+fn kill_9_of_a_server_with_writers_leaves_an_image_that_opens_and_e2fsck_repairs() {
     require_fuse();
     let work = workdir("kill9");
-    let (src, img, spec) = small_image(&work, "ext4-default");
+    let (_src, img, _) = small_image(&work, "ext4-default");
     let mnt = work.join("mnt");
     let mut child = spawn_foreground(&img, &mnt);
-    // Traffic in flight when the server dies.
-    let reader = Command::new("sh")
+    // Durable before the crash: written and fsynced.
+    let keep: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(mnt.join("kept")).unwrap();
+        f.write_all(&keep).unwrap();
+        f.sync_all().unwrap();
+    }
+    // Traffic in flight when the server dies: readers and writers.
+    let busy = Command::new("sh")
         .arg("-c")
-        .arg("cd \"$1\" && while :; do find . -type f -exec cat {} + >/dev/null 2>&1 || exit 0; done")
+        .arg(
+            "cd \"$1\" && i=0; while :; do i=$((i+1)); mkdir -p w/$((i % 7)) && head -c $((i * 997 % 200000)) \
+             /dev/urandom > w/$((i % 7))/f$i 2>/dev/null || exit 0; rm -f w/$(((i+3) % 7))/f$((i-5)); \
+             find . -type f -exec cat {} + >/dev/null 2>&1; done",
+        )
         .arg("sh")
         .arg(&mnt)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(1500));
     child.kill().unwrap();
     child.wait().unwrap();
     // The dead mount answers ENOTCONN until it is detached.
     let _ = Command::new("umount").arg("-l").arg(&mnt).output().unwrap();
-    let mut reader = reader;
-    let _ = reader.kill();
-    let _ = reader.wait();
+    let mut busy = busy;
+    let _ = busy.kill();
+    let _ = busy.wait();
     assert_eq!(mounted_type(&mnt), None);
-    ext4kit::Fs::open_image(
+    // The image opens (read-only: nothing is changed before e2fsck).
+    let fs = ext4kit::Fs::open_image(
         &img,
         &ext4kit::OpenOptions {
             read_only: true,
@@ -287,12 +314,85 @@ fn kill_9_leaves_the_image_openable_and_clean() {
         },
     )
     .unwrap();
+    assert_eq!(
+        fs.read_dir(b"/").unwrap().iter().filter(|e| e.name == b"kept").count(),
+        1
+    );
+    drop(fs);
+    // The superblock says the filesystem was not cleanly unmounted, so
+    // e2fsck checks it; it repairs what the crash left (exit 0 or 1).
+    let o = Command::new("dumpe2fs").arg("-h").arg(&img).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("not clean"),
+        "a crashed read-write mount leaves s_state not clean"
+    );
+    let o = Command::new("e2fsck").arg("-fy").arg(&img).output().unwrap();
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "e2fsck -fy could not repair the image ({}):\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout)
+    );
     e2fsck_clean(&img).unwrap();
-    // The lock died with the process: the image mounts again, intact.
+    // The lock died with the process: the image mounts again; fsynced data survived.
     ok(&ext4kit(&[&"mount", &img, &mnt]), "mount after kill -9");
-    let diffs = compare_trees(&src, &mnt, &spec.compare_opts()).unwrap();
+    let back = std::fs::read(mnt.join("kept"));
     ok(&ext4kit(&[&"umount", &mnt]), "umount");
-    assert!(diffs.is_empty(), "{diffs:#?}");
+    assert!(back.unwrap() == keep, "the fsynced file survived the crash");
+    e2fsck_clean(&img).unwrap();
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn unmount_while_a_writer_is_busy_waits_for_it_and_loses_nothing() {
+    require_fuse();
+    let work = workdir("busy");
+    let (_src, img, _) = small_image(&work, "ext4-default");
+    let mnt = work.join("mnt");
+    let mut child = spawn_foreground(&img, &mnt);
+    // A writer holding the file open for a few seconds.
+    let mut writer = Command::new("sh")
+        .arg("-c")
+        .arg("exec 3>\"$1/busy\" && for i in $(seq 1 60); do head -c 65536 /dev/zero >&3 || exit 1; sleep 0.05; done")
+        .arg("sh")
+        .arg(&mnt)
+        .spawn()
+        .unwrap();
+    wait_until("the writer to start", Duration::from_secs(10), || {
+        mnt.join("busy").exists()
+    });
+    // A plain unmount is refused while the file is open...
+    let o = ext4kit(&[&"umount", &mnt]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("busy"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // ...SIGTERM detaches the mount (lazy unmount) and the server keeps
+    // serving the writer until it closes, then flushes and exits 0.
+    let o = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .output()
+        .unwrap();
+    ok(&o, "kill -TERM");
+    wait_until("the mount to be detached", Duration::from_secs(10), || {
+        mounted_type(&mnt).is_none()
+    });
+    assert!(
+        writer.wait().unwrap().success(),
+        "the writer kept writing after the detach"
+    );
+    let st = exit_within(&mut child, Duration::from_secs(30));
+    assert!(st.success(), "the server exited with {st}");
+    e2fsck_clean(&img).unwrap();
+    let lm = LoopMount::mount(&img, &mnt, "ext4", true).unwrap();
+    let len = std::fs::metadata(mnt.join("busy")).map(|m| m.len());
+    let zeros = std::fs::read(mnt.join("busy")).map(|d| d.iter().all(|&b| b == 0));
+    lm.unmount().unwrap();
+    assert_eq!(len.unwrap(), 60 * 65536, "every write reached the image");
+    assert!(zeros.unwrap());
     let _ = std::fs::remove_dir_all(&work);
 }
 
@@ -324,14 +424,60 @@ fn an_image_in_use_is_refused_with_a_clear_message() {
     assert!(err.contains("already mounted") && err.contains("/dev/loop"), "{err}");
     lm.unmount().unwrap();
 
-    // -o rw is refused with the reason.
-    let o = ext4kit(&[&"mount", &"-o", &"rw", &img, &mnt2]);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(1));
-    assert!(err.contains("read-write mounts arrive with the write engine"), "{err}");
     // An unknown option is named.
     let o = ext4kit(&[&"mount", &"-o", &"bogus", &img, &mnt2]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("`bogus`"));
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// Mount `img` without options and with `-o rw`: the first mounts
+/// read-only with a warning naming `why`, the second is refused with it.
+fn read_only_fallback(img: &Path, mnt: &Path, why: &str) {
+    let o = ext4kit(&[&"mount", &img, &mnt]);
+    ok(&o, "mount");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(err.contains("mounting read-only") && err.contains(why), "{why}: {err}");
+    let e = std::fs::write(mnt.join("new-file"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc_erofs()), "{why}: {e}");
+    assert!(std::fs::read_dir(mnt).unwrap().count() > 3, "{why}: the tree reads");
+    ok(&ext4kit(&[&"umount", &mnt]), "umount");
+    let o = ext4kit(&[&"mount", &"-o", &"rw", &img, &mnt]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{why}: -o rw must be refused: {err}");
+    assert!(
+        err.contains("cannot mount read-write") && err.contains(why),
+        "{why}: {err}"
+    );
+    assert_eq!(mounted_type(mnt), None);
+}
+
+#[test]
+fn images_that_must_not_be_written_mount_read_only_and_refuse_rw() {
+    require_fuse();
+    let work = workdir("rofeat");
+    let (_src, img, _) = small_image(&work, "ext4-default");
+    let mnt = work.join("mnt");
+    let run = |args: &[&str]| {
+        let o = Command::new(args[0]).args(&args[1..]).arg(&img).output().unwrap();
+        ok(&o, &args.join(" "));
+    };
+    // The read-only feature (an unsupported RO_COMPAT bit for writing).
+    run(&["tune2fs", "-O", "read-only"]);
+    read_only_fallback(&img, &mnt, "read-only");
+    run(&["tune2fs", "-O", "^read-only"]);
+    // needs_recovery: a journal not yet replayed.
+    run(&["debugfs", "-w", "-R", "feature needs_recovery"]);
+    read_only_fallback(&img, &mnt, "needs_recovery");
+    run(&["debugfs", "-w", "-R", "feature ^needs_recovery"]);
+    // mmp: multi-mount protection, not implemented for writing.
+    run(&["tune2fs", "-O", "mmp"]);
+    read_only_fallback(&img, &mnt, "mmp");
+    run(&["tune2fs", "-O", "^mmp"]);
+    // And without them the image mounts read-write again.
+    ok(&ext4kit(&[&"mount", &"-o", &"rw", &img, &mnt]), "mount -o rw");
+    std::fs::write(mnt.join("new-file"), b"x").unwrap();
+    ok(&ext4kit(&[&"umount", &mnt]), "umount");
+    e2fsck_clean(&img).unwrap();
     let _ = std::fs::remove_dir_all(&work);
 }
 

@@ -1,15 +1,33 @@
 //! Open file and directory handles (the `fh` the kernel passes back).
 //!
-//! A concurrent map from handle number to what `OPEN`/`OPENDIR` created.
-//! `READ` and `READDIR` look their handle up under the map's epoch guard and
-//! use it in place: no lock, no reference-count change on the hot path
-//! (seed 002: using a descriptor costs no atomic on shared state). Handle
-//! numbers come from a counter and are never reused while the mount lives.
+//! A table from handle number to what `OPEN`/`CREATE`/`OPENDIR` made,
+//! sharded into 64 mutex-protected maps (short critical sections: a lookup
+//! clones an `Arc`, no I/O under a shard lock). A request takes its own
+//! reference to the handle and works outside the lock, so requests on
+//! different handles never wait for each other and requests on one handle
+//! share only that handle's reference count.
+//!
+//! Closing must be deterministic: the last close of a file that was
+//! unlinked while open frees its inode ([`Fs::close_file`]), and that has to
+//! happen when the kernel sends RELEASE, not whenever a deferred-reclamation
+//! scheme gets round to dropping the value (an earlier version kept handles
+//! in an epoch-reclaimed map; the file's open count then stayed up after
+//! RELEASE). [`OpenFile`] closes through the engine when its last reference
+//! goes — normally at RELEASE, at the latest when the server shuts down.
+//! Handle numbers come from a counter and are never reused while the mount
+//! lives.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ext4kit::{File, FileType};
+use ext4kit::{File, FileType, Fs};
+use parking_lot::Mutex;
+
+const SHARDS: usize = 64;
+
+/// One part of the table.
+type Shard = Mutex<HashMap<u64, Arc<Handle>>>;
 
 /// A directory listing taken at `OPENDIR`. `READDIR` offsets index into it
 /// (offset `k` resumes after entry `k - 1`), so a listing read in several
@@ -19,13 +37,46 @@ use ext4kit::{File, FileType};
 pub struct DirSnapshot {
     /// (name, ext4 inode, type) in on-disk order, "." and ".." included.
     pub entries: Vec<(Vec<u8>, u32, FileType)>,
+    /// The directory's inode (FSYNCDIR on the handle).
+    pub ino: u32,
+}
+
+/// An open file that is closed through the engine ([`Fs::close_file`])
+/// when dropped, so an unlinked file is freed at its last close.
+#[derive(Debug)]
+pub struct OpenFile {
+    file: Option<Arc<File>>,
+    fs: Arc<Fs>,
+}
+
+impl OpenFile {
+    /// Wrap `file` opened on `fs`.
+    pub fn new(fs: Arc<Fs>, file: Arc<File>) -> Self {
+        OpenFile { file: Some(file), fs }
+    }
+
+    /// The open file description.
+    pub fn file(&self) -> &File {
+        // Only `drop` takes it out.
+        self.file.as_deref().expect("an OpenFile holds its file until dropped")
+    }
+}
+
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        if let Some(f) = self.file.take() {
+            if let Err(e) = self.fs.close_file(f) {
+                eprintln!("ext4kit: closing a file: {e}");
+            }
+        }
+    }
 }
 
 /// What a handle refers to.
 #[derive(Debug)]
 pub enum Handle {
     /// An open regular file (or other non-directory).
-    File(Arc<File>),
+    File(OpenFile),
     /// An open directory.
     Dir(DirSnapshot),
 }
@@ -33,44 +84,65 @@ pub enum Handle {
 /// The handle table.
 #[derive(Debug)]
 pub struct Handles {
-    map: papaya::HashMap<u64, Handle>,
+    shards: Box<[Shard]>,
     next: AtomicU64,
 }
 
 impl Default for Handles {
     fn default() -> Self {
         Handles {
-            map: papaya::HashMap::new(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next: AtomicU64::new(1),
         }
     }
 }
 
 impl Handles {
+    fn shard(&self, fh: u64) -> &Shard {
+        &self.shards[fh as usize % SHARDS]
+    }
+
     /// Store `h`; returns its number.
     pub fn insert(&self, h: Handle) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
-        self.map.pin().insert(fh, h);
+        self.shard(fh).lock().insert(fh, Arc::new(h));
         fh
     }
 
-    /// Run `f` on handle `fh` in place (`None` if there is no such handle).
-    pub fn with<R>(&self, fh: u64, f: impl FnOnce(&Handle) -> R) -> Option<R> {
-        self.map.pin().get(&fh).map(f)
+    /// Handle `fh` (`None` if there is no such handle).
+    pub fn get(&self, fh: u64) -> Option<Arc<Handle>> {
+        self.shard(fh).lock().get(&fh).cloned()
     }
 
-    /// Close handle `fh`; whether it existed.
+    /// Run `f` on handle `fh` (`None` if there is no such handle). The
+    /// shard lock is not held while `f` runs.
+    pub fn with<R>(&self, fh: u64, f: impl FnOnce(&Handle) -> R) -> Option<R> {
+        self.get(fh).map(|h| f(&h))
+    }
+
+    /// Close handle `fh`; whether it existed. A file handle is closed
+    /// through the engine here, unless a request still holds it (then when
+    /// that request ends).
     pub fn remove(&self, fh: u64) -> bool {
-        self.map.pin().remove(&fh).is_some()
+        let h = self.shard(fh).lock().remove(&fh);
+        h.is_some()
+    }
+
+    /// Close every handle (server shutdown).
+    pub fn clear(&self) {
+        for s in self.shards.iter() {
+            let all: Vec<_> = s.lock().drain().collect();
+            drop(all);
+        }
     }
 
     /// Open handles.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.shards.iter().map(|s| s.lock().len()).sum()
     }
 
     /// Whether no handle is open.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 }

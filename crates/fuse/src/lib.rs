@@ -65,10 +65,9 @@ pub mod inuse;
 pub mod lifecycle;
 pub mod nodes;
 pub mod server;
+pub mod state;
 pub mod statfs;
 mod sys;
 
-pub use lifecycle::{
-    mount, parse_options, run_detached, run_foreground, unmount, MountOptions, Mounted, RW_PENDING, SUBTYPE,
-};
-pub use server::Ext4Fuse;
+pub use lifecycle::{mount, parse_options, run_detached, run_foreground, unmount, MountOptions, Mounted, SUBTYPE};
+pub use server::{CacheMode, Ext4Fuse};

@@ -19,7 +19,7 @@ use ext4kit::{Fs, OpenOptions};
 use fuser::{Config, MountOption, Session, SessionACL};
 
 use crate::inuse::{kernel_user, lock_is_free, mounts, ImageLock};
-use crate::server::Ext4Fuse;
+use crate::server::{CacheMode, Ext4Fuse};
 use crate::sys;
 
 /// The FUSE subtype: mounts show as `fuse.ext4kit` in /proc/mounts.
@@ -28,8 +28,14 @@ pub const SUBTYPE: &str = "ext4kit";
 /// How to mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountOptions {
-    /// Read-only (the only mode until the write engine is merged).
+    /// `-o ro`: read-only even when the image could be written.
     pub read_only: bool,
+    /// `-o rw`: read-write, or fail with the reason it cannot be (without
+    /// either, read-write when possible, else read-only with a warning:
+    /// see [`crate::state`]).
+    pub read_write: bool,
+    /// How the kernel caches file data (`-o cache=...`).
+    pub cache: CacheMode,
     /// Let every user use the mount (`allow_other`; non-root needs
     /// `user_allow_other` in /etc/fuse.conf).
     pub allow_other: bool,
@@ -46,7 +52,9 @@ pub struct MountOptions {
 impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
-            read_only: true,
+            read_only: false,
+            read_write: false,
+            cache: CacheMode::default(),
             allow_other: false,
             allow_root: false,
             kernel: Vec::new(),
@@ -56,16 +64,21 @@ impl Default for MountOptions {
     }
 }
 
-/// The message `-o rw` gets until writes are wired in.
-pub const RW_PENDING: &str =
-    "read-write mounts arrive with the write engine; mount read-only for now (-o ro, the default)";
-
 /// Apply a comma-separated `-o` list to `opts`.
 pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> {
     for o in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
         match o {
-            "ro" => opts.read_only = true,
-            "rw" => opts.read_only = false,
+            "ro" => {
+                opts.read_only = true;
+                opts.read_write = false;
+            }
+            "rw" => {
+                opts.read_only = false;
+                opts.read_write = true;
+            }
+            "cache=writethrough" => opts.cache = CacheMode::WriteThrough,
+            "cache=writeback" => opts.cache = CacheMode::Writeback,
+            "cache=direct" => opts.cache = CacheMode::Direct,
             "allow_other" => opts.allow_other = true,
             "allow_root" => opts.allow_root = true,
             // Always on (see the crate docs): accepted for familiarity.
@@ -83,7 +96,7 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             "dirsync" => opts.kernel.push(MountOption::DirSync),
             other => {
                 return Err(format!(
-                    "unknown mount option `{other}` (known: ro, rw, allow_other, allow_root, default_permissions, \
+                    "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, allow_other, allow_root, default_permissions, \
                      [no]suid, [no]dev, [no]exec, [no]atime, sync, async, dirsync)"
                 ))
             }
@@ -101,6 +114,9 @@ pub struct Mounted {
     /// Mounted by fusermount3 (unmount through it too).
     via_fusermount: bool,
     nodes: Arc<crate::nodes::Nodes>,
+    /// Read-write: the superblock state to restore at a clean unmount.
+    state: Option<crate::state::MountState>,
+    read_only: bool,
 }
 
 impl std::fmt::Debug for Mounted {
@@ -115,9 +131,6 @@ impl std::fmt::Debug for Mounted {
 /// calling thread first (the server threads inherit the mask and
 /// [`Mounted::run`] waits for them on a thread of its own).
 pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mounted, String> {
-    if !opts.read_only {
-        return Err(RW_PENDING.into());
-    }
     let image = std::fs::canonicalize(image).map_err(|e| format!("{}: {e}", image.display()))?;
     let mount_point = std::fs::canonicalize(mount_point).map_err(|e| format!("{}: {e}", mount_point.display()))?;
     if !mount_point.is_dir() {
@@ -133,14 +146,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     }
     let lock = ImageLock::acquire(&image)?;
     sys::block_stop_signals().map_err(|e| format!("blocking signals: {e}"))?;
-    let fs = Fs::open_image(
-        &image,
-        &OpenOptions {
-            read_only: true,
-            cache_budget: opts.cache_budget,
-        },
-    )
-    .map_err(|e| format!("{}: {e}", image.display()))?;
+    let (fs, read_only) = open_for_mount(&image, opts)?;
     for w in fs.warnings() {
         eprintln!("ext4kit: warning: {}: {w}", image.display());
     }
@@ -164,7 +170,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     // Cloned descriptors need /dev/fuse to be openable by us (it is 0600
     // root on many systems: unprivileged servers share one descriptor).
     config.clone_fd = opts.threads > 1 && sys::can_read_write(Path::new("/dev/fuse"));
-    let server = Ext4Fuse::new(fs.clone(), true);
+    let server = Ext4Fuse::new(fs.clone(), read_only, opts.cache);
     let nodes = server.nodes();
     let fail = |e: &dyn std::fmt::Display| format!("mounting {} at {}: {e}", image.display(), mount_point.display());
     let (session, via_fusermount) = if sys::is_root() {
@@ -173,7 +179,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
             // fuser's mount(2) path does not pass `Subtype` to the kernel;
             // the fuse driver accepts `subtype=` itself (type fuse.ext4kit).
             MountOption::CUSTOM(format!("subtype={SUBTYPE}")),
-            MountOption::RO,
+            if read_only { MountOption::RO } else { MountOption::RW },
             MountOption::DefaultPermissions,
         ];
         mount_options.extend(opts.kernel.iter().cloned());
@@ -186,7 +192,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
         let mut o = vec![
             format!("fsname={fsname}"),
             format!("subtype={SUBTYPE}"),
-            "ro".to_string(),
+            if read_only { "ro" } else { "rw" }.to_string(),
             "default_permissions".to_string(),
             "nosuid".to_string(),
             "nodev".to_string(),
@@ -205,6 +211,27 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
             }
         }
     };
+    // The mount works: record it in the superblock (read-write only).
+    let state = if read_only {
+        None
+    } else {
+        match crate::state::mark_mounted(&fs, &mount_point) {
+            Ok((st, warnings)) => {
+                for w in warnings {
+                    eprintln!("ext4kit: warning: {}: {w}", image.display());
+                }
+                Some(st)
+            }
+            Err(e) => {
+                drop(session);
+                let _ = lazy_unmount(&mount_point);
+                return Err(format!(
+                    "{}: recording the mount in the superblock: {e}",
+                    image.display()
+                ));
+            }
+        }
+    };
     Ok(Mounted {
         session,
         fs,
@@ -212,7 +239,62 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
         lock,
         via_fusermount,
         nodes,
+        state,
+        read_only,
     })
+}
+
+/// Open the image read-write when allowed and possible, else read-only
+/// (see [`crate::state`] for the rules). Returns the filesystem and
+/// whether it is read-only.
+fn open_for_mount(image: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, bool), String> {
+    let open = |read_only| {
+        Fs::open_image(
+            image,
+            &OpenOptions {
+                read_only,
+                cache_budget: opts.cache_budget,
+            },
+        )
+        .map_err(|e| format!("{}: {e}", image.display()))
+    };
+    if opts.read_only {
+        return Ok((open(true)?, true));
+    }
+    let refuse_or_warn = |why: String| -> Result<(Arc<Fs>, bool), String> {
+        if opts.read_write {
+            Err(format!(
+                "{}: cannot mount read-write: {why}; mount read-only with -o ro",
+                image.display()
+            ))
+        } else {
+            eprintln!("ext4kit: warning: {}: mounting read-only: {why}", image.display());
+            Ok((open(true)?, true))
+        }
+    };
+    if let Some(why) = crate::state::read_only_reason(image) {
+        return refuse_or_warn(why);
+    }
+    match open(false) {
+        Ok(fs) if fs.vol.read_only => {
+            // The engine fell back to read-only on its own (a read-only
+            // device); its warnings say why.
+            let why = fs.warnings().join("; ");
+            drop(fs);
+            refuse_or_warn(if why.is_empty() {
+                "the device is read-only".into()
+            } else {
+                why
+            })
+        }
+        Ok(fs) => Ok((fs, false)),
+        // The image file cannot be opened for writing (permissions, a
+        // read-only filesystem under it).
+        Err(e) if std::fs::OpenOptions::new().write(true).open(image).is_err() => {
+            refuse_or_warn(format!("the image cannot be opened for writing ({e})"))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 impl Mounted {
@@ -231,7 +313,13 @@ impl Mounted {
         &self.fs
     }
 
-    /// Serve until unmounted or signalled; flush; release the image.
+    /// Whether the mount is read-only.
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Serve until unmounted or signalled; flush; write the superblock
+    /// clean (read-write); release the image.
     pub fn run(mut self) -> Result<(), String> {
         let mut unmounter = self.session.unmount_callable();
         let mp = self.mount_point.clone();
@@ -254,8 +342,13 @@ impl Mounted {
                 }
             })
             .map_err(|e| format!("starting the signal thread: {e}"))?;
+        // Returns after DESTROY, with every handle closed (unlinked open
+        // files freed) and the server dropped.
         let served = self.session.run();
-        let synced = self.fs.sync();
+        let synced = match self.state {
+            Some(st) => crate::state::mark_unmounted(&self.fs, st),
+            None => self.fs.sync(),
+        };
         drop(self.lock);
         served.map_err(|e| format!("serving {}: {e}", self.mount_point.display()))?;
         synced.map_err(|e| format!("flushing: {e}"))

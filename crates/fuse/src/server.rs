@@ -1,18 +1,19 @@
 //! The request handlers: each translates one FUSE request into calls on
 //! [`ext4kit::Fs`] and the result into a reply. No filesystem logic lives
 //! here: names, permissions on disk, data and attributes all come from the
-//! engine; this file only maps numbers, handles and errors.
+//! engine; this file only maps numbers, handles, flags, credentials and
+//! errors.
 
-use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use ext4kit::vfs::by_ino::PermCheck;
 use ext4kit::vfs::cred::Cred;
-use ext4kit::{Fs, OpenFlags as EngineOpen, Whence};
+use ext4kit::{FileType as Ft, Fs, OpenFlags as EngineOpen, SetAttr, TimeSet, Timestamp, Whence};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -22,7 +23,7 @@ use fuser::{
 
 use crate::attr::{file_attr, kind};
 use crate::errno::{errno, res};
-use crate::handles::{DirSnapshot, Handle, Handles};
+use crate::handles::{DirSnapshot, Handle, Handles, OpenFile};
 use crate::nodes::{to_ext4, to_fuse, Nodes};
 
 /// How long the kernel may trust a name (entry) or attributes without
@@ -33,8 +34,28 @@ pub const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 pub const MAX_WRITE: u32 = 1 << 20;
 
 /// Requests the kernel may have in flight in the background (readahead,
-/// async reads): large, so readahead of several files is never throttled.
+/// async reads, write-back): large, so readahead of several files is never
+/// throttled.
 pub const MAX_BACKGROUND: u16 = 256;
+
+/// Largest piece copy_file_range moves per engine read + write.
+const COPY_CHUNK: usize = 1 << 20;
+
+/// How file data is cached in the kernel in front of the engine's own
+/// page cache (see the crate documentation for the measurements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheMode {
+    /// Kernel page cache, writes sent through at once (FUSE's default
+    /// "write-through"): reads are cached, every write() is one WRITE.
+    #[default]
+    WriteThrough,
+    /// `FUSE_WRITEBACK_CACHE`: the kernel buffers writes and sends them
+    /// later in large pieces; it then owns size and mtime while dirty.
+    Writeback,
+    /// `FOPEN_DIRECT_IO`: no kernel page cache for file data at all; every
+    /// read() and write() goes to the engine (whose page cache serves it).
+    Direct,
+}
 
 /// The FUSE filesystem: an open [`Fs`], the kernel's lookup counts and the
 /// open handles.
@@ -44,9 +65,12 @@ pub struct Ext4Fuse {
     nodes: Arc<Nodes>,
     handles: Handles,
     read_only: bool,
+    cache: CacheMode,
     block_size: u32,
     /// OPEN answers ENOSYS (see `init`).
     no_open: bool,
+    /// FUSE_WRITEBACK_CACHE was negotiated (set by INIT).
+    writeback: bool,
     /// What INIT negotiated (for tests and `--debug` output).
     negotiated: Arc<parking_lot::Mutex<Option<InitFlags>>>,
 }
@@ -54,23 +78,22 @@ pub struct Ext4Fuse {
 thread_local! {
     /// Per-thread read buffer: READ replies are copied out of it, so a
     /// request does not allocate.
-    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The EROFS every write request gets until the write engine is wired in.
-const WRITE_OPS_PENDING: Errno = Errno::EROFS;
-
 impl Ext4Fuse {
-    /// Serve `fs`. `read_only` must be true for now (see [`crate::mount`]).
-    pub fn new(fs: Arc<Fs>, read_only: bool) -> Self {
+    /// Serve `fs`, read-only or not, with kernel caching `cache`.
+    pub fn new(fs: Arc<Fs>, read_only: bool, cache: CacheMode) -> Self {
         let block_size = fs.vol.block_size as u32;
         Ext4Fuse {
             fs,
             nodes: Arc::default(),
             handles: Handles::default(),
             read_only,
+            cache,
             block_size,
             no_open: false,
+            writeback: false,
             negotiated: Arc::default(),
         }
     }
@@ -86,14 +109,16 @@ impl Ext4Fuse {
         self.negotiated.clone()
     }
 
-    /// Whether files are opened without OPEN requests (read-only mounts on
-    /// kernels that support it; set by INIT).
-    fn no_open(&self) -> bool {
-        self.no_open
-    }
-
     fn ino(ino: INodeNo) -> Result<u32, Errno> {
         to_ext4(ino).ok_or(Errno::ESTALE)
+    }
+
+    /// The reply to a request that gave the kernel a new reference to inode
+    /// `st.ino` (LOOKUP, MKDIR, MKNOD, SYMLINK, LINK, CREATE): count it.
+    fn entry_of(&self, st: &ext4kit::Stat) -> Result<(fuser::FileAttr, Generation), Errno> {
+        let inode = res(self.fs.inode(st.ino))?;
+        self.nodes.remember(&inode);
+        Ok((file_attr(st, self.block_size), Generation(u64::from(st.generation))))
     }
 
     /// Look `name` up in `parent` and give the kernel a reference to it.
@@ -107,26 +132,24 @@ impl Ext4Fuse {
             // A name pointing at the bad-blocks inode is corruption.
             return Err(Errno::from_i32(libc::EUCLEAN));
         }
-        let inode = res(self.fs.inode(ino))?;
         let st = res(self.fs.stat_ino(ino))?;
-        self.nodes.remember(&inode);
-        Ok(Some((
-            file_attr(&st, self.block_size),
-            Generation(u64::from(st.generation)),
-        )))
+        self.entry_of(&st).map(Some)
     }
 
     fn attr(&self, ino: u32) -> Result<fuser::FileAttr, Errno> {
         Ok(file_attr(&res(self.fs.stat_ino(ino))?, self.block_size))
     }
 
-    /// Caller credentials: uid and gid from the request, supplementary
-    /// groups from /proc (FUSE requests do not carry them).
+    /// Caller credentials: uid and gid from the request; supplementary
+    /// groups from /proc (FUSE requests do not carry them). Root needs
+    /// none, so its requests skip the /proc read.
     fn cred(req: &Request) -> Cred {
         let mut c = Cred::user(req.uid(), req.gid());
-        if let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) {
-            if let Some(l) = s.lines().find(|l| l.starts_with("Groups:")) {
-                c.groups = l[7..].split_whitespace().filter_map(|g| g.parse().ok()).collect();
+        if req.uid() != 0 {
+            if let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) {
+                if let Some(l) = s.lines().find(|l| l.starts_with("Groups:")) {
+                    c.groups = l[7..].split_whitespace().filter_map(|g| g.parse().ok()).collect();
+                }
             }
         }
         c
@@ -142,8 +165,182 @@ impl Ext4Fuse {
             };
             entries.push((e.name, e.ino, t));
         }
-        Ok(DirSnapshot { entries })
+        Ok(DirSnapshot { entries, ino })
     }
+
+    /// Open flags for the engine from the kernel's. With write-back
+    /// caching the kernel keeps O_APPEND to itself (it positions appends
+    /// from its own idea of the size, and writes pages back at offsets of
+    /// its choosing), so the engine file must not append on its own.
+    fn engine_flags(&self, bits: i32) -> EngineOpen {
+        let mut f = EngineOpen::from_bits(bits);
+        if self.writeback {
+            f.append = false;
+        }
+        f
+    }
+
+    /// FOPEN flags for an opened file.
+    fn fopen_flags(&self) -> FopenFlags {
+        match self.cache {
+            // PARALLEL_DIRECT_WRITES: the engine serialises writers of one
+            // inode itself (its record lock), the kernel need not.
+            CacheMode::Direct => FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
+            // KEEP_CACHE: we are the only writer of the image, so pages the
+            // kernel cached at an earlier open are still valid. NOFLUSH: a
+            // close needs no FLUSH round trip (nothing is buffered in the
+            // kernel; with write-back caching the kernel ignores it and
+            // writes dirty pages back at close anyway).
+            _ => FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH,
+        }
+    }
+
+    /// The open file behind `fh`.
+    fn file(&self, fh: FileHandle) -> Result<Arc<Handle>, Errno> {
+        match self.handles.get(fh.0) {
+            Some(h) if matches!(&*h, Handle::File(_)) => Ok(h),
+            Some(_) => Err(Errno::EISDIR),
+            None => Err(Errno::EBADF),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)] // SETATTR's fields, as fuser passes them
+    fn do_setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+    ) -> Result<fuser::FileAttr, Errno> {
+        let ino = Self::ino(ino)?;
+        if let Some(len) = size {
+            // truncate(2) / ftruncate(2) / O_TRUNC without atomic_o_trunc;
+            // the kernel checked write permission (or the descriptor).
+            let inode = res(self.fs.inode(ino))?;
+            res(self.fs.truncate_inode(&inode, len))?;
+        }
+        let attr = SetAttr {
+            mode: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+        };
+        if attr != SetAttr::default() || (ctime.is_some() && size.is_none()) {
+            let cred = Self::cred(req);
+            let st = res(self.fs.stat_ino(ino))?;
+            // With `default_permissions` the kernel has already applied
+            // may_setattr/setattr_prepare to every SETATTR a system call
+            // makes (chown by non-root, chmod by non-owner, explicit times:
+            // refused before we see them). A SETATTR from a caller who is
+            // neither owner nor root that reaches us is one the kernel made
+            // itself with ATTR_FORCE semantics: the setuid/setgid kill of
+            // file_remove_privs after a write or truncate, or, with
+            // write-back caching, the flush of its cached mtime/ctime.
+            // The engine would refuse those (EPERM), so they run with
+            // root's rights; everything else runs as the caller.
+            let cred = if cred.is_root() || cred.uid == st.uid {
+                cred
+            } else {
+                Cred::root()
+            };
+            res(self.fs.setattr_ino(ino, &attr, &cred))?;
+        }
+        self.attr(ino)
+    }
+
+    fn do_copy(
+        &self,
+        fh_in: FileHandle,
+        off_in: u64,
+        fh_out: FileHandle,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u32, Errno> {
+        let hin = self.file(fh_in)?;
+        let hout = self.file(fh_out)?;
+        let (Handle::File(fin), Handle::File(fout)) = (&*hin, &*hout) else {
+            return Err(Errno::EBADF);
+        };
+        // The reply carries a 32-bit count: copy at most that much per call
+        // (copy_file_range(2) may copy less than asked; callers loop).
+        let len = len.min(u64::from(u32::MAX) & !0xfff) as usize;
+        let mut buf = vec![0u8; len.min(COPY_CHUNK)];
+        let mut done = 0usize;
+        while done < len {
+            let want = (len - done).min(buf.len());
+            let n = match fin.file().pread(&self.fs, off_in + done as u64, &mut buf[..want]) {
+                Ok(n) => n,
+                Err(e) if done == 0 => return Err(errno(&e)),
+                Err(_) => break,
+            };
+            if n == 0 {
+                break;
+            }
+            let w = match fout.file().pwrite(&self.fs, off_out + done as u64, &buf[..n]) {
+                Ok(w) => w,
+                Err(e) if done == 0 => return Err(errno(&e)),
+                Err(_) => break,
+            };
+            done += w;
+            if w < n {
+                break;
+            }
+        }
+        Ok(done as u32)
+    }
+}
+
+/// FUSE's `TimeOrNow` as the engine's `TimeSet`.
+fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => TimeSet::Set(timestamp(t)),
+    }
+}
+
+/// A time from a FUSE request as an ext4 timestamp. fuser 0.18 builds
+/// request times before 1970 as `UNIX_EPOCH - Duration::new(-sec, nsec)`
+/// from the kernel's (sec, nsec) (its `system_time_from_time`, which
+/// subtracts the nanoseconds instead of adding them), so the kernel's pair
+/// is read back the same way: whole seconds negated, nanoseconds as they
+/// are.
+fn timestamp(t: SystemTime) -> Timestamp {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timestamp {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            Timestamp {
+                sec: -(d.as_secs() as i64),
+                nsec: d.subsec_nanos(),
+            }
+        }
+    }
+}
+
+/// The file type in a `mode`'s S_IFMT bits (MKNOD).
+fn mode_type(mode: u32) -> Result<Ft, Errno> {
+    Ok(match mode & libc::S_IFMT {
+        libc::S_IFREG | 0 => Ft::Regular,
+        libc::S_IFCHR => Ft::CharDevice,
+        libc::S_IFBLK => Ft::BlockDevice,
+        libc::S_IFIFO => Ft::Fifo,
+        libc::S_IFSOCK => Ft::Socket,
+        _ => return Err(Errno::EINVAL),
+    })
+}
+
+/// The kernel's `new_decode_dev`: FUSE's 32-bit `rdev` as (major, minor).
+fn decode_dev(rdev: u32) -> (u32, u32) {
+    ((rdev & 0xfff00) >> 8, (rdev & 0xff) | ((rdev >> 12) & 0xfff00))
 }
 
 fn is_dot(name: &[u8]) -> bool {
@@ -155,7 +352,8 @@ impl Filesystem for Ext4Fuse {
         // Each capability alone: an old kernel lacking one keeps the rest.
         for cap in [
             // Lookups and readdirs in one directory run in parallel (the
-            // engine's directory lookups take the directory's shared lock).
+            // engine's directory lookups take the directory's shared lock;
+            // changes take it exclusively).
             InitFlags::FUSE_PARALLEL_DIROPS,
             // READDIRPLUS answers names and attributes in one round trip;
             // AUTO lets the kernel use it only when the caller stats.
@@ -165,14 +363,29 @@ impl Filesystem for Ext4Fuse {
             InitFlags::FUSE_CACHE_SYMLINKS,
             // Reads of several pages in flight per file.
             InitFlags::FUSE_ASYNC_READ,
+            // O_TRUNC arrives with OPEN (one request, not OPEN + SETATTR).
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
         ] {
             let _ = config.add_capabilities(cap);
+        }
+        if !self.read_only {
+            match self.cache {
+                CacheMode::Writeback => {
+                    self.writeback = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE).is_ok();
+                }
+                CacheMode::Direct => {
+                    // Shared writable mmap of direct-I/O files (kernel 6.6+).
+                    let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+                }
+                CacheMode::WriteThrough => {}
+            }
         }
         // Read-only: opening a file needs no state here (reads go by inode),
         // so OPEN answers ENOSYS once and the kernel stops sending OPEN and
         // RELEASE (FUSE_NO_OPEN_SUPPORT): open/close cost no round trip.
         // Files opened that way keep their page cache (the kernel's default
-        // for no-open is FOPEN_KEEP_CACHE).
+        // for no-open is FOPEN_KEEP_CACHE). Read-write mounts must see
+        // RELEASE: the last close of an unlinked file frees it.
         self.no_open = self.read_only && config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT).is_ok();
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_background(MAX_BACKGROUND);
@@ -182,6 +395,9 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn destroy(&mut self) {
+        // Files still open (a lazy unmount, a killed client) are closed
+        // through the engine first: unlinked ones are freed.
+        self.handles.clear();
         if let Err(e) = self.fs.sync() {
             eprintln!("ext4kit: flushing at unmount: {e}");
         }
@@ -220,6 +436,34 @@ impl Filesystem for Ext4Fuse {
         }
     }
 
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        if flags.is_some() {
+            // BSD file flags (macOS chflags) have no Linux request.
+            return reply.error(Errno::ENOSYS);
+        }
+        match self.do_setattr(req, ino, mode, uid, gid, size, atime, mtime, ctime) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         match Self::ino(ino).and_then(|i| res(self.fs.read_link_ino(i))) {
             Ok(t) => reply.data(&t),
@@ -227,27 +471,186 @@ impl Filesystem for Ext4Fuse {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        // The kernel applied the umask already (FUSE_DONT_MASK is not
+        // negotiated); `mode` carries the type and the final permissions.
+        let r = Self::ino(parent).and_then(|p| {
+            let t = mode_type(mode)?;
+            let st = res(self.fs.mknod_at(
+                p,
+                name.as_bytes(),
+                t,
+                (mode & 0o7777) as u16,
+                decode_dev(rdev),
+                &Self::cred(req),
+            ))?;
+            self.entry_of(&st)
+        });
+        match r {
+            Ok((a, g)) => reply.entry(&TTL, &a, g),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let r = Self::ino(parent).and_then(|p| {
+            let st = res(self
+                .fs
+                .mkdir_at(p, name.as_bytes(), (mode & 0o7777) as u16, &Self::cred(req)))?;
+            self.entry_of(&st)
+        });
+        match r {
+            Ok((a, g)) => reply.entry(&TTL, &a, g),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match Self::ino(parent).and_then(|p| res(self.fs.unlink_at(p, name.as_bytes(), &Self::cred(req)))) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match Self::ino(parent).and_then(|p| res(self.fs.rmdir_at(p, name.as_bytes(), &Self::cred(req)))) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let r = Self::ino(parent).and_then(|p| {
+            let st = res(self
+                .fs
+                .symlink_at(p, link_name.as_bytes(), target.as_os_str().as_bytes(), &Self::cred(req)))?;
+            self.entry_of(&st)
+        });
+        match r {
+            Ok((a, g)) => reply.entry(&TTL, &a, g),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = (|| {
+            let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
+            if !known.contains(flags) {
+                // RENAME_WHITEOUT (overlayfs) and unknown bits.
+                return Err(Errno::EINVAL);
+            }
+            let f = ext4kit::vfs::namespace::RenameFlags {
+                noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
+                exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+            };
+            res(self.fs.rename_at(
+                Self::ino(parent)?,
+                name.as_bytes(),
+                Self::ino(newparent)?,
+                newname.as_bytes(),
+                f,
+                &Self::cred(req),
+            ))
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let r = (|| {
+            let st = res(self.fs.link_at(
+                Self::ino(ino)?,
+                Self::ino(newparent)?,
+                newname.as_bytes(),
+                &Self::cred(req),
+            ))?;
+            self.entry_of(&st)
+        })();
+        match r {
+            Ok((a, g)) => reply.entry(&TTL, &a, g),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let r = (|| {
             let ino = Self::ino(ino)?;
             if self.read_only && (flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0) {
                 return Err(Errno::EROFS);
             }
-            let f = res(self.fs.open_ino(ino, EngineOpen::default()))?;
+            if self.no_open {
+                // Check it exists and is not a directory, then let the
+                // kernel stop asking (see `init`).
+                let f = res(self.fs.open_ino(ino, EngineOpen::default()))?;
+                if f.is_dir() {
+                    return Err(Errno::EISDIR);
+                }
+                return Err(Errno::ENOSYS);
+            }
+            // The kernel checked the mode bits (default_permissions).
+            let f = res(self
+                .fs
+                .open_ino_as(ino, self.engine_flags(flags.0), &Self::cred(req), PermCheck::Done))?;
             if f.is_dir() {
                 return Err(Errno::EISDIR);
             }
-            if self.no_open() {
-                return Err(Errno::ENOSYS);
-            }
-            Ok(self.handles.insert(Handle::File(f)))
+            Ok(self.handles.insert(Handle::File(OpenFile::new(self.fs.clone(), f))))
         })();
         match r {
-            // KEEP_CACHE: we are the only writer of the image, so pages the
-            // kernel cached at an earlier open are still valid. NOFLUSH: a
-            // close needs no FLUSH round trip (nothing is buffered here;
-            // revisit when write-back caching is negotiated).
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH),
+            Ok(fh) => reply.opened(FileHandle(fh), self.fopen_flags()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = (|| {
+            let p = Self::ino(parent)?;
+            if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
+                return Err(Errno::EINVAL);
+            }
+            let (st, f) = res(self.fs.create_open_at(
+                p,
+                name.as_bytes(),
+                (mode & 0o7777) as u16,
+                self.engine_flags(flags),
+                &Self::cred(req),
+                PermCheck::Done,
+            ))?;
+            let (a, g) = self.entry_of(&st)?;
+            let fh = self.handles.insert(Handle::File(OpenFile::new(self.fs.clone(), f)));
+            Ok((a, g, fh))
+        })();
+        match r {
+            Ok((a, g, fh)) => reply.created(&TTL, &a, g, FileHandle(fh), self.fopen_flags()),
             Err(e) => reply.error(e),
         }
     }
@@ -270,11 +673,14 @@ impl Filesystem for Ext4Fuse {
             }
             let buf = &mut buf[..size as usize];
             let r = self.handles.with(fh.0, |h| match h {
-                Handle::File(f) => f.pread(&self.fs, offset, buf),
+                Handle::File(f) => f.file().pread(&self.fs, offset, buf),
                 Handle::Dir(_) => Err(ext4kit::Error::posix(ext4kit::Errno::EISDIR, "read of a directory")),
             });
             // No handle (fh 0): opened without OPEN (see `init`); read by inode.
             let r = r.or_else(|| {
+                if !self.no_open {
+                    return None;
+                }
                 let i = to_ext4(ino)?;
                 Some(self.fs.inode(i).and_then(|inode| self.fs.read_at(&inode, offset, buf)))
             });
@@ -284,6 +690,44 @@ impl Filesystem for Ext4Fuse {
                 None => reply.error(Errno::EBADF),
             }
         })
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // The engine's File appends by itself when opened with O_APPEND
+        // (write-through and direct I/O; the kernel's offset is then only
+        // its guess of the size); with write-back caching the kernel does.
+        let r = self.handles.with(fh.0, |h| match h {
+            Handle::File(f) => res(f.file().pwrite(&self.fs, offset, data)),
+            Handle::Dir(_) => Err(Errno::EISDIR),
+        });
+        match r {
+            Some(Ok(n)) => reply.written(n as u32),
+            Some(Err(e)) => reply.error(e),
+            None => reply.error(Errno::EBADF),
+        }
+    }
+
+    // Nothing is buffered between the kernel and the engine's page cache,
+    // which is the engine's to write back (as the kernel's own is): a
+    // close needs no work here. (Write-back caching: the kernel wrote its
+    // dirty pages back before sending FLUSH.)
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        if self.no_open || self.handles.with(fh.0, |_| ()).is_some() {
+            reply.ok()
+        } else {
+            reply.error(Errno::EBADF)
+        }
     }
 
     fn release(
@@ -296,8 +740,27 @@ impl Filesystem for Ext4Fuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // Closes through the engine (Fs::close_file): the last close of an
+        // unlinked file frees it.
         self.handles.remove(fh.0);
         reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let r = (|| {
+            let inode = match self.handles.get(fh.0) {
+                Some(h) => match &*h {
+                    Handle::File(f) => f.file().inode.clone(),
+                    Handle::Dir(_) => return Err(Errno::EISDIR),
+                },
+                None => res(self.fs.inode(Self::ino(ino)?))?,
+            };
+            res(self.fs.fsync_inode(&inode, datasync)).map(|_| ())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -350,6 +813,9 @@ impl Filesystem for Ext4Fuse {
                 };
                 let (inode, st) = match one() {
                     Ok(x) => x,
+                    // The snapshot is older than the directory: an entry
+                    // removed since (its inode freed) is skipped.
+                    Err(_) if !self.read_only => continue,
                     // Report the failure on the entry it belongs to: return
                     // what fits before it; the next call starts there.
                     Err(e) if added == 0 => return Err(e),
@@ -387,6 +853,25 @@ impl Filesystem for Ext4Fuse {
         reply.ok();
     }
 
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let r = (|| {
+            let dir = match self.handles.with(fh.0, |h| match h {
+                Handle::Dir(d) => Some(d.ino),
+                Handle::File(_) => None,
+            }) {
+                Some(Some(d)) => d,
+                Some(None) => return Err(Errno::ENOTDIR),
+                None => Self::ino(ino)?,
+            };
+            let inode = res(self.fs.inode(dir))?;
+            res(self.fs.fsync_inode(&inode, datasync)).map(|_| ())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         match crate::statfs::statfs(&self.fs) {
             Ok(s) => reply.statfs(
@@ -396,29 +881,53 @@ impl Filesystem for Ext4Fuse {
         }
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let r = Self::ino(ino).and_then(|i| res(self.fs.xattrs_ino(i))).and_then(|all| {
-            all.into_iter()
-                .find(|(n, _)| n.as_slice() == name.as_bytes())
-                .map(|(_, v)| v)
-                .ok_or(Errno::ENODATA)
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let r = Self::ino(ino).and_then(|i| {
+            res(self
+                .fs
+                .setxattr_ino(i, name.as_bytes(), value, flags as u32, &Self::cred(req)))
         });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let r = Self::ino(ino).and_then(|i| res(self.fs.getxattr_ino(i, name.as_bytes(), &Self::cred(req))));
         match r {
             Ok(v) => xattr_reply(reply, size, &v),
             Err(e) => reply.error(e),
         }
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match Self::ino(ino).and_then(|i| res(self.fs.xattrs_ino(i))) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match Self::ino(ino).and_then(|i| res(self.fs.listxattr_ino(i, &Self::cred(req)))) {
             Ok(all) => {
                 let mut list = Vec::new();
-                for (n, _) in all {
+                for n in all {
                     list.extend_from_slice(&n);
                     list.push(0);
                 }
                 xattr_reply(reply, size, &list)
             }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = Self::ino(ino).and_then(|i| res(self.fs.removexattr_ino(i, name.as_bytes(), &Self::cred(req))));
+        match r {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
@@ -433,6 +942,28 @@ impl Filesystem for Ext4Fuse {
         }
     }
 
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // Modes and their errors are the engine's (Fs::fallocate_inode).
+        let r = self.handles.with(fh.0, |h| match h {
+            Handle::File(f) => res(f.file().fallocate(&self.fs, mode as u32, offset, length)),
+            Handle::Dir(_) => Err(Errno::EISDIR),
+        });
+        match r {
+            Some(Ok(())) => reply.ok(),
+            Some(Err(e)) => reply.error(e),
+            None => reply.error(Errno::EBADF),
+        }
+    }
+
     fn lseek(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         let whence = match whence {
             libc::SEEK_SET => Whence::Set,
@@ -443,11 +974,14 @@ impl Filesystem for Ext4Fuse {
             _ => return reply.error(Errno::EINVAL),
         };
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => f.lseek(&self.fs, offset, whence).map_err(|e| errno(&e)),
+            Handle::File(f) => f.file().lseek(&self.fs, offset, whence).map_err(|e| errno(&e)),
             Handle::Dir(_) => Err(Errno::EINVAL),
         });
         // Opened without OPEN: a transient open file answers the question.
         let r = r.or_else(|| {
+            if !self.no_open {
+                return None;
+            }
             let i = to_ext4(ino)?;
             Some(
                 res(self.fs.open_ino(i, EngineOpen::default()))
@@ -461,166 +995,27 @@ impl Filesystem for Ext4Fuse {
         }
     }
 
-    // Nothing is buffered for a read-only mount: flush and fsync succeed.
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
-    }
-
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        match self.fs.sync() {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        match self.fs.sync() {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    // ---- The write side: EROFS until the write engine is merged. ----
-
-    fn setattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        _size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
-    fn mknod(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
-    fn mkdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
-    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
-    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
-    fn symlink(&self, _req: &Request, _parent: INodeNo, _link_name: &OsStr, _target: &Path, reply: ReplyEntry) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
-    fn rename(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        _flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
-    fn link(&self, _req: &Request, _ino: INodeNo, _newparent: INodeNo, _newname: &OsStr, reply: ReplyEntry) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
-    fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
-    fn setxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
-        _position: u32,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
-    fn create(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
-    fn fallocate(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _length: u64,
-        _mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(WRITE_OPS_PENDING);
-    }
-
     fn copy_file_range(
         &self,
         _req: &Request,
         _ino_in: INodeNo,
-        _fh_in: FileHandle,
-        _offset_in: u64,
+        fh_in: FileHandle,
+        offset_in: u64,
         _ino_out: INodeNo,
-        _fh_out: FileHandle,
-        _offset_out: u64,
-        _len: u64,
-        _flags: CopyFileRangeFlags,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        reply.error(WRITE_OPS_PENDING);
+        if !flags.is_empty() {
+            return reply.error(Errno::EINVAL);
+        }
+        // An engine read and write per piece (no block sharing in ext4).
+        match self.do_copy(fh_in, offset_in, fh_out, offset_out, len) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
     }
 }
 
@@ -653,5 +1048,35 @@ fn empty_attr() -> fuser::FileAttr {
         rdev: 0,
         blksize: 4096,
         flags: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_before_1970_undo_fusers_encoding() {
+        // The kernel's (-2, 750_000_000) is -1.25 s; fuser hands it over
+        // as EPOCH - 2.75 s.
+        let from_fuser = UNIX_EPOCH - Duration::new(2, 750_000_000);
+        assert_eq!(
+            timestamp(from_fuser),
+            Timestamp {
+                sec: -2,
+                nsec: 750_000_000
+            }
+        );
+        let t = UNIX_EPOCH + Duration::new(5, 7);
+        assert_eq!(timestamp(t), Timestamp { sec: 5, nsec: 7 });
+    }
+
+    #[test]
+    fn devices_decode_like_the_kernel() {
+        for (ma, mi) in [(8, 1), (1, 0x12345), (259, 70000), (0, 0)] {
+            assert_eq!(decode_dev(crate::attr::encode_dev(ma, mi)), (ma, mi));
+        }
+        assert_eq!(mode_type(libc::S_IFIFO | 0o644), Ok(Ft::Fifo));
+        assert_eq!(mode_type(libc::S_IFDIR), Err(Errno::EINVAL));
     }
 }

@@ -65,9 +65,6 @@ pub fn run(a: &MountArgs, budget: usize) -> Result<(), String> {
     for o in &a.options {
         ext4kit_fuse::parse_options(o, &mut opts)?;
     }
-    if !opts.read_only {
-        return Err(ext4kit_fuse::RW_PENDING.into());
-    }
     if let Some(n) = a.threads {
         if n == 0 {
             return Err("--threads must be at least 1".into());
