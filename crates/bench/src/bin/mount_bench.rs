@@ -26,7 +26,12 @@
 //!   of the command's wall time (no sync).
 //!
 //! Each figure is the median of `--runs` runs; peers are interleaved within
-//! a run. After every run each image gets `e2fsck -fn`.
+//! a run. A peer whose run took a minute or more is not repeated for that
+//! workload (`--long-run-secs`): fuse2fs needs ~5 minutes for the 50,000
+//! creates (its directory inserts are linear scans) and a minute for the
+//! bs=1 dd. With the default sizes the whole run takes ~20 minutes on the
+//! 2-CPU machine; `--creates 20000 --dd-count 262144` brings it near 10.
+//! After every run each image gets `e2fsck -fn`.
 //!
 //! While ext4kit's mount is read-only (before the write engine lands in the
 //! FUSE server), its writing phases are n/a and its read phases run on a
@@ -540,6 +545,19 @@ fn ext4kit_can_write(cfg: &PeerConfig, template: &Path, work: &Path) -> Result<b
     Ok(can)
 }
 
+/// Median of samples; for an even count the mean of the middle two (a
+/// peer cut short after two runs is biased neither way).
+fn median_f(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 /// Speed ratio of ext4kit to `other` (>1: ext4kit faster).
 fn ratio(m: &Metric, ours: Option<f64>, other: Option<f64>) -> Option<f64> {
     let (o, t) = (ours?, other?);
@@ -713,11 +731,7 @@ fn main() -> Result<(), String> {
     let short = std::cell::Cell::new(false);
     for (w, ms, vals) in &table {
         for (k, m) in ms.iter().enumerate() {
-            let med = |i: Option<usize>| -> Option<f64> {
-                let mut v = vals[i?][k].clone();
-                v.sort_by(f64::total_cmp);
-                v.get(v.len() / 2).copied()
-            };
+            let med = |i: Option<usize>| median_f(&vals[i?][k]);
             let (e, f, kk) = (med(ie), med(if2), med(ik));
             if ie.is_some() && e.is_none() {
                 not_run.push(m.label.clone());
@@ -762,11 +776,7 @@ fn main() -> Result<(), String> {
                 a.fsync_blocks[0]
             );
             for (pi, p) in peers.iter().enumerate() {
-                let med = |k: usize| -> Option<f64> {
-                    let mut v = vals[pi][k].clone();
-                    v.sort_by(f64::total_cmp);
-                    v.get(v.len() / 2).copied()
-                };
+                let med = |k: usize| median_f(&vals[pi][k]);
                 let g = |k: usize| match (med(k), med((n - 1) * 2 + k)) {
                     (Some(s), Some(l)) => format!("{:.2}×", l / s),
                     _ => "n/a".into(),
