@@ -2,6 +2,10 @@
 //! kit's command runner and loop mounts (so peers and ext4kit see the very
 //! same bytes), and statistics helpers (medians: these machines are noisy).
 
+pub mod peers;
+pub mod session;
+pub mod srctree;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
