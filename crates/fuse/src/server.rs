@@ -168,15 +168,13 @@ impl Ext4Fuse {
         Ok(DirSnapshot { entries, ino })
     }
 
-    /// Open flags for the engine from the kernel's. With write-back
-    /// caching the kernel keeps O_APPEND to itself (it positions appends
-    /// from its own idea of the size, and writes pages back at offsets of
-    /// its choosing), so the engine file must not append on its own.
+    /// Open flags for the engine from the kernel's. O_APPEND is not kept
+    /// on the engine's file: it is a property of the kernel's file (fcntl
+    /// F_SETFL changes it without telling us), so each WRITE says whether
+    /// it appends (see `write`).
     fn engine_flags(&self, bits: i32) -> EngineOpen {
         let mut f = EngineOpen::from_bits(bits);
-        if self.writeback {
-            f.append = false;
-        }
+        f.append = false;
         f
     }
 
@@ -614,7 +612,9 @@ impl Filesystem for Ext4Fuse {
             if f.is_dir() {
                 return Err(Errno::EISDIR);
             }
-            Ok(self.handles.insert(Handle::File(OpenFile::new(self.fs.clone(), f))))
+            Ok(self
+                .handles
+                .insert(Handle::File(OpenFile::new(self.fs.clone(), f, req.uid() == 0))))
         })();
         match r {
             Ok(fh) => reply.opened(FileHandle(fh), self.fopen_flags()),
@@ -646,7 +646,9 @@ impl Filesystem for Ext4Fuse {
                 PermCheck::Done,
             ))?;
             let (a, g) = self.entry_of(&st)?;
-            let fh = self.handles.insert(Handle::File(OpenFile::new(self.fs.clone(), f)));
+            let fh = self
+                .handles
+                .insert(Handle::File(OpenFile::new(self.fs.clone(), f, req.uid() == 0)));
             Ok((a, g, fh))
         })();
         match r {
@@ -700,15 +702,21 @@ impl Filesystem for Ext4Fuse {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        // The engine's File appends by itself when opened with O_APPEND
-        // (write-through and direct I/O; the kernel's offset is then only
-        // its guess of the size); with write-back caching the kernel does.
+        // An O_APPEND write (the file's flags at the time of the write)
+        // goes to the end of file as the engine sees it, atomically under
+        // the inode lock (the kernel's offset is only its view of the size).
+        // With write-back caching the kernel positions appends itself and
+        // its write-back writes are plain writes at its offsets.
+        let append = flags.0 & libc::O_APPEND != 0 && !self.writeback;
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => res(f.file().pwrite(&self.fs, offset, data)),
+            Handle::File(f) => res(self
+                .fs
+                .write_as(&f.file().inode, (!append).then_some(offset), data, f.privileged))
+            .map(|(_, n)| n),
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         match r {
