@@ -6,6 +6,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+/// The benchmark programs run the library in-process, so they use the
+/// allocator the `ext4kit` binary ships with (see its `main.rs`): numbers
+/// then describe what users of our binaries get.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Run a command to success (the test kit's runner), as a `String` error
 /// for the benchmark mains.
 pub fn run(cmd: &mut Command) -> Result<(), String> {

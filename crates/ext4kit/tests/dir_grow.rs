@@ -614,9 +614,63 @@ fn ext4_4k_100k_creates_stay_flat() {
     let fs = open(&img);
     assert!(shape(&fs, b"/d").0);
     assert_eq!(listing(&fs, b"/d"), names);
+    // Renames and unlinks in the big tree: every 5th name renamed within
+    // the directory, every 7th moved to another directory, then every
+    // even-numbered name that is left unlinked. Each is a hash lookup plus
+    // an edit of one leaf; the tree keeps its shape.
+    let root = ext4kit::Cred::root();
+    fs.mkdir(b"/e", 0o755, &root).unwrap();
+    let mut moved = BTreeSet::new();
+    for i in 0..n {
+        let nm = name(i, false);
+        let to = if i % 5 == 0 {
+            format!("/d/r-{nm}")
+        } else if i % 7 == 0 {
+            format!("/e/{nm}")
+        } else {
+            continue;
+        };
+        fs.rename(
+            format!("/d/{nm}").as_bytes(),
+            to.as_bytes(),
+            ext4kit::RenameFlags::default(),
+            &root,
+        )
+        .unwrap();
+        names.remove(nm.as_bytes());
+        let new_name = to.rsplit('/').next().unwrap().as_bytes().to_vec();
+        if i % 5 == 0 {
+            names.insert(new_name)
+        } else {
+            moved.insert(new_name)
+        };
+    }
+    for i in (0..n).step_by(2) {
+        let nm = name(i, false);
+        if names.remove(nm.as_bytes()) {
+            fs.unlink(format!("/d/{nm}").as_bytes(), &root).unwrap();
+        }
+    }
+    assert_eq!(listing(&fs, b"/d"), names);
+    assert_eq!(listing(&fs, b"/e"), moved);
+    // A name that was renamed away is gone; its new name resolves.
+    assert_eq!(
+        fs.stat(format!("/d/{}", name(5, false)).as_bytes())
+            .unwrap_err()
+            .errno(),
+        ext4kit::Errno::ENOENT
+    );
+    fs.stat(format!("/d/r-{}", name(5, false)).as_bytes()).unwrap();
+    fs.sync().unwrap();
     drop(fs);
-    if let Some(k) = kernel_listing(&img, "100k", &["d"]) {
+    fsck_clean(&img, "100k renames and unlinks");
+    let fs = open(&img);
+    assert_eq!(listing(&fs, b"/d"), names);
+    assert_eq!(listing(&fs, b"/e"), moved);
+    drop(fs);
+    if let Some(k) = kernel_listing(&img, "100k", &["d", "e"]) {
         assert_eq!(k[0], names);
+        assert_eq!(k[1], moved);
     }
 }
 

@@ -146,3 +146,49 @@ fn bad_names_and_loops_are_refused_cleanly() {
     drop(fs);
     fsck_clean(&img);
 }
+
+/// More subdirectories than a link count holds (`dir_nlink`): when the
+/// parent's count would reach 65,000 it becomes 1, "many", as
+/// `ext4_inc_count` does, and stays 1 as subdirectories go and come
+/// (`ext4_dec_count` leaves it). e2fsck accepts it; the kernel sees it.
+#[test]
+fn more_than_65000_subdirectories_use_dir_nlink() {
+    let img = image("nlink", &["-t", "ext4", "-b", "1024", "-N", "70000", "-m", "0"], "160M");
+    let fs = rw(&img);
+    let root = Cred::root();
+    fs.mkdir(b"/p", 0o755, &root).unwrap();
+    // "." and the entry in "/" make 2; each subdirectory's ".." adds one.
+    const BEFORE_MANY: usize = 64_997;
+    for i in 0..BEFORE_MANY {
+        fs.mkdir(format!("/p/d{i}").as_bytes(), 0o755, &root).unwrap();
+    }
+    assert_eq!(fs.stat(b"/p").unwrap().nlink, 64_999);
+    for i in BEFORE_MANY..65_010 {
+        fs.mkdir(format!("/p/d{i}").as_bytes(), 0o755, &root).unwrap();
+        assert_eq!(fs.stat(b"/p").unwrap().nlink, 1, "after {} subdirectories", i + 1);
+    }
+    for i in 0..20 {
+        fs.rmdir(format!("/p/d{i}").as_bytes(), &root).unwrap();
+    }
+    assert_eq!(fs.stat(b"/p").unwrap().nlink, 1, "\"many\" stays many");
+    // Moving one out and back keeps both parents right.
+    fs.mkdir(b"/q", 0o755, &root).unwrap();
+    fs.rename(b"/p/d100", b"/q/d100", ext4kit::RenameFlags::default(), &root)
+        .unwrap();
+    assert_eq!(fs.stat(b"/q").unwrap().nlink, 3);
+    assert_eq!(fs.stat(b"/p").unwrap().nlink, 1);
+    fs.sync().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+    if let Err(e) = ext4kit_testkit::kernel_available() {
+        eprintln!("NOT CHECKED by the kernel: {e}");
+        return;
+    }
+    let mnt = img.with_file_name("mnt-nlink");
+    let m = ext4kit_testkit::LoopMount::mount(&img, &mnt, "ext4", true).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(m.path().join("p")).unwrap().nlink(), 1);
+    assert_eq!(std::fs::metadata(m.path().join("q")).unwrap().nlink(), 3);
+    assert_eq!(std::fs::read_dir(m.path().join("p")).unwrap().count(), 65_010 - 21);
+    m.unmount().unwrap();
+}

@@ -139,15 +139,9 @@ impl Volume {
                 punch_leaf(leaf, start, end, &mut freed);
                 Ok(())
             })?;
-            // Directory and symlink blocks live in the buffer cache.
-            let cached = is_cached_data(inode);
-            let mut data = 0;
-            for &(p, n) in &freed {
-                if cached {
-                    (p..p + n).for_each(|b| self.forget_meta(b));
-                }
-                data += n;
-            }
+            // Directory and symlink blocks live in the buffer cache; freeing
+            // drops them from it (`forget_freed`).
+            let data: u64 = freed.iter().map(|&(_, n)| n).sum();
             // One bitmap change per group, however fragmented the range.
             self.free_block_runs(h, &freed)?;
             add_blocks(inode, cx.meta_alloc, self.block_size);
@@ -155,7 +149,6 @@ impl Volume {
             Ok(())
         } else {
             let mut st = self.ind_state(ino, &inode.base.block, self.inode_goal(ino));
-            st.forget_data = is_cached_data(inode);
             self.ind_punch(h, &mut st, start, end)?;
             let freed = st.data_freed + st.meta_freed;
             self.ind_finish(h, st, &mut inode.base.block)?;
@@ -187,22 +180,6 @@ impl Volume {
     /// group boundary; `free_blocks` takes one group).
     pub(crate) fn free_run(&self, h: &mut Handle<'_>, p: u64, n: u64) -> Result<()> {
         self.free_block_runs(h, &[(p, n)])
-    }
-
-    /// Drop a freed metadata block from the buffer cache, and make sure
-    /// no handle writes its old contents at commit (the kernel's
-    /// `ext4_forget` / `bforget`): the block may be allocated again — as
-    /// file data written with `write_raw` — before the handle commits, and
-    /// a late write of the stale node or indirect block would destroy it.
-    /// The buffer installed by this handle is the cached version (the
-    /// inode lock keeps map blocks private), so marking it clean is enough
-    /// for commit to skip it.
-    pub(crate) fn forget_meta(&self, blk: u64) {
-        let _g = self.block_locks.lock(blk);
-        if let Some(b) = self.bcache.peek(blk) {
-            b.mark_clean();
-        }
-        self.bcache.forget(blk);
     }
 
     /// What `i_block` holds for this inode. Devices, fifos, sockets and
@@ -423,13 +400,6 @@ impl Volume {
         }
         Ok(())
     }
-}
-
-/// Whether the inode's data blocks are read through the metadata buffer
-/// cache (directories, slow symlinks), so freeing them must forget them.
-fn is_cached_data(inode: &Inode) -> bool {
-    use ext4kit_format::inode::FileType;
-    matches!(inode.file_type(), Some(FileType::Directory | FileType::Symlink))
 }
 
 fn push_run(runs: &mut Vec<MappedRun>, lblk: u64, pblk: u64, len: u64, new: bool) {

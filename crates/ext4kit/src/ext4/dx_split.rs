@@ -322,7 +322,7 @@ impl Volume {
 
         // Insert the new leaf's entry bottom-up, splitting full nodes.
         let csum = self.csum_tails();
-        let mut indexes: Vec<DxIndex> = path.iter().map(|(i, _)| i.clone()).collect();
+        let mut indexes: Vec<DxIndex> = path.iter().map(|(i, _)| DxIndex::clone(i)).collect();
         let mut new_levels = levels;
         let mut ins = Some(DxEntry {
             hash: hash2,

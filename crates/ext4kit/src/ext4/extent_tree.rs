@@ -399,7 +399,6 @@ impl Volume {
             for (b, c) in children {
                 merged.leaf.extend(c.leaf);
                 merged.idx.extend(c.idx);
-                self.forget_meta(b);
                 self.free_run(h, b, 1)?;
                 cx.meta_freed += 1;
             }
@@ -468,7 +467,6 @@ impl Volume {
                 left.leaf.extend(right.leaf);
                 left.idx.extend(right.idx);
                 self.ext_write(h, cx.seed, a, &left)?;
-                self.forget_meta(b);
                 self.free_run(h, b, 1)?;
                 cx.meta_freed += 1;
                 out.remove(k + 1);
@@ -494,7 +492,6 @@ impl Volume {
         let n = node.len();
         let max = self.node_max();
         if n == 0 {
-            self.forget_meta(blk);
             self.free_run(h, blk, 1)?;
             cx.meta_freed += 1;
             return Ok(Vec::new());

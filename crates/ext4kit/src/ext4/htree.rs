@@ -17,7 +17,7 @@ use super::volume::Volume;
 use crate::error::{Error, Result};
 
 /// The (index, chosen entry) pairs from the root down to a leaf.
-pub(crate) type DxPath = Vec<(DxIndex, usize)>;
+pub(crate) type DxPath = Vec<(Arc<DxIndex>, usize)>;
 
 /// What [`Volume::dx_probe`] found: the name's hash, the directory's hash
 /// function, and the path from the root down to the leaf's index entry.
@@ -59,7 +59,7 @@ impl Volume {
         Ok(Some(buf))
     }
 
-    pub(crate) fn dx_node(&self, dir: DirRef<'_>, lblk: u64) -> Result<DxIndex> {
+    pub(crate) fn dx_node(&self, dir: DirRef<'_>, lblk: u64) -> Result<Arc<DxIndex>> {
         let loc = || format!("htree node {lblk} of directory inode {}", dir.ino);
         let Some(buf) = self.dir_block_raw(dir, lblk)? else {
             return Err(Error::corrupt_msg(loc(), "htree node", "points at a hole"));
@@ -68,7 +68,9 @@ impl Volume {
         let bs = self.block_size;
         buf.check_once(|d| htree::parse_node(d, bs, seed).map(|_| ()))
             .map_err(|e| Error::corrupt(loc(), e))?;
-        htree::parse_node(&buf.data, bs, None).map_err(|e| Error::corrupt(loc(), e))
+        buf.dx_index(|d| htree::parse_node(d, bs, None).map(|i| (None, i)))
+            .map(|(_, i)| i)
+            .map_err(|e| Error::corrupt(loc(), e))
     }
 
     /// Hash `name` and descend the index to its leaf (the kernel's
@@ -79,20 +81,23 @@ impl Volume {
         let rootbuf = self
             .dx_root_block(dir)?
             .ok_or_else(|| Error::corrupt_msg(loc(), "htree root", "missing"))?;
-        let root = htree::parse_root(&rootbuf.data, self.block_size, self.largedir(), None)
+        let (bs, large) = (self.block_size, self.largedir());
+        let (info, index) = rootbuf
+            .dx_index(|d| htree::parse_root(d, bs, large, None).map(|r| (Some(r.info), r.index)))
             .map_err(|e| Error::corrupt(loc(), e))?;
-        let version = HashVersion::from_root(root.info.hash_version, self.unsigned_hash).ok_or_else(|| {
+        let info = info.ok_or_else(|| Error::corrupt_msg(loc(), "htree root", "decoded as an index node"))?;
+        let version = HashVersion::from_root(info.hash_version, self.unsigned_hash).ok_or_else(|| {
             Error::corrupt_msg(
                 loc(),
                 "htree root",
-                format!("unknown hash version {}", root.info.hash_version),
+                format!("unknown hash version {}", info.hash_version),
             )
         })?;
         let (hash, _minor) = dx_hash(name, version, &self.hash_seed);
-        let levels = root.info.indirect_levels as usize;
+        let levels = info.indirect_levels as usize;
         let mut path: DxPath = Vec::with_capacity(levels + 1);
-        let i = root.index.find(hash);
-        path.push((root.index, i));
+        let i = index.find(hash);
+        path.push((index, i));
         for _ in 0..levels {
             let blk = self.dx_child(dir, path.last())?;
             let node = self.dx_node(dir, blk)?;
@@ -109,7 +114,7 @@ impl Volume {
 
     /// The directory block the chosen entry of the last path step points
     /// at, checked to lie inside the directory and not be the root.
-    pub(crate) fn dx_child(&self, dir: DirRef<'_>, step: Option<&(DxIndex, usize)>) -> Result<u64> {
+    pub(crate) fn dx_child(&self, dir: DirRef<'_>, step: Option<&(Arc<DxIndex>, usize)>) -> Result<u64> {
         let loc = || format!("htree of directory inode {}", dir.ino);
         let (idx, at) = step.ok_or_else(|| Error::corrupt_msg(loc(), "htree", "empty path"))?;
         let b = idx.entries[*at].block as u64;
@@ -161,13 +166,7 @@ impl Volume {
 
     /// Advance `path` to the next leaf if its first hash continues `hash`
     /// (the kernel's `ext4_htree_next_block`).
-    fn dx_next_leaf(
-        &self,
-        dir: DirRef<'_>,
-        path: &mut Vec<(DxIndex, usize)>,
-        hash: u32,
-        levels: usize,
-    ) -> Result<bool> {
+    fn dx_next_leaf(&self, dir: DirRef<'_>, path: &mut DxPath, hash: u32, levels: usize) -> Result<bool> {
         // Climb to the lowest level that has a next entry.
         let mut level = path.len();
         loop {

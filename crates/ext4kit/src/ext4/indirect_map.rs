@@ -37,8 +37,6 @@ pub(crate) struct IndState {
     pub meta_freed: u64,
     /// Data blocks freed by this edit.
     pub data_freed: u64,
-    /// Forget freed data blocks in the buffer cache (directories).
-    pub forget_data: bool,
 }
 
 /// Accumulates freed blocks into runs, freed together at the end
@@ -63,7 +61,6 @@ impl Volume {
             meta_alloc: 0,
             meta_freed: 0,
             data_freed: 0,
-            forget_data: false,
         }
     }
 
@@ -209,9 +206,6 @@ impl Volume {
         for l in start.min(DIRECT as u64)..end.min(DIRECT as u64) {
             let p = std::mem::take(&mut st.root[l as usize]);
             if p != 0 {
-                if st.forget_data {
-                    self.forget_meta(p as u64);
-                }
                 self.free_add(h, &mut fr, p as u64)?;
                 st.data_freed += 1;
             }
@@ -226,7 +220,6 @@ impl Volume {
                 && end > base
                 && self.ind_punch_tree(h, st, &mut fr, p as u64, depth, base, start, end)?
             {
-                self.forget_meta(p as u64);
                 self.free_add(h, &mut fr, p as u64)?;
                 st.dirty.remove(&(p as u64));
                 st.meta_freed += 1;
@@ -263,14 +256,10 @@ impl Volume {
             }
             let cbase = base + i as u64 * span;
             if depth == 1 {
-                if st.forget_data {
-                    self.forget_meta(p as u64);
-                }
                 self.free_add(h, fr, p as u64)?;
                 st.data_freed += 1;
                 self.ind_set_ptr(st, blk, i, 0)?;
             } else if self.ind_punch_tree(h, st, fr, p as u64, depth - 1, cbase, start, end)? {
-                self.forget_meta(p as u64);
                 self.free_add(h, fr, p as u64)?;
                 st.dirty.remove(&(p as u64));
                 st.meta_freed += 1;

@@ -8,6 +8,7 @@ pub mod balloc;
 pub mod bmap;
 pub mod bmap_write;
 pub mod buffer;
+pub mod checkpoint;
 pub mod dir;
 pub mod dir_delete;
 pub mod dir_insert;

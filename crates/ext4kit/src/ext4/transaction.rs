@@ -4,12 +4,13 @@
 //! block is changed copy-on-write under its block lock — read the current
 //! version, modify a private copy, install it in the buffer cache — so
 //! readers never block and never see a half-made change to one block.
-//! `commit` writes the handle's blocks to the device in block order.
+//! `commit` hands the handle's blocks to the checkpoint (`checkpoint.rs`),
+//! which writes them home in block order at sync, fsync or over budget.
 //!
-//! Today commit writes in place (no journal: an operation's blocks reach
-//! the disk together but not atomically). The journal issue turns commit
-//! into "log to jbd2, then checkpoint" without changing any caller — that is
-//! why nothing in the engine writes metadata except through a handle.
+//! Today there is no log step (no journal: an operation's blocks reach the
+//! disk at a checkpoint, not atomically). The journal issue turns commit
+//! into "log to jbd2" without changing any caller — that is why nothing in
+//! the engine writes metadata except through a handle.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -80,24 +81,17 @@ impl<'v> Handle<'v> {
         self.dirty.keys().copied()
     }
 
-    /// Make the changes durable: write every block the handle touched.
+    /// Commit: the handle's changes are complete and consistent. Its blocks
+    /// join the volume's dirty-metadata set and reach the disk at the next
+    /// checkpoint (over budget, sync, fsync: see `checkpoint`).
     ///
-    /// What is written is the block's *current* version, under its block
-    /// lock, not the version this handle installed: another handle may have
-    /// changed the same block since (two allocations in one bitmap), and
-    /// writing our older snapshot after its newer one would undo its change
-    /// on disk. This is jbd2's rule too — a buffer belongs to the running
+    /// What a checkpoint writes is each block's *current* version, not the
+    /// version this handle installed: another handle may have changed the
+    /// same block since (two allocations in one bitmap), and writing our
+    /// older snapshot after its newer one would undo its change on disk.
+    /// This is jbd2's rule too — a buffer belongs to the running
     /// transaction, not to one handle.
     pub fn commit(self) -> Result<()> {
-        for (&blk, mine) in &self.dirty {
-            let _g = self.vol.block_locks.lock(blk);
-            let cur = self.vol.bcache.peek(blk).unwrap_or_else(|| mine.clone());
-            if !cur.is_dirty() {
-                continue; // someone wrote this version (or a later one) already
-            }
-            self.vol.write_raw(blk, &cur.data)?;
-            cur.mark_clean();
-        }
-        Ok(())
+        self.vol.commit_blocks(self.dirty.keys().copied())
     }
 }

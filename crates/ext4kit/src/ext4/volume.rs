@@ -16,6 +16,7 @@ use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 use parking_lot::RwLock;
 
 use super::buffer::{BlockLocks, Buffer, BufferCache};
+use super::checkpoint::DirtyMeta;
 use crate::error::{Error, Result};
 
 /// How to open an image.
@@ -108,6 +109,8 @@ pub struct Volume {
     pub bcache: BufferCache,
     /// Per-block write locks for metadata updates.
     pub block_locks: BlockLocks,
+    /// Committed metadata blocks not yet written home (`checkpoint.rs`).
+    pub dirty_meta: DirtyMeta,
     /// Serialises superblock updates (free counts are kept in the groups
     /// and summed when the superblock is written).
     pub sb_lock: parking_lot::Mutex<()>,
@@ -195,6 +198,8 @@ impl Volume {
             read_only,
             warnings,
             bcache: BufferCache::new(block_size, opts.cache_budget / 4),
+            // A quarter of the buffer cache may wait for a checkpoint.
+            dirty_meta: DirtyMeta::new(opts.cache_budget / 16 / block_size),
             block_locks: BlockLocks::default(),
             sb_lock: parking_lot::Mutex::new(()),
             stats: Stats::default(),

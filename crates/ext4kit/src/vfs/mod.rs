@@ -54,6 +54,28 @@ pub struct Fs {
     pub pages: Arc<PageBudget>,
 }
 
+/// Dropping the last handle writes back what is dirty, as an unmount does:
+/// committed metadata waits for a checkpoint, and a library user who never
+/// calls `sync` must not lose it. Nothing is written when nothing is dirty
+/// (a read-write open that only read leaves the image's bytes alone).
+/// Drop cannot return an error, so a failure is printed.
+impl Drop for Fs {
+    fn drop(&mut self) {
+        if self.vol.read_only {
+            return;
+        }
+        let r = self.writeback_all().and_then(|()| {
+            if self.vol.dirty_meta.is_empty() {
+                return Ok(());
+            }
+            self.sync()
+        });
+        if let Err(e) = r {
+            eprintln!("ext4kit: writing back at close failed, the image may lose recent changes: {e}");
+        }
+    }
+}
+
 /// Mark a cache entry as recently used for the clock sweep. Reads first and
 /// writes only when the bit is clear, so a hot entry shared by many threads
 /// stays in every core's cache in the shared state instead of bouncing on

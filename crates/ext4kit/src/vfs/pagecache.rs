@@ -29,9 +29,8 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use papaya::{Compute, Operation};
 use parking_lot::Mutex;
 
 /// One cached block of file data.
@@ -70,8 +69,13 @@ impl Page {
 /// The pages of one inode, and its dirty set.
 #[derive(Debug)]
 pub struct PageMap {
-    pages: papaya::HashMap<u64, Arc<Page>>,
+    /// Created on the first page: most cached inodes (a create storm, a
+    /// `stat` walk) never cache a page, and each papaya map owns a
+    /// collector of ~17 KiB whose setup cost dominated empty creates.
+    pages: OnceLock<papaya::HashMap<u64, Arc<Page>>>,
     /// Logical blocks whose pages are dirty, in order (see the module doc).
+    /// Its mutex also serialises every change to `pages`: readers of the
+    /// map never take it.
     dirty: Mutex<BTreeSet<u64>>,
     /// `dirty.len()`, readable without the mutex (read path fast check).
     ndirty: AtomicUsize,
@@ -91,10 +95,7 @@ pub struct PageMap {
 impl Default for PageMap {
     fn default() -> Self {
         PageMap {
-            // Its own collector (~17 KiB): papaya 0.2.5 with one collector
-            // shared among page maps panicked in a resize under concurrent
-            // writers ("next_table().unwrap()" on None) — see issue 3's notes.
-            pages: papaya::HashMap::new(),
+            pages: OnceLock::new(),
             dirty: Mutex::default(),
             ndirty: AtomicUsize::new(0),
             seq: AtomicU64::new(0),
@@ -103,9 +104,23 @@ impl Default for PageMap {
 }
 
 impl PageMap {
+    /// The map, if any page was ever cached.
+    #[inline]
+    fn map(&self) -> Option<&papaya::HashMap<u64, Arc<Page>>> {
+        self.pages.get()
+    }
+
+    /// The map, created on first use. Each map has its own collector:
+    /// papaya 0.2.5 with one collector shared among page maps panicked in
+    /// a resize under concurrent writers ("next_table().unwrap()" on None)
+    /// — see issue 3's notes.
+    fn map_or_init(&self) -> &papaya::HashMap<u64, Arc<Page>> {
+        self.pages.get_or_init(papaya::HashMap::new)
+    }
+
     /// The cached page for logical block `lblk`.
     pub fn get(&self, lblk: u64) -> Option<Arc<Page>> {
-        let m = self.pages.pin();
+        let m = self.map()?.pin();
         let p = m.get(&lblk)?;
         crate::vfs::touch(&p.referenced);
         Some(p.clone())
@@ -115,25 +130,10 @@ impl PageMap {
     /// reference on it.
     #[inline]
     pub fn with<R>(&self, lblk: u64, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        let m = self.pages.pin();
+        let m = self.map()?.pin();
         let p = m.get(&lblk)?;
         crate::vfs::touch(&p.referenced);
         Some(f(&p.data))
-    }
-
-    /// Insert a freshly read (clean) page; returns true when it was new.
-    pub fn insert(&self, lblk: u64, page: Arc<Page>) -> bool {
-        self.insert_clean(lblk, page).1
-    }
-
-    /// Insert a clean page unless one is already cached; returns the page
-    /// now in the map (a dirty one wins over what was read from disk) and
-    /// whether ours was inserted.
-    pub fn insert_clean(&self, lblk: u64, page: Arc<Page>) -> (Arc<Page>, bool) {
-        let m = self.pages.pin();
-        let got = m.get_or_insert(lblk, page.clone());
-        let new = Arc::ptr_eq(got, &page);
-        (got.clone(), new)
     }
 
     /// Insert a clean page read from disk at `lblk`, unless a page is
@@ -142,24 +142,32 @@ impl PageMap {
     /// before it looked at the block map — in which case nothing is
     /// inserted and `None` tells the reader to redo the step.
     ///
-    /// The emptiness check, the sequence check and the insertion are one
-    /// atomic `compute`: a slot can only have become empty by eviction of a
-    /// clean page or by truncation, and both bump the sequence *before*
-    /// the page can go (see `mark_clean` and `remove_range`), so a reader
-    /// that sees the slot empty also sees the bump. A stale page is thus
-    /// never made visible, not even for an instant.
+    /// The emptiness check, the sequence check and the insertion happen
+    /// under the map's mutex, which every change to the map holds (writes,
+    /// writeback's `mark_clean`, truncation, eviction): a slot can only
+    /// have become empty by eviction of a clean page or by truncation, and
+    /// both happen after the sequence was bumped (see `mark_clean` and
+    /// `remove_range`), so a reader that finds the slot empty also sees the
+    /// bump. A stale page is thus never made visible. Only misses (which
+    /// read the disk anyway) take the mutex; hits stay lock-free.
+    ///
+    /// This used to be one lock-free papaya `compute`. With concurrent
+    /// writers on the map (reader inserts, writer inserts, sweeps) a clean
+    /// page older than the disk was found cached about once in 100 runs of
+    /// `file_io::readers_never_see_stale_or_torn_blocks` — after it the
+    /// disk held the newer data — so papaya 0.2.5 is now only trusted with
+    /// lock-free readers beside one writer at a time.
     pub fn insert_clean_at(&self, lblk: u64, page: Arc<Page>, seq0: u64) -> Option<(Arc<Page>, bool)> {
-        let m = self.pages.pin();
-        let r = m.compute(lblk, |e| match e {
-            Some((_, v)) => Operation::Abort(Some(v.clone())),
-            None if self.seq() != seq0 => Operation::Abort(None),
-            None => Operation::Insert(page.clone()),
-        });
-        match r {
-            Compute::Inserted(_, v) => Some((v.clone(), true)),
-            Compute::Aborted(Some(v)) => Some((v, false)),
-            _ => None,
+        let _w = self.dirty.lock();
+        let m = self.map_or_init().pin();
+        if let Some(v) = m.get(&lblk) {
+            return Some((v.clone(), false));
         }
+        if self.seq() != seq0 {
+            return None;
+        }
+        m.insert(lblk, page.clone());
+        Some((page, true))
     }
 
     /// The write-side sequence number (see the field doc).
@@ -177,7 +185,7 @@ impl PageMap {
     /// not dirty before) for memory and dirty accounting.
     pub fn write_pages(&self, pages: impl IntoIterator<Item = (u64, Box<[u8]>)>) -> (usize, usize) {
         let mut set = self.dirty.lock();
-        let m = self.pages.pin();
+        let m = self.map_or_init().pin();
         let (mut new_pages, mut new_dirty) = (0, 0);
         for (lblk, data) in pages {
             if m.insert(lblk, Arc::new(Page::new_dirty(data))).is_none() {
@@ -216,7 +224,8 @@ impl PageMap {
     /// dirty set.
     pub fn mark_clean(&self, lblk: u64, page: &Arc<Page>) -> bool {
         let mut set = self.dirty.lock();
-        let m = self.pages.pin();
+        let Some(map) = self.map() else { return false };
+        let m = map.pin();
         match m.get(&lblk) {
             Some(cur) if Arc::ptr_eq(cur, page) => {
                 // Bump first: once the flag is clear the sweep may evict
@@ -242,8 +251,13 @@ impl PageMap {
         let mut set = self.dirty.lock();
         // Bump before anything goes (see `insert_clean_at`).
         self.bump();
-        let m = self.pages.pin();
         let mut dropped = 0;
+        let Some(map) = self.map() else {
+            // No page was ever cached; the dirty set is empty too (a dirty
+            // block always has its page).
+            return (0, 0);
+        };
+        let m = map.pin();
         if end - start <= m.len() as u64 {
             for l in start..end {
                 if m.remove(&l).is_some() {
@@ -268,33 +282,33 @@ impl PageMap {
 
     /// Number of cached pages.
     pub fn len(&self) -> usize {
-        self.pages.len()
+        self.map().map_or(0, |m| m.len())
     }
 
     /// Whether no page is cached.
     pub fn is_empty(&self) -> bool {
-        self.pages.is_empty()
+        self.map().is_none_or(|m| m.is_empty())
     }
 
     /// Drop clean pages not referenced since the last sweep; returns how
-    /// many. Dirty pages are skipped (and the check is part of the atomic
-    /// removal, so a page re-dirtied under the sweep is never lost).
+    /// many. Dirty pages are skipped; holding the map's mutex, no page can
+    /// be replaced or re-dirtied between the check and the removal.
     pub fn sweep(&self) -> usize {
-        // Iterate and remove one by one with `remove_if`: only the sweeper
-        // whose removal succeeded counts the page, so concurrent sweeps of
-        // one map never release the budget twice (`retain` cannot tell).
-        // Page maps are per inode and see far less churn than the caches
-        // whose sweeps moved to `crate::clock` (papaya iteration after heavy
-        // removal is the hazard described there).
-        let m = self.pages.pin();
+        // Under the map's mutex, like every change to the map (see
+        // `insert_clean_at`). Page maps are per inode and see far less
+        // churn than the caches whose sweeps moved to `crate::clock`
+        // (papaya iteration after heavy removal is the hazard described
+        // there).
+        let Some(map) = self.map() else { return 0 };
+        let _w = self.dirty.lock();
+        let m = map.pin();
         let mut n = 0;
         for (k, p) in m.iter() {
             if p.is_dirty() || p.referenced.swap(false, Ordering::Relaxed) {
                 continue;
             }
-            if let Ok(Some(_)) = m.remove_if(k, |_, v| !v.is_dirty() && !v.referenced.load(Ordering::Relaxed)) {
-                n += 1;
-            }
+            m.remove(k);
+            n += 1;
         }
         n
     }
@@ -374,11 +388,16 @@ mod tests {
         vec![b; 16].into_boxed_slice()
     }
 
+    /// A clean page as a reader caches it.
+    fn read_in(m: &PageMap, l: u64) {
+        assert!(m.insert_clean_at(l, Arc::new(Page::new(block(0))), m.seq()).is_some());
+    }
+
     #[test]
     fn dirty_set_tracks_written_pages_in_order() {
         let m = PageMap::default();
         for l in 0..100 {
-            m.insert(l, Arc::new(Page::new(block(0))));
+            read_in(&m, l);
         }
         assert_eq!(m.write_pages([(50, block(1)), (7, block(2))]), (0, 2));
         assert_eq!(m.write_pages([(7, block(3)), (200, block(4))]), (1, 1));
@@ -406,7 +425,7 @@ mod tests {
     #[test]
     fn sweep_never_drops_dirty_pages() {
         let m = PageMap::default();
-        m.insert(1, Arc::new(Page::new(block(0))));
+        read_in(&m, 1);
         m.write_pages([(2, block(1))]);
         // Two sweeps: the first clears reference bits, the second evicts.
         m.sweep();
@@ -419,7 +438,7 @@ mod tests {
     fn remove_range_drops_pages_and_dirty_entries() {
         let m = PageMap::default();
         for l in 0..10 {
-            m.insert(l, Arc::new(Page::new(block(0))));
+            read_in(&m, l);
         }
         m.write_pages([(3, block(1)), (8, block(1)), (1 << 40, block(1))]);
         let s = m.seq();

@@ -317,9 +317,12 @@ impl Fs {
         self.stat_ino(st.ino)
     }
 
-    /// Write the superblock's summary counters and flush the device.
+    /// sync(2): write back every dirty page and inode, checkpoint the
+    /// committed metadata, write the superblock's summary counters and
+    /// flush the device.
     pub fn sync(&self) -> Result<()> {
         self.writeback_all()?;
+        self.vol.checkpoint()?;
         self.vol.sync_super()?;
         if !self.vol.read_only {
             self.vol

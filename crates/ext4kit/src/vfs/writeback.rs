@@ -234,11 +234,17 @@ impl Fs {
     }
 
     /// fsync (`data_only: false`) or fdatasync (`true`) of one inode:
-    /// write back its dirty pages, its record as the level requires, then
-    /// flush the device cache.
+    /// write back its dirty pages, its record as the level requires, the
+    /// committed metadata, then flush the device cache.
     pub fn fsync_inode(&self, inode: &CachedInode, data_only: bool) -> Result<WritebackStats> {
         let level = if data_only { SyncLevel::Data } else { SyncLevel::All };
         let st = self.writeback_inode(inode, level)?;
+        // Without a journal the inode's metadata (its record, its map, its
+        // directory entry and the bitmaps) is only durable once written
+        // home; writing all dirty metadata is what a jbd2 commit of the
+        // running transaction does too, and it is bounded by the
+        // checkpoint budget, not by the file's size.
+        self.vol.checkpoint()?;
         if !self.vol.read_only {
             self.vol
                 .device()
