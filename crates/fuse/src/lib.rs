@@ -49,31 +49,40 @@
 //! `write()` is sent at once (up to `max_write` = 1 MiB per request), and
 //! the engine's own page cache buffers it (delayed allocation; written back
 //! by fsync, memory pressure or unmount). Measured on this 2-core VM
-//! (release build, 3 GiB image, shared and noisy machine — two runs each,
-//! seconds or IOPS):
+//! (release build, 3 GiB image, `/tmp/bench` scripts: dd, fio psync
+//! 4 KiB over 256 MiB for 8 s, cat of 3000 small files; the machine is
+//! shared and noisy, so runs differ by up to 2x — ranges are two or three
+//! runs; seconds or IOPS):
 //!
 //! | workload | write-through | write-back cache | direct I/O |
 //! |---|---|---|---|
-//! | dd 1 GiB bs=1M conv=fsync | 7.7 / 7.8 s | 12.4 s | 7.4 / 9.1 s |
-//! | read it back (caches dropped) | 7.7 / 4.0 s | 6.9 s | 2.9 / 4.7 s |
-//! | dd 100 MB bs=4k conv=fsync | 6.3 / 4.4 s | 2.6 s | 4.9 / 1.2 s |
-//! | dd 200 KB bs=1 conv=fsync | 22.2 / 13.6 s | 7.2 s | 9.5 / 14.6 s |
-//! | fio 4k randwrite, psync | 3.3k / 4.8k | 5.7k | 17.2k / 13.4k |
-//! | fio 4k randread, psync | 4.6k / 8.6k | 19.8k | 11.0k / 8.4k |
-//! | cat 3000 small files ×5 (warm) | 4.1 s | 5.5 s | 6.1 s |
+//! | dd 1 GiB bs=1M conv=fsync | 4.6–7.8 s | 5.5–12.4 s | 4.0–9.1 s |
+//! | read it back (caches dropped) | 1.4–4.2 s | 2.0–6.9 s | 1.2–4.7 s |
+//! | dd 100 MB bs=4k conv=fsync | 0.7–1.4 s (6.6 s before KILLPRIV_V2) | 2.6–3.8 s | 1.2–1.5 s |
+//! | dd 200 KB bs=1 conv=fsync | 7.0–16 s | 7.2–13.7 s | 9.5–23 s |
+//! | fio 4k randwrite | 14.1k (3.3–5.3k before KILLPRIV_V2) | 5.7–12.7k | 8.0–17.2k |
+//! | fio 4k randread | 8.2–15.7k | 11.1–19.8k | 8.4–12.5k |
+//! | cat 3000 small files ×5, warm | 3.6–4.1 s | 5.2–5.5 s | 6.1–16.8 s |
+//! | cat one 1 MiB file ×300 | 0.50 s | 0.47 s | 1.18 s |
 //!
-//! Write-back caching wins small writes but is not the default: the
-//! kernel then keeps written data to itself until it writes pages back,
+//! `FUSE_HANDLE_KILLPRIV_V2` matters most: without it the kernel sends a
+//! GETXATTR(security.capability) before every write() to decide whether
+//! to kill setuid bits (`file_remove_privs`); with it the mount gets
+//! SB_NOSEC and we clear the bits ourselves (engine writes by non-root
+//! openers, truncations by non-root callers).
+//!
+//! Write-back caching wins some small-write cases but is not the default:
+//! the kernel then keeps written data to itself until it writes pages back,
 //! and FUSE's SEEK_DATA/SEEK_HOLE (`fuse_lseek`) does not write back
 //! first, so a freshly written sparse file reports holes where its data is
 //! (the rw tests fail that way with `cache=writeback`); it also made
 //! sequential writes slower (FUSE's strict dirty limits). Direct I/O wins
-//! random writes and cold sequential reads (no double caching), but every
-//! read of hot data becomes a round trip (warm re-reads ~1.5× slower), which
-//! the page-cache modes answer without us. Write-through keeps SEEK_DATA,
-//! mmap (written back at munmap/msync through WRITE) and read caching exact
-//! and is the default; `cache=direct` is there for random-write-heavy use.
-//!
+//! cold sequential reads (no double caching), but every read of hot data
+//! becomes a round trip (warm re-reads 1.5–4× slower), which the page-cache
+//! modes answer without us. Write-through keeps SEEK_DATA, mmap (written
+//! back at munmap/msync through WRITE) and read caching exact, and with
+//! KILLPRIV_V2 its writes are as fast as direct I/O's: it is the default.
+
 //! The invalidation we rely on is the kernel's own, after requests it
 //! sends. Should the engine ever change something on its own (none does
 //! today: no background jobs edit the namespace), it must notify the kernel

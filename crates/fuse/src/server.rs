@@ -71,6 +71,9 @@ pub struct Ext4Fuse {
     no_open: bool,
     /// FUSE_WRITEBACK_CACHE was negotiated (set by INIT).
     writeback: bool,
+    /// FUSE_HANDLE_KILLPRIV_V2 was negotiated (set by INIT): we clear
+    /// setuid/setgid on writes and truncations by unprivileged callers.
+    killpriv: bool,
     /// What INIT negotiated (for tests and `--debug` output).
     negotiated: Arc<parking_lot::Mutex<Option<InitFlags>>>,
 }
@@ -94,6 +97,7 @@ impl Ext4Fuse {
             block_size,
             no_open: false,
             writeback: false,
+            killpriv: false,
             negotiated: Arc::default(),
         }
     }
@@ -216,11 +220,15 @@ impl Ext4Fuse {
         ctime: Option<SystemTime>,
     ) -> Result<fuser::FileAttr, Errno> {
         let ino = Self::ino(ino)?;
+        let mut mode = mode;
         if let Some(len) = size {
             // truncate(2) / ftruncate(2) / O_TRUNC without atomic_o_trunc;
             // the kernel checked write permission (or the descriptor).
             let inode = res(self.fs.inode(ino))?;
             res(self.fs.truncate_inode(&inode, len))?;
+            if mode.is_none() {
+                mode = self.kill_priv(req, ino)?;
+            }
         }
         let attr = SetAttr {
             mode: mode.map(|m| (m & 0o7777) as u16),
@@ -250,6 +258,21 @@ impl Ext4Fuse {
             res(self.fs.setattr_ino(ino, &attr, &cred))?;
         }
         self.attr(ino)
+    }
+
+    /// With HANDLE_KILLPRIV_V2, a truncation by a caller without
+    /// CAP_FSETID (anyone but root) clears S_ISUID, and S_ISGID when group
+    /// execute is set (`should_remove_suid`): the kernel flags such
+    /// requests (FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID) but fuser does
+    /// not pass the flags on, so the rule is applied from the caller's uid.
+    /// Returns the mode to set, if any.
+    fn kill_priv(&self, req: &Request, ino: u32) -> Result<Option<u32>, Errno> {
+        if !self.killpriv || req.uid() == 0 {
+            return Ok(None);
+        }
+        let m = u32::from(res(self.fs.stat_ino(ino))?.perm());
+        let kill = if m & 0o2010 == 0o2010 { 0o6000 } else { 0o4000 };
+        Ok((m & kill != 0).then_some(m & !kill))
     }
 
     fn do_copy(
@@ -367,6 +390,12 @@ impl Filesystem for Ext4Fuse {
             let _ = config.add_capabilities(cap);
         }
         if !self.read_only {
+            // The setuid/setgid kill of writes and truncations is ours
+            // (the engine's write_as does it for unprivileged openers;
+            // truncations below). Without it the kernel asks for
+            // security.capability (GETXATTR) before every write(): with
+            // it the superblock gets SB_NOSEC and that round trip goes.
+            self.killpriv = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2).is_ok();
             match self.cache {
                 CacheMode::Writeback => {
                     self.writeback = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE).is_ok();
@@ -611,6 +640,16 @@ impl Filesystem for Ext4Fuse {
                 .open_ino_as(ino, self.engine_flags(flags.0), &Self::cred(req), PermCheck::Done))?;
             if f.is_dir() {
                 return Err(Errno::EISDIR);
+            }
+            if flags.0 & libc::O_TRUNC != 0 {
+                if let Some(m) = self.kill_priv(req, ino)? {
+                    let a = SetAttr {
+                        mode: Some(m as u16),
+                        ..SetAttr::default()
+                    };
+                    // Forced like the kernel's own kill (ATTR_FORCE).
+                    res(self.fs.setattr_ino(ino, &a, &Cred::root()))?;
+                }
             }
             Ok(self
                 .handles

@@ -725,6 +725,27 @@ fn an_unprivileged_user_gets_linux_permissions_and_owns_what_it_creates() {
     );
     assert_eq!(fs::read(m.p("suid")).unwrap(), b"#!/bin/sh\nx\n");
 
+    // So does a truncation, by size or O_TRUNC (should_remove_suid).
+    for (how, cmd) in [("truncate", "truncate -s 1"), ("O_TRUNC", ": >")] {
+        fs::set_permissions(m.p("suid"), fs::Permissions::from_mode(0o6777)).unwrap();
+        allowed(&as_nobody(&format!("{cmd} {}", q("suid"))), how);
+        assert_eq!(
+            fs::metadata(m.p("suid")).unwrap().mode() & 0o7777,
+            0o777,
+            "{how}: setuid and setgid (group-executable) cleared"
+        );
+    }
+    // Root's writes keep them (CAP_FSETID).
+    fs::set_permissions(m.p("suid"), fs::Permissions::from_mode(0o4777)).unwrap();
+    OpenOptions::new()
+        .append(true)
+        .open(m.p("suid"))
+        .unwrap()
+        .write_all(b"y")
+        .unwrap();
+    fs::File::create(m.p("suid")).unwrap();
+    assert_eq!(fs::metadata(m.p("suid")).unwrap().mode() & 0o7777, 0o4777);
+
     // Unlinking its own file from the sticky dir is fine.
     allowed(
         &as_nobody(&format!("rm {}", q("tmp/mine"))),
