@@ -101,8 +101,8 @@ enum Command {
     /// SOURCE_DATE_EPOCH fixes all timestamps; with -U and -E hash_seed= the
     /// image is reproducible byte for byte.
     Mkfs(cmd::mkfs::Args),
-    /// Mount an image with the ext4kit FUSE server (read-only for now);
-    /// detaches once the mount works.
+    /// Mount an image with the ext4kit FUSE server (read-write when the
+    /// image allows); detaches once the mount works.
     Mount(cmd::mount::MountArgs),
     /// Unmount an ext4kit mount and wait for its server to finish.
     Umount(cmd::mount::UmountArgs),

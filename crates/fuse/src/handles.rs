@@ -47,12 +47,18 @@ pub struct DirSnapshot {
 pub struct OpenFile {
     file: Option<Arc<File>>,
     fs: Arc<Fs>,
+    /// Opened by root (CAP_FSETID): its writes keep setuid/setgid bits.
+    pub privileged: bool,
 }
 
 impl OpenFile {
-    /// Wrap `file` opened on `fs`.
-    pub fn new(fs: Arc<Fs>, file: Arc<File>) -> Self {
-        OpenFile { file: Some(file), fs }
+    /// Wrap `file` opened on `fs` by a caller that is `privileged` or not.
+    pub fn new(fs: Arc<Fs>, file: Arc<File>, privileged: bool) -> Self {
+        OpenFile {
+            file: Some(file),
+            fs,
+            privileged,
+        }
     }
 
     /// The open file description.

@@ -78,14 +78,19 @@ impl Nodes {
     }
 
     /// The kernel was (is about to be) given one more reference to `inode`.
+    /// An inode number freed and reused while the kernel still counted the
+    /// old inode (unlink, then a create that got the same number) pins the
+    /// new in-memory inode from now on.
     pub fn remember(&self, inode: &Arc<CachedInode>) {
         let mut m = self.shard(inode.ino).lock();
-        m.entry(inode.ino)
-            .or_insert_with(|| Held {
-                count: 0,
-                _inode: inode.clone(),
-            })
-            .count += 1;
+        let h = m.entry(inode.ino).or_insert_with(|| Held {
+            count: 0,
+            _inode: inode.clone(),
+        });
+        if !Arc::ptr_eq(&h._inode, inode) {
+            h._inode = inode.clone();
+        }
+        h.count += 1;
     }
 
     /// The kernel dropped `n` references to `ino`; at zero the inode is

@@ -71,6 +71,9 @@ pub struct Ext4Fuse {
     no_open: bool,
     /// FUSE_WRITEBACK_CACHE was negotiated (set by INIT).
     writeback: bool,
+    /// FUSE_HANDLE_KILLPRIV_V2 was negotiated (set by INIT): we clear
+    /// setuid/setgid on writes and truncations by unprivileged callers.
+    killpriv: bool,
     /// What INIT negotiated (for tests and `--debug` output).
     negotiated: Arc<parking_lot::Mutex<Option<InitFlags>>>,
 }
@@ -94,6 +97,7 @@ impl Ext4Fuse {
             block_size,
             no_open: false,
             writeback: false,
+            killpriv: false,
             negotiated: Arc::default(),
         }
     }
@@ -168,15 +172,13 @@ impl Ext4Fuse {
         Ok(DirSnapshot { entries, ino })
     }
 
-    /// Open flags for the engine from the kernel's. With write-back
-    /// caching the kernel keeps O_APPEND to itself (it positions appends
-    /// from its own idea of the size, and writes pages back at offsets of
-    /// its choosing), so the engine file must not append on its own.
+    /// Open flags for the engine from the kernel's. O_APPEND is not kept
+    /// on the engine's file: it is a property of the kernel's file (fcntl
+    /// F_SETFL changes it without telling us), so each WRITE says whether
+    /// it appends (see `write`).
     fn engine_flags(&self, bits: i32) -> EngineOpen {
         let mut f = EngineOpen::from_bits(bits);
-        if self.writeback {
-            f.append = false;
-        }
+        f.append = false;
         f
     }
 
@@ -218,11 +220,15 @@ impl Ext4Fuse {
         ctime: Option<SystemTime>,
     ) -> Result<fuser::FileAttr, Errno> {
         let ino = Self::ino(ino)?;
+        let mut mode = mode;
         if let Some(len) = size {
             // truncate(2) / ftruncate(2) / O_TRUNC without atomic_o_trunc;
             // the kernel checked write permission (or the descriptor).
             let inode = res(self.fs.inode(ino))?;
             res(self.fs.truncate_inode(&inode, len))?;
+            if mode.is_none() {
+                mode = self.kill_priv(req, ino)?;
+            }
         }
         let attr = SetAttr {
             mode: mode.map(|m| (m & 0o7777) as u16),
@@ -252,6 +258,21 @@ impl Ext4Fuse {
             res(self.fs.setattr_ino(ino, &attr, &cred))?;
         }
         self.attr(ino)
+    }
+
+    /// With HANDLE_KILLPRIV_V2, a truncation by a caller without
+    /// CAP_FSETID (anyone but root) clears S_ISUID, and S_ISGID when group
+    /// execute is set (`should_remove_suid`): the kernel flags such
+    /// requests (FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID) but fuser does
+    /// not pass the flags on, so the rule is applied from the caller's uid.
+    /// Returns the mode to set, if any.
+    fn kill_priv(&self, req: &Request, ino: u32) -> Result<Option<u32>, Errno> {
+        if !self.killpriv || req.uid() == 0 {
+            return Ok(None);
+        }
+        let m = u32::from(res(self.fs.stat_ino(ino))?.perm());
+        let kill = if m & 0o2010 == 0o2010 { 0o6000 } else { 0o4000 };
+        Ok((m & kill != 0).then_some(m & !kill))
     }
 
     fn do_copy(
@@ -369,6 +390,12 @@ impl Filesystem for Ext4Fuse {
             let _ = config.add_capabilities(cap);
         }
         if !self.read_only {
+            // The setuid/setgid kill of writes and truncations is ours
+            // (the engine's write_as does it for unprivileged openers;
+            // truncations below). Without it the kernel asks for
+            // security.capability (GETXATTR) before every write(): with
+            // it the superblock gets SB_NOSEC and that round trip goes.
+            self.killpriv = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2).is_ok();
             match self.cache {
                 CacheMode::Writeback => {
                     self.writeback = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE).is_ok();
@@ -614,7 +641,19 @@ impl Filesystem for Ext4Fuse {
             if f.is_dir() {
                 return Err(Errno::EISDIR);
             }
-            Ok(self.handles.insert(Handle::File(OpenFile::new(self.fs.clone(), f))))
+            if flags.0 & libc::O_TRUNC != 0 {
+                if let Some(m) = self.kill_priv(req, ino)? {
+                    let a = SetAttr {
+                        mode: Some(m as u16),
+                        ..SetAttr::default()
+                    };
+                    // Forced like the kernel's own kill (ATTR_FORCE).
+                    res(self.fs.setattr_ino(ino, &a, &Cred::root()))?;
+                }
+            }
+            Ok(self
+                .handles
+                .insert(Handle::File(OpenFile::new(self.fs.clone(), f, req.uid() == 0))))
         })();
         match r {
             Ok(fh) => reply.opened(FileHandle(fh), self.fopen_flags()),
@@ -646,7 +685,9 @@ impl Filesystem for Ext4Fuse {
                 PermCheck::Done,
             ))?;
             let (a, g) = self.entry_of(&st)?;
-            let fh = self.handles.insert(Handle::File(OpenFile::new(self.fs.clone(), f)));
+            let fh = self
+                .handles
+                .insert(Handle::File(OpenFile::new(self.fs.clone(), f, req.uid() == 0)));
             Ok((a, g, fh))
         })();
         match r {
@@ -700,15 +741,21 @@ impl Filesystem for Ext4Fuse {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        // The engine's File appends by itself when opened with O_APPEND
-        // (write-through and direct I/O; the kernel's offset is then only
-        // its guess of the size); with write-back caching the kernel does.
+        // An O_APPEND write (the file's flags at the time of the write)
+        // goes to the end of file as the engine sees it, atomically under
+        // the inode lock (the kernel's offset is only its view of the size).
+        // With write-back caching the kernel positions appends itself and
+        // its write-back writes are plain writes at its offsets.
+        let append = flags.0 & libc::O_APPEND != 0 && !self.writeback;
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => res(f.file().pwrite(&self.fs, offset, data)),
+            Handle::File(f) => res(self
+                .fs
+                .write_as(&f.file().inode, (!append).then_some(offset), data, f.privileged))
+            .map(|(_, n)| n),
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         match r {

@@ -30,13 +30,49 @@ fn require_fuse() {
     );
 }
 
-/// A fresh ext4 image mounted read-write by an in-process server.
+/// A fresh ext4 image mounted read-write by a server in a child process.
+///
+/// The child is this test binary run again with `EXT4KIT_TEST_SERVE` set
+/// (see [`serve_when_asked`]): a server in the test process itself would
+/// turn any crash of the test into an unkillable hang (the dying process
+/// waits in munmap for write-back its own dead server threads should
+/// answer — the FUSE self-deadlock).
 struct Rw {
     work: PathBuf,
     img: PathBuf,
     mnt: PathBuf,
-    server: Option<std::thread::JoinHandle<Result<(), String>>>,
-    fs: std::sync::Arc<ext4kit::Fs>,
+    server: Option<std::process::Child>,
+}
+
+const SERVE_ENV: &str = "EXT4KIT_TEST_SERVE";
+
+/// The server side of [`Rw`]: runs only in the child, in the foreground.
+#[test]
+fn serve_when_asked() {
+    let Ok(spec) = std::env::var(SERVE_ENV) else {
+        return;
+    };
+    let (img, mnt) = spec.split_once('\n').unwrap();
+    let opts = ext4kit_fuse::MountOptions {
+        allow_other: true,
+        threads: 2,
+        cache_budget: 64 << 20,
+        cache: match std::env::var("EXT4KIT_TEST_CACHE").as_deref() {
+            Ok("direct") => ext4kit_fuse::CacheMode::Direct,
+            Ok("writeback") => ext4kit_fuse::CacheMode::Writeback,
+            _ => ext4kit_fuse::CacheMode::WriteThrough,
+        },
+        ..Default::default()
+    };
+    let m = ext4kit_fuse::mount(Path::new(img), Path::new(mnt), &opts).unwrap();
+    assert!(!m.read_only(), "a writable ext4 image mounts read-write by default");
+    m.run().unwrap();
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    let t = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    t.lines()
+        .any(|l| l.split(' ').nth(4).is_some_and(|p| Path::new(p) == dir))
 }
 
 impl Rw {
@@ -57,27 +93,25 @@ impl Rw {
             .unwrap();
         assert!(o.status.success(), "mke2fs: {}", String::from_utf8_lossy(&o.stderr));
         let mnt = work.join("mnt");
-        let opts = ext4kit_fuse::MountOptions {
-            allow_other: true,
-            threads: 2,
-            cache_budget: 64 << 20,
-            cache: match std::env::var("EXT4KIT_TEST_CACHE").as_deref() {
-                Ok("direct") => ext4kit_fuse::CacheMode::Direct,
-                Ok("writeback") => ext4kit_fuse::CacheMode::Writeback,
-                _ => ext4kit_fuse::CacheMode::WriteThrough,
-            },
-            ..Default::default()
-        };
-        let m = ext4kit_fuse::mount(&img, &mnt, &opts).unwrap();
-        assert!(!m.read_only(), "a writable ext4 image mounts read-write by default");
-        let fs = m.fs().clone();
-        let server = std::thread::spawn(move || m.run());
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "serve_when_asked", "--nocapture", "--test-threads=1"])
+            .env(SERVE_ENV, format!("{}\n{}", img.display(), mnt.display()))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while !is_mounted(&mnt) {
+            if let Some(st) = child.try_wait().unwrap() {
+                panic!("the server exited before mounting: {st}");
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "the server did not mount");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         Rw {
             work,
             img,
             mnt,
-            server: Some(server),
-            fs,
+            server: Some(child),
         }
     }
 
@@ -86,10 +120,11 @@ impl Rw {
     }
 
     /// Unmount, wait for the server (which flushes and writes the
-    /// superblock clean), and check the image with e2fsck.
+    /// superblock clean, then exits 0), and check the image with e2fsck.
     fn unmount(&mut self) {
         ext4kit_fuse::unmount(&self.mnt, Duration::from_secs(60)).unwrap();
-        self.server.take().unwrap().join().unwrap().unwrap();
+        let st = self.server.take().unwrap().wait().unwrap();
+        assert!(st.success(), "the server exited with {st}");
         e2fsck_clean(&self.img).unwrap();
         let o = Command::new("dumpe2fs").arg("-h").arg(&self.img).output().unwrap();
         let text = String::from_utf8_lossy(&o.stdout);
@@ -103,7 +138,10 @@ impl Rw {
 
 impl Drop for Rw {
     fn drop(&mut self) {
-        if self.server.is_some() {
+        if let Some(mut c) = self.server.take() {
+            // A failed test: end the server, then detach its mount.
+            let _ = c.kill();
+            let _ = c.wait();
             let _ = Command::new("umount").arg("-l").arg(&self.mnt).output();
         } else {
             let _ = fs::remove_dir_all(&self.work);
@@ -544,12 +582,20 @@ fn an_unlinked_open_file_is_freed_at_its_last_close() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // The inode is free too (dtime set, off the orphan list).
-    let rec = m.fs.vol.read_inode(ino).unwrap();
+    m.unmount();
+    // The inode is free too (dtime set, no links, off the orphan list).
+    let fs = ext4kit::Fs::open_image(
+        &m.img,
+        &ext4kit::OpenOptions {
+            read_only: true,
+            cache_budget: 16 << 20,
+        },
+    )
+    .unwrap();
+    let rec = fs.vol.read_inode(ino).unwrap();
     assert_eq!(rec.base.links_count, 0);
     assert_ne!(rec.base.dtime, 0);
-    assert_eq!(m.fs.vol.sb.read().last_orphan, 0, "orphan list empty");
-    m.unmount();
+    assert_eq!(fs.vol.sb.read().last_orphan, 0, "orphan list empty");
 }
 
 /// Run `script` with sh as uid/gid 65534 (nobody), supplementary group 4242.
@@ -679,10 +725,169 @@ fn an_unprivileged_user_gets_linux_permissions_and_owns_what_it_creates() {
     );
     assert_eq!(fs::read(m.p("suid")).unwrap(), b"#!/bin/sh\nx\n");
 
+    // So does a truncation, by size or O_TRUNC (should_remove_suid).
+    for (how, cmd) in [("truncate", "truncate -s 1"), ("O_TRUNC", ": >")] {
+        fs::set_permissions(m.p("suid"), fs::Permissions::from_mode(0o6777)).unwrap();
+        allowed(&as_nobody(&format!("{cmd} {}", q("suid"))), how);
+        assert_eq!(
+            fs::metadata(m.p("suid")).unwrap().mode() & 0o7777,
+            0o777,
+            "{how}: setuid and setgid (group-executable) cleared"
+        );
+    }
+    // Root's writes keep them (CAP_FSETID).
+    fs::set_permissions(m.p("suid"), fs::Permissions::from_mode(0o4777)).unwrap();
+    OpenOptions::new()
+        .append(true)
+        .open(m.p("suid"))
+        .unwrap()
+        .write_all(b"y")
+        .unwrap();
+    fs::File::create(m.p("suid")).unwrap();
+    assert_eq!(fs::metadata(m.p("suid")).unwrap().mode() & 0o7777, 0o4777);
+
     // Unlinking its own file from the sticky dir is fine.
     allowed(
         &as_nobody(&format!("rm {}", q("tmp/mine"))),
         "delete own file in a sticky dir",
     );
     m.unmount();
+}
+
+/// Map `f` (length `len` > 0) shared and run `op` on the bytes; munmap
+/// writes dirty pages back (the kernel's fuse_vma_close).
+fn with_map(f: &File, len: usize, op: impl FnOnce(&mut [u8])) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a fresh shared mapping of an open file, unmapped before
+    // returning; the slice does not outlive it.
+    unsafe {
+        let a = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(a, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+        op(std::slice::from_raw_parts_mut(a.cast::<u8>(), len));
+        assert_eq!(libc::munmap(a, len), 0);
+    }
+}
+
+#[test]
+fn fsx_style_random_operations_match_a_model() {
+    use std::os::unix::fs::FileExt;
+    let mut m = Rw::new("fsx", "64M", &[]);
+    let mut rng = ext4kit_testkit::SplitMix64::new(0xf5c_2026);
+    let path = m.p("fsx");
+    let mut model: Vec<u8> = Vec::new();
+    let open = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .unwrap()
+    };
+    let mut f = open();
+    const MAX: u64 = 3 << 20;
+    let ops = 20_000;
+    for step in 0..ops {
+        let op = rng.below(100);
+        let size = model.len() as u64;
+        let ctx = |what: &str| format!("step {step}: {what} (size {size})");
+        match op {
+            0..=29 => {
+                let off = rng.below(MAX - 1);
+                let len = 1 + rng.below(128 << 10).min(MAX - off - 1);
+                let mut buf = vec![0u8; len as usize];
+                rng.fill(&mut buf);
+                f.write_all_at(&buf, off).unwrap();
+                let end = (off + len) as usize;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].copy_from_slice(&buf);
+            }
+            30..=49 if size > 0 => {
+                let off = rng.below(size);
+                let len = 1 + rng.below((size - off).min(200 << 10));
+                let mut buf = vec![0u8; len as usize];
+                f.read_exact_at(&mut buf, off).unwrap();
+                assert!(
+                    buf == model[off as usize..(off + len) as usize],
+                    "{}",
+                    ctx(&format!("read {off}+{len} differs"))
+                );
+            }
+            50..=59 => {
+                let len = rng.below(MAX);
+                f.set_len(len).unwrap();
+                model.resize(len as usize, 0);
+            }
+            60..=69 if size > 0 => {
+                let off = rng.below(size) as usize;
+                let len = 1 + rng.below((size as usize - off).min(64 << 10) as u64) as usize;
+                let mut buf = vec![0u8; len];
+                rng.fill(&mut buf);
+                with_map(&f, size as usize, |s| s[off..off + len].copy_from_slice(&buf));
+                model[off..off + len].copy_from_slice(&buf);
+            }
+            70..=77 if size > 0 => {
+                let off = rng.below(size) as usize;
+                let len = 1 + rng.below((size as usize - off).min(64 << 10) as u64) as usize;
+                let mut got = vec![0u8; len];
+                with_map(&f, size as usize, |s| got.copy_from_slice(&s[off..off + len]));
+                assert!(
+                    got == model[off..off + len],
+                    "{}",
+                    ctx(&format!("mmap read {off}+{len} differs"))
+                );
+            }
+            78..=83 if size > 0 => {
+                let off = rng.below(size);
+                let len = 1 + rng.below((size - off).min(256 << 10));
+                let mode = if rng.below(2) == 0 {
+                    FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE
+                } else {
+                    FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE
+                };
+                rustix::fs::fallocate(f.as_fd(), mode, off, len).unwrap();
+                model[off as usize..(off + len) as usize].fill(0);
+            }
+            84..=87 => {
+                // Grow by allocation (mode 0 extends the size).
+                let off = rng.below(MAX / 2);
+                let len = 1 + rng.below(256 << 10);
+                rustix::fs::fallocate(f.as_fd(), FallocateFlags::empty(), off, len).unwrap();
+                if model.len() < (off + len) as usize {
+                    model.resize((off + len) as usize, 0);
+                }
+            }
+            88..=91 => f.sync_all().unwrap(),
+            92..=95 => {
+                // A fresh open: the kernel keeps its cache (KEEP_CACHE);
+                // it must still agree with the engine.
+                drop(f);
+                f = open();
+            }
+            _ => {
+                assert_eq!(f.metadata().unwrap().len(), size, "{}", ctx("stat size"));
+            }
+        }
+    }
+    drop(f);
+    assert!(
+        fs::read(&path).unwrap() == model,
+        "the whole file differs from the model"
+    );
+    m.unmount();
+    let kmnt = m.work.join("kmnt");
+    fs::create_dir_all(&kmnt).unwrap();
+    let lm = LoopMount::mount(&m.img, &kmnt, "ext4", true).unwrap();
+    let back = fs::read(kmnt.join("fsx"));
+    lm.unmount().unwrap();
+    assert!(back.unwrap() == model, "the kernel reads a different file");
 }

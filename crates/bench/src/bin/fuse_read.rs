@@ -139,6 +139,9 @@ fn mount_peer(p: Peer, img: &Path, dir: &Path, threads: usize) -> Result<Mounted
         Peer::Ext4kit => {
             let opts = ext4kit_fuse::MountOptions {
                 threads,
+                // A read benchmark, against fuse2fs -o ro: mount read-only
+                // too (mounts are read-write by default).
+                read_only: true,
                 ..Default::default()
             };
             let m = ext4kit_fuse::mount(img, dir, &opts)?;

@@ -9,25 +9,32 @@ use clap::Args;
 /// Mount an image with the ext4kit FUSE server.
 #[derive(Args, Debug)]
 #[command(after_help = "EXAMPLES:
-  ext4kit mount disk.img /mnt/disk            mount read-only; returns once it works
-  ls -l /mnt/disk && cat /mnt/disk/etc/hostname
-  ext4kit umount /mnt/disk                    unmount, wait for the server to finish
+  ext4kit mount disk.img /mnt/disk            mount read-write; returns once it works
+  cp -a ~/photos /mnt/disk/ && ls -l /mnt/disk
+  ext4kit umount /mnt/disk                    unmount: flush, mark the image clean,
+                                              wait for the server to finish
+  ext4kit mount -o ro disk.img /mnt/disk      read-only
   ext4kit mount -o allow_other disk.img /mnt/disk
-                                              let every user read it (permissions are
-                                              checked by the kernel against the image's
-                                              modes and owners)
+                                              let every user use it (permissions are
+                                              checked against the image's modes and
+                                              owners; new files belong to their creator)
+  ext4kit mount -o cache=direct disk.img /mnt/disk
+                                              no kernel page cache for file data
+                                              (faster random writes, slower re-reads)
   ext4kit mount --foreground --threads 4 disk.img /mnt/disk
                                               stay in the terminal; Ctrl-C unmounts
 
 As root the mount is made with mount(2); other users mount through
 fusermount3 (apt-get install fuse3) on a mount point they own. An image
 that is mounted already (by the kernel, fuse2fs or another ext4kit) is
-refused. Read-write mounts arrive with the write engine: today every
-mount is read-only.")]
+refused. Images that must not be written (read-only features,
+needs_recovery, mmp, an image file you cannot write) mount read-only
+with a warning saying why; with -o rw they are refused instead.")]
 pub struct MountArgs {
-    /// Mount options, comma-separated (repeatable): ro (default), rw (not
-    /// yet), allow_other, allow_root, default_permissions (always on),
-    /// nosuid, nodev, noexec, noatime, ...
+    /// Mount options, comma-separated (repeatable): rw (default when
+    /// possible; refuse otherwise), ro, cache=writethrough (default),
+    /// cache=direct, cache=writeback, allow_other, allow_root,
+    /// default_permissions (always on), nosuid, nodev, noexec, noatime, ...
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// Serve in this process instead of detaching (Ctrl-C unmounts).

@@ -66,8 +66,10 @@ impl Fs {
                 Ok((self.stat_ino(st.ino)?, f))
             }
             Err(e) if e.errno() == Errno::EEXIST && !flags.excl => {
+                // Created by someone else since the caller looked: nobody
+                // checked the caller's rights on it yet, so the engine does.
                 let (ino, _) = self.lookup_at(parent, name)?.ok_or(e)?;
-                let f = self.open_inode(ino, flags, cred, check, false)?;
+                let f = self.open_inode(ino, flags, cred, PermCheck::Engine, false)?;
                 Ok((self.stat_ino(ino)?, f))
             }
             Err(e) => Err(e),
@@ -125,5 +127,106 @@ impl Fs {
         // CAP_FSETID: only root's writes keep the setuid/setgid bits.
         file.privileged = cred.is_root();
         Ok(Arc::new(file))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PermCheck;
+    use crate::ext4::mkfs::{mkfs, MkfsOptions};
+    use crate::{Cred, Errno, Fs, OpenFlags, OpenOptions};
+    use ext4kit_blockdev::MemDevice;
+    use std::sync::Arc;
+
+    fn fs() -> Arc<Fs> {
+        let dev = Arc::new(MemDevice::new(8 << 20));
+        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
+        Fs::open_device(
+            dev,
+            &OpenOptions {
+                read_only: false,
+                cache_budget: 8 << 20,
+            },
+        )
+        .unwrap()
+    }
+
+    const RDWR: i32 = crate::vfs::file::O_RDWR;
+
+    #[test]
+    fn create_open_owns_opens_and_races_like_open_2() {
+        let fs = fs();
+        fs.setattr_ino(
+            2,
+            &crate::SetAttr {
+                mode: Some(0o777),
+                ..Default::default()
+            },
+            &Cred::root(),
+        )
+        .unwrap();
+        let user = Cred::user(1000, 1000);
+        // Created 0400: its creator still gets the descriptor it asked for.
+        let (st, f) = fs
+            .create_open_at(2, b"f", 0o400, OpenFlags::from_bits(RDWR), &user, PermCheck::Engine)
+            .unwrap();
+        assert_eq!((st.uid, st.gid, st.perm()), (1000, 1000, 0o400));
+        f.pwrite(&fs, 0, b"data").unwrap();
+        fs.close_file(f).unwrap();
+        // It exists now: O_EXCL fails; without it the existing file is
+        // opened with a permission check (0400: no writing).
+        let excl = OpenFlags::from_bits(RDWR | crate::vfs::file::O_EXCL | crate::vfs::file::O_CREAT);
+        let e = fs
+            .create_open_at(2, b"f", 0o600, excl, &user, PermCheck::Done)
+            .unwrap_err();
+        assert_eq!(e.errno(), Errno::EEXIST);
+        let e = fs
+            .create_open_at(2, b"f", 0o600, OpenFlags::from_bits(RDWR), &user, PermCheck::Done)
+            .unwrap_err();
+        assert_eq!(e.errno(), Errno::EACCES);
+        let (_, f) = fs
+            .create_open_at(2, b"f", 0o600, OpenFlags::default(), &user, PermCheck::Done)
+            .unwrap();
+        let mut b = [0u8; 8];
+        assert_eq!(f.pread(&fs, 0, &mut b).unwrap(), 4);
+    }
+
+    #[test]
+    fn open_by_inode_checks_truncates_and_tracks_privilege() {
+        let fs = fs();
+        let st = fs.write_file(b"/s", b"0123456789", 0o4666, 0, 0).unwrap();
+        let user = Cred::user(1000, 1000);
+        // PermCheck::Engine: mode bits decide; Done: the caller did.
+        fs.setattr_ino(
+            st.ino,
+            &crate::SetAttr {
+                mode: Some(0o4600),
+                ..Default::default()
+            },
+            &Cred::root(),
+        )
+        .unwrap();
+        let rw = OpenFlags::from_bits(RDWR);
+        assert_eq!(
+            fs.open_ino_as(st.ino, rw, &user, PermCheck::Engine)
+                .unwrap_err()
+                .errno(),
+            Errno::EACCES
+        );
+        let f = fs.open_ino_as(st.ino, rw, &user, PermCheck::Done).unwrap();
+        // A non-root opener's write clears setuid (file_remove_privs).
+        f.pwrite(&fs, 0, b"x").unwrap();
+        assert_eq!(fs.stat_ino(st.ino).unwrap().perm() & 0o7000, 0);
+        fs.close_file(f).unwrap();
+        // O_TRUNC empties it; a directory cannot be opened for writing.
+        let t = OpenFlags::from_bits(RDWR | crate::vfs::file::O_TRUNC);
+        fs.open_ino_as(st.ino, t, &Cred::root(), PermCheck::Engine).unwrap();
+        assert_eq!(fs.stat_ino(st.ino).unwrap().size, 0);
+        assert_eq!(
+            fs.open_ino_as(2, rw, &Cred::root(), PermCheck::Engine)
+                .unwrap_err()
+                .errno(),
+            Errno::EISDIR
+        );
     }
 }
