@@ -537,8 +537,8 @@ fn a_held_inode_is_not_freed_until_its_hold_is_dropped() {
     let free0 = fs.statfs().unwrap();
     let st = fs.write_file(b"/held", &[1u8; 20_000], 0o644, 0, 0).unwrap();
     let inode = fs.inode(st.ino).unwrap();
-    fs.hold_inode(&inode);
-    fs.hold_inode(&inode);
+    fs.hold_inode(&inode).unwrap();
+    fs.hold_inode(&inode).unwrap();
     fs.unlink(b"/held", &root).unwrap();
     // Its number is not handed out again while held.
     for i in 0..50 {
@@ -548,6 +548,11 @@ fn a_held_inode_is_not_freed_until_its_hold_is_dropped() {
     fs.drop_hold(&inode).unwrap();
     assert_eq!(fs.stat_ino(st.ino).unwrap().nlink, 0, "still there with one hold left");
     fs.drop_hold(&inode).unwrap();
+    assert_eq!(
+        fs.hold_inode(&inode).unwrap_err().errno(),
+        Errno::ENOENT,
+        "a freed inode cannot be held again"
+    );
     drop(inode);
     for i in 0..50 {
         fs.unlink(format!("/n{i}").as_bytes(), &root).unwrap();

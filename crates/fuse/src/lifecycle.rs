@@ -345,6 +345,10 @@ impl Mounted {
         // Returns after DESTROY, with every handle closed (unlinked open
         // files freed) and the server dropped.
         let served = self.session.run();
+        // DESTROY released them already; a session that ended without one
+        // (the device went away) must not leave held unlinked inodes on the
+        // orphan list.
+        self.nodes.release_all(&self.fs);
         let synced = match self.state {
             Some(st) => crate::state::mark_unmounted(&self.fs, st),
             None => self.fs.sync(),

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ext4kit::vfs::CachedInode;
+use ext4kit::Fs;
 use fuser::INodeNo;
 use parking_lot::Mutex;
 
@@ -61,7 +62,16 @@ pub struct Nodes {
 #[derive(Debug)]
 struct Held {
     count: u64,
-    _inode: Arc<CachedInode>,
+    inode: Arc<CachedInode>,
+}
+
+/// Give an inode's hold back to the engine; a failure to free an unlinked
+/// inode can only be reported (FORGET has no reply): it stays on the
+/// orphan list for the next open of the image.
+fn release(fs: &Fs, inode: &CachedInode) {
+    if let Err(e) = fs.drop_hold(inode) {
+        eprintln!("ext4kit: releasing inode {}: {e}", inode.ino);
+    }
 }
 
 impl Default for Nodes {
@@ -78,29 +88,84 @@ impl Nodes {
     }
 
     /// The kernel was (is about to be) given one more reference to `inode`.
-    /// An inode number freed and reused while the kernel still counted the
-    /// old inode (unlink, then a create that got the same number) pins the
-    /// new in-memory inode from now on.
-    pub fn remember(&self, inode: &Arc<CachedInode>) {
-        let mut m = self.shard(inode.ino).lock();
-        let h = m.entry(inode.ino).or_insert_with(|| Held {
-            count: 0,
-            _inode: inode.clone(),
-        });
-        if !Arc::ptr_eq(&h._inode, inode) {
-            h._inode = inode.clone();
+    /// The first one also holds the inode in the engine
+    /// (`Fs::hold_inode`): until the kernel forgets the node id the inode
+    /// is not freed, even unlinked. Otherwise its number could be reused
+    /// while the kernel still sends requests for the old file, and the
+    /// kernel, seeing the id come back with a new generation, marks its
+    /// inode bad: EIO, ESTALE, another file's contents, a missed ETXTBSY
+    /// (found by the stress and pjdfstest runs). Fails (ENOENT) when the
+    /// inode was freed since it was looked up: the reply must then not
+    /// hand it out. Releasing a hold may free the inode (I/O), so that
+    /// happens with no shard lock held.
+    pub fn remember(&self, fs: &Fs, inode: &Arc<CachedInode>) -> ext4kit::Result<()> {
+        // Taken first, outside the shard lock (it waits for the inode's
+        // lock); if the kernel already had a reference, ours is extra and
+        // goes back at once (the existing hold keeps the count above 0).
+        fs.hold_inode(inode)?;
+        let extra = {
+            let mut m = self.shard(inode.ino).lock();
+            match m.get_mut(&inode.ino) {
+                Some(h) => {
+                    h.count += 1;
+                    if Arc::ptr_eq(&h.inode, inode) {
+                        Some(inode.clone())
+                    } else {
+                        // A held inode is never freed, so its number cannot
+                        // come back as another in-memory inode; should it
+                        // anyway, the hold moves to the live one.
+                        Some(std::mem::replace(&mut h.inode, inode.clone()))
+                    }
+                }
+                None => {
+                    m.insert(
+                        inode.ino,
+                        Held {
+                            count: 1,
+                            inode: inode.clone(),
+                        },
+                    );
+                    None
+                }
+            }
+        };
+        if let Some(x) = extra {
+            release(fs, &x);
         }
-        h.count += 1;
+        Ok(())
     }
 
-    /// The kernel dropped `n` references to `ino`; at zero the inode is
-    /// released to the inode cache's normal eviction.
-    pub fn forget(&self, ino: u32, n: u64) {
-        let mut m = self.shard(ino).lock();
-        if let Some(h) = m.get_mut(&ino) {
-            h.count = h.count.saturating_sub(n);
-            if h.count == 0 {
-                m.remove(&ino);
+    /// The kernel dropped `n` references to `ino`; at zero the engine's
+    /// hold goes (an unlinked inode is freed now) and the inode returns to
+    /// the inode cache's normal eviction.
+    pub fn forget(&self, fs: &Fs, ino: u32, n: u64) {
+        let gone = {
+            let mut m = self.shard(ino).lock();
+            match m.get_mut(&ino) {
+                Some(h) => {
+                    h.count = h.count.saturating_sub(n);
+                    if h.count == 0 {
+                        m.remove(&ino).map(|h| h.inode)
+                    } else {
+                        None
+                    }
+                }
+                None => None,
+            }
+        };
+        if let Some(inode) = gone {
+            release(fs, &inode);
+        }
+    }
+
+    /// Drop every hold (the session ended: the kernel sends no FORGET for
+    /// what it still had), so unlinked inodes are freed before the final
+    /// sync rather than left on the orphan list.
+    pub fn release_all(&self, fs: &Fs) {
+        for s in self.shards.iter() {
+            let all: Vec<Held> = s.lock().drain().map(|(_, h)| h).collect();
+            for h in all {
+                release(fs, &h.inode);
             }
         }
     }
@@ -152,21 +217,21 @@ mod tests {
         let nodes = Nodes::default();
         let inode = fs.inode(st.ino).unwrap();
         let refs = Arc::strong_count(&inode);
-        nodes.remember(&inode);
-        nodes.remember(&inode);
+        nodes.remember(&fs, &inode).unwrap();
+        nodes.remember(&fs, &inode).unwrap();
         assert_eq!(nodes.count(st.ino), 2);
         // The table holds one reference however many lookups: the inode
         // cache cannot evict it (it only drops inodes nobody references).
         assert_eq!(Arc::strong_count(&inode), refs + 1);
-        nodes.forget(st.ino, 1);
+        nodes.forget(&fs, st.ino, 1);
         assert_eq!(nodes.count(st.ino), 1);
-        nodes.forget(st.ino, 1);
+        nodes.forget(&fs, st.ino, 1);
         assert_eq!(nodes.count(st.ino), 0);
         assert!(nodes.is_empty());
         assert_eq!(Arc::strong_count(&inode), refs);
         // A forget for an unknown inode (or too many) is harmless.
-        nodes.forget(st.ino, 5);
-        nodes.forget(999, 1);
+        nodes.forget(&fs, st.ino, 5);
+        nodes.forget(&fs, 999, 1);
         assert!(nodes.is_empty());
     }
 }

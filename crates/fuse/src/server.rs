@@ -121,7 +121,7 @@ impl Ext4Fuse {
     /// `st.ino` (LOOKUP, MKDIR, MKNOD, SYMLINK, LINK, CREATE): count it.
     fn entry_of(&self, st: &ext4kit::Stat) -> Result<(fuser::FileAttr, Generation), Errno> {
         let inode = res(self.fs.inode(st.ino))?;
-        self.nodes.remember(&inode);
+        res(self.nodes.remember(&self.fs, &inode))?;
         Ok((file_attr(st, self.block_size), Generation(u64::from(st.generation))))
     }
 
@@ -425,6 +425,7 @@ impl Filesystem for Ext4Fuse {
         // Files still open (a lazy unmount, a killed client) are closed
         // through the engine first: unlinked ones are freed.
         self.handles.clear();
+        self.nodes.release_all(&self.fs);
         if let Err(e) = self.fs.sync() {
             eprintln!("ext4kit: flushing at unmount: {e}");
         }
@@ -449,7 +450,7 @@ impl Filesystem for Ext4Fuse {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         if let Some(i) = to_ext4(ino) {
-            self.nodes.forget(i, nlookup);
+            self.nodes.forget(&self.fs, i, nlookup);
         }
     }
 
@@ -848,29 +849,44 @@ impl Filesystem for Ext4Fuse {
                 return Err(Errno::ENOTDIR);
             };
             for (added, (i, (name, ino, _))) in d.entries.iter().enumerate().skip(offset as usize).enumerate() {
-                let one = || -> Result<_, Errno> {
-                    if *ino == 1 {
+                let one = |ino: u32| -> Result<_, Errno> {
+                    if ino == 1 {
                         // FUSE's node 1 is the root: an entry naming ext4's
                         // bad-blocks inode cannot be handed out (corruption).
                         return Err(Errno::from_i32(libc::EUCLEAN));
                     }
-                    let inode = res(self.fs.inode(*ino))?;
-                    let st = res(self.fs.stat_ino(*ino))?;
+                    let inode = res(self.fs.inode(ino))?;
+                    let st = res(self.fs.stat_ino(ino))?;
+                    // Every entry sent but "." and ".." takes a lookup
+                    // count (the kernel's fuse_direntplus_link), taken
+                    // before the entry goes in; it fails for an inode
+                    // freed since it was looked up.
+                    if !is_dot(name) {
+                        res(self.nodes.remember(&self.fs, &inode))?;
+                    }
                     Ok((inode, st))
                 };
-                let (inode, st) = match one() {
+                // The snapshot is older than the directory: a name replaced
+                // since (rename over it, its old inode freed) is sent with
+                // what it names now, and a name removed since is skipped.
+                let again = || -> Result<_, Errno> {
+                    match res(self.fs.lookup_at(d.ino, name))? {
+                        Some((now, _)) if now != *ino => one(now),
+                        _ => Err(Errno::ENOENT),
+                    }
+                };
+                let (inode, st) = match one(*ino).or_else(|e| if self.read_only { Err(e) } else { again() }) {
                     Ok(x) => x,
-                    // The snapshot is older than the directory: an entry
-                    // removed since (its inode freed) is skipped.
                     Err(_) if !self.read_only => continue,
                     // Report the failure on the entry it belongs to: return
                     // what fits before it; the next call starts there.
                     Err(e) if added == 0 => return Err(e),
                     Err(_) => break,
                 };
+                let counted = !is_dot(name);
                 let attr = file_attr(&st, self.block_size);
                 let full = reply.add(
-                    to_fuse(*ino),
+                    to_fuse(inode.ino),
                     i as u64 + 1,
                     OsStr::from_bytes(name),
                     &TTL,
@@ -878,12 +894,11 @@ impl Filesystem for Ext4Fuse {
                     Generation(u64::from(st.generation)),
                 );
                 if full {
+                    // Not sent after all.
+                    if counted {
+                        self.nodes.forget(&self.fs, inode.ino, 1);
+                    }
                     break;
-                }
-                // Every entry sent but "." and ".." takes a lookup count
-                // (the kernel's fuse_direntplus_link).
-                if !is_dot(name) {
-                    self.nodes.remember(&inode);
                 }
             }
             Ok(())

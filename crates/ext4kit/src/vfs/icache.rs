@@ -24,7 +24,7 @@ use parking_lot::RwLock;
 
 use super::pagecache::{PageBudget, PageMap};
 use crate::clock::{Clock, Visit};
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::ext4::{BlockMap, Volume};
 
 /// Only timestamps differ from the record on disk (`I_DIRTY` in seed 003).
@@ -181,6 +181,15 @@ impl Icache {
                 "inode",
                 "a directory entry points at a free inode",
             ));
+        }
+        if inode.base.links_count == 0 {
+            // Deleted (its record keeps the mode; ext4_iget says ESTALE).
+            // An unlinked inode still in use is never read from disk: its
+            // users' references keep it cached. Reading it back would
+            // resurrect a freed inode — a lookup or a FUSE listing that
+            // found the name just before an unlink — and freeing it again
+            // at its last release corrupted the bitmaps.
+            return Err(Error::posix(Errno::ENOENT, format!("inode {ino} was deleted")));
         }
         let fresh = Arc::new(CachedInode::new(ino, inode)?);
         let m = self.map.pin();

@@ -812,6 +812,9 @@ impl Fs {
         }
         self.discard_pages(inode);
         self.destroy(h, inode.ino, rec, t)?;
+        // Dead in memory (the record on disk keeps its mode): a late
+        // releaser or holder must not free or use it again.
+        rec.base.mode = 0;
         Ok(Death::Freed)
     }
 
@@ -898,8 +901,19 @@ impl Fs {
     /// id come back with a new generation, marks its inode bad: EIO,
     /// ESTALE, a missed ETXTBSY). Unlinked while held, it waits on the
     /// orphan list like an open file. Pair with [`Fs::drop_hold`].
-    pub fn hold_inode(&self, inode: &CachedInode) {
+    ///
+    /// ENOENT when the inode was freed meanwhile (a lookup that found the
+    /// name just before an unlink freed it): the hold is taken under the
+    /// inode's lock, where `drop_link` decides between freeing and the
+    /// orphan list, so either the unlink sees the hold or the hold sees the
+    /// inode dead.
+    pub fn hold_inode(&self, inode: &CachedInode) -> Result<()> {
+        let rec = inode.disk.read();
+        if rec.base.mode == 0 {
+            return Err(Error::posix(Errno::ENOENT, format!("inode {} was freed", inode.ino)));
+        }
         inode.opens.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Undo one [`Fs::hold_inode`]; the last hold or close of an inode that
