@@ -29,14 +29,13 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pjdfstest-compare")
 }
 
-/// KNOWN EXT4KIT BUG (seen on main 662c029; kept running): about 1 run in
-/// 8, `open::etxtbsy` (or `truncate::etxtbsy`) fails on ext4kit — opening
-/// for writing a file that a running process executes succeeds instead of
-/// ETXTBSY. The kernel's ext4 passed 8 of 8. The likely cause is the one
-/// the stress tests show: ext4kit reuses an inode number (the FUSE node id)
-/// while the kernel still holds a node for it, and the kernel then treats
-/// the new file as another inode (fuse_iget with a new generation). Run
-/// `scripts/pjdfstest-compare -- etxtbsy` a few times to reproduce.
+/// Seen on main 662c029 and fixed since: about 1 run in 8,
+/// `open::etxtbsy` (or `truncate::etxtbsy`) failed on ext4kit — opening for
+/// writing a file that a running process executes succeeded instead of
+/// ETXTBSY — because an inode number (the FUSE node id) was reused while
+/// the kernel still held a node for it. The kernel's lookup count now holds
+/// the inode; `scripts/pjdfstest-compare -- etxtbsy` passed 6 of 6 after
+/// (it failed 1 of 3 with the binary from before).
 #[test]
 fn pjdfstest_passes_on_ext4kit_wherever_it_passes_on_the_kernel() {
     assert!(
