@@ -14,12 +14,12 @@
 
 use std::sync::Arc;
 
-use ext4kit_format::inode::{flags as iflags, FileType};
+use ext4kit_format::inode::FileType;
 
-use super::cred::{Cred, MAY_READ, MAY_WRITE};
+use super::cred::Cred;
 use super::file::{File, OpenFlags};
 use super::{Fs, Stat};
-use crate::error::{Errno, Error, Result};
+use crate::error::{Errno, Result};
 
 /// Who checks mode bits and ACLs at open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,41 +85,8 @@ impl Fs {
         created: bool,
     ) -> Result<Arc<File>> {
         let inode = self.inode(ino)?;
-        if flags.directory && inode.ftype != FileType::Directory {
-            return Err(Error::posix(Errno::ENOTDIR, format!("inode {ino} is not a directory")));
-        }
-        let write = flags.access.writes();
-        if inode.ftype == FileType::Directory && (write || flags.trunc) {
-            return Err(Error::posix(Errno::EISDIR, format!("inode {ino} is a directory")));
-        }
-        if check == PermCheck::Engine && !created {
-            let mut mask = 0;
-            if flags.access.reads() {
-                mask |= MAY_READ;
-            }
-            if write || flags.trunc {
-                mask |= MAY_WRITE;
-            }
-            if !cred.may(&inode.disk.read(), mask) {
-                return Err(Error::posix(Errno::EACCES, format!("inode {ino}: permission denied")));
-            }
-        }
-        {
-            // may_open: IS_APPEND needs O_APPEND to write and forbids
-            // O_TRUNC; IS_IMMUTABLE forbids writing at all.
-            let f = inode.disk.read().base.flags;
-            if (write || flags.trunc) && f & iflags::IMMUTABLE != 0
-                || f & iflags::APPEND != 0 && (flags.trunc || write && !flags.append)
-            {
-                return Err(Error::posix(
-                    Errno::EPERM,
-                    format!("inode {ino}: immutable or append-only"),
-                ));
-            }
-        }
-        if (write || flags.trunc) && self.vol.read_only && inode.ftype == FileType::Regular {
-            return Err(Error::posix(Errno::EROFS, format!("inode {ino}: read-only filesystem")));
-        }
+        let check_perm = check == PermCheck::Engine && !created;
+        self.may_open(&inode, flags, cred, check_perm, &|| format!("inode {ino}"))?;
         if flags.trunc && inode.ftype == FileType::Regular && !created {
             self.truncate_inode(&inode, 0)?;
         }

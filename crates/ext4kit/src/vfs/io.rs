@@ -570,54 +570,65 @@ impl Fs {
                 format!("{}: is a symbolic link (O_NOFOLLOW)", show(path)),
             ));
         }
-        if flags.directory && inode.ftype != FileType::Directory {
-            return Err(Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))));
-        }
-        let write = flags.access.writes();
-        if inode.ftype == FileType::Directory && (write || flags.trunc) {
-            return Err(Error::posix(Errno::EISDIR, format!("{}: is a directory", show(path))));
-        }
-        if !created {
-            let mut mask = 0;
-            if flags.access.reads() {
-                mask |= MAY_READ;
-            }
-            if write || flags.trunc {
-                mask |= MAY_WRITE;
-            }
-            if !cred.may(&inode.disk.read(), mask) {
-                return Err(Error::posix(
-                    Errno::EACCES,
-                    format!("{}: permission denied", show(path)),
-                ));
-            }
-        }
-        {
-            // may_open: IS_APPEND needs O_APPEND to write and forbids
-            // O_TRUNC; IS_IMMUTABLE forbids writing at all.
-            let r = inode.disk.read();
-            let f = r.base.flags;
-            if (write || flags.trunc) && f & iflags::IMMUTABLE != 0
-                || f & iflags::APPEND != 0 && (flags.trunc || write && !flags.append)
-            {
-                return Err(Error::posix(
-                    Errno::EPERM,
-                    format!("{}: immutable or append-only", show(path)),
-                ));
-            }
-        }
-        if (write || flags.trunc) && self.vol.read_only {
-            return Err(Error::posix(
-                Errno::EROFS,
-                format!("{}: read-only filesystem", show(path)),
-            ));
-        }
+        self.may_open(&inode, flags, cred, !created, &|| show(path).to_string())?;
         if flags.trunc && inode.ftype == FileType::Regular && !created {
             self.truncate_inode(&inode, 0)?;
         }
         let mut file = File::new(inode, Some(d), flags);
         file.privileged = cred.is_root();
         Ok(Arc::new(file))
+    }
+
+    /// The kernel's `may_open` for an inode about to be opened with
+    /// `flags`, after the path walk or the node lookup: ENOTDIR for
+    /// O_DIRECTORY on a non-directory, EISDIR for writing a directory, the
+    /// mode bits and ACLs when `check_perm` (not for a file this open just
+    /// created, nor when the caller checked already), EPERM for writing an
+    /// immutable inode or an append-only one without O_APPEND (or with
+    /// O_TRUNC), EROFS for writing a regular file on a read-only volume
+    /// (devices, fifos and sockets can be written there). `what` names the
+    /// inode in messages (a path, or "inode N").
+    pub(crate) fn may_open(
+        &self,
+        inode: &CachedInode,
+        flags: OpenFlags,
+        cred: &Cred,
+        check_perm: bool,
+        what: &dyn Fn() -> String,
+    ) -> Result<()> {
+        if flags.directory && inode.ftype != FileType::Directory {
+            return Err(Error::posix(Errno::ENOTDIR, format!("{}: not a directory", what())));
+        }
+        let write = flags.access.writes() || flags.trunc;
+        if inode.ftype == FileType::Directory && write {
+            return Err(Error::posix(Errno::EISDIR, format!("{}: is a directory", what())));
+        }
+        let rec = inode.disk.read();
+        if check_perm {
+            let mut mask = 0;
+            if flags.access.reads() {
+                mask |= MAY_READ;
+            }
+            if write {
+                mask |= MAY_WRITE;
+            }
+            if !cred.may(&rec, mask) {
+                return Err(Error::posix(Errno::EACCES, format!("{}: permission denied", what())));
+            }
+        }
+        let f = rec.base.flags;
+        if write && f & iflags::IMMUTABLE != 0
+            || f & iflags::APPEND != 0 && (flags.trunc || flags.access.writes() && !flags.append)
+        {
+            return Err(Error::posix(
+                Errno::EPERM,
+                format!("{}: immutable or append-only", what()),
+            ));
+        }
+        if write && self.vol.read_only && inode.ftype == FileType::Regular {
+            return Err(Error::posix(Errno::EROFS, format!("{}: read-only filesystem", what())));
+        }
+        Ok(())
     }
 }
 
