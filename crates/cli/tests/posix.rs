@@ -19,10 +19,9 @@ use std::process::{Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ext4kit");
 
-/// The ext4kit binary under test: this package's, unless `EXT4KIT_BIN`
-/// names another build (e.g. a branch's release binary).
+/// The ext4kit binary under test (`EXT4KIT_BIN` judges another build).
 fn ext4kit_bin() -> PathBuf {
-    std::env::var_os("EXT4KIT_BIN").map_or_else(|| PathBuf::from(BIN), PathBuf::from)
+    ext4kit_testkit::ext4kit_bin(BIN)
 }
 
 fn script() -> PathBuf {

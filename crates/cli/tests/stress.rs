@@ -51,10 +51,9 @@ use ext4kit_testkit::{e2fsck_clean, run_ok, LoopMount, SplitMix64};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ext4kit");
 
-/// The ext4kit binary under test: this package's, unless `EXT4KIT_BIN`
-/// names another build (e.g. a branch's release binary).
+/// The ext4kit binary under test (`EXT4KIT_BIN` judges another build).
 fn ext4kit_bin() -> PathBuf {
-    std::env::var_os("EXT4KIT_BIN").map_or_else(|| PathBuf::from(BIN), PathBuf::from)
+    ext4kit_testkit::ext4kit_bin(BIN)
 }
 const BLOCK: usize = 4096;
 
@@ -62,19 +61,7 @@ const ENOENT: i32 = 2;
 const EEXIST: i32 = 17;
 const ENOTEMPTY: i32 = 39;
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => {
-            let v = v.trim();
-            let parsed = match v.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16),
-                None => v.parse(),
-            };
-            parsed.unwrap_or_else(|_| panic!("{name}={v} is not a number"))
-        }
-        Err(_) => default,
-    }
-}
+use ext4kit_testkit::env_u64;
 
 fn env_path(name: &str) -> PathBuf {
     PathBuf::from(std::env::var_os(name).unwrap_or_else(|| panic!("worker without {name}")))

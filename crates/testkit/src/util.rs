@@ -118,3 +118,28 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     }
     h
 }
+
+/// A numeric knob from the environment (decimal or `0x` hex; `default`
+/// when unset). Soaks and replays set these (`EXT4KIT_STRESS_OPS`,
+/// `EXT4KIT_FSX_SEED`, ...); a value that is not a number fails loudly
+/// rather than silently running the default.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => {
+            let v = v.trim();
+            let parsed = match v.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16),
+                None => v.parse(),
+            };
+            parsed.unwrap_or_else(|_| panic!("{name}={v} is not a number"))
+        }
+        Err(_) => default,
+    }
+}
+
+/// The ext4kit binary a test runs: `built` (the test crate's own,
+/// `env!("CARGO_BIN_EXE_ext4kit")`) unless `EXT4KIT_BIN` names another
+/// build to judge (a branch's release binary, say).
+pub fn ext4kit_bin(built: &str) -> std::path::PathBuf {
+    std::env::var_os("EXT4KIT_BIN").map_or_else(|| std::path::PathBuf::from(built), std::path::PathBuf::from)
+}
