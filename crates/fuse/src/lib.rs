@@ -37,12 +37,32 @@
 //! - open files keep their page cache across opens (`FOPEN_KEEP_CACHE`),
 //!   directories may be cached by the kernel (`FOPEN_CACHE_DIR`), symlink
 //!   targets too (`FUSE_CACHE_SYMLINKS`);
-//! - read-only mounts negotiate `FUSE_NO_OPEN_SUPPORT`: OPEN answers ENOSYS
-//!   once and the kernel then opens and closes files without asking us
-//!   (reads and SEEK_DATA/SEEK_HOLE go by inode number), so open/close of
-//!   a cached file costs no round trip at all. Read-write mounts do not:
-//!   RELEASE must reach the engine ([`ext4kit::Fs::close_file`]) so that
-//!   the last close of an unlinked file frees it.
+//! - files are opened without OPEN (`FUSE_NO_OPEN_SUPPORT`, except with
+//!   `cache=direct`, whose FOPEN_DIRECT_IO is an OPEN reply flag): OPEN
+//!   answers ENOSYS once and the kernel then opens and closes files without
+//!   asking us; reads, writes, fsync, fallocate and lseek go by inode
+//!   number, and FLUSH answers ENOSYS once too, so open/read/close of a
+//!   cached file costs no round trip at all. RELEASE is not needed for the
+//!   last close of an unlinked file: the kernel keeps its lookup reference
+//!   to an open file's inode until after the last close, and our reference
+//!   ([`nodes`]) keeps the inode allocated until its FORGET. Each WRITE
+//!   says whether it appends and whether to clear setuid/setgid
+//!   (`FUSE_WRITE_KILL_SUIDGID`); the engine's write path refuses immutable
+//!   inodes and positions append-only ones. `FUSE_ATOMIC_O_TRUNC` is not
+//!   negotiated then (the kernel would skip the truncating SETATTR of an
+//!   O_TRUNC open, expecting OPEN to have done it).
+//!
+//! # Round trips and busy polling
+//!
+//! A request costs a round trip through the kernel: on these 2-vCPU
+//! virtual machines ~130-250 µs when the server thread has to be woken on
+//! another CPU, ~30 µs when it is already running ([`busypoll`]: while
+//! requests keep coming, one server thread spins on its descriptor, for up
+//! to 2 ms after the last one; `-o busy_poll=0` turns it off). Most of the
+//! work above is about sending fewer requests; busy polling makes the rest
+//! cheaper. Measured with `getxattr` of a missing name in a loop (one round
+//! trip each, medians of 5 × 5000): blocking 126 µs (2 threads) and 243 µs
+//! (1 thread); busy polling 36 µs and 29 µs.
 //!
 //! File data (`-o cache=`, [`CacheMode`]); the default is write-through:
 //! the kernel page cache serves reads (and keeps them across opens), every
@@ -111,9 +131,10 @@
 //! its own cloned `/dev/fuse` descriptor when it can be opened; lookups and
 //! readdirs in one directory may run in parallel (`FUSE_PARALLEL_DIROPS`),
 //! reads of one file too (`FUSE_ASYNC_READ`), with up to
-//! [`server::MAX_BACKGROUND`] background requests. O_TRUNC comes with OPEN
-//! (`FUSE_ATOMIC_O_TRUNC`). The engine underneath is built for that:
-//! lock-free caches, per-inode locks, no filesystem-wide lock.
+//! [`server::MAX_BACKGROUND`] background requests; the thread reading the
+//! session's own descriptor is the one that busy-polls. The engine
+//! underneath is built for that: lock-free caches, per-inode locks, no
+//! filesystem-wide lock.
 //!
 //! # Not served
 //!
@@ -125,6 +146,7 @@
 //! enforced for writes it buffers.
 
 pub mod attr;
+pub mod busypoll;
 pub mod errno;
 mod fusermount;
 pub mod handles;

@@ -47,6 +47,9 @@ pub struct MountOptions {
     pub threads: usize,
     /// Engine cache budget in bytes.
     pub cache_budget: usize,
+    /// How long one server thread spins after a request (`-o
+    /// busy_poll=MICROSECONDS`, 0: never); see [`crate::busypoll`].
+    pub busy_poll: Duration,
 }
 
 impl Default for MountOptions {
@@ -60,6 +63,7 @@ impl Default for MountOptions {
             kernel: Vec::new(),
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             cache_budget: 256 << 20,
+            busy_poll: crate::busypoll::DEFAULT_WINDOW,
         }
     }
 }
@@ -94,9 +98,15 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             "sync" => opts.kernel.push(MountOption::Sync),
             "async" => opts.kernel.push(MountOption::Async),
             "dirsync" => opts.kernel.push(MountOption::DirSync),
+            _ if o.starts_with("busy_poll=") => {
+                let us: u64 = o["busy_poll=".len()..]
+                    .parse()
+                    .map_err(|_| format!("`{o}`: busy_poll takes microseconds (0 turns spinning off)"))?;
+                opts.busy_poll = Duration::from_micros(us);
+            }
             other => {
                 return Err(format!(
-                    "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, allow_other, allow_root, default_permissions, \
+                    "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, allow_other, allow_root, default_permissions, busy_poll=US, \
                      [no]suid, [no]dev, [no]exec, [no]atime, sync, async, dirsync)"
                 ))
             }
@@ -170,7 +180,9 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     // Cloned descriptors need /dev/fuse to be openable by us (it is 0600
     // root on many systems: unprivileged servers share one descriptor).
     config.clone_fd = opts.threads > 1 && sys::can_read_write(Path::new("/dev/fuse"));
-    let server = Ext4Fuse::new(fs.clone(), read_only, opts.cache);
+    let mut server = Ext4Fuse::new(fs.clone(), read_only, opts.cache);
+    server.set_busy_poll(opts.busy_poll);
+    let busy = server.busy_poll();
     let nodes = server.nodes();
     let fail = |e: &dyn std::fmt::Display| format!("mounting {} at {}: {e}", image.display(), mount_point.display());
     let (session, via_fusermount) = if sys::is_root() {
@@ -211,6 +223,9 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
             }
         }
     };
+    // fuser's last thread reads the session's own descriptor: it is the
+    // one that spins while the mount is busy.
+    busy.attach(std::os::fd::AsFd::as_fd(&session));
     // The mount works: record it in the superblock (read-write only).
     let state = if read_only {
         None

@@ -11,8 +11,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::busypoll::BusyPoll;
 use ext4kit::vfs::by_ino::PermCheck;
 use ext4kit::vfs::cred::Cred;
+use ext4kit::vfs::CachedInode;
 use ext4kit::{FileType as Ft, Fs, OpenFlags as EngineOpen, SetAttr, TimeSet, Timestamp, Whence};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
@@ -76,6 +78,9 @@ pub struct Ext4Fuse {
     killpriv: bool,
     /// What INIT negotiated (for tests and `--debug` output).
     negotiated: Arc<parking_lot::Mutex<Option<InitFlags>>>,
+    /// Spinning on the primary descriptor while requests keep coming
+    /// ([`crate::busypoll`]); every request touches it.
+    busy: Arc<BusyPoll>,
 }
 
 thread_local! {
@@ -99,7 +104,20 @@ impl Ext4Fuse {
             writeback: false,
             killpriv: false,
             negotiated: Arc::default(),
+            busy: BusyPoll::new(Duration::ZERO),
         }
+    }
+
+    /// Spin for `window` after each request (zero: never); see
+    /// [`crate::busypoll`]. Takes effect once the session's descriptor is
+    /// attached ([`BusyPoll::attach`] on [`Ext4Fuse::busy_poll`]).
+    pub fn set_busy_poll(&mut self, window: Duration) {
+        self.busy = BusyPoll::new(window);
+    }
+
+    /// The busy-polling state, shared with the mount lifecycle.
+    pub fn busy_poll(&self) -> Arc<BusyPoll> {
+        self.busy.clone()
     }
 
     /// The kernel lookup counts (shared: tests and statistics read them
@@ -275,19 +293,32 @@ impl Ext4Fuse {
         Ok((m & kill != 0).then_some(m & !kill))
     }
 
+    /// The inode a file request works on and whether its writes keep
+    /// setuid/setgid: the handle OPEN or CREATE made, or, for a file opened
+    /// without OPEN (`no_open`, handle 0), the inode itself (the kernel
+    /// checked the open mode and kills setuid/setgid itself where a request
+    /// does not say).
+    fn target(&self, ino: INodeNo, fh: FileHandle) -> Result<(Arc<CachedInode>, bool), Errno> {
+        match self.file(fh) {
+            Ok(h) => match &*h {
+                Handle::File(f) => Ok((f.file().inode.clone(), f.privileged)),
+                Handle::Dir(_) => Err(Errno::EISDIR),
+            },
+            Err(Errno::EBADF) if self.no_open => Ok((res(self.fs.inode(Self::ino(ino)?))?, true)),
+            Err(e) => Err(e),
+        }
+    }
+
     fn do_copy(
         &self,
-        fh_in: FileHandle,
+        (ino_in, fh_in): (INodeNo, FileHandle),
         off_in: u64,
-        fh_out: FileHandle,
+        (ino_out, fh_out): (INodeNo, FileHandle),
         off_out: u64,
         len: u64,
     ) -> Result<u32, Errno> {
-        let hin = self.file(fh_in)?;
-        let hout = self.file(fh_out)?;
-        let (Handle::File(fin), Handle::File(fout)) = (&*hin, &*hout) else {
-            return Err(Errno::EBADF);
-        };
+        let (fin, _) = self.target(ino_in, fh_in)?;
+        let (fout, keep) = self.target(ino_out, fh_out)?;
         // The reply carries a 32-bit count: copy at most that much per call
         // (copy_file_range(2) may copy less than asked; callers loop).
         let len = len.min(u64::from(u32::MAX) & !0xfff) as usize;
@@ -295,7 +326,7 @@ impl Ext4Fuse {
         let mut done = 0usize;
         while done < len {
             let want = (len - done).min(buf.len());
-            let n = match fin.file().pread(&self.fs, off_in + done as u64, &mut buf[..want]) {
+            let n = match self.fs.read_at(&fin, off_in + done as u64, &mut buf[..want]) {
                 Ok(n) => n,
                 Err(e) if done == 0 => return Err(errno(&e)),
                 Err(_) => break,
@@ -303,8 +334,9 @@ impl Ext4Fuse {
             if n == 0 {
                 break;
             }
-            let w = match fout.file().pwrite(&self.fs, off_out + done as u64, &buf[..n]) {
-                Ok(w) => w,
+            // At the offset given: the kernel refuses O_APPEND targets.
+            let w = match self.fs.write_as(&fout, Some(off_out + done as u64), &buf[..n], keep) {
+                Ok((_, w)) => w,
                 Err(e) if done == 0 => return Err(errno(&e)),
                 Err(_) => break,
             };
@@ -384,10 +416,29 @@ impl Filesystem for Ext4Fuse {
             InitFlags::FUSE_CACHE_SYMLINKS,
             // Reads of several pages in flight per file.
             InitFlags::FUSE_ASYNC_READ,
-            // O_TRUNC arrives with OPEN (one request, not OPEN + SETATTR).
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
         ] {
             let _ = config.add_capabilities(cap);
+        }
+        // Opening a file needs no state here, except for direct I/O (an
+        // OPEN reply flag): OPEN answers ENOSYS once and the kernel then
+        // opens and closes files without asking us (FUSE_NO_OPEN_SUPPORT),
+        // so open/close cost no round trip. Reads, writes, fsync, fallocate
+        // and lseek then go by inode number. What RELEASE did for us is
+        // done otherwise: the kernel holds its lookup reference to an open
+        // file's inode until the last close (FORGET comes after it), and
+        // our reference (`Nodes`) keeps an unlinked inode allocated until
+        // then; the kernel's `may_open` checked the access mode; each WRITE
+        // says whether to clear setuid/setgid (FUSE_WRITE_KILL_SUIDGID) and
+        // whether the file appends (its flags); immutable and append-only
+        // inodes are refused by the engine's write path itself.
+        self.no_open =
+            self.cache != CacheMode::Direct && config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT).is_ok();
+        if !self.no_open {
+            // O_TRUNC arrives with OPEN (one request, not OPEN + SETATTR).
+            // Not with no-open: the kernel would then skip the SETATTR of
+            // an O_TRUNC open (`fuse_do_setattr`, ATTR_OPEN) expecting an
+            // OPEN that never comes, and the file would keep its data.
+            let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         }
         if !self.read_only {
             // The setuid/setgid kill of writes and truncations is ours
@@ -407,13 +458,6 @@ impl Filesystem for Ext4Fuse {
                 CacheMode::WriteThrough => {}
             }
         }
-        // Read-only: opening a file needs no state here (reads go by inode),
-        // so OPEN answers ENOSYS once and the kernel stops sending OPEN and
-        // RELEASE (FUSE_NO_OPEN_SUPPORT): open/close cost no round trip.
-        // Files opened that way keep their page cache (the kernel's default
-        // for no-open is FOPEN_KEEP_CACHE). Read-write mounts must see
-        // RELEASE: the last close of an unlinked file frees it.
-        self.no_open = self.read_only && config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT).is_ok();
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(MAX_BACKGROUND / 4 * 3);
@@ -432,6 +476,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.busy.touch();
         match self.do_lookup(parent, name) {
             Ok(Some((attr, generation))) => reply.entry(&TTL, &attr, generation),
             // A negative entry (node id 0) with a timeout: the kernel caches
@@ -449,6 +494,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.busy.touch();
         if let Some(i) = to_ext4(ino) {
             self.nodes.forget(&self.fs, i, nlookup);
         }
@@ -458,6 +504,7 @@ impl Filesystem for Ext4Fuse {
     // ForgetOne type is not public, so it cannot be overridden).
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.busy.touch();
         match Self::ino(ino).and_then(|i| self.attr(i)) {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(e),
@@ -482,6 +529,7 @@ impl Filesystem for Ext4Fuse {
         flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.busy.touch();
         if flags.is_some() {
             // BSD file flags (macOS chflags) have no Linux request.
             return reply.error(Errno::ENOSYS);
@@ -493,6 +541,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.busy.touch();
         match Self::ino(ino).and_then(|i| res(self.fs.read_link_ino(i))) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
@@ -509,6 +558,7 @@ impl Filesystem for Ext4Fuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.busy.touch();
         // The kernel applied the umask already (FUSE_DONT_MASK is not
         // negotiated); `mode` carries the type and the final permissions.
         let r = Self::ino(parent).and_then(|p| {
@@ -530,6 +580,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        self.busy.touch();
         let r = Self::ino(parent).and_then(|p| {
             let st = res(self
                 .fs
@@ -543,6 +594,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.busy.touch();
         match Self::ino(parent).and_then(|p| res(self.fs.unlink_at(p, name.as_bytes(), &Self::cred(req)))) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -550,6 +602,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.busy.touch();
         match Self::ino(parent).and_then(|p| res(self.fs.rmdir_at(p, name.as_bytes(), &Self::cred(req)))) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -557,6 +610,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        self.busy.touch();
         let r = Self::ino(parent).and_then(|p| {
             let st = res(self
                 .fs
@@ -579,6 +633,7 @@ impl Filesystem for Ext4Fuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.busy.touch();
         let r = (|| {
             let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
             if !known.contains(flags) {
@@ -605,6 +660,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.busy.touch();
         let r = (|| {
             let st = res(self.fs.link_at(
                 Self::ino(ino)?,
@@ -621,6 +677,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.busy.touch();
         let r = (|| {
             let ino = Self::ino(ino)?;
             if self.read_only && (flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0) {
@@ -628,9 +685,13 @@ impl Filesystem for Ext4Fuse {
             }
             if self.no_open {
                 // Check it exists and is not a directory, then let the
-                // kernel stop asking (see `init`).
-                let f = res(self.fs.open_ino(ino, EngineOpen::default()))?;
-                if f.is_dir() {
+                // kernel stop asking (see `init`). Files opened that way keep
+                // their page cache (the kernel's default for no-open is
+                // FOPEN_KEEP_CACHE), as our OPEN replies asked. An O_TRUNC
+                // open is followed by a SETATTR of the size (no
+                // FUSE_ATOMIC_O_TRUNC with no-open).
+                let inode = res(self.fs.inode(ino))?;
+                if inode.ftype == Ft::Directory {
                     return Err(Errno::EISDIR);
                 }
                 return Err(Errno::ENOSYS);
@@ -672,6 +733,7 @@ impl Filesystem for Ext4Fuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.busy.touch();
         let r = (|| {
             let p = Self::ino(parent)?;
             if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
@@ -686,6 +748,13 @@ impl Filesystem for Ext4Fuse {
                 PermCheck::Done,
             ))?;
             let (a, g) = self.entry_of(&st)?;
+            if self.no_open {
+                // No handle: the kernel would not send RELEASE for it once
+                // an OPEN has answered ENOSYS. Handle 0 means "by inode";
+                // the engine's file closes here (the new inode is linked).
+                drop(f);
+                return Ok((a, g, 0));
+            }
             let fh = self
                 .handles
                 .insert(Handle::File(OpenFile::new(self.fs.clone(), f, req.uid() == 0)));
@@ -708,6 +777,7 @@ impl Filesystem for Ext4Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.busy.touch();
         READ_BUF.with(|b| {
             let mut buf = b.borrow_mut();
             if buf.len() < size as usize {
@@ -737,15 +807,16 @@ impl Filesystem for Ext4Fuse {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.busy.touch();
         // An O_APPEND write (the file's flags at the time of the write)
         // goes to the end of file as the engine sees it, atomically under
         // the inode lock (the kernel's offset is only its view of the size).
@@ -759,6 +830,19 @@ impl Filesystem for Ext4Fuse {
             .map(|(_, n)| n),
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
+        // Opened without OPEN: write the inode. The kernel tells whether
+        // the writer may keep setuid/setgid (it lacks CAP_FSETID: kill);
+        // without KILLPRIV_V2 the kernel kills them itself beforehand.
+        let r = r.or_else(|| {
+            if !self.no_open {
+                return None;
+            }
+            let keep = !(self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID));
+            Some(Self::ino(ino).and_then(|i| {
+                let inode = res(self.fs.inode(i))?;
+                res(self.fs.write_as(&inode, (!append).then_some(offset), data, keep)).map(|(_, n)| n)
+            }))
+        });
         match r {
             Some(Ok(n)) => reply.written(n as u32),
             Some(Err(e)) => reply.error(e),
@@ -768,14 +852,15 @@ impl Filesystem for Ext4Fuse {
 
     // Nothing is buffered between the kernel and the engine's page cache,
     // which is the engine's to write back (as the kernel's own is): a
-    // close needs no work here. (Write-back caching: the kernel wrote its
-    // dirty pages back before sending FLUSH.)
-    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        if self.no_open || self.handles.with(fh.0, |_| ()).is_some() {
-            reply.ok()
-        } else {
-            reply.error(Errno::EBADF)
-        }
+    // close needs no work here. (Write-back caching: the kernel writes its
+    // dirty pages back at close before it would send FLUSH, `fuse_flush`.)
+    // ENOSYS tells the kernel so once (`fc->no_flush`): closes then cost
+    // no round trip, also for files opened without OPEN, which cannot
+    // carry FOPEN_NOFLUSH. POSIX locks are the kernel's (see the crate
+    // documentation), so no lock owner needs FLUSH either.
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        self.busy.touch();
+        reply.error(Errno::ENOSYS)
     }
 
     fn release(
@@ -788,6 +873,7 @@ impl Filesystem for Ext4Fuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.busy.touch();
         // Closes through the engine (Fs::close_file): the last close of an
         // unlinked file frees it.
         self.handles.remove(fh.0);
@@ -795,6 +881,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        self.busy.touch();
         let r = (|| {
             let inode = match self.handles.get(fh.0) {
                 Some(h) => match &*h {
@@ -812,6 +899,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.busy.touch();
         match Self::ino(ino).and_then(|i| self.snapshot(i)) {
             // CACHE_DIR + KEEP_CACHE: the kernel may keep the listing in its
             // page cache across opens (it drops it when the directory changes
@@ -825,6 +913,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        self.busy.touch();
         let r = self.handles.with(fh.0, |h| {
             let Handle::Dir(d) = h else {
                 return Err(Errno::ENOTDIR);
@@ -844,6 +933,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        self.busy.touch();
         let r = self.handles.with(fh.0, |h| {
             let Handle::Dir(d) = h else {
                 return Err(Errno::ENOTDIR);
@@ -911,11 +1001,13 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.busy.touch();
         self.handles.remove(fh.0);
         reply.ok();
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        self.busy.touch();
         let r = (|| {
             let dir = match self.handles.with(fh.0, |h| match h {
                 Handle::Dir(d) => Some(d.ino),
@@ -935,6 +1027,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.busy.touch();
         match crate::statfs::statfs(&self.fs) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
@@ -953,6 +1046,7 @@ impl Filesystem for Ext4Fuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.busy.touch();
         let r = Self::ino(ino).and_then(|i| {
             res(self
                 .fs
@@ -965,6 +1059,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.busy.touch();
         let r = Self::ino(ino).and_then(|i| res(self.fs.getxattr_ino(i, name.as_bytes(), &Self::cred(req))));
         match r {
             Ok(v) => xattr_reply(reply, size, &v),
@@ -973,6 +1068,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.busy.touch();
         match Self::ino(ino).and_then(|i| res(self.fs.listxattr_ino(i, &Self::cred(req)))) {
             Ok(all) => {
                 let mut list = Vec::new();
@@ -987,6 +1083,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.busy.touch();
         let r = Self::ino(ino).and_then(|i| res(self.fs.removexattr_ino(i, name.as_bytes(), &Self::cred(req))));
         match r {
             Ok(()) => reply.ok(),
@@ -995,6 +1092,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.busy.touch();
         // The engine's check: mode bits, ACLs, EROFS for writes to a
         // read-only filesystem, immutable inodes.
         let r = Self::ino(ino).and_then(|i| res(self.fs.access_ino(i, (mask.bits() & 7) as u8, &Self::cred(req))));
@@ -1007,17 +1105,29 @@ impl Filesystem for Ext4Fuse {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.busy.touch();
         // Modes and their errors are the engine's (Fs::fallocate_inode).
         let r = self.handles.with(fh.0, |h| match h {
             Handle::File(f) => res(f.file().fallocate(&self.fs, mode as u32, offset, length)),
             Handle::Dir(_) => Err(Errno::EISDIR),
+        });
+        // Opened without OPEN (the kernel refused files not open for
+        // writing already: EBADF in `vfs_fallocate`).
+        let r = r.or_else(|| {
+            if !self.no_open {
+                return None;
+            }
+            Some(Self::ino(ino).and_then(|i| {
+                let inode = res(self.fs.inode(i))?;
+                res(self.fs.fallocate_inode(&inode, mode as u32, offset, length))
+            }))
         });
         match r {
             Some(Ok(())) => reply.ok(),
@@ -1027,6 +1137,7 @@ impl Filesystem for Ext4Fuse {
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        self.busy.touch();
         let whence = match whence {
             libc::SEEK_SET => Whence::Set,
             libc::SEEK_CUR => Whence::Cur,
@@ -1060,21 +1171,22 @@ impl Filesystem for Ext4Fuse {
     fn copy_file_range(
         &self,
         _req: &Request,
-        _ino_in: INodeNo,
+        ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
-        _ino_out: INodeNo,
+        ino_out: INodeNo,
         fh_out: FileHandle,
         offset_out: u64,
         len: u64,
         flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        self.busy.touch();
         if !flags.is_empty() {
             return reply.error(Errno::EINVAL);
         }
         // An engine read and write per piece (no block sharing in ext4).
-        match self.do_copy(fh_in, offset_in, fh_out, offset_out, len) {
+        match self.do_copy((ino_in, fh_in), offset_in, (ino_out, fh_out), offset_out, len) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
