@@ -14,7 +14,7 @@ use std::time::Duration;
 /// allocator the `ext4kit` binary ships with (see its `main.rs`): numbers
 /// then describe what users of our binaries get.
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: ext4kit_alloc::Allocator = ext4kit_alloc::Allocator;
 
 /// Run a command to success (the test kit's runner), as a `String` error
 /// for the benchmark mains.

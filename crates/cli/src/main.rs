@@ -8,16 +8,9 @@
 mod cmd;
 mod fmt;
 
-/// mimalloc instead of glibc's malloc. Metadata blocks are copy-on-write
-/// (a 4 KiB copy per change, freed when the last reader lets go), and the
-/// caches free what they evict: under glibc that churn fragmented the heap
-/// until `_int_malloc` was a fifth of a create at 500,000 files and a
-/// create storm ran at 39% of its starting speed by 1,000,000 files; with
-/// mimalloc it stays at 68% (issue 3's notes, `seeds-create`). Programs
-/// embedding the library choose their own allocator; this is what we
-/// recommend to them.
+/// mimalloc, tuned (see `ext4kit_alloc` for why).
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: ext4kit_alloc::Allocator = ext4kit_alloc::Allocator;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -285,6 +278,7 @@ fn parse_mode(s: &str) -> Result<u16, String> {
 }
 
 fn main() -> ExitCode {
+    ext4kit_alloc::tune();
     let cli = Cli::parse();
     let budget = cli.cache_mib.max(8) << 20;
     let r = match cli.cmd {

@@ -239,6 +239,7 @@ fn unit(name: &str) -> &'static str {
 }
 
 fn main() -> Result<(), String> {
+    ext4kit_alloc::tune();
     let a = Args::parse();
     need_kernel("fuse-read")?;
     std::fs::create_dir_all(&a.work).map_err(|e| e.to_string())?;

@@ -110,6 +110,7 @@ fn kernel_lookup(img: &Path, work: &Path, entries: usize, probes: usize) -> Resu
 }
 
 fn main() -> Result<(), String> {
+    ext4kit_alloc::tune();
     let a = Args::parse();
     need_kernel("htree-lookup")?;
     std::fs::create_dir_all(&a.work).map_err(|e| e.to_string())?;

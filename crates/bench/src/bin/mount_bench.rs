@@ -584,6 +584,7 @@ fn fmt_ratio(v: Option<f64>) -> String {
 }
 
 fn main() -> Result<(), String> {
+    ext4kit_alloc::tune();
     let a = Args::parse();
     need_kernel("mount-bench")?;
     for w in &a.only {

@@ -153,6 +153,7 @@ fn fsck(img: &Path) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    ext4kit_alloc::tune();
     let a = Args::parse();
     match real_main(&a) {
         Ok(()) => ExitCode::SUCCESS,

@@ -134,6 +134,7 @@ fn fill(blocks: u64, salt: u8) -> Vec<u8> {
 }
 
 fn main() -> Result<(), String> {
+    ext4kit_alloc::tune();
     let a = Args::parse();
     if !a.no_kernel {
         need_kernel("seeds-fsync")?;

@@ -88,6 +88,7 @@ fn mops(ops: usize, d: Duration) -> f64 {
 }
 
 fn main() -> Result<(), String> {
+    ext4kit_alloc::tune();
     let a = Args::parse();
     need_kernel("seeds-read")?;
     std::fs::create_dir_all(&a.work).map_err(|e| e.to_string())?;
