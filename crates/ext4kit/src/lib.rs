@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cachemap;
 pub mod clock;
 pub mod error;
 pub mod ext4;

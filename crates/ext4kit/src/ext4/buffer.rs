@@ -105,7 +105,7 @@ impl BlockLocks {
 /// Bounded concurrent cache of metadata blocks.
 #[derive(Debug)]
 pub struct BufferCache {
-    map: papaya::HashMap<u64, Arc<Buffer>>,
+    map: crate::cachemap::Map<u64, Arc<Buffer>>,
     bytes: AtomicUsize,
     budget: usize,
     /// Eviction order (keys of `map`).
@@ -125,7 +125,7 @@ impl BufferCache {
     /// A cache holding at most about `budget` bytes of `block_size` blocks.
     pub fn new(block_size: usize, budget: usize) -> Self {
         BufferCache {
-            map: papaya::HashMap::new(),
+            map: crate::cachemap::new(),
             bytes: AtomicUsize::new(0),
             budget: budget.max(block_size * 16),
             clock: Clock::default(),
@@ -164,11 +164,7 @@ impl BufferCache {
     /// `replace` (new inode-table blocks, directory leaves, extent nodes),
     /// which in a create storm are most of them — with only misses
     /// counted, the cache grew to 3.5 times its budget by 800,000 creates.
-    fn added(
-        &self,
-        m: &papaya::HashMapRef<'_, u64, Arc<Buffer>, std::hash::RandomState, papaya::LocalGuard<'_>>,
-        block: u64,
-    ) {
+    fn added(&self, m: &crate::cachemap::MapRef<'_, u64, Arc<Buffer>>, block: u64) {
         self.clock.push(block);
         let now = self.bytes.fetch_add(self.block_size, Ordering::Relaxed) + self.block_size;
         if now > self.next_evict.load(Ordering::Relaxed) && !self.evicting.swap(true, Ordering::Acquire) {
@@ -216,7 +212,7 @@ impl BufferCache {
     /// Second-chance (clock) eviction down to three quarters of the budget:
     /// a buffer used since the last sweep survives once.
     /// In clock order, never by iterating the map (see `crate::clock`).
-    fn evict(&self, m: &papaya::HashMapRef<'_, u64, Arc<Buffer>, std::hash::RandomState, papaya::LocalGuard<'_>>) {
+    fn evict(&self, m: &crate::cachemap::MapRef<'_, u64, Arc<Buffer>>) {
         let target = self.budget / 4 * 3;
         self.clock.sweep(
             || self.bytes.load(Ordering::Relaxed) <= target,

@@ -56,7 +56,7 @@ impl Dentry {
 /// A pinned view of the dentry cache (see [`Dcache::pin`]).
 pub struct DcacheGuard<'a> {
     c: &'a Dcache,
-    m: papaya::HashMapRef<'a, Key, Arc<Dentry>, std::hash::RandomState, papaya::LocalGuard<'a>>,
+    m: crate::cachemap::MapRef<'a, Key, Arc<Dentry>>,
 }
 
 impl DcacheGuard<'_> {
@@ -136,7 +136,7 @@ impl SeqCount {
 /// The dentry cache.
 #[derive(Debug)]
 pub struct Dcache {
-    map: papaya::HashMap<Key, Arc<Dentry>>,
+    map: crate::cachemap::Map<Key, Arc<Dentry>>,
     root: Arc<Dentry>,
     /// Bumped around every rename (seed 001's `rename_lock` sequence).
     pub rename_seq: SeqCount,
@@ -149,7 +149,7 @@ pub struct Dcache {
     /// keeps a dentry alive. Operations that name a directory by inode
     /// number (the FUSE server, `*_at` calls) find its dentry here to keep
     /// the cache and `d_path` right across renames.
-    dirs: papaya::HashMap<u32, Weak<Dentry>>,
+    dirs: crate::cachemap::Map<u32, Weak<Dentry>>,
     /// One cross-directory rename at a time (the kernel's
     /// `s_vfs_rename_mutex`): while held, no directory changes parent, so
     /// "is A an ancestor of B" answers stay true for the whole rename.
@@ -173,13 +173,13 @@ impl Dcache {
             referenced: AtomicBool::new(true),
         });
         Dcache {
-            map: papaya::HashMap::new(),
+            map: crate::cachemap::new(),
             root,
             rename_seq: SeqCount::default(),
             rename_lock: RwLock::new(()),
             limit: limit.max(256),
             d_path_fallbacks: AtomicU64::new(0),
-            dirs: papaya::HashMap::new(),
+            dirs: crate::cachemap::new(),
             rename_mutex: parking_lot::Mutex::new(()),
             clock: Clock::default(),
             next_evict: std::sync::atomic::AtomicUsize::new(limit.max(256)),
@@ -234,10 +234,7 @@ impl Dcache {
     /// after a sweep that could not reach the target, the next waits for a
     /// quarter of the limit of new entries, so a sweep's O(n) walk costs
     /// O(1) per insert whatever is pinned.
-    fn maybe_evict(
-        &self,
-        m: &papaya::HashMapRef<'_, Key, Arc<Dentry>, std::hash::RandomState, papaya::LocalGuard<'_>>,
-    ) {
+    fn maybe_evict(&self, m: &crate::cachemap::MapRef<'_, Key, Arc<Dentry>>) {
         if m.len() <= self.next_evict.load(Ordering::Relaxed) || self.evicting.swap(true, Ordering::Acquire) {
             return;
         }

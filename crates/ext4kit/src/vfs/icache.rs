@@ -141,7 +141,7 @@ impl CachedInode {
 /// The cache of in-memory inodes.
 #[derive(Debug)]
 pub struct Icache {
-    map: papaya::HashMap<u32, Arc<CachedInode>>,
+    map: crate::cachemap::Map<u32, Arc<CachedInode>>,
     /// Eviction order (keys of `map`).
     clock: Clock<u32>,
     limit: usize,
@@ -156,7 +156,7 @@ impl Icache {
     /// A cache of about `limit` inodes (more while they are in use).
     pub fn new(limit: usize, pages: Arc<PageBudget>) -> Self {
         Icache {
-            map: papaya::HashMap::new(),
+            map: crate::cachemap::new(),
             clock: Clock::default(),
             limit: limit.max(64),
             next_evict: AtomicUsize::new(limit.max(64)),
@@ -214,7 +214,7 @@ impl Icache {
 
     /// Drop unused inodes (clock: one sweep of grace for recently used),
     /// in the order of [`Clock`] (never by iterating the map: see there).
-    fn evict(&self, m: &papaya::HashMapRef<'_, u32, Arc<CachedInode>, std::hash::RandomState, papaya::LocalGuard<'_>>) {
+    fn evict(&self, m: &crate::cachemap::MapRef<'_, u32, Arc<CachedInode>>) {
         let target = self.limit / 4 * 3;
         let mut released = 0;
         self.clock.sweep(

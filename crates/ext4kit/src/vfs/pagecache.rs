@@ -72,7 +72,7 @@ pub struct PageMap {
     /// Created on the first page: most cached inodes (a create storm, a
     /// `stat` walk) never cache a page, and each papaya map owns a
     /// collector of ~17 KiB whose setup cost dominated empty creates.
-    pages: OnceLock<papaya::HashMap<u64, Arc<Page>>>,
+    pages: OnceLock<crate::cachemap::Map<u64, Arc<Page>>>,
     /// Logical blocks whose pages are dirty, in order (see the module doc).
     /// Its mutex also serialises every change to `pages`: readers of the
     /// map never take it.
@@ -106,7 +106,7 @@ impl Default for PageMap {
 impl PageMap {
     /// The map, if any page was ever cached.
     #[inline]
-    fn map(&self) -> Option<&papaya::HashMap<u64, Arc<Page>>> {
+    fn map(&self) -> Option<&crate::cachemap::Map<u64, Arc<Page>>> {
         self.pages.get()
     }
 
@@ -114,8 +114,8 @@ impl PageMap {
     /// papaya 0.2.5 with one collector shared among page maps panicked in
     /// a resize under concurrent writers ("next_table().unwrap()" on None)
     /// — see issue 3's notes.
-    fn map_or_init(&self) -> &papaya::HashMap<u64, Arc<Page>> {
-        self.pages.get_or_init(papaya::HashMap::new)
+    fn map_or_init(&self) -> &crate::cachemap::Map<u64, Arc<Page>> {
+        self.pages.get_or_init(crate::cachemap::new)
     }
 
     /// The cached page for logical block `lblk`.
