@@ -135,13 +135,32 @@ impl Volume {
     pub fn alloc_inode(&self, h: &mut Handle<'_>, parent_ino: u32, dir: bool) -> Result<u32> {
         let ngroups = self.groups.len();
         let parent_group = ((parent_ino.max(1) - 1) / self.inodes_per_group) as usize % ngroups;
-        let order: Vec<usize> = if dir {
-            self.dir_group_order(parent_group)
-        } else {
-            (0..ngroups).map(|k| (parent_group + k) % ngroups).collect()
-        };
-        for g in order {
-            if let Some(ino) = self.alloc_inode_in(h, g, dir)? {
+        if dir {
+            for g in self.dir_group_order(parent_group) {
+                if let Some(ino) = self.alloc_inode_in(h, g, dir)? {
+                    return Ok(ino);
+                }
+            }
+            return Err(Error::posix(Errno::ENOSPC, "no free inodes left on the filesystem"));
+        }
+        // A file goes in its parent's group when there is room (the
+        // kernel's find_group_other), else in the group the last such
+        // overflow went to, searching on from there. Starting each search
+        // at the parent's group again made a create in a directory whose
+        // neighbourhood is full visit every full group first: ~1 µs per
+        // create by 1,000,000 files in one directory (seed 004).
+        if let Some(ino) = self.alloc_inode_in(h, parent_group, false)? {
+            return Ok(ino);
+        }
+        let hint = self.inode_overflow_group.load(Ordering::Relaxed) as usize;
+        for k in 0..ngroups {
+            let g = (hint + k) % ngroups;
+            // Full groups are skipped under the shared lock.
+            if g == parent_group || self.groups[g].desc.read().free_inodes_count() == 0 {
+                continue;
+            }
+            if let Some(ino) = self.alloc_inode_in(h, g, false)? {
+                self.inode_overflow_group.store(g as u32, Ordering::Relaxed);
                 return Ok(ino);
             }
         }
