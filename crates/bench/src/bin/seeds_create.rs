@@ -42,6 +42,11 @@ struct Args {
     /// Where the images go (needs ~3 GiB of sparse space for 1M files).
     #[arg(long, default_value = "target/bench-create")]
     dir: PathBuf,
+    /// ext4kit's cache budget in MiB (the library's default is 256): a
+    /// budget that holds the whole directory shows what the curve owes to
+    /// eviction and what to the directory's size.
+    #[arg(long, default_value_t = 256)]
+    cache_mib: usize,
 }
 
 fn points(max: u64) -> Vec<u64> {
@@ -80,12 +85,12 @@ fn make_image(path: &Path, fstype: &str, extra: &[&str], files: u64) -> Result<(
 }
 
 /// files/s per interval.
-fn ours(img: &Path, pts: &[u64]) -> Result<Vec<f64>, String> {
+fn ours(img: &Path, pts: &[u64], cache_mib: usize) -> Result<Vec<f64>, String> {
     let fs = Fs::open_image(
         img,
         &OpenOptions {
             read_only: false,
-            ..Default::default()
+            cache_budget: cache_mib << 20,
         },
     )
     .map_err(|e| e.to_string())?;
@@ -170,7 +175,7 @@ fn real_main(a: &Args) -> Result<(), String> {
     let img = a.dir.join("ours.img");
     let ours = medians(a.runs, || {
         make_image(&img, "ext4", &[], a.max)?;
-        let r = ours(&img, &pts)?;
+        let r = ours(&img, &pts, a.cache_mib)?;
         fsck(&img)?;
         let _ = std::fs::remove_file(&img);
         Ok(r)
