@@ -1141,18 +1141,16 @@ fn concurrent_block_readers_see_only_written_current_versions_while_writers_writ
 /// each, `atomic-N` always listed and, opened by name, always a complete
 /// version at least as new as the last committed one.
 ///
-/// KNOWN EXT4KIT BUG (found by this test on main 662c029, ignored until
-/// fixed). What it first showed — an opened `atomic-N` empty, of another
-/// file, or EIO, because an inode number the kernel still held was freed
-/// and reused — is fixed (the kernel's lookup count holds the inode). What
-/// remains: a reader that opens the name after the writer committed a
-/// rename over it sometimes reads the replaced version ("atomic-0: read
-/// version 2, 3 was committed (stale)"), most runs on ext4kit; the
-/// kernel's ext4 passes. Suspects: the kernel's page cache kept across
-/// opens (FOPEN_KEEP_CACHE) for a node, or a dentry not yet moved.
-/// Run it with `cargo test -p ext4kit-cli --test stress -- --ignored directory`.
+/// Found two ext4kit bugs, both fixed: an opened `atomic-N` empty, of
+/// another file, or EIO, because an inode number the kernel still held was
+/// freed and reused (the kernel's lookup count now holds the inode); and a
+/// reader opening `atomic-N` after a committed rename over it reading the
+/// replaced version, or an empty file: READDIRPLUS sent the name bindings
+/// of the listing's OPENDIR snapshot, the kernel rebound its dentries to
+/// them (`atomic-N` to the replaced inode, `tmp-N` to the file renamed
+/// away, which the writer's next O_TRUNC open of `tmp-N` emptied); it now
+/// sends what each name names at READDIRPLUS time.
 #[test]
-#[ignore = "KNOWN BUG, open: a reader that opens a name after a rename over it was committed can read the replaced version (\"read version 2, 3 was committed\"); the EIO/empty-file failures (inode reuse under the kernel) are fixed"]
 fn directory_readers_see_stable_entries_and_renamed_over_files_whole() {
     for peer in peers() {
         readers_writers_on(&peer, RwPart::Dir);

@@ -956,16 +956,31 @@ impl Filesystem for Ext4Fuse {
                     }
                     Ok((inode, st))
                 };
-                // The snapshot is older than the directory: a name replaced
-                // since (rename over it, its old inode freed) is sent with
-                // what it names now, and a name removed since is skipped.
-                let again = || -> Result<_, Errno> {
+                // The kernel binds each name sent here to its inode in its
+                // dentry cache (fuse_direntplus_link replaces a dentry that
+                // names another node), so the binding must be the
+                // directory's now, not the snapshot's: a name renamed over
+                // since the snapshot still names its old inode there, and
+                // that inode may live on, unlinked, while the kernel holds
+                // it. Sent, it made the kernel's `atomic` name the replaced
+                // file again and its `tmp` name the file renamed away, which
+                // the next O_TRUNC open of `tmp` then emptied (stress test
+                // `directory_readers_...`). Looked up now, it is exact: the
+                // kernel holds the directory's lock shared for the whole
+                // READDIRPLUS, and every change to the directory (create,
+                // unlink, rename) holds it exclusively until its reply is
+                // applied. A name removed since is skipped. Read-only
+                // mounts' snapshots cannot go stale.
+                let now = || -> Result<_, Errno> {
+                    if self.read_only || is_dot(name) {
+                        return one(*ino);
+                    }
                     match res(self.fs.lookup_at(d.ino, name))? {
-                        Some((now, _)) if now != *ino => one(now),
-                        _ => Err(Errno::ENOENT),
+                        Some((now, _)) => one(now),
+                        None => Err(Errno::ENOENT),
                     }
                 };
-                let (inode, st) = match one(*ino).or_else(|e| if self.read_only { Err(e) } else { again() }) {
+                let (inode, st) = match now() {
                     Ok(x) => x,
                     Err(_) if !self.read_only => continue,
                     // Report the failure on the entry it belongs to: return
