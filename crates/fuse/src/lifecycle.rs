@@ -525,3 +525,26 @@ pub fn unmount(mount_point: &Path, wait: Duration) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_parse_and_bad_ones_are_named() {
+        let mut o = MountOptions::default();
+        assert_eq!(o.busy_poll, crate::busypoll::DEFAULT_WINDOW);
+        parse_options("ro,cache=direct,busy_poll=0,noatime", &mut o).unwrap();
+        assert!(o.read_only && !o.read_write);
+        assert_eq!(o.cache, CacheMode::Direct);
+        assert_eq!(o.busy_poll, Duration::ZERO);
+        assert_eq!(o.kernel, vec![MountOption::NoAtime]);
+        parse_options("rw,busy_poll=500", &mut o).unwrap();
+        assert!(o.read_write && !o.read_only);
+        assert_eq!(o.busy_poll, Duration::from_micros(500));
+        let e = parse_options("busy_poll=soon", &mut o).unwrap_err();
+        assert!(e.contains("busy_poll=soon") && e.contains("microseconds"), "{e}");
+        let e = parse_options("rw,bogus", &mut o).unwrap_err();
+        assert!(e.contains("`bogus`") && e.contains("busy_poll"), "{e}");
+    }
+}
