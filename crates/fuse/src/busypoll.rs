@@ -21,16 +21,17 @@
 //!
 //! That is [`Style::ReadSpin`]. On a machine of two CPUs, [`Style::Occupy`]
 //! does better: the server threads keep blocking, and a spinning thread
-//! keeps the caller's *other* CPU from going idle. The scheduler places a woken task on an idle CPU if there is one
-//! (`select_idle_sibling`); with none, it wakes the server thread on the
+//! keeps the caller's *other* CPU from going idle. The scheduler places a
+//! woken task on an idle CPU if there is one (`select_idle_sibling`); with
+//! none, it wakes the server thread on the
 //! CPU of the caller that is about to sleep waiting for it, and the reply
 //! wakes the caller there too: no inter-processor wake-up either way.
 //! Measured here (requests of one process, medians): chmod 49-53 µs per
 //! call with `ReadSpin` against 21-24 µs, utime 42-55 against 19-23, a
 //! create 197-333 against 94-165; a round trip 18-20 µs against ~30. The
-//! spinner runs at normal priority: at nice 19 the scheduler's load
-//! comparison (`wake_affine_weight`) found its CPU the lighter one and
-//! woke the server there again (48 µs per round trip, measured), and a
+//! spinner runs at normal priority: at nice 19 round trips took 48 µs
+//! (measured; presumably the scheduler's load comparison found the
+//! spinner's CPU the lighter one and woke the server there), and a
 //! `SCHED_IDLE` spinner counts as idle for the placement (68-78 µs). It
 //! shares its CPU fairly with real work, as the `ReadSpin` thread does, and
 //! only while requests keep coming. With more CPUs one spinner cannot leave
@@ -38,13 +39,14 @@
 //!
 //! It costs one CPU while the mount is busy, and nothing when it is idle:
 //! a governor thread checks every [`BusyPoll::window`] whether any request
-//! arrived since its last look and, if none did, switches the descriptor
-//! back to blocking reads (the spinning thread then sleeps in its next
-//! `read`). The first request after that switches spinning on again.
-//! Only the primary descriptor spins; the other threads' cloned
-//! descriptors (each its own open file description, so `O_NONBLOCK` is
-//! theirs alone) keep blocking, so a second CPU stays free for the
-//! callers. `-o busy_poll=0` turns it off.
+//! arrived since its last look and, if none did, stops spinning (`Occupy`:
+//! the governor is the spinner and goes to sleep; `ReadSpin`: it switches
+//! the descriptor back to blocking reads and the spinning thread sleeps in
+//! its next `read`). The first request after that starts spinning again.
+//! With `ReadSpin` only the primary descriptor spins; the other threads'
+//! cloned descriptors (each its own open file description, so
+//! `O_NONBLOCK` is theirs alone) keep blocking, so a second CPU stays free
+//! for the callers. `-o busy_poll=0` turns it off.
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -55,14 +55,15 @@
 //! # Round trips and busy polling
 //!
 //! A request costs a round trip through the kernel: on these 2-vCPU
-//! virtual machines ~130-250 µs when the server thread has to be woken on
-//! another CPU, ~30 µs when it is already running ([`busypoll`]: while
-//! requests keep coming, one server thread spins on its descriptor, for up
-//! to 2 ms after the last one; `-o busy_poll=0` turns it off). Most of the
-//! work above is about sending fewer requests; busy polling makes the rest
-//! cheaper. Measured with `getxattr` of a missing name in a loop (one round
-//! trip each, medians of 5 × 5000): blocking 126 µs (2 threads) and 243 µs
-//! (1 thread); busy polling 36 µs and 29 µs.
+//! virtual machines ~110-250 µs when the server thread has to be woken on
+//! another, halted CPU. While requests keep coming (up to 2 ms after the
+//! last one; `-o busy_poll=0` turns it off) the mount spends one CPU to
+//! avoid that ([`busypoll`]): on two CPUs a spinning thread keeps the
+//! caller's other CPU busy so the server is woken on the caller's own
+//! (18-20 µs per round trip); on more, one server thread spins on its
+//! descriptor (~30 µs here). Most of the work above is about sending fewer
+//! requests; busy polling makes the rest cheaper. Measured with `getxattr`
+//! of a missing name in a loop (one round trip each, medians of 5 × 5000).
 //!
 //! File data (`-o cache=`, [`CacheMode`]); the default is write-through:
 //! the kernel page cache serves reads (and keeps them across opens), every
@@ -131,8 +132,9 @@
 //! its own cloned `/dev/fuse` descriptor when it can be opened; lookups and
 //! readdirs in one directory may run in parallel (`FUSE_PARALLEL_DIROPS`),
 //! reads of one file too (`FUSE_ASYNC_READ`), with up to
-//! [`server::MAX_BACKGROUND`] background requests; the thread reading the
-//! session's own descriptor is the one that busy-polls. The engine
+//! [`server::MAX_BACKGROUND`] background requests; with the read-spinning
+//! style of busy polling, the thread reading the session's own descriptor
+//! is the one that spins. The engine
 //! underneath is built for that: lock-free caches, per-inode locks, no
 //! filesystem-wide lock.
 //!

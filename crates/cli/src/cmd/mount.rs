@@ -39,9 +39,10 @@ pub struct MountArgs {
     /// possible; refuse otherwise), ro, cache=writethrough (default),
     /// cache=direct, cache=writeback, allow_other, allow_root,
     /// default_permissions (always on), busy_poll=MICROSECONDS (how long
-    /// one server thread spins for the next request: 2000 by default, 0
-    /// never; spinning costs a CPU while busy and saves a wake-up per
-    /// request), nosuid, nodev, noexec, noatime, ...
+    /// the server keeps a CPU spinning after a request so the next one
+    /// needs no wake-up on another CPU: 2000 by default, 0 never; it costs
+    /// one CPU while requests keep coming, nothing when idle), nosuid,
+    /// nodev, noexec, noatime, ...
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// Serve in this process instead of detaching (Ctrl-C unmounts).
