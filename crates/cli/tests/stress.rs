@@ -1328,11 +1328,20 @@ fn a_lazy_unmount_under_load_lets_writers_finish_and_leaves_a_clean_image() {
     }
 }
 
-fn sigterm_on(peer: &Peer) {
-    let work = workdir("term", peer);
-    let img = work.join("term.img");
+/// A fresh image mounted by `peer` with three load workers running (stress
+/// workers told to run 8 s and tolerate a vanishing mount); after `settle`
+/// the server gets `sig`. Returns the work directory, the image, the mount
+/// and the workers, for the caller's checks.
+fn signal_under_load(
+    peer: &Peer,
+    tag: &str,
+    sig: rustix::process::Signal,
+    settle: Duration,
+) -> (PathBuf, PathBuf, PeerMount, Vec<(Child, PathBuf)>) {
+    let work = workdir(tag, peer);
+    let img = work.join(format!("{tag}.img"));
     mkfs_ext4(&img, 128, &[]).unwrap();
-    let mut m = PeerMount::mount(peer, &img, &work.join("mnt")).unwrap();
+    let m = PeerMount::mount(peer, &img, &work.join("mnt")).unwrap();
     let dir = m.path().to_path_buf();
     let workers = start_load(
         &work,
@@ -1344,8 +1353,14 @@ fn sigterm_on(peer: &Peer) {
             ("EXT4KIT_STRESS_SECS", "8".into()),
         ],
     );
-    std::thread::sleep(Duration::from_millis(300));
-    m.signal_server(rustix::process::Signal::TERM).unwrap();
+    std::thread::sleep(settle);
+    m.signal_server(sig).unwrap();
+    (work, img, m, workers)
+}
+
+fn sigterm_on(peer: &Peer) {
+    let (work, img, mut m, workers) =
+        signal_under_load(peer, "term", rustix::process::Signal::TERM, Duration::from_millis(300));
     let st = m.wait_server(Duration::from_secs(60)).unwrap();
     assert!(
         st.success(),
@@ -1385,23 +1400,8 @@ fn sigterm_under_load_ends_the_server_with_status_0_and_a_clean_image() {
 }
 
 fn kill9_on(peer: &Peer) {
-    let work = workdir("kill9", peer);
-    let img = work.join("kill9.img");
-    mkfs_ext4(&img, 128, &[]).unwrap();
-    let mut m = PeerMount::mount(peer, &img, &work.join("mnt")).unwrap();
-    let dir = m.path().to_path_buf();
-    let workers = start_load(
-        &work,
-        &dir,
-        3,
-        &[
-            ("EXT4KIT_STRESS_OPS", "100000000".into()),
-            ("EXT4KIT_STRESS_TOLERANT", "1".into()),
-            ("EXT4KIT_STRESS_SECS", "8".into()),
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    m.signal_server(rustix::process::Signal::KILL).unwrap();
+    let (work, img, mut m, workers) =
+        signal_under_load(peer, "kill9", rustix::process::Signal::KILL, Duration::from_millis(500));
     let st = m.wait_server(Duration::from_secs(10)).unwrap();
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&st),
