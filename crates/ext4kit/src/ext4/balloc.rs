@@ -233,12 +233,10 @@ impl Volume {
         let _io = self.dirty_meta.io.lock();
         for &(p, n) in runs {
             for blk in p..p + n {
-                if self.bcache.peek(blk).is_some() {
-                    let _g = self.block_locks.lock(blk);
-                    if let Some(b) = self.bcache.peek(blk) {
-                        b.mark_clean();
-                    }
-                    self.bcache.forget(blk);
+                if self.bcache.contains(blk) {
+                    let mut g = self.bcache.lock(blk);
+                    // Its draft (the freed block's last contents) goes too.
+                    self.bcache.forget_locked(&mut g, blk);
                 }
             }
         }

@@ -110,8 +110,11 @@ impl Volume {
                 }
                 j += 1;
                 let cur = {
-                    let _g = self.block_locks.lock(blk);
-                    self.bcache.peek(blk).filter(|b| b.is_dirty())
+                    // A draft is published here: what is written is an
+                    // immutable version, and the next change starts a new
+                    // draft (once per block per checkpoint).
+                    let mut g = self.bcache.lock(blk);
+                    self.bcache.peek_locked(&mut g, blk).filter(|b| b.is_dirty())
                 };
                 match cur {
                     Some(b) => run.push((blk, b)),
@@ -130,10 +133,15 @@ impl Volume {
                     return Err(e);
                 }
                 for (blk, b) in &run {
-                    let _g = self.block_locks.lock(*blk);
+                    let mut g = self.bcache.lock(*blk);
                     // Only the version we wrote becomes clean; a newer one
-                    // was installed by a handle whose commit records it.
-                    if self.bcache.peek(*blk).is_some_and(|c| Arc::ptr_eq(&c, b)) {
+                    // (a draft started since, published by this peek) was
+                    // made by a handle whose commit records it.
+                    if self
+                        .bcache
+                        .peek_locked(&mut g, *blk)
+                        .is_some_and(|c| Arc::ptr_eq(&c, b))
+                    {
                         b.mark_clean();
                     }
                 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use ext4kit_format::extent::{ExtentHeader, EXTENT_MAGIC};
 use ext4kit_format::features::{incompat, ro_compat};
-use ext4kit_format::group_desc::{BG_INODE_UNINIT, BG_INODE_ZEROED};
+use ext4kit_format::group_desc::{GroupDesc, BG_INODE_UNINIT, BG_INODE_ZEROED};
 use ext4kit_format::inode::{flags, FileType, Inode, InodeBase, InodeExtra, TimeField, Timestamp};
 
 use super::group::{find_zero, set_bit, test_bit};
@@ -204,29 +204,43 @@ impl Volume {
         } else {
             0
         };
-        let mut bitmap: Vec<u8> = if uninit {
-            // An uninitialised bitmap: no inode used; bits past the group's
-            // inodes are padding and must read as set.
-            let mut b = vec![0u8; self.block_size];
-            for i in ipg..self.block_size * 8 {
-                set_bit(&mut b, i);
-            }
-            b
-        } else {
-            self.buffer(bm_blk)?.data.to_vec()
-        };
-        let Some(i) = find_zero(&bitmap, first, ipg) else {
-            return Err(Error::corrupt_msg(
+        let mut new = *gd;
+        let full = || {
+            Error::corrupt_msg(
                 format!("group {g}"),
                 "group descriptor",
                 format!("{} free inodes counted but the bitmap is full", gd.free_inodes_count()),
-            ));
+            )
         };
-        set_bit(&mut bitmap, i);
-        self.fresh_itable_block(h, g, i, &bitmap)?;
-        let mut new = *gd;
-        self.set_inode_bitmap_csum(&mut new, &bitmap);
-        h.overwrite(bm_blk, bitmap.into_boxed_slice())?;
+        // Take the first free bit, and note whether the new inode is alone
+        // in its inode-table block (see `fresh_itable_block`).
+        let take = |bitmap: &mut [u8], new: &mut GroupDesc| -> Result<(usize, bool)> {
+            let i = find_zero(bitmap, first, ipg).ok_or_else(full)?;
+            set_bit(bitmap, i);
+            self.set_inode_bitmap_csum(new, bitmap);
+            let per_block = (self.block_size / self.inode_size).max(1);
+            let start = i / per_block * per_block;
+            let alone = (start..(start + per_block).min(ipg)).all(|k| k == i || !test_bit(bitmap, k));
+            Ok((i, alone))
+        };
+        let (i, alone) = if uninit {
+            // An uninitialised bitmap: no inode used; bits past the group's
+            // inodes are padding and must read as set.
+            let mut b = vec![0u8; self.block_size];
+            for k in ipg..self.block_size * 8 {
+                set_bit(&mut b, k);
+            }
+            let r = take(&mut b, &mut new)?;
+            h.overwrite(bm_blk, b.into_boxed_slice())?;
+            r
+        } else {
+            // In place: the bitmap's draft is only ever read by allocators,
+            // under this group lock (see `buffer.rs`).
+            h.modify(bm_blk, |b| take(b, &mut new))?
+        };
+        if alone {
+            self.fresh_itable_block(h, g, i)?;
+        }
         let free = gd.free_inodes_count() - 1;
         new.free_inodes_count_lo = free as u16;
         new.free_inodes_count_hi = (free >> 16) as u16;
@@ -257,21 +271,14 @@ impl Volume {
 }
 
 impl Volume {
-    /// When every other inode in the new inode's table block is free (per
-    /// `bitmap`, which has the new one set), the block's old contents do not
-    /// matter: start it zeroed in the cache instead of reading it, as the
-    /// kernel's `__ext4_get_inode_loc` does for a new inode. A create storm
-    /// otherwise reads one inode-table block from the device every
-    /// 4096 / inode_size creates.
-    fn fresh_itable_block(&self, h: &mut Handle<'_>, g: usize, i: usize, bitmap: &[u8]) -> Result<()> {
-        let per_block = (self.block_size / self.inode_size).max(1);
-        let first = i / per_block * per_block;
-        let end = (first + per_block).min(self.inodes_per_group as usize);
-        if (first..end).any(|k| k != i && test_bit(bitmap, k)) {
-            return Ok(());
-        }
+    /// When every other inode in the new inode's table block is free, the
+    /// block's old contents do not matter: start it zeroed in the cache
+    /// instead of reading it, as the kernel's `__ext4_get_inode_loc` does
+    /// for a new inode. A create storm otherwise reads one inode-table
+    /// block from the device every 4096 / inode_size creates.
+    fn fresh_itable_block(&self, h: &mut Handle<'_>, g: usize, i: usize) -> Result<()> {
         let (blk, _) = self.inode_location((g * self.inodes_per_group as usize + i + 1) as u32)?;
-        if self.bcache.peek(blk).is_some() {
+        if self.bcache.contains(blk) {
             return Ok(());
         }
         h.overwrite(blk, vec![0u8; self.block_size].into_boxed_slice())

@@ -1,9 +1,10 @@
 //! Transaction handles: every metadata change goes through one.
 //!
 //! A [`Handle`] gathers the metadata blocks an operation modifies. Each
-//! block is changed copy-on-write under its block lock — read the current
-//! version, modify a private copy, install it in the buffer cache — so
-//! readers never block and never see a half-made change to one block.
+//! block is changed under its block lock in the block's draft (a private
+//! copy, see `buffer.rs`), published as a new immutable version when a
+//! reader asks for it — so readers never block on a writer and never see
+//! a half-made change to one block.
 //! `commit` hands the handle's blocks to the checkpoint (`checkpoint.rs`),
 //! which writes them home in block order at sync, fsync or over budget.
 //!
@@ -12,24 +13,20 @@
 //! into "log to jbd2" without changing any caller — that is why nothing in
 //! the engine writes metadata except through a handle.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::BTreeSet;
 
-use super::buffer::Buffer;
 use super::volume::{annotate, Volume};
 use crate::error::{Errno, Error, Result};
 
 /// An open transaction.
 pub struct Handle<'v> {
     vol: &'v Volume,
-    dirty: BTreeMap<u64, Arc<Buffer>>,
+    dirty: BTreeSet<u64>,
 }
 
 impl std::fmt::Debug for Handle<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Handle")
-            .field("dirty", &self.dirty.keys().collect::<Vec<_>>())
-            .finish()
+        f.debug_struct("Handle").field("dirty", &self.dirty).finish()
     }
 }
 
@@ -41,7 +38,7 @@ impl Volume {
         }
         Ok(Handle {
             vol: self,
-            dirty: BTreeMap::new(),
+            dirty: BTreeSet::new(),
         })
     }
 }
@@ -52,15 +49,19 @@ impl<'v> Handle<'v> {
         self.vol
     }
 
-    /// Change metadata block `block` through `f` (copy-on-write under the
-    /// block's lock). `f` sees the current bytes and edits them in place.
+    /// Change metadata block `block` through `f`, under the block's lock.
+    /// `f` sees the current bytes and edits them in place — in the block's
+    /// draft, so it must return its error before changing anything.
     pub fn modify<R>(&mut self, block: u64, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
-        let _g = self.vol.block_locks.lock(block);
-        let cur = self.vol.buffer(block).map_err(|e| annotate(e, "metadata update"))?;
-        let mut copy: Box<[u8]> = cur.data.clone();
-        let r = f(&mut copy)?;
-        let b = self.vol.bcache.replace(block, copy);
-        self.dirty.insert(block, b);
+        let vol = self.vol;
+        let mut g = vol.bcache.lock(block);
+        let r = vol.bcache.modify(
+            &mut g,
+            block,
+            |g| vol.buffer_locked(g, block).map_err(|e| annotate(e, "metadata update")),
+            f,
+        )?;
+        self.dirty.insert(block);
         Ok(r)
     }
 
@@ -70,15 +71,15 @@ impl<'v> Handle<'v> {
         if data.len() != self.vol.block_size {
             return Err(Error::posix(Errno::EINVAL, "overwrite with a partial block"));
         }
-        let _g = self.vol.block_locks.lock(block);
-        let b = self.vol.bcache.replace(block, data);
-        self.dirty.insert(block, b);
+        let mut g = self.vol.bcache.lock(block);
+        self.vol.bcache.install_draft(&mut g, block, data);
+        self.dirty.insert(block);
         Ok(())
     }
 
     /// Blocks this handle has changed.
     pub fn dirty_blocks(&self) -> impl Iterator<Item = u64> + '_ {
-        self.dirty.keys().copied()
+        self.dirty.iter().copied()
     }
 
     /// Commit: the handle's changes are complete and consistent. Its blocks
@@ -92,6 +93,6 @@ impl<'v> Handle<'v> {
     /// This is jbd2's rule too — a buffer belongs to the running
     /// transaction, not to one handle.
     pub fn commit(self) -> Result<()> {
-        self.vol.commit_blocks(self.dirty.keys().copied())
+        self.vol.commit_blocks(self.dirty)
     }
 }

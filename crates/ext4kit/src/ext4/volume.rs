@@ -15,7 +15,7 @@ use ext4kit_format::group_desc::{GdCsum, GroupDesc};
 use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 use parking_lot::RwLock;
 
-use super::buffer::{BlockLocks, Buffer, BufferCache};
+use super::buffer::{Buffer, BufferCache, StripeGuard};
 use super::checkpoint::DirtyMeta;
 use crate::error::{Error, Result};
 
@@ -105,10 +105,8 @@ pub struct Volume {
     /// Things the user should know (read-only because of a feature, journal
     /// needs recovery, ...).
     pub warnings: Vec<String>,
-    /// Metadata blocks.
+    /// Metadata blocks, with their per-block write locks and drafts.
     pub bcache: BufferCache,
-    /// Per-block write locks for metadata updates.
-    pub block_locks: BlockLocks,
     /// The orphan chain's links (`orphan.rs`).
     pub orphans: super::orphan::OrphanLinks,
     /// Committed metadata blocks not yet written home (`checkpoint.rs`).
@@ -215,7 +213,6 @@ impl Volume {
             // (dirty ones are never evicted).
             dirty_meta: DirtyMeta::new(opts.cache_budget / 8 / block_size),
             inode_overflow_group: Default::default(),
-            block_locks: BlockLocks::default(),
             sb_lock: parking_lot::Mutex::new(()),
             stats: Stats::default(),
             groups: Vec::new(),
@@ -327,6 +324,17 @@ impl Volume {
 
     /// A metadata block through the buffer cache.
     pub fn buffer(&self, block: u64) -> Result<Arc<Buffer>> {
+        self.check_meta_block(block)?;
+        self.bcache.get(block, |d| self.read_raw(block, d))
+    }
+
+    /// [`Self::buffer`] for a caller holding the block's stripe lock.
+    pub fn buffer_locked(&self, g: &mut StripeGuard<'_>, block: u64) -> Result<Arc<Buffer>> {
+        self.check_meta_block(block)?;
+        self.bcache.get_locked(g, block, |d| self.read_raw(block, d))
+    }
+
+    fn check_meta_block(&self, block: u64) -> Result<()> {
         if block == 0 || block >= self.blocks_count {
             return Err(Error::corrupt_msg(
                 format!("block {block}"),
@@ -337,7 +345,7 @@ impl Volume {
                 ),
             ));
         }
-        self.bcache.get(block, |d| self.read_raw(block, d))
+        Ok(())
     }
 
     /// Per-inode checksum seed, when metadata checksums are on.

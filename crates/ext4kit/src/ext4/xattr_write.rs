@@ -379,8 +379,8 @@ impl Volume {
                 // block lock, after any write in progress) and a late commit
                 // cannot put stale xattr bytes over the block's next owner.
                 {
-                    let _g = self.block_locks.lock(nr);
-                    if let Some(b) = self.bcache.peek(nr) {
+                    let mut g = self.bcache.lock(nr);
+                    if let Some(b) = self.bcache.peek_locked(&mut g, nr) {
                         b.mark_clean();
                     }
                 }

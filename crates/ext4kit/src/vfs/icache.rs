@@ -191,7 +191,19 @@ impl Icache {
             // at its last release corrupted the bitmaps.
             return Err(Error::posix(Errno::ENOENT, format!("inode {ino} was deleted")));
         }
-        let fresh = Arc::new(CachedInode::new(ino, inode)?);
+        self.insert(Arc::new(CachedInode::new(ino, inode)?))
+    }
+
+    /// Cache a record that was just written (a new inode): the next lookup
+    /// finds it without reading the inode-table block back — which would
+    /// also publish the block's draft, costing a copy of the block at the
+    /// next inode written into it (see `ext4::buffer`).
+    pub fn insert_new(&self, ino: u32, rec: Inode) -> Result<Arc<CachedInode>> {
+        self.insert(Arc::new(CachedInode::new(ino, rec)?))
+    }
+
+    fn insert(&self, fresh: Arc<CachedInode>) -> Result<Arc<CachedInode>> {
+        let ino = fresh.ino;
         let m = self.map.pin();
         let got = m.get_or_insert(ino, fresh.clone()).clone();
         if Arc::ptr_eq(&got, &fresh) {

@@ -294,8 +294,10 @@ impl Fs {
             dir.reset_block_map();
         }
         drop(dir_rec);
+        let inode = self.icache.insert_new(ino, rec)?;
         self.dcache.added(parent, name, ino, ftype);
-        self.stat_ino(ino)
+        let st = Stat::from_inode(&self.vol, ino, &inode.disk.read());
+        Ok(st)
     }
 
     /// Create a regular file at `path` holding `data` (an interim entry
