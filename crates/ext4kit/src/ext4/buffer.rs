@@ -70,7 +70,8 @@ impl Buffer {
             data,
             checked: OnceLock::new(),
             dx: OnceLock::new(),
-            referenced: AtomicBool::new(true),
+            // Unreferenced until used again (see `crate::clock`).
+            referenced: AtomicBool::new(false),
             dirty: AtomicBool::new(false),
             draft: false,
         }

@@ -43,7 +43,8 @@ impl Dentry {
             parent: ArcSwapOption::from(Some(parent.clone())),
             ino,
             ftype,
-            referenced: AtomicBool::new(true),
+            // Unreferenced until used again (see `crate::clock`).
+            referenced: AtomicBool::new(false),
         })
     }
 

@@ -75,7 +75,8 @@ impl CachedInode {
             pages: PageMap::default(),
             opens: AtomicU32::new(0),
             dirty: AtomicU8::new(0),
-            referenced: AtomicBool::new(true),
+            // Unreferenced until used again (see `crate::clock`).
+            referenced: AtomicBool::new(false),
         })
     }
 
