@@ -26,6 +26,7 @@ use std::sync::{Arc, OnceLock};
 use ext4kit_format::htree::{DxIndex, DxInfo};
 use ext4kit_format::FormatError;
 
+use crate::budget::MemoryBudget;
 use crate::clock::{Clock, Visit};
 
 /// One cached block.
@@ -131,13 +132,15 @@ const STRIPES: usize = 1024;
 #[derive(Debug)]
 pub struct BufferCache {
     map: crate::cachemap::Map<u64, Arc<Buffer>>,
-    bytes: AtomicUsize,
-    budget: usize,
+    /// The memory shared with the page cache; `budget.buffers` counts the
+    /// bytes cached here.
+    budget: Arc<MemoryBudget>,
     /// Eviction order (keys of `map`).
     clock: Clock<u64>,
     /// Per-block write locks and the drafts they guard.
     stripes: Box<[parking_lot::Mutex<Stripe>]>,
-    /// Cached bytes at which the next eviction sweep runs.
+    /// After a sweep that could not reach its target: cached bytes below
+    /// which no sweep runs again.
     next_evict: AtomicUsize,
     /// A sweep is running.
     evicting: std::sync::atomic::AtomicBool,
@@ -149,15 +152,14 @@ pub struct BufferCache {
 }
 
 impl BufferCache {
-    /// A cache holding at most about `budget` bytes of `block_size` blocks.
-    pub fn new(block_size: usize, budget: usize) -> Self {
+    /// A cache of `block_size` blocks within `budget` (see `crate::budget`).
+    pub fn new(block_size: usize, budget: Arc<MemoryBudget>) -> Self {
         BufferCache {
             map: crate::cachemap::new(),
-            bytes: AtomicUsize::new(0),
-            budget: budget.max(block_size * 16),
+            budget,
             clock: Clock::default(),
             stripes: (0..STRIPES).map(|_| parking_lot::Mutex::default()).collect(),
-            next_evict: AtomicUsize::new(budget.max(block_size * 16)),
+            next_evict: AtomicUsize::new(0),
             evicting: std::sync::atomic::AtomicBool::new(false),
             block_size,
             misses: AtomicU64::new(0),
@@ -277,17 +279,30 @@ impl BufferCache {
     /// counted, the cache grew to 3.5 times its budget by 800,000 creates.
     fn added(&self, m: &crate::cachemap::MapRef<'_, u64, Arc<Buffer>>, block: u64) {
         self.clock.push(block);
-        let now = self.bytes.fetch_add(self.block_size, Ordering::Relaxed) + self.block_size;
-        if now > self.next_evict.load(Ordering::Relaxed) && !self.evicting.swap(true, Ordering::Acquire) {
-            self.evict(m);
+        let now = self.budget.buffers.fetch_add(self.block_size, Ordering::Relaxed) + self.block_size;
+        let limit = self.budget.buffer_limit();
+        if now > limit.max(self.next_evict.load(Ordering::Relaxed)) && !self.evicting.swap(true, Ordering::Acquire) {
+            self.evict(m, limit / 4 * 3);
             // A sweep that could not reach the target (dirty buffers
-            // stay) is not repeated for another quarter of the budget
+            // stay) is not repeated for another quarter of the limit
             // of new blocks: a sweep is O(n), its cost per insert O(1).
-            let after = self.bytes.load(Ordering::Relaxed);
-            self.next_evict
-                .store(self.budget.max(after + self.budget / 4), Ordering::Relaxed);
+            let after = self.budget.buffers.load(Ordering::Relaxed);
+            self.next_evict.store(after + limit / 4, Ordering::Relaxed);
             self.evicting.store(false, Ordering::Release);
         }
+    }
+
+    /// Give the page cache back its share: evict clean buffers down to the
+    /// buffers' own quarter of the budget (see `crate::budget`). Called by
+    /// the page side when it is short; a no-op while a sweep runs.
+    pub fn give_back(&self) {
+        let share = self.budget.buffer_share();
+        if self.cached_bytes() <= share || self.evicting.swap(true, Ordering::Acquire) {
+            return;
+        }
+        self.evict(&self.map.pin(), share);
+        self.next_evict.store(0, Ordering::Relaxed);
+        self.evicting.store(false, Ordering::Release);
     }
 
     /// The current version of `block` if cached (no device read); a draft
@@ -318,7 +333,7 @@ impl BufferCache {
             // placeholder goes and the block is read again.
             debug_assert!(false, "placeholder of block {block} without a draft");
             if m.remove(&block).is_some() {
-                self.bytes.fetch_sub(self.block_size, Ordering::Relaxed);
+                self.budget.buffers.fetch_sub(self.block_size, Ordering::Relaxed);
             }
             return None;
         };
@@ -338,18 +353,17 @@ impl BufferCache {
         g.drafts.remove(&block);
         let m = self.map.pin();
         if m.remove(&block).is_some() {
-            self.bytes.fetch_sub(self.block_size, Ordering::Relaxed);
+            self.budget.buffers.fetch_sub(self.block_size, Ordering::Relaxed);
         }
         self.clock.compact_if(m.len(), |blk| m.get(blk).is_some());
     }
 
-    /// Second-chance (clock) eviction down to three quarters of the budget:
-    /// a buffer used since the last sweep survives once.
+    /// Second-chance (clock) eviction down to `target` bytes: a buffer
+    /// used since the last sweep survives once.
     /// In clock order, never by iterating the map (see `crate::clock`).
-    fn evict(&self, m: &crate::cachemap::MapRef<'_, u64, Arc<Buffer>>) {
-        let target = self.budget / 4 * 3;
+    fn evict(&self, m: &crate::cachemap::MapRef<'_, u64, Arc<Buffer>>, target: usize) {
         self.clock.sweep(
-            || self.bytes.load(Ordering::Relaxed) <= target,
+            || self.cached_bytes() <= target,
             |blk| {
                 let Some(b) = m.get(blk) else { return Visit::Gone };
                 if b.dirty.load(Ordering::Acquire) || b.referenced.swap(false, Ordering::Relaxed) {
@@ -357,7 +371,7 @@ impl BufferCache {
                 }
                 match m.remove_if(blk, |_, b| !b.dirty.load(Ordering::Acquire)) {
                     Ok(Some(_)) => {
-                        self.bytes.fetch_sub(self.block_size, Ordering::Relaxed);
+                        self.budget.buffers.fetch_sub(self.block_size, Ordering::Relaxed);
                         Visit::Gone
                     }
                     Ok(None) => Visit::Gone,
@@ -370,7 +384,7 @@ impl BufferCache {
 
     /// Bytes currently cached.
     pub fn cached_bytes(&self) -> usize {
-        self.bytes.load(Ordering::Relaxed)
+        self.budget.buffer_bytes()
     }
 }
 
@@ -380,7 +394,7 @@ mod tests {
 
     #[test]
     fn hit_miss_and_budget() {
-        let c = BufferCache::new(1024, 32 * 1024);
+        let c = BufferCache::new(1024, Arc::new(MemoryBudget::fixed(32 * 1024, 0)));
         for i in 0..200u64 {
             let b = c.get(i, |d| -> Result<(), ()> {
                 d[0] = i as u8;
@@ -398,7 +412,7 @@ mod tests {
     /// budget too: once written (clean), they are evicted like read ones.
     #[test]
     fn installed_blocks_respect_the_budget() {
-        let c = BufferCache::new(1024, 32 * 1024);
+        let c = BufferCache::new(1024, Arc::new(MemoryBudget::fixed(32 * 1024, 0)));
         for i in 0..2000u64 {
             c.install_draft(&mut c.lock(i), i, vec![i as u8; 1024].into_boxed_slice());
             c.peek(i).unwrap().mark_clean();
@@ -416,7 +430,7 @@ mod tests {
     /// draft, and the writer after that starts a new one.
     #[test]
     fn drafts_are_edited_in_place_and_published_on_read() {
-        let c = BufferCache::new(16, 1 << 20);
+        let c = BufferCache::new(16, Arc::new(MemoryBudget::fixed(1 << 20, 0)));
         let old = c.get(7, |d| -> Result<(), ()> {
             d.fill(1);
             Ok(())
@@ -450,7 +464,7 @@ mod tests {
     /// A change that fails makes no draft; a freed block's draft goes with it.
     #[test]
     fn failed_changes_and_forgotten_blocks_leave_no_draft() {
-        let c = BufferCache::new(16, 1 << 20);
+        let c = BufferCache::new(16, Arc::new(MemoryBudget::fixed(1 << 20, 0)));
         let mut g = c.lock(3);
         let r = c.modify(
             &mut g,

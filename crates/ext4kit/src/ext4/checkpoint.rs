@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use super::buffer::Buffer;
 use super::volume::Volume;
+use crate::budget::MemoryBudget;
 use crate::error::Result;
 
 /// Longest run of adjacent blocks written with one device write.
@@ -31,8 +32,9 @@ const MAX_RUN: usize = 256;
 pub struct DirtyMeta {
     blocks: parking_lot::Mutex<BTreeSet<u64>>,
     len: AtomicUsize,
-    /// Blocks past which a commit checkpoints.
-    limit: usize,
+    /// Past half of the buffer cache's current limit, a commit checkpoints.
+    budget: Arc<MemoryBudget>,
+    block_size: usize,
     /// Held for a whole checkpoint, and by `forget_freed` (balloc.rs): a block
     /// freed (and perhaps reused for file data) while a checkpoint is
     /// writing its old metadata contents would otherwise be overwritten
@@ -41,14 +43,20 @@ pub struct DirtyMeta {
 }
 
 impl DirtyMeta {
-    /// A set that asks for a checkpoint past `limit` blocks.
-    pub fn new(limit: usize) -> Self {
+    /// A set that asks for a checkpoint past half the buffers' limit.
+    pub fn new(budget: Arc<MemoryBudget>, block_size: usize) -> Self {
         DirtyMeta {
             blocks: parking_lot::Mutex::default(),
             len: AtomicUsize::new(0),
-            limit: limit.max(16),
+            budget,
+            block_size,
             io: parking_lot::Mutex::new(()),
         }
+    }
+
+    /// Blocks past which a commit checkpoints.
+    pub fn limit(&self) -> usize {
+        (self.budget.buffer_limit() / 2 / self.block_size).max(16)
     }
 
     /// Record committed blocks; true when the set is over its limit.
@@ -56,7 +64,7 @@ impl DirtyMeta {
         let mut set = self.blocks.lock();
         set.extend(blocks);
         self.len.store(set.len(), Ordering::Relaxed);
-        set.len() > self.limit
+        set.len() > self.limit()
     }
 
     /// Blocks waiting to be written.

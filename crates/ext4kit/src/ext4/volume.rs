@@ -17,6 +17,7 @@ use parking_lot::RwLock;
 
 use super::buffer::{Buffer, BufferCache, StripeGuard};
 use super::checkpoint::DirtyMeta;
+use crate::budget::MemoryBudget;
 use crate::error::{Error, Result};
 
 /// How to open an image.
@@ -107,6 +108,8 @@ pub struct Volume {
     pub warnings: Vec<String>,
     /// Metadata blocks, with their per-block write locks and drafts.
     pub bcache: BufferCache,
+    /// The cache memory shared by buffers and file pages.
+    pub budget: Arc<MemoryBudget>,
     /// The orphan chain's links (`orphan.rs`).
     pub orphans: super::orphan::OrphanLinks,
     /// Committed metadata blocks not yet written home (`checkpoint.rs`).
@@ -183,6 +186,7 @@ impl Volume {
             ));
         }
         let csum_seed = sb.metadata_csum().then(|| sb.csum_seed());
+        let budget = Arc::new(MemoryBudget::new(opts.cache_budget, block_size));
         let mut vol = Volume {
             dev,
             block_size,
@@ -200,18 +204,20 @@ impl Volume {
             unsigned_hash: sb.unsigned_hash(),
             read_only,
             warnings,
-            bcache: BufferCache::new(block_size, opts.cache_budget / 4),
+            bcache: BufferCache::new(block_size, budget.clone()),
             orphans: Default::default(),
             // Half the buffer cache may wait for a checkpoint. The more
             // blocks wait, the more changes each write carries: a create
             // storm in a directory larger than this (1,000,000 names is
             // ~11,000 leaf blocks, dirtied in hash order) writes about one
             // leaf per create at any threshold below the directory's size,
-            // and the threshold sets how many creates share one. A quarter
-            // cost seed 004 ~1 µs more per create at 1,000,000 names; more
-            // than half would leave too little room for clean blocks
-            // (dirty ones are never evicted).
-            dirty_meta: DirtyMeta::new(opts.cache_budget / 8 / block_size),
+            // and the threshold sets how many creates share one. More than
+            // half would leave too little room for clean blocks (dirty
+            // ones are never evicted). Half of the buffer cache's current
+            // limit: with file pages idle, that is 96 MiB of a 256 MiB
+            // budget, which holds such a directory.
+            dirty_meta: DirtyMeta::new(budget.clone(), block_size),
+            budget,
             inode_overflow_group: Default::default(),
             sb_lock: parking_lot::Mutex::new(()),
             stats: Stats::default(),

@@ -156,7 +156,7 @@ impl Fs {
         }
         let budget = opts.cache_budget;
         let block_size = vol.block_size;
-        let pages = Arc::new(PageBudget::new(budget / 2, block_size));
+        let pages = Arc::new(PageBudget::new(vol.budget.clone(), block_size));
         let fs = Arc::new(Fs {
             icache: icache::Icache::new((budget / 8 / 1024).max(1024), pages.clone()),
             dcache: dcache::Dcache::new(ROOT_INO, (budget / 8 / 256).max(4096)),
@@ -488,6 +488,9 @@ impl Fs {
 
     /// Give back page-cache memory: sweep inodes' clean pages (clock).
     pub(crate) fn shrink_pages(&self) {
+        // Buffers that grew into the pages' share while file data was idle
+        // give it back first (see `crate::budget`).
+        self.vol.bcache.give_back();
         let target = self.pages.limit() / 4 * 3;
         self.icache.for_each(|i| {
             let n = i.pages.sweep();

@@ -33,6 +33,8 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
+use crate::budget::MemoryBudget;
+
 /// One cached block of file data.
 #[derive(Debug)]
 pub struct Page {
@@ -314,44 +316,41 @@ impl PageMap {
     }
 }
 
-/// Memory accounting shared by every inode's page map.
+/// Memory accounting shared by every inode's page map, within the budget
+/// the page cache shares with the metadata buffers (`crate::budget`).
 #[derive(Debug)]
 pub struct PageBudget {
-    bytes: AtomicUsize,
-    limit: usize,
+    budget: Arc<MemoryBudget>,
     dirty: AtomicUsize,
-    dirty_limit: usize,
     page_size: usize,
 }
 
 impl PageBudget {
-    /// A budget of `limit` bytes of `page_size`-byte pages; a quarter of it
-    /// may be dirty before writers must write back.
-    pub fn new(limit: usize, page_size: usize) -> Self {
-        let limit = limit.max(page_size * 64);
+    /// Pages of `page_size` bytes within `budget`; an eighth of the whole
+    /// budget may be dirty before writers must write back.
+    pub fn new(budget: Arc<MemoryBudget>, page_size: usize) -> Self {
         PageBudget {
-            bytes: AtomicUsize::new(0),
-            limit,
+            budget,
             dirty: AtomicUsize::new(0),
-            dirty_limit: (limit / 4).max(page_size * 16),
             page_size,
         }
     }
 
     /// Account for `n` new pages; true when the budget is now exceeded.
     pub fn charge(&self, n: usize) -> bool {
-        self.bytes.fetch_add(n * self.page_size, Ordering::Relaxed) + n * self.page_size > self.limit
+        self.budget.pages.fetch_add(n * self.page_size, Ordering::Relaxed) + n * self.page_size > self.limit()
     }
 
     /// Release `n` pages.
     pub fn release(&self, n: usize) {
-        self.bytes.fetch_sub(n * self.page_size, Ordering::Relaxed);
+        self.budget.pages.fetch_sub(n * self.page_size, Ordering::Relaxed);
     }
 
     /// Account for `n` newly dirty pages; true when the dirty budget is now
     /// exceeded.
     pub fn charge_dirty(&self, n: usize) -> bool {
-        self.dirty.fetch_add(n * self.page_size, Ordering::Relaxed) + n * self.page_size > self.dirty_limit
+        self.dirty.fetch_add(n * self.page_size, Ordering::Relaxed) + n * self.page_size
+            > self.budget.dirty_page_limit()
     }
 
     /// `n` pages were written back (or dropped).
@@ -361,7 +360,7 @@ impl PageBudget {
 
     /// Whether dirty pages exceed the dirty budget.
     pub fn dirty_over(&self) -> bool {
-        self.dirty.load(Ordering::Relaxed) > self.dirty_limit
+        self.dirty.load(Ordering::Relaxed) > self.budget.dirty_page_limit()
     }
 
     /// Bytes of dirty pages.
@@ -371,12 +370,12 @@ impl PageBudget {
 
     /// Bytes in use.
     pub fn used(&self) -> usize {
-        self.bytes.load(Ordering::Relaxed)
+        self.budget.page_bytes()
     }
 
-    /// The configured limit.
+    /// Bytes the page cache may use now (what the buffers leave).
     pub fn limit(&self) -> usize {
-        self.limit
+        self.budget.page_limit()
     }
 }
 
