@@ -15,7 +15,6 @@
 //! fdatasync write every dirty metadata block before the device flush
 //! (with a journal, fsync commits the whole running transaction too).
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -30,7 +29,11 @@ const MAX_RUN: usize = 256;
 /// Metadata blocks committed but not yet written home.
 #[derive(Debug)]
 pub struct DirtyMeta {
-    blocks: parking_lot::Mutex<BTreeSet<u64>>,
+    /// Unordered: most commits re-add blocks already waiting (the same
+    /// directory leaf, descriptor, bitmap), and a hash set answers that in
+    /// O(1) where a tree of 24,000 blocks walked cold nodes; the
+    /// checkpoint sorts what it takes.
+    blocks: parking_lot::Mutex<foldhash::HashSet<u64>>,
     len: AtomicUsize,
     /// Past half of the buffer cache's current limit, a commit checkpoints.
     budget: Arc<MemoryBudget>,
@@ -77,10 +80,16 @@ impl DirtyMeta {
         self.len() == 0
     }
 
-    fn take(&self) -> BTreeSet<u64> {
-        let mut set = self.blocks.lock();
-        self.len.store(0, Ordering::Relaxed);
-        std::mem::take(&mut *set)
+    /// Everything waiting, in block order.
+    fn take(&self) -> Vec<u64> {
+        let set = {
+            let mut set = self.blocks.lock();
+            self.len.store(0, Ordering::Relaxed);
+            std::mem::take(&mut *set)
+        };
+        let mut v: Vec<u64> = set.into_iter().collect();
+        v.sort_unstable();
+        v
     }
 
     /// Put back blocks a failed checkpoint did not write.
@@ -103,7 +112,7 @@ impl Volume {
             return Ok(());
         }
         let _io = self.dirty_meta.io.lock();
-        let todo: Vec<u64> = self.dirty_meta.take().into_iter().collect();
+        let todo = self.dirty_meta.take();
         let mut i = 0;
         while i < todo.len() {
             // One run: adjacent blocks whose current version is dirty.

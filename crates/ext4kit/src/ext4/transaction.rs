@@ -13,15 +13,15 @@
 //! into "log to jbd2" without changing any caller — that is why nothing in
 //! the engine writes metadata except through a handle.
 
-use std::collections::BTreeSet;
-
 use super::volume::{annotate, Volume};
 use crate::error::{Errno, Error, Result};
 
 /// An open transaction.
 pub struct Handle<'v> {
     vol: &'v Volume,
-    dirty: BTreeSet<u64>,
+    /// Blocks changed, each once (a handle changes a handful: a small
+    /// vector beats a tree, which allocated a node per handle).
+    dirty: Vec<u64>,
 }
 
 impl std::fmt::Debug for Handle<'_> {
@@ -38,7 +38,7 @@ impl Volume {
         }
         Ok(Handle {
             vol: self,
-            dirty: BTreeSet::new(),
+            dirty: Vec::new(),
         })
     }
 }
@@ -61,7 +61,7 @@ impl<'v> Handle<'v> {
             |g| vol.buffer_locked(g, block).map_err(|e| annotate(e, "metadata update")),
             f,
         )?;
-        self.dirty.insert(block);
+        self.note(block);
         Ok(r)
     }
 
@@ -73,8 +73,14 @@ impl<'v> Handle<'v> {
         }
         let mut g = self.vol.bcache.lock(block);
         self.vol.bcache.install_draft(&mut g, block, data);
-        self.dirty.insert(block);
+        self.note(block);
         Ok(())
+    }
+
+    fn note(&mut self, block: u64) {
+        if !self.dirty.contains(&block) {
+            self.dirty.push(block);
+        }
     }
 
     /// Blocks this handle has changed.

@@ -71,9 +71,10 @@ impl DcacheGuard<'_> {
     /// Insert a lookup result; an entry inserted concurrently wins.
     pub fn insert(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> &Arc<Dentry> {
         let d = Dentry::child(parent, name, ino, ftype);
-        let got = self.m.get_or_insert(Key(parent.ino, Box::from(name)), d.clone());
+        let key = Key(parent.ino, Arc::from(name));
+        let got = self.m.get_or_insert(key.clone(), d.clone());
         if Arc::ptr_eq(got, &d) {
-            self.c.clock.push(Key(parent.ino, Box::from(name)));
+            self.c.clock.push(key);
         }
         self.c.index_dir(got);
         self.c.maybe_evict(&self.m);
@@ -81,9 +82,10 @@ impl DcacheGuard<'_> {
     }
 }
 
-/// Map key: directory inode and name, owned.
+/// Map key: directory inode and name, owned; the map and the clock queue
+/// share one copy of the name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key(u32, Box<[u8]>);
+struct Key(u32, Arc<[u8]>);
 
 /// Borrowed form of [`Key`] for allocation-free lookups; hashes identically.
 struct KeyRef<'a>(u32, &'a [u8]);
@@ -221,8 +223,9 @@ impl Dcache {
     pub fn set(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
         let d = Dentry::child(parent, name, ino, ftype);
         let m = self.map.pin();
-        if m.insert(Key(parent.ino, Box::from(name)), d.clone()).is_none() {
-            self.clock.push(Key(parent.ino, Box::from(name)));
+        let key = Key(parent.ino, Arc::from(name));
+        if m.insert(key.clone(), d.clone()).is_none() {
+            self.clock.push(key);
         }
         self.index_dir(&d);
         self.maybe_evict(&m);
@@ -320,12 +323,21 @@ impl Dcache {
         let (np, op) = (self.dir(new_dir), self.dir(old_dir));
         if let (Some(d), Some(np)) = (src.filter(|d| d.is_positive()), np) {
             self.move_dentry(&d, &np, new_name);
-            m.insert(Key(new_dir, Box::from(new_name)), d);
+            // The moved dentry joins the clock under its new key (its old
+            // key there is stale now): without it, a renamed dentry was
+            // never evicted.
+            let key = Key(new_dir, Arc::from(new_name));
+            if m.insert(key.clone(), d).is_none() {
+                self.clock.push(key);
+            }
         }
         if exchange {
             if let (Some(d), Some(op)) = (dst.filter(|d| d.is_positive()), op) {
                 self.move_dentry(&d, &op, old_name);
-                m.insert(Key(old_dir, Box::from(old_name)), d);
+                let key = Key(old_dir, Arc::from(old_name));
+                if m.insert(key.clone(), d).is_none() {
+                    self.clock.push(key);
+                }
             }
         } else if let Some(d) = dst.filter(|d| d.ftype == Some(FileType::Directory)) {
             let dm = self.dirs.pin();
@@ -412,6 +424,31 @@ mod tests {
         assert_eq!(c.d_path(c.root()), b"/".to_vec());
         let neg = c.insert(&a, b"missing", 0, None);
         assert!(!neg.is_positive());
+    }
+
+    /// Renamed dentries stay evictable: a rename storm keeps the cache
+    /// near its limit (they used to leave the eviction queue for good).
+    #[test]
+    fn renamed_dentries_are_still_evicted() {
+        let c = Dcache::new(2, 256);
+        for i in 0..2000u32 {
+            let old = format!("a{i}");
+            c.insert(c.root(), old.as_bytes(), 100 + i, Some(FileType::Regular));
+            c.renamed(2, old.as_bytes(), 2, format!("b{i}").as_bytes(), false);
+        }
+        for i in 0..100u32 {
+            c.insert(c.root(), format!("c{i}").as_bytes(), 5000 + i, Some(FileType::Regular));
+        }
+        assert!(
+            c.len() <= 256 + 256 / 4 + 1,
+            "{} dentries cached for a limit of 256",
+            c.len()
+        );
+        assert_eq!(
+            c.with(2, b"b1999", |d| d.ino),
+            Some(2099),
+            "the newest renamed entry is still there"
+        );
     }
 
     #[test]
