@@ -1,12 +1,13 @@
 //! The allocator the `ext4kit` binaries and benchmark programs ship with:
 //! mimalloc, tuned for the engine's allocation pattern.
 //!
-//! Why mimalloc: metadata blocks are copy-on-write (a 4 KiB copy per
-//! change, freed when the last reader lets go), and the caches free what
-//! they evict. Under glibc that churn fragmented the heap until
-//! `_int_malloc` was a fifth of a create at 500,000 files and a create
-//! storm ran at 39% of its starting speed by 1,000,000 files; with mimalloc
-//! it stays at 68% (issue 3's notes, `seeds-create`).
+//! Why mimalloc: a metadata block read after a change is a new 4 KiB
+//! version (published from its draft, copied again at the next change,
+//! freed when the last reader lets go), and the caches free what they
+//! evict. Under glibc that churn — then a copy at every change — fragmented
+//! the heap until `_int_malloc` was a fifth of a create at 500,000 files
+//! and a create storm ran at 39% of its starting speed by 1,000,000 files;
+//! with mimalloc it stayed at 68% (issue 3's notes, `seeds-create`).
 //!
 //! Why [`tune`]: mimalloc returns freed memory to the kernel 10 ms after
 //! it falls free (`purge_delay`). The engine's memory is bounded by its

@@ -43,8 +43,8 @@ struct Args {
     #[arg(long, default_value = "target/bench-create")]
     dir: PathBuf,
     /// ext4kit's cache budget in MiB (the library's default is 256): a
-    /// budget that holds the whole directory shows what the curve owes to
-    /// eviction and what to the directory's size.
+    /// budget that holds every inode and dentry too shows what the curve
+    /// owes to eviction and what to the directory's size.
     #[arg(long, default_value_t = 256)]
     cache_mib: usize,
 }
