@@ -27,7 +27,9 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "ext4kit", version, about, long_about = None, after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata\n  ext4kit mkfs -d rootfs/ disk.img 256M   build an image from a directory\n  ext4kit put site/ disk.img:/srv/www   copy a tree in\n  ext4kit mkdir -p disk.img /srv/www\n  ext4kit mv disk.img /srv/www /srv/site\n  ext4kit ln -s disk.img /srv/site /www\n  ext4kit rm -r disk.img /srv\n  ext4kit chown disk.img 1000:1000 /home/me\n  ext4kit setfattr disk.img -n user.note -v hello /etc/motd")]
 struct Cli {
-    /// Cache memory budget in MiB (inodes, dentries, pages).
+    /// Cache memory budget in MiB: metadata blocks and file pages share
+    /// three quarters of it (each takes what the other leaves); inodes and
+    /// dentries have the rest.
     #[arg(long, global = true, default_value_t = 256, value_name = "MIB")]
     cache_mib: usize,
     #[command(subcommand)]
