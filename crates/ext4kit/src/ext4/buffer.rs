@@ -177,28 +177,17 @@ impl BufferCache {
         loop {
             {
                 let m = self.map.pin();
-                if let Some(b) = m.get(&block) {
-                    if !b.draft {
-                        crate::vfs::touch(&b.referenced);
-                        self.hits.fetch_add(1, Ordering::Relaxed);
-                        return Ok(b.clone());
-                    }
+                if let Some(b) = m.get(&block).filter(|b| !b.draft) {
+                    return Ok(self.hit(b.clone()));
                 }
             }
             // A draft: publish it (or find it published).
             if let Some(b) = self.peek(block) {
-                crate::vfs::touch(&b.referenced);
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(b);
+                return Ok(self.hit(b));
             }
             // A miss reads without any lock: a block that is not cached is
             // clean, so the disk holds its current bytes.
-            let buf = Arc::new(Buffer::new(block, self.read_block(&mut read)?));
-            let m = self.map.pin();
-            let got = m.get_or_insert(block, buf.clone()).clone();
-            if Arc::ptr_eq(&got, &buf) {
-                self.added(&m, block);
-            }
+            let got = self.fill(block, &mut read)?;
             if !got.draft {
                 return Ok(got);
             }
@@ -214,27 +203,32 @@ impl BufferCache {
         block: u64,
         read: impl FnMut(&mut [u8]) -> Result<(), E>,
     ) -> Result<Arc<Buffer>, E> {
-        if let Some(b) = self.peek_locked(g, block) {
-            crate::vfs::touch(&b.referenced);
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(b);
+        match self.peek_locked(g, block) {
+            Some(b) => Ok(self.hit(b)),
+            // Under the stripe lock no draft can appear: the insert wins, or
+            // loses to a reader's miss of the same (clean) bytes.
+            None => self.fill(block, read),
         }
-        let buf = Arc::new(Buffer::new(block, self.read_block(read)?));
+    }
+
+    fn hit(&self, b: Arc<Buffer>) -> Arc<Buffer> {
+        crate::vfs::touch(&b.referenced);
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        b
+    }
+
+    /// Read `block` with `read` and cache it; what is cached by then wins.
+    fn fill<E>(&self, block: u64, mut read: impl FnMut(&mut [u8]) -> Result<(), E>) -> Result<Arc<Buffer>, E> {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let mut data = vec![0u8; self.block_size].into_boxed_slice();
+        read(&mut data)?;
+        let buf = Arc::new(Buffer::new(block, data));
         let m = self.map.pin();
-        // Under the stripe lock no draft can appear: the insert wins, or
-        // loses to a reader's miss of the same (clean) bytes.
         let got = m.get_or_insert(block, buf.clone()).clone();
         if Arc::ptr_eq(&got, &buf) {
             self.added(&m, block);
         }
         Ok(got)
-    }
-
-    fn read_block<E>(&self, mut read: impl FnMut(&mut [u8]) -> Result<(), E>) -> Result<Box<[u8]>, E> {
-        self.misses.fetch_add(1, Ordering::Relaxed);
-        let mut data = vec![0u8; self.block_size].into_boxed_slice();
-        read(&mut data)?;
-        Ok(data)
     }
 
     /// Change `block` through `f`, in its draft: the first change since the
@@ -340,6 +334,12 @@ impl BufferCache {
         let b = Arc::new(Buffer::written(block, data));
         m.insert(block, b.clone());
         Some(b)
+    }
+
+    /// Whether `b` is `block`'s current version (not replaced, no draft
+    /// started since), without publishing anything.
+    pub fn is_current(&self, block: u64, b: &Arc<Buffer>) -> bool {
+        self.map.pin().get(&block).is_some_and(|c| Arc::ptr_eq(c, b))
     }
 
     /// Whether `block` is cached (as a version or a draft).

@@ -150,15 +150,11 @@ impl Volume {
                     return Err(e);
                 }
                 for (blk, b) in &run {
-                    let mut g = self.bcache.lock(*blk);
+                    let _g = self.bcache.lock(*blk);
                     // Only the version we wrote becomes clean; a newer one
-                    // (a draft started since, published by this peek) was
-                    // made by a handle whose commit records it.
-                    if self
-                        .bcache
-                        .peek_locked(&mut g, *blk)
-                        .is_some_and(|c| Arc::ptr_eq(&c, b))
-                    {
+                    // (or a draft started since) was made by a handle whose
+                    // commit records it.
+                    if self.bcache.is_current(*blk, b) {
                         b.mark_clean();
                     }
                 }

@@ -3,8 +3,8 @@
 //! A [`Handle`] gathers the metadata blocks an operation modifies. Each
 //! block is changed under its block lock in the block's draft (a private
 //! copy, see `buffer.rs`), published as a new immutable version when a
-//! reader asks for it — so readers never block on a writer and never see
-//! a half-made change to one block.
+//! reader asks for it — so readers never see a half-made change to one
+//! block, and wait for a writer only to publish its draft.
 //! `commit` hands the handle's blocks to the checkpoint (`checkpoint.rs`),
 //! which writes them home in block order at sync, fsync or over budget.
 //!
@@ -54,6 +54,12 @@ impl<'v> Handle<'v> {
     /// draft, so it must return its error before changing anything.
     pub fn modify<R>(&mut self, block: u64, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
         let vol = self.vol;
+        if !vol.bcache.contains(block) {
+            // Read an uncached block before taking its stripe lock, so that
+            // no reader publishing another draft of the stripe waits for
+            // our I/O (it is not cached, so it has no draft to publish).
+            vol.buffer(block).map_err(|e| annotate(e, "metadata update"))?;
+        }
         let mut g = vol.bcache.lock(block);
         let r = vol.bcache.modify(
             &mut g,
