@@ -255,8 +255,9 @@ impl Fs {
             dir.size.store(newsize, Ordering::Release);
             dir.reset_block_map();
         }
-        drop(drec);
+        // Under the directory's lock (see `create_at`).
         self.dcache.added(parent, name, ino, FileType::Directory);
+        drop(drec);
         self.stat_ino(ino)
     }
 
@@ -345,9 +346,10 @@ impl Fs {
         }
         *drec = newd;
         *vrec = newv;
+        // Under the directory's lock (see `create_at`).
+        self.dcache.remove(parent, name);
         drop(vrec);
         drop(drec);
-        self.dcache.remove(parent, name);
         if died == Death::Freed {
             self.icache.forget_if(&victim);
         }
@@ -408,9 +410,10 @@ impl Fs {
             dir.size.store(newsize, Ordering::Release);
             dir.reset_block_map();
         }
+        // Under the directory's lock (see `create_at`).
+        self.dcache.added(parent, name, ino, target.ftype);
         drop(trec);
         drop(drec);
-        self.dcache.added(parent, name, ino, target.ftype);
         self.stat_ino(ino)
     }
 
@@ -772,6 +775,9 @@ impl Fs {
         if let (Some(g), Some(n)) = (trec.as_mut(), new_t) {
             **g = n;
         }
+        // Under both directories' locks (see `create_at`).
+        self.dcache
+            .renamed(old_dir, old_name, new_dir, new_name, flags.exchange);
         drop(trec);
         drop(srec);
         drop(nrec);
@@ -784,8 +790,6 @@ impl Fs {
             nd.size.store(n_size, Ordering::Release);
             nd.reset_block_map();
         }
-        self.dcache
-            .renamed(old_dir, old_name, new_dir, new_name, flags.exchange);
         if let (Death::Freed, Some(d)) = (death, &dst) {
             self.icache.forget_if(d);
         }

@@ -293,9 +293,13 @@ impl Fs {
             dir.size.store(dir_rec.size(), std::sync::atomic::Ordering::Release);
             dir.reset_block_map();
         }
+        // The dentry changes under the directory's lock, as the kernel's
+        // d_instantiate under i_rwsem: after it, a later unlink or create
+        // of the same name could run first and ours would overwrite its
+        // entry with a stale one (a dead inode, or a name that is gone).
+        self.dcache.added(parent, name, ino, ftype);
         drop(dir_rec);
         let inode = self.icache.insert_new(ino, rec)?;
-        self.dcache.added(parent, name, ino, ftype);
         let st = Stat::from_inode(&self.vol, ino, &inode.disk.read());
         Ok(st)
     }
