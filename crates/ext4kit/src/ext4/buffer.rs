@@ -421,6 +421,33 @@ mod tests {
         assert_eq!(c.peek(1999).unwrap().data[0], 1999u64 as u8);
     }
 
+    /// Buffers that grew into the pages' share while pages were idle shrink
+    /// back to their own quarter when the page side asks (`give_back`);
+    /// dirty ones stay.
+    #[test]
+    fn give_back_returns_the_pages_share() {
+        let budget = Arc::new(MemoryBudget::new(1 << 20, 1024));
+        let c = BufferCache::new(1024, budget.clone());
+        for i in 0..600u64 {
+            c.install_draft(&mut c.lock(i), i, vec![1; 1024].into_boxed_slice());
+            if i >= 10 {
+                c.peek(i).unwrap().mark_clean();
+            }
+        }
+        assert!(
+            c.cached_bytes() > budget.buffer_share(),
+            "{} bytes cached",
+            c.cached_bytes()
+        );
+        c.give_back();
+        assert!(
+            c.cached_bytes() <= budget.buffer_share(),
+            "{} bytes after give_back",
+            c.cached_bytes()
+        );
+        assert!((0..10).all(|i| c.contains(i)), "dirty buffers are never given back");
+    }
+
     fn no_read(_: &mut [u8]) -> Result<(), ()> {
         panic!("the block is cached")
     }
