@@ -5,8 +5,8 @@
 //! copy, see `buffer.rs`), published as a new immutable version when a
 //! reader asks for it — so readers never see a half-made change to one
 //! block, and wait for a writer only to publish its draft. A writer reads
-//! an uncached block under the stripe lock (the conservative choice; an
-//! unlocked read first was tried and is not needed for speed).
+//! an uncached block under the stripe lock, so no other writer's change to
+//! it can land between the read and the draft.
 //! `commit` hands the handle's blocks to the checkpoint (`checkpoint.rs`),
 //! which writes them home in block order at sync, fsync or over budget.
 //!
