@@ -29,16 +29,59 @@ const SHARDS: usize = 64;
 /// One part of the table.
 type Shard = Mutex<HashMap<u64, Arc<Handle>>>;
 
-/// A directory listing taken at `OPENDIR`. `READDIR` offsets index into it
-/// (offset `k` resumes after entry `k - 1`), so a listing read in several
-/// calls is consistent and offsets stay valid however the directory
-/// changes meanwhile (what POSIX asks of `telldir`/`seekdir`).
+/// One entry of a directory listing: name, ext4 inode, type.
+pub type DirEntry = (Vec<u8>, u32, FileType);
+
+/// An open directory and the listing its reads index into. `READDIR`
+/// offsets index into the listing (offset `k` resumes after entry `k - 1`),
+/// so a listing read in several calls is consistent and offsets stay valid
+/// however the directory changes meanwhile (what POSIX asks of
+/// `telldir`/`seekdir`).
+///
+/// The listing is taken by the read at offset 0, not at `OPENDIR`: the
+/// kernel holds the directory's lock shared for a `READDIR`, and every
+/// change to it (create, unlink, rename) holds it exclusively until its
+/// reply is applied, so a listing taken there is the directory as of that
+/// read. `OPENDIR` holds no lock: a listing taken there and sent later
+/// lacked the names created in between, and with `FOPEN_CACHE_DIR` the
+/// kernel cached that stale listing as valid for the directory's version
+/// at the read — names went missing from every later `ls` until the
+/// directory changed again (stress test `directory_readers_...`). A read
+/// from offset 0 again (`rewinddir`) sees the directory as it is then, as
+/// POSIX asks.
 #[derive(Debug)]
-pub struct DirSnapshot {
-    /// (name, ext4 inode, type) in on-disk order, "." and ".." included.
-    pub entries: Vec<(Vec<u8>, u32, FileType)>,
+pub struct OpenDir {
     /// The directory's inode (FSYNCDIR on the handle).
     pub ino: u32,
+    listing: Mutex<Option<Arc<Vec<DirEntry>>>>,
+}
+
+impl OpenDir {
+    /// An open directory whose listing is taken at its first read.
+    pub fn new(ino: u32) -> Self {
+        OpenDir {
+            ino,
+            listing: Mutex::new(None),
+        }
+    }
+
+    /// The listing a read at `offset` indexes: a new one from `take` at
+    /// offset 0 (or when none was taken yet), else the one taken then.
+    pub fn listing<E>(
+        &self,
+        offset: u64,
+        take: impl FnOnce() -> Result<Vec<DirEntry>, E>,
+    ) -> Result<Arc<Vec<DirEntry>>, E> {
+        let mut l = self.listing.lock();
+        match &*l {
+            Some(cur) if offset != 0 => Ok(cur.clone()),
+            _ => {
+                let fresh = Arc::new(take()?);
+                *l = Some(fresh.clone());
+                Ok(fresh)
+            }
+        }
+    }
 }
 
 /// An open file that is closed through the engine ([`Fs::close_file`])
@@ -84,7 +127,7 @@ pub enum Handle {
     /// An open regular file (or other non-directory).
     File(OpenFile),
     /// An open directory.
-    Dir(DirSnapshot),
+    Dir(OpenDir),
 }
 
 /// The handle table.

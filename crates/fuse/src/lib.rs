@@ -35,7 +35,9 @@
 //!   virtiofs' `cache=always`), negative lookups are cached with the same
 //!   timeout (a reply with node id 0);
 //! - open files keep their page cache across opens (`FOPEN_KEEP_CACHE`),
-//!   directories may be cached by the kernel (`FOPEN_CACHE_DIR`), symlink
+//!   directories may be cached by the kernel (`FOPEN_CACHE_DIR`; the
+//!   listing is taken at the first READDIR, under the kernel's directory
+//!   lock, so the cache never holds one older than its version), symlink
 //!   targets too (`FUSE_CACHE_SYMLINKS`);
 //! - files are opened without OPEN (`FUSE_NO_OPEN_SUPPORT`, except with
 //!   `cache=direct`, whose FOPEN_DIRECT_IO is an OPEN reply flag): OPEN

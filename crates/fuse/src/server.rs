@@ -25,7 +25,7 @@ use fuser::{
 
 use crate::attr::{file_attr, kind};
 use crate::errno::{errno, res};
-use crate::handles::{DirSnapshot, Handle, Handles, OpenFile};
+use crate::handles::{DirEntry, Handle, Handles, OpenDir, OpenFile};
 use crate::nodes::{to_ext4, to_fuse, Nodes};
 
 /// How long the kernel may trust a name (entry) or attributes without
@@ -177,7 +177,8 @@ impl Ext4Fuse {
         c
     }
 
-    fn snapshot(&self, ino: u32) -> Result<DirSnapshot, Errno> {
+    /// The listing of directory `ino` as it is now (see [`OpenDir`]).
+    fn listing(&self, ino: u32) -> Result<Vec<DirEntry>, Errno> {
         let list = res(self.fs.read_dir_ino(ino))?;
         let mut entries = Vec::with_capacity(list.len());
         for e in list {
@@ -187,7 +188,7 @@ impl Ext4Fuse {
             };
             entries.push((e.name, e.ino, t));
         }
-        Ok(DirSnapshot { entries, ino })
+        Ok(entries)
     }
 
     /// Open flags for the engine from the kernel's. O_APPEND is not kept
@@ -900,12 +901,18 @@ impl Filesystem for Ext4Fuse {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.busy.touch();
-        match Self::ino(ino).and_then(|i| self.snapshot(i)) {
+        // The listing is taken by the first READDIR, under the kernel's
+        // directory lock (see `OpenDir`); here only the inode is checked.
+        let dir = Self::ino(ino).and_then(|i| match res(self.fs.inode(i))?.ftype {
+            Ft::Directory => Ok(i),
+            _ => Err(Errno::ENOTDIR),
+        });
+        match dir {
             // CACHE_DIR + KEEP_CACHE: the kernel may keep the listing in its
             // page cache across opens (it drops it when the directory changes
             // through the mount, the only way it can change).
-            Ok(s) => reply.opened(
-                FileHandle(self.handles.insert(Handle::Dir(s))),
+            Ok(i) => reply.opened(
+                FileHandle(self.handles.insert(Handle::Dir(OpenDir::new(i)))),
                 FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
             ),
             Err(e) => reply.error(e),
@@ -918,7 +925,8 @@ impl Filesystem for Ext4Fuse {
             let Handle::Dir(d) = h else {
                 return Err(Errno::ENOTDIR);
             };
-            for (i, (name, ino, t)) in d.entries.iter().enumerate().skip(offset as usize) {
+            let entries = d.listing(offset, || self.listing(d.ino))?;
+            for (i, (name, ino, t)) in entries.iter().enumerate().skip(offset as usize) {
                 if reply.add(to_fuse(*ino), i as u64 + 1, kind(*t), OsStr::from_bytes(name)) {
                     break;
                 }
@@ -938,7 +946,8 @@ impl Filesystem for Ext4Fuse {
             let Handle::Dir(d) = h else {
                 return Err(Errno::ENOTDIR);
             };
-            for (added, (i, (name, ino, _))) in d.entries.iter().enumerate().skip(offset as usize).enumerate() {
+            let entries = d.listing(offset, || self.listing(d.ino))?;
+            for (added, (i, (name, ino, _))) in entries.iter().enumerate().skip(offset as usize).enumerate() {
                 let one = |ino: u32| -> Result<_, Errno> {
                     if ino == 1 {
                         // FUSE's node 1 is the root: an entry naming ext4's
@@ -959,8 +968,10 @@ impl Filesystem for Ext4Fuse {
                 // The kernel binds each name sent here to its inode in its
                 // dentry cache (fuse_direntplus_link replaces a dentry that
                 // names another node), so the binding must be the
-                // directory's now, not the snapshot's: a name renamed over
-                // since the snapshot still names its old inode there, and
+                // directory's now, not the listing's: the listing was taken
+                // at offset 0, and between two READDIRPLUS calls of one
+                // listing the directory may change. A name renamed over
+                // since then still names its old inode there, and
                 // that inode may live on, unlinked, while the kernel holds
                 // it. Sent, it made the kernel's `atomic` name the replaced
                 // file again and its `tmp` name the file renamed away, which
@@ -970,7 +981,7 @@ impl Filesystem for Ext4Fuse {
                 // READDIRPLUS, and every change to the directory (create,
                 // unlink, rename) holds it exclusively until its reply is
                 // applied. A name removed since is skipped. Read-only
-                // mounts' snapshots cannot go stale.
+                // mounts' listings cannot go stale.
                 let now = || -> Result<_, Errno> {
                     if self.read_only || is_dot(name) {
                         return one(*ino);

@@ -549,6 +549,59 @@ fn mmap_write(p: &Path, len: usize) {
     }
 }
 
+/// A directory opened, changed, then read: later listings show the
+/// change. The server used to take the listing at OPENDIR (no lock held)
+/// and send it at the first READDIR; the kernel cached that listing, which
+/// lacked the name created in between, as valid for the directory's
+/// version at the READDIR, and served it to every later `ls` until the
+/// directory changed again (the stress test `directory_readers_...` lost
+/// names this way, under CPU load). Each step is checked through a fresh
+/// opendir, which the kernel answers from its cache when it can.
+#[test]
+fn a_listing_read_after_a_change_since_opendir_is_current() {
+    let mut m = Rw::new("opendir", "32M", &[]);
+    fs::create_dir(m.p("d")).unwrap();
+    fs::write(m.p("d/old"), b"x").unwrap();
+    let names = |p: &Path| -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&m.p("d")), ["old"]);
+    for round in 0..3 {
+        // opendir(3) opens now; the first getdents comes at the first next().
+        let mut open = fs::read_dir(m.p("d")).unwrap();
+        let new = format!("new-{round}");
+        fs::write(m.p(&format!("d/{new}")), b"y").unwrap();
+        if round == 2 {
+            fs::remove_file(m.p("d/old")).unwrap();
+        }
+        // As `ls` and Python's listdir do: a stat of the directory (the
+        // kernel then knows its new mtime) before the first read. Without
+        // it the kernel's cache check differs and the stale listing was
+        // not kept.
+        fs::metadata(m.p("d")).unwrap();
+        let first: Vec<String> = open
+            .by_ref()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        drop(open);
+        let mut want: Vec<String> = (0..=round).map(|r| format!("new-{r}")).collect();
+        if round < 2 {
+            want.push("old".into());
+        }
+        want.sort();
+        let mut first = first;
+        first.sort();
+        assert_eq!(first, want, "round {round}: the first read after the change");
+        assert_eq!(names(&m.p("d")), want, "round {round}: a later listing");
+    }
+    m.unmount();
+}
+
 #[test]
 fn an_unlinked_open_file_is_freed_at_its_last_close() {
     let mut m = Rw::new("orphan", "64M", &[]);
