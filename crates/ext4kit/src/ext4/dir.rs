@@ -27,6 +27,19 @@ pub struct DirEntry {
     pub file_type: Option<FileType>,
 }
 
+/// How a directory operation reads leaf blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeafAccess {
+    /// A reader: a leaf's draft is published first (readers only ever see
+    /// immutable versions, see `buffer.rs`).
+    Read,
+    /// A writer that holds the directory's lock for writing and is about
+    /// to change it (create, link, unlink): a leaf's draft is read in place
+    /// and stays a draft, so the change edits it instead of copying the
+    /// block (see `BufferCache::read_newest`).
+    Write,
+}
+
 /// A directory as needed for reading: its inode, number, and block map.
 #[derive(Debug, Clone, Copy)]
 pub struct DirRef<'a> {
@@ -126,6 +139,48 @@ impl Volume {
         Ok(Some(buf))
     }
 
+    /// Run `f` on leaf `lblk` (its physical block and bytes), read as
+    /// `access` says and checked once as a leaf; `None` for a hole.
+    pub(crate) fn with_leaf<R>(
+        &self,
+        dir: DirRef<'_>,
+        lblk: u64,
+        access: LeafAccess,
+        f: impl FnOnce(u64, &[u8]) -> R,
+    ) -> Result<Option<R>> {
+        if access == LeafAccess::Read {
+            return Ok(self.dir_leaf(dir, lblk)?.map(|b| f(b.block, &b.data)));
+        }
+        self.count_dir_block();
+        let pblk = match dir.map.map(self, lblk)? {
+            Mapping::Mapped {
+                pblk, uninit: false, ..
+            } => pblk,
+            _ => return Ok(None),
+        };
+        self.check_meta_block(pblk)?;
+        let fmt = self.dir_format();
+        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
+        // A draft is not checked again: every leaf draft starts from a
+        // version checked here or by `dir_leaf`, or from a leaf we built.
+        self.bcache
+            .read_newest(
+                pblk,
+                |d| self.read_raw(pblk, d),
+                |buf| {
+                    buf.check_once(|d| dirent::check_block(d, fmt, seed)).map_err(|e| {
+                        Error::corrupt(
+                            format!("directory inode {} block {lblk} (disk block {pblk})", dir.ino),
+                            e,
+                        )
+                    })
+                },
+                |d| f(pblk, d),
+            )
+            .map(Some)
+            .map_err(|e| annotate(e, &format!("directory inode {} block {lblk}", dir.ino)))
+    }
+
     /// Whether a block is an htree interior node: one empty record spanning
     /// the block (which is also what an empty leaf looks like without
     /// checksums — both hold no names, so readdir may skip either).
@@ -187,6 +242,17 @@ impl Volume {
     /// Find `name` in a directory: through the htree when indexed, else by
     /// scanning. Returns the entry's inode number and type.
     pub fn lookup(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
+        self.lookup_as(dir, name, LeafAccess::Read)
+    }
+
+    /// [`Self::lookup`] for a caller that holds the directory's lock for
+    /// writing and is about to change it (the existence check of create,
+    /// link and unlink): leaves are read with [`LeafAccess::Write`].
+    pub fn lookup_for_write(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
+        self.lookup_as(dir, name, LeafAccess::Write)
+    }
+
+    fn lookup_as(&self, dir: DirRef<'_>, name: &[u8], access: LeafAccess) -> Result<Option<(u32, Option<FileType>)>> {
         if let BlockMap::Inline(data) = dir.map {
             return Ok(self
                 .read_inline_dir(dir, data)?
@@ -200,7 +266,7 @@ impl Volume {
             match name {
                 b"." => return Ok(Some((dir.ino, Some(FileType::Directory)))),
                 b".." => return Ok(Some((self.dotdot(dir)?, Some(FileType::Directory)))),
-                _ => return self.dx_lookup(dir, name),
+                _ => return self.dx_lookup(dir, name, access),
             }
         }
         let nblocks = dir.nblocks(self);
@@ -208,7 +274,7 @@ impl Volume {
         self.check_distinct(dir, &runs)?;
         for (lstart, _p, len) in runs {
             for lblk in lstart..lstart + len {
-                if let Some(hit) = self.search_leaf(dir, lblk, name)? {
+                if let Some(hit) = self.search_leaf(dir, lblk, name, access)? {
                     return Ok(Some(hit));
                 }
             }
@@ -222,15 +288,15 @@ impl Volume {
         dir: DirRef<'_>,
         lblk: u64,
         name: &[u8],
+        access: LeafAccess,
     ) -> Result<Option<(u32, Option<FileType>)>> {
-        let Some(buf) = self.dir_leaf(dir, lblk)? else {
-            return Ok(None);
-        };
         let fmt = self.dir_format();
-        let hit = dirent::entries(&buf.data, fmt)
-            .find(|e| e.inode != 0 && e.name == name)
-            .map(|e| (e.inode, FileType::from_dirent(e.file_type)));
-        Ok(hit)
+        let hit = self.with_leaf(dir, lblk, access, |_, d| {
+            dirent::entries(d, fmt)
+                .find(|e| e.inode != 0 && e.name == name)
+                .map(|e| (e.inode, FileType::from_dirent(e.file_type)))
+        })?;
+        Ok(hit.flatten())
     }
 
     /// Entries of an inline directory: `i_block[0..4]` is the parent inode,

@@ -14,7 +14,7 @@ use ext4kit_format::dirent;
 use ext4kit_format::inode::FileType;
 
 use super::bmap::BlockMap;
-use super::dir::DirRef;
+use super::dir::{DirRef, LeafAccess};
 use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
@@ -39,8 +39,8 @@ impl Volume {
             )));
         }
         let candidates: Vec<u64> = if dir.is_indexed(self) {
-            match self.dx_find(dir, name)? {
-                Some(l) => vec![l],
+            match self.dx_find(dir, name, LeafAccess::Write)? {
+                Some((l, _)) => vec![l],
                 None => return Ok(None),
             }
         } else {
@@ -53,20 +53,27 @@ impl Volume {
         };
         let fmt = self.dir_format();
         let limit = self.leaf_limit();
+        // The caller holds the directory's lock and changes the record
+        // next: leaves are read as a writer's (drafts stay drafts).
         for lblk in candidates {
-            let Some(buf) = self.dir_leaf(dir, lblk)? else { continue };
-            let mut prev = None;
-            for e in dirent::entries(&buf.data[..limit.min(buf.data.len())], fmt) {
-                if e.inode != 0 && e.name == name {
-                    return Ok(Some(Found {
-                        pblk: buf.block,
-                        off: e.offset,
-                        prev,
-                        ino: e.inode,
-                        ft: e.file_type,
-                    }));
+            let found = self.with_leaf(dir, lblk, LeafAccess::Write, |pblk, d| {
+                let mut prev = None;
+                for e in dirent::entries(&d[..limit.min(d.len())], fmt) {
+                    if e.inode != 0 && e.name == name {
+                        return Some(Found {
+                            pblk,
+                            off: e.offset,
+                            prev,
+                            ino: e.inode,
+                            ft: e.file_type,
+                        });
+                    }
+                    prev = Some(e.offset);
                 }
-                prev = Some(e.offset);
+                None
+            })?;
+            if let Some(f) = found.flatten() {
+                return Ok(Some(f));
             }
         }
         Ok(None)

@@ -24,7 +24,7 @@ use ext4kit_format::htree::{
 };
 use ext4kit_format::inode::{flags, Inode};
 
-use super::dir::DirRef;
+use super::dir::{DirRef, LeafAccess};
 use super::dir_insert::{find_slot, insert_at, leaf_records, packed_size, Rec};
 use super::htree::DxProbe;
 use super::transaction::Handle;
@@ -209,19 +209,25 @@ impl Volume {
             levels,
         } = self.dx_probe(dir, name)?;
         let leaf_lblk = self.dx_child(dir, path.last())?;
-        let leaf = self
-            .dir_leaf(dir, leaf_lblk)?
-            .ok_or_else(|| Error::corrupt_msg(loc(), "htree entry", format!("leaf {leaf_lblk} is a hole")))?;
+        let hole = || Error::corrupt_msg(loc(), "htree entry", format!("leaf {leaf_lblk} is a hole"));
         let limit = self.leaf_limit();
-        // The common case: room in the leaf. Root, nodes and one leaf read.
-        if let Some(off) = find_slot(&leaf.data, limit, fmt, rec_len_for(name.len())) {
-            h.modify(leaf.block, |d| {
+        // The common case: room in the leaf. Root, nodes and one leaf read
+        // — as a writer's, so the leaf's draft is edited in place.
+        let need = rec_len_for(name.len());
+        let (pblk, slot) = self
+            .with_leaf(dir, leaf_lblk, LeafAccess::Write, |pblk, d| {
+                (pblk, find_slot(d, limit, fmt, need))
+            })?
+            .ok_or_else(hole)?;
+        if let Some(off) = slot {
+            h.modify(pblk, |d| {
                 insert_at(d, off, fmt, name, ino, ftb);
                 self.finish_leaf(d, seed);
                 Ok(())
             })?;
             return Ok(false);
         }
+        let leaf = self.dir_leaf(dir, leaf_lblk)?.ok_or_else(hole)?;
 
         // No single gap fits, but the live records packed tight leave room
         // (a leaf fragmented by removals): compact it in place, no split.

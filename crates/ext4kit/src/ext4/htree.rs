@@ -12,7 +12,7 @@ use ext4kit_format::htree::{self, DxIndex};
 use ext4kit_format::inode::FileType;
 
 use super::buffer::Buffer;
-use super::dir::DirRef;
+use super::dir::{DirRef, LeafAccess};
 use super::volume::Volume;
 use crate::error::{Error, Result};
 
@@ -130,16 +130,25 @@ impl Volume {
     }
 
     /// Lookup through the index.
-    pub(crate) fn dx_lookup(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
-        match self.dx_find(dir, name)? {
-            Some(lblk) => self.search_leaf(dir, lblk, name),
-            None => Ok(None),
-        }
+    pub(crate) fn dx_lookup(
+        &self,
+        dir: DirRef<'_>,
+        name: &[u8],
+        access: LeafAccess,
+    ) -> Result<Option<(u32, Option<FileType>)>> {
+        Ok(self.dx_find(dir, name, access)?.map(|(_, hit)| hit))
     }
 
-    /// The leaf block holding `name`, following a collision chain across
-    /// leaves when the name's hash continues into the next block.
-    pub(crate) fn dx_find(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<u64>> {
+    /// The leaf block holding `name` and what the name's entry says,
+    /// following a collision chain across leaves when the name's hash
+    /// continues into the next block.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn dx_find(
+        &self,
+        dir: DirRef<'_>,
+        name: &[u8],
+        access: LeafAccess,
+    ) -> Result<Option<(u64, (u32, Option<FileType>))>> {
         let DxProbe {
             hash, mut path, levels, ..
         } = self.dx_probe(dir, name)?;
@@ -147,8 +156,8 @@ impl Volume {
         let mut visited = 0u64;
         loop {
             let leaf = self.dx_child(dir, path.last())?;
-            if self.search_leaf(dir, leaf, name)?.is_some() {
-                return Ok(Some(leaf));
+            if let Some(hit) = self.search_leaf(dir, leaf, name, access)? {
+                return Ok(Some((leaf, hit)));
             }
             visited += 1;
             if visited > nblocks {

@@ -340,7 +340,7 @@ impl Volume {
         self.bcache.get_locked(g, block, |d| self.read_raw(block, d))
     }
 
-    fn check_meta_block(&self, block: u64) -> Result<()> {
+    pub(crate) fn check_meta_block(&self, block: u64) -> Result<()> {
         if block == 0 || block >= self.blocks_count {
             return Err(Error::corrupt_msg(
                 format!("block {block}"),

@@ -195,7 +195,7 @@ impl Fs {
             inode: &drec,
             map: &map,
         };
-        if self.vol.lookup(dref, name)?.is_some() {
+        if self.vol.lookup_for_write(dref, name)?.is_some() {
             return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name))));
         }
         if drec.base.links_count >= LINK_MAX && !self.dir_nlink() {
@@ -292,7 +292,7 @@ impl Fs {
             inode: &drec,
             map: &map,
         };
-        let Some((ino, _)) = self.vol.lookup(dref, name)? else {
+        let Some((ino, _)) = self.vol.lookup_for_write(dref, name)? else {
             return Err(Error::posix(
                 Errno::ENOENT,
                 format!("{}: no such file or directory", show(name)),
@@ -371,7 +371,7 @@ impl Fs {
             inode: &drec,
             map: &map,
         };
-        if self.vol.lookup(dref, name)?.is_some() {
+        if self.vol.lookup_for_write(dref, name)?.is_some() {
             return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name))));
         }
         let target = self.inode(ino)?;

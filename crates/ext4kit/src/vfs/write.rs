@@ -241,7 +241,7 @@ impl Fs {
             inode: &dir_rec,
             map: &map,
         };
-        if self.vol.lookup(dref, name)?.is_some() {
+        if self.vol.lookup_for_write(dref, name)?.is_some() {
             return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name))));
         }
         let (uid, gid) = match owner {
