@@ -224,8 +224,11 @@ impl Dcache {
         let d = Dentry::child(parent, name, ino, ftype);
         let m = self.map.pin();
         let key = Key(parent.ino, Arc::from(name));
-        if m.insert(key.clone(), d.clone()).is_none() {
-            self.clock.push(key);
+        match m.insert(key.clone(), d.clone()) {
+            None => self.clock.push(key),
+            // The entry it replaces (negative, or stale) keeps its place
+            // in the clock; a directory's stops being indexed.
+            Some(old) => self.unindex_dir(old),
         }
         self.index_dir(&d);
         self.maybe_evict(&m);
@@ -290,15 +293,21 @@ impl Dcache {
     pub fn remove(&self, dir_ino: u32, name: &[u8]) {
         let m = self.map.pin();
         if let Some(d) = m.remove(&KeyRef(dir_ino, name)) {
-            if d.ftype == Some(FileType::Directory) {
-                let dm = self.dirs.pin();
-                if dm
-                    .get(&d.ino)
-                    .and_then(Weak::upgrade)
-                    .is_some_and(|cur| Arc::ptr_eq(&cur, d))
-                {
-                    dm.remove(&d.ino);
-                }
+            self.unindex_dir(d);
+        }
+    }
+
+    /// A directory dentry leaving the map leaves the by-inode index too
+    /// (unless the index already names another dentry of that inode).
+    fn unindex_dir(&self, d: &Arc<Dentry>) {
+        if d.ftype == Some(FileType::Directory) {
+            let dm = self.dirs.pin();
+            if dm
+                .get(&d.ino)
+                .and_then(Weak::upgrade)
+                .is_some_and(|cur| Arc::ptr_eq(&cur, d))
+            {
+                dm.remove(&d.ino);
             }
         }
     }
@@ -306,9 +315,14 @@ impl Dcache {
     /// Record that a name was added: drop any negative entry and publish the
     /// positive one when the parent's dentry is known.
     pub fn added(&self, dir_ino: u32, name: &[u8], ino: u32, ftype: FileType) {
-        self.remove(dir_ino, name);
-        if let Some(p) = self.dir(dir_ino) {
-            self.set(&p, name, ino, Some(ftype));
+        // `set` replaces what is there in one step: a separate remove first
+        // was one more probe of the map per create, on cold memory once
+        // the directory is large (seed 004).
+        match self.dir(dir_ino) {
+            Some(p) => {
+                self.set(&p, name, ino, Some(ftype));
+            }
+            None => self.remove(dir_ino, name),
         }
     }
 
@@ -424,6 +438,28 @@ mod tests {
         assert_eq!(c.d_path(c.root()), b"/".to_vec());
         let neg = c.insert(&a, b"missing", 0, None);
         assert!(!neg.is_positive());
+    }
+
+    /// A created name replaces what was cached for it in one step: a
+    /// negative entry becomes positive (one entry, not two), and a
+    /// directory's dentry that is replaced leaves the by-inode index.
+    #[test]
+    fn added_replaces_negative_and_stale_entries() {
+        let c = Dcache::new(2, 1000);
+        c.insert(c.root(), b"x", 0, None);
+        c.added(2, b"x", 5, FileType::Regular);
+        assert_eq!(c.with(2, b"x", |d| d.ino), Some(5));
+        assert_eq!(c.len(), 1);
+        c.added(2, b"d", 7, FileType::Directory);
+        assert!(c.dir(7).is_some());
+        c.added(2, b"d", 9, FileType::Regular);
+        assert!(c.dir(7).is_none(), "the replaced directory dentry is unindexed");
+        assert_eq!(c.with(2, b"d", |d| d.ino), Some(9));
+        // Under a parent whose dentry is not cached, the name is forgotten.
+        c.insert(c.root(), b"sub", 40, Some(FileType::Directory));
+        c.remove(2, b"sub");
+        c.added(40, b"y", 6, FileType::Regular);
+        assert_eq!(c.with(40, b"y", |d| d.ino), None);
     }
 
     /// Renamed dentries stay evictable: a rename storm keeps the cache
