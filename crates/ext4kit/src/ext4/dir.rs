@@ -34,7 +34,7 @@ pub(crate) enum LeafAccess {
     /// immutable versions, see `buffer.rs`).
     Read,
     /// A writer that holds the directory's lock for writing and is about
-    /// to change it (create, link, unlink): a leaf's draft is read in place
+    /// to change it (create, link, unlink, rename): a leaf's draft is read in place
     /// and stays a draft, so the change edits it instead of copying the
     /// block (see `BufferCache::read_newest`).
     Write,
@@ -246,8 +246,8 @@ impl Volume {
     }
 
     /// [`Self::lookup`] for a caller that holds the directory's lock for
-    /// writing and is about to change it (the existence check of create,
-    /// link and unlink): leaves are read with [`LeafAccess::Write`].
+    /// writing and is about to change it (the lookups of create, link,
+    /// unlink and rename): leaves are read with [`LeafAccess::Write`].
     pub fn lookup_for_write(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
         self.lookup_as(dir, name, LeafAccess::Write)
     }

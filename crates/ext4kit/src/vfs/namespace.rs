@@ -514,13 +514,13 @@ impl Fs {
         if orec.base.links_count == 0 || nref.inode.base.links_count == 0 {
             return Err(Error::posix(Errno::ENOENT, "rename in a removed directory"));
         }
-        let Some((sino, _)) = self.vol.lookup(oref, old_name)? else {
+        let Some((sino, _)) = self.vol.lookup_for_write(oref, old_name)? else {
             return Err(Error::posix(
                 Errno::ENOENT,
                 format!("{}: no such file or directory", show(old_name)),
             ));
         };
-        let tgt = self.vol.lookup(nref, new_name)?.map(|(i, _)| i);
+        let tgt = self.vol.lookup_for_write(nref, new_name)?.map(|(i, _)| i);
         if flags.exchange && tgt.is_none() {
             return Err(Error::posix(
                 Errno::ENOENT,
