@@ -13,6 +13,10 @@
 //! runs (these machines are noisy: one run's intervals vary by ±30%, and
 //! the 0-10k interval lasts a tenth of a second). The ratios are printed
 //! two ways: of the columns' medians, and per run (see `ratio_line`).
+//! ext4kit's CPU time per create is printed too (it leaves out what the
+//! hypervisor stole). To see where a create's time goes at each size:
+//! `perf record -g target/release/seeds-create --no-kernel --runs 1
+//! --pause-ms 300`, then split the samples at the gaps.
 //! Acceptance (issue 3): ext4kit's files/s in the 40k-50k interval is at
 //! least 80% of the 0-10k interval, and stays flat to 1,000,000.
 
@@ -49,6 +53,11 @@ struct Args {
     /// owes to eviction and what to the directory's size.
     #[arg(long, default_value_t = 256)]
     cache_mib: usize,
+    /// Sleep this long after each ext4kit interval: under `perf record -g`
+    /// the samples then fall into groups split by the gaps, one per
+    /// interval, to compare what a create costs at 10k and at 1M.
+    #[arg(long, default_value_t = 0)]
+    pause_ms: u64,
 }
 
 fn points(max: u64) -> Vec<u64> {
@@ -86,8 +95,21 @@ fn make_image(path: &Path, fstype: &str, extra: &[&str], files: u64) -> Result<(
         .arg(size))
 }
 
-/// files/s per interval.
-fn ours(img: &Path, pts: &[u64], cache_mib: usize) -> Result<Vec<f64>, String> {
+/// CPU time this thread has used, in ns (Linux: /proc/thread-self/schedstat).
+fn thread_cpu_ns() -> Option<f64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// files/s per interval, and CPU µs per create per interval (NaN where the
+/// thread's CPU time cannot be read). CPU time leaves out what the VM's
+/// hypervisor stole and time spent waiting, so it moves less than files/s
+/// on these machines (though cache and memory contention still show).
+fn ours(img: &Path, pts: &[u64], cache_mib: usize, pause_ms: u64) -> Result<(Vec<f64>, Vec<f64>), String> {
     let fs = Fs::open_image(
         img,
         &OpenOptions {
@@ -98,10 +120,11 @@ fn ours(img: &Path, pts: &[u64], cache_mib: usize) -> Result<Vec<f64>, String> {
     .map_err(|e| e.to_string())?;
     fs.mkdir(b"/d", 0o755, &ext4kit::Cred::root())
         .map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
+    let (mut out, mut cpu) = (Vec::new(), Vec::new());
     let mut i = 0;
     for &p in pts {
         let t = Instant::now();
+        let c0 = thread_cpu_ns();
         let n = p - i;
         while i < p {
             fs.create(format!("/d/{}", name(i)).as_bytes(), 0o644, 0, 0)
@@ -109,12 +132,19 @@ fn ours(img: &Path, pts: &[u64], cache_mib: usize) -> Result<Vec<f64>, String> {
             i += 1;
         }
         out.push(n as f64 / t.elapsed().as_secs_f64());
+        cpu.push(match (c0, thread_cpu_ns()) {
+            (Some(a), Some(b)) => (b - a) / 1000.0 / n as f64,
+            _ => f64::NAN,
+        });
         eprint!("\rext4kit: {p} files");
+        if pause_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+        }
     }
     let t = Instant::now();
     fs.sync().map_err(|e| e.to_string())?;
     eprintln!(" (final sync {:.2} s)", t.elapsed().as_secs_f64());
-    Ok(out)
+    Ok((out, cpu))
 }
 
 fn kernel(img: &Path, mnt: &Path, pts: &[u64], label: &str) -> Result<Vec<f64>, String> {
@@ -191,14 +221,17 @@ fn real_main(a: &Args) -> Result<(), String> {
     std::fs::create_dir_all(&a.dir).map_err(|e| e.to_string())?;
     let pts = points(a.max);
     let img = a.dir.join("ours.img");
+    let mut cpu_all = Vec::new();
     let all = repeat(a.runs, || {
         make_image(&img, "ext4", &[], a.max)?;
-        let r = ours(&img, &pts, a.cache_mib)?;
+        let (r, cpu) = ours(&img, &pts, a.cache_mib, a.pause_ms)?;
         fsck(&img)?;
         let _ = std::fs::remove_file(&img);
+        cpu_all.push(cpu);
         Ok(r)
     })?;
     let ours = medians(&all);
+    let cpu = medians(&cpu_all);
     let (mut k4, mut k2) = (None, None);
     if !a.no_kernel {
         need_kernel("seeds-create")?;
@@ -219,12 +252,13 @@ fn real_main(a: &Args) -> Result<(), String> {
         })?));
     }
     println!(
-        "seed 004: creates in one directory, median files/s per interval over {} runs (higher is better)",
+        "seed 004: creates in one directory, median files/s per interval over {} runs (higher is better);",
         a.runs.max(1)
     );
+    println!("CPU µs: ext4kit's median CPU time per create in the interval (lower is better)");
     println!(
-        "{:>10} | {:>12} | {:>15} | {:>12} | {:>14} | {:>12}",
-        "files", "ext4kit", "ext4kit min-max", "kernel ext4", "kernel ext2", "ours/kernel4"
+        "{:>10} | {:>12} | {:>15} | {:>9} | {:>12} | {:>14} | {:>12}",
+        "files", "ext4kit", "ext4kit min-max", "CPU µs", "kernel ext4", "kernel ext2", "ours/kernel4"
     );
     for (k, &p) in pts.iter().enumerate() {
         let kk4 = k4.as_ref().map(|v| v[k]);
@@ -235,10 +269,11 @@ fn real_main(a: &Args) -> Result<(), String> {
             .iter()
             .fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
         println!(
-            "{:>10} | {:>12.0} | {:>15} | {:>12} | {:>14} | {:>12}",
+            "{:>10} | {:>12.0} | {:>15} | {:>9.2} | {:>12} | {:>14} | {:>12}",
             p,
             ours[k],
             format!("{lo:.0}-{hi:.0}"),
+            cpu[k],
             f(kk4),
             f(kk2),
             kk4.map_or("-".into(), |x| format!("{:.2}", ours[k] / x))
