@@ -489,19 +489,7 @@ mod tests {
             Ok(())
         });
         let old = old.unwrap();
-        let change = |byte: usize, v: u8| {
-            let mut g = c.lock(7);
-            c.modify(
-                &mut g,
-                7,
-                |g| c.get_locked(g, 7, no_read),
-                |d| -> Result<(), ()> {
-                    d[byte] = v;
-                    Ok(())
-                },
-            )
-            .unwrap();
-        };
+        let change = |byte: usize, v: u8| set_byte(&c, 7, byte, v);
         change(0, 2);
         change(1, 3);
         assert_eq!(&old.data[..2], &[1, 1], "a published version never changes");
@@ -512,6 +500,21 @@ mod tests {
         change(2, 4);
         assert_eq!(new.data[2], 1, "a published draft is copied again, not edited");
         assert_eq!(c.peek(7).unwrap().data[2], 4);
+    }
+
+    /// Set byte `at` of `block` as a writer does: through its draft.
+    fn set_byte(c: &BufferCache, block: u64, at: usize, v: u8) {
+        let mut g = c.lock(block);
+        c.modify(
+            &mut g,
+            block,
+            |g| c.get_locked(g, block, no_read),
+            |d| -> Result<(), ()> {
+                d[at] = v;
+                Ok(())
+            },
+        )
+        .unwrap();
     }
 
     /// A writer's read (`read_newest`) sees the draft's bytes and leaves
@@ -528,35 +531,16 @@ mod tests {
             }
         };
         let ok = |_: &Buffer| Ok(());
+        // Set byte `at` of block 5 through its draft; where the draft is now.
+        let change = |at: usize, v: u8| {
+            set_byte(&c, 5, at, v);
+            c.lock(5).drafts[&5].as_ptr()
+        };
         assert_eq!(c.read_newest(5, fill(1), ok, |d| d[0]), Ok(1), "a miss reads the disk");
-        let mut g = c.lock(5);
-        c.modify(
-            &mut g,
-            5,
-            |g| c.get_locked(g, 5, no_read),
-            |d| -> Result<(), ()> {
-                d[0] = 2;
-                Ok(())
-            },
-        )
-        .unwrap();
-        drop(g);
+        let first = change(0, 2);
         assert_eq!(c.read_newest(5, no_read, ok, |d| d[0]), Ok(2), "the draft's bytes");
         assert!(c.lock(5).drafts.contains_key(&5), "still a draft, not published");
-        let before = c.lock(5).drafts[&5].as_ptr();
-        let mut g = c.lock(5);
-        c.modify(
-            &mut g,
-            5,
-            |g| c.get_locked(g, 5, no_read),
-            |d| -> Result<(), ()> {
-                d[1] = 3;
-                Ok(())
-            },
-        )
-        .unwrap();
-        assert_eq!(g.drafts[&5].as_ptr(), before, "edited in place, not copied");
-        drop(g);
+        assert_eq!(change(1, 3), first, "edited in place, not copied");
         assert_eq!(&c.get(5, no_read).unwrap().data[..3], &[2, 3, 1]);
         assert_eq!(
             c.read_newest(6, fill(7), |_| Err(()), |d| d[0]),
