@@ -34,9 +34,9 @@ pub(crate) enum LeafAccess {
     /// immutable versions, see `buffer.rs`).
     Read,
     /// A writer that holds the directory's lock for writing and is about
-    /// to change it (create, link, unlink, rename): a leaf's draft is read in place
-    /// and stays a draft, so the change edits it instead of copying the
-    /// block (see `BufferCache::read_newest`).
+    /// to change it (create, link, unlink, rename): a leaf's draft is read
+    /// in place and stays a draft, so the change edits it instead of
+    /// copying the block (see `BufferCache::read_newest`).
     Write,
 }
 
