@@ -109,25 +109,32 @@ impl Volume {
         Ok(())
     }
 
-    /// Read logical block `lblk` of a directory as a raw buffer (no checks).
-    pub(crate) fn dir_block_raw(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<Arc<Buffer>>> {
+    /// Physical block of directory block `lblk` when it holds data (a
+    /// hole or an unwritten extent is `None`), counted as a directory
+    /// block read.
+    fn dir_block_pblk(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<u64>> {
         self.count_dir_block();
-        match dir.map.map(self, lblk)? {
+        Ok(match dir.map.map(self, lblk)? {
             Mapping::Mapped {
                 pblk, uninit: false, ..
-            } => self
-                .buffer(pblk)
-                .map(Some)
-                .map_err(|e| annotate(e, &format!("directory inode {} block {lblk}", dir.ino))),
-            _ => Ok(None),
-        }
+            } => Some(pblk),
+            _ => None,
+        })
     }
 
-    /// Read logical block `lblk` of a directory as a leaf, checked once.
-    pub(crate) fn dir_leaf(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<Arc<Buffer>>> {
-        let Some(buf) = self.dir_block_raw(dir, lblk)? else {
+    /// Read logical block `lblk` of a directory as a raw buffer (no checks).
+    pub(crate) fn dir_block_raw(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<Arc<Buffer>>> {
+        let Some(pblk) = self.dir_block_pblk(dir, lblk)? else {
             return Ok(None);
         };
+        self.buffer(pblk)
+            .map(Some)
+            .map_err(|e| annotate(e, &format!("directory inode {} block {lblk}", dir.ino)))
+    }
+
+    /// The structural check of leaf `lblk`, run once per cached version
+    /// (seed 004: checked when it comes from disk, then trusted).
+    fn check_leaf(&self, dir: DirRef<'_>, lblk: u64, buf: &Buffer) -> Result<()> {
         let fmt = self.dir_format();
         let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
         buf.check_once(|d| dirent::check_block(d, fmt, seed)).map_err(|e| {
@@ -135,7 +142,15 @@ impl Volume {
                 format!("directory inode {} block {lblk} (disk block {})", dir.ino, buf.block),
                 e,
             )
-        })?;
+        })
+    }
+
+    /// Read logical block `lblk` of a directory as a leaf, checked once.
+    pub(crate) fn dir_leaf(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<Arc<Buffer>>> {
+        let Some(buf) = self.dir_block_raw(dir, lblk)? else {
+            return Ok(None);
+        };
+        self.check_leaf(dir, lblk, &buf)?;
         Ok(Some(buf))
     }
 
@@ -151,30 +166,17 @@ impl Volume {
         if access == LeafAccess::Read {
             return Ok(self.dir_leaf(dir, lblk)?.map(|b| f(b.block, &b.data)));
         }
-        self.count_dir_block();
-        let pblk = match dir.map.map(self, lblk)? {
-            Mapping::Mapped {
-                pblk, uninit: false, ..
-            } => pblk,
-            _ => return Ok(None),
+        let Some(pblk) = self.dir_block_pblk(dir, lblk)? else {
+            return Ok(None);
         };
         self.check_meta_block(pblk)?;
-        let fmt = self.dir_format();
-        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
         // A draft is not checked again: every leaf draft starts from a
         // version checked here or by `dir_leaf`, or from a leaf we built.
         self.bcache
             .read_newest(
                 pblk,
                 |d| self.read_raw(pblk, d),
-                |buf| {
-                    buf.check_once(|d| dirent::check_block(d, fmt, seed)).map_err(|e| {
-                        Error::corrupt(
-                            format!("directory inode {} block {lblk} (disk block {pblk})", dir.ino),
-                            e,
-                        )
-                    })
-                },
+                |buf| self.check_leaf(dir, lblk, buf),
                 |d| f(pblk, d),
             )
             .map(Some)
