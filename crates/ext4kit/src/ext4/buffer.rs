@@ -117,7 +117,9 @@ impl Buffer {
 /// write locks (the analogue of `lock_buffer`). A writer of metadata block
 /// `b` holds stripe `b % N` from reading the block to finishing its change,
 /// so two transactions touching one block (two inodes in one inode-table
-/// block) never lose an update; a reader takes it only to publish a draft.
+/// block) never lose an update; a reader takes it only to publish a draft,
+/// and a writer's read of a block it is about to change (`read_newest`) to
+/// read the draft in place.
 #[derive(Debug, Default)]
 pub struct Stripe {
     drafts: foldhash::HashMap<u64, Box<[u8]>>,
