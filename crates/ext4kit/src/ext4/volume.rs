@@ -209,7 +209,7 @@ impl Volume {
             // Half the buffer cache may wait for a checkpoint. The more
             // blocks wait, the more changes each write carries: a create
             // storm in a directory larger than this (1,000,000 names is
-            // ~11,000 leaf blocks, dirtied in hash order) writes about one
+            // ~8,700 leaf blocks, dirtied in hash order) writes about one
             // leaf per create at any threshold below the directory's size,
             // and the threshold sets how many creates share one. More than
             // half would leave too little room for clean blocks (dirty
