@@ -4,8 +4,14 @@
 //! Concurrency: lookups are lock-free reads of a concurrent map (papaya);
 //! a miss reads the block without holding any lock, so two threads missing
 //! the same block may both read it and one insert wins — harmless for clean
-//! metadata. Each buffer carries a once-only validation slot (seed 004: a
-//! directory block is checked when it comes from disk, then trusted).
+//! metadata. What a miss read can be older than the disk, though: a writer
+//! may cache the block, change it, and have the change written home and
+//! evicted while the read is in flight. So a block leaves the map only
+//! under its stripe lock, counted in its stripe's removal count, and a
+//! miss inserts what it read under that lock only if no removal was
+//! counted since its read began (else it reads again). Each buffer carries
+//! a once-only validation slot (seed 004: a directory block is checked
+//! when it comes from disk, then trusted).
 //!
 //! Writers change a block in its *draft*: a private copy kept under the
 //! block's stripe lock ([`Stripe`]), edited in place by every later
@@ -130,6 +136,10 @@ pub type StripeGuard<'a> = parking_lot::MutexGuard<'a, Stripe>;
 
 const STRIPES: usize = 1024;
 
+fn stripe_of(block: u64) -> usize {
+    (block % STRIPES as u64) as usize
+}
+
 /// Bounded concurrent cache of metadata blocks.
 #[derive(Debug)]
 pub struct BufferCache {
@@ -141,6 +151,10 @@ pub struct BufferCache {
     clock: Clock<u64>,
     /// Per-block write locks and the drafts they guard.
     stripes: Box<[parking_lot::Mutex<Stripe>]>,
+    /// Per stripe: how many of its blocks have left the map (evicted or
+    /// forgotten), counted under the stripe lock. A miss compares it
+    /// before its read and before its insert (see the module doc).
+    removals: Box<[AtomicU64]>,
     /// After a sweep that could not reach its target: cached bytes below
     /// which no sweep runs again.
     next_evict: AtomicUsize,
@@ -161,6 +175,7 @@ impl BufferCache {
             budget,
             clock: Clock::default(),
             stripes: (0..STRIPES).map(|_| parking_lot::Mutex::default()).collect(),
+            removals: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             next_evict: AtomicUsize::new(0),
             evicting: std::sync::atomic::AtomicBool::new(false),
             block_size,
@@ -171,7 +186,15 @@ impl BufferCache {
 
     /// Lock `block`'s stripe: the right to change it (see [`Stripe`]).
     pub fn lock(&self, block: u64) -> StripeGuard<'_> {
-        self.stripes[(block % STRIPES as u64) as usize].lock()
+        self.stripes[stripe_of(block)].lock()
+    }
+
+    /// Count a removal of `block` from the map; the caller holds its
+    /// stripe lock and removes it right after.
+    fn note_removal(&self, block: u64) {
+        // Release: a miss that sees this count (Acquire) reads after the
+        // removed version was written home (eviction takes only clean ones).
+        self.removals[stripe_of(block)].fetch_add(1, Ordering::Release);
     }
 
     /// The cached buffer for `block`, reading it with `read` on a miss.
@@ -188,8 +211,10 @@ impl BufferCache {
                 return Ok(self.hit(b));
             }
             // A miss reads without any lock: a block that is not cached is
-            // clean, so the disk holds its current bytes.
-            let got = self.fill(block, &mut read)?;
+            // clean, so the disk holds its current bytes — unless a newer
+            // version is written and evicted during the read, which `fill`
+            // detects before it caches anything.
+            let got = self.fill(None, block, &mut read)?;
             if !got.draft {
                 return Ok(got);
             }
@@ -209,7 +234,7 @@ impl BufferCache {
             Some(b) => Ok(self.hit(b)),
             // Under the stripe lock no draft can appear: the insert wins, or
             // loses to a reader's miss of the same (clean) bytes.
-            None => self.fill(block, read),
+            None => self.fill(Some(g), block, read),
         }
     }
 
@@ -220,10 +245,38 @@ impl BufferCache {
     }
 
     /// Read `block` with `read` and cache it; what is cached by then wins.
-    fn fill<E>(&self, block: u64, mut read: impl FnMut(&mut [u8]) -> Result<(), E>) -> Result<Arc<Buffer>, E> {
+    /// `held` is the block's stripe lock when the caller holds it: then no
+    /// removal can happen during the read. Without it, the read runs
+    /// unlocked and its result goes in under the lock only if no block of
+    /// the stripe left the map meanwhile — one that did may have been a
+    /// newer version of this block, written home after our read began and
+    /// then evicted, and caching our older bytes would hide that write
+    /// from every later reader and writer.
+    fn fill<E>(
+        &self,
+        held: Option<&mut StripeGuard<'_>>,
+        block: u64,
+        mut read: impl FnMut(&mut [u8]) -> Result<(), E>,
+    ) -> Result<Arc<Buffer>, E> {
         self.misses.fetch_add(1, Ordering::Relaxed);
+        let removals = &self.removals[stripe_of(block)];
         let mut data = vec![0u8; self.block_size].into_boxed_slice();
-        read(&mut data)?;
+        let _g = match held {
+            Some(_) => {
+                read(&mut data)?;
+                None
+            }
+            None => loop {
+                let before = removals.load(Ordering::Acquire);
+                read(&mut data)?;
+                let g = self.lock(block);
+                // Removals are counted under this lock, so the count read
+                // now covers every removal that could precede our insert.
+                if removals.load(Ordering::Relaxed) == before {
+                    break Some(g);
+                }
+            },
+        };
         let buf = Arc::new(Buffer::new(block, data));
         let m = self.map.pin();
         let got = m.get_or_insert(block, buf.clone()).clone();
@@ -354,6 +407,7 @@ impl BufferCache {
             // under the stripe lock: this cannot happen. Were it to, the
             // placeholder goes and the block is read again.
             debug_assert!(false, "placeholder of block {block} without a draft");
+            self.note_removal(block);
             if m.remove(&block).is_some() {
                 self.budget.buffers.fetch_sub(self.block_size, Ordering::Relaxed);
             }
@@ -380,6 +434,7 @@ impl BufferCache {
     pub fn forget_locked(&self, g: &mut StripeGuard<'_>, block: u64) {
         g.drafts.remove(&block);
         let m = self.map.pin();
+        self.note_removal(block);
         if m.remove(&block).is_some() {
             self.budget.buffers.fetch_sub(self.block_size, Ordering::Relaxed);
         }
@@ -389,6 +444,8 @@ impl BufferCache {
     /// Second-chance (clock) eviction down to `target` bytes: a buffer
     /// used since the last sweep survives once.
     /// In clock order, never by iterating the map (see `crate::clock`).
+    /// A block whose stripe is locked stays this time: the sweep runs
+    /// inside `added`, whose callers may hold a stripe lock themselves.
     fn evict(&self, m: &crate::cachemap::MapRef<'_, u64, Arc<Buffer>>, target: usize) {
         self.clock.sweep(
             || self.cached_bytes() <= target,
@@ -397,6 +454,10 @@ impl BufferCache {
                 if b.dirty.load(Ordering::Acquire) || b.referenced.swap(false, Ordering::Relaxed) {
                     return Visit::Keep;
                 }
+                let Some(_g) = self.stripes[stripe_of(*blk)].try_lock() else {
+                    return Visit::Keep;
+                };
+                self.note_removal(*blk);
                 match m.remove_if(blk, |_, b| !b.dirty.load(Ordering::Acquire)) {
                     Ok(Some(_)) => {
                         self.budget.buffers.fetch_sub(self.block_size, Ordering::Relaxed);
@@ -549,6 +610,54 @@ mod tests {
             Err(()),
             "a failed check"
         );
+    }
+
+    /// A reader's miss reads the disk without holding any lock. Should a
+    /// writer meanwhile cache the block, change it, have the change
+    /// written home and see it evicted — all before the reader's read
+    /// returns — what the reader read is older than the disk and must not
+    /// be cached: every later reader would see the old bytes, and the next
+    /// writer would start its draft from them and undo the change on disk.
+    #[test]
+    fn a_miss_that_raced_a_write_and_an_eviction_caches_the_newer_bytes() {
+        let c = BufferCache::new(16, Arc::new(MemoryBudget::fixed(1 << 20, 0)));
+        let disk = std::cell::Cell::new(1u8);
+        let mut reads = 0;
+        let got = c
+            .get(7, |d| -> Result<(), ()> {
+                reads += 1;
+                // What the device returns: read before the write below lands.
+                let before = disk.get();
+                if reads == 1 {
+                    let mut g = c.lock(7);
+                    let read_disk = |d: &mut [u8]| -> Result<(), ()> {
+                        d.fill(disk.get());
+                        Ok(())
+                    };
+                    c.modify(
+                        &mut g,
+                        7,
+                        |g| c.get_locked(g, 7, read_disk),
+                        |d| -> Result<(), ()> {
+                            d[0] = 2;
+                            Ok(())
+                        },
+                    )
+                    .unwrap();
+                    // The checkpoint: publish, write home, mark clean.
+                    let v = c.peek_locked(&mut g, 7).unwrap();
+                    disk.set(v.data[0]);
+                    v.mark_clean();
+                    drop(g);
+                    c.evict(&c.map.pin(), 0);
+                    assert!(!c.contains(7), "the written version was evicted");
+                }
+                d.fill(before);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(got.data[0], 2, "the reader got the bytes on disk");
+        assert_eq!(c.get(7, no_read).unwrap().data[0], 2, "and cached them");
     }
 
     /// A change that fails makes no draft; a freed block's draft goes with it.
