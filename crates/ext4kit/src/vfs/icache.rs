@@ -2,7 +2,12 @@
 //! dentry and open file that refers to it.
 //!
 //! Lookups are lock-free reads of a concurrent map; a reference is an `Arc`
-//! clone (an atomic increment, never a lock — seed 001). The on-disk record
+//! clone (an atomic increment, never a lock — seed 001). A miss reads the
+//! record unlocked too, and meanwhile a writer may cache the inode, change
+//! it and see it evicted: so an inode leaves the map only under its
+//! shard's lock, which counts removals, and a miss inserts what it read
+//! under that lock only if no removal was counted since its read began
+//! (the buffer cache's rule, see `ext4::buffer`). The on-disk record
 //! sits behind a reader/writer lock (the `i_rwsem` analogue) for the write
 //! path; the size is mirrored in an atomic so SEEK_END and reads never take
 //! that lock (seed 000).
@@ -160,7 +165,12 @@ pub struct Icache {
     /// A sweep is running.
     evicting: AtomicBool,
     pages: Arc<PageBudget>,
+    /// Per shard of inode numbers: removals from the map so far. The lock
+    /// orders removals against a miss's insert (see the module doc).
+    removals: Box<[parking_lot::Mutex<u64>]>,
 }
+
+const SHARDS: usize = 64;
 
 impl Icache {
     /// A cache of about `limit` inodes (more while they are in use).
@@ -172,11 +182,24 @@ impl Icache {
             next_evict: AtomicUsize::new(limit.max(64)),
             evicting: AtomicBool::new(false),
             pages,
+            removals: (0..SHARDS).map(|_| parking_lot::Mutex::new(0)).collect(),
         }
+    }
+
+    fn shard(&self, ino: u32) -> &parking_lot::Mutex<u64> {
+        &self.removals[ino as usize % SHARDS]
     }
 
     /// The in-memory inode `ino`, reading it from disk on a miss.
     pub fn get(&self, vol: &Volume, ino: u32) -> Result<Arc<CachedInode>> {
+        self.get_or_read(ino, || vol.read_inode(ino))
+    }
+
+    /// [`Self::get`] with the record read by `read` on a miss. What it
+    /// read is cached only if no inode of its shard left the cache during
+    /// the read — one that did may have been a newer version of this one,
+    /// written back and evicted after the read began — else it reads again.
+    fn get_or_read(&self, ino: u32, mut read: impl FnMut() -> Result<Inode>) -> Result<Arc<CachedInode>> {
         {
             let m = self.map.pin();
             if let Some(i) = m.get(&ino) {
@@ -184,7 +207,21 @@ impl Icache {
                 return Ok(i.clone());
             }
         }
-        let inode = vol.read_inode(ino)?;
+        loop {
+            let before = *self.shard(ino).lock();
+            let fresh = Self::checked(ino, read()?)?;
+            let g = self.shard(ino).lock();
+            if *g == before {
+                let got = self.put(fresh);
+                drop(g);
+                self.maybe_evict();
+                return Ok(got);
+            }
+        }
+    }
+
+    /// A record read from disk as a cached inode, refused if it is free.
+    fn checked(ino: u32, inode: Inode) -> Result<Arc<CachedInode>> {
         if inode.base.links_count == 0 && inode.base.mode == 0 {
             return Err(Error::corrupt_msg(
                 format!("inode {ino}"),
@@ -201,7 +238,7 @@ impl Icache {
             // at its last release corrupted the bitmaps.
             return Err(Error::posix(Errno::ENOENT, format!("inode {ino} was deleted")));
         }
-        self.insert(Arc::new(CachedInode::new(ino, inode)?))
+        Ok(Arc::new(CachedInode::new(ino, inode)?))
     }
 
     /// Cache a record that was just written (a new inode): the next lookup
@@ -209,17 +246,27 @@ impl Icache {
     /// also publish the block's draft, costing a copy of the block at the
     /// next inode written into it (see `ext4::buffer`).
     pub fn insert_new(&self, ino: u32, rec: Inode) -> Result<Arc<CachedInode>> {
-        self.insert(Arc::new(CachedInode::new(ino, rec)?))
+        // The newest record there is: no removal can make it stale.
+        let got = self.put(Arc::new(CachedInode::new(ino, rec)?));
+        self.maybe_evict();
+        Ok(got)
     }
 
-    fn insert(&self, fresh: Arc<CachedInode>) -> Result<Arc<CachedInode>> {
+    /// Cache `fresh` unless its number is cached already; the cached one.
+    fn put(&self, fresh: Arc<CachedInode>) -> Arc<CachedInode> {
         let ino = fresh.ino;
         let m = self.map.pin();
         let got = m.get_or_insert(ino, fresh.clone()).clone();
         if Arc::ptr_eq(&got, &fresh) {
             self.clock.push(ino);
         }
-        drop(fresh);
+        got
+    }
+
+    /// Sweep when over the limit. Not under a shard lock: the sweep takes
+    /// them.
+    fn maybe_evict(&self) {
+        let m = self.map.pin();
         if m.len() > self.next_evict.load(Ordering::Relaxed) && !self.evicting.swap(true, Ordering::Acquire) {
             // One sweeper at a time. A sweep may visit every entry, so after
             // one that could not get below the target (inodes in use or
@@ -231,7 +278,6 @@ impl Icache {
                 .store(self.limit.max(after + self.limit / 4), Ordering::Relaxed);
             self.evicting.store(false, Ordering::Release);
         }
-        Ok(got)
     }
 
     /// Drop unused inodes (clock: one sweep of grace for recently used),
@@ -248,6 +294,10 @@ impl Icache {
                 if Arc::strong_count(v) > 1 || v.is_dirty() || v.referenced.swap(false, Ordering::Relaxed) {
                     return Visit::Keep;
                 }
+                let Some(mut removals) = self.shard(*ino).try_lock() else {
+                    return Visit::Keep;
+                };
+                *removals += 1;
                 match m.remove_if(ino, |_, v| Arc::strong_count(v) == 1 && !v.is_dirty()) {
                     Ok(Some((_, v))) => {
                         released += v.pages.len();
@@ -266,6 +316,8 @@ impl Icache {
     /// same number must be read afresh). Holders keep their reference.
     pub fn forget(&self, ino: u32) {
         let m = self.map.pin();
+        let mut removals = self.shard(ino).lock();
+        *removals += 1;
         if let Some(v) = m.remove(&ino) {
             self.pages.release(v.pages.len());
         }
@@ -278,9 +330,11 @@ impl Icache {
     /// bit at once), whose cache entry must stay.
     pub fn forget_if(&self, inode: &CachedInode) {
         let m = self.map.pin();
+        let mut removals = self.shard(inode.ino).lock();
         if m.get(&inode.ino)
             .is_some_and(|cur| std::ptr::eq(Arc::as_ptr(cur), inode))
         {
+            *removals += 1;
             if let Some(v) = m.remove(&inode.ino) {
                 self.pages.release(v.pages.len());
             }
@@ -305,5 +359,55 @@ impl Icache {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::MemoryBudget;
+
+    fn record(size: u32) -> Inode {
+        let mut r = Inode::parse_raw(&[0u8; 256]).unwrap();
+        r.base.mode = 0o100644;
+        r.base.links_count = 1;
+        r.base.size_lo = size;
+        r
+    }
+
+    /// A miss reads the record unlocked. Should a writer meanwhile cache
+    /// the inode, change it, write it back and see it evicted, what the
+    /// miss read is older than the disk and must not be cached: later
+    /// users would see the old size, and a change made through it would
+    /// undo the writer's.
+    #[test]
+    fn a_miss_that_raced_a_change_and_an_eviction_caches_the_newer_record() {
+        let c = Icache::new(
+            64,
+            Arc::new(PageBudget::new(Arc::new(MemoryBudget::new(1 << 20, 4096)), 4096)),
+        );
+        let disk = std::cell::Cell::new(1u32);
+        let mut reads = 0;
+        let got = c
+            .get_or_read(5, || {
+                reads += 1;
+                // What the device returns: read before the write below.
+                let before = record(disk.get());
+                if reads == 1 {
+                    let w = c.get_or_read(5, || Ok(record(disk.get()))).unwrap();
+                    w.disk.write().base.size_lo = 2;
+                    disk.set(2);
+                    drop(w);
+                    for ino in 100..160 {
+                        c.insert_new(ino, record(0)).unwrap();
+                    }
+                    c.evict(&c.map.pin());
+                    assert!(c.map.pin().get(&5).is_none(), "the changed inode was evicted");
+                }
+                Ok(before)
+            })
+            .unwrap();
+        assert_eq!(got.disk.read().size(), 2, "the miss got the record on disk");
+        assert!(Arc::ptr_eq(&got, &c.get_or_read(5, || panic!("cached")).unwrap()));
     }
 }
