@@ -76,16 +76,24 @@ impl Fs {
             }
             let next = match g.get(cur.ino, comp) {
                 Some(d) => d,
-                None => {
-                    let (ino, ft) = self.lookup_disk(cur.ino, comp)?.unwrap_or((0, None));
+                // The dentry goes in under the directory's shared lock, with
+                // the lookup it records: writers change a directory and
+                // then its dentries under the exclusive side, so what goes
+                // in here is never older than the directory. Inserted after
+                // the lock was dropped, a lookup's result could land after
+                // an unlink's dentry removal (caching a name that is gone)
+                // or after a create's (hiding one that exists) — until
+                // evicted.
+                None => self.lookup_disk_with(cur.ino, comp, |hit| {
+                    let (ino, ft) = hit.unwrap_or((0, None));
                     let ft = match (ino, ft) {
                         (0, _) => None,
                         (_, Some(t)) => Some(t),
                         // No filetype feature: the type comes from the inode.
                         (i, None) => Some(self.icache.get(&self.vol, i)?.ftype),
                     };
-                    g.insert(cur, comp, ino, ft)
-                }
+                    Ok(g.insert(cur, comp, ino, ft))
+                })?,
             };
             if !next.is_positive() {
                 return Err(Error::posix(
@@ -118,6 +126,18 @@ impl Fs {
 
     /// Look a name up on disk in directory inode `dir_ino`.
     pub(crate) fn lookup_disk(&self, dir_ino: u32, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
+        self.lookup_disk_with(dir_ino, name, Ok)
+    }
+
+    /// [`Self::lookup_disk`], with `then` run on the result while the
+    /// directory's shared lock is still held (no create, unlink or rename
+    /// in it can come between).
+    pub(crate) fn lookup_disk_with<R>(
+        &self,
+        dir_ino: u32,
+        name: &[u8],
+        then: impl FnOnce(Option<(u32, Option<FileType>)>) -> Result<R>,
+    ) -> Result<R> {
         let dir = self.icache.get(&self.vol, dir_ino)?;
         if dir.ftype != FileType::Directory {
             return Err(Error::posix(
@@ -131,14 +151,15 @@ impl Fs {
         // map together under the writer side.
         let inode = dir.disk.read();
         let map = dir.block_map_locked(&self.vol, &inode)?;
-        self.vol.lookup(
+        let hit = self.vol.lookup(
             crate::ext4::DirRef {
                 ino: dir_ino,
                 inode: &inode,
                 map: &map,
             },
             name,
-        )
+        )?;
+        then(hit)
     }
 }
 
