@@ -119,15 +119,34 @@ impl GroupDesc {
 
     /// Serialise into `desc_size` bytes with a fresh checksum.
     pub fn to_bytes_sized(&self, desc_size: usize, group: u32, csum: GdCsum) -> Vec<u8> {
-        let mut full = self.to_bytes();
-        full.resize(desc_size.max(32), 0);
-        if desc_size < 64 {
-            full.truncate(32);
-        }
-        if let Some(c) = Self::compute_checksum(&full, group, csum) {
-            full[CSUM_OFF..CSUM_OFF + 2].copy_from_slice(&c.to_le_bytes());
-        }
+        let mut full = vec![0u8; Self::stored_len(desc_size)];
+        self.write_sized_into(&mut full, group, csum);
         full
+    }
+
+    /// Bytes a descriptor takes with `s_desc_size` = `desc_size`: 32
+    /// below 64 (no 64bit feature), else `desc_size`.
+    pub fn stored_len(desc_size: usize) -> usize {
+        if desc_size < 64 {
+            32
+        } else {
+            desc_size
+        }
+    }
+
+    /// [`Self::to_bytes_sized`] into `out` ([`Self::stored_len`] bytes):
+    /// the writer encodes straight into the descriptor block, with no
+    /// buffer allocated per descriptor written. Bytes past the 64 we know
+    /// are zeroed.
+    pub fn write_sized_into(&self, out: &mut [u8], group: u32, csum: GdCsum) {
+        let mut full = [0u8; Self::SIZE];
+        self.serialize_into(&mut full);
+        let n = out.len().min(Self::SIZE);
+        out[..n].copy_from_slice(&full[..n]);
+        out[n..].fill(0);
+        if let Some(c) = Self::compute_checksum(out, group, csum) {
+            out[CSUM_OFF..CSUM_OFF + 2].copy_from_slice(&c.to_le_bytes());
+        }
     }
 
     /// Block number of the block bitmap.

@@ -327,21 +327,37 @@ impl Inode {
     /// Serialise to a record of `self.tail.len() + 128` bytes; with
     /// `csum = Some((ino, fs_seed))` the checksum fields are refreshed.
     pub fn to_bytes(&self, csum: Option<(u32, u32)>) -> Vec<u8> {
-        let mut v = vec![0u8; GOOD_OLD_INODE_SIZE + self.tail.len()];
-        self.base.serialize_into(&mut v);
-        v[GOOD_OLD_INODE_SIZE..].copy_from_slice(&self.tail);
-        let ex = self.extra.to_bytes();
+        let mut v = vec![0u8; self.record_len()];
+        self.write_into(&mut v, csum);
+        v
+    }
+
+    /// Bytes of the serialised record (`128 + tail`).
+    pub fn record_len(&self) -> usize {
+        GOOD_OLD_INODE_SIZE + self.tail.len()
+    }
+
+    /// [`Self::to_bytes`] into `out` (exactly [`Self::record_len`] bytes,
+    /// else a panic): a writer encodes straight into the inode-table block,
+    /// with no record-sized buffer allocated per inode written (three
+    /// allocations of a create went to that).
+    pub fn write_into(&self, out: &mut [u8], csum: Option<(u32, u32)>) {
+        assert_eq!(out.len(), self.record_len(), "inode record size");
+        // The base layout covers all of its 128 bytes, the tail the rest.
+        self.base.serialize_into(out);
+        out[GOOD_OLD_INODE_SIZE..].copy_from_slice(&self.tail);
+        let mut ex = [0u8; InodeExtra::SIZE];
+        self.extra.serialize_into(&mut ex);
         let n = self.tail.len().min(InodeExtra::SIZE);
-        v[GOOD_OLD_INODE_SIZE..GOOD_OLD_INODE_SIZE + n].copy_from_slice(&ex[..n]);
+        out[GOOD_OLD_INODE_SIZE..GOOD_OLD_INODE_SIZE + n].copy_from_slice(&ex[..n]);
         if let Some((ino, seed)) = csum {
             let has_hi = self.has_checksum_hi();
-            let c = Self::compute_checksum(&v, ino, self.base.generation, seed, has_hi);
-            v[0x7C..0x7E].copy_from_slice(&(c as u16).to_le_bytes());
+            let c = Self::compute_checksum(out, ino, self.base.generation, seed, has_hi);
+            out[0x7C..0x7E].copy_from_slice(&(c as u16).to_le_bytes());
             if has_hi {
-                v[0x82..0x84].copy_from_slice(&((c >> 16) as u16).to_le_bytes());
+                out[0x82..0x84].copy_from_slice(&((c >> 16) as u16).to_le_bytes());
             }
         }
-        v
     }
 
     /// File type from `i_mode`.

@@ -30,10 +30,10 @@ impl Volume {
     pub fn write_group_desc(&self, h: &mut Handle<'_>, g: usize, gd: &GroupDesc) -> Result<()> {
         let grp = &self.groups[g];
         let dsz = self.sb.read().desc_size();
-        let bytes = gd.to_bytes_sized(dsz, g as u32, self.gd_csum());
+        let csum = self.gd_csum();
         let off = grp.desc_offset;
         h.modify(grp.desc_block, |d| {
-            d[off..off + dsz].copy_from_slice(&bytes);
+            gd.write_sized_into(&mut d[off..off + dsz], g as u32, csum);
             Ok(())
         })
     }

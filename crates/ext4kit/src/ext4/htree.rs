@@ -17,7 +17,9 @@ use super::volume::Volume;
 use crate::error::{Error, Result};
 
 /// The (index, chosen entry) pairs from the root down to a leaf.
-pub(crate) type DxPath = Vec<(Arc<DxIndex>, usize)>;
+/// Inline up to 3 levels (a largedir htree's most), so a probe — two per
+/// create — allocates nothing.
+pub(crate) type DxPath = smallvec::SmallVec<[(Arc<DxIndex>, usize); 3]>;
 
 /// What [`Volume::dx_probe`] found: the name's hash, the directory's hash
 /// function, and the path from the root down to the leaf's index entry.
@@ -95,7 +97,7 @@ impl Volume {
         })?;
         let (hash, _minor) = dx_hash(name, version, &self.hash_seed);
         let levels = info.indirect_levels as usize;
-        let mut path: DxPath = Vec::with_capacity(levels + 1);
+        let mut path = DxPath::new();
         let i = index.find(hash);
         path.push((index, i));
         for _ in 0..levels {

@@ -76,17 +76,17 @@ impl Volume {
     /// Write inode `ino` exactly as given.
     pub(crate) fn write_inode_raw(&self, h: &mut Handle<'_>, ino: u32, inode: &Inode) -> Result<()> {
         let (blk, off) = self.inode_location(ino)?;
-        let bytes = inode.to_bytes(self.csum_seed.map(|s| (ino, s)));
         let n = self.inode_size;
-        if bytes.len() != n {
+        if inode.record_len() != n {
             return Err(Error::posix(
                 Errno::EINVAL,
-                format!("inode {ino}: record of {} bytes", bytes.len()),
+                format!("inode {ino}: record of {} bytes", inode.record_len()),
             ));
         }
         self.stats.inode_writes.fetch_add(1, Ordering::Relaxed);
+        let csum = self.csum_seed.map(|s| (ino, s));
         h.modify(blk, |d| {
-            d[off..off + n].copy_from_slice(&bytes);
+            inode.write_into(&mut d[off..off + n], csum);
             Ok(())
         })
     }

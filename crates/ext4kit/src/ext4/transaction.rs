@@ -22,8 +22,10 @@ use crate::error::{Errno, Error, Result};
 pub struct Handle<'v> {
     vol: &'v Volume,
     /// Blocks changed, each once (a handle changes a handful: a small
-    /// vector beats a tree, which allocated a node per handle).
-    dirty: Vec<u64>,
+    /// vector beats a tree, which allocated a node per handle, and eight
+    /// inline cover a create — bitmap, descriptor, inode-table block,
+    /// leaf, the directory's own inode — without allocating at all).
+    dirty: smallvec::SmallVec<[u64; 8]>,
 }
 
 impl std::fmt::Debug for Handle<'_> {
@@ -40,7 +42,7 @@ impl Volume {
         }
         Ok(Handle {
             vol: self,
-            dirty: Vec::new(),
+            dirty: smallvec::SmallVec::new(),
         })
     }
 }
