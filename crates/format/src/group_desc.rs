@@ -206,5 +206,21 @@ mod tests {
             bad[0] ^= 1;
             prop_assert!(GroupDesc::parse(&bad, 32, g, csum).is_err());
         }
+
+        /// Written in place over old bytes (as into a descriptor block),
+        /// a 64bit descriptor is the 64 known bytes with a fresh crc32c
+        /// and zeros after them, whatever was there before.
+        #[test]
+        fn written_in_place_over_garbage(bytes in proptest::collection::vec(any::<u8>(), 64), g in any::<u32>(), size in prop_oneof![Just(64usize), Just(128usize)]) {
+            let csum = GdCsum::Crc32c { seed: 0x1234_5678 };
+            let gd = GroupDesc::parse_raw(&bytes);
+            let mut block = vec![0xAAu8; size + 16];
+            gd.write_sized_into(&mut block[8..8 + size], g, csum);
+            prop_assert_eq!(&block[8..8 + size], &gd.to_bytes_sized(size, g, csum)[..]);
+            prop_assert!(block[8 + 64..8 + size].iter().all(|&b| b == 0));
+            prop_assert!(block[..8].iter().chain(&block[8 + size..]).all(|&b| b == 0xAA), "only its own bytes");
+            prop_assert!(GroupDesc::parse(&block[8..8 + size], size, g, csum).is_ok());
+            prop_assert_eq!(&block[8..8 + CSUM_OFF], &bytes[..CSUM_OFF]);
+        }
     }
 }

@@ -507,7 +507,14 @@ mod tests {
                 bytes[128..130].copy_from_slice(&e.to_le_bytes());
             }
             let ino = Inode::parse_raw(&bytes).unwrap();
-            prop_assert_eq!(ino.to_bytes(None), bytes);
+            prop_assert_eq!(ino.to_bytes(None), bytes.clone());
+            // Encoded in place over old bytes (an inode-table block): every
+            // byte of the record is rewritten, none beside it.
+            let mut block = vec![0xAAu8; size + 8];
+            ino.write_into(&mut block[4..4 + size], Some((12, 0xdead_beef)));
+            prop_assert_eq!(&block[4..4 + size], &ino.to_bytes(Some((12, 0xdead_beef)))[..]);
+            prop_assert!(Inode::parse(&block[4..4 + size], 12, Some(0xdead_beef)).is_ok());
+            prop_assert!(block[..4].iter().chain(&block[4 + size..]).all(|&b| b == 0xAA));
         }
 
         #[test]
