@@ -36,10 +36,14 @@ pub struct Dentry {
     referenced: AtomicBool,
 }
 
+/// A dentry's name, shared by the dentry and its map key (one allocation
+/// of the name per cached dentry, not two).
+type Name = Arc<Box<[u8]>>;
+
 impl Dentry {
-    fn child(parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
+    fn child(parent: &Arc<Dentry>, name: Name, ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
         Arc::new(Dentry {
-            name: ArcSwap::from_pointee(Box::from(name)),
+            name: ArcSwap::new(name),
             parent: ArcSwapOption::from(Some(parent.clone())),
             ino,
             ftype,
@@ -70,8 +74,9 @@ impl DcacheGuard<'_> {
 
     /// Insert a lookup result; an entry inserted concurrently wins.
     pub fn insert(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> &Arc<Dentry> {
-        let d = Dentry::child(parent, name, ino, ftype);
-        let key = Key(parent.ino, Arc::from(name));
+        let name: Name = Arc::new(Box::from(name));
+        let d = Dentry::child(parent, name.clone(), ino, ftype);
+        let key = Key(parent.ino, name);
         let got = self.m.get_or_insert(key.clone(), d.clone());
         if Arc::ptr_eq(got, &d) {
             self.c.clock.push(key);
@@ -82,10 +87,10 @@ impl DcacheGuard<'_> {
     }
 }
 
-/// Map key: directory inode and name, owned; the map and the clock queue
-/// share one copy of the name.
+/// Map key: directory inode and name, owned; the map, the clock queue and
+/// the dentry share one copy of the name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key(u32, Arc<[u8]>);
+struct Key(u32, Name);
 
 /// Borrowed form of [`Key`] for allocation-free lookups; hashes identically.
 struct KeyRef<'a>(u32, &'a [u8]);
@@ -99,7 +104,7 @@ impl Hash for KeyRef<'_> {
 
 impl papaya::Equivalent<Key> for KeyRef<'_> {
     fn equivalent(&self, k: &Key) -> bool {
-        self.0 == k.0 && *self.1 == *k.1
+        self.0 == k.0 && *self.1 == **k.1
     }
 }
 
@@ -221,9 +226,10 @@ impl Dcache {
     /// Record that `name` in `parent` now refers to `ino` (after a create),
     /// replacing a negative or stale entry.
     pub fn set(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
-        let d = Dentry::child(parent, name, ino, ftype);
+        let name: Name = Arc::new(Box::from(name));
+        let d = Dentry::child(parent, name.clone(), ino, ftype);
         let m = self.map.pin();
-        let key = Key(parent.ino, Arc::from(name));
+        let key = Key(parent.ino, name);
         match m.insert(key.clone(), d.clone()) {
             None => self.clock.push(key),
             // The entry it replaces (negative, or stale) keeps its place
@@ -250,7 +256,7 @@ impl Dcache {
         self.clock.sweep(
             || m.len() <= target,
             |k| {
-                let key = KeyRef(k.0, &k.1);
+                let key = KeyRef(k.0, &k.1[..]);
                 let Some(v) = m.get(&key) else { return Visit::Gone };
                 if Arc::strong_count(v) > 1 || v.referenced.swap(false, Ordering::Relaxed) {
                     return Visit::Keep;
@@ -261,7 +267,8 @@ impl Dcache {
                 }
             },
         );
-        self.clock.compact_if(m.len(), |k| m.get(&KeyRef(k.0, &k.1)).is_some());
+        self.clock
+            .compact_if(m.len(), |k| m.get(&KeyRef(k.0, &k.1[..])).is_some());
         self.next_evict
             .store(self.limit.max(m.len() + self.limit / 4), Ordering::Relaxed);
         self.evicting.store(false, Ordering::Release);
@@ -340,7 +347,7 @@ impl Dcache {
             // The moved dentry joins the clock under its new key (its old
             // key there is stale now): without it, a renamed dentry was
             // never evicted.
-            let key = Key(new_dir, Arc::from(new_name));
+            let key = Key(new_dir, d.name.load_full());
             if m.insert(key.clone(), d).is_none() {
                 self.clock.push(key);
             }
@@ -348,7 +355,7 @@ impl Dcache {
         if exchange {
             if let (Some(d), Some(op)) = (dst.filter(|d| d.is_positive()), op) {
                 self.move_dentry(&d, &op, old_name);
-                let key = Key(old_dir, Arc::from(old_name));
+                let key = Key(old_dir, d.name.load_full());
                 if m.insert(key.clone(), d).is_none() {
                     self.clock.push(key);
                 }
