@@ -214,6 +214,11 @@ pub enum TimeField {
     Crtime,
 }
 
+/// Bytes 128.. of an inode record, inline up to 128 (the whole tail of
+/// mke2fs's default 256-byte inodes): a new inode's record and the copy of
+/// its directory's record that a create changes then allocate nothing.
+pub type InodeTail = smallvec::SmallVec<[u8; 128]>;
+
 /// A whole on-disk inode: base, extra fields and the rest of the record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inode {
@@ -223,7 +228,7 @@ pub struct Inode {
     pub extra: InodeExtra,
     /// Bytes 128.. of the record, verbatim (extra fields and in-inode
     /// xattrs); empty for 128-byte inodes.
-    pub tail: Vec<u8>,
+    pub tail: InodeTail,
 }
 
 /// Offset of the in-inode extended attribute area magic, relative to the
@@ -240,7 +245,7 @@ impl Inode {
             return Err(corrupt("inode", format!("record of {} bytes", buf.len())));
         }
         let base = InodeBase::parse_raw(buf);
-        let tail = buf[GOOD_OLD_INODE_SIZE..].to_vec();
+        let tail = InodeTail::from_slice(&buf[GOOD_OLD_INODE_SIZE..]);
         let mut ex = [0u8; InodeExtra::SIZE];
         let n = tail.len().min(InodeExtra::SIZE);
         ex[..n].copy_from_slice(&tail[..n]);

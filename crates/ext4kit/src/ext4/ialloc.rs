@@ -123,7 +123,7 @@ impl Volume {
         let mut inode = Inode {
             base,
             extra,
-            tail: vec![0u8; tail_len],
+            tail: ext4kit_format::inode::InodeTail::from_elem(0, tail_len),
         };
         for f in [TimeField::Atime, TimeField::Mtime, TimeField::Ctime, TimeField::Crtime] {
             inode.set_time(f, n.now);

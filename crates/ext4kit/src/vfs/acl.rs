@@ -146,7 +146,7 @@ mod tests {
         Inode {
             base,
             extra: InodeExtra::parse_raw(&[0u8; 32]),
-            tail: Vec::new(),
+            tail: Default::default(),
         }
     }
 

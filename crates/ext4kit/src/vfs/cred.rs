@@ -88,7 +88,7 @@ mod tests {
         Inode {
             base,
             extra: ext4kit_format::inode::InodeExtra::parse_raw(&[0u8; 32]),
-            tail: Vec::new(),
+            tail: Default::default(),
         }
     }
 
