@@ -41,15 +41,20 @@ pub struct Dentry {
 type Name = Arc<Box<[u8]>>;
 
 impl Dentry {
-    fn child(parent: &Arc<Dentry>, name: Name, ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
-        Arc::new(Dentry {
+    /// A new dentry for `name` under `parent`, with the map key that
+    /// shares its name.
+    fn child(parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> (Key, Arc<Dentry>) {
+        let name: Name = Arc::new(Box::from(name));
+        let key = Key(parent.ino, name.clone());
+        let d = Arc::new(Dentry {
             name: ArcSwap::new(name),
             parent: ArcSwapOption::from(Some(parent.clone())),
             ino,
             ftype,
             // Unreferenced until used again (see `crate::clock`).
             referenced: AtomicBool::new(false),
-        })
+        });
+        (key, d)
     }
 
     /// Whether the name exists.
@@ -74,9 +79,7 @@ impl DcacheGuard<'_> {
 
     /// Insert a lookup result; an entry inserted concurrently wins.
     pub fn insert(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> &Arc<Dentry> {
-        let name: Name = Arc::new(Box::from(name));
-        let d = Dentry::child(parent, name.clone(), ino, ftype);
-        let key = Key(parent.ino, name);
+        let (key, d) = Dentry::child(parent, name, ino, ftype);
         let got = self.m.get_or_insert(key.clone(), d.clone());
         if Arc::ptr_eq(got, &d) {
             self.c.clock.push(key);
@@ -226,10 +229,8 @@ impl Dcache {
     /// Record that `name` in `parent` now refers to `ino` (after a create),
     /// replacing a negative or stale entry.
     pub fn set(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
-        let name: Name = Arc::new(Box::from(name));
-        let d = Dentry::child(parent, name.clone(), ino, ftype);
+        let (key, d) = Dentry::child(parent, name, ino, ftype);
         let m = self.map.pin();
-        let key = Key(parent.ino, name);
         match m.insert(key.clone(), d.clone()) {
             None => self.clock.push(key),
             // The entry it replaces (negative, or stale) keeps its place
