@@ -395,11 +395,8 @@ fn kernel_then_us(img: &Path, tag: &str, kept: &mut BTreeSet<Vec<u8>>) {
     assert_eq!(&k[0], kept, "{tag}: kernel view at the end");
 }
 
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ext4kit-dir-grow-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tempdir(tag: &str) -> ext4kit_testkit::Scratch {
+    ext4kit_testkit::Scratch::dir(&format!("ext4kit-dir-grow-{tag}"))
 }
 
 #[test]

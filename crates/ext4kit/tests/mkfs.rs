@@ -8,7 +8,7 @@
 //! Needs e2fsprogs (`e2fsck`, `dumpe2fs`); the mount test needs root and a
 //! loop device and fails loudly without them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use ext4kit::ext4::mkfs::{mkfs, FsType, MkfsOptions, MkfsReport};
@@ -22,10 +22,11 @@ const SEED: [u8; 16] = [
     0x0f, 0x1e, 0x2d, 0x3c, 0x4b, 0x5a, 0x69, 0x78, 0x87, 0x96, 0xa5, 0xb4, 0xc3, 0xd2, 0xe1, 0xf0,
 ];
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ext4kit-mkfs-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// A scratch file (or mount point) of its own for each image a test makes,
+/// removed when the test passes (the tests of this binary run at once).
+fn tmp(name: &str) -> ext4kit_testkit::Scratch {
+    let p = std::env::temp_dir().join(format!("ext4kit-mkfs-test-{}-{name}", std::process::id()));
+    ext4kit_testkit::Scratch::adopt(p)
 }
 
 fn opts(t: FsType, bs: Option<u32>) -> MkfsOptions {

@@ -2,7 +2,7 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -142,4 +142,134 @@ pub fn env_u64(name: &str, default: u64) -> u64 {
 /// build to judge (a branch's release binary, say).
 pub fn ext4kit_bin(built: &str) -> std::path::PathBuf {
     std::env::var_os("EXT4KIT_BIN").map_or_else(|| std::path::PathBuf::from(built), std::path::PathBuf::from)
+}
+
+/// A test's scratch path (a directory or a single file) that is removed when
+/// the test passes and kept, with its path printed, when it fails.
+///
+/// Why: the image tests write hundreds of MiB each; a suite that leaves them
+/// behind fills `/tmp` after a few dozen runs (it reached 26 GiB on the dev
+/// VM), while a failed run's images are exactly what one wants to inspect.
+#[derive(Debug)]
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    /// A fresh, empty directory `$TMPDIR/<name>-<pid>` (an old one of the
+    /// same name is removed first).
+    pub fn dir(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        if let Err(e) = std::fs::create_dir_all(&d) {
+            panic!("cannot create scratch directory {}: {e}", d.display());
+        }
+        Scratch(d)
+    }
+
+    /// Takes charge of `path` (a file or a directory) without creating it.
+    pub fn adopt(path: PathBuf) -> Scratch {
+        Scratch(path)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<OsStr> for Scratch {
+    fn as_ref(&self) -> &OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("test failed: kept its scratch {} for inspection", self.0.display());
+            return;
+        }
+        // Something still mounted under the scratch is left alone: removing
+        // through it would delete the mounted image's contents, not ours.
+        if let Some(m) = mounted_under(&self.0) {
+            eprintln!("kept scratch {}: {} is still mounted", self.0.display(), m.display());
+            return;
+        }
+        let _ = match std::fs::symlink_metadata(&self.0) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&self.0),
+            Ok(_) => std::fs::remove_file(&self.0),
+            Err(_) => Ok(()),
+        };
+    }
+}
+
+/// The first mount point at or below `root`, from `/proc/self/mountinfo`
+/// (field 5 is the mount point, with spaces etc. escaped as octal).
+fn mounted_under(root: &Path) -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape_octal)
+        .find(|m| m.starts_with(root))
+}
+
+fn unescape_octal(s: &str) -> PathBuf {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let code = b
+            .get(i + 1..i + 4)
+            .and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 8).ok());
+        match (b[i], code) {
+            (b'\\', Some(c)) => {
+                out.push(c);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_decode() {
+        assert_eq!(unescape_octal("/tmp/a\\040b\\011c"), PathBuf::from("/tmp/a b\tc"));
+        assert_eq!(unescape_octal("/x\\\\y\\04"), PathBuf::from("/x\\\\y\\04"));
+    }
+
+    #[test]
+    fn root_is_mounted_under_root_and_a_fresh_dir_is_not() {
+        assert!(mounted_under(Path::new("/")).is_some(), "/ itself is a mount point");
+        let s = Scratch::dir("ext4kit-scratch-selftest");
+        assert_eq!(mounted_under(&s), None);
+    }
+
+    #[test]
+    fn a_passing_scratch_is_removed() {
+        let p = {
+            let s = Scratch::dir("ext4kit-scratch-removed");
+            std::fs::write(s.join("f"), b"x").unwrap();
+            s.to_path_buf()
+        };
+        assert!(!p.exists(), "{} survived its guard", p.display());
+        let f = std::env::temp_dir().join(format!("ext4kit-scratch-file-{}", std::process::id()));
+        std::fs::write(&f, b"x").unwrap();
+        drop(Scratch::adopt(f.clone()));
+        assert!(!f.exists());
+    }
 }
