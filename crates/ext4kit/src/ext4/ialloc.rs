@@ -214,8 +214,15 @@ impl Volume {
         };
         // Take the first free bit, and note whether the new inode is alone
         // in its inode-table block (see `fresh_itable_block`).
+        let hint = if uninit {
+            first
+        } else {
+            (grp.inode_hint.load(Ordering::Relaxed) as usize).max(first)
+        };
         let take = |bitmap: &mut [u8], new: &mut GroupDesc| -> Result<(usize, bool)> {
-            let i = find_zero(bitmap, first, ipg).ok_or_else(full)?;
+            let i = find_zero(bitmap, hint, ipg)
+                .or_else(|| find_zero(bitmap, first, hint))
+                .ok_or_else(full)?;
             set_bit(bitmap, i);
             self.set_inode_bitmap_csum(new, bitmap);
             let per_block = (self.block_size / self.inode_size).max(1);
@@ -266,6 +273,10 @@ impl Volume {
         }
         self.write_group_desc(h, g, &new)?;
         *gd = new;
+        // Bits below the old hint were set (the hint's rule), and the scan
+        // passed set bits from there to `i`; or the rescan from `first`
+        // found `i` first. Either way nothing below `i + 1` is free.
+        grp.inode_hint.store(i as u32 + 1, Ordering::Relaxed);
         Ok(Some((g * ipg + i + 1) as u32))
     }
 }
@@ -324,6 +335,56 @@ impl Volume {
         }
         self.write_group_desc(h, g, &new)?;
         *gd = new;
+        grp.inode_hint.fetch_min(i as u32, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ext4::mkfs::{mkfs, MkfsOptions};
+    use crate::OpenOptions;
+    use ext4kit_blockdev::MemDevice;
+    use std::sync::Arc;
+
+    fn volume() -> Volume {
+        let dev = Arc::new(MemDevice::new(8 << 20));
+        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
+        let opts = OpenOptions {
+            read_only: false,
+            cache_budget: 8 << 20,
+        };
+        Volume::open(dev, &opts).unwrap()
+    }
+
+    /// The scan hint (`Group::inode_hint`) must not change which inode is
+    /// handed out: always the lowest free one of the group, as the kernel's
+    /// find_inode_bit gives, also after frees below and above the hint.
+    #[test]
+    fn the_lowest_free_inode_of_the_group_is_taken_whatever_the_hint() {
+        let v = volume();
+        let mut h = v.begin().unwrap();
+        let a: Vec<u32> = (0..200).map(|_| v.alloc_inode(&mut h, 2, false).unwrap()).collect();
+        assert!(
+            a.windows(2).all(|w| w[1] == w[0] + 1),
+            "a fresh group fills in order: {a:?}"
+        );
+        for &i in [a[150], a[3], a[70]].iter() {
+            v.free_inode(&mut h, i, false).unwrap();
+        }
+        for want in [a[3], a[70], a[150], a[199] + 1] {
+            assert_eq!(v.alloc_inode(&mut h, 2, false).unwrap(), want);
+        }
+        // A hint that claims too much (as if a free had bypassed it) costs
+        // a rescan, never a "bitmap full" error or a skipped inode.
+        v.free_inode(&mut h, a[10], false).unwrap();
+        v.groups[0].inode_hint.store(a[199], Ordering::Relaxed);
+        let g0_inodes = v.inodes_per_group;
+        while v.groups[0].desc.read().free_inodes_count() > 1 {
+            assert!(v.alloc_inode(&mut h, 2, false).unwrap() <= g0_inodes);
+        }
+        assert_eq!(v.alloc_inode(&mut h, 2, false).unwrap(), a[10]);
+        h.commit().unwrap();
     }
 }

@@ -6,7 +6,7 @@
 //! unknown RO_COMPAT forces read-only, `needs_recovery` opens read-only with
 //! a warning (journal replay comes with the journal issue).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ext4kit_blockdev::BlockDevice;
@@ -55,6 +55,14 @@ pub struct Group {
     /// what lets one group's allocator ask about every other group's
     /// metadata while holding its own lock without a lock-order deadlock.
     pub meta: (u64, u64, u64),
+    /// No inode of the group below this index is free: the inode allocator
+    /// starts its bitmap scan here instead of at bit 0. With 32,768 inodes
+    /// in a group a scan from 0 reads up to 4 KiB of bitmap per create, a
+    /// cost that grows as the group fills (the seed-004 create curve).
+    /// Read and written only under `desc`'s write lock; an atomic so the
+    /// struct needs no second lock. A hint, never trusted for correctness:
+    /// a scan that finds nothing above it rescans from the start.
+    pub inode_hint: AtomicU32,
 }
 
 /// Counters for tests and benchmarks.
@@ -280,6 +288,7 @@ impl Volume {
                     desc_block: blk,
                     desc_offset: i * dsz,
                     meta,
+                    inode_hint: AtomicU32::new(0),
                 });
             }
         }
