@@ -26,7 +26,7 @@ use parking_lot::RwLock;
 #[derive(Debug)]
 pub struct Dentry {
     /// The name (replaced on rename).
-    pub name: ArcSwap<Box<[u8]>>,
+    pub name: ArcSwap<NameBytes>,
     /// The parent dentry; `None` only for the root.
     pub parent: ArcSwapOption<Dentry>,
     /// Inode number, or 0 for a negative dentry (the name does not exist).
@@ -38,14 +38,24 @@ pub struct Dentry {
 
 /// A dentry's name, shared by the dentry and its map key (one allocation
 /// of the name per cached dentry, not two).
-type Name = Arc<Box<[u8]>>;
+type Name = Arc<NameBytes>;
+
+/// The bytes of a cached name: inline up to 24 bytes (most names), so the
+/// name is one allocation with its reference counts, and reading it — a
+/// lookup's compare, `d_path` — one pointer hop, not two as through an
+/// `Arc<Box<[u8]>>`. (`ArcSwap` needs a sized type, hence not `Arc<[u8]>`.)
+pub type NameBytes = smallvec::SmallVec<[u8; 24]>;
 
 impl Dentry {
     /// A new dentry for `name` under `parent`, with the map key that
     /// shares its name.
-    fn child(parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> (Key, Arc<Dentry>) {
-        let name: Name = Arc::new(Box::from(name));
-        let key = Key(parent.ino, name.clone());
+    fn child(parent: &Arc<Dentry>, key: KeyRef<'_>, ino: u32, ftype: Option<FileType>) -> (Key, Arc<Dentry>) {
+        let name: Name = Arc::new(NameBytes::from_slice(key.name));
+        let key = Key {
+            dir: key.dir,
+            fp: key.fp,
+            name: name.clone(),
+        };
         let d = Arc::new(Dentry {
             name: ArcSwap::new(name),
             parent: ArcSwapOption::from(Some(parent.clone())),
@@ -72,14 +82,14 @@ pub struct DcacheGuard<'a> {
 impl DcacheGuard<'_> {
     /// The cached dentry for `name` in directory `dir_ino`, borrowed.
     pub fn get(&self, dir_ino: u32, name: &[u8]) -> Option<&Arc<Dentry>> {
-        let d = self.m.get(&KeyRef(dir_ino, name))?;
+        let d = self.m.get(&self.c.key(dir_ino, name))?;
         crate::vfs::touch(&d.referenced);
         Some(d)
     }
 
     /// Insert a lookup result; an entry inserted concurrently wins.
     pub fn insert(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> &Arc<Dentry> {
-        let (key, d) = Dentry::child(parent, name, ino, ftype);
+        let (key, d) = Dentry::child(parent, self.c.key(parent.ino, name), ino, ftype);
         let got = self.m.get_or_insert(key.clone(), d.clone());
         if Arc::ptr_eq(got, &d) {
             self.c.clock.push(key);
@@ -92,22 +102,57 @@ impl DcacheGuard<'_> {
 
 /// Map key: directory inode and name, owned; the map, the clock queue and
 /// the dentry share one copy of the name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key(u32, Name);
+///
+/// The key carries a fingerprint of the name (a hash under the cache's own
+/// random seed) and hashes as (directory, fingerprint), so hashing a key
+/// never follows the pointer to its name. The map rehashes every live key
+/// when it copies its table (papaya does not reuse the slots of removed
+/// entries, so a cache at its limit copies its table every few tens of
+/// thousands of inserts) and the eviction sweep hashes each key it
+/// visits: past the dcache's limit in seed 004 both ran at one cold name
+/// — two cache misses, the `Arc` and the bytes — per key.
+#[derive(Debug, Clone)]
+struct Key {
+    dir: u32,
+    fp: u64,
+    name: Name,
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.dir.hash(h);
+        self.fp.hash(h);
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, o: &Key) -> bool {
+        // The sweep looks a queued key up in the map, and both hold the
+        // same name: equal pointers answer without reading the bytes.
+        self.dir == o.dir && self.fp == o.fp && (Arc::ptr_eq(&self.name, &o.name) || **self.name == **o.name)
+    }
+}
+
+impl Eq for Key {}
 
 /// Borrowed form of [`Key`] for allocation-free lookups; hashes identically.
-struct KeyRef<'a>(u32, &'a [u8]);
+#[derive(Clone, Copy)]
+struct KeyRef<'a> {
+    dir: u32,
+    fp: u64,
+    name: &'a [u8],
+}
 
 impl Hash for KeyRef<'_> {
     fn hash<H: Hasher>(&self, h: &mut H) {
-        self.0.hash(h);
-        self.1.hash(h);
+        self.dir.hash(h);
+        self.fp.hash(h);
     }
 }
 
 impl papaya::Equivalent<Key> for KeyRef<'_> {
     fn equivalent(&self, k: &Key) -> bool {
-        self.0 == k.0 && *self.1 == **k.1
+        self.dir == k.dir && self.fp == k.fp && *self.name == **k.name
     }
 }
 
@@ -167,6 +212,9 @@ pub struct Dcache {
     pub rename_mutex: parking_lot::Mutex<()>,
     /// Eviction order (keys of `map`).
     clock: Clock<Key>,
+    /// Seeds the names' fingerprints (see [`Key`]): random per cache, so an
+    /// image cannot choose names whose fingerprints collide.
+    names: crate::cachemap::KeyHasher,
     /// Size at which the next eviction sweep runs.
     next_evict: std::sync::atomic::AtomicUsize,
     /// A sweep is running.
@@ -177,7 +225,7 @@ impl Dcache {
     /// A cache for a filesystem whose root is inode `root_ino`.
     pub fn new(root_ino: u32, limit: usize) -> Self {
         let root = Arc::new(Dentry {
-            name: ArcSwap::from_pointee(Box::from(&b"/"[..])),
+            name: ArcSwap::from_pointee(NameBytes::from_slice(b"/")),
             parent: ArcSwapOption::empty(),
             ino: root_ino,
             ftype: Some(FileType::Directory),
@@ -193,8 +241,27 @@ impl Dcache {
             dirs: crate::cachemap::new(),
             rename_mutex: parking_lot::Mutex::new(()),
             clock: Clock::default(),
+            names: Default::default(),
             next_evict: std::sync::atomic::AtomicUsize::new(limit.max(256)),
             evicting: AtomicBool::new(false),
+        }
+    }
+
+    fn key<'a>(&self, dir: u32, name: &'a [u8]) -> KeyRef<'a> {
+        use std::hash::BuildHasher;
+        KeyRef {
+            dir,
+            fp: self.names.hash_one(name),
+            name,
+        }
+    }
+
+    /// The owned key of a dentry that takes `name` in `dir`.
+    fn key_of(&self, dir: u32, name: Name) -> Key {
+        Key {
+            fp: self.key(dir, &name).fp,
+            dir,
+            name,
         }
     }
 
@@ -229,7 +296,7 @@ impl Dcache {
     /// Record that `name` in `parent` now refers to `ino` (after a create),
     /// replacing a negative or stale entry.
     pub fn set(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
-        let (key, d) = Dentry::child(parent, name, ino, ftype);
+        let (key, d) = Dentry::child(parent, self.key(parent.ino, name), ino, ftype);
         let m = self.map.pin();
         match m.insert(key.clone(), d.clone()) {
             None => self.clock.push(key),
@@ -257,19 +324,17 @@ impl Dcache {
         self.clock.sweep(
             || m.len() <= target,
             |k| {
-                let key = KeyRef(k.0, &k.1[..]);
-                let Some(v) = m.get(&key) else { return Visit::Gone };
+                let Some(v) = m.get(k) else { return Visit::Gone };
                 if Arc::strong_count(v) > 1 || v.referenced.swap(false, Ordering::Relaxed) {
                     return Visit::Keep;
                 }
-                match m.remove_if(&key, |_, v| Arc::strong_count(v) == 1) {
+                match m.remove_if(k, |_, v| Arc::strong_count(v) == 1) {
                     Ok(_) => Visit::Gone,
                     Err(_) => Visit::Keep,
                 }
             },
         );
-        self.clock
-            .compact_if(m.len(), |k| m.get(&KeyRef(k.0, &k.1[..])).is_some());
+        self.clock.compact_if(m.len(), |k| m.get(k).is_some());
         self.next_evict
             .store(self.limit.max(m.len() + self.limit / 4), Ordering::Relaxed);
         self.evicting.store(false, Ordering::Release);
@@ -300,7 +365,7 @@ impl Dcache {
     /// the dentry keeps it, detached.
     pub fn remove(&self, dir_ino: u32, name: &[u8]) {
         let m = self.map.pin();
-        if let Some(d) = m.remove(&KeyRef(dir_ino, name)) {
+        if let Some(d) = m.remove(&self.key(dir_ino, name)) {
             self.unindex_dir(d);
         }
     }
@@ -340,15 +405,15 @@ impl Dcache {
     /// readers retry.
     pub fn renamed(&self, old_dir: u32, old_name: &[u8], new_dir: u32, new_name: &[u8], exchange: bool) {
         let m = self.map.pin();
-        let src = m.remove(&KeyRef(old_dir, old_name)).cloned();
-        let dst = m.remove(&KeyRef(new_dir, new_name)).cloned();
+        let src = m.remove(&self.key(old_dir, old_name)).cloned();
+        let dst = m.remove(&self.key(new_dir, new_name)).cloned();
         let (np, op) = (self.dir(new_dir), self.dir(old_dir));
         if let (Some(d), Some(np)) = (src.filter(|d| d.is_positive()), np) {
             self.move_dentry(&d, &np, new_name);
             // The moved dentry joins the clock under its new key (its old
             // key there is stale now): without it, a renamed dentry was
             // never evicted.
-            let key = Key(new_dir, d.name.load_full());
+            let key = self.key_of(new_dir, d.name.load_full());
             if m.insert(key.clone(), d).is_none() {
                 self.clock.push(key);
             }
@@ -356,7 +421,7 @@ impl Dcache {
         if exchange {
             if let (Some(d), Some(op)) = (dst.filter(|d| d.is_positive()), op) {
                 self.move_dentry(&d, &op, old_name);
-                let key = Key(old_dir, d.name.load_full());
+                let key = self.key_of(old_dir, d.name.load_full());
                 if m.insert(key.clone(), d).is_none() {
                     self.clock.push(key);
                 }
@@ -400,7 +465,7 @@ impl Dcache {
     }
 
     fn build_path(d: &Arc<Dentry>) -> Vec<u8> {
-        let mut parts: Vec<Arc<Box<[u8]>>> = Vec::new();
+        let mut parts: Vec<Name> = Vec::new();
         let mut cur = d.clone();
         // Bounded: a parent chain longer than this means a cycle made by a
         // racing rename; the seqcount check makes the caller retry.
@@ -426,7 +491,7 @@ impl Dcache {
         let _g = self.rename_lock.write();
         self.rename_seq.write_begin();
         d.parent.store(Some(new_parent.clone()));
-        d.name.store(Arc::new(Box::from(new_name)));
+        d.name.store(Arc::new(NameBytes::from_slice(new_name)));
         self.rename_seq.write_end();
     }
 }
@@ -434,6 +499,49 @@ impl Dcache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two names with one fingerprint (forced here; 1 in 2^64 by chance)
+    /// are still two keys: the fingerprint only spares hashing the bytes.
+    #[test]
+    fn keys_with_equal_fingerprints_compare_their_names() {
+        let (a, b): (Name, Name) = (
+            Arc::new(NameBytes::from_slice(b"a")),
+            Arc::new(NameBytes::from_slice(b"b")),
+        );
+        let ka = Key {
+            dir: 2,
+            fp: 7,
+            name: a.clone(),
+        };
+        let kb = Key { dir: 2, fp: 7, name: b };
+        assert_ne!(ka, kb);
+        let ka2 = Key {
+            dir: 2,
+            fp: 7,
+            name: Arc::new(NameBytes::from_slice(b"a")),
+        };
+        assert_eq!(ka, ka2, "equal names in separate allocations");
+        let r = KeyRef {
+            dir: 2,
+            fp: 7,
+            name: b"b",
+        };
+        assert!(papaya::Equivalent::equivalent(&r, &kb) && !papaya::Equivalent::equivalent(&r, &ka));
+        let m: crate::cachemap::Map<Key, u32> = crate::cachemap::new();
+        let g = m.pin();
+        g.insert(ka.clone(), 1);
+        g.insert(kb.clone(), 2);
+        assert_eq!((g.get(&ka), g.get(&kb), g.len()), (Some(&1), Some(&2), 2));
+        // A different directory with the same name and fingerprint.
+        assert_eq!(
+            g.get(&KeyRef {
+                dir: 3,
+                fp: 7,
+                name: b"a"
+            }),
+            None
+        );
+    }
 
     #[test]
     fn insert_lookup_and_d_path() {
