@@ -102,7 +102,60 @@ impl<'v> Handle<'v> {
     /// older snapshot after its newer one would undo its change on disk.
     /// This is jbd2's rule too — a buffer belongs to the running
     /// transaction, not to one handle.
-    pub fn commit(self) -> Result<()> {
-        self.vol.commit_blocks(self.dirty)
+    pub fn commit(mut self) -> Result<()> {
+        let dirty = std::mem::take(&mut self.dirty);
+        self.vol.commit_blocks(dirty)
+    }
+}
+
+/// A handle dropped without `commit` (an operation that failed part-way,
+/// past what its undo could reach: a device error, say) still hands its
+/// blocks to the checkpoint. Its drafts are already what readers see and
+/// what the next writer of each block builds on; left out of the dirty
+/// set they would be written only if some later handle happened to touch
+/// the same block, and until then stay pinned in the cache as dirty. jbd2
+/// likewise keeps a failed handle's buffers in the running transaction.
+impl Drop for Handle<'_> {
+    fn drop(&mut self) {
+        if !self.dirty.is_empty() {
+            self.vol.dirty_meta.add(self.dirty.drain(..));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ext4::mkfs::{mkfs, MkfsOptions};
+    use crate::ext4::volume::Volume;
+    use crate::OpenOptions;
+    use ext4kit_blockdev::MemDevice;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_dropped_handle_still_gets_its_blocks_written() {
+        let dev = Arc::new(MemDevice::new(8 << 20));
+        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
+        let opts = OpenOptions {
+            read_only: false,
+            cache_budget: 8 << 20,
+        };
+        let v = Volume::open(dev, &opts).unwrap();
+        let blk = v.groups[0].meta.2 + 40; // in the inode table, unused
+        let before = v.buffer(blk).unwrap().data[7];
+        {
+            let mut h = v.begin().unwrap();
+            h.modify(blk, |b| {
+                b[7] ^= 0xa5;
+                Ok(())
+            })
+            .unwrap();
+            // An operation failing here returns without commit.
+        }
+        assert_eq!(v.dirty_meta.len(), 1, "the dropped handle's block is queued");
+        v.checkpoint().unwrap();
+        assert!(v.dirty_meta.is_empty());
+        let mut raw = vec![0u8; v.block_size];
+        v.read_raw(blk, &mut raw).unwrap();
+        assert_eq!(raw[7], before ^ 0xa5, "the change reached the device");
     }
 }
