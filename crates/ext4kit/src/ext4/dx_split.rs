@@ -25,7 +25,7 @@ use ext4kit_format::htree::{
 use ext4kit_format::inode::{flags, Inode};
 
 use super::dir::{DirRef, LeafAccess};
-use super::dir_insert::{find_slot, insert_at, leaf_records, packed_size, Rec};
+use super::dir_insert::{find_slot, insert_at, leaf_records, packed_size, Rec, RecName};
 use super::htree::DxProbe;
 use super::transaction::Handle;
 use super::volume::Volume;
@@ -138,7 +138,7 @@ impl Volume {
             self.hash_of(name, version),
             Rec {
                 ino,
-                name: name.to_vec(),
+                name: RecName::from_slice(name),
                 ft: ftb,
             },
         );
@@ -236,7 +236,7 @@ impl Volume {
             let mut all = recs;
             all.push(Rec {
                 ino,
-                name: name.to_vec(),
+                name: RecName::from_slice(name),
                 ft: ftb,
             });
             let b = self.build_leaf(&all, seed)?;
@@ -299,7 +299,7 @@ impl Volume {
             hash,
             Rec {
                 ino,
-                name: name.to_vec(),
+                name: RecName::from_slice(name),
                 ft: ftb,
             },
         );
@@ -421,7 +421,7 @@ mod tests {
     fn rec(n: usize) -> Rec {
         Rec {
             ino: n as u32 + 11,
-            name: format!("n{n:05}").into_bytes(),
+            name: RecName::from_slice(format!("n{n:05}").as_bytes()),
             ft: 1,
         }
     }
@@ -434,7 +434,7 @@ mod tests {
         assert!(packed_size(&lo) <= 1012 && packed_size(&hi) <= 1012);
         assert!(hi.len() >= 29 && hi.len() <= 33, "{}", hi.len());
         assert_eq!(h2 & HASH_COLLISION_BIT, 0);
-        assert!(hi.iter().any(|r| r.name == b"n00099") == (5001 >= h2));
+        assert!(hi.iter().any(|r| &r.name[..] == b"n00099") == (5001 >= h2));
     }
 
     #[test]
@@ -442,7 +442,7 @@ mod tests {
         let recs: Vec<(u32, Rec)> = (0..60).map(|i| (7000, rec(i))).collect();
         let (lo, hi, h2) = split_records(recs, (100, rec(99)), 1012);
         assert_eq!(h2, 7000 | HASH_COLLISION_BIT);
-        assert!(lo.iter().any(|r| r.name == b"n00099"));
+        assert!(lo.iter().any(|r| &r.name[..] == b"n00099"));
         assert!(!hi.is_empty() && lo.len() > 1);
     }
 }

@@ -46,10 +46,12 @@ impl Fs {
         // Component sources, innermost last: the path itself (borrowed, so a
         // walk without symlinks allocates nothing for components), then the
         // target of each symlink being followed.
-        let mut frames: Vec<(Cow<'_, [u8]>, usize)> = vec![(Cow::Borrowed(path), 0)];
+        // Both vectors are inline for the common depths: a walk that fits
+        // allocates nothing (it was two allocations per path-named call).
+        let mut frames: Frames<'_> = smallvec::smallvec![(Cow::Borrowed(path), 0)];
         // The directories walked through, root first (for ".." and so that
         // the parent of a new dentry is at hand without a lookup).
-        let mut stack: Vec<&Arc<Dentry>> = Vec::with_capacity(16);
+        let mut stack: smallvec::SmallVec<[&Arc<Dentry>; 16]> = smallvec::SmallVec::new();
         stack.push(root);
         // Components are copied into a stack buffer: no allocation per step.
         let mut name_buf = [0u8; NAME_MAX + 1];
@@ -167,7 +169,11 @@ impl Fs {
 /// last one of the whole walk.
 /// The component is copied into `out` (truncated past its size; the
 /// returned length is the real one, so callers can reject long names).
-fn next_component(frames: &mut Vec<(Cow<'_, [u8]>, usize)>, out: &mut [u8]) -> Option<(usize, bool)> {
+/// Component sources of a walk: the path, then each symlink target being
+/// followed (innermost last).
+type Frames<'a> = smallvec::SmallVec<[(Cow<'a, [u8]>, usize); 2]>;
+
+fn next_component(frames: &mut Frames<'_>, out: &mut [u8]) -> Option<(usize, bool)> {
     loop {
         let (buf, pos) = frames.last_mut()?;
         let rest = &buf[*pos..];
