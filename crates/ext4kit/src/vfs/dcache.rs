@@ -6,47 +6,34 @@
 //!   (no refcount traffic on `/`, `/usr`, ... when many threads resolve paths
 //!   below them). Only the final dentry of a walk is cloned.
 //! - A reference is an `Arc` clone: an atomic increment, never a lock.
-//! - Each dentry's parent and name are atomically replaceable (from its
-//!   first rename on: see [`Dentry`]); a rename (write path) swaps them
-//!   under the rename lock and bumps the rename sequence. `d_path` reads the chain optimistically and retries if
+//! - Each dentry's parent and name are atomically replaceable pointers;
+//!   a rename (write path) swaps them under the rename lock and bumps the
+//!   rename sequence. `d_path` reads the chain optimistically and retries if
 //!   the sequence moved, falling back to the shared side of the rename lock,
 //!   so path builders never exclude one another.
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 
 use crate::clock::{Clock, Visit};
 use ext4kit_format::inode::FileType;
 use parking_lot::RwLock;
 
 /// A name in a directory, as cached.
-///
-/// Its name and parent are fixed at birth and replaceable from its first
-/// rename on: `moved` is made then. Almost no dentry is ever renamed, and
-/// an `ArcSwap` costs at its drop a walk of every thread's reader-debt
-/// list (to settle readers of the last value): two of those per evicted
-/// dentry were ~0.15 µs of a create past the cache's limit (seed 004).
-/// The price: a renamed dentry keeps its birth parent alive (and so
-/// unevictable) for as long as it lives itself.
 #[derive(Debug)]
 pub struct Dentry {
-    born: Place,
-    moved: OnceLock<ArcSwap<Place>>,
+    /// The name (replaced on rename).
+    pub name: ArcSwap<NameBytes>,
+    /// The parent dentry; `None` only for the root.
+    pub parent: ArcSwapOption<Dentry>,
     /// Inode number, or 0 for a negative dentry (the name does not exist).
     pub ino: u32,
     /// Type, when known from the directory entry.
     pub ftype: Option<FileType>,
     referenced: AtomicBool,
-}
-
-/// Where a dentry is: its name and its parent (`None` only for the root).
-#[derive(Debug)]
-struct Place {
-    name: Name,
-    parent: Option<Arc<Dentry>>,
 }
 
 /// A dentry's name, shared by the dentry and its map key (one allocation
@@ -70,11 +57,8 @@ impl Dentry {
             name: name.clone(),
         };
         let d = Arc::new(Dentry {
-            born: Place {
-                name,
-                parent: Some(parent.clone()),
-            },
-            moved: OnceLock::new(),
+            name: ArcSwap::new(name),
+            parent: ArcSwapOption::from(Some(parent.clone())),
             ino,
             ftype,
             // Unreferenced until used again (see `crate::clock`).
@@ -86,23 +70,6 @@ impl Dentry {
     /// Whether the name exists.
     pub fn is_positive(&self) -> bool {
         self.ino != 0
-    }
-
-    fn place<R>(&self, f: impl FnOnce(&Place) -> R) -> R {
-        match self.moved.get() {
-            Some(m) => f(&m.load()),
-            None => f(&self.born),
-        }
-    }
-
-    /// The dentry's name now (a rename may replace it at any moment).
-    pub fn name(&self) -> Name {
-        self.place(|p| p.name.clone())
-    }
-
-    /// The parent dentry now; `None` only for the root.
-    pub fn parent(&self) -> Option<Arc<Dentry>> {
-        self.place(|p| p.parent.clone())
     }
 }
 
@@ -258,11 +225,8 @@ impl Dcache {
     /// A cache for a filesystem whose root is inode `root_ino`.
     pub fn new(root_ino: u32, limit: usize) -> Self {
         let root = Arc::new(Dentry {
-            born: Place {
-                name: Arc::new(NameBytes::from_slice(b"/")),
-                parent: None,
-            },
-            moved: OnceLock::new(),
+            name: ArcSwap::from_pointee(NameBytes::from_slice(b"/")),
+            parent: ArcSwapOption::empty(),
             ino: root_ino,
             ftype: Some(FileType::Directory),
             referenced: AtomicBool::new(true),
@@ -450,7 +414,7 @@ impl Dcache {
             // The moved dentry joins the clock under its new key (its old
             // key there is stale now): without it, a renamed dentry was
             // never evicted.
-            let key = self.key_of(new_dir, d.name());
+            let key = self.key_of(new_dir, d.name.load_full());
             if m.insert(key.clone(), d).is_none() {
                 self.clock.push(key);
             }
@@ -458,7 +422,7 @@ impl Dcache {
         if exchange {
             if let (Some(d), Some(op)) = (dst.filter(|d| d.is_positive()), op) {
                 self.move_dentry(&d, &op, old_name);
-                let key = self.key_of(old_dir, d.name());
+                let key = self.key_of(old_dir, d.name.load_full());
                 if m.insert(key.clone(), d).is_none() {
                     self.clock.push(key);
                 }
@@ -507,10 +471,8 @@ impl Dcache {
         // Bounded: a parent chain longer than this means a cycle made by a
         // racing rename; the seqcount check makes the caller retry.
         for _ in 0..4096 {
-            let Some((name, p)) = cur.place(|pl| pl.parent.clone().map(|p| (pl.name.clone(), p))) else {
-                break;
-            };
-            parts.push(name);
+            let Some(p) = cur.parent.load_full() else { break };
+            parts.push(cur.name.load_full());
             cur = p;
         }
         if parts.is_empty() {
@@ -529,18 +491,8 @@ impl Dcache {
     pub fn move_dentry(&self, d: &Arc<Dentry>, new_parent: &Arc<Dentry>, new_name: &[u8]) {
         let _g = self.rename_lock.write();
         self.rename_seq.write_begin();
-        let place = Arc::new(Place {
-            name: Arc::new(NameBytes::from_slice(new_name)),
-            parent: Some(new_parent.clone()),
-        });
-        // Writers are serialised by the rename lock: `moved` is either
-        // there already or ours to make.
-        match d.moved.get() {
-            Some(m) => m.store(place),
-            None => {
-                let _ = d.moved.set(ArcSwap::new(place));
-            }
-        }
+        d.parent.store(Some(new_parent.clone()));
+        d.name.store(Arc::new(NameBytes::from_slice(new_name)));
         self.rename_seq.write_end();
     }
 }
