@@ -26,57 +26,9 @@ pub fn new<K, V>() -> Map<K, V> {
     papaya::HashMap::with_hasher(KeyHasher::default())
 }
 
-/// Make room for a cache that has reached its limit and will now churn
-/// (each insert paid for by an eviction): a table of about four times the
-/// limit, once. Call it before each eviction sweep; it does nothing when
-/// the table is that large already.
-///
-/// Why: papaya never reuses the slot of a removed entry, so a map whose
-/// size stays put while its keys change fills its table with tombstones
-/// and copies every live entry into a fresh table each time it does.
-/// With the table about twice the live entries, as papaya sizes it, that
-/// is a copy every ~0.7 × live inserts — more than one entry copied per
-/// insert, each a cache miss on a large map (`help_copy` was ~0.3 µs of
-/// a create past the dentry cache's limit, seed 004). At four times the
-/// limit a copy comes every ~2.4 × live inserts; papaya keeps that size,
-/// as it shrinks a table only below one eighth full.
-pub fn size_for_churn<K, V>(m: &MapRef<'_, K, V>, limit: usize)
-where
-    K: std::hash::Hash + Eq,
-{
-    let want = 3 * limit;
-    let len = m.len();
-    if want > len {
-        m.reserve(want - len);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The table's size is not observable through papaya's API (the effect
-    /// is measured by `seeds-create`); what must hold is that resizing
-    /// under churn loses and invents nothing.
-    #[test]
-    fn a_churning_map_sized_for_it_keeps_exactly_its_entries() {
-        let m: Map<u32, u32> = new();
-        let g = m.pin();
-        let limit = 4096u32;
-        for i in 0..limit {
-            g.insert(i, i);
-        }
-        size_for_churn(&g, limit as usize);
-        size_for_churn(&g, limit as usize);
-        for i in limit..limit * 8 {
-            g.insert(i, i);
-            g.remove(&(i - limit));
-            size_for_churn(&g, limit as usize);
-        }
-        assert_eq!(g.len(), limit as usize);
-        assert!((limit * 7..limit * 8).all(|i| g.get(&i) == Some(&i)));
-        assert!((0..limit * 7).step_by(97).all(|i| g.get(&i).is_none()));
-    }
 
     #[test]
     fn maps_hash_with_independent_seeds() {

@@ -357,7 +357,6 @@ impl BufferCache {
         let now = self.budget.buffers.fetch_add(self.block_size, Ordering::Relaxed) + self.block_size;
         let limit = self.budget.buffer_limit();
         if now > limit.max(self.next_evict.load(Ordering::Relaxed)) && !self.evicting.swap(true, Ordering::Acquire) {
-            crate::cachemap::size_for_churn(m, limit / self.block_size);
             self.evict(m, limit / 4 * 3);
             // A sweep that could not reach the target (dirty buffers
             // stay) is not repeated for another quarter of the limit

@@ -321,7 +321,6 @@ impl Dcache {
         }
         // In clock order, never by iterating the map (see crate::clock).
         let target = self.limit / 4 * 3;
-        crate::cachemap::size_for_churn(m, self.limit);
         self.clock.sweep(
             || m.len() <= target,
             |k| {

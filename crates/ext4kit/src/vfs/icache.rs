@@ -284,7 +284,6 @@ impl Icache {
     /// in the order of [`Clock`] (never by iterating the map: see there).
     fn evict(&self, m: &crate::cachemap::MapRef<'_, u32, Arc<CachedInode>>) {
         let target = self.limit / 4 * 3;
-        crate::cachemap::size_for_churn(m, self.limit);
         let mut released = 0;
         self.clock.sweep(
             || m.len() <= target,
