@@ -343,20 +343,7 @@ impl Volume {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ext4::mkfs::{mkfs, MkfsOptions};
-    use crate::OpenOptions;
-    use ext4kit_blockdev::MemDevice;
-    use std::sync::Arc;
-
-    fn volume() -> Volume {
-        let dev = Arc::new(MemDevice::new(8 << 20));
-        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
-        let opts = OpenOptions {
-            read_only: false,
-            cache_budget: 8 << 20,
-        };
-        Volume::open(dev, &opts).unwrap()
-    }
+    use crate::ext4::volume::scratch_volume as volume;
 
     /// The scan hint (`Group::inode_hint`) must not change which inode is
     /// handed out: always the lowest free one of the group, as the kernel's

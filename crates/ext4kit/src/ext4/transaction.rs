@@ -125,21 +125,9 @@ impl Drop for Handle<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::ext4::mkfs::{mkfs, MkfsOptions};
-    use crate::ext4::volume::Volume;
-    use crate::OpenOptions;
-    use ext4kit_blockdev::MemDevice;
-    use std::sync::Arc;
-
     #[test]
     fn a_dropped_handle_still_gets_its_blocks_written() {
-        let dev = Arc::new(MemDevice::new(8 << 20));
-        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
-        let opts = OpenOptions {
-            read_only: false,
-            cache_budget: 8 << 20,
-        };
-        let v = Volume::open(dev, &opts).unwrap();
+        let v = crate::ext4::volume::scratch_volume();
         let blk = v.groups[0].meta.2 + 40; // in the inode table, unused
         let before = v.buffer(blk).unwrap().data[7];
         {

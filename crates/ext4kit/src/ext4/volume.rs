@@ -409,3 +409,16 @@ pub(crate) fn annotate(e: Error, what: &str) -> Error {
         other => other,
     }
 }
+
+/// A fresh 8 MiB ext4 (mkfs defaults) in memory, opened read-write: the
+/// fixture of the ext4 layer's unit tests.
+#[cfg(test)]
+pub(crate) fn scratch_volume() -> Volume {
+    let dev = Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
+    super::mkfs::mkfs(&*dev, 8 << 20, &super::mkfs::MkfsOptions::default()).expect("mkfs on a memory device");
+    let opts = OpenOptions {
+        read_only: false,
+        cache_budget: 8 << 20,
+    };
+    Volume::open(dev, &opts).expect("open the fresh volume")
+}
