@@ -8,11 +8,13 @@
 //! used ~4% less CPU. foldhash is built for exactly this — short keys,
 //! hash tables — at a fraction of the cost, and is still seeded at random
 //! per map, so a crafted image cannot choose numbers or names that collide
-//! in every process (papaya also bounds probe lengths).
+//! in every process (papaya also bounds probe lengths). The dentry cache
+//! hashes each name once, with this hasher, into a fingerprint its key
+//! carries, and its map folds only the directory into that (`dcache.rs`).
 //!
 //! Eviction order lives beside each map in a [`crate::clock::Clock`].
 
-/// The hasher of every cache map.
+/// The hasher of the cache maps (and of the dentry cache's fingerprints).
 pub type KeyHasher = foldhash::fast::RandomState;
 
 /// A cache's concurrent map.

@@ -186,14 +186,13 @@ pub fn init_tail(buf: &mut [u8]) {
     buf[t + 7] = TAIL_FILE_TYPE;
 }
 
-/// Write a record header and name at `off` (caller checks space).
 /// Change only the record length of the entry at `off` (an insert taking a
 /// live record's slack shrinks it to its name; nothing else moves).
 pub fn set_rec_len(buf: &mut [u8], off: usize, rec_len: usize, fmt: DirFormat) {
     put16(buf, off + 4, rec_len_to_disk(rec_len, fmt.block_size));
 }
 
-/// Write a whole entry header and name at `off`.
+/// Write a record header and name at `off` (caller checks space).
 pub fn write_entry(buf: &mut [u8], off: usize, inode: u32, rec_len: usize, name: &[u8], file_type: u8, fmt: DirFormat) {
     put32(buf, off, inode);
     put16(buf, off + 4, rec_len_to_disk(rec_len, fmt.block_size));

@@ -52,11 +52,12 @@ pub struct DirtyMeta {
 /// inode-table block being filled): the filter answers those from one
 /// cache line. The set — 24,000 blocks, far out of the CPU caches at a
 /// million files — then sees about one block per create, the leaf.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Pending {
     set: foldhash::HashSet<u64>,
-    /// Direct-mapped by block number; `u64::MAX` is empty. Everything in
-    /// it is in `set`: both are emptied together, under the one mutex.
+    /// Direct-mapped by block number; `u64::MAX` is empty (so no derived
+    /// `Default`: zeros would claim block 0 is queued). Everything in it
+    /// is in `set`: both are emptied together, under the one mutex.
     recent: [u64; RECENT],
 }
 
@@ -134,11 +135,8 @@ impl DirtyMeta {
 
     /// Put back blocks a failed checkpoint did not write.
     fn restore(&self, blocks: impl IntoIterator<Item = u64>) {
-        let mut p = self.blocks.lock();
-        for b in blocks {
-            p.insert(b);
-        }
-        self.len.store(p.set.len(), Ordering::Relaxed);
+        // Whether it is over the limit again is the next commit's question.
+        let _ = self.add(blocks);
     }
 }
 

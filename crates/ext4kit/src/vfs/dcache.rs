@@ -76,7 +76,7 @@ impl Dentry {
 /// A pinned view of the dentry cache (see [`Dcache::pin`]).
 pub struct DcacheGuard<'a> {
     c: &'a Dcache,
-    m: crate::cachemap::MapRef<'a, Key, Arc<Dentry>>,
+    m: MapRef<'a>,
 }
 
 impl DcacheGuard<'_> {
@@ -135,6 +135,45 @@ impl PartialEq for Key {
 
 impl Eq for Key {}
 
+/// The dentry map's hasher. A key's fingerprint is already a seeded hash
+/// of its name, so the map only folds the directory into it: hashing
+/// (directory, fingerprint) again with the caches' foldhash was a second
+/// hash per lookup on the path walk's hot path. Keys of one directory
+/// differ only in their fingerprints, which an image cannot predict.
+#[derive(Debug, Clone, Copy, Default)]
+struct FpBuild;
+
+impl std::hash::BuildHasher for FpBuild {
+    type Hasher = FpHasher;
+    fn build_hasher(&self) -> FpHasher {
+        FpHasher(0)
+    }
+}
+
+struct FpHasher(u64);
+
+impl Hasher for FpHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // Not reached by `Key`/`KeyRef` (they write a u32 and a u64); kept
+        // correct for any other input all the same.
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, dir: u32) {
+        self.0 ^= (dir as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_u64(&mut self, fp: u64) {
+        self.0 ^= fp;
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A pinned view of the dentry map.
+type MapRef<'a> = papaya::HashMapRef<'a, Key, Arc<Dentry>, FpBuild, papaya::LocalGuard<'a>>;
+
 /// Borrowed form of [`Key`] for allocation-free lookups; hashes identically.
 #[derive(Clone, Copy)]
 struct KeyRef<'a> {
@@ -192,7 +231,7 @@ impl SeqCount {
 /// The dentry cache.
 #[derive(Debug)]
 pub struct Dcache {
-    map: crate::cachemap::Map<Key, Arc<Dentry>>,
+    map: papaya::HashMap<Key, Arc<Dentry>, FpBuild>,
     root: Arc<Dentry>,
     /// Bumped around every rename (seed 001's `rename_lock` sequence).
     pub rename_seq: SeqCount,
@@ -232,7 +271,7 @@ impl Dcache {
             referenced: AtomicBool::new(true),
         });
         Dcache {
-            map: crate::cachemap::new(),
+            map: papaya::HashMap::with_hasher(FpBuild),
             root,
             rename_seq: SeqCount::default(),
             rename_lock: RwLock::new(()),
@@ -315,7 +354,7 @@ impl Dcache {
     /// after a sweep that could not reach the target, the next waits for a
     /// quarter of the limit of new entries, so a sweep's O(n) walk costs
     /// O(1) per insert whatever is pinned.
-    fn maybe_evict(&self, m: &crate::cachemap::MapRef<'_, Key, Arc<Dentry>>) {
+    fn maybe_evict(&self, m: &MapRef<'_>) {
         if m.len() <= self.next_evict.load(Ordering::Relaxed) || self.evicting.swap(true, Ordering::Acquire) {
             return;
         }
@@ -527,11 +566,21 @@ mod tests {
             name: b"b",
         };
         assert!(papaya::Equivalent::equivalent(&r, &kb) && !papaya::Equivalent::equivalent(&r, &ka));
-        let m: crate::cachemap::Map<Key, u32> = crate::cachemap::new();
+        let m: papaya::HashMap<Key, u32, FpBuild> = papaya::HashMap::with_hasher(FpBuild);
         let g = m.pin();
         g.insert(ka.clone(), 1);
         g.insert(kb.clone(), 2);
         assert_eq!((g.get(&ka), g.get(&kb), g.len()), (Some(&1), Some(&2), 2));
+        // Key and KeyRef hash alike (else no lookup finds an entry), and the
+        // directory moves the hash of an equal fingerprint.
+        use std::hash::BuildHasher;
+        let r_a = KeyRef {
+            dir: 2,
+            fp: 7,
+            name: b"a",
+        };
+        assert_eq!(FpBuild.hash_one(&ka), FpBuild.hash_one(r_a));
+        assert_ne!(FpBuild.hash_one(&ka), FpBuild.hash_one(KeyRef { dir: 3, ..r_a }));
         // A different directory with the same name and fingerprint.
         assert_eq!(
             g.get(&KeyRef {

@@ -165,14 +165,14 @@ impl Fs {
     }
 }
 
-/// The next non-empty component across the frames, and whether it is the
-/// last one of the whole walk.
-/// The component is copied into `out` (truncated past its size; the
-/// returned length is the real one, so callers can reject long names).
 /// Component sources of a walk: the path, then each symlink target being
 /// followed (innermost last).
 type Frames<'a> = smallvec::SmallVec<[(Cow<'a, [u8]>, usize); 2]>;
 
+/// The next non-empty component across the frames, and whether it is the
+/// last one of the whole walk.
+/// The component is copied into `out` (truncated past its size; the
+/// returned length is the real one, so callers can reject long names).
 fn next_component(frames: &mut Frames<'_>, out: &mut [u8]) -> Option<(usize, bool)> {
     loop {
         let (buf, pos) = frames.last_mut()?;
