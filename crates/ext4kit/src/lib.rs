@@ -27,6 +27,7 @@ pub mod cachemap;
 pub mod clock;
 pub mod error;
 pub mod ext4;
+pub mod flusher;
 pub mod vfs;
 
 pub use error::{Errno, Error, Result};

@@ -160,6 +160,8 @@ pub struct BufferCache {
     next_evict: AtomicUsize,
     /// A sweep is running.
     evicting: std::sync::atomic::AtomicBool,
+    /// The background worker that sweeps for us (`crate::flusher`).
+    pub(crate) flusher: crate::flusher::Slot,
     block_size: usize,
     /// Blocks read from the device (cache misses).
     pub misses: AtomicU64,
@@ -178,6 +180,7 @@ impl BufferCache {
             removals: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             next_evict: AtomicUsize::new(0),
             evicting: std::sync::atomic::AtomicBool::new(false),
+            flusher: Default::default(),
             block_size,
             misses: AtomicU64::new(0),
             hits: AtomicU64::new(0),
@@ -356,15 +359,33 @@ impl BufferCache {
         self.clock.push(block);
         let now = self.budget.buffers.fetch_add(self.block_size, Ordering::Relaxed) + self.block_size;
         let limit = self.budget.buffer_limit();
-        if now > limit.max(self.next_evict.load(Ordering::Relaxed)) && !self.evicting.swap(true, Ordering::Acquire) {
-            self.evict(m, limit / 4 * 3);
-            // A sweep that could not reach the target (dirty buffers
-            // stay) is not repeated for another quarter of the limit
-            // of new blocks: a sweep is O(n), its cost per insert O(1).
-            let after = self.budget.buffers.load(Ordering::Relaxed);
-            self.next_evict.store(after + limit / 4, Ordering::Relaxed);
-            self.evicting.store(false, Ordering::Release);
+        let over = limit.max(self.next_evict.load(Ordering::Relaxed));
+        // Past the threshold the background worker sweeps; only past it by
+        // another quarter of the limit (the worker is behind) do we.
+        if now > over && (now > over + limit / 4 || !crate::flusher::kick(&self.flusher)) {
+            self.sweep_over(m, limit);
         }
+    }
+
+    /// The background worker's pass: sweep if over the threshold.
+    pub fn reclaim(&self) {
+        let limit = self.budget.buffer_limit();
+        if self.cached_bytes() > limit.max(self.next_evict.load(Ordering::Relaxed)) {
+            self.sweep_over(&self.map.pin(), limit);
+        }
+    }
+
+    fn sweep_over(&self, m: &crate::cachemap::MapRef<'_, u64, Arc<Buffer>>, limit: usize) {
+        if self.evicting.swap(true, Ordering::Acquire) {
+            return;
+        }
+        self.evict(m, limit / 4 * 3);
+        // A sweep that could not reach the target (dirty buffers
+        // stay) is not repeated for another quarter of the limit
+        // of new blocks: a sweep is O(n), its cost per insert O(1).
+        let after = self.budget.buffers.load(Ordering::Relaxed);
+        self.next_evict.store(after + limit / 4, Ordering::Relaxed);
+        self.evicting.store(false, Ordering::Release);
     }
 
     /// Give the page cache back its share: evict clean buffers down to the
@@ -495,6 +516,32 @@ mod tests {
         let b = c.get(199, |_| -> Result<(), ()> { panic!("should hit") }).unwrap();
         assert_eq!(b.data[0], 199);
         assert!(c.get(5000, |_| Err(7)).is_err());
+    }
+
+    /// With a background worker attached that never runs, the cache still
+    /// stays within a quarter of its limit above its threshold: past that
+    /// margin the inserting caller sweeps itself. And the worker's pass
+    /// brings it back under the limit.
+    #[test]
+    fn a_worker_that_falls_behind_leaves_the_sweep_to_the_caller() {
+        let c = BufferCache::new(1024, Arc::new(MemoryBudget::fixed(64 * 1024, 0)));
+        c.flusher.set(Arc::new(crate::flusher::Signal::default())).unwrap();
+        let mut most = 0;
+        for i in 0..2000u64 {
+            c.get(i, |_| -> Result<(), ()> { Ok(()) }).unwrap();
+            most = most.max(c.cached_bytes());
+        }
+        assert!(most > 64 * 1024, "past the limit the sweep was left to the worker");
+        assert!(
+            most <= 64 * 1024 + 16 * 1024 + 1024,
+            "{most} bytes cached for a 64 KiB limit"
+        );
+        c.reclaim();
+        assert!(
+            c.cached_bytes() <= 64 * 1024,
+            "{} bytes after the worker's pass",
+            c.cached_bytes()
+        );
     }
 
     /// Blocks installed by transactions (never read) count against the

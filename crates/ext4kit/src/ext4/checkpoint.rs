@@ -43,6 +43,11 @@ pub struct DirtyMeta {
     /// writing its old metadata contents would otherwise be overwritten
     /// after the new data lands.
     pub(crate) io: parking_lot::Mutex<()>,
+    /// The background worker that checkpoints for us (`crate::flusher`).
+    pub(crate) flusher: crate::flusher::Slot,
+    /// The last background checkpoint failed: the next commit checkpoints
+    /// itself, so that the error reaches a caller.
+    failed: std::sync::atomic::AtomicBool,
 }
 
 /// The set and, in front of it, the last blocks added.
@@ -89,6 +94,8 @@ impl DirtyMeta {
             budget,
             block_size,
             io: parking_lot::Mutex::new(()),
+            flusher: Default::default(),
+            failed: Default::default(),
         }
     }
 
@@ -148,10 +155,17 @@ impl Volume {
     /// unwritten blocks stay in the set and stay dirty, so nothing is lost
     /// and the next sync tries again.
     pub fn checkpoint(&self) -> Result<()> {
-        if self.dirty_meta.is_empty() || self.read_only {
+        if self.read_only {
             return Ok(());
         }
+        // The lock before the emptiness test: a checkpoint in flight (the
+        // background worker's, or another caller's) has emptied the set
+        // but not yet written what it took, and a sync that returned now
+        // would flush the device before those writes.
         let _io = self.dirty_meta.io.lock();
+        if self.dirty_meta.is_empty() {
+            return Ok(());
+        }
         let todo = self.dirty_meta.take();
         let mut i = 0;
         while i < todo.len() {
@@ -204,12 +218,31 @@ impl Volume {
         Ok(())
     }
 
-    /// Record the blocks of a committed handle; checkpoint when over budget.
+    /// Record the blocks of a committed handle. Over budget, the
+    /// background worker checkpoints (see `crate::flusher`); past half as
+    /// much again — the worker is behind — or after the worker failed, the
+    /// commit does it and returns what it meets.
     pub(crate) fn commit_blocks(&self, blocks: impl IntoIterator<Item = u64>) -> Result<()> {
-        if self.dirty_meta.add(blocks) {
-            self.checkpoint()?;
+        let dm = &self.dirty_meta;
+        if dm.add(blocks) {
+            let limit = dm.limit();
+            if dm.len() > limit + limit / 2 || dm.failed.load(Ordering::Relaxed) || !crate::flusher::kick(&dm.flusher) {
+                let r = self.checkpoint();
+                dm.failed.store(r.is_err(), Ordering::Relaxed);
+                r?;
+            }
         }
         Ok(())
+    }
+
+    /// The background worker's pass: checkpoint if over budget. A failure
+    /// leaves the blocks dirty (see `checkpoint`) and hands the retry,
+    /// and the error, to the next commit.
+    pub fn checkpoint_if_over(&self) {
+        let dm = &self.dirty_meta;
+        if dm.len() > dm.limit() && self.checkpoint().is_err() {
+            dm.failed.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -243,5 +276,79 @@ mod tests {
             dm.add([b]);
         }
         assert_eq!(dm.take(), want.into_iter().collect::<Vec<_>>());
+    }
+
+    /// Change blocks `blocks` counted from past the used start of the
+    /// inode table, in one committed handle each (the fixture's image is
+    /// thrown away: what the blocks held does not matter).
+    fn commit_changes(v: &Volume, blocks: std::ops::Range<u64>) {
+        let first = v.groups[0].meta.2 + 100;
+        for b in blocks {
+            let mut h = v.begin().unwrap();
+            h.modify(first + b, |d| {
+                d[3] ^= 0x5a;
+                Ok(())
+            })
+            .unwrap();
+            h.commit().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_sync_waits_for_the_checkpoint_in_flight() {
+        let v = crate::ext4::volume::scratch_volume();
+        commit_changes(&v, 0..3);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let (taken_tx, taken_rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // A checkpoint that has taken the set and is still writing.
+                let io = v.dirty_meta.io.lock();
+                let todo = v.dirty_meta.take();
+                taken_tx.send(todo.len()).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                done.store(true, Ordering::SeqCst);
+                drop(io);
+            });
+            assert_eq!(taken_rx.recv().unwrap(), 3);
+            assert!(
+                v.dirty_meta.is_empty(),
+                "the set is empty while its blocks are in flight"
+            );
+            v.checkpoint().unwrap();
+            assert!(
+                done.load(Ordering::SeqCst),
+                "checkpoint (and so sync) returned before the writes in flight ended"
+            );
+        });
+    }
+
+    #[test]
+    fn commits_checkpoint_themselves_when_the_worker_is_behind() {
+        let v = crate::ext4::volume::scratch_volume();
+        // A worker that never runs: every kick is left unanswered.
+        let idle = Arc::new(crate::flusher::Signal::default());
+        v.dirty_meta.flusher.set(idle).unwrap();
+        let limit = v.dirty_meta.limit() as u64;
+        commit_changes(&v, 0..limit + 1);
+        assert_eq!(
+            v.dirty_meta.len() as u64,
+            limit + 1,
+            "over the limit: the worker was asked"
+        );
+        commit_changes(&v, limit + 1..2 * limit);
+        assert!(
+            v.dirty_meta.len() as u64 <= limit + limit / 2 + 1,
+            "{} blocks dirty for a limit of {limit}: commits must checkpoint when the worker falls behind",
+            v.dirty_meta.len()
+        );
+        // A failed background pass hands the next commit the checkpoint.
+        v.dirty_meta.failed.store(true, Ordering::Relaxed);
+        commit_changes(&v, 0..limit + 2);
+        assert!(!v.dirty_meta.failed.load(Ordering::Relaxed));
+        assert!(
+            (v.dirty_meta.len() as u64) < limit + 2,
+            "the commit past the limit checkpointed"
+        );
     }
 }

@@ -258,6 +258,8 @@ pub struct Dcache {
     next_evict: std::sync::atomic::AtomicUsize,
     /// A sweep is running.
     evicting: AtomicBool,
+    /// The background worker that sweeps for us (`crate::flusher`).
+    pub(crate) flusher: crate::flusher::Slot,
 }
 
 impl Dcache {
@@ -283,6 +285,7 @@ impl Dcache {
             names: Default::default(),
             next_evict: std::sync::atomic::AtomicUsize::new(limit.max(256)),
             evicting: AtomicBool::new(false),
+            flusher: Default::default(),
         }
     }
 
@@ -355,7 +358,24 @@ impl Dcache {
     /// quarter of the limit of new entries, so a sweep's O(n) walk costs
     /// O(1) per insert whatever is pinned.
     fn maybe_evict(&self, m: &MapRef<'_>) {
-        if m.len() <= self.next_evict.load(Ordering::Relaxed) || self.evicting.swap(true, Ordering::Acquire) {
+        let (len, next) = (m.len(), self.next_evict.load(Ordering::Relaxed));
+        // Past the threshold the background worker sweeps; only past it by
+        // half the limit again (the worker is behind) do we.
+        if len > next && (len > next + self.limit / 2 || !crate::flusher::kick(&self.flusher)) {
+            self.sweep(m);
+        }
+    }
+
+    /// The background worker's pass: sweep if over the threshold.
+    pub fn reclaim(&self) {
+        let m = self.map.pin();
+        if m.len() > self.next_evict.load(Ordering::Relaxed) {
+            self.sweep(&m);
+        }
+    }
+
+    fn sweep(&self, m: &MapRef<'_>) {
+        if self.evicting.swap(true, Ordering::Acquire) {
             return;
         }
         // In clock order, never by iterating the map (see crate::clock).
@@ -629,6 +649,24 @@ mod tests {
 
     /// Renamed dentries stay evictable: a rename storm keeps the cache
     /// near its limit (they used to leave the eviction queue for good).
+    /// With a background worker attached that never runs, the cache grows
+    /// at most half its limit past its threshold before the inserting
+    /// caller sweeps; the worker's pass brings it back under the limit.
+    #[test]
+    fn a_worker_that_falls_behind_leaves_the_sweep_to_the_caller() {
+        let c = Dcache::new(2, 256);
+        c.flusher.set(Arc::new(crate::flusher::Signal::default())).unwrap();
+        let mut most = 0;
+        for i in 0..3000u32 {
+            c.set(c.root(), format!("f{i}").as_bytes(), 100 + i, Some(FileType::Regular));
+            most = most.max(c.len());
+        }
+        assert!(most > 256, "past the limit the sweep was left to the worker");
+        assert!(most <= 256 + 128 + 1, "{most} dentries cached for a limit of 256");
+        c.reclaim();
+        assert!(c.len() <= 256, "{} dentries after the worker's pass", c.len());
+    }
+
     #[test]
     fn renamed_dentries_are_still_evicted() {
         let c = Dcache::new(2, 256);

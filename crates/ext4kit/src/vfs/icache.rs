@@ -164,6 +164,8 @@ pub struct Icache {
     next_evict: AtomicUsize,
     /// A sweep is running.
     evicting: AtomicBool,
+    /// The background worker that sweeps for us (`crate::flusher`).
+    pub(crate) flusher: crate::flusher::Slot,
     pages: Arc<PageBudget>,
     /// Per shard of inode numbers: removals from the map so far. The lock
     /// orders removals against a miss's insert (see the module doc).
@@ -181,6 +183,7 @@ impl Icache {
             limit: limit.max(64),
             next_evict: AtomicUsize::new(limit.max(64)),
             evicting: AtomicBool::new(false),
+            flusher: Default::default(),
             pages,
             removals: (0..SHARDS).map(|_| parking_lot::Mutex::new(0)).collect(),
         }
@@ -263,11 +266,26 @@ impl Icache {
         got
     }
 
-    /// Sweep when over the limit. Not under a shard lock: the sweep takes
-    /// them.
+    /// Past the sweep threshold, kick the background worker; past it by
+    /// half the limit again (the worker is behind), sweep here. Not under
+    /// a shard lock: the sweep takes them.
     fn maybe_evict(&self) {
+        let (len, next) = (self.map.len(), self.next_evict.load(Ordering::Relaxed));
+        if len > next && (len > next + self.limit / 2 || !crate::flusher::kick(&self.flusher)) {
+            self.sweep();
+        }
+    }
+
+    /// The background worker's pass: sweep if over the threshold.
+    pub fn reclaim(&self) {
+        if self.map.len() > self.next_evict.load(Ordering::Relaxed) {
+            self.sweep();
+        }
+    }
+
+    fn sweep(&self) {
         let m = self.map.pin();
-        if m.len() > self.next_evict.load(Ordering::Relaxed) && !self.evicting.swap(true, Ordering::Acquire) {
+        if !self.evicting.swap(true, Ordering::Acquire) {
             // One sweeper at a time. A sweep may visit every entry, so after
             // one that could not get below the target (inodes in use or
             // dirty) the next waits for another quarter of the limit of
@@ -373,6 +391,27 @@ mod tests {
         r.base.links_count = 1;
         r.base.size_lo = size;
         r
+    }
+
+    /// With a background worker attached that never runs, the cache grows
+    /// at most half its limit past its threshold before the inserting
+    /// caller sweeps; the worker's pass brings it back under the limit.
+    #[test]
+    fn a_worker_that_falls_behind_leaves_the_sweep_to_the_caller() {
+        let c = Icache::new(
+            256,
+            Arc::new(PageBudget::new(Arc::new(MemoryBudget::new(1 << 20, 4096)), 4096)),
+        );
+        c.flusher.set(Arc::new(crate::flusher::Signal::default())).unwrap();
+        let mut most = 0;
+        for ino in 100..3000 {
+            c.insert_new(ino, record(0)).unwrap();
+            most = most.max(c.map.len());
+        }
+        assert!(most > 256, "past the limit the sweep was left to the worker");
+        assert!(most <= 256 + 128 + 1, "{most} inodes cached for a limit of 256");
+        c.reclaim();
+        assert!(c.map.len() <= 256, "{} inodes after the worker's pass", c.map.len());
     }
 
     /// A miss reads the record unlocked. Should a writer meanwhile cache

@@ -44,14 +44,17 @@ use pagecache::{Page, PageBudget};
 /// An open filesystem. `Send + Sync`: share it between threads with `Arc`.
 #[derive(Debug)]
 pub struct Fs {
-    /// The ext4 layer below.
-    pub vol: Volume,
+    /// The ext4 layer below (shared with the background worker).
+    pub vol: Arc<Volume>,
     /// In-memory inodes.
-    pub icache: icache::Icache,
+    pub icache: Arc<icache::Icache>,
     /// Dentries.
-    pub dcache: dcache::Dcache,
+    pub dcache: Arc<dcache::Dcache>,
     /// Page-cache memory accounting.
     pub pages: Arc<PageBudget>,
+    /// Reclaim and checkpoints off the callers' threads (`crate::flusher`);
+    /// none when no thread could be started (the caches then work inline).
+    flusher: Option<crate::flusher::Flusher>,
 }
 
 /// Dropping the last handle writes back what is dirty, as an unmount does:
@@ -61,6 +64,11 @@ pub struct Fs {
 /// Drop cannot return an error, so a failure is printed.
 impl Drop for Fs {
     fn drop(&mut self) {
+        // First the worker: a checkpoint of its own must not run on after
+        // the final one below, nor after the caller got its image back.
+        if let Some(f) = &mut self.flusher {
+            f.stop();
+        }
         if self.vol.read_only {
             return;
         }
@@ -157,16 +165,56 @@ impl Fs {
         let budget = opts.cache_budget;
         let block_size = vol.block_size;
         let pages = Arc::new(PageBudget::new(vol.budget.clone(), block_size));
+        let vol = Arc::new(vol);
+        let icache = Arc::new(icache::Icache::new((budget / 8 / 1024).max(1024), pages.clone()));
+        let dcache = Arc::new(dcache::Dcache::new(ROOT_INO, (budget / 8 / 256).max(4096)));
+        let flusher = Self::spawn_flusher(&vol, &icache, &dcache);
         let fs = Arc::new(Fs {
-            icache: icache::Icache::new((budget / 8 / 1024).max(1024), pages.clone()),
-            dcache: dcache::Dcache::new(ROOT_INO, (budget / 8 / 256).max(4096)),
+            icache,
+            dcache,
             pages,
             vol,
+            flusher,
         });
         // Files unlinked while open when the last writer stopped are freed
         // now, as the kernel does at mount (ext4_orphan_cleanup).
         fs.recover_orphans()?;
         Ok(fs)
+    }
+
+    /// The background worker: checkpoint first (a written block can then
+    /// be evicted), then the three caches' sweeps. It holds the caches,
+    /// never the `Fs`, so the last `Fs` handle is always dropped by a
+    /// caller, whose drop stops the worker before the final write-back.
+    fn spawn_flusher(
+        vol: &Arc<Volume>,
+        icache: &Arc<icache::Icache>,
+        dcache: &Arc<dcache::Dcache>,
+    ) -> Option<crate::flusher::Flusher> {
+        let (v, i, d) = (vol.clone(), icache.clone(), dcache.clone());
+        let f = crate::flusher::Flusher::spawn("ext4kit-flush", move || {
+            v.checkpoint_if_over();
+            i.reclaim();
+            d.reclaim();
+            v.bcache.reclaim();
+        });
+        match f {
+            Ok(f) => {
+                for slot in [
+                    &vol.bcache.flusher,
+                    &vol.dirty_meta.flusher,
+                    &icache.flusher,
+                    &dcache.flusher,
+                ] {
+                    let _ = slot.set(f.signal().clone());
+                }
+                Some(f)
+            }
+            Err(e) => {
+                eprintln!("ext4kit: no background worker ({e}); caches reclaim inline");
+                None
+            }
+        }
     }
 
     /// Warnings from opening (read-only fallbacks, unrecovered journal).
