@@ -20,6 +20,7 @@ use ext4kit_format::inode::{FileType, Inode};
 
 use super::bmap::{BlockMap, Mapping};
 use super::dir::DirRef;
+use super::htree::InsertHint;
 use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
@@ -55,6 +56,39 @@ pub(crate) fn find_slot(d: &[u8], limit: usize, fmt: DirFormat, need: usize) -> 
         off += e.rec_len;
     }
     None
+}
+
+/// One pass over a leaf for a create: the entry named `name` (inode,
+/// type byte) if the leaf holds it, else where [`find_slot`] would put a
+/// record of `need` bytes. The lookup that proves a name absent and the
+/// search for room walk the same records; doing both in one walk reads
+/// the leaf once per create instead of twice (seed 004).
+pub(crate) fn scan_for_insert(
+    d: &[u8],
+    limit: usize,
+    fmt: DirFormat,
+    name: &[u8],
+    need: usize,
+) -> std::result::Result<(u32, u8), Option<usize>> {
+    let mut slot = None;
+    let mut off = 0;
+    while off + dirent::DIRENT_HEADER <= limit {
+        let e = dirent::entry_at(d, off, fmt);
+        if e.rec_len < dirent::DIRENT_HEADER {
+            break;
+        }
+        if e.inode != 0 && e.name == name {
+            return Ok((e.inode, e.file_type));
+        }
+        if slot.is_none() {
+            let used = if e.inode == 0 { 0 } else { rec_len_for(e.name.len()) };
+            if e.rec_len >= used + need {
+                slot = Some(off);
+            }
+        }
+        off += e.rec_len;
+    }
+    Err(slot)
 }
 
 /// Place an entry in the record at `off` (found by [`find_slot`]): reuse
@@ -188,6 +222,22 @@ impl Volume {
         ino: u32,
         ft: FileType,
     ) -> Result<bool> {
+        self.add_link_hinted(h, dir, new_dir, name, ino, ft, None)
+    }
+
+    /// [`Self::add_link`] after [`Self::lookup_for_create`]: `hint` is
+    /// where that lookup found room for `name` (see [`InsertHint`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn add_link_hinted(
+        &self,
+        h: &mut Handle<'_>,
+        dir: DirRef<'_>,
+        new_dir: &mut Inode,
+        name: &[u8],
+        ino: u32,
+        ft: FileType,
+        hint: Option<InsertHint<'_>>,
+    ) -> Result<bool> {
         check_name(name)?;
         // A second add_link in one handle after the first grew the
         // directory must use a refreshed DirRef (new size and map): with a
@@ -212,7 +262,7 @@ impl Volume {
         let fmt = self.dir_format();
         let ftb = if fmt.filetype { ft.to_dirent() } else { 0 };
         if dir.is_indexed(self) {
-            return self.dx_add_entry(h, dir, new_dir, name, ino, ftb);
+            return self.dx_add_entry(h, dir, new_dir, name, ino, ftb, hint);
         }
         // Linear: the first block with room (the kernel scans the same way).
         // An INDEX flag without the dir_index feature is ignored and cleared,
@@ -445,6 +495,71 @@ mod tests {
             }
         }
         panic!("a 1 KiB block cannot hold 100 such names");
+    }
+
+    /// The create's one-pass walk answers exactly what the lookup's walk
+    /// and `find_slot` answer separately, on leaves with slack in the
+    /// middle (removed entries merged into their predecessors) and unused
+    /// records, for present and absent names of every length class.
+    #[test]
+    fn one_walk_finds_what_the_lookup_and_find_slot_find() {
+        let fmt = DirFormat {
+            block_size: 1024,
+            filetype: true,
+        };
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let name_of = |i: u64, len: u64| format!("{i:0width$}", width = len as usize).into_bytes();
+        for _ in 0..300 {
+            let mut b = vec![0u8; 1024];
+            dirent::write_entry(&mut b, 0, 0, 1024, b"", 0, fmt);
+            let mut names = Vec::new();
+            for i in 0..rnd(80) {
+                let name = name_of(i, 1 + rnd(40));
+                if insert_in_block(&mut b, 1024, fmt, &name, 100 + i as u32, 1) {
+                    names.push(name);
+                }
+            }
+            // Remove some: merged into the predecessor, or (first record)
+            // left as an unused record.
+            let mut off = 0;
+            let mut prev: Option<usize> = None;
+            while off < 1024 {
+                let e = dirent::entry_at(&b, off, fmt);
+                let len = e.rec_len;
+                if e.inode != 0 && rnd(4) == 0 {
+                    match prev {
+                        Some(p) => {
+                            let plen = dirent::entry_at(&b, p, fmt).rec_len;
+                            dirent::set_rec_len(&mut b, p, plen + len, fmt);
+                            off += len;
+                            continue;
+                        }
+                        None => b[off..off + 4].fill(0),
+                    }
+                }
+                prev = Some(off);
+                off += len;
+            }
+            dirent::check_block(&b, fmt, None).unwrap();
+            for probe in names
+                .iter()
+                .cloned()
+                .chain((0..5).map(|i| name_of(500 + i, 1 + rnd(60))))
+            {
+                let need = rec_len_for(probe.len());
+                let found = dirent::entries(&b, fmt)
+                    .find(|e| e.inode != 0 && e.name == &probe[..])
+                    .map(|e| (e.inode, e.file_type));
+                let want = found.ok_or_else(|| find_slot(&b, 1024, fmt, need));
+                assert_eq!(scan_for_insert(&b, 1024, fmt, &probe, need), want, "{probe:?}");
+            }
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ use ext4kit_format::inode::{flags, Inode};
 
 use super::dir::{DirRef, LeafAccess};
 use super::dir_insert::{find_slot, insert_at, leaf_records, packed_size, Rec, RecName};
-use super::htree::DxProbe;
+use super::htree::{DxProbe, InsertHint};
 use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
@@ -190,6 +190,7 @@ impl Volume {
     }
 
     /// Insert into an indexed directory (`ext4_dx_add_entry`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn dx_add_entry(
         &self,
         h: &mut Handle<'_>,
@@ -198,29 +199,48 @@ impl Volume {
         name: &[u8],
         ino: u32,
         ftb: u8,
+        hint: Option<InsertHint<'_>>,
     ) -> Result<bool> {
         let loc = || format!("htree of directory inode {}", dir.ino);
         let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
         let fmt = self.dir_format();
+        let limit = self.leaf_limit();
+        let need = rec_len_for(name.len());
+        // The create's lookup already descended the index and walked the
+        // leaf (see `InsertHint`): trusted for this name and directory only.
+        let hint = hint.filter(|x| x.name == name && x.dir_ino == dir.ino && x.dir_size == dir.inode.size());
+        let (probe, known) = match hint {
+            Some(x) => (x.probe, Some(x.room)),
+            None => (self.dx_probe(dir, name)?, None),
+        };
         let DxProbe {
             hash,
             version,
             path,
             levels,
-        } = self.dx_probe(dir, name)?;
+        } = probe;
         let leaf_lblk = self.dx_child(dir, path.last())?;
         let hole = || Error::corrupt_msg(loc(), "htree entry", format!("leaf {leaf_lblk} is a hole"));
-        let limit = self.leaf_limit();
         // The common case: room in the leaf. Root, nodes and one leaf read
         // — as a writer's, so the leaf's draft is edited in place.
-        let need = rec_len_for(name.len());
-        let (pblk, slot) = self
-            .with_leaf(dir, leaf_lblk, LeafAccess::Write, |pblk, d| {
-                (pblk, find_slot(d, limit, fmt, need))
-            })?
-            .ok_or_else(hole)?;
-        if let Some(off) = slot {
+        let room = match known {
+            Some(room) => room,
+            None => {
+                let (pblk, slot) = self
+                    .with_leaf(dir, leaf_lblk, LeafAccess::Write, |pblk, d| {
+                        (pblk, find_slot(d, limit, fmt, need))
+                    })?
+                    .ok_or_else(hole)?;
+                slot.map(|off| (pblk, off))
+            }
+        };
+        if let Some((pblk, off)) = room {
             h.modify(pblk, |d| {
+                debug_assert_eq!(
+                    find_slot(d, limit, fmt, need),
+                    Some(off),
+                    "an insert hint that no longer matches its leaf"
+                );
                 insert_at(d, off, fmt, name, ino, ftb);
                 self.finish_leaf(d, seed);
                 Ok(())

@@ -241,9 +241,11 @@ impl Fs {
             inode: &dir_rec,
             map: &map,
         };
-        if self.vol.lookup_for_write(dref, name)?.is_some() {
-            return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name))));
-        }
+        // The lookup that proves the name absent also finds where it goes.
+        let hint = match self.vol.lookup_for_create(dref, name)? {
+            Ok(_) => return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name)))),
+            Err(hint) => hint,
+        };
         let (uid, gid) = match owner {
             Some(o) => o,
             None if dir_rec.base.mode & 0o2000 != 0 => (cred.uid, dir_rec.gid()),
@@ -265,7 +267,10 @@ impl Fs {
         let mut new_dir = dir_rec.clone();
         let linked = init(&self.vol, &mut h, ino, &mut rec)
             .and_then(|()| self.vol.write_inode(&mut h, ino, &rec))
-            .and_then(|()| self.vol.add_link(&mut h, dref, &mut new_dir, name, ino, ftype));
+            .and_then(|()| {
+                self.vol
+                    .add_link_hinted(&mut h, dref, &mut new_dir, name, ino, ftype, hint)
+            });
         let grew = match linked {
             Ok(g) => g,
             Err(e) => {
