@@ -12,7 +12,7 @@ use ext4kit_format::inode::{flags, FileType, Inode};
 
 use super::bmap::{BlockMap, Mapping};
 use super::buffer::Buffer;
-use super::htree::InsertHint;
+use super::htree::CreateLookup;
 use super::volume::{annotate, Volume};
 use crate::error::{Error, Result};
 use std::sync::Arc;
@@ -257,18 +257,17 @@ impl Volume {
 
     /// [`Self::lookup_for_write`] for a create: the entry if `name` is
     /// present, else (in an indexed directory) where `add_link` will put it
-    /// — found by the same descent and leaf walk (see [`InsertHint`]).
-    pub(crate) fn lookup_for_create<'n>(
-        &self,
-        dir: DirRef<'_>,
-        name: &'n [u8],
-    ) -> Result<std::result::Result<(u32, Option<FileType>), Option<InsertHint<'n>>>> {
-        let plain = |found: Option<(u32, Option<FileType>)>| found.ok_or(None);
+    /// — found by the same descent and leaf walk (see `htree::InsertHint`).
+    pub(crate) fn lookup_for_create<'n>(&self, dir: DirRef<'_>, name: &'n [u8]) -> Result<CreateLookup<'n>> {
+        let plain = |found: Option<(u32, Option<FileType>)>| match found {
+            Some(_) => CreateLookup::Exists,
+            None => CreateLookup::Absent(None),
+        };
         if matches!(dir.map, BlockMap::Inline(_)) || name == b"." || name == b".." || !dir.is_indexed(self) {
             return Ok(plain(self.lookup_for_write(dir, name)?));
         }
         self.check_dir_size(dir)?;
-        Ok(self.dx_find_for_create(dir, name)?.map_err(Some))
+        self.dx_find_for_create(dir, name)
     }
 
     fn lookup_as(&self, dir: DirRef<'_>, name: &[u8], access: LeafAccess) -> Result<Option<(u32, Option<FileType>)>> {

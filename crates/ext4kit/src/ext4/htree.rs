@@ -57,6 +57,15 @@ pub(crate) struct InsertHint<'n> {
     pub(crate) room: Option<(u64, usize)>,
 }
 
+/// What the lookup of a create found.
+#[derive(Debug)]
+pub(crate) enum CreateLookup<'n> {
+    /// The name is taken.
+    Exists,
+    /// The name is free; in an indexed directory, where it goes.
+    Absent(Option<InsertHint<'n>>),
+}
+
 impl Volume {
     fn largedir(&self) -> bool {
         self.has_incompat(incompat::LARGEDIR)
@@ -199,11 +208,7 @@ impl Volume {
 
     /// [`Self::dx_find`] for a create: the entry of `name` if present, else
     /// an [`InsertHint`] for `add_link` (leaves read as a writer's).
-    pub(crate) fn dx_find_for_create<'n>(
-        &self,
-        dir: DirRef<'_>,
-        name: &'n [u8],
-    ) -> Result<std::result::Result<(u32, Option<FileType>), InsertHint<'n>>> {
+    pub(crate) fn dx_find_for_create<'n>(&self, dir: DirRef<'_>, name: &'n [u8]) -> Result<CreateLookup<'n>> {
         let probe = self.dx_probe(dir, name)?;
         let (limit, fmt) = (self.leaf_limit(), self.dir_format());
         let need = ext4kit_format::dirent::rec_len_for(name.len());
@@ -212,7 +217,7 @@ impl Volume {
             super::dir_insert::scan_for_insert(d, limit, fmt, name, need).map_err(|slot| slot.map(|off| (pblk, off)))
         })?;
         let room = match first {
-            Some(Ok((ino, ft))) => return Ok(Ok((ino, FileType::from_dirent(ft)))),
+            Some(Ok(_)) => return Ok(CreateLookup::Exists),
             Some(Err(room)) => room,
             // A hole: `add_link` meets it again and says so.
             None => None,
@@ -225,8 +230,8 @@ impl Volume {
         let mut visited = 1u64;
         while self.dx_next_leaf(dir, &mut path, hash, probe.levels)? {
             let leaf = self.dx_child(dir, path.last())?;
-            if let Some(hit) = self.search_leaf(dir, leaf, name, LeafAccess::Write)? {
-                return Ok(Ok(hit));
+            if self.search_leaf(dir, leaf, name, LeafAccess::Write)?.is_some() {
+                return Ok(CreateLookup::Exists);
             }
             visited += 1;
             if visited > nblocks {
@@ -237,13 +242,13 @@ impl Volume {
                 ));
             }
         }
-        Ok(Err(InsertHint {
+        Ok(CreateLookup::Absent(Some(InsertHint {
             name,
             dir_ino: dir.ino,
             dir_size: dir.inode.size(),
             probe,
             room,
-        }))
+        })))
     }
 
     /// Advance `path` to the next leaf if its first hash continues `hash`

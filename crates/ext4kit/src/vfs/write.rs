@@ -17,6 +17,7 @@ use super::cred::{Cred, MAY_EXEC, MAY_WRITE};
 use super::namei::{show, with_path};
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
+use crate::ext4::htree::CreateLookup;
 use crate::ext4::ialloc::NewInode;
 use crate::ext4::transaction::Handle;
 use crate::ext4::DirRef;
@@ -243,8 +244,8 @@ impl Fs {
         };
         // The lookup that proves the name absent also finds where it goes.
         let hint = match self.vol.lookup_for_create(dref, name)? {
-            Ok(_) => return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name)))),
-            Err(hint) => hint,
+            CreateLookup::Exists => return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name)))),
+            CreateLookup::Absent(hint) => hint,
         };
         let (uid, gid) = match owner {
             Some(o) => o,
