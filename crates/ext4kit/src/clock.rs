@@ -24,6 +24,9 @@ use std::collections::VecDeque;
 
 use parking_lot::Mutex;
 
+/// Keys a sweep takes from the queue at a time.
+const BATCH: usize = 64;
+
 /// What a sweep decided about one key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Visit {
@@ -66,18 +69,46 @@ impl<K> Clock<K> {
     /// Visit keys from the front until `done()` or every key has been seen
     /// twice (two clock passes: the first clears "referenced" bits, the
     /// second evicts). Returns how many keys were dropped.
+    ///
+    /// The queue is locked only to take a batch of keys and to put back
+    /// the kept ones, never while visiting: inserts push onto the same
+    /// queue, and a sweep by the background worker (`crate::flusher`)
+    /// over tens of thousands of keys would otherwise hold every insert of
+    /// the cache for milliseconds. Keys pushed during the sweep queue up
+    /// behind it and wait for the next one; a batch's kept keys and any it
+    /// had not visited when `done()` turned true go to the back.
     pub fn sweep(&self, mut done: impl FnMut() -> bool, mut visit: impl FnMut(&K) -> Visit) -> usize {
-        let mut q = self.q.lock();
-        let mut steps = q.len() * 2;
+        let mut steps = self.q.lock().len() * 2;
         let mut dropped = 0;
-        while steps > 0 && !done() {
-            steps -= 1;
-            let Some(k) = q.pop_front() else { break };
-            match visit(&k) {
-                Visit::Keep => q.push_back(k),
-                Visit::Gone => dropped += 1,
+        let mut batch: Vec<K> = Vec::with_capacity(BATCH);
+        let mut kept: Vec<K> = Vec::with_capacity(BATCH);
+        let mut finished = false;
+        while !finished && steps > 0 {
+            {
+                let mut q = self.q.lock();
+                q.extend(kept.drain(..));
+                while batch.len() < BATCH && steps > 0 {
+                    let Some(k) = q.pop_front() else { break };
+                    batch.push(k);
+                    steps -= 1;
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            for k in batch.drain(..) {
+                if finished || done() {
+                    finished = true;
+                    kept.push(k);
+                    continue;
+                }
+                match visit(&k) {
+                    Visit::Keep => kept.push(k),
+                    Visit::Gone => dropped += 1,
+                }
             }
         }
+        self.q.lock().extend(kept);
         dropped
     }
 
@@ -123,5 +154,36 @@ mod tests {
         assert_eq!(c.len(), 5);
         c.compact_if(0, |&k| k != 1);
         assert_eq!(c.len(), 5, "small queues are not compacted");
+    }
+
+    /// An insert during a sweep (the background worker's) goes through at
+    /// once instead of waiting for the sweep, and its key is queued.
+    #[test]
+    fn pushes_are_not_held_up_by_a_sweep() {
+        let c = std::sync::Arc::new(Clock::default());
+        for k in 0..1000u32 {
+            c.push(k);
+        }
+        let pushed = std::cell::Cell::new(0);
+        c.sweep(
+            || pushed.get() >= 3,
+            |&k| {
+                if k % 100 == 0 {
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    let c2 = c.clone();
+                    std::thread::spawn(move || {
+                        c2.push(5000 + k);
+                        let _ = tx.send(());
+                    });
+                    assert!(
+                        rx.recv_timeout(std::time::Duration::from_secs(2)).is_ok(),
+                        "a push waited for the sweep"
+                    );
+                    pushed.set(pushed.get() + 1);
+                }
+                Visit::Keep
+            },
+        );
+        assert_eq!(c.len(), 1003, "every key kept, and the three pushed during the sweep");
     }
 }

@@ -76,6 +76,26 @@ pub struct DirFormat {
     pub filetype: bool,
 }
 
+/// Whether a record's name is `name`. A directory walk compares the
+/// searched name with every record of equal length, and names in one
+/// directory often share their start (`file-00000001`, `file-00000002`):
+/// comparing the last eight bytes first settles almost every record
+/// without a `memcmp` call (seed 004: the call per record was a tenth of a
+/// create's leaf walk when all names had the same length).
+#[inline]
+pub fn same_name(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let tail = |s: &[u8]| s.len().checked_sub(8).and_then(|i| <[u8; 8]>::try_from(&s[i..]).ok());
+    if let (Some(x), Some(y)) = (tail(a), tail(b)) {
+        if x != y {
+            return false;
+        }
+    }
+    a == b
+}
+
 /// Decode the record at `off` without checks (the buffer was validated).
 #[inline]
 pub fn entry_at(buf: &[u8], off: usize, fmt: DirFormat) -> DirEntry<'_> {
@@ -254,6 +274,25 @@ mod tests {
         fn check_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
             let _ = check_block(&bytes, DirFormat { block_size: 1024, filetype: true }, None);
             let _ = check_block(&bytes, DirFormat { block_size: 65536, filetype: false }, Some(1));
+        }
+
+        /// Names that differ anywhere — first byte, last byte, the middle,
+        /// or only in length — compare as slices do.
+        #[test]
+        fn same_name_is_slice_equality(
+            a in proptest::collection::vec(any::<u8>(), 0..24),
+            flip in any::<prop::sample::Index>(),
+            how in 0u8..4,
+        ) {
+            let mut b = a.clone();
+            match how {
+                0 => {}
+                1 if !b.is_empty() => { let i = flip.index(b.len()); b[i] ^= 1; }
+                2 => b.push(7),
+                _ => { b.pop(); }
+            }
+            prop_assert_eq!(same_name(&a, &b), a == b);
+            prop_assert_eq!(same_name(&b, &a), a == b);
         }
 
         #[test]

@@ -311,7 +311,7 @@ impl Volume {
         let fmt = self.dir_format();
         let hit = self.with_leaf(dir, lblk, access, |_, d| {
             dirent::entries(d, fmt)
-                .find(|e| e.inode != 0 && e.name == name)
+                .find(|e| e.inode != 0 && dirent::same_name(e.name, name))
                 .map(|e| (e.inode, FileType::from_dirent(e.file_type)))
         })?;
         Ok(hit.flatten())

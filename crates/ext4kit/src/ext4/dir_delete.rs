@@ -59,7 +59,7 @@ impl Volume {
             let found = self.with_leaf(dir, lblk, LeafAccess::Write, |pblk, d| {
                 let mut prev = None;
                 for e in dirent::entries(&d[..limit.min(d.len())], fmt) {
-                    if e.inode != 0 && e.name == name {
+                    if e.inode != 0 && dirent::same_name(e.name, name) {
                         return Some(Found {
                             pblk,
                             off: e.offset,

@@ -77,7 +77,7 @@ pub(crate) fn scan_for_insert(
         if e.rec_len < dirent::DIRENT_HEADER {
             break;
         }
-        if e.inode != 0 && e.name == name {
+        if e.inode != 0 && dirent::same_name(e.name, name) {
             return Ok((e.inode, e.file_type));
         }
         if slot.is_none() {
