@@ -28,6 +28,30 @@ pub fn new<K, V>() -> Map<K, V> {
     papaya::HashMap::with_hasher(KeyHasher::default())
 }
 
+/// An empty map for a cache that evicts (buffers, inodes, dentries): its
+/// removed entries are freed in batches of `batch` per thread (see
+/// [`collector`]).
+pub fn churning<K, V>(batch: usize) -> Map<K, V> {
+    papaya::HashMap::builder()
+        .hasher(KeyHasher::default())
+        .collector(collector(batch))
+        .build()
+}
+
+/// The memory reclaimer of a cache map whose entries are removed all the
+/// time. papaya frees a removed entry once no reader can still hold it,
+/// checked per batch of removals with a `membarrier(2)` — which interrupts
+/// every CPU running one of our threads. seize's default batch of 32 made
+/// that a system call per 16 creates once the caches evicted, and with the
+/// background worker sweeping on one CPU and a create storm on the other,
+/// each one an inter-processor interrupt: `membarrier` was 2 µs per create
+/// of the worker's time at a million files (seed 004) and stalled the
+/// creating thread too. Larger batches keep that many removed entries
+/// alive a little longer (per thread: `batch` entries of this map).
+pub fn collector(batch: usize) -> seize::Collector {
+    seize::Collector::new().batch_size(batch)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -173,7 +173,8 @@ impl BufferCache {
     /// A cache of `block_size` blocks within `budget` (see `crate::budget`).
     pub fn new(block_size: usize, budget: Arc<MemoryBudget>) -> Self {
         BufferCache {
-            map: crate::cachemap::new(),
+            // 256 removed versions (4 KiB each) per thread at most: 1 MiB.
+            map: crate::cachemap::churning(256),
             budget,
             clock: Clock::default(),
             stripes: (0..STRIPES).map(|_| parking_lot::Mutex::default()).collect(),

@@ -273,7 +273,10 @@ impl Dcache {
             referenced: AtomicBool::new(true),
         });
         Dcache {
-            map: papaya::HashMap::with_hasher(FpBuild),
+            map: papaya::HashMap::builder()
+                .hasher(FpBuild)
+                .collector(crate::cachemap::collector(1024))
+                .build(),
             root,
             rename_seq: SeqCount::default(),
             rename_lock: RwLock::new(()),

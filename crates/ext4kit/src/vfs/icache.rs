@@ -178,7 +178,7 @@ impl Icache {
     /// A cache of about `limit` inodes (more while they are in use).
     pub fn new(limit: usize, pages: Arc<PageBudget>) -> Self {
         Icache {
-            map: crate::cachemap::new(),
+            map: crate::cachemap::churning(1024),
             clock: Clock::default(),
             limit: limit.max(64),
             next_evict: AtomicUsize::new(limit.max(64)),
