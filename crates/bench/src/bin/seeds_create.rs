@@ -14,7 +14,10 @@
 //! the 0-10k interval lasts a tenth of a second). The ratios are printed
 //! two ways: of the columns' medians, and per run (see `ratio_line`).
 //! ext4kit's CPU time per create is printed too (it leaves out what the
-//! hypervisor stole). To see where a create's time goes at each size:
+//! hypervisor stole), twice: the creating thread's, and the whole
+//! process's — which adds the background worker's cache sweeps and
+//! checkpoints (`ext4kit::flusher`), work a create causes but does not wait
+//! for. To see where a create's time goes at each size:
 //! `perf record -g target/release/seeds-create --no-kernel --runs 1
 //! --pause-ms 300`, then split the samples at the gaps (the first group
 //! is the image's making and opening, then one group per interval).
