@@ -22,7 +22,11 @@
 //! --pause-ms 300`, then split the samples at the gaps (the first group
 //! is the image's making and opening, then one group per interval).
 //! Acceptance (issue 3): ext4kit's files/s in the 40k-50k interval is at
-//! least 80% of the 0-10k interval, and stays flat to 1,000,000.
+//! least 80% of the 0-10k interval, and stays flat to 1,000,000 — read as
+//! the same bar for the last interval (the output marks both). The 0-10k
+//! interval lasts under a tenth of a second and runs in the CPU caches,
+//! so one invocation's ratios move by ±15% with the VM's phase: judge by
+//! several (`scripts/seeds-create-ab` interleaves builds).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -335,7 +339,8 @@ fn real_main(a: &Args) -> Result<(), String> {
     }
     if let Some(i10) = at(10_000).filter(|&i| i < last) {
         let what = format!("last interval ({} files) vs 0-10k", pts[last]);
-        println!("{}", ratio_line(&what, &all, last, i10, ""));
+        // Issue 3's "and it stays flat to 1,000,000", read as the same bar.
+        println!("{}", ratio_line(&what, &all, last, i10, " (flat to the end: >= 80%)"));
     }
     if let Some(i100) = at(100_000).filter(|&i| i < last) {
         let what = format!("last interval ({} files) vs 50k-100k", pts[last]);
