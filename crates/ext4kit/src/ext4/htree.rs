@@ -185,9 +185,28 @@ impl Volume {
         let DxProbe {
             hash, mut path, levels, ..
         } = self.dx_probe(dir, name)?;
+        let leaf = self.dx_child(dir, path.last())?;
+        if let Some(hit) = self.search_leaf(dir, leaf, name, access)? {
+            return Ok(Some((leaf, hit)));
+        }
+        self.dx_find_in_chain(dir, &mut path, hash, levels, name, access)
+    }
+
+    /// Search the leaves after `path`'s that continue `hash` (a collision
+    /// chain) for `name`.
+    #[allow(clippy::type_complexity)]
+    fn dx_find_in_chain(
+        &self,
+        dir: DirRef<'_>,
+        path: &mut DxPath,
+        hash: u32,
+        levels: usize,
+        name: &[u8],
+        access: LeafAccess,
+    ) -> Result<Option<(u64, (u32, Option<FileType>))>> {
         let nblocks = dir.nblocks(self);
-        let mut visited = 0u64;
-        loop {
+        let mut visited = 1u64;
+        while self.dx_next_leaf(dir, path, hash, levels)? {
             let leaf = self.dx_child(dir, path.last())?;
             if let Some(hit) = self.search_leaf(dir, leaf, name, access)? {
                 return Ok(Some((leaf, hit)));
@@ -200,10 +219,8 @@ impl Volume {
                     "collision chain longer than the directory",
                 ));
             }
-            if !self.dx_next_leaf(dir, &mut path, hash, levels)? {
-                return Ok(None);
-            }
         }
+        Ok(None)
     }
 
     /// [`Self::dx_find`] for a create: the entry of `name` if present, else
@@ -224,23 +241,12 @@ impl Volume {
         };
         // Leaves after the first hold the name only when its hash
         // continues into them (a collision chain): rare, searched as before.
-        let hash = probe.hash;
         let mut path = probe.path.clone();
-        let nblocks = dir.nblocks(self);
-        let mut visited = 1u64;
-        while self.dx_next_leaf(dir, &mut path, hash, probe.levels)? {
-            let leaf = self.dx_child(dir, path.last())?;
-            if self.search_leaf(dir, leaf, name, LeafAccess::Write)?.is_some() {
-                return Ok(CreateLookup::Exists);
-            }
-            visited += 1;
-            if visited > nblocks {
-                return Err(Error::corrupt_msg(
-                    format!("htree of directory inode {}", dir.ino),
-                    "htree",
-                    "collision chain longer than the directory",
-                ));
-            }
+        if self
+            .dx_find_in_chain(dir, &mut path, probe.hash, probe.levels, name, LeafAccess::Write)?
+            .is_some()
+        {
+            return Ok(CreateLookup::Exists);
         }
         Ok(CreateLookup::Absent(Some(InsertHint {
             name,
