@@ -66,6 +66,16 @@ pub(crate) enum CreateLookup<'n> {
     Absent(Option<InsertHint<'n>>),
 }
 
+/// Whether the leaf after `path`'s starts a hash that continues `hash` (a
+/// collision chain): the test [`Volume::dx_next_leaf`] makes before it
+/// moves, without moving.
+fn dx_chain_continues(path: &DxPath, hash: u32) -> bool {
+    path.iter()
+        .rev()
+        .find_map(|(idx, at)| idx.entries.get(at + 1))
+        .is_some_and(|next| next.hash & !htree::HASH_COLLISION_BIT == hash)
+}
+
 impl Volume {
     fn largedir(&self) -> bool {
         self.has_incompat(incompat::LARGEDIR)
@@ -241,12 +251,16 @@ impl Volume {
         };
         // Leaves after the first hold the name only when its hash
         // continues into them (a collision chain): rare, searched as before.
-        let mut path = probe.path.clone();
-        if self
-            .dx_find_in_chain(dir, &mut path, probe.hash, probe.levels, name, LeafAccess::Write)?
-            .is_some()
-        {
-            return Ok(CreateLookup::Exists);
+        // The hint keeps the probe's path, which the chain walk advances:
+        // walk a copy, and only when there is a chain.
+        if dx_chain_continues(&probe.path, probe.hash) {
+            let mut path = probe.path.clone();
+            if self
+                .dx_find_in_chain(dir, &mut path, probe.hash, probe.levels, name, LeafAccess::Write)?
+                .is_some()
+            {
+                return Ok(CreateLookup::Exists);
+            }
         }
         Ok(CreateLookup::Absent(Some(InsertHint {
             name,
