@@ -278,24 +278,45 @@ fn real_main(a: &Args) -> Result<(), String> {
     let ours = medians(&all);
     let cpu = medians(&cpu_all);
     let proc_cpu = medians(&proc_all);
+    let mut csv = String::from("peer,run,files,files_per_s,thread_cpu_us,process_cpu_us\n");
+    for (r, run) in all.iter().enumerate() {
+        for (k, fps) in run.iter().enumerate() {
+            csv += &format!(
+                "ext4kit,{},{},{fps:.0},{:.2},{:.2}\n",
+                r + 1,
+                pts[k],
+                cpu_all[r][k],
+                proc_all[r][k]
+            );
+        }
+    }
     let (mut k4, mut k2) = (None, None);
     if !a.no_kernel {
         need_kernel("seeds-create")?;
         let img = a.dir.join("kernel-ext4.img");
-        k4 = Some(medians(&repeat(a.runs, || {
+        let runs4 = repeat(a.runs, || {
             make_image(&img, "ext4", &[], a.max)?;
             let r = kernel(&img, &a.dir.join("mnt"), &pts, "kernel ext4");
             let _ = std::fs::remove_file(&img);
             r
-        })?));
+        })?;
         let p2: Vec<u64> = pts.iter().copied().filter(|&p| p <= a.ext2_max).collect();
         let img = a.dir.join("kernel-ext2.img");
-        k2 = Some(medians(&repeat(a.runs, || {
+        let runs2 = repeat(a.runs, || {
             make_image(&img, "ext2", &["-O", "^dir_index"], a.ext2_max.min(a.max))?;
             let r = kernel(&img, &a.dir.join("mnt"), &p2, "kernel ext2 (no dir_index)");
             let _ = std::fs::remove_file(&img);
             r
-        })?));
+        })?;
+        for (peer, runs) in [("kernel-ext4", &runs4), ("kernel-ext2", &runs2)] {
+            for (r, run) in runs.iter().enumerate() {
+                for (k, fps) in run.iter().enumerate() {
+                    csv += &format!("{peer},{},{},{fps:.0},,\n", r + 1, pts[k]);
+                }
+            }
+        }
+        k4 = Some(medians(&runs4));
+        k2 = Some(medians(&runs2));
     }
     println!(
         "seed 004: creates in one directory, median files/s per interval over {} runs (higher is better);",
@@ -346,5 +367,10 @@ fn real_main(a: &Args) -> Result<(), String> {
         let what = format!("last interval ({} files) vs 50k-100k", pts[last]);
         println!("{}", ratio_line(&what, &all, last, i100, ""));
     }
+    // Every run's intervals, not only the medians, for plots and for
+    // judging the spread.
+    let path = a.dir.join("seeds_create.csv");
+    std::fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("results (every run's intervals): {}", path.display());
     Ok(())
 }
