@@ -250,7 +250,7 @@ impl Volume {
 
     /// [`Self::lookup`] for a caller that holds the directory's lock for
     /// writing and is about to change it (the lookups of create, link,
-    /// unlink and rename): leaves are read with [`LeafAccess::Write`].
+    /// unlink and rename): leaves are read with `LeafAccess::Write`.
     pub fn lookup_for_write(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
         self.lookup_as(dir, name, LeafAccess::Write)
     }

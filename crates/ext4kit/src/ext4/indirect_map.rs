@@ -3,7 +3,7 @@
 //! triple indirect blocks of `block_size / 4` pointers each.
 //!
 //! An edit works on a private copy of every indirect block it changes
-//! ([`IndState`]), written back whole through the handle at the end, so the
+//! (`IndState`), written back whole through the handle at the end, so the
 //! buffer cache sees each block change once. Missing indirect blocks are
 //! allocated zeroed just before the data they will point at
 //! (`ext4_alloc_branch` puts the branch first); punching frees data
