@@ -86,6 +86,58 @@ pub fn kick(slot: &Slot) -> bool {
     }
 }
 
+/// When a cache sweeps, and who does it: the state each evicting cache
+/// (buffers, inodes, dentries) keeps beside its clock, so that the three
+/// follow one rule. A cache over its threshold — its limit, or further
+/// after a sweep that could not get below it — kicks the worker; over it
+/// by `margin` more, the inserting caller sweeps itself. One sweep at a
+/// time, and after one the next waits for a quarter of the limit of new
+/// entries (a sweep may visit every entry when most are pinned: its cost
+/// per insert stays constant).
+#[derive(Debug, Default)]
+pub struct Trigger {
+    /// Size past which the next sweep runs (at least the limit).
+    next: std::sync::atomic::AtomicUsize,
+    sweeping: AtomicBool,
+    /// The worker of the cache's filesystem, once it has one.
+    pub(crate) worker: Slot,
+}
+
+impl Trigger {
+    fn threshold(&self, limit: usize) -> usize {
+        limit.max(self.next.load(Ordering::Relaxed))
+    }
+
+    /// Whether a cache of `size` (for `limit`) is due a sweep.
+    pub fn due(&self, size: usize, limit: usize) -> bool {
+        size > self.threshold(limit)
+    }
+
+    /// After an insert brought the cache to `size`: kick the worker if a
+    /// sweep is due; true when the caller must sweep itself (no worker, or
+    /// `margin` past the threshold).
+    pub fn sweep_here(&self, size: usize, limit: usize, margin: usize) -> bool {
+        let t = self.threshold(limit);
+        size > t && (size > t + margin || !kick(&self.worker))
+    }
+
+    /// Run `sweep` unless another sweep is running; it returns the cache's
+    /// size after it, and the next sweep waits for `limit / 4` more.
+    pub fn sweep(&self, limit: usize, sweep: impl FnOnce() -> usize) {
+        self.sweep_then(|| sweep() + limit / 4);
+    }
+
+    /// [`Self::sweep`] where `sweep` returns the next threshold itself.
+    pub fn sweep_then(&self, sweep: impl FnOnce() -> usize) {
+        if self.sweeping.swap(true, Ordering::Acquire) {
+            return;
+        }
+        let next = sweep();
+        self.next.store(next, Ordering::Relaxed);
+        self.sweeping.store(false, Ordering::Release);
+    }
+}
+
 /// The worker thread; stopping (or dropping) it waits for its current
 /// pass to end.
 #[derive(Debug)]
@@ -170,5 +222,23 @@ mod tests {
         kick(&slot);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(passes.load(Ordering::SeqCst), n, "a stopped worker runs no pass");
+    }
+
+    /// A sweep that stops short (entries pinned) moves the threshold a
+    /// quarter of the limit past where it stopped; without a worker the
+    /// caller sweeps as soon as a sweep is due, with one only past the
+    /// margin.
+    #[test]
+    fn a_short_sweep_moves_the_threshold_and_the_worker_takes_the_rest() {
+        let t = Trigger::default();
+        assert!(!t.due(100, 100) && t.due(101, 100));
+        assert!(t.sweep_here(101, 100, 50), "no worker: the caller sweeps");
+        t.sweep(100, || 90);
+        assert!(!t.due(101, 100) && !t.due(115, 100) && t.due(116, 100));
+        t.worker.set(Arc::new(Signal::default())).unwrap();
+        assert!(!t.sweep_here(160, 100, 50), "within the margin: the worker's");
+        assert!(t.sweep_here(166, 100, 50), "past the margin: the caller's");
+        t.sweep_then(|| 0);
+        assert!(t.due(101, 100), "the threshold never drops below the limit");
     }
 }

@@ -26,7 +26,7 @@
 //! old versions later) was a fifth of a create by 1,000,000 files in one
 //! directory, and the part of it that grew with the directory (seed 004).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use ext4kit_format::htree::{DxIndex, DxInfo};
@@ -155,13 +155,8 @@ pub struct BufferCache {
     /// forgotten), counted under the stripe lock. A miss compares it
     /// before its read and before its insert (see the module doc).
     removals: Box<[AtomicU64]>,
-    /// After a sweep that could not reach its target: cached bytes below
-    /// which no sweep runs again.
-    next_evict: AtomicUsize,
-    /// A sweep is running.
-    evicting: std::sync::atomic::AtomicBool,
-    /// The background worker that sweeps for us (`crate::flusher`).
-    pub(crate) flusher: crate::flusher::Slot,
+    /// When to sweep, and whether the background worker does it.
+    pub(crate) trigger: crate::flusher::Trigger,
     block_size: usize,
     /// Blocks read from the device (cache misses).
     pub misses: AtomicU64,
@@ -179,9 +174,7 @@ impl BufferCache {
             clock: Clock::default(),
             stripes: (0..STRIPES).map(|_| parking_lot::Mutex::default()).collect(),
             removals: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
-            next_evict: AtomicUsize::new(0),
-            evicting: std::sync::atomic::AtomicBool::new(false),
-            flusher: Default::default(),
+            trigger: Default::default(),
             block_size,
             misses: AtomicU64::new(0),
             hits: AtomicU64::new(0),
@@ -360,33 +353,28 @@ impl BufferCache {
         self.clock.push(block);
         let now = self.budget.buffers.fetch_add(self.block_size, Ordering::Relaxed) + self.block_size;
         let limit = self.budget.buffer_limit();
-        let over = limit.max(self.next_evict.load(Ordering::Relaxed));
         // Past the threshold the background worker sweeps; only past it by
         // another quarter of the limit (the worker is behind) do we.
-        if now > over && (now > over + limit / 4 || !crate::flusher::kick(&self.flusher)) {
-            self.sweep_over(m, limit);
+        if self.trigger.sweep_here(now, limit, limit / 4) {
+            self.sweep_down(m, limit);
         }
     }
 
     /// The background worker's pass: sweep if over the threshold.
     pub fn reclaim(&self) {
         let limit = self.budget.buffer_limit();
-        if self.cached_bytes() > limit.max(self.next_evict.load(Ordering::Relaxed)) {
-            self.sweep_over(&self.map.pin(), limit);
+        if self.trigger.due(self.cached_bytes(), limit) {
+            self.sweep_down(&self.map.pin(), limit);
         }
     }
 
-    fn sweep_over(&self, m: &crate::cachemap::MapRef<'_, u64, Arc<Buffer>>, limit: usize) {
-        if self.evicting.swap(true, Ordering::Acquire) {
-            return;
-        }
-        self.evict(m, limit / 4 * 3);
-        // A sweep that could not reach the target (dirty buffers
-        // stay) is not repeated for another quarter of the limit
-        // of new blocks: a sweep is O(n), its cost per insert O(1).
-        let after = self.budget.buffers.load(Ordering::Relaxed);
-        self.next_evict.store(after + limit / 4, Ordering::Relaxed);
-        self.evicting.store(false, Ordering::Release);
+    /// Sweep to three quarters of `limit` (dirty buffers stay, so it may
+    /// stop short).
+    fn sweep_down(&self, m: &crate::cachemap::MapRef<'_, u64, Arc<Buffer>>, limit: usize) {
+        self.trigger.sweep(limit, || {
+            self.evict(m, limit / 4 * 3);
+            self.cached_bytes()
+        });
     }
 
     /// Give the page cache back its share: evict clean buffers down to the
@@ -394,12 +382,15 @@ impl BufferCache {
     /// the page side when it is short; a no-op while a sweep runs.
     pub fn give_back(&self) {
         let share = self.budget.buffer_share();
-        if self.cached_bytes() <= share || self.evicting.swap(true, Ordering::Acquire) {
+        if self.cached_bytes() <= share {
             return;
         }
-        self.evict(&self.map.pin(), share);
-        self.next_evict.store(0, Ordering::Relaxed);
-        self.evicting.store(false, Ordering::Release);
+        // Shrunk below its share, the cache may grow to its limit again
+        // before the next sweep.
+        self.trigger.sweep_then(|| {
+            self.evict(&self.map.pin(), share);
+            0
+        });
     }
 
     /// The current version of `block` if cached (no device read); a draft
@@ -526,7 +517,10 @@ mod tests {
     #[test]
     fn a_worker_that_falls_behind_leaves_the_sweep_to_the_caller() {
         let c = BufferCache::new(1024, Arc::new(MemoryBudget::fixed(64 * 1024, 0)));
-        c.flusher.set(Arc::new(crate::flusher::Signal::default())).unwrap();
+        c.trigger
+            .worker
+            .set(Arc::new(crate::flusher::Signal::default()))
+            .unwrap();
         let mut most = 0;
         for i in 0..2000u64 {
             c.get(i, |_| -> Result<(), ()> { Ok(()) }).unwrap();

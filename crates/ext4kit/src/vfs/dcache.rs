@@ -254,12 +254,8 @@ pub struct Dcache {
     /// Seeds the names' fingerprints (see [`Key`]): random per cache, so an
     /// image cannot choose names whose fingerprints collide.
     names: crate::cachemap::KeyHasher,
-    /// Size at which the next eviction sweep runs.
-    next_evict: std::sync::atomic::AtomicUsize,
-    /// A sweep is running.
-    evicting: AtomicBool,
-    /// The background worker that sweeps for us (`crate::flusher`).
-    pub(crate) flusher: crate::flusher::Slot,
+    /// When to sweep, and whether the background worker does it.
+    pub(crate) trigger: crate::flusher::Trigger,
 }
 
 impl Dcache {
@@ -286,9 +282,7 @@ impl Dcache {
             rename_mutex: parking_lot::Mutex::new(()),
             clock: Clock::default(),
             names: Default::default(),
-            next_evict: std::sync::atomic::AtomicUsize::new(limit.max(256)),
-            evicting: AtomicBool::new(false),
-            flusher: Default::default(),
+            trigger: Default::default(),
         }
     }
 
@@ -361,10 +355,9 @@ impl Dcache {
     /// quarter of the limit of new entries, so a sweep's O(n) walk costs
     /// O(1) per insert whatever is pinned.
     fn maybe_evict(&self, m: &MapRef<'_>) {
-        let (len, next) = (m.len(), self.next_evict.load(Ordering::Relaxed));
         // Past the threshold the background worker sweeps; only past it by
         // half the limit again (the worker is behind) do we.
-        if len > next && (len > next + self.limit / 2 || !crate::flusher::kick(&self.flusher)) {
+        if self.trigger.sweep_here(m.len(), self.limit, self.limit / 2) {
             self.sweep(m);
         }
     }
@@ -372,34 +365,31 @@ impl Dcache {
     /// The background worker's pass: sweep if over the threshold.
     pub fn reclaim(&self) {
         let m = self.map.pin();
-        if m.len() > self.next_evict.load(Ordering::Relaxed) {
+        if self.trigger.due(m.len(), self.limit) {
             self.sweep(&m);
         }
     }
 
     fn sweep(&self, m: &MapRef<'_>) {
-        if self.evicting.swap(true, Ordering::Acquire) {
-            return;
-        }
-        // In clock order, never by iterating the map (see crate::clock).
-        let target = self.limit / 4 * 3;
-        self.clock.sweep(
-            || m.len() <= target,
-            |k| {
-                let Some(v) = m.get(k) else { return Visit::Gone };
-                if Arc::strong_count(v) > 1 || v.referenced.swap(false, Ordering::Relaxed) {
-                    return Visit::Keep;
-                }
-                match m.remove_if(k, |_, v| Arc::strong_count(v) == 1) {
-                    Ok(_) => Visit::Gone,
-                    Err(_) => Visit::Keep,
-                }
-            },
-        );
-        self.clock.compact_if(m.len(), |k| m.get(k).is_some());
-        self.next_evict
-            .store(self.limit.max(m.len() + self.limit / 4), Ordering::Relaxed);
-        self.evicting.store(false, Ordering::Release);
+        self.trigger.sweep(self.limit, || {
+            // In clock order, never by iterating the map (see crate::clock).
+            let target = self.limit / 4 * 3;
+            self.clock.sweep(
+                || m.len() <= target,
+                |k| {
+                    let Some(v) = m.get(k) else { return Visit::Gone };
+                    if Arc::strong_count(v) > 1 || v.referenced.swap(false, Ordering::Relaxed) {
+                        return Visit::Keep;
+                    }
+                    match m.remove_if(k, |_, v| Arc::strong_count(v) == 1) {
+                        Ok(_) => Visit::Gone,
+                        Err(_) => Visit::Keep,
+                    }
+                },
+            );
+            self.clock.compact_if(m.len(), |k| m.get(k).is_some());
+            m.len()
+        });
     }
 
     fn index_dir(&self, d: &Arc<Dentry>) {
@@ -658,7 +648,10 @@ mod tests {
     #[test]
     fn a_worker_that_falls_behind_leaves_the_sweep_to_the_caller() {
         let c = Dcache::new(2, 256);
-        c.flusher.set(Arc::new(crate::flusher::Signal::default())).unwrap();
+        c.trigger
+            .worker
+            .set(Arc::new(crate::flusher::Signal::default()))
+            .unwrap();
         let mut most = 0;
         for i in 0..3000u32 {
             c.set(c.root(), format!("f{i}").as_bytes(), 100 + i, Some(FileType::Regular));

@@ -20,7 +20,7 @@
 //! changed (size, block map, `i_blocks`). fsync writes the record when
 //! either is set; fdatasync only for [`DIRTY_DATA`].
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
@@ -160,12 +160,8 @@ pub struct Icache {
     /// Eviction order (keys of `map`).
     clock: Clock<u32>,
     limit: usize,
-    /// Size at which the next eviction sweep runs.
-    next_evict: AtomicUsize,
-    /// A sweep is running.
-    evicting: AtomicBool,
-    /// The background worker that sweeps for us (`crate::flusher`).
-    pub(crate) flusher: crate::flusher::Slot,
+    /// When to sweep, and whether the background worker does it.
+    pub(crate) trigger: crate::flusher::Trigger,
     pages: Arc<PageBudget>,
     /// Per shard of inode numbers: removals from the map so far. The lock
     /// orders removals against a miss's insert (see the module doc).
@@ -181,9 +177,7 @@ impl Icache {
             map: crate::cachemap::churning(1024),
             clock: Clock::default(),
             limit: limit.max(64),
-            next_evict: AtomicUsize::new(limit.max(64)),
-            evicting: AtomicBool::new(false),
-            flusher: Default::default(),
+            trigger: Default::default(),
             pages,
             removals: (0..SHARDS).map(|_| parking_lot::Mutex::new(0)).collect(),
         }
@@ -270,32 +264,26 @@ impl Icache {
     /// half the limit again (the worker is behind), sweep here. Not under
     /// a shard lock: the sweep takes them.
     fn maybe_evict(&self) {
-        let (len, next) = (self.map.len(), self.next_evict.load(Ordering::Relaxed));
-        if len > next && (len > next + self.limit / 2 || !crate::flusher::kick(&self.flusher)) {
+        if self.trigger.sweep_here(self.map.len(), self.limit, self.limit / 2) {
             self.sweep();
         }
     }
 
     /// The background worker's pass: sweep if over the threshold.
     pub fn reclaim(&self) {
-        if self.map.len() > self.next_evict.load(Ordering::Relaxed) {
+        if self.trigger.due(self.map.len(), self.limit) {
             self.sweep();
         }
     }
 
+    /// Inodes in use or dirty stay, so a sweep may stop short of its
+    /// target (see `crate::flusher::Trigger` for what follows then).
     fn sweep(&self) {
         let m = self.map.pin();
-        if !self.evicting.swap(true, Ordering::Acquire) {
-            // One sweeper at a time. A sweep may visit every entry, so after
-            // one that could not get below the target (inodes in use or
-            // dirty) the next waits for another quarter of the limit of
-            // new entries: the cost per insert stays constant.
+        self.trigger.sweep(self.limit, || {
             self.evict(&m);
-            let after = m.len();
-            self.next_evict
-                .store(self.limit.max(after + self.limit / 4), Ordering::Relaxed);
-            self.evicting.store(false, Ordering::Release);
-        }
+            m.len()
+        });
     }
 
     /// Drop unused inodes (clock: one sweep of grace for recently used),
@@ -402,7 +390,10 @@ mod tests {
             256,
             Arc::new(PageBudget::new(Arc::new(MemoryBudget::new(1 << 20, 4096)), 4096)),
         );
-        c.flusher.set(Arc::new(crate::flusher::Signal::default())).unwrap();
+        c.trigger
+            .worker
+            .set(Arc::new(crate::flusher::Signal::default()))
+            .unwrap();
         let mut most = 0;
         for ino in 100..3000 {
             c.insert_new(ino, record(0)).unwrap();

@@ -201,10 +201,10 @@ impl Fs {
         match f {
             Ok(f) => {
                 for slot in [
-                    &vol.bcache.flusher,
+                    &vol.bcache.trigger.worker,
                     &vol.dirty_meta.flusher,
-                    &icache.flusher,
-                    &dcache.flusher,
+                    &icache.trigger.worker,
+                    &dcache.trigger.worker,
                 ] {
                     let _ = slot.set(f.signal().clone());
                 }
