@@ -2,8 +2,10 @@
 //!
 //! The engine addresses storage by byte offset with positional I/O so that
 //! many threads can read and write at once without sharing a file cursor.
-//! Everything above this crate sees only the [`BlockDevice`] trait; a
-//! recording / fault-injecting device for crash tests will implement it too.
+//! Everything above this crate sees only the [`BlockDevice`] trait. Besides
+//! image files and memory there are a window onto part of a device (a
+//! partition), a copy-on-write overlay (journal replay of a read-only open)
+//! and, for crash tests, a recording device.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -14,6 +16,14 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use parking_lot::RwLock;
+
+pub mod overlay;
+pub mod partition;
+pub mod window;
+
+pub use overlay::OverlayDevice;
+pub use partition::{open_location, Location};
+pub use window::WindowDevice;
 
 /// Storage the filesystem lives on.
 ///

@@ -311,6 +311,7 @@ fn kill_9_of_a_server_with_writers_leaves_an_image_that_opens_and_e2fsck_repairs
         &ext4kit::OpenOptions {
             read_only: true,
             cache_budget: 16 << 20,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -1430,6 +1430,7 @@ fn kill9_on(peer: &Peer) {
         &ext4kit::OpenOptions {
             read_only: true,
             cache_budget: 16 << 20,
+            ..Default::default()
         },
     );
     assert!(

@@ -57,6 +57,7 @@ fn rw_budget(img: &Path, budget: usize) -> Arc<Fs> {
         &OpenOptions {
             read_only: false,
             cache_budget: budget,
+            ..Default::default()
         },
     )
     .unwrap()

@@ -24,6 +24,7 @@ fn open(img: &std::path::Path) -> std::sync::Arc<Fs> {
         &OpenOptions {
             read_only: false,
             cache_budget: BUDGET,
+            ..Default::default()
         },
     )
     .unwrap_or_else(|e| panic!("open {}: {e}", img.display()))

@@ -269,6 +269,7 @@ fn open_for_mount(image: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, bool), 
             &OpenOptions {
                 read_only,
                 cache_budget: opts.cache_budget,
+                ..Default::default()
             },
         )
         .map_err(|e| format!("{}: {e}", image.display()))

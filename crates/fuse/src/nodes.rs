@@ -210,6 +210,7 @@ mod tests {
             &ext4kit::OpenOptions {
                 read_only: false,
                 cache_budget: 8 << 20,
+                ..Default::default()
             },
         )
         .unwrap();

@@ -642,6 +642,7 @@ fn an_unlinked_open_file_is_freed_at_its_last_close() {
         &ext4kit::OpenOptions {
             read_only: true,
             cache_budget: 16 << 20,
+            ..Default::default()
         },
     )
     .unwrap();

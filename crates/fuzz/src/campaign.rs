@@ -124,7 +124,10 @@ pub fn run_image(img: Vec<u8>, limits: &WalkLimits) -> CaseResult {
     let start = Instant::now();
     let r = guarded(|| {
         let dev = Arc::new(MemDevice::from_vec_read_only(img));
-        match Fs::open_device(dev, &OpenOptions { read_only: true, cache_budget: CASE_CACHE_BUDGET }) {
+        match Fs::open_device(
+            dev,
+            &OpenOptions { read_only: true, cache_budget: CASE_CACHE_BUDGET, ..Default::default() },
+        ) {
             Ok(fs) => {
                 // The summary `ext4kit info` prints: formats every
                 // superblock field a user sees (label, UUID, features).

@@ -28,7 +28,8 @@ const ROUNDS: usize = 2;
 
 fn open(bytes: &Arc<Vec<u8>>) -> Arc<Fs> {
     let dev = Arc::new(MemDevice::from_vec_read_only(bytes.as_ref().clone()));
-    Fs::open_device(dev, &OpenOptions { read_only: true, cache_budget: BUDGET }).expect("open the readers image")
+    Fs::open_device(dev, &OpenOptions { read_only: true, cache_budget: BUDGET, ..Default::default() })
+        .expect("open the readers image")
 }
 
 #[test]

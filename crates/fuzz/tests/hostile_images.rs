@@ -32,7 +32,8 @@ fn all_bases() -> &'static [BaseImage] {
 
 fn open(bytes: &[u8]) -> Arc<Fs> {
     let dev = Arc::new(MemDevice::from_vec_read_only(bytes.to_vec()));
-    Fs::open_device(dev, &OpenOptions { read_only: true, cache_budget: 64 << 20 }).expect("open a clean base")
+    Fs::open_device(dev, &OpenOptions { read_only: true, cache_budget: 64 << 20, ..Default::default() })
+        .expect("open a clean base")
 }
 
 fn read_all(fs: &Fs, path: &[u8], off: u64, len: usize) -> Vec<u8> {

@@ -149,6 +149,7 @@ fn ours(img: &Path, pts: &[u64], cache_mib: usize, pause_ms: u64) -> Result<Vec<
         &OpenOptions {
             read_only: false,
             cache_budget: cache_mib << 20,
+            ..Default::default()
         },
     )
     .map_err(|e| e.to_string())?;

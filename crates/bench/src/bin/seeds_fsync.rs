@@ -150,6 +150,7 @@ fn main() -> Result<(), String> {
         &OpenOptions {
             read_only: false,
             cache_budget: 2 << 30,
+            ..Default::default()
         },
     )
     .map_err(|e| e.to_string())?;

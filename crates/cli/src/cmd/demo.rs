@@ -27,6 +27,7 @@ pub fn run(budget: usize) -> Result<(), String> {
         &OpenOptions {
             read_only: true,
             cache_budget: budget,
+            ..Default::default()
         },
     )
     .map_err(|e| format!("embedded sample image: {e}"))?;

@@ -20,6 +20,7 @@ pub fn open_rw(image: &Path, budget: usize) -> Result<Arc<Fs>, String> {
         &OpenOptions {
             read_only: false,
             cache_budget: budget,
+            ..Default::default()
         },
     )
     .map_err(|e| format!("{}: {e}", image.display()))?;

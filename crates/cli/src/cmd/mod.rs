@@ -24,6 +24,7 @@ pub fn open(image: &Path, budget: usize) -> Result<Arc<Fs>, String> {
         &OpenOptions {
             read_only: true,
             cache_budget: budget,
+            ..Default::default()
         },
     )
     .map_err(|e| format!("{}: {e}", image.display()))?;

@@ -27,6 +27,16 @@ pub struct OpenOptions {
     pub read_only: bool,
     /// Memory budget for all caches together, in bytes.
     pub cache_budget: usize,
+    /// Skip journal replay (the kernel's `-o noload`): show the home
+    /// locations exactly as they are on disk, for a user who wants to see
+    /// what a crash left before anything is recovered. Only with
+    /// `read_only`; a read-write open of an image whose journal needs
+    /// recovery always replays first (writing on top of an unreplayed
+    /// journal would let a later replay undo the writes).
+    pub no_replay: bool,
+    /// Where in the image file (or device) the filesystem lives: the whole
+    /// file, one partition of a partitioned disk, or a byte offset.
+    pub location: ext4kit_blockdev::Location,
 }
 
 impl Default for OpenOptions {
@@ -34,6 +44,8 @@ impl Default for OpenOptions {
         OpenOptions {
             read_only: true,
             cache_budget: 256 << 20,
+            no_replay: false,
+            location: ext4kit_blockdev::Location::Whole,
         }
     }
 }
@@ -419,6 +431,7 @@ pub(crate) fn scratch_volume() -> Volume {
     let opts = OpenOptions {
         read_only: false,
         cache_budget: 8 << 20,
+        ..Default::default()
     };
     Volume::open(dev, &opts).expect("open the fresh volume")
 }

@@ -113,6 +113,7 @@ mod tests {
             &OpenOptions {
                 read_only: false,
                 cache_budget: 8 << 20,
+                ..Default::default()
             },
         )
         .unwrap()

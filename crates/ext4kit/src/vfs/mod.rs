@@ -148,7 +148,9 @@ impl Fs {
     pub fn open_image(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Arc<Fs>> {
         let p = path.as_ref();
         let dev = FileDevice::open(p, !opts.read_only).map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
-        Self::open_device(Arc::new(dev), opts)
+        let dev = ext4kit_blockdev::open_location(Arc::new(dev), opts.location)
+            .map_err(|e| Error::io(format!("finding the filesystem in {}", p.display()), e))?;
+        Self::open_device(dev, opts)
     }
 
     /// Open the filesystem on any block device.
