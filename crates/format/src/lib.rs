@@ -14,6 +14,7 @@ pub mod checksum;
 pub mod dirent;
 pub mod error;
 pub mod extent;
+pub mod fast_commit;
 pub mod features;
 pub mod group_desc;
 pub mod hash;
