@@ -81,6 +81,17 @@ impl OverlayDevice {
         Ok(())
     }
 
+    /// An independent copy of this overlay as it is now: later writes to
+    /// either do not show in the other. A caller about to try something
+    /// that may fail halfway keeps one to fall back to.
+    pub fn fork(&self) -> OverlayDevice {
+        OverlayDevice {
+            base: self.base.clone(),
+            block: self.block,
+            patches: RwLock::new(self.patches.read().clone()),
+        }
+    }
+
     /// How many blocks differ from the base device.
     pub fn patched_blocks(&self) -> usize {
         self.patches.read().len()
@@ -258,6 +269,19 @@ mod tests {
         assert!(span[..512].iter().all(|&x| x == 1));
         assert_eq!(&span[512..516], b"MAGI");
         assert!(span[1536..].iter().all(|&x| x == 3));
+    }
+
+    #[test]
+    fn a_fork_does_not_see_later_writes() {
+        let o = OverlayDevice::new(base(), 1024);
+        o.write_at(0, b"one").unwrap();
+        let f = o.fork();
+        o.write_at(0, b"two").unwrap();
+        let mut b = [0u8; 3];
+        f.read_at(0, &mut b).unwrap();
+        assert_eq!(&b, b"one");
+        o.read_at(0, &mut b).unwrap();
+        assert_eq!(&b, b"two");
     }
 
     #[test]

@@ -184,6 +184,79 @@ impl Volume {
         Ok(Some((self.group_first_block(g as u64) + start as u64, len as u32)))
     }
 
+    /// Set the bitmap bits of `runs` to `used`, whatever each was, and
+    /// move each group's free count by the bits that changed (recovery's
+    /// `ext2fs_mark_block_bitmap_range2` / `unmark`): a fast commit names
+    /// extents but not the bitmap, which may already say what it should.
+    /// Blocks freed this way leave the buffer cache as in
+    /// [`Self::free_block_runs`]. Returns how many bits changed.
+    pub(crate) fn set_block_runs(&self, h: &mut Handle<'_>, runs: &[(u64, u64)], used: bool) -> Result<u64> {
+        let mut pieces: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+        for &(mut p, mut n) in runs {
+            while n > 0 {
+                if p < self.first_data_block || p >= self.blocks_count {
+                    return Err(Error::corrupt_msg(
+                        format!("block {p}"),
+                        "block map",
+                        "a replayed extent names a block outside the filesystem",
+                    ));
+                }
+                let g = (p - self.first_data_block) / self.blocks_per_group;
+                let k = n.min(self.group_first_block(g) + self.blocks_per_group - p);
+                pieces.push((p, k));
+                p += k;
+                n -= k;
+            }
+        }
+        pieces.sort_unstable();
+        if !used {
+            self.forget_freed(&pieces);
+        }
+        let mut changed = 0u64;
+        let mut i = 0;
+        while i < pieces.len() {
+            let g = ((pieces[i].0 - self.first_data_block) / self.blocks_per_group) as usize;
+            let mut j = i;
+            while j < pieces.len() && ((pieces[j].0 - self.first_data_block) / self.blocks_per_group) as usize == g {
+                j += 1;
+            }
+            let mut gd = self.groups[g].desc.write();
+            let (mut bm, uninit) = self.block_bitmap_of(g, &gd)?;
+            let first = self.group_first_block(g as u64);
+            let mut delta = 0i64;
+            for &(s, n) in &pieces[i..j] {
+                for b in s..s + n {
+                    let bit = (b - first) as usize;
+                    if test_bit(&bm, bit) != used {
+                        if used {
+                            set_bit(&mut bm, bit);
+                            delta -= 1;
+                        } else {
+                            clear_bit(&mut bm, bit);
+                            delta += 1;
+                        }
+                    }
+                }
+            }
+            if delta != 0 || uninit {
+                let mut new = *gd;
+                if uninit {
+                    new.flags &= !BG_BLOCK_UNINIT;
+                }
+                let free = (gd.free_blocks_count() as i64 + delta).clamp(0, self.blocks_in_group(g) as i64) as u32;
+                new.free_blocks_count_lo = free as u16;
+                new.free_blocks_count_hi = (free >> 16) as u16;
+                self.set_block_bitmap_csum(&mut new, &bm);
+                h.overwrite(gd.block_bitmap(), bm.into_boxed_slice())?;
+                self.write_group_desc(h, g, &new)?;
+                *gd = new;
+            }
+            changed += delta.unsigned_abs();
+            i = j;
+        }
+        Ok(changed)
+    }
+
     /// Return many runs `(start, len)` to the free pool, changing each
     /// group's bitmap once however many runs fall in it (a truncate of a
     /// fragmented file frees thousands of runs). Runs may cross groups.

@@ -566,6 +566,94 @@ impl Volume {
     }
 }
 
+impl Volume {
+    /// Every node block of inode `ino`'s extent tree (not the data), in
+    /// the order a depth-first walk meets them.
+    pub(crate) fn ext_node_blocks(&self, ino: u32, inode: &Inode) -> Result<Vec<u64>> {
+        let seed = self.inode_seed(ino, inode.base.generation);
+        let root = self.ext_root(ino, inode)?;
+        let mut out = Vec::new();
+        let mut stack = vec![root];
+        while let Some(n) = stack.pop() {
+            if n.depth == 0 {
+                continue;
+            }
+            for e in &n.idx {
+                let blk = e.leaf();
+                if out.contains(&blk) || out.len() > 1 << 20 {
+                    return Err(Error::corrupt_msg(
+                        format!("extent tree of inode {ino}"),
+                        "extent index",
+                        format!("node block {blk} is reached twice"),
+                    ));
+                }
+                out.push(blk);
+                stack.push(self.ext_load(ino, seed, blk, n.depth - 1)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Replace inode `ino`'s extent tree with a fresh one holding
+    /// `extents` (sorted by logical block, not overlapping), as e2fsck's
+    /// fast-commit replay rewrites a tree from its extent list
+    /// (`e2fsck_rewrite_extent_tree`): up to four extents live in the
+    /// inode; more go into full leaves under as many index levels as it
+    /// takes. New node blocks come from `alloc`; the old tree's node
+    /// blocks are *not* freed here but returned, so the caller can free
+    /// them by its own rules. The new root is written into `inode` (the
+    /// caller writes the record); returns (old node blocks, new node
+    /// blocks).
+    pub(crate) fn ext_rebuild(
+        &self,
+        h: &mut Handle<'_>,
+        ino: u32,
+        inode: &mut Inode,
+        extents: &[Extent],
+        alloc: &mut dyn FnMut(&mut Handle<'_>) -> Result<u64>,
+    ) -> Result<(Vec<u64>, Vec<u64>)> {
+        let old = self.ext_node_blocks(ino, inode)?;
+        let seed = self.inode_seed(ino, inode.base.generation);
+        let max = self.node_max();
+        let mut level = Node {
+            depth: 0,
+            leaf: extents.to_vec(),
+            idx: Vec::new(),
+        };
+        let mut new = Vec::new();
+        while level.len() > ROOT_MAX {
+            if level.depth >= MAX_DEPTH {
+                return Err(Error::posix(
+                    Errno::EFBIG,
+                    format!(
+                        "inode {ino}: {} extents need a tree deeper than {MAX_DEPTH}",
+                        extents.len()
+                    ),
+                ));
+            }
+            let mut up = Node {
+                depth: level.depth + 1,
+                leaf: Vec::new(),
+                idx: Vec::new(),
+            };
+            let mut a = 0;
+            for n in split_sizes(level.len(), max, true) {
+                let node = level.slice(a, a + n);
+                let blk = alloc(h)?;
+                new.push(blk);
+                self.ext_write(h, seed, blk, &node)?;
+                up.idx.push(index_entry(node.first_key(), blk));
+                a += n;
+            }
+            level = up;
+        }
+        let mut root = [0u8; 60];
+        level.to_node(ROOT_MAX as u16).serialize_into(&mut root);
+        inode.base.block = root;
+        Ok((old, new))
+    }
+}
+
 fn from_parsed(n: ExtentNode) -> Node {
     match n.entries {
         NodeEntries::Leaf(v) => Node {

@@ -295,6 +295,79 @@ impl Volume {
         h.overwrite(blk, vec![0u8; self.block_size].into_boxed_slice())
     }
 
+    /// Set inode `ino`'s bitmap bit to `used` whatever it was, moving the
+    /// group's free count (and, with `dir`, its directory count) only if
+    /// the bit changed; the inode-table high-water mark and the
+    /// INODE_UNINIT flag follow a newly used inode. Recovery's
+    /// `ext2fs_mark_inode_bitmap2`: a fast commit carries inode records
+    /// but not the bitmap. Returns whether the bit changed.
+    pub(crate) fn set_inode_used(&self, h: &mut Handle<'_>, ino: u32, used: bool, dir: bool) -> Result<bool> {
+        if ino == 0 || ino > self.inodes_count {
+            return Err(Error::corrupt_msg(
+                format!("inode {ino}"),
+                "inode number",
+                format!("outside 1..={}", self.inodes_count),
+            ));
+        }
+        let ipg = self.inodes_per_group as usize;
+        let g = ((ino - 1) / self.inodes_per_group) as usize;
+        let i = ((ino - 1) % self.inodes_per_group) as usize;
+        let grp = &self.groups[g];
+        let mut gd = grp.desc.write();
+        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let uninit = csum_groups && gd.flags & BG_INODE_UNINIT != 0;
+        let bm_blk = gd.inode_bitmap();
+        let mut bitmap = if uninit {
+            let mut b = vec![0u8; self.block_size];
+            for k in ipg..self.block_size * 8 {
+                set_bit(&mut b, k);
+            }
+            b
+        } else {
+            self.buffer(bm_blk)?.data.to_vec()
+        };
+        if test_bit(&bitmap, i) == used {
+            return Ok(false);
+        }
+        let mut new = *gd;
+        let free = gd.free_inodes_count();
+        let free = if used {
+            set_bit(&mut bitmap, i);
+            free.saturating_sub(1)
+        } else {
+            super::group::clear_bit(&mut bitmap, i);
+            free + 1
+        };
+        new.free_inodes_count_lo = free as u16;
+        new.free_inodes_count_hi = (free >> 16) as u16;
+        if dir {
+            let u = if used {
+                new.used_dirs_count() + 1
+            } else {
+                new.used_dirs_count().saturating_sub(1)
+            };
+            new.used_dirs_count_lo = u as u16;
+            new.used_dirs_count_hi = (u >> 16) as u16;
+        }
+        if csum_groups && used {
+            new.flags &= !BG_INODE_UNINIT;
+            let unused = if uninit { ipg } else { new.itable_unused() as usize };
+            if i >= ipg.saturating_sub(unused) {
+                let u = (ipg - i - 1) as u32;
+                new.itable_unused_lo = u as u16;
+                new.itable_unused_hi = (u >> 16) as u16;
+            }
+        }
+        self.set_inode_bitmap_csum(&mut new, &bitmap);
+        h.overwrite(bm_blk, bitmap.into_boxed_slice())?;
+        self.write_group_desc(h, g, &new)?;
+        *gd = new;
+        if !used {
+            grp.inode_hint.fetch_min(i as u32, Ordering::Relaxed);
+        }
+        Ok(true)
+    }
+
     /// Return inode `ino` to its group's free pool (the kernel's
     /// `ext4_free_inode`). The caller has already released the inode's
     /// blocks and xattr block and written its record with `i_links_count`

@@ -3,8 +3,9 @@
 //! them, and the metadata buffer cache.
 //!
 //! Opening applies the feature rules of DESIGN.md: unknown INCOMPAT refuses,
-//! unknown RO_COMPAT forces read-only, `needs_recovery` opens read-only with
-//! a warning (journal replay comes with the journal issue).
+//! unknown RO_COMPAT forces read-only. A volume whose journal still needs
+//! recovery opens read-only: the journal is replayed before this (see
+//! `journal.rs`), so the flag is set here only when replay was skipped.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -181,10 +182,18 @@ impl Volume {
             OpenMode::ReadWrite => {}
         }
         if sb.has_incompat(incompat::RECOVER) {
-            warnings.push(
-                "the journal needs recovery: opened read-only; transactions not yet replayed from the journal are not visible"
-                    .to_string(),
-            );
+            // Recovery (`journal::recover`) clears the flag before the
+            // volume opens; it is still set only when replay was skipped on
+            // purpose (`no_replay`, which already says so) or when a caller
+            // opened the volume without recovering. Either way the home
+            // locations are stale: never write on top of them.
+            if !opts.no_replay {
+                warnings.push(
+                    "the journal needs recovery and was not replayed: opened read-only; the transactions in the \
+                     journal are not visible"
+                        .to_string(),
+                );
+            }
             read_only = true;
         }
         let block_size = sb.block_size() as usize;

@@ -15,16 +15,15 @@ pub mod io;
 pub mod lookup;
 pub mod namei;
 pub mod namespace;
+mod open;
 pub mod pagecache;
 mod stat;
 pub mod write;
 pub mod writeback;
 pub mod xattr_ops;
 
-use std::path::Path;
 use std::sync::Arc;
 
-use ext4kit_blockdev::{BlockDevice, FileDevice};
 use ext4kit_format::inode::FileType;
 
 pub use attr::{SetAttr, StatFs, TimeSet};
@@ -37,7 +36,7 @@ pub use stat::{FsInfo, Stat};
 pub use writeback::{SyncLevel, WritebackStats};
 
 use crate::error::{Errno, Error, Result};
-use crate::ext4::{BlockMap, DirEntry, DirRef, Mapping, OpenOptions, Volume, ROOT_INO};
+use crate::ext4::{BlockMap, DirEntry, DirRef, Mapping, Volume};
 use namei::show;
 use pagecache::{Page, PageBudget};
 
@@ -54,7 +53,7 @@ pub struct Fs {
     pub pages: Arc<PageBudget>,
     /// Reclaim and checkpoints off the callers' threads (`crate::flusher`);
     /// none when no thread could be started (the caches then work inline).
-    flusher: Option<crate::flusher::Flusher>,
+    pub(crate) flusher: Option<crate::flusher::Flusher>,
 }
 
 /// Dropping the last handle writes back what is dirty, as an unmount does:
@@ -144,82 +143,7 @@ pub struct FsStats {
 }
 
 impl Fs {
-    /// Open an image file.
-    pub fn open_image(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Arc<Fs>> {
-        let p = path.as_ref();
-        let dev = FileDevice::open(p, !opts.read_only).map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
-        let dev = ext4kit_blockdev::open_location(Arc::new(dev), opts.location)
-            .map_err(|e| Error::io(format!("finding the filesystem in {}", p.display()), e))?;
-        Self::open_device(dev, opts)
-    }
-
-    /// Open the filesystem on any block device.
-    pub fn open_device(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Arc<Fs>> {
-        let vol = Volume::open(dev, opts)?;
-        let root = vol.read_inode(ROOT_INO)?;
-        if root.file_type() != Some(FileType::Directory) {
-            return Err(Error::corrupt_msg(
-                "inode 2",
-                "inode",
-                "the root inode is not a directory",
-            ));
-        }
-        let budget = opts.cache_budget;
-        let block_size = vol.block_size;
-        let pages = Arc::new(PageBudget::new(vol.budget.clone(), block_size));
-        let vol = Arc::new(vol);
-        let icache = Arc::new(icache::Icache::new((budget / 8 / 1024).max(1024), pages.clone()));
-        let dcache = Arc::new(dcache::Dcache::new(ROOT_INO, (budget / 8 / 256).max(4096)));
-        let flusher = Self::spawn_flusher(&vol, &icache, &dcache);
-        let fs = Arc::new(Fs {
-            icache,
-            dcache,
-            pages,
-            vol,
-            flusher,
-        });
-        // Files unlinked while open when the last writer stopped are freed
-        // now, as the kernel does at mount (ext4_orphan_cleanup).
-        fs.recover_orphans()?;
-        Ok(fs)
-    }
-
-    /// The background worker: checkpoint first (a written block can then
-    /// be evicted), then the three caches' sweeps. It holds the caches,
-    /// never the `Fs`, so the last `Fs` handle is always dropped by a
-    /// caller, whose drop stops the worker before the final write-back.
-    fn spawn_flusher(
-        vol: &Arc<Volume>,
-        icache: &Arc<icache::Icache>,
-        dcache: &Arc<dcache::Dcache>,
-    ) -> Option<crate::flusher::Flusher> {
-        let (v, i, d) = (vol.clone(), icache.clone(), dcache.clone());
-        let f = crate::flusher::Flusher::spawn("ext4kit-flush", move || {
-            v.checkpoint_if_over();
-            i.reclaim();
-            d.reclaim();
-            v.bcache.reclaim();
-        });
-        match f {
-            Ok(f) => {
-                for slot in [
-                    &vol.bcache.trigger.worker,
-                    &vol.dirty_meta.flusher,
-                    &icache.trigger.worker,
-                    &dcache.trigger.worker,
-                ] {
-                    let _ = slot.set(f.signal().clone());
-                }
-                Some(f)
-            }
-            Err(e) => {
-                eprintln!("ext4kit: no background worker ({e}); caches reclaim inline");
-                None
-            }
-        }
-    }
-
-    /// Warnings from opening (read-only fallbacks, unrecovered journal).
+    /// Warnings from opening (read-only fallbacks, journal recovery).
     pub fn warnings(&self) -> &[String] {
         &self.vol.warnings
     }

@@ -1,0 +1,174 @@
+//! Opening a filesystem, in the order of the kernel's `ext4_fill_super`:
+//! journal recovery, then fast-commit replay, then the caches, then orphan
+//! cleanup.
+//!
+//! Recovery is the ext4 layer's (`ext4::journal`): it replays the jbd2 log
+//! on disk for a read-write open, or into an in-memory overlay for a
+//! read-only one. Fast commits and orphans are recovered by the ext4 code
+//! that writes the filesystem, so they need a writable filesystem: for a
+//! read-only open that is a throwaway read-write `Fs` over the overlay,
+//! whose writes stay in memory, after which the caller's read-only `Fs`
+//! opens on the result. If that step fails (a damaged image the write
+//! paths refuse), the read-only open still succeeds on what the jbd2
+//! replay gave, with a warning: reading must not be lost to an optional
+//! cleanup.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ext4kit_blockdev::{BlockDevice, FileDevice, OverlayDevice};
+use ext4kit_format::fast_commit::Record;
+use ext4kit_format::inode::FileType;
+
+use super::{dcache, icache, Fs};
+use crate::error::{Error, Result};
+use crate::ext4::journal::{self, has_orphans};
+use crate::ext4::{OpenOptions, Volume, ROOT_INO};
+use crate::vfs::pagecache::PageBudget;
+
+impl Fs {
+    /// Open an image file (or the partition or offset of it that
+    /// `opts.location` names).
+    pub fn open_image(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Arc<Fs>> {
+        let p = path.as_ref();
+        let dev = FileDevice::open(p, !opts.read_only).map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
+        let dev = ext4kit_blockdev::open_location(Arc::new(dev), opts.location)
+            .map_err(|e| Error::io(format!("finding the filesystem in {}", p.display()), e))?;
+        Self::open_device(dev, opts)
+    }
+
+    /// Open the filesystem on any block device, recovering what a crash
+    /// left (journal, fast commits, orphans) as the module doc describes.
+    pub fn open_device(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Arc<Fs>> {
+        let read_only = opts.read_only || dev.read_only();
+        let opts = OpenOptions {
+            read_only,
+            ..opts.clone()
+        };
+        let rec = journal::recover(dev, &opts)?;
+        let mut warnings = rec.warnings;
+        if !read_only {
+            let fs = Self::open_on(rec.dev, &opts, warnings)?;
+            if !rec.fast_commits.is_empty() {
+                fs.replay_fast_commits(&rec.fast_commits)?;
+            }
+            // Orphans come after the fast commits, as in ext4_fill_super
+            // (fast-commit replay runs inside journal recovery).
+            fs.recover_orphans()?;
+            if rec.replayed {
+                fs.sync()?;
+            }
+            return Ok(fs);
+        }
+        let sb = journal::read_superblock(&*rec.dev)?;
+        let pending = !rec.fast_commits.is_empty() || (has_orphans(&sb) && !opts.no_replay);
+        if !pending {
+            return Self::open_on(rec.dev, &opts, warnings);
+        }
+        let overlay = match rec.overlay {
+            Some(o) => o,
+            None => Arc::new(OverlayDevice::new(rec.dev.clone(), sb.block_size() as u64)),
+        };
+        let before = Arc::new(overlay.fork());
+        match Self::recover_in_memory(&overlay, &opts, &rec.fast_commits) {
+            Ok(()) => Self::open_on(overlay, &opts, warnings),
+            Err(e) => {
+                warnings.push(format!(
+                    "{} could not be applied in memory ({e}); showing the filesystem without them; run e2fsck",
+                    if rec.fast_commits.is_empty() {
+                        "orphan cleanup"
+                    } else {
+                        "fast commits and orphan cleanup"
+                    }
+                ));
+                Self::open_on(before, &opts, warnings)
+            }
+        }
+    }
+
+    /// Fast-commit replay and orphan cleanup on a writable `Fs` over the
+    /// overlay; everything it writes stays in the overlay.
+    fn recover_in_memory(overlay: &Arc<OverlayDevice>, opts: &OpenOptions, fast_commits: &[Record]) -> Result<()> {
+        let rw = OpenOptions {
+            read_only: false,
+            no_replay: false,
+            ..opts.clone()
+        };
+        let dev: Arc<dyn BlockDevice> = overlay.clone();
+        let fs = Self::open_on(dev, &rw, Vec::new())?;
+        if !fast_commits.is_empty() {
+            fs.replay_fast_commits(fast_commits)?;
+        }
+        fs.recover_orphans()?;
+        fs.sync()
+    }
+
+    /// Fast-commit records, applied by the ext4 layer, then the caches are
+    /// told nothing: this runs before anything is cached.
+    fn replay_fast_commits(&self, recs: &[Record]) -> Result<()> {
+        crate::ext4::fc_replay::replay(&self.vol, recs)
+    }
+
+    /// The caches and the background worker over a recovered device.
+    fn open_on(dev: Arc<dyn BlockDevice>, opts: &OpenOptions, warnings: Vec<String>) -> Result<Arc<Fs>> {
+        let mut vol = Volume::open(dev, opts)?;
+        vol.warnings.splice(0..0, warnings);
+        let root = vol.read_inode(ROOT_INO)?;
+        if root.file_type() != Some(FileType::Directory) {
+            return Err(Error::corrupt_msg(
+                "inode 2",
+                "inode",
+                "the root inode is not a directory",
+            ));
+        }
+        let budget = opts.cache_budget;
+        let block_size = vol.block_size;
+        let pages = Arc::new(PageBudget::new(vol.budget.clone(), block_size));
+        let vol = Arc::new(vol);
+        let icache = Arc::new(icache::Icache::new((budget / 8 / 1024).max(1024), pages.clone()));
+        let dcache = Arc::new(dcache::Dcache::new(ROOT_INO, (budget / 8 / 256).max(4096)));
+        let flusher = Self::spawn_flusher(&vol, &icache, &dcache);
+        Ok(Arc::new(Fs {
+            icache,
+            dcache,
+            pages,
+            vol,
+            flusher,
+        }))
+    }
+
+    /// The background worker: checkpoint first (a written block can then
+    /// be evicted), then the three caches' sweeps. It holds the caches,
+    /// never the `Fs`, so the last `Fs` handle is always dropped by a
+    /// caller, whose drop stops the worker before the final write-back.
+    fn spawn_flusher(
+        vol: &Arc<Volume>,
+        icache: &Arc<icache::Icache>,
+        dcache: &Arc<dcache::Dcache>,
+    ) -> Option<crate::flusher::Flusher> {
+        let (v, i, d) = (vol.clone(), icache.clone(), dcache.clone());
+        let f = crate::flusher::Flusher::spawn("ext4kit-flush", move || {
+            v.checkpoint_if_over();
+            i.reclaim();
+            d.reclaim();
+            v.bcache.reclaim();
+        });
+        match f {
+            Ok(f) => {
+                for slot in [
+                    &vol.bcache.trigger.worker,
+                    &vol.dirty_meta.flusher,
+                    &icache.trigger.worker,
+                    &dcache.trigger.worker,
+                ] {
+                    let _ = slot.set(f.signal().clone());
+                }
+                Some(f)
+            }
+            Err(e) => {
+                eprintln!("ext4kit: no background worker ({e}); caches reclaim inline");
+                None
+            }
+        }
+    }
+}
