@@ -262,16 +262,29 @@ fn feature_rules_when_opening() {
         fs.warnings()
     );
 
+    // needs_recovery over an empty log: a read-write open "replays"
+    // nothing, clears the flag and goes on read-write; a read-only open
+    // does the same in memory and leaves the bytes alone.
     let mut b = clean.clone();
     patch_sb(&mut b, |sb| sb.feature_incompat |= 0x4); // needs_recovery
-    let fs = open_mem(b).unwrap();
-    assert!(fs.info().read_only);
+    let dev = Arc::new(MemDevice::from_vec(b.clone()));
+    let fs = Fs::open_device(dev.clone(), &opts).unwrap();
+    assert!(!fs.info().read_only);
     assert!(
         fs.warnings().iter().any(|w| w.contains("recovery")),
         "{:?}",
         fs.warnings()
     );
     assert_eq!(fs.stat(b"/small").unwrap().size, 6, "still readable");
+    drop(fs);
+    let after = Superblock::parse(&dev.to_vec()[1024..2048]).unwrap();
+    assert_eq!(after.feature_incompat & 0x4, 0, "needs_recovery cleared on disk");
+    let ro = Arc::new(MemDevice::from_vec_read_only(b.clone()));
+    let fs = Fs::open_device(ro.clone(), &OpenOptions::default()).unwrap();
+    assert!(fs.info().read_only);
+    assert_eq!(fs.stat(b"/small").unwrap().size, 6);
+    drop(fs);
+    assert!(ro.to_vec() == b, "a read-only open changed the image");
 
     let mut b = clean;
     b[1024 + 0x38] = 0; // magic

@@ -12,8 +12,10 @@
 //!
 //! A mount is read-write unless `-o ro` is given or the image must not be
 //! written: a read-only-compatible feature we cannot maintain, the
-//! `read-only` feature, `needs_recovery`, `mmp` (we do not run the MMP
-//! protocol), or an image file we cannot open for writing. Then it mounts
+//! `read-only` feature, `mmp` (we do not run the MMP protocol), or an image
+//! file we cannot open for writing. (A journal that needs recovery is
+//! replayed first: on disk for a read-write mount, in memory for a
+//! read-only one, as the kernel's mount does.) Then it mounts
 //! read-only with a warning naming the reason, and `-o rw` is refused with
 //! it ([`state`]). While mounted read-write the superblock is marked not
 //! clean (`s_state` without `EXT2_VALID_FS`, `s_mnt_count` + 1, `s_mtime`,

@@ -1,5 +1,9 @@
 //! Read-only or read-write, and the superblock's mount state.
 //!
+//! An image whose journal needs recovery is not a reason: a read-write
+//! mount replays the journal on disk first, as the kernel's mount does (a
+//! read-only one replays it in memory; see `ext4kit::ext4::journal`).
+//!
 //! Choosing the mode follows DESIGN.md's compatibility contract, decided
 //! from the superblock before the image is opened for writing (opening
 //! read-write already writes: orphans are freed). A mount without `-o ro`
@@ -9,7 +13,6 @@
 //!
 //! - a read-only-compatible feature we cannot maintain when writing
 //!   (`RO_COMPAT_WRITE_SUPPORTED`), including the `read-only` feature;
-//! - `needs_recovery`: the journal holds transactions not yet replayed;
 //! - `mmp`: multi-mount protection. We do not implement the MMP protocol
 //!   (sequence number updates every `s_mmp_update_interval` seconds in the
 //!   MMP block, `ext4_multi_mount_protect`), so another host could not see
@@ -41,11 +44,6 @@ pub fn read_only_reason(image: &Path) -> Option<String> {
     let sb = read_superblock(image)?;
     if sb.has_incompat(incompat::MMP) {
         return Some("it has multi-mount protection (mmp), which ext4kit does not implement for writing".to_string());
-    }
-    if sb.has_incompat(incompat::RECOVER) {
-        return Some(
-            "its journal needs recovery (needs_recovery): replay it first (e2fsck, or a kernel mount)".to_string(),
-        );
     }
     if let OpenMode::ReadOnly(names) = features::open_mode(sb.feature_compat, sb.feature_incompat, sb.feature_ro_compat)
     {

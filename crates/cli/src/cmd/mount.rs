@@ -31,9 +31,12 @@ use clap::Args;
 As root the mount is made with mount(2); other users mount through
 fusermount3 (apt-get install fuse3) on a mount point they own. An image
 that is mounted already (by the kernel, fuse2fs or another ext4kit) is
-refused. Images that must not be written (read-only features,
-needs_recovery, mmp, an image file you cannot write) mount read-only
-with a warning saying why; with -o rw they are refused instead.")]
+refused. Images that must not be written (read-only features, mmp, an
+image file you cannot write) mount read-only with a warning saying why;
+with -o rw they are refused instead. An image whose journal needs
+recovery (a snapshot, a crashed machine's disk) is replayed first: on
+disk for a read-write mount, in memory for -o ro (the image file is not
+touched); -o noload mounts it read-only without replaying.")]
 pub struct MountArgs {
     /// Mount options, comma-separated (repeatable): rw (default when
     /// possible; refuse otherwise), ro, cache=writethrough (default),
