@@ -133,3 +133,99 @@ impl Volume {
         Ok(out)
     }
 }
+
+/// `EXT4_ORPHAN_BLOCK_MAGIC`: the tail of every orphan-file block.
+pub const ORPHAN_BLOCK_MAGIC: u32 = 0x0b10_ca04;
+/// Size of an orphan-file block's tail (`struct ext4_orphan_block_tail`:
+/// magic, checksum).
+const ORPHAN_TAIL: usize = 8;
+
+/// One used slot of the orphan file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrphanSlot {
+    /// Physical block of the orphan file holding the slot.
+    pub pblk: u64,
+    /// Slot index in the block.
+    pub slot: usize,
+    /// The orphan inode.
+    pub ino: u32,
+}
+
+impl Volume {
+    /// The used slots of the orphan file (the `orphan_file` feature,
+    /// fs/ext4/orphan.c): an inode whose blocks each hold an array of le32
+    /// inode numbers and a tail `{ob_magic, ob_checksum}`. The kernel puts
+    /// an orphan there instead of on the `s_last_orphan` chain when the
+    /// feature is on; we only ever read it (our orphans use the chain, which
+    /// every reader also honours). A block whose magic is wrong is corrupt.
+    pub fn orphan_file_slots(&self) -> Result<Vec<OrphanSlot>> {
+        let ino = self.sb.read().orphan_file_inum;
+        if !self.has_compat(ext4kit_format::features::compat::ORPHAN_FILE) || ino == 0 {
+            return Ok(Vec::new());
+        }
+        let inode = self.read_inode(ino)?;
+        let bs = self.block_size;
+        let nblocks = inode.size() / bs as u64;
+        let runs = self.block_map(ino, &inode)?.runs(self, nblocks)?;
+        let per_block = (bs - ORPHAN_TAIL) / 4;
+        let first_ino = self.sb.read().first_ino();
+        let mut out = Vec::new();
+        for (_, p, n) in runs {
+            for pblk in p..p + n {
+                let buf = self.buffer(pblk)?;
+                let d = &buf.data;
+                let magic = u32::from_le_bytes([d[bs - 8], d[bs - 7], d[bs - 6], d[bs - 5]]);
+                if magic != ORPHAN_BLOCK_MAGIC {
+                    return Err(Error::corrupt_msg(
+                        format!("orphan file inode {ino}, block {pblk}"),
+                        "orphan file block",
+                        format!("bad magic {magic:#010x}"),
+                    ));
+                }
+                for slot in 0..per_block {
+                    let o = u32::from_le_bytes([d[slot * 4], d[slot * 4 + 1], d[slot * 4 + 2], d[slot * 4 + 3]]);
+                    if o == 0 {
+                        continue;
+                    }
+                    if o < first_ino || o > self.inodes_count {
+                        return Err(Error::corrupt_msg(
+                            format!("orphan file inode {ino}, block {pblk}"),
+                            "orphan file block",
+                            format!("slot {slot} names inode {o}, which cannot be an orphan"),
+                        ));
+                    }
+                    out.push(OrphanSlot { pblk, slot, ino: o });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Empty the given orphan-file slots, refreshing each block's checksum
+    /// (`ext4_orphan_file_block_csum`: crc32c seeded with the orphan file
+    /// inode's checksum seed, over the le64 block number, then the slots).
+    pub fn orphan_file_clear(&self, h: &mut Handle<'_>, slots: &[OrphanSlot]) -> Result<()> {
+        let ino = self.sb.read().orphan_file_inum;
+        let generation = self.read_inode(ino)?.base.generation;
+        let seed = self.inode_seed(ino, generation);
+        let bs = self.block_size;
+        let per_block = (bs - ORPHAN_TAIL) / 4;
+        let mut blocks: Vec<u64> = slots.iter().map(|s| s.pblk).collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        for pblk in blocks {
+            h.modify(pblk, |d| {
+                for s in slots.iter().filter(|s| s.pblk == pblk) {
+                    d[s.slot * 4..s.slot * 4 + 4].fill(0);
+                }
+                if let Some(seed) = seed {
+                    let c = ext4kit_format::checksum::crc32c(seed, &pblk.to_le_bytes());
+                    let c = ext4kit_format::checksum::crc32c(c, &d[..per_block * 4]);
+                    d[bs - 4..].copy_from_slice(&c.to_le_bytes());
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+}

@@ -929,34 +929,61 @@ impl Fs {
         Ok(())
     }
 
-    /// Free the inodes left on the orphan list by a process that ended with
-    /// unlinked files open (the kernel's `ext4_orphan_cleanup` at mount).
-    /// Returns how many were freed.
+    /// Finish what the orphan list says was left half done, as the kernel
+    /// does at mount (`ext4_orphan_cleanup`) and e2fsck does
+    /// (`release_orphan_inodes`): an orphan with no links left (unlinked
+    /// while open) is freed; one that still has links was being truncated
+    /// and loses its blocks past `i_size`. Both the classic chain
+    /// (`s_last_orphan`) and the orphan file (`orphan_file`) are read; both
+    /// are empty afterwards. Returns how many inodes were freed.
     pub fn recover_orphans(&self) -> Result<usize> {
         if self.vol.read_only {
             return Ok(0);
         }
         let chain = self.vol.orphan_chain()?;
-        if chain.is_empty() {
+        let slots = self.vol.orphan_file_slots()?;
+        let present = self.vol.sb.read().feature_ro_compat & ro_compat::ORPHAN_PRESENT != 0;
+        if chain.is_empty() && slots.is_empty() && !present {
             return Ok(0);
         }
         let t = now();
         let mut h = self.vol.begin()?;
         let mut freed = 0;
-        for ino in chain {
+        let mut seen = std::collections::HashSet::new();
+        for ino in chain.iter().copied().chain(slots.iter().map(|s| s.ino)) {
+            if !seen.insert(ino) {
+                continue;
+            }
             let mut rec = self.vol.read_inode(ino)?;
             rec.base.dtime = 0;
             if rec.base.links_count == 0 {
                 self.destroy(&mut h, ino, &mut rec, t)?;
                 freed += 1;
             } else {
-                // A truncate orphan from another implementation: nothing of
-                // ours is pending on it, so it simply leaves the list.
+                // A truncate that did not finish: free what lies past the
+                // size (ext4_truncate).
+                let keep = rec.size().div_ceil(self.vol.block_size as u64);
+                if matches!(
+                    rec.file_type(),
+                    Some(FileType::Regular | FileType::Directory | FileType::Symlink)
+                ) && matches!(
+                    self.vol.block_map(ino, &rec)?,
+                    BlockMap::Extents(_) | BlockMap::Indirect(_)
+                ) {
+                    self.vol.punch_blocks(&mut h, ino, &mut rec, keep, u64::MAX)?;
+                }
                 self.vol.write_inode(&mut h, ino, &rec)?;
             }
         }
+        if !slots.is_empty() {
+            self.vol.orphan_file_clear(&mut h, &slots)?;
+        }
         h.commit()?;
-        self.vol.sb.write().last_orphan = 0;
+        {
+            let mut sb = self.vol.sb.write();
+            sb.last_orphan = 0;
+            sb.feature_ro_compat &= !ro_compat::ORPHAN_PRESENT;
+        }
         self.vol.sync_super()?;
         Ok(freed)
     }
