@@ -248,6 +248,23 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<String>,
     },
+    /// Show what the journal holds and what replaying it would do: the
+    /// journal superblock, every transaction from the log start (each
+    /// logged block with the filesystem block it belongs to, revoke
+    /// records, the commit block and its time), the fast-commit area, and
+    /// recovery's verdict (which transactions replay, which blocks are
+    /// written home, what fails and why). The walk lists what `debugfs -R
+    /// 'logdump -a'` lists, without e2fsprogs. Never writes.
+    #[command(
+        after_help = "EXAMPLES:\n  ext4kit journal snapshot.img          the log, transaction by transaction\n  ext4kit journal --json snapshot.img   the same as JSON, for scripts"
+    )]
+    Journal {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// The image file.
+        image: PathBuf,
+    },
     /// Show size, used and available space and inodes, like df(1).
     Df {
         /// The image file.
@@ -340,6 +357,7 @@ fn main() -> ExitCode {
         } => cmd::edit::setfattr(&image, &name, value.as_deref(), remove, &paths, budget),
         Command::Getfattr { name, image, paths } => cmd::edit::getfattr(&image, name.as_deref(), &paths, budget),
         Command::Df { image } => cmd::edit::df(&image, budget),
+        Command::Journal { json, image } => cmd::journal::run(&image, ext4kit::Location::Whole, json),
         Command::Truncate {
             size,
             no_create,

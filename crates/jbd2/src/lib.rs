@@ -13,8 +13,10 @@
 #![warn(missing_docs)]
 
 pub mod journal;
+pub mod listing;
 pub mod recovery;
 pub mod revoke;
 
 pub use journal::{Journal, JournalMap, LoadError};
+pub use listing::{list, Listing};
 pub use recovery::{recover, Failure, Logged, Recovery};

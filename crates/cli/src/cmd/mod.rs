@@ -6,6 +6,7 @@ pub mod demo;
 pub mod edit;
 pub mod get;
 pub mod info;
+pub mod journal;
 pub mod ls;
 pub mod mkfs;
 pub mod mount;

@@ -235,6 +235,29 @@ pub fn recover(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Recovere
     finish_state(out, sb, read_only, error_state, rec.failure.is_some())
 }
 
+/// The journal of the filesystem on `dev`, loaded for inspection
+/// (`ext4kit journal`): the same search and checks as recovery, with the
+/// reason as an error when it cannot be loaded.
+pub fn open_journal(dev: &Arc<dyn BlockDevice>) -> Result<Journal> {
+    let sb = read_superblock(&**dev)?;
+    if !sb.has_compat(compat::HAS_JOURNAL) {
+        return Err(Error::posix(
+            Errno::ENOENT,
+            "the filesystem has no journal (has_journal is off)",
+        ));
+    }
+    if sb.journal_uuid != [0; 16] || sb.journal_inum == 0 {
+        return Err(Error::Unsupported(format!(
+            "the journal lives on an external device (journal UUID {}); ext4kit reads internal journals only",
+            uuid_string(&sb.journal_uuid)
+        )));
+    }
+    load(dev, &sb).map_err(|t| match t {
+        JournalTrouble::Io(e) => e,
+        JournalTrouble::Bad(why) => Error::corrupt_msg("journal", "journal", why),
+    })
+}
+
 /// A journal that cannot be replayed (`Bad`) or a device that cannot be
 /// read (`Io`).
 enum JournalTrouble {
