@@ -136,7 +136,7 @@ pub fn readers_spec() -> BaseSpec {
 }
 
 /// A base image in memory with the map of where its structures are.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct BaseImage {
     /// The variant.
     pub spec: BaseSpec,

@@ -120,7 +120,7 @@ pub fn recover(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Recovere
             .push("needs_recovery is set but the filesystem has no journal: nothing to replay".to_string());
         return discard(out, dev, sb, read_only);
     }
-    if sb.journal_uuid != [0; 16] || sb.journal_inum == 0 {
+    if sb.journal_uuid != [0; 16] {
         return Err(Error::Unsupported(format!(
             "the journal needs recovery but lives on an external device (journal UUID {}): ext4kit replays internal \
              journals only; replay it with `e2fsck -E journal_only -j JOURNAL_DEVICE IMAGE`, or open with --no-replay \
@@ -246,7 +246,7 @@ pub fn open_journal(dev: &Arc<dyn BlockDevice>) -> Result<Journal> {
             "the filesystem has no journal (has_journal is off)",
         ));
     }
-    if sb.journal_uuid != [0; 16] || sb.journal_inum == 0 {
+    if sb.journal_uuid != [0; 16] {
         return Err(Error::Unsupported(format!(
             "the journal lives on an external device (journal UUID {}); ext4kit reads internal journals only",
             uuid_string(&sb.journal_uuid)
@@ -281,6 +281,11 @@ fn load(dev: &Arc<dyn BlockDevice>, sb: &Superblock) -> std::result::Result<Jour
     )
     .map_err(JournalTrouble::Io)?;
     let ino = sb.journal_inum;
+    if ino == 0 || ino > sb.inodes_count {
+        return Err(JournalTrouble::Bad(format!(
+            "has_journal is set but s_journal_inum is {ino}, not an inode"
+        )));
+    }
     let from_inode = vol
         .read_inode(ino)
         .map_err(|e| format!("journal inode {ino}: {e}"))
