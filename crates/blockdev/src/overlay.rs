@@ -14,12 +14,15 @@
 //! memory. A redirect may replace the block's first four bytes (jbd2's
 //! escaped blocks, whose logged copy had the journal magic zeroed).
 //!
-//! Locking: one reader/writer lock over the block map. Overlays are built
-//! once (replay) and then read; nothing hot writes to them.
+//! Locking: while recovery writes, one reader/writer lock guards the block
+//! map. Once recovery is done the overlay is [frozen](OverlayDevice::freeze):
+//! the map moves behind a `OnceLock` and reads take no lock at all, so
+//! concurrent readers of a recovered image share no written cache line
+//! (seed 001's rule); a frozen overlay refuses writes.
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
 
@@ -40,13 +43,16 @@ pub struct OverlayDevice {
     base: Arc<dyn BlockDevice>,
     block: u64,
     patches: RwLock<HashMap<u64, Patch>>,
+    /// The map after [`OverlayDevice::freeze`]: read without a lock.
+    frozen: OnceLock<HashMap<u64, Patch>>,
 }
 
 impl std::fmt::Debug for OverlayDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OverlayDevice")
             .field("block", &self.block)
-            .field("patched_blocks", &self.patches.read().len())
+            .field("patched_blocks", &self.patched_blocks())
+            .field("frozen", &self.frozen.get().is_some())
             .finish()
     }
 }
@@ -63,13 +69,32 @@ impl OverlayDevice {
             base,
             block: block_size,
             patches: RwLock::new(HashMap::new()),
+            frozen: OnceLock::new(),
         }
+    }
+
+    /// Stop accepting writes: from now on reads take no lock, and writes
+    /// fail. Recovery calls this when it is done, before the read-only
+    /// filesystem opens on the overlay.
+    pub fn freeze(&self) {
+        let map = std::mem::take(&mut *self.patches.write());
+        let _ = self.frozen.set(map);
+    }
+
+    fn frozen_error() -> io::Error {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "the recovered image is read-only (its replayed journal lives in memory)",
+        )
     }
 
     /// Make block `blk` read as the `block_size` bytes at byte offset `from`
     /// of the base device, with its first four bytes replaced by `head` if
     /// given. Nothing is read now.
     pub fn redirect(&self, blk: u64, from: u64, head: Option<[u8; 4]>) -> io::Result<()> {
+        if self.frozen.get().is_some() {
+            return Err(Self::frozen_error());
+        }
         self.check_block(blk)?;
         if from.checked_add(self.block).is_none_or(|e| e > self.base.size()) {
             return Err(io::Error::new(
@@ -85,16 +110,24 @@ impl OverlayDevice {
     /// either do not show in the other. A caller about to try something
     /// that may fail halfway keeps one to fall back to.
     pub fn fork(&self) -> OverlayDevice {
+        let map = match self.frozen.get() {
+            Some(f) => f.clone(),
+            None => self.patches.read().clone(),
+        };
         OverlayDevice {
             base: self.base.clone(),
             block: self.block,
-            patches: RwLock::new(self.patches.read().clone()),
+            patches: RwLock::new(map),
+            frozen: OnceLock::new(),
         }
     }
 
     /// How many blocks differ from the base device.
     pub fn patched_blocks(&self) -> usize {
-        self.patches.read().len()
+        match self.frozen.get() {
+            Some(f) => f.len(),
+            None => self.patches.read().len(),
+        }
     }
 
     /// The device underneath.
@@ -147,7 +180,36 @@ impl BlockDevice for OverlayDevice {
                     ),
                 )
             })?;
+        if let Some(f) = self.frozen.get() {
+            return self.read_through(f, off, end, buf);
+        }
         let patches = self.patches.read();
+        self.read_through(&patches, off, end, buf)
+    }
+
+    fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        if self.frozen.get().is_some() {
+            return Err(Self::frozen_error());
+        }
+        self.write_patched(off, buf)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn size(&self) -> u64 {
+        self.base.size()
+    }
+
+    fn read_only(&self) -> bool {
+        self.frozen.get().is_some()
+    }
+}
+
+impl OverlayDevice {
+    /// A read of `off..end` through `patches`.
+    fn read_through(&self, patches: &HashMap<u64, Patch>, off: u64, end: u64, buf: &mut [u8]) -> io::Result<()> {
         if patches.is_empty() {
             return self.base.read_at(off, buf);
         }
@@ -162,7 +224,7 @@ impl BlockDevice for OverlayDevice {
             let dst = (pos - off) as usize;
             if patches.contains_key(&blk) {
                 tmp.resize(bs as usize, 0);
-                self.read_block(blk, &patches, &mut tmp)?;
+                self.read_block(blk, patches, &mut tmp)?;
                 let n = ((bs as usize - in_blk) as u64).min(end - pos) as usize;
                 buf[dst..dst + n].copy_from_slice(&tmp[in_blk..in_blk + n]);
                 pos += n as u64;
@@ -180,7 +242,7 @@ impl BlockDevice for OverlayDevice {
         Ok(())
     }
 
-    fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+    fn write_patched(&self, off: u64, buf: &[u8]) -> io::Result<()> {
         let end = off
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= self.size())
@@ -205,18 +267,6 @@ impl BlockDevice for OverlayDevice {
             pos += n as u64;
         }
         Ok(())
-    }
-
-    fn flush(&self) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn size(&self) -> u64 {
-        self.base.size()
-    }
-
-    fn read_only(&self) -> bool {
-        false
     }
 }
 
@@ -282,6 +332,25 @@ mod tests {
         assert_eq!(&b, b"one");
         o.read_at(0, &mut b).unwrap();
         assert_eq!(&b, b"two");
+    }
+
+    #[test]
+    fn a_frozen_overlay_reads_the_same_and_refuses_writes() {
+        let o = OverlayDevice::new(base(), 1024);
+        o.write_at(3000, b"xyz").unwrap();
+        o.redirect(5, 0, None).unwrap();
+        let mut before = vec![0u8; 8 * 1024];
+        o.read_at(0, &mut before).unwrap();
+        o.freeze();
+        let mut after = vec![0u8; 8 * 1024];
+        o.read_at(0, &mut after).unwrap();
+        assert_eq!(before, after);
+        assert!(o.read_only());
+        assert!(o.write_at(0, b"a").is_err());
+        assert!(o.redirect(1, 0, None).is_err());
+        assert_eq!(o.patched_blocks(), 2);
+        let f = o.fork();
+        f.write_at(0, b"a").unwrap();
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Opening a filesystem, in the order of the kernel's `ext4_fill_super`:
 //! journal recovery, then fast-commit replay, then the caches, then orphan
-//! cleanup.
+//! cleanup. The overlay is frozen before the read-only `Fs` opens on it,
+//! so its reads take no lock.
 //!
 //! Recovery is the ext4 layer's (`ext4::journal`): it replays the jbd2 log
 //! on disk for a read-write open, or into an in-memory overlay for a
@@ -63,6 +64,9 @@ impl Fs {
         let sb = journal::read_superblock(&*rec.dev)?;
         let pending = !rec.fast_commits.is_empty() || (has_orphans(&sb) && !opts.no_replay);
         if !pending {
+            if let Some(o) = &rec.overlay {
+                o.freeze();
+            }
             return Self::open_on(rec.dev, &opts, warnings);
         }
         let overlay = match rec.overlay {
@@ -71,7 +75,10 @@ impl Fs {
         };
         let before = Arc::new(overlay.fork());
         match Self::recover_in_memory(&overlay, &opts, &rec.fast_commits) {
-            Ok(()) => Self::open_on(overlay, &opts, warnings),
+            Ok(()) => {
+                overlay.freeze();
+                Self::open_on(overlay, &opts, warnings)
+            }
             Err(e) => {
                 warnings.push(format!(
                     "{} could not be applied in memory ({e}); showing the filesystem without them; run e2fsck",
@@ -81,6 +88,7 @@ impl Fs {
                         "fast commits and orphan cleanup"
                     }
                 ));
+                before.freeze();
                 Self::open_on(before, &opts, warnings)
             }
         }
