@@ -376,9 +376,12 @@ impl TagFormat {
     }
 
     /// `journal_tag_bytes()`: the size of one tag, not counting a UUID.
+    /// A checksum-v3 tag is a whole `journal_block_tag3_t`, 16 bytes, with
+    /// or without 64-bit block numbers (`t_blocknr_high` is then unused):
+    /// only the older layouts shrink without `INCOMPAT_64BIT`.
     pub fn tag_size(&self) -> usize {
         if self.csum_v3 {
-            return if self.bit64 { 16 } else { 12 };
+            return 16;
         }
         let sz = 12 + if self.csum_v2 { 2 } else { 0 };
         if self.bit64 {
@@ -428,7 +431,7 @@ impl BlockTag {
         if fmt.csum_v3 {
             let flags = be32(buf, 4);
             let hi = if fmt.bit64 { be32(buf, 8) as u64 } else { 0 };
-            let csum = be32(buf, if fmt.bit64 { 12 } else { 8 });
+            let csum = be32(buf, 12);
             (hi << 32 | lo, flags, csum)
         } else {
             // journal_block_tag_t: blocknr, be16 checksum, be16 flags, blocknr_high.
@@ -448,10 +451,8 @@ impl BlockTag {
             put_be32(buf, 4, self.flags);
             if fmt.bit64 {
                 put_be32(buf, 8, (self.blocknr >> 32) as u32);
-                put_be32(buf, 12, self.checksum);
-            } else {
-                put_be32(buf, 8, self.checksum);
             }
+            put_be32(buf, 12, self.checksum);
         } else {
             (self.checksum as u16).put(buf, 4);
             (self.flags as u16).put(buf, 6);
@@ -1042,7 +1043,9 @@ mod tests {
         assert_eq!(f(true, false, false), 12);
         assert_eq!(f(false, true, false), 10);
         assert_eq!(f(true, true, false), 14);
-        assert_eq!(f(false, false, true), 12);
+        // journal_block_tag3_t is 16 bytes whatever INCOMPAT_64BIT says
+        // (a kernel journal on ext4 without 64bit has 16-byte tags).
+        assert_eq!(f(false, false, true), 16);
         assert_eq!(f(true, false, true), 16);
     }
 

@@ -141,7 +141,8 @@ pub fn descriptor_tags(journal: &Journal, block: &[u8]) -> Vec<BlockTag> {
         let lo = be32(t, 0) as u64;
         let (flags, hi, csum) = if fmt.csum_v3 {
             let hi = if fmt.bit64 { be32(t, 8) } else { 0 };
-            let csum = be32(t, if fmt.bit64 { 12 } else { 8 });
+            // journal_block_tag3_t: the checksum is always at byte 12.
+            let csum = be32(t, 12);
             // The kernel reads flags as the be16 at byte 6 for every
             // layout: the low half of tag3's be32 t_flags.
             (u16::from_be_bytes([t[6], t[7]]) as u32, hi, csum)
@@ -742,7 +743,10 @@ mod tests {
 
     #[test]
     fn committed_transactions_replay_newest_copy_last() {
-        for incompat in [0, features::INCOMPAT_REVOKE, V3, features::INCOMPAT_CSUM_V2] {
+        // Checksum v3 without 64-bit block numbers still has 16-byte tags
+        // (the kernel's journal on ext4 with metadata_csum and ^64bit).
+        let v3_32 = features::INCOMPAT_REVOKE | features::INCOMPAT_CSUM_V3;
+        for incompat in [0, features::INCOMPAT_REVOKE, V3, v3_32, features::INCOMPAT_CSUM_V2] {
             let mut w = Writer::new(incompat, 1, 40);
             w.transaction(&[(500, 1), (501, 2)], &[], true);
             w.transaction(

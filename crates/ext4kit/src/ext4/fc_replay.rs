@@ -20,7 +20,15 @@
 //!   removes it if it still names that inode (a missing name is not an
 //!   error: the kernel treats ENOENT as done).
 //!
-//! One difference from e2fsck, deliberately: e2fsprogs 1.47 never links a
+//! Link counts follow the kernel's replay (`ext4_fc_replay_unlink`,
+//! `_link`, `_create`), not e2fsck's, which only edits the directory: an
+//! unlink drops the inode's count and frees the inode when it reaches zero
+//! (a file deleted and then a fast commit: no later `INODE` record brings
+//! it back, and e2fsck's way leaves it allocated with no name); a link
+//! raises it; a create sets it to one. A later `INODE` record, when there
+//! is one, sets the count it logged anyway.
+//!
+//! Other deliberate differences from e2fsck: e2fsprogs 1.47 never links a
 //! symlink created in a fast commit (a `return EXT2_FT_SYMLINK` where an
 //! assignment was meant); the kernel links it, and so do we. And where
 //! e2fsck leaves `i_blocks` without an inode's xattr block and the group
@@ -104,9 +112,9 @@ impl Replayer<'_> {
                 self.flush_unless(*ino)?;
                 self.unlink(*parent, *ino, name)
             }
-            Record::Dentry { parent, ino, name, .. } => {
+            Record::Dentry { tag, parent, ino, name } => {
                 self.flush_unless(0)?;
-                self.link(*parent, *ino, name)
+                self.link(*parent, *ino, name, *tag == fast_commit::TAG_CREAT)
             }
             Record::AddRange { ino, extent } => {
                 self.flush_unless(*ino)?;
@@ -318,19 +326,47 @@ impl Replayer<'_> {
             inode: &dir,
             map: &map,
         };
-        match vol.lookup(r, name)? {
-            Some((found, _)) if found == ino || ino == 0 => {
-                let mut h = vol.begin()?;
-                vol.remove_link(&mut h, r, name)?;
-                h.commit()
-            }
-            _ => Ok(()),
+        let found = match vol.lookup(r, name)? {
+            Some((found, _)) if found == ino || ino == 0 => found,
+            _ => return Ok(()),
+        };
+        let mut h = vol.begin()?;
+        vol.remove_link(&mut h, r, name)?;
+        // __ext4_unlink: the inode loses a link; at zero it is evicted.
+        let mut inode = vol.read_inode(found)?;
+        inode.base.links_count = inode.base.links_count.saturating_sub(1);
+        if inode.base.links_count == 0 && inode.file_type() != Some(FileType::Directory) {
+            self.evict(&mut h, found, &mut inode)?;
+        } else {
+            vol.write_inode(&mut h, found, &inode)?;
         }
+        h.commit()
+    }
+
+    /// Free an inode whose last link a replayed unlink removed, as the
+    /// kernel's eviction does: its blocks, its xattr block, then the
+    /// inode (links 0, deletion time set, bitmap bit cleared).
+    fn evict(&mut self, h: &mut Handle<'_>, ino: u32, inode: &mut Inode) -> Result<()> {
+        let vol = self.vol;
+        if matches!(vol.block_map(ino, inode)?, BlockMap::Extents(_) | BlockMap::Indirect(_)) {
+            vol.punch_blocks(h, ino, inode, 0, u64::MAX)?;
+        }
+        vol.drop_xattrs(h, ino, inode)?;
+        inode.base.links_count = 0;
+        inode.base.size_lo = 0;
+        inode.base.size_high = 0;
+        inode.base.dtime = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs() as u32);
+        vol.write_inode(h, ino, inode)?;
+        vol.set_inode_used(h, ino, false, false)?;
+        Ok(())
     }
 
     /// `ext4_fc_handle_link_and_create`: (re)link `name` in `parent` to
-    /// `ino`, replacing whatever the name pointed at.
-    fn link(&mut self, parent: u32, ino: u32, name: &[u8]) -> Result<()> {
+    /// `ino`, replacing whatever the name pointed at; the inode's link count
+    /// goes up by one (a link) or is set to one (a create of a non-directory).
+    fn link(&mut self, parent: u32, ino: u32, name: &[u8], create: bool) -> Result<()> {
         self.check_ino(ino)?;
         let vol = self.vol;
         let inode = vol.read_inode(ino)?;
@@ -367,6 +403,16 @@ impl Replayer<'_> {
         vol.add_link(&mut h, r, &mut new_dir, name, ino, ft)?;
         if new_dir != dir {
             vol.write_inode(&mut h, parent, &new_dir)?;
+        }
+        if ft != FileType::Directory {
+            let mut inode = inode;
+            inode.base.links_count = if create {
+                1
+            } else {
+                inode.base.links_count.saturating_add(1)
+            };
+            vol.write_inode(&mut h, ino, &inode)?;
+            vol.set_inode_used(&mut h, ino, true, false)?;
         }
         h.commit()
     }

@@ -25,7 +25,8 @@
 //! pass had written; a transaction whose commit checksum fails ends the log
 //! and marks the filesystem as having errors. A read-only open shows that
 //! result with a warning naming what was skipped. A read-write open refuses
-//! instead, as the kernel's mount does: writing on top of a journal the
+//! instead, as the kernel's mount does (`jbd2_journal_load` fails on a
+//! recovery error and on a failed commit): writing on top of a journal the
 //! kernel cannot replay would leave e2fsck two problems instead of one.
 //!
 //! Fast commits and orphans are recovered by the ext4 code itself, one
@@ -170,6 +171,16 @@ pub fn recover(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Recovere
         for p in rec.problems.iter().filter(|p| **p != f.to_string()) {
             out.warnings.push(format!("journal: {p}"));
         }
+    }
+    if let (Some(t), false) = (rec.failed_commit, read_only) {
+        // jbd2_journal_load fails the mount here (-EFSCORRUPTED).
+        return Err(Error::posix(
+            Errno::EUCLEAN,
+            format!(
+                "journal transaction {t} is corrupt (its commit checksum fails); nothing was written. Run e2fsck \
+                 (it replays the transactions before it), or open read-only to see that result"
+            ),
+        ));
     }
     if let Some(t) = rec.failed_commit {
         out.warnings.push(format!(
