@@ -50,13 +50,15 @@ fn ext4kit(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
     c.stdin(Stdio::null()).output().expect("run ext4kit")
 }
 
+/// Exit code and output of a command, on one line.
 fn said(o: &Output) -> String {
-    format!(
-        "exit {:?}: {}{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout).trim(),
-        String::from_utf8_lossy(&o.stderr).trim()
-    )
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    format!("exit {:?}: {}", o.status.code(), lines.join(" | "))
 }
 
 fn diff_lines(what: &str, d: &[Difference]) -> Vec<String> {

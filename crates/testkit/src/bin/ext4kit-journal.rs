@@ -142,8 +142,8 @@ fn check(bin: &std::path::Path, work: Option<PathBuf>, verbose: bool, images: &[
     let mut all_ok = true;
     let mut details = Vec::new();
     println!(
-        "{:<40} {:<24} {:<26} {:<14} rw clean?",
-        "image", "e2fsck -E journal_only", "replayed tree matches?", "unchanged?"
+        "{:<32} {:<24} {:<9} {:<26} {:<11} rw clean?",
+        "image", "e2fsck -E journal_only", "changes?", "replayed tree matches?", "unchanged?"
     );
     for (i, img) in images.iter().enumerate() {
         let name = img
@@ -165,8 +165,13 @@ fn check(bin: &std::path::Path, work: Option<PathBuf>, verbose: bool, images: &[
                         format!("FAIL: {}", v.text)
                     }
                 };
+                let changes = match c.recovery_changes_tree {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "?",
+                };
                 println!(
-                    "{shown:<40} {:<24} {:<26} {:<14} {}",
+                    "{shown:<32} {:<24} {changes:<9} {:<26} {:<11} {}",
                     c.e2fsck,
                     mark(&c.replayed),
                     mark(&c.unchanged),
@@ -182,7 +187,7 @@ fn check(bin: &std::path::Path, work: Option<PathBuf>, verbose: bool, images: &[
             }
             Err(e) => {
                 all_ok = false;
-                println!("{shown:<40} error: {e}");
+                println!("{shown:<32} error: {e}");
             }
         }
     }
