@@ -660,6 +660,10 @@ fn not_meaningful(why: impl Into<String>) -> io::Error {
     io::Error::other(NotMeaningful(why.into()))
 }
 
+fn is_not_meaningful(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|x| x.is::<NotMeaningful>())
+}
+
 /// Makes the fixture `spec` in `parent/NAME/` (replacing an old one) and
 /// returns it. Needs root and loop devices (the oracles are read with the
 /// kernel); without them the error is [`crate::KernelUnavailable`].
@@ -668,7 +672,7 @@ pub fn make_journal_fixture(spec: &JournalSpec, parent: &Path) -> io::Result<Jou
     let mut last = None;
     for attempt in 1..=3 {
         match make_once(spec, parent) {
-            Err(e) if e.get_ref().is_some_and(|x| x.is::<NotMeaningful>()) => {
+            Err(e) if is_not_meaningful(&e) => {
                 if !matches!(spec.writer, Writer::Kernel { .. }) {
                     return Err(e);
                 }
@@ -696,8 +700,17 @@ fn make_once(spec: &JournalSpec, parent: &Path) -> io::Result<JournalFixture> {
         }
         Writer::Debugfs { shape, open } => Some(make_debugfs(spec, shape, open, &work, &image, &mut evidence)?),
     };
-    let fixture = finish(spec, &dir, &image, expected.as_deref(), evidence)
-        .context(|| format!("{} ({:.1}s)", spec.name, t.elapsed().as_secs_f64()))?;
+    let fixture = match finish(spec, &dir, &image, expected.as_deref(), evidence) {
+        Ok(f) => f,
+        // Kept as is: make_journal_fixture retries on it.
+        Err(e) if is_not_meaningful(&e) => return Err(e),
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("{} ({:.1}s): {e}", spec.name, t.elapsed().as_secs_f64()),
+            ))
+        }
+    };
     remove_tree(&work)?;
     Ok(fixture)
 }
