@@ -2192,7 +2192,8 @@ pub struct ImageCheck {
     /// The image's bytes are unchanged by the read-only `get`.
     pub unchanged: Verdict,
     /// A read-write open (`ext4kit mkdir`) leaves an e2fsck-clean image (as
-    /// clean as e2fsck's own replay).
+    /// clean as e2fsck's own replay), or is refused where the kernel's
+    /// read-write mount is refused too.
     pub rw: Verdict,
     /// Whether recovery changes the tree at all (e2fsck's replay against
     /// the kernel's `-o ro,noload` view; None where either is unreadable).
@@ -2224,7 +2225,8 @@ fn ext4kit_cmd(bin: &Path, args: &[&std::ffi::OsStr]) -> io::Result<(bool, Strin
 /// a read-only kernel mount, or debugfs rdump where the kernel cannot mount
 /// it); `ext4kit get` must read that tree, or fail where e2fsck gave up;
 /// the read must not change the image; a read-write open must succeed
-/// where e2fsck's replay did and leave an image as clean as e2fsck's.
+/// where e2fsck's replay did (or be refused where the kernel's read-write
+/// mount is refused too) and leave an image as clean as e2fsck's.
 pub fn check_image(bin: &Path, image: &Path, work: &Path) -> io::Result<ImageCheck> {
     remove_tree(work)?;
     fs::create_dir_all(work)?;
@@ -2323,7 +2325,16 @@ pub fn check_image(bin: &Path, image: &Path, work: &Path) -> io::Result<ImageChe
     let rw = match (&e_clean, ok) {
         (None, false) => Verdict::ok("both refuse"),
         (None, true) => Verdict::bad("opened, e2fsck gave up", vec![msg]),
-        (Some(_), false) => Verdict::bad("refused", vec![msg]),
+        // Refusing to write where the kernel's mount refuses too (a
+        // journal it cannot recover: "run e2fsck") is the kernel's outcome.
+        (Some(_), false) => match kernel_refuses_rw(image, work)? {
+            Some(why) => Verdict {
+                ok: true,
+                text: "refused, as the kernel".to_string(),
+                details: vec![msg, format!("the kernel's read-write mount: {why}")],
+            },
+            None => Verdict::bad("refused", vec![msg]),
+        },
         (Some(want), true) => match (e2fsck_fn(&rw_img)?, want) {
             (Ok(()), _) => Verdict::ok("clean"),
             (Err(_), Err(_)) => Verdict::ok("unclean, as e2fsck's"),
@@ -2337,6 +2348,26 @@ pub fn check_image(bin: &Path, image: &Path, work: &Path) -> io::Result<ImageChe
         rw,
         recovery_changes_tree,
     })
+}
+
+/// Why the kernel refuses a read-write loop mount of a copy of `image`, or
+/// None if it mounts it (or cannot be asked: not root).
+fn kernel_refuses_rw(image: &Path, work: &Path) -> io::Result<Option<String>> {
+    if kernel_available().is_err() {
+        return Ok(None);
+    }
+    let k = work.join("kernel-rw.img");
+    copy_sparse(image, &k)?;
+    let mnt = work.join("mnt-kernel-rw");
+    let r = match LoopMount::mount_with(&k, &mnt, "ext4", "rw") {
+        Ok(m) => {
+            m.unmount()?;
+            None
+        }
+        Err(e) => Some(e.to_string().lines().last().unwrap_or("").trim().to_string()),
+    };
+    let _ = fs::remove_dir(&mnt);
+    Ok(r)
 }
 
 /// Differences between a tree and the oracle plus one new empty directory
