@@ -146,7 +146,14 @@ fn check_mount(f: &JournalFixture, pristine: &Path, work: &Path) -> Problems {
         Ok(d) => diff_lines("mount vs recovered tree", &d),
         Err(e) => vec![format!("comparing through the mount: {e}")],
     };
-    let u = ext4kit(&[&"umount", &mnt]);
+    // "busy" can be transient: a child the other worker forks holds our
+    // descriptors until it execs.
+    let t = Instant::now();
+    let mut u = ext4kit(&[&"umount", &mnt]);
+    while !u.status.success() && said(&u).contains("busy") && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        u = ext4kit(&[&"umount", &mnt]);
+    }
     if !u.status.success() {
         p.push(format!("ext4kit umount failed: {}", said(&u)));
         let _ = Command::new("umount").arg("-l").arg(&mnt).output();
