@@ -268,7 +268,7 @@ pub fn image_matrix() -> Vec<ImageSpec> {
 }
 
 /// e2fsprogs with a fixed clock, so the images are reproducible.
-fn e2fs(prog: &str) -> Command {
+pub(crate) fn e2fs(prog: &str) -> Command {
     let mut c = Command::new(prog);
     c.env("E2FSPROGS_FAKE_TIME", FIXED_TIME.to_string())
         .env("E2FSCK_TIME", FIXED_TIME.to_string())
@@ -465,7 +465,7 @@ pub fn e2fsck_clean(image: &Path) -> io::Result<()> {
 /// lines in the output) and returns stdout as bytes (names may not be
 /// UTF-8). With `strict`, any error message from a command fails the call:
 /// debugfs itself exits 0 whatever its commands did.
-fn debugfs_run(image: &Path, write: bool, strict: bool, script: &str) -> io::Result<Vec<u8>> {
+pub(crate) fn debugfs_run(image: &Path, write: bool, strict: bool, script: &str) -> io::Result<Vec<u8>> {
     let mut c = e2fs("debugfs");
     if write {
         c.arg("-w");
@@ -761,10 +761,17 @@ impl LoopMount {
     /// missing). Use fstype "ext4" for ext2/ext3 images too: the ext2
     /// driver ignores nanoseconds and the extra timestamp bits.
     pub fn mount(image: &Path, dir: &Path, fstype: &str, read_only: bool) -> io::Result<Self> {
+        Self::mount_with(image, dir, fstype, if read_only { "ro" } else { "rw" })
+    }
+
+    /// `mount -t FSTYPE -o loop,OPTIONS IMAGE DIR` (DIR is created if
+    /// missing): [`LoopMount::mount`] with any mount options, e.g.
+    /// `ro,noload` or `commit=60,data=journal`.
+    pub fn mount_with(image: &Path, dir: &Path, fstype: &str, options: &str) -> io::Result<Self> {
         kernel_available()?;
         fs::create_dir_all(dir).context(|| format!("mkdir {}", dir.display()))?;
         let mut c = Command::new("mount");
-        c.args(["-t", fstype, "-o", if read_only { "loop,ro" } else { "loop" }])
+        c.args(["-t", fstype, "-o", &format!("loop,{options}")])
             .arg(image)
             .arg(dir)
             .stdin(Stdio::null());

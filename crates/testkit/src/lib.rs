@@ -11,7 +11,9 @@
 //!   each verified `e2fsck`-clean;
 //! - [`make_kernel_image`]: the same tree written by the kernel (loop mount
 //!   and `cp -a`), for "we read what the kernel wrote";
-//! - [`compare_trees`]: the whole-tree comparator that judges a read-back.
+//! - [`compare_trees`]: the whole-tree comparator that judges a read-back;
+//! - [`journal`]: images whose journal needs recovery (kernel- and
+//!   debugfs-written), with the replayed and unreplayed trees as oracles.
 //!
 //! Binaries: `ext4kit-treecmp` (the comparator on the command line) and
 //! `ext4kit-fixtures` (build the whole matrix into a directory).
@@ -40,6 +42,7 @@
 
 mod compare;
 mod image;
+pub mod journal;
 pub mod mountpeer;
 mod prng;
 mod tree;
