@@ -7,6 +7,7 @@
 
 mod cmd;
 mod fmt;
+mod image;
 
 /// mimalloc, tuned (see `ext4kit_alloc` for why).
 #[global_allocator]
@@ -25,13 +26,15 @@ use clap::{Parser, Subcommand};
 /// inside the image are absolute ("/etc/passwd"); a missing leading "/" is
 /// allowed.
 #[derive(Parser, Debug)]
-#[command(name = "ext4kit", version, about, long_about = None, after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata\n  ext4kit mkfs -d rootfs/ disk.img 256M   build an image from a directory\n  ext4kit put site/ disk.img:/srv/www   copy a tree in\n  ext4kit mkdir -p disk.img /srv/www\n  ext4kit mv disk.img /srv/www /srv/site\n  ext4kit ln -s disk.img /srv/site /www\n  ext4kit rm -r disk.img /srv\n  ext4kit chown disk.img 1000:1000 /home/me\n  ext4kit setfattr disk.img -n user.note -v hello /etc/motd")]
+#[command(name = "ext4kit", version, about, long_about = None, after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata\n  ext4kit mkfs -d rootfs/ disk.img 256M   build an image from a directory\n  ext4kit put site/ disk.img:/srv/www   copy a tree in\n  ext4kit mkdir -p disk.img /srv/www\n  ext4kit mv disk.img /srv/www /srv/site\n  ext4kit ln -s disk.img /srv/site /www\n  ext4kit rm -r disk.img /srv\n  ext4kit chown disk.img 1000:1000 /home/me\n  ext4kit setfattr disk.img -n user.note -v hello /etc/motd\n\nPARTITIONED DISKS (VM disks, whole-disk dumps; GPT or MBR):\n  ext4kit info vm.img               list the partitions (and summarise the ext one)\n  ext4kit ls vm.img@2 /etc          partition 2 (IMAGE@N when no file has that name)\n  ext4kit --partition 2 cat vm.img /etc/fstab\n  ext4kit ls vm.img /               a disk with exactly one ext partition: that one\n  ext4kit put --offset 1M motd disk.img:/etc/   a filesystem 1 MiB into the file\n  ext4kit mkfs -d rootfs/ vm.img@2  make a filesystem filling partition 2\n\nJOURNAL:\n  ext4kit ls --no-replay crashed.img /   the tree as the home locations hold it,\n                                    without replaying the journal (read-only)")]
 struct Cli {
     /// Cache memory budget in MiB: metadata blocks and file pages share
     /// three quarters of it (each takes what the other leaves); inodes and
     /// dentries have the rest.
     #[arg(long, global = true, default_value_t = 256, value_name = "MIB")]
     cache_mib: usize,
+    #[command(flatten)]
+    image: image::ImageArgs,
     #[command(subcommand)]
     cmd: Command,
 }
@@ -300,70 +303,84 @@ fn main() -> ExitCode {
     ext4kit_alloc::tune();
     let cli = Cli::parse();
     let budget = cli.cache_mib.max(8) << 20;
+    let sel = &cli.image;
+    // The image argument with the global --partition/--offset/--no-replay
+    // and the IMAGE@N short form applied.
+    let img = |p: PathBuf| sel.image(p);
     let r = match cli.cmd {
+        Command::Demo | Command::Umount(_) if sel.any() => Err(
+            "--partition, --offset and --no-replay choose the filesystem in an image; this command takes none".into(),
+        ),
         Command::Demo => cmd::demo::run(budget),
-        Command::Info { image } => cmd::info::run(&image, budget),
-        Command::Ls { long, all, image, path } => cmd::ls::run(&image, &path, long, all, budget),
-        Command::Cat { image, path } => cmd::cat::run(&image, &path, budget),
-        Command::Stat { image, path } => cmd::stat::run(&image, &path, budget),
-        Command::Get { image, path, dest } => cmd::get::run(&image, &path, &dest, budget),
-        Command::Mkfs(args) => cmd::mkfs::run(&args),
-        Command::Mount(args) => cmd::mount::run(&args, budget),
+        Command::Info { image } => img(image).and_then(|i| cmd::info::run(&i, budget)),
+        Command::Ls { long, all, image, path } => img(image).and_then(|i| cmd::ls::run(&i, &path, long, all, budget)),
+        Command::Cat { image, path } => img(image).and_then(|i| cmd::cat::run(&i, &path, budget)),
+        Command::Stat { image, path } => img(image).and_then(|i| cmd::stat::run(&i, &path, budget)),
+        Command::Get { image, path, dest } => img(image).and_then(|i| cmd::get::run(&i, &path, &dest, budget)),
+        Command::Mkfs(args) => cmd::mkfs::run(&args, sel),
+        Command::Mount(args) => cmd::mount::run(&args, sel, budget),
         Command::Umount(args) => cmd::mount::umount(&args),
-        Command::Put { srcs, target } => cmd::put::run(&srcs, &target, budget),
+        Command::Put { srcs, target } => cmd::put::run(&srcs, &target, sel, budget),
         Command::Mkdir {
             parents,
             mode,
             image,
             paths,
-        } => cmd::edit::mkdir(&image, &paths, parents, mode, budget),
+        } => img(image).and_then(|i| cmd::edit::mkdir(&i, &paths, parents, mode, budget)),
         Command::Rm {
             recursive,
             force,
             image,
             paths,
-        } => cmd::edit::rm(&image, &paths, recursive, force, budget),
+        } => img(image).and_then(|i| cmd::edit::rm(&i, &paths, recursive, force, budget)),
         Command::Mv {
             no_clobber,
             image,
             src,
             dest,
-        } => cmd::edit::mv(&image, &src, &dest, no_clobber, budget),
+        } => img(image).and_then(|i| cmd::edit::mv(&i, &src, &dest, no_clobber, budget)),
         Command::Ln {
             symbolic,
             image,
             target,
             link,
-        } => cmd::edit::ln(&image, &target, &link, symbolic, budget),
-        Command::Chmod { image, mode, paths } => cmd::edit::chmod(&image, mode, &paths, budget),
+        } => img(image).and_then(|i| cmd::edit::ln(&i, &target, &link, symbolic, budget)),
+        Command::Chmod { image, mode, paths } => img(image).and_then(|i| cmd::edit::chmod(&i, mode, &paths, budget)),
         Command::Chown {
             no_dereference,
             image,
             owner,
             paths,
-        } => cmd::edit::parse_owner(&owner).and_then(|o| cmd::edit::chown(&image, o, no_dereference, &paths, budget)),
+        } => img(image).and_then(|i| {
+            cmd::edit::parse_owner(&owner).and_then(|o| cmd::edit::chown(&i, o, no_dereference, &paths, budget))
+        }),
         Command::Touch {
             no_create,
             date,
             image,
             paths,
-        } => cmd::edit::touch(&image, no_create, date, &paths, budget),
+        } => img(image).and_then(|i| cmd::edit::touch(&i, no_create, date, &paths, budget)),
         Command::Setfattr {
             name,
             value,
             remove,
             image,
             paths,
-        } => cmd::edit::setfattr(&image, &name, value.as_deref(), remove, &paths, budget),
-        Command::Getfattr { name, image, paths } => cmd::edit::getfattr(&image, name.as_deref(), &paths, budget),
-        Command::Df { image } => cmd::edit::df(&image, budget),
-        Command::Journal { json, image } => cmd::journal::run(&image, ext4kit::Location::Whole, json),
+        } => img(image).and_then(|i| cmd::edit::setfattr(&i, &name, value.as_deref(), remove, &paths, budget)),
+        Command::Getfattr { name, image, paths } => {
+            img(image).and_then(|i| cmd::edit::getfattr(&i, name.as_deref(), &paths, budget))
+        }
+        Command::Df { image } => img(image).and_then(|i| cmd::edit::df(&i, budget)),
+        // The log itself: no replay is ever made, so --no-replay changes nothing.
+        Command::Journal { json, image } => {
+            img(image).and_then(|i| i.resolve().and_then(|loc| cmd::journal::run(&i.path, loc, json)))
+        }
         Command::Truncate {
             size,
             no_create,
             image,
             paths,
-        } => cmd::edit::truncate(&image, size, no_create, &paths, budget),
+        } => img(image).and_then(|i| cmd::edit::truncate(&i, size, no_create, &paths, budget)),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -104,6 +104,18 @@ fn same_file(a: &std::fs::Metadata, b: &Path) -> bool {
     std::fs::metadata(b).is_ok_and(|m| m.dev() == a.dev() && m.ino() == a.ino())
 }
 
+/// The device number of the disk a partition device belongs to (`None`
+/// for a device that is not a partition).
+fn parent_disk(rdev: u64) -> Option<u64> {
+    let sys = format!("/sys/dev/block/{}:{}", rustix::fs::major(rdev), rustix::fs::minor(rdev));
+    if !Path::new(&format!("{sys}/partition")).exists() {
+        return None;
+    }
+    let text = std::fs::read_to_string(format!("{sys}/../dev")).ok()?;
+    let (maj, min) = text.trim().split_once(':')?;
+    Some(rustix::fs::makedev(maj.parse().ok()?, min.parse().ok()?))
+}
+
 /// If the kernel has `image` mounted (directly, through a loop device, or
 /// as the source of a FUSE mount), a message naming where.
 pub fn kernel_user(image: &Path) -> Option<String> {
@@ -112,13 +124,22 @@ pub fn kernel_user(image: &Path) -> Option<String> {
     for m in &table {
         let src = Path::new(&m.source);
         let hit = if me.file_type().is_block_device() {
-            std::fs::metadata(src).is_ok_and(|s| s.file_type().is_block_device() && s.rdev() == me.rdev())
-        } else if let Some(loopdev) = m.source.strip_prefix("/dev/") {
-            let backing = format!("/sys/block/{loopdev}/loop/backing_file");
-            match std::fs::read_to_string(&backing) {
-                Ok(b) => same_file(&me, Path::new(b.trim_end().trim_end_matches(" (deleted)"))),
-                Err(_) => false,
-            }
+            // The device itself, or one of its partitions.
+            std::fs::metadata(src).is_ok_and(|s| {
+                s.file_type().is_block_device() && (s.rdev() == me.rdev() || parent_disk(s.rdev()) == Some(me.rdev()))
+            })
+        } else if let Some(dev) = m.source.strip_prefix("/dev/") {
+            // A loop device over the file (`losetup`, `mount -o loop`,
+            // with or without an offset), or a partition of one
+            // (`losetup -P`: /dev/loop0p2, whose disk is the parent
+            // directory in sysfs).
+            [
+                format!("/sys/class/block/{dev}/loop/backing_file"),
+                format!("/sys/class/block/{dev}/../loop/backing_file"),
+            ]
+            .iter()
+            .filter_map(|b| std::fs::read_to_string(b).ok())
+            .any(|b| same_file(&me, Path::new(b.trim_end().trim_end_matches(" (deleted)"))))
         } else {
             src.is_absolute() && same_file(&me, src)
         };

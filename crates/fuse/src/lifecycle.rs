@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ext4kit::{Fs, OpenOptions};
+use ext4kit::{Fs, Location, OpenOptions};
 use fuser::{Config, MountOption, Session, SessionACL};
 
 use crate::inuse::{kernel_user, lock_is_free, mounts, ImageLock};
@@ -50,6 +50,12 @@ pub struct MountOptions {
     /// How long one server thread spins after a request (`-o
     /// busy_poll=MICROSECONDS`, 0: never); see [`crate::busypoll`].
     pub busy_poll: Duration,
+    /// Where the filesystem is in the image (`-o partition=N`, `-o
+    /// offset=BYTES`; default the whole image).
+    pub location: Location,
+    /// `-o noload`: do not replay a journal that needs recovery; serve the
+    /// home locations as they are (read-only, like the kernel's noload).
+    pub no_replay: bool,
 }
 
 impl Default for MountOptions {
@@ -64,6 +70,8 @@ impl Default for MountOptions {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             cache_budget: 256 << 20,
             busy_poll: crate::busypoll::DEFAULT_WINDOW,
+            location: Location::Whole,
+            no_replay: false,
         }
     }
 }
@@ -98,6 +106,26 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             "sync" => opts.kernel.push(MountOption::Sync),
             "async" => opts.kernel.push(MountOption::Async),
             "dirsync" => opts.kernel.push(MountOption::DirSync),
+            // The kernel's ext4 spells it both ways.
+            "noload" | "norecovery" => {
+                opts.no_replay = true;
+                opts.read_only = true;
+            }
+            _ if o.starts_with("offset=") => {
+                let v = &o["offset=".len()..];
+                let off = parse_bytes(v).ok_or_else(|| {
+                    format!("`{o}`: offset takes a byte count (4096, or with a K, M, G or T suffix: 1M)")
+                })?;
+                opts.location = Location::Offset(off);
+            }
+            _ if o.starts_with("partition=") => {
+                let n = o["partition=".len()..]
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("`{o}`: partition takes a partition number (1, 2, ...)"))?;
+                opts.location = Location::Partition(n);
+            }
             _ if o.starts_with("busy_poll=") => {
                 let us: u64 = o["busy_poll=".len()..]
                     .parse()
@@ -107,12 +135,31 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             other => {
                 return Err(format!(
                     "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, allow_other, allow_root, default_permissions, busy_poll=US, \
-                     [no]suid, [no]dev, [no]exec, [no]atime, sync, async, dirsync)"
+                     partition=N, offset=BYTES, noload, [no]suid, [no]dev, [no]exec, [no]atime, sync, async, dirsync)"
                 ))
             }
         }
     }
+    if opts.no_replay && opts.read_write {
+        return Err(
+            "`noload` (no journal replay) mounts read-only: writing over a journal that was not replayed would let \
+             a later replay undo the writes; it cannot be combined with `rw`"
+                .into(),
+        );
+    }
     Ok(())
+}
+
+/// A byte count with an optional binary suffix (K, M, G, T).
+fn parse_bytes(s: &str) -> Option<u64> {
+    let (num, shift) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 30),
+        b't' | b'T' => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    num.parse::<u64>().ok()?.checked_mul(1u64 << shift)
 }
 
 /// A working mount, not yet serving requests beyond INIT.
@@ -269,12 +316,19 @@ fn open_for_mount(image: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, bool), 
             &OpenOptions {
                 read_only,
                 cache_budget: opts.cache_budget,
-                ..Default::default()
+                no_replay: opts.no_replay,
+                location: opts.location,
             },
         )
         .map_err(|e| format!("{}: {e}", image.display()))
     };
-    if opts.read_only {
+    if opts.no_replay && opts.read_write {
+        return Err(format!(
+            "{}: cannot mount read-write without replaying the journal (noload): a later replay would undo the writes",
+            image.display()
+        ));
+    }
+    if opts.read_only || opts.no_replay {
         return Ok((open(true)?, true));
     }
     let refuse_or_warn = |why: String| -> Result<(Arc<Fs>, bool), String> {
@@ -288,7 +342,7 @@ fn open_for_mount(image: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, bool), 
             Ok((open(true)?, true))
         }
     };
-    if let Some(why) = crate::state::read_only_reason(image) {
+    if let Some(why) = crate::state::read_only_reason(image, opts.location) {
         return refuse_or_warn(why);
     }
     match open(false) {
@@ -540,6 +594,21 @@ mod tests {
         assert_eq!(o.cache, CacheMode::Direct);
         assert_eq!(o.busy_poll, Duration::ZERO);
         assert_eq!(o.kernel, vec![MountOption::NoAtime]);
+        parse_options("partition=2", &mut o).unwrap();
+        assert_eq!(o.location, Location::Partition(2));
+        parse_options("offset=1M", &mut o).unwrap();
+        assert_eq!(o.location, Location::Offset(1 << 20));
+        for bad in ["offset=x", "partition=0", "partition=-1"] {
+            let e = parse_options(bad, &mut o).unwrap_err();
+            assert!(e.contains(bad), "{e}");
+        }
+        let mut n = MountOptions::default();
+        parse_options("noload", &mut n).unwrap();
+        assert!(n.no_replay && n.read_only);
+        let e = parse_options("noload,rw", &mut MountOptions::default()).unwrap_err();
+        assert!(e.contains("noload") && e.contains("rw"), "{e}");
+        let e = parse_options("rw,norecovery", &mut MountOptions::default()).unwrap_err();
+        assert!(e.contains("noload"), "{e}");
         parse_options("rw,busy_poll=500", &mut o).unwrap();
         assert!(o.read_write && !o.read_only);
         assert_eq!(o.busy_poll, Duration::from_micros(500));

@@ -30,18 +30,19 @@
 //! restores `s_mount_state`, so an image that was not clean stays so until
 //! e2fsck has looked at it) and `s_wtime` is the time of that write.
 
-use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
-use ext4kit::Fs;
+use ext4kit::{Fs, Location};
+use ext4kit_blockdev::{open_location, BlockDevice, FileDevice};
 use ext4kit_format::features::{self, incompat, OpenMode};
 use ext4kit_format::superblock::{Superblock, STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET};
 
 /// Why an image cannot be mounted read-write (`None`: it can), read from
-/// its superblock. Errors reading or parsing it are left to the real open,
-/// which reports them with context.
-pub fn read_only_reason(image: &Path) -> Option<String> {
-    let sb = read_superblock(image)?;
+/// the superblock of the filesystem at `location` of it. Errors reading or
+/// parsing it are left to the real open, which reports them with context.
+pub fn read_only_reason(image: &Path, location: Location) -> Option<String> {
+    let sb = read_superblock(image, location)?;
     if sb.has_incompat(incompat::MMP) {
         return Some("it has multi-mount protection (mmp), which ext4kit does not implement for writing".to_string());
     }
@@ -55,11 +56,14 @@ pub fn read_only_reason(image: &Path) -> Option<String> {
     None
 }
 
-fn read_superblock(image: &Path) -> Option<Superblock> {
-    let mut f = std::fs::File::open(image).ok()?;
-    let mut raw = vec![0u8; SUPERBLOCK_OFFSET as usize + Superblock::SIZE];
-    f.read_exact(&mut raw).ok()?;
-    Superblock::parse(&raw[SUPERBLOCK_OFFSET as usize..]).ok()
+/// The superblock at byte 1024 of the filesystem at `location` (through
+/// the same partition or offset window the mount will use).
+fn read_superblock(image: &Path, location: Location) -> Option<Superblock> {
+    let disk: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(image, false).ok()?);
+    let dev = open_location(disk, location).ok()?;
+    let mut raw = vec![0u8; Superblock::SIZE];
+    dev.read_at(SUPERBLOCK_OFFSET, &mut raw).ok()?;
+    Superblock::parse(&raw).ok()
 }
 
 /// What [`mark_mounted`] found, for [`mark_unmounted`].

@@ -1,12 +1,12 @@
 //! `ext4kit cat IMAGE PATH`.
 
+use super::Image;
 use std::io::Write;
-use std::path::Path;
 
 use ext4kit::OpenFlags;
 
 /// Stream a file to standard output.
-pub fn run(image: &Path, path: &str, budget: usize) -> Result<(), String> {
+pub fn run(image: &Image, path: &str, budget: usize) -> Result<(), String> {
     let fs = super::open(image, budget)?;
     let f = fs
         .open(path.as_bytes(), OpenFlags::default())

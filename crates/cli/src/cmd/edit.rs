@@ -5,22 +5,26 @@
 //! with the image, the path and the cause. Operations run in the order
 //! given; one that fails does not stop the rest, but the exit status is 1.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use ext4kit::vfs::namespace::RenameFlags;
 use ext4kit::{Cred, Errno, FileType, Fs, OpenOptions};
 
+use super::Image;
+
 /// Open an image for writing, printing the engine's warnings; refuse if
 /// it could only be opened read-only (a feature we cannot write, or a
 /// journal that needs recovery).
-pub fn open_rw(image: &Path, budget: usize) -> Result<Arc<Fs>, String> {
+pub fn open_rw(image: &Image, budget: usize) -> Result<Arc<Fs>, String> {
+    image.check_writable()?;
+    let location = image.resolve()?;
     let fs = Fs::open_image(
-        image,
+        &image.path,
         &OpenOptions {
             read_only: false,
             cache_budget: budget,
-            ..Default::default()
+            no_replay: false,
+            location,
         },
     )
     .map_err(|e| format!("{}: {e}", image.display()))?;
@@ -41,7 +45,7 @@ pub fn open_rw(image: &Path, budget: usize) -> Result<Arc<Fs>, String> {
 /// One edit, run against the open image.
 type Op<'a> = Box<dyn FnOnce(&Fs) -> Result<(), String> + 'a>;
 
-fn apply(image: &Path, fs: &Fs, ops: Vec<Op<'_>>) -> Result<(), String> {
+fn apply(image: &Image, fs: &Fs, ops: Vec<Op<'_>>) -> Result<(), String> {
     let mut first: Option<String> = None;
     for op in ops {
         if let Err(e) = op(fs) {
@@ -66,7 +70,7 @@ fn abs(path: &str) -> String {
 }
 
 /// `ext4kit mkdir [-p] [-m MODE] IMAGE PATH...`
-pub fn mkdir(image: &Path, paths: &[String], parents: bool, mode: u16, budget: usize) -> Result<(), String> {
+pub fn mkdir(image: &Image, paths: &[String], parents: bool, mode: u16, budget: usize) -> Result<(), String> {
     let fs = open_rw(image, budget)?;
     let root = Cred::root();
     let ops = paths
@@ -104,7 +108,7 @@ pub fn mkdir(image: &Path, paths: &[String], parents: bool, mode: u16, budget: u
 }
 
 /// `ext4kit rm [-r] [-f] IMAGE PATH...`
-pub fn rm(image: &Path, paths: &[String], recursive: bool, force: bool, budget: usize) -> Result<(), String> {
+pub fn rm(image: &Image, paths: &[String], recursive: bool, force: bool, budget: usize) -> Result<(), String> {
     let fs = open_rw(image, budget)?;
     let root = Cred::root();
     let ops = paths
@@ -164,7 +168,7 @@ fn remove_tree(fs: &Fs, top: &str, cred: &Cred) -> Result<(), (String, ext4kit::
 
 /// `ext4kit mv [-n] IMAGE SRC DEST` (DEST an existing directory: SRC moves
 /// into it, keeping its name).
-pub fn mv(image: &Path, src: &str, dest: &str, no_clobber: bool, budget: usize) -> Result<(), String> {
+pub fn mv(image: &Image, src: &str, dest: &str, no_clobber: bool, budget: usize) -> Result<(), String> {
     let fs = open_rw(image, budget)?;
     let (src, mut dest) = (abs(src), abs(dest));
     if let Ok(st) = fs.stat(dest.as_bytes()) {
@@ -187,7 +191,7 @@ pub fn mv(image: &Path, src: &str, dest: &str, no_clobber: bool, budget: usize) 
 }
 
 /// `ext4kit ln [-s] IMAGE TARGET LINK`
-pub fn ln(image: &Path, target: &str, link: &str, symbolic: bool, budget: usize) -> Result<(), String> {
+pub fn ln(image: &Image, target: &str, link: &str, symbolic: bool, budget: usize) -> Result<(), String> {
     let fs = open_rw(image, budget)?;
     let link = abs(link);
     let target = target.to_string();
@@ -206,7 +210,7 @@ pub fn ln(image: &Path, target: &str, link: &str, symbolic: bool, budget: usize)
 }
 
 /// `ext4kit chmod IMAGE MODE PATH...` (octal MODE).
-pub fn chmod(image: &Path, mode: u16, paths: &[String], budget: usize) -> Result<(), String> {
+pub fn chmod(image: &Image, mode: u16, paths: &[String], budget: usize) -> Result<(), String> {
     let fs = open_rw(image, budget)?;
     let ops = paths
         .iter()
@@ -242,7 +246,7 @@ pub fn parse_owner(s: &str) -> Result<(Option<u32>, Option<u32>), String> {
 
 /// `ext4kit chown [-h] IMAGE UID[:GID] PATH...`
 pub fn chown(
-    image: &Path,
+    image: &Image,
     owner: (Option<u32>, Option<u32>),
     no_deref: bool,
     paths: &[String],
@@ -266,7 +270,7 @@ pub fn chown(
 /// `ext4kit touch [-c] [-d SECONDS[.NANOS]] IMAGE PATH...`: set atime and
 /// mtime (to now, or the given time), creating missing files unless -c.
 pub fn touch(
-    image: &Path,
+    image: &Image,
     no_create: bool,
     at: Option<ext4kit::Timestamp>,
     paths: &[String],
@@ -319,7 +323,7 @@ pub fn parse_time(s: &str) -> Result<ext4kit::Timestamp, String> {
 /// setfattr(1): "0x..." hex, "0s..." base64 is not supported, otherwise the
 /// text itself (quotes stripped).
 pub fn setfattr(
-    image: &Path,
+    image: &Image,
     name: &str,
     value: Option<&str>,
     remove: bool,
@@ -377,7 +381,7 @@ fn encode_value(v: &[u8]) -> String {
 
 /// `ext4kit getfattr IMAGE [-n NAME] PATH...`: print xattrs as getfattr -d
 /// does (`name="text"` or `name=0xHEX`). Read-only.
-pub fn getfattr(image: &Path, name: Option<&str>, paths: &[String], budget: usize) -> Result<(), String> {
+pub fn getfattr(image: &Image, name: Option<&str>, paths: &[String], budget: usize) -> Result<(), String> {
     let fs = super::open(image, budget)?;
     let root = Cred::root();
     let mut first = None;
@@ -412,7 +416,7 @@ pub fn getfattr(image: &Path, name: Option<&str>, paths: &[String], budget: usiz
 }
 
 /// `ext4kit df IMAGE`: sizes and free space as statfs(2) reports them.
-pub fn df(image: &Path, budget: usize) -> Result<(), String> {
+pub fn df(image: &Image, budget: usize) -> Result<(), String> {
     let fs = super::open(image, budget)?;
     let s = fs.statfs().map_err(|e| format!("{}: {e}", image.display()))?;
     let k = s.block_size as u64 / 1024;
@@ -446,7 +450,7 @@ pub fn df(image: &Path, budget: usize) -> Result<(), String> {
 
 /// `ext4kit truncate -s SIZE IMAGE PATH...`: set file sizes (shrinking
 /// frees blocks; growing leaves a hole), creating missing files unless -c.
-pub fn truncate(image: &Path, size: u64, no_create: bool, paths: &[String], budget: usize) -> Result<(), String> {
+pub fn truncate(image: &Image, size: u64, no_create: bool, paths: &[String], budget: usize) -> Result<(), String> {
     let fs = open_rw(image, budget)?;
     let ops = paths
         .iter()

@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ext4kit::{FileType, Fs, OpenFlags, Stat, Timestamp, Whence};
+
+use super::Image;
 use indicatif::{ProgressBar, ProgressStyle};
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, Timespec, Timestamps, XattrFlags};
 
@@ -27,7 +29,7 @@ const MAX_DEPTH: usize = 1024;
 
 struct Ctx<'a> {
     fs: Arc<Fs>,
-    image: &'a Path,
+    image: &'a Image,
     root: bool,
     /// inode → path (relative to DEST's parent fd) of its first copy, for hard links.
     links: HashMap<u32, PathBuf>,
@@ -39,7 +41,7 @@ struct Ctx<'a> {
 }
 
 /// Copy PATH out of IMAGE into DEST.
-pub fn run(image: &Path, path: &str, dest: &Path, budget: usize) -> Result<(), String> {
+pub fn run(image: &Image, path: &str, dest: &Path, budget: usize) -> Result<(), String> {
     let fs = super::open(image, budget)?;
     let st = fs.lstat(path.as_bytes()).map_err(|e| super::err(image, path, e))?;
     // Where the top object goes: DEST itself, or DEST/<name> when DEST is

@@ -1,15 +1,128 @@
-//! `ext4kit info IMAGE`.
+//! `ext4kit info IMAGE`: the filesystem summary, or for a partitioned disk
+//! its partition table (and the summary of its one ext partition, if it
+//! has exactly one).
 
-use std::path::Path;
+use ext4kit::{Fs, Location};
 
+use super::Image;
 use crate::fmt::{human, time_full};
+use crate::image::{Disk, Probe};
 
-/// Print the filesystem summary.
-pub fn run(image: &Path, budget: usize) -> Result<(), String> {
+/// Print the filesystem summary, or the partition table of a disk.
+pub fn run(image: &Image, budget: usize) -> Result<(), String> {
+    if let Probe::Table(disk) = image.probe()? {
+        print_table(image, &disk);
+        if let Some(p) = disk.only_ext() {
+            println!();
+            println!("Partition {} holds the only ext2/3/4 filesystem:", p.part.number);
+            let at = image.at(Location::Partition(p.part.number));
+            let fs = super::open(&at, budget)?;
+            print_summary(&at, &fs, Some(&disk));
+        }
+        return Ok(());
+    }
     let fs = super::open(image, budget)?;
+    let disk = match image.loc {
+        // Describe the partition too.
+        Location::Partition(_) => match image.at(Location::Whole).probe() {
+            Ok(Probe::Table(d)) => Some(d),
+            _ => None,
+        },
+        _ => None,
+    };
+    print_summary(image, &fs, disk.as_ref());
+    Ok(())
+}
+
+/// The partition table: one line per partition, then its problems.
+fn print_table(image: &Image, disk: &Disk) {
+    let t = &disk.table;
+    println!("Image:            {}", image.display());
+    println!(
+        "Partition table:  {}, {}-byte sectors, {}",
+        t.kind,
+        t.sector_size,
+        match t.partitions.len() {
+            1 => "1 partition".to_string(),
+            n => format!("{n} partitions"),
+        }
+    );
+    for n in &t.notes {
+        println!("Note:             {n}");
+    }
+    println!();
+    println!(
+        "{:>4}  {:>14}  {:>10}  {:<22}  {:<16}  filesystem",
+        "#", "start (bytes)", "size", "type", "name"
+    );
+    for p in &disk.parts {
+        let ty = if t.kind == ext4kit_blockdev::partition::TableKind::Mbr {
+            format!("{} ({})", p.part.type_name, p.part.type_id)
+        } else {
+            p.part.type_name.to_string()
+        };
+        let fs = if p.part.extended {
+            "(extended: holds the logical partitions)".to_string()
+        } else {
+            p.fs_text()
+        };
+        println!(
+            "{:>4}  {:>14}  {:>10}  {:<22}  {:<16}  {}",
+            p.part.number,
+            p.part.start,
+            human(p.part.size),
+            ty,
+            p.part.name,
+            fs
+        );
+    }
+    for p in &disk.parts {
+        if let Some(why) = &p.part.problem {
+            println!("Partition {} cannot be opened: {why}", p.part.number);
+        } else if let Some(why) = &p.part.write_conflict {
+            println!("Partition {} opens read-only only: {why}", p.part.number);
+        }
+        if t.kind == ext4kit_blockdev::partition::TableKind::Gpt && p.part.type_name == "unknown" {
+            println!("Partition {} type GUID: {}", p.part.number, p.part.type_id);
+        }
+    }
+    if let Some(p) = disk.parts.iter().find(|p| p.holds_ext()) {
+        println!();
+        println!(
+            "Open one with --partition N or IMAGE@N, e.g.: ext4kit ls {}@{} /",
+            image.path.display(),
+            p.part.number
+        );
+    }
+}
+
+/// The filesystem summary (and where it is, for a partition or offset).
+fn print_summary(image: &Image, fs: &Fs, disk: Option<&Disk>) {
     let i = fs.info();
     let bs = i.block_size as u64;
     println!("Image:            {}", image.display());
+    match image.loc {
+        Location::Whole => {}
+        Location::Offset(o) => println!("Offset:           {o} bytes"),
+        Location::Partition(n) => {
+            if let Some(p) = disk.and_then(|d| d.parts.iter().find(|p| p.part.number == n)) {
+                let name = if p.part.name.is_empty() {
+                    String::new()
+                } else {
+                    format!(" \"{}\"", p.part.name)
+                };
+                println!(
+                    "Partition:        {n} of {} ({}), bytes {}..{} ({}), {}{name}",
+                    disk.map_or(0, |d| d.parts.len()),
+                    disk.map_or("?".to_string(), |d| d.table.kind.to_string()),
+                    p.part.start,
+                    p.part.end(),
+                    human(p.part.size),
+                    p.part.type_name
+                );
+            }
+        }
+    }
     println!(
         "Label:            {}",
         if i.label.is_empty() { "<none>" } else { &i.label }
@@ -40,5 +153,4 @@ pub fn run(image: &Path, budget: usize) -> Result<(), String> {
         "Last written:     {}",
         time_full(ext4kit::Timestamp { sec: i.wtime, nsec: 0 })
     );
-    Ok(())
 }

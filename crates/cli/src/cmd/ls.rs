@@ -1,14 +1,14 @@
 //! `ext4kit ls [-l] [-a] IMAGE PATH`.
 
+use super::Image;
 use std::io::Write;
-use std::path::Path;
 
 use ext4kit::FileType;
 
 use crate::fmt::{mode_string, time_short};
 
 /// List a directory (or show one non-directory entry).
-pub fn run(image: &Path, path: &str, long: bool, all: bool, budget: usize) -> Result<(), String> {
+pub fn run(image: &Image, path: &str, long: bool, all: bool, budget: usize) -> Result<(), String> {
     let fs = super::open(image, budget)?;
     let st = fs.stat(path.as_bytes()).map_err(|e| super::err(image, path, e))?;
     let mut rows: Vec<(Vec<u8>, u32)> = if st.ftype == FileType::Directory {

@@ -5,12 +5,25 @@
 //! engine may skip writing zeros); a block device is written in place and
 //! must hold SIZE. `SOURCE_DATE_EPOCH` fixes every timestamp; with `-U` and
 //! `-E hash_seed=` as well, the image is byte-for-byte reproducible.
+//!
+//! With `--partition N` (`IMAGE@N`) the filesystem is made inside that
+//! partition of an existing partitioned disk (SIZE defaults to the
+//! partition's), and with `--offset BYTES` at that offset (mke2fs's `-E
+//! offset=`; the file grows if needed, never shrinks): nothing outside the
+//! chosen area is written. Over a whole disk that holds a partition table
+//! mkfs refuses unless `-F` is given, as mke2fs asks first.
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ext4kit::ext4::mkfs::{dry_run, mkfs, FsType, MkfsOptions};
-use ext4kit_blockdev::FileDevice;
+use ext4kit::Location;
+use ext4kit_blockdev::partition::{partitions, probe_ext};
+use ext4kit_blockdev::{open_location, BlockDevice, FileDevice, WindowDevice};
+
+use super::Image;
+use crate::image::ImageArgs;
 
 /// Arguments of `ext4kit mkfs` (clap parses them straight into this).
 #[derive(Debug, Clone, clap::Args)]
@@ -49,10 +62,17 @@ pub struct Args {
     /// Print nothing on success.
     #[arg(short = 'q')]
     pub quiet: bool,
-    /// The image file (or block device) to write.
+    /// Make the filesystem over the whole IMAGE even though it holds a
+    /// partition table (which is lost).
+    #[arg(short = 'F')]
+    pub force: bool,
+    /// The image file (or block device) to write; IMAGE@N for partition N
+    /// of a partitioned disk (or --partition N, --offset BYTES).
     pub image: PathBuf,
-    /// Size: 64M, 1G, 4096K, 8s (sectors); a bare number counts -b blocks, else KiB.
-    pub size: String,
+    /// Size: 64M, 1G, 4096K, 8s (sectors); a bare number counts -b blocks,
+    /// else KiB. Optional with --partition (default: the whole partition)
+    /// and --offset (default: to the end of the image).
+    pub size: Option<String>,
 }
 
 /// Parse a UUID written as 32 hex digits with optional dashes.
@@ -86,8 +106,10 @@ pub fn parse_size(s: &str, block_size: Option<u32>) -> Option<u64> {
 }
 
 /// Make the filesystem and print a short summary.
-pub fn run(a: &Args) -> Result<(), String> {
-    let img = a.image.display().to_string();
+pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
+    let image = sel.image(&a.image)?;
+    image.check_writable()?;
+    let img = image.display().to_string();
     let fail = |m: String| format!("{img}: {m}");
     if let Some(d) = &a.root_dir {
         // Check the source before the image is touched.
@@ -102,9 +124,14 @@ pub fn run(a: &Args) -> Result<(), String> {
             a.fs_type
         ))
     })?;
-    let size = parse_size(&a.size, a.block_size)
-        .filter(|&s| s > 0)
-        .ok_or_else(|| fail(format!("invalid size \"{}\" (examples: 64M, 1G, 4096K)", a.size)))?;
+    let size = match &a.size {
+        None => None,
+        Some(s) => Some(
+            parse_size(s, a.block_size)
+                .filter(|&s| s > 0)
+                .ok_or_else(|| fail(format!("invalid size \"{s}\" (examples: 64M, 1G, 4096K)")))?,
+        ),
+    };
     let mut o = MkfsOptions {
         fs_type,
         block_size: a.block_size,
@@ -131,7 +158,8 @@ pub fn run(a: &Args) -> Result<(), String> {
             }
             _ => {
                 return Err(fail(format!(
-                    "unknown extended option \"{e}\" (supported: hash_seed=UUID)"
+                    "unknown extended option \"{e}\" (supported: hash_seed=UUID; for mke2fs's offset=BYTES use \
+                     --offset BYTES)"
                 )))
             }
         }
@@ -143,17 +171,77 @@ pub fn run(a: &Args) -> Result<(), String> {
             .map_err(|_| fail(format!("SOURCE_DATE_EPOCH=\"{v}\" is not a number of seconds")))?;
         o.timestamp = Some(t);
     }
-    // Every option and size check happens before the image is touched.
-    dry_run(size, &o).map_err(|e| fail(e.to_string()))?;
-    let is_block_dev = std::fs::metadata(&a.image)
-        .map(|m| m.file_type().is_block_device())
-        .unwrap_or(false);
-    if !is_block_dev {
-        create_sparse(&a.image, size).map_err(|e| fail(e.to_string()))?;
-        o.device_zeroed = true;
-    }
-    let dev = FileDevice::open(&a.image, true).map_err(|e| fail(e.to_string()))?;
-    let r = mkfs(&dev, size, &o).map_err(|e| fail(e.to_string()))?;
+    let (dev, size) = match image.loc {
+        Location::Whole => {
+            let size = size.ok_or_else(|| fail("SIZE is needed (e.g. 64M)".into()))?;
+            // Every option and size check happens before the image is touched.
+            dry_run(size, &o).map_err(|e| fail(e.to_string()))?;
+            if !a.force {
+                refuse_partitioned(&image)?;
+            }
+            let is_block_dev = std::fs::metadata(&image.path)
+                .map(|m| m.file_type().is_block_device())
+                .unwrap_or(false);
+            if !is_block_dev {
+                create_sparse(&image.path, size).map_err(|e| fail(e.to_string()))?;
+                o.device_zeroed = true;
+            }
+            let dev: Arc<dyn BlockDevice> =
+                Arc::new(FileDevice::open(&image.path, true).map_err(|e| fail(e.to_string()))?);
+            (dev, size)
+        }
+        Location::Partition(_) => {
+            let disk = FileDevice::open(&image.path, true).map_err(|e| fail(e.to_string()))?;
+            let dev = open_location(Arc::new(disk), image.loc).map_err(|e| fail(e.to_string()))?;
+            let size = match size {
+                Some(s) if s > dev.size() => {
+                    return Err(fail(format!(
+                        "SIZE {s} is larger than the partition ({} bytes)",
+                        dev.size()
+                    )))
+                }
+                Some(s) => s,
+                None => dev.size(),
+            };
+            dry_run(size, &o).map_err(|e| fail(e.to_string()))?;
+            (dev, size)
+        }
+        Location::Offset(off) => {
+            let meta = std::fs::metadata(&image.path).ok();
+            let old_len = meta.as_ref().map_or(0, |m| m.len());
+            let is_file = meta.as_ref().is_none_or(|m| m.is_file());
+            let size = match size {
+                Some(s) => s,
+                None => old_len
+                    .checked_sub(off)
+                    .filter(|&s| s > 0)
+                    .ok_or_else(|| fail(format!("SIZE is needed: the image ends before offset {off}")))?,
+            };
+            let end = off
+                .checked_add(size)
+                .ok_or_else(|| fail(format!("offset {off} + size {size} is too large")))?;
+            dry_run(size, &o).map_err(|e| fail(e.to_string()))?;
+            if is_file && end > old_len {
+                // Grow (never truncate) the file: what lies before the
+                // offset stays as it was.
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&image.path)
+                    .map_err(|e| fail(e.to_string()))?;
+                f.set_len(end).map_err(|e| fail(e.to_string()))?;
+            }
+            // Space the file did not have before reads as zeros.
+            o.device_zeroed = is_file && old_len <= off;
+            let disk: Arc<dyn BlockDevice> =
+                Arc::new(FileDevice::open(&image.path, true).map_err(|e| fail(e.to_string()))?);
+            let dev: Arc<dyn BlockDevice> =
+                Arc::new(WindowDevice::new(disk, off, size).map_err(|e| fail(e.to_string()))?);
+            (dev, size)
+        }
+    };
+    let r = mkfs(&*dev, size, &o).map_err(|e| fail(e.to_string()))?;
     if !a.quiet {
         for n in &r.notes {
             eprintln!("ext4kit: note: {img}: {n}");
@@ -171,14 +259,36 @@ pub fn run(a: &Args) -> Result<(), String> {
     }
     drop(dev);
     if let Some(d) = &a.root_dir {
-        populate(&a.image, d)?;
+        populate(&image, d)?;
     }
     Ok(())
 }
 
+/// Refuse to make a filesystem over a whole disk that holds a partition
+/// table (mke2fs asks first; -F goes ahead).
+fn refuse_partitioned(image: &Image) -> Result<(), String> {
+    let Ok(dev) = FileDevice::open(&image.path, false) else {
+        return Ok(());
+    };
+    if probe_ext(&dev, 0).is_some() {
+        return Ok(());
+    }
+    match partitions(&dev) {
+        Ok(Some(t)) => Err(format!(
+            "{}: holds a {} partition table ({}): a filesystem over the whole disk would destroy it; make it in \
+             one partition with --partition N (or {}@N), or pass -F to replace the whole disk",
+            image.display(),
+            t.kind,
+            t.numbers(),
+            image.path.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `-d DIR`: copy the tree in through the library, as `put` does, with
 /// DIR's own mode, owner and times on the root directory.
-fn populate(image: &Path, dir: &Path) -> Result<(), String> {
+fn populate(image: &Image, dir: &Path) -> Result<(), String> {
     let fs = super::edit::open_rw(image, 256 << 20)?;
     let s = super::put::copy_in(&fs, image, dir, 2, b"", true)?;
     fs.sync()

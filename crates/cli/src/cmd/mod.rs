@@ -13,19 +13,23 @@ pub mod mount;
 pub mod put;
 pub mod stat;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use ext4kit::{Fs, OpenOptions};
 
-/// Open an image read-only, printing the engine's warnings.
-pub fn open(image: &Path, budget: usize) -> Result<Arc<Fs>, String> {
+pub use crate::image::Image;
+
+/// Open an image read-only (at the location the user chose, or a
+/// partitioned disk's one ext partition), printing the engine's warnings.
+pub fn open(image: &Image, budget: usize) -> Result<Arc<Fs>, String> {
+    let location = image.resolve()?;
     let fs = Fs::open_image(
-        image,
+        &image.path,
         &OpenOptions {
             read_only: true,
             cache_budget: budget,
-            ..Default::default()
+            no_replay: image.no_replay,
+            location,
         },
     )
     .map_err(|e| format!("{}: {e}", image.display()))?;
@@ -36,7 +40,7 @@ pub fn open(image: &Path, budget: usize) -> Result<Arc<Fs>, String> {
 }
 
 /// Format an engine error for a path in an image.
-pub fn err(image: &Path, path: &str, e: ext4kit::Error) -> String {
+pub fn err(image: &Image, path: &str, e: ext4kit::Error) -> String {
     // Engine messages for path lookups already name the path.
     let s = e.to_string();
     if s.starts_with(path) || s.starts_with(&format!("/{path}")) {

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use ext4kit::Location;
+
+use crate::image::ImageArgs;
 
 /// Mount an image with the ext4kit FUSE server.
 #[derive(Args, Debug)]
@@ -27,6 +30,15 @@ use clap::Args;
                                               (faster random writes, slower re-reads)
   ext4kit mount --foreground --threads 4 disk.img /mnt/disk
                                               stay in the terminal; Ctrl-C unmounts
+  ext4kit mount --partition 2 vm.img /mnt/root
+  ext4kit mount vm.img@2 /mnt/root            partition 2 of a partitioned disk (GPT
+                                              or MBR; `ext4kit info vm.img` lists them);
+                                              with one ext partition it is found alone
+  ext4kit mount -o offset=1M disk.img /mnt/disk
+                                              a filesystem 1 MiB into the file
+  ext4kit mount -o noload crashed.img /mnt/disk
+                                              read-only, without replaying the journal:
+                                              what the crash left on disk
 
 As root the mount is made with mount(2); other users mount through
 fusermount3 (apt-get install fuse3) on a mount point they own. An image
@@ -44,8 +56,10 @@ pub struct MountArgs {
     /// default_permissions (always on), busy_poll=MICROSECONDS (how long
     /// the server keeps a CPU spinning after a request so the next one
     /// needs no wake-up on another CPU: 2000 by default, 0 never; it costs
-    /// one CPU while requests keep coming, nothing when idle), nosuid,
-    /// nodev, noexec, noatime, ...
+    /// one CPU while requests keep coming, nothing when idle),
+    /// partition=N (as --partition), offset=BYTES (as --offset; K, M, G
+    /// suffixes), noload or norecovery (as --no-replay: read-only, the
+    /// journal is not replayed), nosuid, nodev, noexec, noatime, ...
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// Serve in this process instead of detaching (Ctrl-C unmounts).
@@ -54,7 +68,7 @@ pub struct MountArgs {
     /// Request-serving threads (default: number of CPUs).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
-    /// The image file (or block device).
+    /// The image file (or block device); IMAGE@N for partition N.
     image: PathBuf,
     /// An existing, empty directory.
     mountpoint: PathBuf,
@@ -75,7 +89,7 @@ pub struct UmountArgs {
 }
 
 /// `ext4kit mount`.
-pub fn run(a: &MountArgs, budget: usize) -> Result<(), String> {
+pub fn run(a: &MountArgs, sel: &ImageArgs, budget: usize) -> Result<(), String> {
     let mut opts = ext4kit_fuse::MountOptions {
         cache_budget: budget,
         ..Default::default()
@@ -83,6 +97,31 @@ pub fn run(a: &MountArgs, budget: usize) -> Result<(), String> {
     for o in &a.options {
         ext4kit_fuse::parse_options(o, &mut opts)?;
     }
+    // --partition/--offset/IMAGE@N and -o partition=/offset= name the same
+    // thing: either may be used, both only if they agree.
+    let image = sel.image(&a.image)?;
+    let location = match (image.loc, opts.location) {
+        (l, Location::Whole) | (Location::Whole, l) => l,
+        (l, o) if l == o => l,
+        (l, o) => {
+            return Err(format!(
+                "{}: {l} was chosen, but the mount options say {o}; give one",
+                image.display()
+            ))
+        }
+    };
+    if sel.no_replay {
+        // --no-replay is -o noload.
+        ext4kit_fuse::parse_options("noload", &mut opts)?;
+        if opts.read_write {
+            return Err(format!(
+                "{}: --no-replay mounts read-only (a later replay would undo writes); it cannot be combined with -o rw",
+                image.display()
+            ));
+        }
+    }
+    let image = image.at(location);
+    opts.location = image.resolve()?;
     if let Some(n) = a.threads {
         if n == 0 {
             return Err("--threads must be at least 1".into());
@@ -90,9 +129,9 @@ pub fn run(a: &MountArgs, budget: usize) -> Result<(), String> {
         opts.threads = n;
     }
     if a.foreground {
-        ext4kit_fuse::run_foreground(&a.image, &a.mountpoint, &opts)
+        ext4kit_fuse::run_foreground(&image.path, &a.mountpoint, &opts)
     } else {
-        ext4kit_fuse::run_detached(&a.image, &a.mountpoint, &opts)
+        ext4kit_fuse::run_detached(&image.path, &a.mountpoint, &opts)
     }
 }
 

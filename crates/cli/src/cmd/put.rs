@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 
 use ext4kit::vfs::{SetAttr, TimeSet};
 use ext4kit::{Cred, FileType, Fs, Timestamp};
+
+use super::Image;
 use indicatif::{ProgressBar, ProgressStyle};
 use rustix::fs::SeekFrom;
 
@@ -44,7 +46,7 @@ pub struct Summary {
 
 struct Copier<'a> {
     fs: &'a Fs,
-    image: &'a Path,
+    image: &'a Image,
     cred: Cred,
     links: HashMap<(u64, u64), u32>,
     bar: ProgressBar,
@@ -132,7 +134,7 @@ fn ts(sec: i64, nsec: i64) -> Timestamp {
 /// otherwise `src` becomes `name` in directory inode `parent`.
 pub fn copy_in(
     fs: &Fs,
-    image: &Path,
+    image: &Image,
     src: &Path,
     parent: u32,
     name: &[u8],
@@ -406,9 +408,9 @@ impl Copier<'_> {
 /// `ext4kit put SRC... IMAGE:DEST`: copy host files or trees into the
 /// image. With one SRC, DEST may be a new name; otherwise (or when DEST is
 /// an existing directory) each SRC goes into DEST under its own name.
-pub fn run(srcs: &[PathBuf], target: &str, budget: usize) -> Result<(), String> {
+pub fn run(srcs: &[PathBuf], target: &str, sel: &crate::image::ImageArgs, budget: usize) -> Result<(), String> {
     let (image, dest) = split_target(target)?;
-    let image = Path::new(image);
+    let image = &sel.image(image)?;
     let fs = super::edit::open_rw(image, budget)?;
     let dest = if dest.starts_with('/') {
         dest.to_string()

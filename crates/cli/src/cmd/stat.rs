@@ -1,13 +1,13 @@
 //! `ext4kit stat IMAGE PATH`.
 
-use std::path::Path;
+use super::Image;
 
 use ext4kit::FileType;
 
 use crate::fmt::{mode_string, time_full};
 
 /// Print one inode's attributes and data layout.
-pub fn run(image: &Path, path: &str, budget: usize) -> Result<(), String> {
+pub fn run(image: &Image, path: &str, budget: usize) -> Result<(), String> {
     let fs = super::open(image, budget)?;
     let s = fs.lstat(path.as_bytes()).map_err(|e| super::err(image, path, e))?;
     let kind = match s.ftype {

@@ -22,19 +22,72 @@ use ext4kit_format::fast_commit::Record;
 use ext4kit_format::inode::FileType;
 
 use super::{dcache, icache, Fs};
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::ext4::journal::{self, has_orphans};
 use crate::ext4::{OpenOptions, Volume, ROOT_INO};
 use crate::vfs::pagecache::PageBudget;
 
+/// If `dev` holds no ext superblock at its start but a partition table, the
+/// error saying so (which partitions hold ext2/3/4), instead of the
+/// superblock's "bad magic" that opening it whole would give.
+fn partitioned_disk(dev: &dyn BlockDevice) -> Option<Error> {
+    use ext4kit_blockdev::partition::{partitions, probe_ext};
+    if probe_ext(dev, 0).is_some() {
+        return None;
+    }
+    let t = match partitions(dev) {
+        Ok(Some(t)) => t,
+        Ok(None) => return None,
+        Err(e) => {
+            return Some(Error::posix(
+                Errno::EUCLEAN,
+                format!("no filesystem at the start of the image, and its partition table cannot be read: {e}"),
+            ))
+        }
+    };
+    let ext: Vec<String> = t
+        .partitions
+        .iter()
+        .filter(|p| p.problem.is_none() && !p.extended)
+        .filter_map(|p| probe_ext(dev, p.start).map(|x| format!("{} ({})", p.number, x.kind)))
+        .collect();
+    Some(Error::posix(
+        Errno::EINVAL,
+        format!(
+            "a partitioned disk ({} table with {}; ext2/3/4 in {}), not a filesystem: open one partition \
+             (Location::Partition(N))",
+            t.kind,
+            t.numbers(),
+            if ext.is_empty() {
+                "none".to_string()
+            } else {
+                ext.join(", ")
+            }
+        ),
+    ))
+}
+
 impl Fs {
     /// Open an image file (or the partition or offset of it that
     /// `opts.location` names).
+    ///
+    /// Opening a partitioned disk whole fails with a message listing its
+    /// partitions (see [`ext4kit_blockdev::partition::partitions`]).
     pub fn open_image(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Arc<Fs>> {
         let p = path.as_ref();
         let dev = FileDevice::open(p, !opts.read_only).map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
-        let dev = ext4kit_blockdev::open_location(Arc::new(dev), opts.location)
-            .map_err(|e| Error::io(format!("finding the filesystem in {}", p.display()), e))?;
+        let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+        if opts.location == ext4kit_blockdev::Location::Whole {
+            if let Some(e) = partitioned_disk(&*dev) {
+                return Err(e);
+            }
+        }
+        let dev = ext4kit_blockdev::open_location(dev, opts.location).map_err(|e| match e.kind() {
+            // The table or the choice is wrong, not the device.
+            std::io::ErrorKind::InvalidInput => Error::posix(Errno::EINVAL, e.to_string()),
+            std::io::ErrorKind::InvalidData => Error::posix(Errno::EUCLEAN, e.to_string()),
+            _ => Error::io(format!("finding the filesystem in {}", p.display()), e),
+        })?;
         Self::open_device(dev, opts)
     }
 
