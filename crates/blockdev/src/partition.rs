@@ -369,7 +369,9 @@ fn read_gpt_sized(dev: &dyn BlockDevice, ss: u64) -> Result<PartitionTable, GptM
             )
         } else {
             let start = e.starting_lba.checked_mul(ss);
-            let size = (e.ending_lba - e.starting_lba).checked_add(1).and_then(|n| n.checked_mul(ss));
+            let size = (e.ending_lba - e.starting_lba)
+                .checked_add(1)
+                .and_then(|n| n.checked_mul(ss));
             match (start, size) {
                 (Some(s), Some(z)) if s.checked_add(z).is_some() => (s, z, None),
                 _ => (
@@ -393,9 +395,7 @@ fn read_gpt_sized(dev: &dyn BlockDevice, ss: u64) -> Result<PartitionTable, GptM
             problem,
             write_conflict: None,
         };
-        if p.problem.is_none()
-            && (e.starting_lba < header.first_usable_lba || e.ending_lba > header.last_usable_lba)
-        {
+        if p.problem.is_none() && (e.starting_lba < header.first_usable_lba || e.ending_lba > header.last_usable_lba) {
             p.write_conflict = Some(format!(
                 "sectors {}..={} reach outside the usable area {}..={} the GPT header declares (into the \
                  partition table itself)",
@@ -625,7 +625,9 @@ fn walk_ebrs(dev: &dyn BlockDevice, first: u64, next: &mut u32, out: &mut Vec<Pa
             return;
         }
         let mut sector = [0u8; 512];
-        let read_ok = this.checked_mul(512).is_some_and(|off| dev.read_at(off, &mut sector).is_ok());
+        let read_ok = this
+            .checked_mul(512)
+            .is_some_and(|off| dev.read_at(off, &mut sector).is_ok());
         if !read_ok {
             notes.push(format!(
                 "the EBR at sector {this} is past the end of the image; logical partitions from {next} on are missing"
@@ -832,7 +834,10 @@ mod tests {
         w.read_at(1024 + 56, &mut m).unwrap();
         assert_eq!(u16::from_le_bytes(m), 0xEF53);
         let e = open_err(open_location(d.clone(), Location::Partition(2)));
-        assert!(e.contains("partition 2 does not exist") && e.contains("partitions 1 and 3"), "{e}");
+        assert!(
+            e.contains("partition 2 does not exist") && e.contains("partitions 1 and 3"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -855,7 +860,10 @@ mod tests {
         let last = bytes.len() - 512;
         bytes[last + 40] ^= 0xff;
         let e = partitions(&*dev(bytes)).unwrap_err().to_string();
-        assert!(e.contains("sector 1") && e.contains("sector 4095") && e.contains("checksum"), "{e}");
+        assert!(
+            e.contains("sector 1") && e.contains("sector 4095") && e.contains("checksum"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -874,9 +882,17 @@ mod tests {
             b
         };
         for (what, bytes, needle) in [
-            ("huge entry count", with(80, &u32::MAX.to_le_bytes()), "partition entries"),
+            (
+                "huge entry count",
+                with(80, &u32::MAX.to_le_bytes()),
+                "partition entries",
+            ),
             ("entry size", with(84, &256u32.to_le_bytes()), "entries of 256 bytes"),
-            ("entries past the end", with(72, &(u64::MAX / 2).to_le_bytes()), "outside the disk"),
+            (
+                "entries past the end",
+                with(72, &(u64::MAX / 2).to_le_bytes()),
+                "outside the disk",
+            ),
             ("usable area", with(48, &u64::MAX.to_le_bytes()), "usable sectors"),
         ] {
             let e = partitions(&*dev(bytes)).expect_err(what).to_string();
@@ -938,8 +954,20 @@ mod tests {
         let bytes = forge(base.clone(), &[(2, 2900, 4000)]);
         let d = dev(bytes.clone());
         let t = partitions(&*d).unwrap().unwrap();
-        assert!(t.get(1).unwrap().write_conflict.as_deref().unwrap().contains("partition 2"));
-        assert!(t.get(2).unwrap().write_conflict.as_deref().unwrap().contains("partition 1"));
+        assert!(t
+            .get(1)
+            .unwrap()
+            .write_conflict
+            .as_deref()
+            .unwrap()
+            .contains("partition 2"));
+        assert!(t
+            .get(2)
+            .unwrap()
+            .write_conflict
+            .as_deref()
+            .unwrap()
+            .contains("partition 1"));
         let e = open_err(open_location(d, Location::Partition(2)));
         assert!(e.contains("overlaps partition 1") && e.contains("read-only"), "{e}");
         // Read-only, an overlapping partition opens.
@@ -949,14 +977,25 @@ mod tests {
         // Past the end, reversed, inside the table area, beyond u64 bytes.
         let d = dev(forge(
             base,
-            &[(2, 3100, 99_999), (3, 3500, 3400), (4, 1, 40), (5, u64::MAX - 1, u64::MAX)],
+            &[
+                (2, 3100, 99_999),
+                (3, 3500, 3400),
+                (4, 1, 40),
+                (5, u64::MAX - 1, u64::MAX),
+            ],
         ));
         let t = partitions(&*d).unwrap().unwrap();
         let problem = |n| t.get(n).unwrap().problem.clone().unwrap_or_default();
         assert!(problem(2).contains("past the end of the image"), "{}", problem(2));
         assert!(problem(3).contains("before its first"), "{}", problem(3));
         assert!(problem(5).contains("beyond any possible disk"), "{}", problem(5));
-        assert!(t.get(4).unwrap().write_conflict.as_deref().unwrap().contains("partition table"));
+        assert!(t
+            .get(4)
+            .unwrap()
+            .write_conflict
+            .as_deref()
+            .unwrap()
+            .contains("partition table"));
         for n in [2, 3, 5] {
             let e = open_err(open_location(d.clone(), Location::Partition(n)));
             assert!(e.contains(&format!("partition {n} cannot be opened")), "{e}");
@@ -989,7 +1028,10 @@ mod tests {
         assert_eq!(t.get(6).unwrap().start, (12288 + 2048) * 512);
         assert_eq!(t.get(5).unwrap().type_name, "Linux");
         assert_eq!(t.get(6).unwrap().type_name, "Linux swap");
-        assert!(t.partitions.iter().all(|p| p.problem.is_none() && p.write_conflict.is_none()));
+        assert!(t
+            .partitions
+            .iter()
+            .all(|p| p.problem.is_none() && p.write_conflict.is_none()));
         let w = open_location(d.clone(), Location::Partition(5)).unwrap();
         assert_eq!(probe_ext(&*w, 0).unwrap().label, "logical");
         let e = open_err(open_location(d, Location::Partition(2)));
@@ -1022,10 +1064,19 @@ mod tests {
         let t = partitions(&*d).unwrap().unwrap();
         assert!(t.get(1).unwrap().problem.as_deref().unwrap().contains("past the end"));
         assert!(t.get(2).unwrap().problem.as_deref().unwrap().contains("empty"));
-        assert!(t.get(3).unwrap().write_conflict.as_deref().unwrap().contains("sector 0"));
+        assert!(t
+            .get(3)
+            .unwrap()
+            .write_conflict
+            .as_deref()
+            .unwrap()
+            .contains("sector 0"));
         assert!(t.get(4).unwrap().problem.as_deref().unwrap().contains("past the end"));
         let e = open_err(open_location(d.clone(), Location::Partition(1)));
-        assert!(e.contains("partition 1 cannot be opened") && e.contains("2097152 bytes"), "{e}");
+        assert!(
+            e.contains("partition 1 cannot be opened") && e.contains("2097152 bytes"),
+            "{e}"
+        );
 
         // An EBR chain that loops back on itself ends with a note.
         let mut b = raw_mbr(&[(0x05, 1000, 3000)]);
