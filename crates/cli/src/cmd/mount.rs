@@ -111,14 +111,14 @@ pub fn run(a: &MountArgs, sel: &ImageArgs, budget: usize) -> Result<(), String> 
         }
     };
     if sel.no_replay {
-        // --no-replay is -o noload.
-        ext4kit_fuse::parse_options("noload", &mut opts)?;
         if opts.read_write {
             return Err(format!(
                 "{}: --no-replay mounts read-only (a later replay would undo writes); it cannot be combined with -o rw",
                 image.display()
             ));
         }
+        // --no-replay is -o noload.
+        ext4kit_fuse::parse_options("noload", &mut opts)?;
     }
     let image = image.at(location);
     opts.location = image.resolve()?;
