@@ -10,9 +10,17 @@
 //!    library user taking the same lock) fails at once, and `ext4kit
 //!    umount` waits on it to know the server has finished flushing.
 //! 2. The kernel's mount table: the image mounted directly (a block
-//!    device), through a loop device (`/sys/block/loopN/loop/backing_file`
-//!    names our file), or by another FUSE server that names it as its
-//!    source (fuse2fs does), is refused with the mount point in the message.
+//!    device, or one of its partitions), through a loop device
+//!    (`/sys/block/loopN/loop/backing_file` names our file; a partition of
+//!    one, `loopNpM` after `losetup -P`, is found through its parent disk),
+//!    or by another FUSE server that names it as its source (fuse2fs
+//!    does), is refused with the mount point in the message.
+//!
+//! Both checks are about the whole image file, whichever partition is to
+//! be mounted: two mounts of different partitions of one disk are refused
+//! too. That is stricter than needed (their bytes are disjoint), but the
+//! lock is also how `ext4kit umount` knows the server is done, and the
+//! mount table names the file, not the partition.
 
 use std::fs::File;
 use std::io;

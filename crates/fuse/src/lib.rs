@@ -6,7 +6,12 @@
 //! becomes ext4's root 2), engine results to attributes ([`attr`]) and
 //! errors to errnos ([`errno`]), open files and directory listings to
 //! handles ([`handles`]). The mount lifecycle is in [`lifecycle`]; refusing
-//! images already in use in [`inuse`].
+//! images already in use in [`inuse`]. The filesystem may be one partition
+//! of a partitioned disk or start at an offset (`-o partition=N`, `-o
+//! offset=BYTES`: [`MountOptions::location`]); everything that reads the
+//! image, the read-only check of [`state`] included, goes through that
+//! location. `-o noload` serves the home locations without journal replay,
+//! read-only.
 //!
 //! # Read-only or read-write
 //!
