@@ -620,6 +620,10 @@ fn mkfs_into_a_partition_and_at_an_offset() {
     std::fs::write(&part, &bytes[1 << 20..]).unwrap();
     e2fsck_clean(&part).unwrap();
     ok(&["mkdir", "--offset", "1M", img.to_str().unwrap(), "/x"]);
+    // mke2fs's spelling, -E offset=, is the same.
+    let img2 = work.join("off2.img");
+    ok(&["mkfs", "-q", "-E", "offset=1048576", img2.to_str().unwrap(), "8M"]);
+    assert!(ok(&["ls", "--offset", "1M", img2.to_str().unwrap(), "/"]).contains("lost+found"));
     assert!(ok(&["ls", "--offset", "1048576", img.to_str().unwrap(), "/"])
         .lines()
         .any(|l| l == "x"));

@@ -49,7 +49,8 @@ pub struct Args {
     /// Feature edits, e.g. "^has_journal,metadata_csum_seed" (repeatable).
     #[arg(short = 'O', value_name = "FEATURES")]
     pub features: Vec<String>,
-    /// Extended options: hash_seed=UUID (repeatable).
+    /// Extended options: hash_seed=UUID, offset=BYTES (as --offset)
+    /// (repeatable).
     #[arg(short = 'E', value_name = "OPTIONS")]
     pub extended: Vec<String>,
     /// Percentage of blocks reserved for root (default 5).
@@ -151,19 +152,30 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
         Some("clear") => o.uuid = Some([0; 16]),
         Some(u) => o.uuid = Some(parse_uuid(u).ok_or_else(|| fail(format!("invalid UUID \"{u}\"")))?),
     }
+    let mut image = image;
     for e in a.extended.iter().flat_map(|s| s.split(',')) {
         match e.split_once('=') {
             Some(("hash_seed", v)) => {
                 o.hash_seed = Some(parse_uuid(v).ok_or_else(|| fail(format!("invalid hash_seed \"{v}\"")))?);
             }
+            // mke2fs's spelling of --offset.
+            Some(("offset", v)) => {
+                let off = crate::parse_bytes(v).map_err(fail)?;
+                match image.loc {
+                    Location::Whole => image = image.at(Location::Offset(off)),
+                    Location::Offset(o) if o == off => {}
+                    other => return Err(fail(format!("-E offset={v} conflicts with {other}"))),
+                }
+            }
             _ => {
                 return Err(fail(format!(
-                    "unknown extended option \"{e}\" (supported: hash_seed=UUID; for mke2fs's offset=BYTES use \
-                     --offset BYTES)"
+                    "unknown extended option \"{e}\" (supported: hash_seed=UUID, offset=BYTES)"
                 )))
             }
         }
     }
+    let img = image.display().to_string();
+    let fail = |m: String| format!("{img}: {m}");
     if let Ok(v) = std::env::var("SOURCE_DATE_EPOCH") {
         let t = v
             .trim()
