@@ -880,12 +880,26 @@ fn the_kernel_sees_the_same_partitions() {
         fails(&["mount", &disk.at(3), mnt.to_str().unwrap()], &["already mounted"]);
         k.unmount_all();
     }
-    // The kernel writes into partition 3; ext4kit reads what it wrote.
+    // The kernel writes into partition 3; ext4kit reads what it wrote. A
+    // copy taken after an fsync and before the unmount holds the new file
+    // in the journal only (needs_recovery): read with the journal replayed
+    // it is there, with --no-replay it is not.
+    let crash = Disk {
+        path: work.join("crash.img"),
+        parts: disk.parts.clone(),
+    };
     {
         let mut k = KernelDisk::attach(&disk.path, false);
         let kdir = work.join("kernel-rw");
         k.mount(3, &kdir, false);
         tool_ok("cp", &[&"-a", &src.join("sizes"), &kdir.join("sizes")]);
+        tool_ok("sync", &[&kdir]);
+        // Partition 2 is the ext4 one (3 is ext2: no journal).
+        let jdir = work.join("kernel-journal");
+        k.mount(2, &jdir, false);
+        std::fs::write(jdir.join("fresh"), "in the journal\n").unwrap();
+        tool_ok("sync", &[&jdir.join("fresh"), &jdir]);
+        tool_ok("cp", &[&"--sparse=always", &disk.path, &crash.path]);
         k.unmount_all();
     }
     let out = work.join("after-kernel");
@@ -897,6 +911,27 @@ fn the_kernel_sees_the_same_partitions() {
     );
     disk.fsck(2, &work);
     disk.fsck(3, &work);
+
+    let crash_bytes = std::fs::read(&crash.path).unwrap();
+    assert_eq!(ok(&["cat", &crash.at(2), "/fresh"]), "in the journal\n");
+    let home = ok(&["ls", "--no-replay", &crash.at(2), "/"]);
+    assert!(
+        !home.lines().any(|l| l == "fresh"),
+        "--no-replay showed a journalled file:\n{home}"
+    );
+    fails(&["mkdir", "--no-replay", &crash.at(2), "/x"], &["--no-replay"]);
+    assert!(
+        std::fs::read(&crash.path).unwrap() == crash_bytes,
+        "reading a crashed disk wrote to it"
+    );
+    // A write replays the journal on disk first, inside the partition.
+    let outside = crash.outside(2);
+    ok(&["mkdir", &crash.at(2), "/after"]);
+    assert_eq!(crash.outside(2), outside, "replay wrote outside partition 2");
+    assert!(ok(&["ls", "--no-replay", &crash.at(2), "/"])
+        .lines()
+        .any(|l| l == "fresh"));
+    crash.fsck(2, &work);
 }
 
 fn require_fuse() {
