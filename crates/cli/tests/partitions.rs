@@ -914,6 +914,11 @@ fn the_kernel_sees_the_same_partitions() {
 
     let crash_bytes = std::fs::read(&crash.path).unwrap();
     assert_eq!(ok(&["cat", &crash.at(2), "/fresh"]), "in the journal\n");
+    let log = ok(&["journal", &crash.at(2)]);
+    assert!(
+        log.contains("Needs recovery:   yes") && log.contains("Transaction"),
+        "{log}"
+    );
     let home = ok(&["ls", "--no-replay", &crash.at(2), "/"]);
     assert!(
         !home.lines().any(|l| l == "fresh"),
