@@ -22,13 +22,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod budget;
-pub mod cachemap;
-pub mod clock;
-pub mod error;
-pub mod ext4;
-pub mod flusher;
 pub mod vfs;
+
+/// The ext4 layer below (its own crate, so nothing in it can reach up into
+/// [`vfs`]).
+pub use ext4kit_ext4 as ext4;
+pub use ext4kit_ext4::{budget, cachemap, clock, error, flusher};
 
 pub use error::{Errno, Error, Result};
 pub use ext4::{DirEntry, OpenOptions};

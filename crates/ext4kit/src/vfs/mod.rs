@@ -83,16 +83,7 @@ impl Drop for Fs {
     }
 }
 
-/// Mark a cache entry as recently used for the clock sweep. Reads first and
-/// writes only when the bit is clear, so a hot entry shared by many threads
-/// stays in every core's cache in the shared state instead of bouncing on
-/// each access (seed 001: hot shared objects must not become write-shared).
-#[inline]
-pub(crate) fn touch(flag: &std::sync::atomic::AtomicBool) {
-    if !flag.load(std::sync::atomic::Ordering::Relaxed) {
-        flag.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-}
+pub(crate) use crate::clock::touch;
 
 /// Largest single device read when filling the page cache (blocks).
 const MAX_READ_RUN: u64 = 256;

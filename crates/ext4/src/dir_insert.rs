@@ -228,7 +228,7 @@ impl Volume {
     /// [`Self::add_link`] after [`Self::lookup_for_create`]: `hint` is
     /// where that lookup found room for `name` (see [`InsertHint`]).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn add_link_hinted(
+    pub fn add_link_hinted(
         &self,
         h: &mut Handle<'_>,
         dir: DirRef<'_>,

@@ -156,7 +156,7 @@ pub struct BufferCache {
     /// before its read and before its insert (see the module doc).
     removals: Box<[AtomicU64]>,
     /// When to sweep, and whether the background worker does it.
-    pub(crate) trigger: crate::flusher::Trigger,
+    pub trigger: crate::flusher::Trigger,
     block_size: usize,
     /// Blocks read from the device (cache misses).
     pub misses: AtomicU64,
@@ -236,7 +236,7 @@ impl BufferCache {
     }
 
     fn hit(&self, b: Arc<Buffer>) -> Arc<Buffer> {
-        crate::vfs::touch(&b.referenced);
+        crate::clock::touch(&b.referenced);
         self.hits.fetch_add(1, Ordering::Relaxed);
         b
     }

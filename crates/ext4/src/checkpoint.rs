@@ -42,7 +42,7 @@ pub struct DirtyMeta {
     /// after the new data lands.
     pub(crate) io: parking_lot::Mutex<()>,
     /// The background worker that checkpoints for us (`crate::flusher`).
-    pub(crate) flusher: crate::flusher::Slot,
+    pub flusher: crate::flusher::Slot,
     /// The last background checkpoint failed: the next commit checkpoints
     /// itself, so that the error reaches a caller.
     failed: std::sync::atomic::AtomicBool,
@@ -304,7 +304,7 @@ mod tests {
 
     #[test]
     fn a_sync_waits_for_the_checkpoint_in_flight() {
-        let v = crate::ext4::volume::scratch_volume();
+        let v = crate::volume::scratch_volume();
         commit_changes(&v, 0..3);
         let done = std::sync::atomic::AtomicBool::new(false);
         let (taken_tx, taken_rx) = std::sync::mpsc::channel();
@@ -333,7 +333,7 @@ mod tests {
 
     #[test]
     fn commits_checkpoint_themselves_when_the_worker_is_behind() {
-        let v = crate::ext4::volume::scratch_volume();
+        let v = crate::volume::scratch_volume();
         // A worker that never runs: every kick is left unanswered.
         let idle = Arc::new(crate::flusher::Signal::default());
         v.dirty_meta.flusher.set(idle).unwrap();

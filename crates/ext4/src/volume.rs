@@ -417,7 +417,7 @@ impl Volume {
 }
 
 /// Add location context to an error that lacks it.
-pub(crate) fn annotate(e: Error, what: &str) -> Error {
+pub fn annotate(e: Error, what: &str) -> Error {
     match e {
         Error::Io { context, source } => Error::Io {
             context: format!("{context} ({what})"),

@@ -30,7 +30,7 @@ pub struct MemoryBudget {
     /// Bytes of metadata buffers cached (kept by the buffer cache).
     pub(crate) buffers: AtomicUsize,
     /// Bytes of file pages cached (kept by the page budget).
-    pub(crate) pages: AtomicUsize,
+    pub pages: AtomicUsize,
 }
 
 impl MemoryBudget {

@@ -258,7 +258,7 @@ impl Volume {
     /// [`Self::lookup_for_write`] for a create: the entry if `name` is
     /// present, else (in an indexed directory) where `add_link` will put it
     /// — found by the same descent and leaf walk (see `htree::InsertHint`).
-    pub(crate) fn lookup_for_create<'n>(&self, dir: DirRef<'_>, name: &'n [u8]) -> Result<CreateLookup<'n>> {
+    pub fn lookup_for_create<'n>(&self, dir: DirRef<'_>, name: &'n [u8]) -> Result<CreateLookup<'n>> {
         let plain = |found: Option<(u32, Option<FileType>)>| match found {
             Some(_) => CreateLookup::Exists,
             None => CreateLookup::Absent(None),

@@ -47,7 +47,7 @@ pub(crate) struct DxProbe {
 /// directory's lock for writing and has changed nothing in it since;
 /// `add_link` ignores a hint for another name, directory or size.
 #[derive(Debug)]
-pub(crate) struct InsertHint<'n> {
+pub struct InsertHint<'n> {
     pub(crate) name: &'n [u8],
     pub(crate) dir_ino: u32,
     pub(crate) dir_size: u64,
@@ -59,7 +59,7 @@ pub(crate) struct InsertHint<'n> {
 
 /// What the lookup of a create found.
 #[derive(Debug)]
-pub(crate) enum CreateLookup<'n> {
+pub enum CreateLookup<'n> {
     /// The name is taken.
     Exists,
     /// The name is free; in an indexed directory, where it goes.

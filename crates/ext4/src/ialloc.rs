@@ -416,7 +416,7 @@ impl Volume {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ext4::volume::scratch_volume as volume;
+    use crate::volume::scratch_volume as volume;
 
     /// The scan hint (`Group::inode_hint`) must not change which inode is
     /// handed out: always the lowest free one of the group, as the kernel's

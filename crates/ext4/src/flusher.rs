@@ -100,7 +100,7 @@ pub struct Trigger {
     next: std::sync::atomic::AtomicUsize,
     sweeping: AtomicBool,
     /// The worker of the cache's filesystem, once it has one.
-    pub(crate) worker: Slot,
+    pub worker: Slot,
 }
 
 impl Trigger {

@@ -1,0 +1,52 @@
+//! The ext4 layer of ext4kit: ext4 semantics over a block device —
+//! superblock and groups, inodes, block maps, directories and htree,
+//! xattrs, symlinks, orphans, the metadata buffer cache, transactions and
+//! checkpoints, journal recovery at open and fast-commit replay.
+//!
+//! It knows nothing of open files, paths or the page cache: the vfs layer
+//! (the `ext4kit` crate) calls down into it, and this crate cannot call up
+//! — it is a crate of its own so that the compiler holds that direction
+//! (DESIGN.md's layers). The cache machinery both layers use (memory
+//! budget, concurrent maps, clock sweeps, the background worker) lives
+//! here, at the bottom, for the same reason.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod budget;
+pub mod cachemap;
+pub mod clock;
+pub mod error;
+pub mod flusher;
+
+pub mod alloc_map;
+pub mod balloc;
+pub mod bmap;
+pub mod bmap_write;
+pub mod buffer;
+pub mod checkpoint;
+pub mod dir;
+pub mod dir_delete;
+pub mod dir_insert;
+pub mod dx_split;
+pub mod extent_tree;
+pub mod fc_replay;
+pub mod group;
+pub mod htree;
+pub mod ialloc;
+pub mod indirect_map;
+pub mod inode;
+pub mod journal;
+pub mod mkfs;
+pub mod orphan;
+pub mod symlink;
+pub mod transaction;
+pub mod volume;
+pub mod xattr;
+pub mod xattr_write;
+
+pub use bmap::{BlockMap, Mapping};
+pub use dir::{DirEntry, DirRef};
+pub use error::{Errno, Error, Result};
+pub use inode::ROOT_INO;
+pub use volume::{OpenOptions, Volume};
