@@ -124,6 +124,17 @@ impl<K> Clock<K> {
     }
 }
 
+/// Mark a cache entry as recently used for the clock sweep. Reads first and
+/// writes only when the bit is clear, so a hot entry shared by many threads
+/// stays in every core's cache in the shared state instead of bouncing on
+/// each access (seed 001: hot shared objects must not become write-shared).
+#[inline]
+pub fn touch(flag: &std::sync::atomic::AtomicBool) {
+    if !flag.load(std::sync::atomic::Ordering::Relaxed) {
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,16 +196,5 @@ mod tests {
             },
         );
         assert_eq!(c.len(), 1003, "every key kept, and the three pushed during the sweep");
-    }
-}
-
-/// Mark a cache entry as recently used for the clock sweep. Reads first and
-/// writes only when the bit is clear, so a hot entry shared by many threads
-/// stays in every core's cache in the shared state instead of bouncing on
-/// each access (seed 001: hot shared objects must not become write-shared).
-#[inline]
-pub fn touch(flag: &std::sync::atomic::AtomicBool) {
-    if !flag.load(std::sync::atomic::Ordering::Relaxed) {
-        flag.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
