@@ -14,9 +14,11 @@
 
 pub mod journal;
 pub mod listing;
+pub mod log;
 pub mod recovery;
 pub mod revoke;
 
 pub use journal::{Journal, JournalMap, LoadError};
 pub use listing::{list, Listing};
+pub use log::{Committed, Log};
 pub use recovery::{recover, Failure, Logged, Recovery};

@@ -205,7 +205,7 @@ pub fn tag_ok(journal: &Journal, tag: &BlockTag, data: &[u8], sequence: u32) -> 
 
 /// `crc32_be`, the big-endian CRC-32 (polynomial 0x04c11db7, no
 /// reflection, no final xor) of checksum v1 transactions.
-fn crc32_be(mut crc: u32, data: &[u8]) -> u32 {
+pub(crate) fn crc32_be(mut crc: u32, data: &[u8]) -> u32 {
     for &b in data {
         crc ^= (b as u32) << 24;
         for _ in 0..8 {
