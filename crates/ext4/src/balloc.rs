@@ -150,8 +150,24 @@ impl Volume {
         }
         let (mut bm, uninit) = self.block_bitmap_of(g, &gd)?;
         let n = self.blocks_in_group(g) as usize;
+        let first = self.group_first_block(g as u64);
+        // Blocks freed by a transaction not yet committed look used (see
+        // commit.rs): the allocator works on a copy of the bitmap with
+        // them set, and sets only bits free in the real one.
+        let mut view = bm.clone();
+        if let Some(j) = &self.jbd {
+            let runs = j.busy_in(first, first + n as u64);
+            for (p, len) in &runs {
+                for b in *p..*p + *len {
+                    set_bit(&mut view, (b - first) as usize);
+                }
+            }
+            if !runs.is_empty() && super::group::find_zero(&view, 0, n).is_none() {
+                return Ok(None);
+            }
+        }
         // First free bit at or after the goal, else from the group start.
-        let start = super::group::find_zero(&bm, from.min(n), n).or_else(|| super::group::find_zero(&bm, 0, n));
+        let start = super::group::find_zero(&view, from.min(n), n).or_else(|| super::group::find_zero(&view, 0, n));
         let Some(start) = start else {
             return Err(Error::corrupt_msg(
                 format!("group {g}"),
@@ -160,9 +176,13 @@ impl Volume {
             ));
         };
         let mut len = 0usize;
-        while len < want as usize && start + len < n && !test_bit(&bm, start + len) {
+        while len < want as usize && start + len < n && !test_bit(&view, start + len) {
             set_bit(&mut bm, start + len);
+            set_bit(&mut view, start + len);
             len += 1;
+        }
+        if let Some(j) = &self.jbd {
+            j.allocated(first + start as u64, len as u64);
         }
         let mut new = *gd;
         if uninit {
@@ -303,6 +323,11 @@ impl Volume {
     /// no dirty version and skips the block. Most freed blocks are file
     /// data that was never cached: a miss per block.
     fn forget_freed(&self, runs: &[(u64, u64)]) {
+        if let Some(j) = &self.jbd {
+            // Revoke what the log holds of them, and keep them from
+            // reuse until the freeing transaction commits (commit.rs).
+            j.freed(runs);
+        }
         let _io = self.dirty_meta.io.lock();
         for &(p, n) in runs {
             for blk in p..p + n {

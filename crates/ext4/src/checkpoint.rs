@@ -162,10 +162,24 @@ impl Volume {
     /// flight stays dirty for the next checkpoint. On a device error the
     /// unwritten blocks stay in the set and stay dirty, so nothing is lost
     /// and the next sync tries again.
+    ///
+    /// With a journal it also empties the log afterwards (see `commit.rs`):
+    /// the blocks written are the committed versions, after a flush the
+    /// log no longer needs them.
     pub fn checkpoint(&self) -> Result<()> {
         if self.read_only {
             return Ok(());
         }
+        match &self.jbd {
+            Some(j) => self.checkpoint_journaled(j),
+            None => self.checkpoint_home(),
+        }
+    }
+
+    /// Write the checkpoint set home (no flush, no log change): the
+    /// current version of each block without a journal, its committed
+    /// version with one.
+    pub(crate) fn checkpoint_home(&self) -> Result<()> {
         // The lock before the emptiness test: a checkpoint in flight (the
         // background worker's, or another caller's) has emptied the set
         // but not yet written what it took, and a sync that returned now
@@ -188,12 +202,18 @@ impl Volume {
                     }
                 }
                 j += 1;
-                let cur = {
-                    // A draft is published here: what is written is an
-                    // immutable version, and the next change starts a new
-                    // draft (once per block per checkpoint).
-                    let mut g = self.bcache.lock(blk);
-                    self.bcache.peek_locked(&mut g, blk).filter(|b| b.is_dirty())
+                let cur = match &self.jbd {
+                    // The version the log holds: a newer one may carry
+                    // changes of a transaction not yet committed. None
+                    // when the block was freed since (never write it).
+                    Some(j) => j.committed_versions.lock().get(&blk).cloned().filter(|b| b.is_dirty()),
+                    None => {
+                        // A draft is published here: what is written is an
+                        // immutable version, and the next change starts a
+                        // new draft (once per block per checkpoint).
+                        let mut g = self.bcache.lock(blk);
+                        self.bcache.peek_locked(&mut g, blk).filter(|b| b.is_dirty())
+                    }
                 };
                 match cur {
                     Some(b) => run.push((blk, b)),
@@ -207,7 +227,7 @@ impl Volume {
                 for (_, b) in &run {
                     data.extend_from_slice(&b.data);
                 }
-                if let Err(e) = self.write_raw(first, &data) {
+                if let Err(e) = self.write_meta_raw(first, &data) {
                     self.dirty_meta.restore(todo[i..].iter().copied());
                     return Err(e);
                 }
@@ -216,7 +236,15 @@ impl Volume {
                     // Only the version we wrote becomes clean; a newer one
                     // (or a draft started since) was made by a handle whose
                     // commit records it.
-                    if self.bcache.is_current(*blk, b) {
+                    if let Some(j) = &self.jbd {
+                        // The committed version is home: clean, and no
+                        // longer the checkpoint's to keep.
+                        b.mark_clean();
+                        let mut cv = j.committed_versions.lock();
+                        if cv.get(blk).is_some_and(|c| Arc::ptr_eq(c, b)) {
+                            cv.remove(blk);
+                        }
+                    } else if self.bcache.is_current(*blk, b) {
                         b.mark_clean();
                     }
                 }

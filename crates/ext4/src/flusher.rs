@@ -52,11 +52,18 @@ impl Signal {
         self.cv.notify_one();
     }
 
-    /// Wait for a kick; false once the worker must stop.
-    fn wait(&self) -> bool {
+    /// Wait for a kick, or `tick` at most; false once the worker must stop.
+    fn wait(&self, tick: Option<std::time::Duration>) -> bool {
         let mut s = self.state.lock();
         while !s.pending && !s.stop {
-            self.cv.wait(&mut s);
+            match tick {
+                Some(t) => {
+                    if self.cv.wait_for(&mut s, t).timed_out() {
+                        break;
+                    }
+                }
+                None => self.cv.wait(&mut s),
+            }
         }
         s.pending = false;
         // Cleared before the pass, so a kick during it asks for another.
@@ -149,11 +156,21 @@ pub struct Flusher {
 impl Flusher {
     /// Start a worker that runs `pass` once per kick (kicks that arrive
     /// during a pass ask for one more pass, not one each).
-    pub fn spawn(name: &str, mut pass: impl FnMut() + Send + 'static) -> std::io::Result<Flusher> {
+    pub fn spawn(name: &str, pass: impl FnMut() + Send + 'static) -> std::io::Result<Flusher> {
+        Self::spawn_ticking(name, None, pass)
+    }
+
+    /// [`Self::spawn`], also running `pass` every `tick` without a kick
+    /// (the journal's commit interval is checked that way).
+    pub fn spawn_ticking(
+        name: &str,
+        tick: Option<std::time::Duration>,
+        mut pass: impl FnMut() + Send + 'static,
+    ) -> std::io::Result<Flusher> {
         let signal = Arc::new(Signal::default());
         let s = signal.clone();
         let thread = std::thread::Builder::new().name(name.into()).spawn(move || {
-            while s.wait() {
+            while s.wait(tick) {
                 pass();
             }
         })?;

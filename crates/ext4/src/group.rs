@@ -66,28 +66,54 @@ impl Volume {
     /// (the kernel keeps them in per-cpu counters and writes them the same
     /// way at sync time).
     pub fn sync_super(&self) -> Result<()> {
-        let _g = self.sb_lock.lock();
-        let (mut fb, mut fi) = (0u64, 0u64);
-        for grp in &self.groups {
-            let gd = grp.desc.read();
-            fb += gd.free_blocks_count() as u64;
-            fi += gd.free_inodes_count() as u64;
+        if self.jbd.is_some() && !self.read_only {
+            // Journaled like any metadata: the orphan chain's head lives
+            // here, and must change in the same transaction as the links.
+            let mut h = self.begin()?;
+            self.journal_super(&mut h)?;
+            return h.commit();
         }
-        let bytes = {
-            let mut sb = self.sb.write();
-            sb.free_blocks_count_lo = fb as u32;
-            if self.has_incompat(ext4kit_format::features::incompat::BIT64) {
-                sb.free_blocks_count_hi = (fb >> 32) as u32;
-            }
-            sb.free_inodes_count = fi as u32;
-            sb.to_bytes_with_checksum()
-        };
+        let _g = self.sb_lock.lock();
+        let bytes = self.super_bytes();
         if self.read_only {
             return Ok(());
         }
         self.device()
             .write_at(ext4kit_format::superblock::SUPERBLOCK_OFFSET, &bytes)
             .map_err(|e| crate::error::Error::io("writing the superblock", e))
+    }
+}
+
+impl Volume {
+    /// The superblock as it would be written now: the in-memory copy with
+    /// the free counts summed from the groups.
+    fn super_bytes(&self) -> Vec<u8> {
+        let (mut fb, mut fi) = (0u64, 0u64);
+        for grp in &self.groups {
+            let gd = grp.desc.read();
+            fb += gd.free_blocks_count() as u64;
+            fi += gd.free_inodes_count() as u64;
+        }
+        let mut sb = self.sb.write();
+        sb.free_blocks_count_lo = fb as u32;
+        if self.has_incompat(ext4kit_format::features::incompat::BIT64) {
+            sb.free_blocks_count_hi = (fb >> 32) as u32;
+        }
+        sb.free_inodes_count = fi as u32;
+        sb.to_bytes_with_checksum()
+    }
+
+    /// Write the superblock through `h` (a journaled volume): bytes
+    /// 1024..2048 of the block that holds them (block 0, or block 1 with
+    /// 1 KiB blocks), so that it changes in `h`'s transaction.
+    pub fn journal_super(&self, h: &mut crate::transaction::Handle<'_>) -> Result<()> {
+        let _g = self.sb_lock.lock();
+        let bytes = self.super_bytes();
+        let at = ext4kit_format::superblock::SUPERBLOCK_OFFSET as usize % self.block_size;
+        h.modify_superblock_block(|d| {
+            d[at..at + bytes.len()].copy_from_slice(&bytes);
+            Ok(())
+        })
     }
 }
 

@@ -25,6 +25,7 @@ pub mod bmap;
 pub mod bmap_write;
 pub mod buffer;
 pub mod checkpoint;
+pub mod commit;
 pub mod dir;
 pub mod dir_delete;
 pub mod dir_insert;

@@ -48,6 +48,10 @@ impl Volume {
             inode.base.dtime = sb.last_orphan;
             sb.last_orphan = ino;
         }
+        if self.jbd.is_some() {
+            // The chain's head and the new link in one transaction.
+            self.journal_super(h)?;
+        }
         self.write_inode_linked(h, ino, inode, &links)
     }
 
@@ -64,12 +68,19 @@ impl Volume {
             ));
         };
         inode.base.dtime = 0;
-        {
+        let was_head = {
             let mut sb = self.sb.write();
-            if sb.last_orphan == ino {
+            let head = sb.last_orphan == ino;
+            if head {
                 sb.last_orphan = next;
-                return Ok(());
             }
+            head
+        };
+        if was_head {
+            if self.jbd.is_some() {
+                self.journal_super(h)?;
+            }
+            return Ok(());
         }
         let Some(prev) = links.iter().find(|&(_, &n)| n == ino).map(|(&p, _)| p) else {
             return Err(Error::corrupt_msg(

@@ -10,10 +10,13 @@
 //! `commit` hands the handle's blocks to the checkpoint (`checkpoint.rs`),
 //! which writes them home in block order at sync, fsync or over budget.
 //!
-//! Today there is no log step (no journal: an operation's blocks reach the
-//! disk at a checkpoint, not atomically). The journal issue turns commit
-//! into "log to jbd2" without changing any caller — that is why nothing in
-//! the engine writes metadata except through a handle.
+//! With a journal (a read-write volume with `has_journal`), a committed
+//! handle's blocks join the running transaction instead (`commit.rs`),
+//! which is written to the log before anything of it goes home; a handle
+//! is a member of that transaction from `begin` to `commit`. Without one
+//! (ext2, `^has_journal`) they go straight to the checkpoint set. No
+//! caller sees the difference — which is why nothing in the engine writes
+//! metadata except through a handle.
 
 use super::volume::{annotate, Volume};
 use crate::error::{Errno, Error, Result};
@@ -26,6 +29,9 @@ pub struct Handle<'v> {
     /// inline cover a create — bitmap, descriptor, inode-table block,
     /// leaf, the directory's own inode — without allocating at all).
     dirty: smallvec::SmallVec<[u64; 8]>,
+    /// Membership of the running transaction (journaled volumes only):
+    /// a commit cannot close the transaction while this handle is open.
+    member: Option<super::commit::Membership<'v>>,
 }
 
 impl std::fmt::Debug for Handle<'_> {
@@ -43,6 +49,7 @@ impl Volume {
         Ok(Handle {
             vol: self,
             dirty: smallvec::SmallVec::new(),
+            member: self.jbd.as_ref().map(|j| j.join()),
         })
     }
 }
@@ -66,6 +73,24 @@ impl<'v> Handle<'v> {
             f,
         )?;
         self.note(block);
+        Ok(r)
+    }
+
+    /// Change the block holding the primary superblock (bytes 1024..2048:
+    /// block 0, or block 1 with 1 KiB blocks) through `f`. Metadata
+    /// pointers never name block 0, so [`Self::modify`] refuses it; this is
+    /// the one way to it.
+    pub(crate) fn modify_superblock_block<R>(&mut self, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
+        let vol = self.vol;
+        let blk = ext4kit_format::superblock::SUPERBLOCK_OFFSET / vol.block_size as u64;
+        let mut g = vol.bcache.lock(blk);
+        let r = vol.bcache.modify(
+            &mut g,
+            blk,
+            |g| vol.bcache.get_locked(g, blk, |d| vol.read_raw(blk, d)),
+            f,
+        )?;
+        self.note(blk);
         Ok(r)
     }
 
@@ -104,7 +129,18 @@ impl<'v> Handle<'v> {
     /// transaction, not to one handle.
     pub fn commit(mut self) -> Result<()> {
         let dirty = std::mem::take(&mut self.dirty);
-        self.vol.commit_blocks(dirty)
+        match &self.vol.jbd {
+            Some(j) => {
+                let full = j.add(dirty);
+                // Out of the transaction before any commit it may trigger.
+                self.member = None;
+                if full {
+                    self.vol.commit_running()?;
+                }
+                Ok(())
+            }
+            None => self.vol.commit_blocks(dirty),
+        }
     }
 }
 
@@ -118,7 +154,14 @@ impl<'v> Handle<'v> {
 impl Drop for Handle<'_> {
     fn drop(&mut self) {
         if !self.dirty.is_empty() {
-            self.vol.dirty_meta.add(self.dirty.drain(..));
+            match &self.vol.jbd {
+                Some(j) => {
+                    j.add(self.dirty.drain(..));
+                }
+                None => {
+                    self.vol.dirty_meta.add(self.dirty.drain(..));
+                }
+            }
         }
     }
 }

@@ -135,6 +135,9 @@ pub struct Volume {
     pub orphans: super::orphan::OrphanLinks,
     /// Committed metadata blocks not yet written home (`checkpoint.rs`).
     pub dirty_meta: DirtyMeta,
+    /// The journal, when the volume is open for writing and has one
+    /// (`commit.rs`): transactions go through its log.
+    pub jbd: Option<super::commit::Jbd>,
     /// Where file inodes went last when their parent's group was full
     /// (the search for the next one starts there; see `alloc_inode`).
     pub inode_overflow_group: std::sync::atomic::AtomicU32,
@@ -251,10 +254,58 @@ impl Volume {
             sb_lock: parking_lot::Mutex::new(()),
             stats: Stats::default(),
             groups: Vec::new(),
+            jbd: None,
             sb: RwLock::new(sb),
         };
         vol.groups = vol.load_groups(ngroups as u32)?;
+        if !vol.read_only && vol.has_compat(features::compat::HAS_JOURNAL) {
+            vol.start_journal()?;
+        }
         Ok(vol)
+    }
+
+    /// Open the journal for writing (a read-write volume with
+    /// `has_journal`): its log must be empty — recovery ran before the
+    /// volume opened. Our journal superblock asks for what the kernel
+    /// sets at mount (revoke, 64-bit tags on a 64bit filesystem, checksum
+    /// v3 with metadata_csum); nothing is written until the first commit,
+    /// so an open that only reads leaves the image's bytes alone.
+    /// `needs_recovery` is kept set in the in-memory superblock while the
+    /// journal is in use, so every version of the superblock the log or a
+    /// checkpoint writes says so (`commit.rs`). A journal we cannot write
+    /// (an external one, a version 1 superblock, a corrupt one) leaves the
+    /// volume unjournaled, with a warning.
+    fn start_journal(&mut self) -> Result<()> {
+        use ext4kit_format::jbd2::features as jf;
+        let dev = self.dev.clone();
+        let journal = match super::journal::open_journal(&dev) {
+            Ok(j) => j,
+            Err(e) => {
+                self.warnings.push(format!(
+                    "the journal cannot be used for writing ({e}): changes are written without it, as on ext2; \
+                     a crash may need e2fsck"
+                ));
+                return Ok(());
+            }
+        };
+        let mut want = jf::INCOMPAT_REVOKE;
+        if self.has_incompat(incompat::BIT64) {
+            want |= jf::INCOMPAT_64BIT;
+        }
+        if self.csum_seed.is_some() {
+            want |= jf::INCOMPAT_CSUM_V3;
+        }
+        match ext4kit_jbd2::Log::start(journal, want) {
+            Ok(log) => {
+                self.sb.write().feature_incompat |= incompat::RECOVER;
+                self.jbd = Some(super::commit::Jbd::new(log));
+            }
+            Err(e) => self.warnings.push(format!(
+                "the journal cannot be used for writing ({e}): changes are written without it, as on ext2; a crash \
+                 may need e2fsck"
+            )),
+        }
+        Ok(())
     }
 
     fn load_groups(&self, ngroups: u32) -> Result<Vec<Group>> {
@@ -345,8 +396,24 @@ impl Volume {
         if self.read_only {
             return Err(Error::posix(crate::error::Errno::EROFS, "filesystem is read-only"));
         }
+        self.write_blocks(block, data, false)
+    }
+
+    /// Write metadata blocks home (the checkpoint): like [`Self::write_raw`],
+    /// but block 0 may be among them when it holds the primary superblock
+    /// (blocks larger than 1 KiB), which a journal logs like any other
+    /// metadata block. File data never goes to block 0: a block map naming
+    /// it is corrupt, and `write_raw` refuses it.
+    pub fn write_meta_raw(&self, block: u64, data: &[u8]) -> Result<()> {
+        self.write_blocks(block, data, self.block_size > 1024)
+    }
+
+    fn write_blocks(&self, block: u64, data: &[u8], sb_block_ok: bool) -> Result<()> {
+        if self.read_only {
+            return Err(Error::posix(crate::error::Errno::EROFS, "filesystem is read-only"));
+        }
         let n = (data.len() / self.block_size) as u64;
-        if block == 0 || block.checked_add(n).is_none_or(|e| e > self.blocks_count) {
+        if block == 0 && !sb_block_ok || block.checked_add(n).is_none_or(|e| e > self.blocks_count) {
             return Err(Error::corrupt_msg(
                 format!("block {block}"),
                 "block map",

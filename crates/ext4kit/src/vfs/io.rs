@@ -312,6 +312,11 @@ impl Fs {
     /// last partial block; growing only changes the size (the new range is
     /// a hole). mtime and ctime are updated, as Linux does.
     pub fn truncate_inode(&self, inode: &CachedInode, len: u64) -> Result<()> {
+        self.retry_enospc(|| self.truncate_inode_once(inode, len))
+    }
+
+    /// One attempt of [`Self::truncate_inode`].
+    fn truncate_inode_once(&self, inode: &CachedInode, len: u64) -> Result<()> {
         check_regular(inode)?;
         let mut rec = inode.disk.write();
         self.check_writable(inode, &rec)?;
@@ -377,6 +382,11 @@ impl Fs {
     /// by writing zeros into the new blocks (what glibc's posix_fallocate
     /// emulation does), hole punching works as on extent files.
     pub fn fallocate_inode(&self, inode: &CachedInode, mode: u32, off: u64, len: u64) -> Result<()> {
+        self.retry_enospc(|| self.fallocate_inode_once(inode, mode, off, len))
+    }
+
+    /// One attempt of [`Self::fallocate_inode`].
+    fn fallocate_inode_once(&self, inode: &CachedInode, mode: u32, off: u64, len: u64) -> Result<()> {
         let ino = inode.ino;
         let bad = |why: &str| Error::posix(Errno::EOPNOTSUPP, format!("fallocate on inode {ino}: {why}"));
         if len == 0 {

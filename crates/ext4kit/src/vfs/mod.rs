@@ -71,11 +71,25 @@ impl Drop for Fs {
         if self.vol.read_only {
             return;
         }
-        let r = self.writeback_all().and_then(|()| {
-            if self.vol.dirty_meta.is_empty() {
-                return Ok(());
+        let r = self.writeback_all().and_then(|()| match &self.vol.jbd {
+            // A clean close of a journaled volume: everything committed,
+            // written home, the log emptied and needs_recovery cleared —
+            // only if anything was ever written (an open that only read
+            // leaves the image alone).
+            Some(j) => {
+                if j.running_is_empty() && self.vol.dirty_meta.is_empty() && !j.recover_flag_on_disk() {
+                    return Ok(());
+                }
+                self.writeback_all()?;
+                self.vol.sync_super()?;
+                self.vol.close_journal(true)
             }
-            self.sync()
+            None => {
+                if self.vol.dirty_meta.is_empty() {
+                    return Ok(());
+                }
+                self.sync()
+            }
         });
         if let Err(e) = r {
             eprintln!("ext4kit: writing back at close failed, the image may lose recent changes: {e}");
@@ -134,6 +148,23 @@ pub struct FsStats {
 }
 
 impl Fs {
+    /// Run `f`, and once more after a commit if it failed with ENOSPC
+    /// while blocks freed by the running transaction wait for it to commit
+    /// (the kernel's `ext4_should_retry_alloc`): with a journal, a freed
+    /// block is reused only once its freeing transaction is committed (see
+    /// `ext4::commit`), so right after a delete the space is there but not
+    /// yet usable. `f` is an operation that failed cleanly (no half-made
+    /// change), and the caller holds no lock a handle could wait for.
+    pub(crate) fn retry_enospc<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        match f() {
+            Err(e) if e.errno() == Errno::ENOSPC && self.vol.jbd.as_ref().is_some_and(|j| j.has_busy()) => {
+                self.vol.commit_running()?;
+                f()
+            }
+            r => r,
+        }
+    }
+
     /// Warnings from opening (read-only fallbacks, journal recovery).
     pub fn warnings(&self) -> &[String] {
         &self.vol.warnings

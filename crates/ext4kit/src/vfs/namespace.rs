@@ -176,6 +176,18 @@ impl Fs {
         cred: &Cred,
         owner: Option<(u32, u32)>,
     ) -> Result<Stat> {
+        self.retry_enospc(|| self.mkdir_owned_once(parent, name, perm, cred, owner))
+    }
+
+    /// One attempt of [`Self::mkdir_owned`].
+    fn mkdir_owned_once(
+        &self,
+        parent: u32,
+        name: &[u8],
+        perm: u16,
+        cred: &Cred,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Stat> {
         check_name(name)?;
         if is_dot(name) {
             return Err(Error::posix(Errno::EEXIST, format!("{}: exists", show(name))));
@@ -358,6 +370,11 @@ impl Fs {
 
     /// Give inode `ino` (not a directory) another name: `name` in `parent`.
     pub fn link_at(&self, ino: u32, parent: u32, name: &[u8], cred: &Cred) -> Result<Stat> {
+        self.retry_enospc(|| self.link_at_once(ino, parent, name, cred))
+    }
+
+    /// One attempt of [`Self::link_at`].
+    fn link_at_once(&self, ino: u32, parent: u32, name: &[u8], cred: &Cred) -> Result<Stat> {
         check_name(name)?;
         if is_dot(name) {
             return Err(Error::posix(Errno::EEXIST, format!("{}: exists", show(name))));
@@ -448,6 +465,19 @@ impl Fs {
 
     /// Rename `old_name` in `old_dir` to `new_name` in `new_dir`.
     pub fn rename_at(
+        &self,
+        old_dir: u32,
+        old_name: &[u8],
+        new_dir: u32,
+        new_name: &[u8],
+        flags: RenameFlags,
+        cred: &Cred,
+    ) -> Result<()> {
+        self.retry_enospc(|| self.rename_at_once(old_dir, old_name, new_dir, new_name, flags, cred))
+    }
+
+    /// One attempt of [`Self::rename_at`].
+    fn rename_at_once(
         &self,
         old_dir: u32,
         old_name: &[u8],

@@ -208,7 +208,11 @@ impl Fs {
         dcache: &Arc<dcache::Dcache>,
     ) -> Option<crate::flusher::Flusher> {
         let (v, i, d) = (vol.clone(), icache.clone(), dcache.clone());
-        let f = crate::flusher::Flusher::spawn("ext4kit-flush", move || {
+        // With a journal the worker also wakes once a second to commit a
+        // running transaction older than the commit interval.
+        let tick = vol.jbd.as_ref().map(|_| std::time::Duration::from_secs(1));
+        let f = crate::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {
+            v.commit_if_due();
             v.checkpoint_if_over();
             i.reclaim();
             d.reclaim();

@@ -105,7 +105,23 @@ impl Fs {
     /// [`Fs::mknod_at`] with an explicit owner: image building copies
     /// owners from a source tree while acting with `cred`'s rights.
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     pub fn mknod_owned(
+        &self,
+        parent: u32,
+        name: &[u8],
+        ftype: FileType,
+        perm: u16,
+        rdev: (u32, u32),
+        cred: &Cred,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Stat> {
+        self.retry_enospc(|| self.mknod_owned_once(parent, name, ftype, perm, rdev, cred, owner))
+    }
+
+    /// One attempt of [`Self::mknod_owned`].
+    #[allow(clippy::too_many_arguments)]
+    fn mknod_owned_once(
         &self,
         parent: u32,
         name: &[u8],
@@ -144,6 +160,18 @@ impl Fs {
 
     /// [`Fs::symlink_at`] with an explicit owner (image building).
     pub fn symlink_owned(
+        &self,
+        parent: u32,
+        name: &[u8],
+        target: &[u8],
+        cred: &Cred,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Stat> {
+        self.retry_enospc(|| self.symlink_owned_once(parent, name, target, cred, owner))
+    }
+
+    /// One attempt of [`Self::symlink_owned`].
+    fn symlink_owned_once(
         &self,
         parent: u32,
         name: &[u8],
@@ -316,26 +344,38 @@ impl Fs {
     pub fn write_file(&self, path: &[u8], data: &[u8], perm: u16, uid: u32, gid: u32) -> Result<Stat> {
         let st = self.create(path, perm, uid, gid)?;
         let inode = self.inode(st.ino)?;
-        let mut rec = inode.disk.write();
-        let mut new = rec.clone();
-        let mut h = self.vol.begin()?;
-        self.vol.write_new_data(&mut h, st.ino, &mut new, data)?;
-        self.vol.write_inode(&mut h, st.ino, &new)?;
-        h.commit()?;
-        inode.size.store(new.size(), std::sync::atomic::Ordering::Release);
-        inode.reset_block_map();
-        *rec = new;
-        drop(rec);
+        self.retry_enospc(|| {
+            let mut rec = inode.disk.write();
+            let mut new = rec.clone();
+            let mut h = self.vol.begin()?;
+            self.vol.write_new_data(&mut h, st.ino, &mut new, data)?;
+            self.vol.write_inode(&mut h, st.ino, &new)?;
+            h.commit()?;
+            inode.size.store(new.size(), std::sync::atomic::Ordering::Release);
+            inode.reset_block_map();
+            *rec = new;
+            Ok(())
+        })?;
         self.stat_ino(st.ino)
     }
 
-    /// sync(2): write back every dirty page and inode, checkpoint the
-    /// committed metadata, write the superblock's summary counters and
-    /// flush the device.
+    /// sync(2): write back every dirty page and inode, write the
+    /// superblock's summary counters, and make it all durable *and home*:
+    /// with a journal, the running transaction is committed, everything is
+    /// checkpointed and the log emptied, so that the image file is complete
+    /// on its own (no replay needed) — what a program building an image
+    /// expects of `sync` — which is more than the kernel's `ext4_sync_fs`
+    /// (a commit); fsync and fdatasync commit only. Without a journal, a
+    /// checkpoint of every dirty metadata block. Then the device is
+    /// flushed.
     pub fn sync(&self) -> Result<()> {
         self.writeback_all()?;
-        self.vol.checkpoint()?;
         self.vol.sync_super()?;
+        if self.vol.jbd.is_some() {
+            self.vol.close_journal(false)?;
+        } else {
+            self.vol.checkpoint()?;
+        }
         if !self.vol.read_only {
             self.vol
                 .device()

@@ -60,6 +60,11 @@ impl Fs {
     /// Write back inode `inode`: dirty pages, then the record as `level`
     /// requires. Does not flush the device (fsync does).
     pub fn writeback_inode(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
+        self.retry_enospc(|| self.writeback_inode_once(inode, level))
+    }
+
+    /// One attempt of [`Self::writeback_inode`].
+    fn writeback_inode_once(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
         if !inode.is_dirty() {
             return Ok(WritebackStats::default());
         }
@@ -239,12 +244,25 @@ impl Fs {
     pub fn fsync_inode(&self, inode: &CachedInode, data_only: bool) -> Result<WritebackStats> {
         let level = if data_only { SyncLevel::Data } else { SyncLevel::All };
         let st = self.writeback_inode(inode, level)?;
-        // Without a journal the inode's metadata (its record, its map, its
-        // directory entry and the bitmaps) is only durable once written
-        // home; writing all dirty metadata is what a jbd2 commit of the
-        // running transaction does too, and it is bounded by the
-        // checkpoint budget, not by the file's size.
-        self.vol.checkpoint()?;
+        match &self.vol.jbd {
+            // With a journal: commit the running transaction, which holds
+            // the inode's metadata if anything of it changed (and whatever
+            // else is running: jbd2's fsync does the same). Concurrent
+            // fsyncs share one commit (`commit_upto`). Its cost is what
+            // the transaction holds, not the file's size (seed 003); an
+            // fdatasync of an overwrite that changed only timestamps finds
+            // nothing running and commits nothing.
+            Some(j) => {
+                if !j.running_is_empty() {
+                    self.vol.commit_running()?;
+                }
+            }
+            // Without one the inode's metadata (its record, its map, its
+            // directory entry and the bitmaps) is only durable once written
+            // home; writing all dirty metadata is bounded by the
+            // checkpoint budget, not by the file's size.
+            None => self.vol.checkpoint()?,
+        }
         if !self.vol.read_only {
             self.vol
                 .device()

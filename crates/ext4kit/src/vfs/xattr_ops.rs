@@ -96,6 +96,11 @@ impl Fs {
     /// 0, XATTR_CREATE or XATTR_REPLACE). ACL values are in the Linux
     /// xattr format.
     pub fn setxattr_ino(&self, ino: u32, name: &[u8], value: &[u8], flags: u32, cred: &Cred) -> Result<()> {
+        self.retry_enospc(|| self.setxattr_ino_once(ino, name, value, flags, cred))
+    }
+
+    /// One attempt of [`Self::setxattr_ino`].
+    fn setxattr_ino_once(&self, ino: u32, name: &[u8], value: &[u8], flags: u32, cred: &Cred) -> Result<()> {
         self.change_xattr(ino, name, Some(value), flags, cred)
     }
 

@@ -1,0 +1,518 @@
+//! The running transaction and its commit to the journal: jbd2's
+//! transaction.c (handles joining the running transaction) and commit.c
+//! (committing it), for a volume opened read-write with a journal.
+//!
+//! Every committed [`Handle`](crate::transaction::Handle) adds its blocks
+//! to the *running transaction*. A commit closes it and writes it to the
+//! log ([`ext4kit_jbd2::Log`]): the blocks' contents as of the close,
+//! then a commit block, with the flushes that make it atomic. Only then do
+//! the blocks join the checkpoint set (`checkpoint.rs`), which writes them
+//! home — the *committed* version of each, never a newer one a running
+//! handle may have half made — and after which the log is emptied. So at
+//! every moment the disk holds, for every metadata block, either its home
+//! version or a committed copy in the log that replay puts home.
+//!
+//! **Closing a transaction** (the kernel's `T_LOCKED`): handles hold the
+//! read side of [`Jbd::barrier`] from `begin` to `commit`; a commit takes
+//! the write side, so it waits for the handles in flight to finish and
+//! holds new ones back for as long as it takes to capture the closed
+//! transaction's blocks — each block's current version, its draft
+//! published (an `Arc` clone, no copy) — and to open the next transaction.
+//! Writing the log then runs beside the next transaction's handles: a
+//! block they change gets a new draft, and the captured version stays as
+//! it was. A handle begun inside another on the same thread (a nested
+//! handle) joins without taking the barrier again, which would deadlock
+//! against a waiting commit.
+//!
+//! **When**: `fsync`, `fdatasync` and `sync` commit the running
+//! transaction (concurrent callers share one commit: group commit — each
+//! waits for the id it needs, and a commit covers every handle committed
+//! before it); the background worker commits one older than the commit
+//! interval (5 s by default, the kernel's `commit=`); a running
+//! transaction grown past a quarter of the log is committed by the next
+//! handle's commit (the kernel's `j_max_transaction_buffers`).
+//!
+//! **Revokes and busy blocks** (jbd2's revoke.c, ext4's
+//! `ext4_free_data`): a freed metadata block whose copy sits in a live
+//! transaction of the log gets a revoke record in the running
+//! transaction, so that replay never writes the old metadata over what
+//! the block holds next (file data is not journaled). And a freed block
+//! is not handed out again until the transaction that freed it has
+//! committed: otherwise a crash before that commit would leave the block
+//! with its old owner *and* the new owner's data.
+//!
+//! **needs_recovery**: set in the superblock, written home, before the
+//! first commit of an empty log can be durable (neither the kernel nor
+//! e2fsck looks at a journal without it); cleared at a clean close, after
+//! everything is home and the log is empty.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ext4kit_format::features::incompat;
+use ext4kit_jbd2::Log;
+use parking_lot::{Mutex, RwLock};
+
+use crate::buffer::Buffer;
+use crate::error::{Error, Result};
+use crate::volume::Volume;
+
+/// The default commit interval (the kernel's `JBD2_DEFAULT_MAX_COMMIT_AGE`).
+pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The running transaction.
+#[derive(Debug, Default)]
+struct Running {
+    /// Its id.
+    tid: u32,
+    /// Blocks its handles changed, each once.
+    blocks: Vec<u64>,
+    seen: HashSet<u64>,
+    /// Blocks it revokes.
+    revokes: HashSet<u64>,
+    /// When its first handle committed.
+    since: Option<Instant>,
+}
+
+/// Counters for tests and benchmarks.
+#[derive(Debug, Default)]
+pub struct JournalStats {
+    /// Transactions written to the log.
+    pub commits: AtomicU64,
+    /// Commit requests (fsync, fdatasync, sync, interval, size).
+    pub requests: AtomicU64,
+    /// Log blocks written.
+    pub log_blocks: AtomicU64,
+    /// Checkpoints that emptied the log.
+    pub log_resets: AtomicU64,
+}
+
+/// The journal of a volume open for writing.
+pub struct Jbd {
+    /// Handles hold the read side from `begin` to `commit`; a commit takes
+    /// the write side to close the running transaction.
+    pub(crate) barrier: RwLock<()>,
+    running: Mutex<Running>,
+    /// The log; holding it serialises commits and log resets.
+    log: Mutex<Log>,
+    /// Id of the last committed transaction (`None` until the first).
+    committed: Mutex<Option<u32>>,
+    /// Latest committed version of each block not yet written home.
+    pub(crate) committed_versions: Mutex<HashMap<u64, Arc<Buffer>>>,
+    /// Blocks with a copy in a live transaction of the log.
+    logged: Mutex<HashSet<u64>>,
+    /// Freed runs `(start, len, tid)` not to allocate until transaction
+    /// `tid` commits.
+    busy: Mutex<Vec<(u64, u64, u32)>>,
+    /// Runs allocated by the running transaction (start → length): freed
+    /// again before it commits, no committed metadata ever owned them, so
+    /// they are free for reuse at once (an allocation undone after
+    /// ENOSPC gives its blocks straight back).
+    allocated: Mutex<std::collections::BTreeMap<u64, u64>>,
+    /// `needs_recovery` is set on disk (cleared at a clean close).
+    recover_flag_on_disk: AtomicBool,
+    /// The commit interval.
+    pub interval: Duration,
+    /// Blocks past which the running transaction is committed.
+    max_blocks: usize,
+    /// Counters.
+    pub stats: JournalStats,
+    /// The next transaction id, readable without the log lock.
+    next_tid: AtomicU32,
+}
+
+impl std::fmt::Debug for Jbd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Jbd")
+            .field("log", &*self.log.lock())
+            .field("committed", &*self.committed.lock())
+            .finish()
+    }
+}
+
+thread_local! {
+    /// Handles open on this thread (a nested handle joins the outer one's
+    /// transaction without taking the barrier again).
+    static DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The barrier share a handle holds (none for a nested handle).
+pub(crate) struct Membership<'v> {
+    _guard: Option<parking_lot::RwLockReadGuard<'v, ()>>,
+}
+
+impl Drop for Membership<'_> {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+impl Jbd {
+    /// A journal state over `log`, whose next transaction is its
+    /// `next_tid`.
+    pub fn new(log: Log) -> Jbd {
+        let tid = log.next_tid();
+        let max_blocks = (log.capacity() as usize / 4).max(16);
+        Jbd {
+            barrier: RwLock::new(()),
+            running: Mutex::new(Running {
+                tid,
+                ..Default::default()
+            }),
+            next_tid: AtomicU32::new(tid),
+            log: Mutex::new(log),
+            committed: Mutex::new(None),
+            committed_versions: Mutex::new(HashMap::new()),
+            logged: Mutex::new(HashSet::new()),
+            busy: Mutex::new(Vec::new()),
+            allocated: Mutex::new(std::collections::BTreeMap::new()),
+            recover_flag_on_disk: AtomicBool::new(false),
+            interval: DEFAULT_COMMIT_INTERVAL,
+            max_blocks,
+            stats: JournalStats::default(),
+        }
+    }
+
+    /// Join the running transaction (a handle's `begin`).
+    pub(crate) fn join(&self) -> Membership<'_> {
+        let nested = DEPTH.with(|d| {
+            let n = d.get();
+            d.set(n + 1);
+            n > 0
+        });
+        Membership {
+            _guard: (!nested).then(|| self.barrier.read()),
+        }
+    }
+
+    /// Add a committed handle's blocks to the running transaction; true
+    /// when it has grown past its limit and should be committed.
+    pub(crate) fn add(&self, blocks: impl IntoIterator<Item = u64>) -> bool {
+        let mut r = self.running.lock();
+        for b in blocks {
+            if r.seen.insert(b) {
+                r.blocks.push(b);
+            }
+            // Logged again after a revoke in the same transaction: the
+            // revoke would hide this copy too (jbd2_journal_cancel_revoke).
+            r.revokes.remove(&b);
+        }
+        if r.since.is_none() && !r.blocks.is_empty() {
+            r.since = Some(Instant::now());
+        }
+        r.blocks.len() > self.max_blocks
+    }
+
+    /// Id of the running transaction.
+    pub fn running_tid(&self) -> u32 {
+        self.running.lock().tid
+    }
+
+    /// Whether the running transaction has anything to commit.
+    pub fn running_is_empty(&self) -> bool {
+        let r = self.running.lock();
+        r.blocks.is_empty() && r.revokes.is_empty()
+    }
+
+    /// Whether the running transaction is older than the commit interval.
+    pub fn commit_due(&self) -> bool {
+        self.running.lock().since.is_some_and(|t| t.elapsed() >= self.interval)
+    }
+
+    /// Note blocks freed by the running transaction: each one with a copy
+    /// in a live transaction is revoked, its committed version is dropped
+    /// (the checkpoint must not write it over the block's next owner), and
+    /// the run stays busy until the running transaction commits.
+    pub(crate) fn freed(&self, runs: &[(u64, u64)]) {
+        let tid = self.running_tid();
+        {
+            let logged = self.logged.lock();
+            let mut cv = self.committed_versions.lock();
+            let mut r = self.running.lock();
+            for &(p, n) in runs {
+                for b in p..p + n {
+                    if logged.contains(&b) || r.seen.contains(&b) {
+                        r.revokes.insert(b);
+                    }
+                    cv.remove(&b);
+                }
+            }
+        }
+        // Blocks the running transaction allocated itself are not busy.
+        let mut owned: Vec<(u64, u64)> = Vec::new();
+        {
+            let mut alloc = self.allocated.lock();
+            for &(p, n) in runs {
+                let mut rest = vec![(p, p + n)];
+                let overlaps: Vec<(u64, u64)> = alloc
+                    .range(..p + n)
+                    .rev()
+                    .take_while(|&(&s, &l)| s + l > p || s >= p)
+                    .filter(|&(&s, &l)| s < p + n && s + l > p)
+                    .map(|(&s, &l)| (s, l))
+                    .collect();
+                for (s, l) in overlaps {
+                    alloc.remove(&s);
+                    let (cs, ce) = (s.max(p), (s + l).min(p + n));
+                    if s < cs {
+                        alloc.insert(s, cs - s);
+                    }
+                    if s + l > ce {
+                        alloc.insert(ce, s + l - ce);
+                    }
+                    rest = rest
+                        .into_iter()
+                        .flat_map(|(a, b)| {
+                            let mut v = Vec::new();
+                            if a < cs.min(b) {
+                                v.push((a, cs.min(b)));
+                            }
+                            if ce.max(a) < b {
+                                v.push((ce.max(a), b));
+                            }
+                            v
+                        })
+                        .collect();
+                }
+                owned.extend(rest.into_iter().filter(|(a, b)| a < b).map(|(a, b)| (a, b - a)));
+            }
+        }
+        let mut busy = self.busy.lock();
+        busy.extend(owned.into_iter().map(|(p, n)| (p, n, tid)));
+    }
+
+    /// Note a run the running transaction allocated (see `allocated`).
+    pub(crate) fn allocated(&self, start: u64, len: u64) {
+        if len > 0 {
+            self.allocated.lock().insert(start, len);
+        }
+    }
+
+    /// Whether freed blocks wait for their transaction to commit.
+    pub fn has_busy(&self) -> bool {
+        !self.busy.lock().is_empty()
+    }
+
+    /// The busy blocks within `start..end`, as runs clipped to it.
+    pub(crate) fn busy_in(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let busy = self.busy.lock();
+        busy.iter()
+            .filter_map(|&(p, n, _)| {
+                let (s, e) = (p.max(start), (p + n).min(end));
+                (s < e).then(|| (s, e - s))
+            })
+            .collect()
+    }
+
+    /// Whether `needs_recovery` was written home by us.
+    pub fn recover_flag_on_disk(&self) -> bool {
+        self.recover_flag_on_disk.load(Ordering::Acquire)
+    }
+}
+
+impl Volume {
+    /// Commit the running transaction if transaction `tid` (or an earlier
+    /// one) has not been committed yet: the group commit behind fsync.
+    /// Returns once `tid`'s changes are durable in the log. A no-op
+    /// without a journal.
+    pub fn commit_upto(&self, tid: u32) -> Result<()> {
+        let Some(j) = &self.jbd else { return Ok(()) };
+        j.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let mut log = j.log.lock();
+        if let Some(c) = *j.committed.lock() {
+            if ext4kit_jbd2::revoke::tid_geq(c, tid) {
+                return Ok(());
+            }
+        }
+        self.commit_locked(j, &mut log)
+    }
+
+    /// Commit whatever the running transaction holds now.
+    pub fn commit_running(&self) -> Result<()> {
+        let Some(j) = &self.jbd else { return Ok(()) };
+        let tid = j.running_tid();
+        self.commit_upto(tid)
+    }
+
+    /// The commit itself, with the log held.
+    fn commit_locked(&self, j: &Jbd, log: &mut Log) -> Result<()> {
+        // Close the running transaction: no handle in flight, none starting.
+        let (tid, blocks, revokes, captured) = {
+            let _closed = j.barrier.write();
+            let mut r = j.running.lock();
+            let tid = r.tid;
+            let blocks = std::mem::take(&mut r.blocks);
+            r.seen.clear();
+            let revokes: Vec<u64> = std::mem::take(&mut r.revokes).into_iter().collect();
+            r.since = None;
+            r.tid = tid.wrapping_add(1);
+            // What the closed transaction allocated will be owned by
+            // committed metadata: freed from now on, it is busy.
+            j.allocated.lock().clear();
+            j.next_tid.store(r.tid, Ordering::Release);
+            drop(r);
+            let mut captured: Vec<(u64, Arc<Buffer>)> = Vec::with_capacity(blocks.len());
+            for &b in &blocks {
+                let mut g = self.bcache.lock(b);
+                // Forgotten since (freed): nothing to log; its revoke, if
+                // it needs one, is in `revokes`.
+                if let Some(v) = self.bcache.peek_locked(&mut g, b) {
+                    captured.push((b, v));
+                }
+            }
+            (tid, blocks, revokes, captured)
+        };
+        let _ = blocks;
+        if captured.is_empty() && revokes.is_empty() {
+            *j.committed.lock() = Some(tid);
+            self.release_busy(j, tid);
+            return Ok(());
+        }
+        let need = log.space_needed(captured.len(), revokes.len());
+        if need > log.capacity() {
+            return self.commit_unjournaled(j, log, tid, captured);
+        }
+        if need > log.free() {
+            self.checkpoint_with_log(j, log)?;
+        }
+        if log.is_empty() && !j.recover_flag_on_disk.load(Ordering::Acquire) {
+            // needs_recovery home before the log can hold anything (the
+            // log's first flush makes both durable together).
+            self.set_recover_home(true)?;
+            j.recover_flag_on_disk.store(true, Ordering::Release);
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let data: Vec<(u64, &[u8])> = captured.iter().map(|(b, v)| (*b, &v.data[..])).collect();
+        let done = log
+            .commit(&data, &revokes, (now.as_secs(), now.subsec_nanos()))
+            .map_err(|e| Error::io(format!("committing transaction {tid} to the journal"), e))?;
+        j.stats.commits.fetch_add(1, Ordering::Relaxed);
+        j.stats.log_blocks.fetch_add(done.blocks as u64, Ordering::Relaxed);
+        {
+            let mut logged = j.logged.lock();
+            let mut cv = j.committed_versions.lock();
+            for (b, v) in &captured {
+                logged.insert(*b);
+                cv.insert(*b, v.clone());
+            }
+        }
+        *j.committed.lock() = Some(tid);
+        self.release_busy(j, tid);
+        // Committed: the blocks may now be written home. Over the
+        // checkpoint budget the background worker does it; without one
+        // (or far over) this commit does, its log already in hand.
+        if self.dirty_meta.add(captured.iter().map(|(b, _)| *b)) {
+            let limit = self.dirty_meta.limit();
+            if self.dirty_meta.len() > limit + limit / 2 || !crate::flusher::kick(&self.dirty_meta.flusher) {
+                self.checkpoint_with_log(j, log)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The background worker's commit: the running transaction, if it is
+    /// older than the commit interval. A failure is kept for the next
+    /// caller to meet (its commit fails the same way).
+    pub fn commit_if_due(&self) {
+        if let Some(j) = &self.jbd {
+            if j.commit_due() {
+                let _ = self.commit_running();
+            }
+        }
+    }
+
+    /// A transaction larger than the whole log: written home directly,
+    /// in block order, after everything before it, with flushes around it
+    /// — ordered, but not atomic (the kernel refuses handles this big;
+    /// we would rather store the change than fail it).
+    fn commit_unjournaled(&self, j: &Jbd, log: &mut Log, tid: u32, captured: Vec<(u64, Arc<Buffer>)>) -> Result<()> {
+        self.checkpoint_with_log(j, log)?;
+        {
+            let mut cv = j.committed_versions.lock();
+            for (b, v) in &captured {
+                cv.insert(*b, v.clone());
+            }
+        }
+        self.dirty_meta.add(captured.iter().map(|(b, _)| *b));
+        *j.committed.lock() = Some(tid);
+        self.release_busy(j, tid);
+        self.checkpoint_with_log(j, log)
+    }
+
+    fn release_busy(&self, j: &Jbd, tid: u32) {
+        j.busy
+            .lock()
+            .retain(|&(_, _, t)| !ext4kit_jbd2::revoke::tid_geq(tid, t));
+    }
+
+    /// Write every committed block home, flush, and empty the log. The
+    /// caller holds the log.
+    pub(crate) fn checkpoint_with_log(&self, j: &Jbd, log: &mut Log) -> Result<()> {
+        self.checkpoint_home()?;
+        self.device()
+            .flush()
+            .map_err(|e| Error::io("flushing the checkpointed blocks", e))?;
+        log.checkpointed()
+            .map_err(|e| Error::io("emptying the journal after a checkpoint", e))?;
+        j.logged.lock().clear();
+        j.stats.log_resets.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A checkpoint of a journaled volume: committed blocks home, then the
+    /// log emptied.
+    pub(crate) fn checkpoint_journaled(&self, j: &Jbd) -> Result<()> {
+        let mut log = j.log.lock();
+        self.checkpoint_with_log(j, &mut log)
+    }
+
+    /// Quiesce the journal: commit, write everything home, empty the log,
+    /// clear `needs_recovery` at home and flush (jbd2_journal_destroy +
+    /// ext4_put_super, or a freeze). After this the image file needs no
+    /// recovery and is complete on its own. With `last` (the volume is
+    /// closing) the in-memory superblock loses the flag too; otherwise it
+    /// keeps it, so that every superblock version a later transaction logs
+    /// says so (the next commit sets it at home again first).
+    pub fn close_journal(&self, last: bool) -> Result<()> {
+        let Some(j) = &self.jbd else { return Ok(()) };
+        self.commit_running()?;
+        self.checkpoint_journaled(j)?;
+        if last {
+            self.sb.write().feature_incompat &= !incompat::RECOVER;
+        }
+        if j.recover_flag_on_disk.load(Ordering::Acquire) {
+            self.set_recover_home(false)?;
+            self.device()
+                .flush()
+                .map_err(|e| Error::io("flushing the superblock at close", e))?;
+            j.recover_flag_on_disk.store(false, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Set or clear `needs_recovery` in the superblock at home, changing
+    /// nothing else of it: the home copy is the last checkpointed one, and
+    /// the in-memory superblock may hold changes no transaction has
+    /// committed yet, which must not reach the disk outside the log.
+    fn set_recover_home(&self, on: bool) -> Result<()> {
+        use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+        let _g = self.sb_lock.lock();
+        let mut raw = vec![0u8; Superblock::SIZE];
+        self.device()
+            .read_at(SUPERBLOCK_OFFSET, &mut raw)
+            .map_err(|e| Error::io("reading the superblock", e))?;
+        let mut sb = Superblock::parse(&raw).map_err(|e| Error::corrupt("superblock at byte 1024", e))?;
+        if on {
+            sb.feature_incompat |= incompat::RECOVER;
+        } else {
+            sb.feature_incompat &= !incompat::RECOVER;
+        }
+        self.device()
+            .write_at(SUPERBLOCK_OFFSET, &sb.to_bytes_with_checksum())
+            .map_err(|e| Error::io("writing the superblock", e))
+    }
+}
