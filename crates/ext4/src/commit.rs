@@ -113,8 +113,11 @@ pub struct Jbd {
     allocated: Mutex<std::collections::BTreeMap<u64, u64>>,
     /// `needs_recovery` is set on disk (cleared at a clean close).
     recover_flag_on_disk: AtomicBool,
-    /// The commit interval.
-    pub interval: Duration,
+    /// The commit interval; none under `SOURCE_DATE_EPOCH`, where a
+    /// reproducible build must not let the clock decide where one
+    /// transaction ends (commits then come from fsync, sync, size and
+    /// close only).
+    pub interval: Option<Duration>,
     /// Blocks past which the running transaction is committed.
     max_blocks: usize,
     /// Counters.
@@ -169,7 +172,7 @@ impl Jbd {
             busy: Mutex::new(Vec::new()),
             allocated: Mutex::new(std::collections::BTreeMap::new()),
             recover_flag_on_disk: AtomicBool::new(false),
-            interval: DEFAULT_COMMIT_INTERVAL,
+            interval: source_date_epoch().is_none().then_some(DEFAULT_COMMIT_INTERVAL),
             max_blocks,
             stats: JournalStats::default(),
         }
@@ -218,7 +221,8 @@ impl Jbd {
 
     /// Whether the running transaction is older than the commit interval.
     pub fn commit_due(&self) -> bool {
-        self.running.lock().since.is_some_and(|t| t.elapsed() >= self.interval)
+        let Some(i) = self.interval else { return false };
+        self.running.lock().since.is_some_and(|t| t.elapsed() >= i)
     }
 
     /// Note blocks freed by the running transaction: each one with a copy
@@ -312,6 +316,24 @@ impl Jbd {
     }
 }
 
+/// `SOURCE_DATE_EPOCH`, when set: the seconds a reproducible build stamps
+/// on everything, commit blocks included.
+fn source_date_epoch() -> Option<u64> {
+    std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|v| v.parse().ok())
+}
+
+/// The commit block's time: now, or `SOURCE_DATE_EPOCH` (then two builds
+/// of one tree write the same log, byte for byte).
+fn commit_time() -> (u64, u32) {
+    if let Some(s) = source_date_epoch() {
+        return (s, 0);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (now.as_secs(), now.subsec_nanos())
+}
+
 impl Volume {
     /// Commit the running transaction if transaction `tid` (or an earlier
     /// one) has not been committed yet: the group commit behind fsync.
@@ -383,12 +405,9 @@ impl Volume {
             self.set_recover_home(true)?;
             j.recover_flag_on_disk.store(true, Ordering::Release);
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
         let data: Vec<(u64, &[u8])> = captured.iter().map(|(b, v)| (*b, &v.data[..])).collect();
         let done = log
-            .commit(&data, &revokes, (now.as_secs(), now.subsec_nanos()))
+            .commit(&data, &revokes, commit_time())
             .map_err(|e| Error::io(format!("committing transaction {tid} to the journal"), e))?;
         j.stats.commits.fetch_add(1, Ordering::Relaxed);
         j.stats.log_blocks.fetch_add(done.blocks as u64, Ordering::Relaxed);
