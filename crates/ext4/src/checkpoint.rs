@@ -332,7 +332,7 @@ mod tests {
 
     #[test]
     fn a_sync_waits_for_the_checkpoint_in_flight() {
-        let v = crate::volume::scratch_volume();
+        let v = crate::volume::scratch_volume_unjournaled();
         commit_changes(&v, 0..3);
         let done = std::sync::atomic::AtomicBool::new(false);
         let (taken_tx, taken_rx) = std::sync::mpsc::channel();
@@ -361,7 +361,7 @@ mod tests {
 
     #[test]
     fn commits_checkpoint_themselves_when_the_worker_is_behind() {
-        let v = crate::volume::scratch_volume();
+        let v = crate::volume::scratch_volume_unjournaled();
         // A worker that never runs: every kick is left unanswered.
         let idle = Arc::new(crate::flusher::Signal::default());
         v.dirty_meta.flusher.set(idle).unwrap();

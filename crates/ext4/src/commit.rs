@@ -535,3 +535,158 @@ impl Volume {
             .map_err(|e| Error::io("writing the superblock", e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::volume::scratch_volume;
+
+    /// A block of the inode table past what mkfs used: free to scribble on.
+    fn spare_block(v: &Volume, k: u64) -> u64 {
+        v.groups[0].meta.2 + 100 + k
+    }
+
+    fn change(v: &Volume, blk: u64, byte: u8) {
+        let mut h = v.begin().unwrap();
+        h.modify(blk, |d| {
+            d[9] = byte;
+            Ok(())
+        })
+        .unwrap();
+        h.commit().unwrap();
+    }
+
+    fn replay_plan(v: &Volume) -> ext4kit_jbd2::Recovery {
+        let j = crate::journal::open_journal(v.device()).unwrap();
+        ext4kit_jbd2::recover(&j)
+    }
+
+    fn home_byte(v: &Volume, blk: u64) -> u8 {
+        let mut raw = vec![0u8; v.block_size];
+        v.read_raw(blk, &mut raw).unwrap();
+        raw[9]
+    }
+
+    #[test]
+    fn a_commit_puts_the_blocks_in_the_log_and_only_a_checkpoint_puts_them_home() {
+        let v = scratch_volume();
+        assert!(v.jbd.is_some(), "the scratch volume has a journal");
+        let blk = spare_block(&v, 0);
+        let before = home_byte(&v, blk);
+        change(&v, blk, 0x42);
+        assert!(
+            replay_plan(&v).replay.is_empty(),
+            "nothing is in the log before a commit"
+        );
+        v.commit_running().unwrap();
+        let plan = replay_plan(&v);
+        assert!(
+            plan.replay.contains_key(&blk),
+            "the committed block is in the log: {plan:?}"
+        );
+        assert_eq!(home_byte(&v, blk), before, "committed, not yet home");
+        let sb = crate::journal::read_superblock(&**v.device()).unwrap();
+        assert!(
+            sb.has_incompat(incompat::RECOVER),
+            "needs_recovery is at home while the log holds a transaction"
+        );
+        v.checkpoint().unwrap();
+        assert_eq!(home_byte(&v, blk), 0x42, "the checkpoint wrote it home");
+        assert!(replay_plan(&v).replay.is_empty(), "and emptied the log");
+        v.close_journal(true).unwrap();
+        let sb = crate::journal::read_superblock(&**v.device()).unwrap();
+        assert!(
+            !sb.has_incompat(incompat::RECOVER),
+            "a clean close clears needs_recovery"
+        );
+    }
+
+    #[test]
+    fn a_commit_waits_for_the_handles_in_flight_and_takes_them_whole() {
+        let v = scratch_volume();
+        let (a, b) = (spare_block(&v, 1), spare_block(&v, 2));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let v = &v;
+            s.spawn(move || {
+                let mut h = v.begin().unwrap();
+                h.modify(a, |d| {
+                    d[9] = 1;
+                    Ok(())
+                })
+                .unwrap();
+                tx.send(()).unwrap();
+                // The commit below must wait for this handle's second block.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                h.modify(b, |d| {
+                    d[9] = 2;
+                    Ok(())
+                })
+                .unwrap();
+                h.commit().unwrap();
+            });
+            rx.recv().unwrap();
+            v.commit_running().unwrap();
+        });
+        let plan = replay_plan(&v);
+        assert!(
+            plan.replay.contains_key(&a) == plan.replay.contains_key(&b),
+            "a commit took half a handle: {:?}",
+            plan.replay.keys().collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn concurrent_commit_requests_share_commits() {
+        let v = scratch_volume();
+        let j = v.jbd.as_ref().unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let v = &v;
+                s.spawn(move || {
+                    for i in 0..25u64 {
+                        change(v, spare_block(v, 10 + t * 30 + i), i as u8);
+                        v.commit_running().unwrap();
+                    }
+                });
+            }
+        });
+        let (commits, requests) = (
+            j.stats.commits.load(Ordering::Relaxed),
+            j.stats.requests.load(Ordering::Relaxed),
+        );
+        assert_eq!(requests, 100);
+        assert!(commits <= requests, "{commits} commits for {requests} requests");
+    }
+
+    #[test]
+    fn a_freed_block_is_busy_until_its_transaction_commits_and_its_log_copy_is_revoked() {
+        let v = scratch_volume();
+        let j = v.jbd.as_ref().unwrap();
+        // Allocate a block, log it as metadata, commit: it is live in the log.
+        let mut h = v.begin().unwrap();
+        let (blk, _) = v.alloc_blocks(&mut h, 0, 1).unwrap();
+        h.overwrite(blk, vec![7u8; v.block_size].into_boxed_slice()).unwrap();
+        h.commit().unwrap();
+        v.commit_running().unwrap();
+        // Free it: busy now, revoked in the running transaction.
+        let mut h = v.begin().unwrap();
+        v.free_blocks(&mut h, blk, 1).unwrap();
+        h.commit().unwrap();
+        assert!(j.has_busy());
+        let mut h = v.begin().unwrap();
+        for _ in 0..64 {
+            let (b, n) = v.alloc_blocks(&mut h, blk, 1).unwrap();
+            assert!(!(b..b + n as u64).contains(&blk), "a busy block was handed out again");
+        }
+        drop(h);
+        v.commit_running().unwrap();
+        assert!(!j.has_busy(), "committed: nothing is busy any more");
+        let plan = replay_plan(&v);
+        assert!(
+            !plan.replay.contains_key(&blk),
+            "the freed block's copy is revoked: {plan:?}"
+        );
+        assert!(plan.nr_revoke_hits >= 1);
+    }
+}

@@ -170,7 +170,7 @@ impl Drop for Handle<'_> {
 mod tests {
     #[test]
     fn a_dropped_handle_still_gets_its_blocks_written() {
-        let v = crate::volume::scratch_volume();
+        let v = crate::volume::scratch_volume_unjournaled();
         let blk = v.groups[0].meta.2 + 40; // in the inode table, unused
         let before = v.buffer(blk).unwrap().data[7];
         {

@@ -498,12 +498,29 @@ pub fn annotate(e: Error, what: &str) -> Error {
     }
 }
 
-/// A fresh 8 MiB ext4 (mkfs defaults) in memory, opened read-write: the
-/// fixture of the ext4 layer's unit tests.
+/// A fresh 8 MiB ext4 (mkfs defaults, journal included) in memory, opened
+/// read-write: the fixture of the ext4 layer's unit tests.
 #[cfg(test)]
 pub(crate) fn scratch_volume() -> Volume {
+    scratch_volume_with(&[])
+}
+
+/// [`scratch_volume`] without a journal (`^has_journal`): for tests of
+/// the checkpoint's own mechanics, where committed blocks go straight to
+/// the checkpoint set.
+#[cfg(test)]
+pub(crate) fn scratch_volume_unjournaled() -> Volume {
+    scratch_volume_with(&["^has_journal"])
+}
+
+#[cfg(test)]
+fn scratch_volume_with(features: &[&str]) -> Volume {
     let dev = Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
-    super::mkfs::mkfs(&*dev, 8 << 20, &super::mkfs::MkfsOptions::default()).expect("mkfs on a memory device");
+    let mk = super::mkfs::MkfsOptions {
+        features: features.iter().map(|f| f.to_string()).collect(),
+        ..Default::default()
+    };
+    super::mkfs::mkfs(&*dev, 8 << 20, &mk).expect("mkfs on a memory device");
     let opts = OpenOptions {
         read_only: false,
         cache_budget: 8 << 20,

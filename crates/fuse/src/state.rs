@@ -21,11 +21,13 @@
 //! - the image file (or device) cannot be opened for writing.
 //!
 //! While mounted read-write the superblock says so, as the kernel's
-//! `ext4_setup_super` does: `s_state` loses `EXT2_VALID_FS`, `s_mnt_count`
-//! goes up by one, `s_mtime` is the mount time (and `s_last_mounted` the
-//! mount point, as `ext4_sample_last_mounted` records it). A crash (kill -9)
-//! therefore leaves an image that e2fsck recognises as not cleanly
-//! unmounted and checks. At a clean unmount, after everything is flushed,
+//! `ext4_setup_super` does: `s_mnt_count` goes up by one, `s_mtime` is the
+//! mount time (and `s_last_mounted` the mount point, as
+//! `ext4_sample_last_mounted` records it), and — on an image without a
+//! journal only — `s_state` loses `EXT2_VALID_FS`, so that a crash (kill
+//! -9) leaves an image e2fsck recognises as not cleanly unmounted and
+//! checks. With a journal a crash leaves `needs_recovery` and a log to
+//! replay instead, and the state stays valid. At a clean unmount, after everything is flushed,
 //! `s_state` gets back the value it had at mount (`ext4_put_super`
 //! restores `s_mount_state`, so an image that was not clean stays so until
 //! e2fsck has looked at it) and `s_wtime` is the time of that write.
@@ -98,7 +100,12 @@ pub fn mark_mounted(fs: &Fs, mount_point: &Path) -> ext4kit::Result<(MountState,
         if sb.max_mnt_count as i16 > 0 && sb.mnt_count >= sb.max_mnt_count {
             warnings.push("the maximal mount count is reached; running e2fsck is recommended".to_string());
         }
-        sb.state &= !STATE_VALID;
+        // The kernel clears EXT2_VALID_FS while mounted only without a
+        // journal (ext4_setup_super): with one, a crash leaves a journal to
+        // replay, and a replayed filesystem is as valid as it was.
+        if fs.vol.jbd.is_none() {
+            sb.state &= !STATE_VALID;
+        }
         sb.mnt_count = sb.mnt_count.wrapping_add(1);
         let t = now_secs();
         sb.mtime = t as u32;
