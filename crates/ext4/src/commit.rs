@@ -190,9 +190,11 @@ impl Jbd {
         }
     }
 
-    /// Add a committed handle's blocks to the running transaction; true
-    /// when it has grown past its limit and should be committed.
-    pub(crate) fn add(&self, blocks: impl IntoIterator<Item = u64>) -> bool {
+    /// Add a committed handle's blocks to the running transaction; how
+    /// full it is: 0 under its limit, 1 past it (the background worker
+    /// should commit it), 2 past twice the limit (the worker is behind:
+    /// the caller commits).
+    pub(crate) fn add(&self, blocks: impl IntoIterator<Item = u64>) -> u8 {
         let mut r = self.running.lock();
         for b in blocks {
             if r.seen.insert(b) {
@@ -205,7 +207,8 @@ impl Jbd {
         if r.since.is_none() && !r.blocks.is_empty() {
             r.since = Some(Instant::now());
         }
-        r.blocks.len() > self.max_blocks
+        let n = r.blocks.len();
+        u8::from(n > self.max_blocks) + u8::from(n > 2 * self.max_blocks)
     }
 
     /// Id of the running transaction.
@@ -219,10 +222,11 @@ impl Jbd {
         r.blocks.is_empty() && r.revokes.is_empty()
     }
 
-    /// Whether the running transaction is older than the commit interval.
+    /// Whether the running transaction is older than the commit interval
+    /// or past its size limit.
     pub fn commit_due(&self) -> bool {
-        let Some(i) = self.interval else { return false };
-        self.running.lock().since.is_some_and(|t| t.elapsed() >= i)
+        let r = self.running.lock();
+        r.blocks.len() > self.max_blocks || self.interval.is_some_and(|i| r.since.is_some_and(|t| t.elapsed() >= i))
     }
 
     /// Note blocks freed by the running transaction: each one with a copy
@@ -434,7 +438,7 @@ impl Volume {
     }
 
     /// The background worker's commit: the running transaction, if it is
-    /// older than the commit interval. A failure is kept for the next
+    /// older than the commit interval or past its size limit. A failure is kept for the next
     /// caller to meet (its commit fails the same way).
     pub fn commit_if_due(&self) {
         if let Some(j) = &self.jbd {

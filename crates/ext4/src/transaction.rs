@@ -134,7 +134,9 @@ impl<'v> Handle<'v> {
                 let full = j.add(dirty);
                 // Out of the transaction before any commit it may trigger.
                 self.member = None;
-                if full {
+                // Past its limit the background worker commits it (jbd2's
+                // kjournald); past twice that, or with no worker, we do.
+                if full == 2 || full == 1 && !crate::flusher::kick(&self.vol.dirty_meta.flusher) {
                     self.vol.commit_running()?;
                 }
                 Ok(())
