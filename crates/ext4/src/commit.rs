@@ -394,7 +394,9 @@ impl Volume {
         if captured.is_empty() && revokes.is_empty() {
             *j.committed.lock() = Some(tid);
             self.release_busy(j, tid);
-            return Ok(());
+            // Nothing to log, but a commit request promises what was
+            // written before it is durable (fsync counts on it).
+            return self.device().flush().map_err(|e| Error::io("flushing the device", e));
         }
         let need = log.space_needed(captured.len(), revokes.len());
         if need > log.capacity() {

@@ -244,6 +244,10 @@ impl Fs {
     pub fn fsync_inode(&self, inode: &CachedInode, data_only: bool) -> Result<WritebackStats> {
         let level = if data_only { SyncLevel::Data } else { SyncLevel::All };
         let st = self.writeback_inode(inode, level)?;
+        // Whether the device still needs a flush for the data: a commit
+        // ends with one (after its commit block), which covers the data
+        // written before it too.
+        let mut flushed = false;
         match &self.vol.jbd {
             // With a journal: commit the running transaction, which holds
             // the inode's metadata if anything of it changed (and whatever
@@ -255,6 +259,7 @@ impl Fs {
             Some(j) => {
                 if !j.running_is_empty() {
                     self.vol.commit_running()?;
+                    flushed = true;
                 }
             }
             // Without one the inode's metadata (its record, its map, its
@@ -263,7 +268,7 @@ impl Fs {
             // checkpoint budget, not by the file's size.
             None => self.vol.checkpoint()?,
         }
-        if !self.vol.read_only {
+        if !self.vol.read_only && !flushed {
             self.vol
                 .device()
                 .flush()
