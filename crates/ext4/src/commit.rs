@@ -118,8 +118,13 @@ pub struct Jbd {
     /// transaction ends (commits then come from fsync, sync, size and
     /// close only).
     pub interval: Option<Duration>,
-    /// Blocks past which the running transaction is committed.
-    max_blocks: usize,
+    /// Blocks past which the running transaction is committed: a quarter
+    /// of the log (jbd2's `j_max_transaction_buffers`), and at most half of
+    /// what the checkpoint may hold (`DirtyMeta::limit`), so that the blocks
+    /// a cache keeps dirty stay within the memory budget.
+    max_blocks: AtomicU64,
+    /// A quarter of the log.
+    log_quarter: usize,
     /// Counters.
     pub stats: JournalStats,
     /// The next transaction id, readable without the log lock.
@@ -157,7 +162,7 @@ impl Jbd {
     /// `next_tid`.
     pub fn new(log: Log) -> Jbd {
         let tid = log.next_tid();
-        let max_blocks = (log.capacity() as usize / 4).max(16);
+        let log_quarter = (log.capacity() as usize / 4).max(16);
         Jbd {
             barrier: RwLock::new(()),
             running: Mutex::new(Running {
@@ -173,7 +178,8 @@ impl Jbd {
             allocated: Mutex::new(std::collections::BTreeMap::new()),
             recover_flag_on_disk: AtomicBool::new(false),
             interval: source_date_epoch().is_none().then_some(DEFAULT_COMMIT_INTERVAL),
-            max_blocks,
+            max_blocks: AtomicU64::new(log_quarter as u64),
+            log_quarter,
             stats: JournalStats::default(),
         }
     }
@@ -194,7 +200,9 @@ impl Jbd {
     /// full it is: 0 under its limit, 1 past it (the background worker
     /// should commit it), 2 past twice the limit (the worker is behind:
     /// the caller commits).
-    pub(crate) fn add(&self, blocks: impl IntoIterator<Item = u64>) -> u8 {
+    pub(crate) fn add(&self, blocks: impl IntoIterator<Item = u64>, dirty_limit: usize) -> u8 {
+        let max = self.log_quarter.min(dirty_limit / 2).max(16);
+        self.max_blocks.store(max as u64, Ordering::Relaxed);
         let mut r = self.running.lock();
         for b in blocks {
             if r.seen.insert(b) {
@@ -208,7 +216,7 @@ impl Jbd {
             r.since = Some(Instant::now());
         }
         let n = r.blocks.len();
-        u8::from(n > self.max_blocks) + u8::from(n > 2 * self.max_blocks)
+        u8::from(n > max) + u8::from(n > 2 * max)
     }
 
     /// Id of the running transaction.
@@ -226,7 +234,8 @@ impl Jbd {
     /// or past its size limit.
     pub fn commit_due(&self) -> bool {
         let r = self.running.lock();
-        r.blocks.len() > self.max_blocks || self.interval.is_some_and(|i| r.since.is_some_and(|t| t.elapsed() >= i))
+        r.blocks.len() > self.max_blocks.load(Ordering::Relaxed) as usize
+            || self.interval.is_some_and(|i| r.since.is_some_and(|t| t.elapsed() >= i))
     }
 
     /// Note blocks freed by the running transaction: each one with a copy
@@ -402,7 +411,12 @@ impl Volume {
         if need > log.capacity() {
             return self.commit_unjournaled(j, log, tid, captured);
         }
-        if need > log.free() {
+        // Room in the log, and in the memory budget: the checkpoint set
+        // may hold half as much again as its limit, no more (checkpointing
+        // after this commit would be too late — its blocks are in the log
+        // only once it is written, and only then may they go home).
+        let dm = &self.dirty_meta;
+        if need > log.free() || dm.len() + captured.len() > dm.limit() + dm.limit() / 2 {
             self.checkpoint_with_log(j, log)?;
         }
         if log.is_empty() && !j.recover_flag_on_disk.load(Ordering::Acquire) {

@@ -131,7 +131,7 @@ impl<'v> Handle<'v> {
         let dirty = std::mem::take(&mut self.dirty);
         match &self.vol.jbd {
             Some(j) => {
-                let full = j.add(dirty);
+                let full = j.add(dirty, self.vol.dirty_meta.limit());
                 // Out of the transaction before any commit it may trigger.
                 self.member = None;
                 // Past its limit the background worker commits it (jbd2's
@@ -158,7 +158,7 @@ impl Drop for Handle<'_> {
         if !self.dirty.is_empty() {
             match &self.vol.jbd {
                 Some(j) => {
-                    j.add(self.dirty.drain(..));
+                    j.add(self.dirty.drain(..), self.vol.dirty_meta.limit());
                 }
                 None => {
                     self.vol.dirty_meta.add(self.dirty.drain(..));
