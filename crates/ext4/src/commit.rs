@@ -239,21 +239,23 @@ impl Jbd {
     }
 
     /// Note blocks freed by the running transaction: each one with a copy
-    /// in a live transaction is revoked, its committed version is dropped
-    /// (the checkpoint must not write it over the block's next owner), and
-    /// the run stays busy until the running transaction commits.
+    /// in a live transaction is revoked, and the run stays busy until the
+    /// running transaction commits. Until then the block's committed
+    /// version stays the checkpoint's to write (the committed filesystem
+    /// still owns the block; if the log is emptied before the free
+    /// commits, that version must be home); once the free commits the
+    /// version is dropped (`release_busy`), so that no checkpoint writes it
+    /// over the block's next owner.
     pub(crate) fn freed(&self, runs: &[(u64, u64)]) {
         let tid = self.running_tid();
         {
             let logged = self.logged.lock();
-            let mut cv = self.committed_versions.lock();
             let mut r = self.running.lock();
             for &(p, n) in runs {
                 for b in p..p + n {
                     if logged.contains(&b) || r.seen.contains(&b) {
                         r.revokes.insert(b);
                     }
-                    cv.remove(&b);
                 }
             }
         }
@@ -397,6 +399,20 @@ impl Volume {
                     captured.push((b, v));
                 }
             }
+            // Before any handle of the next transaction can free one of
+            // these blocks: such a free must see that the log holds (or is
+            // about to hold) a copy — to revoke it — and must drop the
+            // version the checkpoint would otherwise write over the
+            // block's next owner. No checkpoint runs before this commit
+            // ends (both hold the log), so the versions are safe here.
+            {
+                let mut logged = j.logged.lock();
+                let mut cv = j.committed_versions.lock();
+                for (b, v) in &captured {
+                    logged.insert(*b);
+                    cv.insert(*b, v.clone());
+                }
+            }
             (tid, blocks, revokes, captured)
         };
         let _ = blocks;
@@ -426,19 +442,22 @@ impl Volume {
             j.recover_flag_on_disk.store(true, Ordering::Release);
         }
         let data: Vec<(u64, &[u8])> = captured.iter().map(|(b, v)| (*b, &v.data[..])).collect();
-        let done = log
-            .commit(&data, &revokes, commit_time())
-            .map_err(|e| Error::io(format!("committing transaction {tid} to the journal"), e))?;
+        let done = match log.commit(&data, &revokes, commit_time()) {
+            Ok(d) => d,
+            Err(e) => {
+                // Not committed: the checkpoint must not take these
+                // versions home (their blocks stay dirty in the cache).
+                let mut cv = j.committed_versions.lock();
+                for (b, v) in &captured {
+                    if cv.get(b).is_some_and(|c| Arc::ptr_eq(c, v)) {
+                        cv.remove(b);
+                    }
+                }
+                return Err(Error::io(format!("committing transaction {tid} to the journal"), e));
+            }
+        };
         j.stats.commits.fetch_add(1, Ordering::Relaxed);
         j.stats.log_blocks.fetch_add(done.blocks as u64, Ordering::Relaxed);
-        {
-            let mut logged = j.logged.lock();
-            let mut cv = j.committed_versions.lock();
-            for (b, v) in &captured {
-                logged.insert(*b);
-                cv.insert(*b, v.clone());
-            }
-        }
         *j.committed.lock() = Some(tid);
         self.release_busy(j, tid);
         // Committed: the blocks may now be written home. Over the
@@ -483,9 +502,23 @@ impl Volume {
     }
 
     fn release_busy(&self, j: &Jbd, tid: u32) {
-        j.busy
-            .lock()
-            .retain(|&(_, _, t)| !ext4kit_jbd2::revoke::tid_geq(tid, t));
+        let mut busy = j.busy.lock();
+        let mut cv = j.committed_versions.lock();
+        busy.retain(|&(p, n, t)| {
+            let done = ext4kit_jbd2::revoke::tid_geq(tid, t);
+            if done {
+                // A truncate frees millions of blocks; the map holds a few
+                // thousand: walk the smaller side.
+                if n as usize > cv.len() {
+                    cv.retain(|b, _| !(p..p + n).contains(b));
+                } else {
+                    for b in p..p + n {
+                        cv.remove(&b);
+                    }
+                }
+            }
+            !done
+        });
     }
 
     /// Write every committed block home, flush, and empty the log. The

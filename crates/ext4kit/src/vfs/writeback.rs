@@ -256,11 +256,15 @@ impl Fs {
             // the transaction holds, not the file's size (seed 003); an
             // fdatasync of an overwrite that changed only timestamps finds
             // nothing running and commits nothing.
-            Some(j) => {
-                if !j.running_is_empty() {
-                    self.vol.commit_running()?;
-                    flushed = true;
-                }
+            // Always through the commit path, even with nothing running:
+            // the inode's last change may sit in a transaction another
+            // thread is committing right now, and returning before that
+            // commit ends would promise what the disk does not hold yet.
+            // `commit_running` waits for it (the log lock), and an empty
+            // transaction costs just the flush the data needs anyway.
+            Some(_) => {
+                self.vol.commit_running()?;
+                flushed = true;
             }
             // Without one the inode's metadata (its record, its map, its
             // directory entry and the bitmaps) is only durable once written
