@@ -70,6 +70,8 @@ pub struct CellStats {
     pub images: usize,
     /// Of them, failing.
     pub failed: usize,
+    /// Of the failing, cuts at a flush.
+    pub failed_at_flush: usize,
 }
 
 /// What a campaign found.
@@ -115,7 +117,8 @@ impl Summary {
         self.failed_images == 0 && self.run_errors.is_empty()
     }
 
-    fn add(&mut self, other: &Summary) {
+    /// Add `other`'s counts (first failures: ours stay first).
+    pub fn add(&mut self, other: &Summary) {
         self.runs += other.runs;
         self.images += other.images;
         self.flush_images += other.flush_images;
@@ -136,6 +139,7 @@ impl Summary {
             e.ops += s.ops;
             e.images += s.images;
             e.failed += s.failed;
+            e.failed_at_flush += s.failed_at_flush;
         }
     }
 }
@@ -153,10 +157,17 @@ impl fmt::Display for Summary {
             self.elapsed.as_secs_f64()
         )?;
         writeln!(f)?;
-        writeln!(f, "| workload / fs | runs | ops | images | failing |")?;
-        writeln!(f, "|---|---:|---:|---:|---:|")?;
+        writeln!(
+            f,
+            "| workload / fs | runs | ops | images | failing | failing at a flush |"
+        )?;
+        writeln!(f, "|---|---:|---:|---:|---:|---:|")?;
         for (c, s) in &self.cells {
-            writeln!(f, "| {c} | {} | {} | {} | {} |", s.runs, s.ops, s.images, s.failed)?;
+            writeln!(
+                f,
+                "| {c} | {} | {} | {} | {} | {} |",
+                s.runs, s.ops, s.images, s.failed, s.failed_at_flush
+            )?;
         }
         writeln!(f)?;
         writeln!(f, "| failure | images | at a flush | meaning |")?;
@@ -312,13 +323,12 @@ fn record(
     let kinds: BTreeSet<FailKind> = fails.iter().map(|f| f.kind).collect();
     let repro_cmd = repro.replace("{}", &format!("{} --cut {cut}", rec.spec.args()));
     let mut image_path = None;
+    // Held to the end: the image kept for a kind and the first failure the
+    // summary reports for it must be the same one.
+    let mut saved = saved.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(dir) = keep {
-        let new: Vec<FailKind> = {
-            let mut s = saved.lock().expect("saved kinds");
-            let new: Vec<FailKind> = kinds.iter().copied().filter(|k| !s.contains(k)).collect();
-            s.extend(new.iter().copied());
-            new
-        };
+        let new: Vec<FailKind> = kinds.iter().copied().filter(|k| !saved.contains(k)).collect();
+        saved.extend(new.iter().copied());
         if let Some(k) = new.first() {
             let name = format!(
                 "{}-{}-{}-s{}-{}",
@@ -351,6 +361,9 @@ fn record(
     c.images += 1;
     if !kinds.is_empty() {
         c.failed += 1;
+        if cut.is_flush_cut() {
+            c.failed_at_flush += 1;
+        }
         s.failed_images += 1;
     }
     s.lost_bytes += fails.iter().map(|f| f.lost_bytes).sum::<u64>();

@@ -42,9 +42,12 @@ pub struct Checker {
 }
 
 impl Checker {
-    /// A checker whose scratch files are named after `tag`.
+    /// A checker whose scratch directory is named after `tag` (and made
+    /// unique in the process).
     pub fn new(tag: &str) -> io::Result<Self> {
-        let dir = scratch_root().join(format!("ext4kit-crash-{}-{tag}", std::process::id()));
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = scratch_root().join(format!("ext4kit-crash-{}-{n}-{tag}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         Ok(Checker { dir })
     }

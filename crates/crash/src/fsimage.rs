@@ -97,7 +97,9 @@ pub fn base_files() -> Vec<(&'static str, Vec<u8>)> {
 pub fn base_image(v: FsVariant) -> std::io::Result<Arc<Vec<u8>>> {
     static CACHE: OnceLock<Mutex<HashMap<FsVariant, Arc<Vec<u8>>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
-    if let Some(img) = cache.lock().expect("base image cache").get(&v) {
+    // Held while building: two threads wanting the same image build it once.
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(img) = cache.get(&v) {
         return Ok(img.clone());
     }
     let dir = scratch_root().join(format!("ext4kit-crash-base-{}-{}", std::process::id(), v.name()));
@@ -125,6 +127,6 @@ pub fn base_image(v: FsVariant) -> std::io::Result<Arc<Vec<u8>>> {
     )?;
     let bytes = Arc::new(std::fs::read(&img)?);
     let _ = std::fs::remove_dir_all(&dir);
-    cache.lock().expect("base image cache").insert(v, bytes.clone());
+    cache.insert(v, bytes.clone());
     Ok(bytes)
 }

@@ -69,6 +69,105 @@ pub enum ObjKind {
     Symlink,
 }
 
+/// Bytes per chunk of [`Content`].
+const CHUNK: usize = 4096;
+
+/// File contents as shared 4 KiB chunks: every mark keeps the version it
+/// promised, and a later write copies only the chunks it changes, so a
+/// long fsx-style run keeping a version per fsync stays small. Bytes past
+/// `len` in the last chunk are zero; zero chunks (holes, extensions) share
+/// one allocation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Content {
+    len: usize,
+    chunks: Vec<Arc<Vec<u8>>>,
+}
+
+fn zero_chunk() -> Arc<Vec<u8>> {
+    static ZERO: std::sync::OnceLock<Arc<Vec<u8>>> = std::sync::OnceLock::new();
+    ZERO.get_or_init(|| Arc::new(vec![0; CHUNK])).clone()
+}
+
+impl Content {
+    /// Contents holding `bytes`.
+    pub fn from_slice(bytes: &[u8]) -> Self {
+        let mut c = Content::default();
+        c.write(0, bytes);
+        c
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes, in one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len);
+        for c in &self.chunks {
+            v.extend_from_slice(c);
+        }
+        v.truncate(self.len);
+        v
+    }
+
+    /// Byte `i` (`None` past the end).
+    pub fn get(&self, i: usize) -> Option<u8> {
+        (i < self.len).then(|| self.chunks[i / CHUNK][i % CHUNK])
+    }
+
+    /// Set the length: cut (the bytes dropped read as zero if it grows
+    /// again) or extend with zeros.
+    pub fn resize(&mut self, len: usize) {
+        if len < self.len {
+            self.chunks.truncate(len.div_ceil(CHUNK));
+            if len % CHUNK != 0 {
+                let last = Arc::make_mut(self.chunks.last_mut().expect("a partial chunk"));
+                last[len % CHUNK..].fill(0);
+            }
+        } else {
+            self.chunks.resize_with(len.div_ceil(CHUNK), zero_chunk);
+        }
+        self.len = len;
+    }
+
+    /// Write `data` at `off`, extending with zeros as needed.
+    pub fn write(&mut self, off: usize, data: &[u8]) {
+        let end = off + data.len();
+        if end > self.len {
+            self.resize(end);
+        }
+        let mut at = off;
+        while at < end {
+            let (k, o) = (at / CHUNK, at % CHUNK);
+            let n = (CHUNK - o).min(end - at);
+            Arc::make_mut(&mut self.chunks[k])[o..o + n].copy_from_slice(&data[at - off..at - off + n]);
+            at += n;
+        }
+    }
+
+    /// Zero bytes `a..b` (within the length).
+    pub fn zero(&mut self, a: usize, b: usize) {
+        let b = b.min(self.len);
+        let mut at = a;
+        while at < b {
+            let (k, o) = (at / CHUNK, at % CHUNK);
+            let n = (CHUNK - o).min(b - at);
+            if n == CHUNK {
+                self.chunks[k] = zero_chunk();
+            } else {
+                Arc::make_mut(&mut self.chunks[k])[o..o + n].fill(0);
+            }
+            at += n;
+        }
+    }
+}
+
 /// What an operation may have changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Touch {
@@ -120,7 +219,7 @@ pub struct Mark {
     /// Its paths when the mark was made.
     pub paths: Vec<String>,
     /// A file's contents.
-    pub content: Option<Arc<Vec<u8>>>,
+    pub content: Option<Content>,
     /// A symlink's target.
     pub target: Option<Vec<u8>>,
     /// Extended attributes, when promised (not by fdatasync).
@@ -458,7 +557,7 @@ pub fn check_promises(h: &History, tree: &Tree, cut: CutView, out: &mut Vec<Fail
         let Some(node) = node else { continue };
         // Contents.
         if let Some(want) = &m.content {
-            check_bytes(h, m, node, want, &l.data, when, out);
+            check_bytes(h, m, node, &want.to_vec(), &l.data, when, out);
         }
         if let Some(t) = &m.target {
             if node.data != Data::Target(t.clone()) {
@@ -702,7 +801,7 @@ mod tests {
             ino,
             kind: ObjKind::File,
             paths: vec![path.into()],
-            content: Some(Arc::new(content.to_vec())),
+            content: Some(Content::from_slice(content)),
             target: None,
             xattrs: None,
             entries: None,
@@ -756,6 +855,50 @@ mod tests {
             t.insert("/d/p_a".into(), file(12, a));
         }
         t
+    }
+
+    #[test]
+    fn content_chunks_behave_like_a_vec() {
+        let mut c = Content::default();
+        let mut v: Vec<u8> = Vec::new();
+        let mut x = 7u32;
+        for step in 0..400 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            let off = (x >> 8) as usize % 20_000;
+            let len = (x >> 3) as usize % 9000;
+            match step % 4 {
+                0 | 1 => {
+                    let data: Vec<u8> = (0..len).map(|i| (i + step) as u8).collect();
+                    c.write(off, &data);
+                    if v.len() < off + len {
+                        v.resize(off + len, 0);
+                    }
+                    v[off..off + len].copy_from_slice(&data);
+                }
+                2 => {
+                    c.resize(off);
+                    v.resize(off, 0);
+                }
+                _ => {
+                    c.zero(off, off + len);
+                    let e = (off + len).min(v.len());
+                    if off < e {
+                        v[off..e].fill(0);
+                    }
+                }
+            }
+            let snapshot = c.clone();
+            assert_eq!(c.to_vec(), v, "step {step}");
+            assert_eq!(c.len(), v.len());
+            assert_eq!(c.get(v.len()), None);
+            if !v.is_empty() {
+                assert_eq!(c.get(v.len() - 1), Some(v[v.len() - 1]));
+            }
+            // A kept version does not change with later writes.
+            c.write(0, b"changed");
+            assert_eq!(snapshot.to_vec(), v);
+            c = snapshot;
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::fsimage::{base_files, base_image, FsVariant};
-use crate::model::{History, Mark, ObjId, ObjKind, Op, RenameRec, Touch};
+use crate::model::{Content, History, Mark, ObjId, ObjKind, Op, RenameRec, Touch};
 
 /// The operation mixes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -330,7 +330,8 @@ struct Obj {
     kind: ObjKind,
     ino: u32,
     paths: BTreeSet<String>,
-    content: Vec<u8>,
+    /// Shared with the marks that hold it (chunk by chunk).
+    content: Content,
     xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     target: Vec<u8>,
     /// Created by this worker (root and the shared directory are not).
@@ -386,6 +387,9 @@ struct Worker {
     live: u64,
     /// Largest file offset fsx-like workloads use.
     max_file: u64,
+    /// Files are extent-mapped (ext4): fallocate has every mode. On ext3
+    /// (indirect maps) only hole punching exists, as in the kernel.
+    extents: bool,
 }
 
 impl Worker {
@@ -400,7 +404,7 @@ impl Worker {
                 kind: ObjKind::Dir,
                 ino: 2,
                 paths: ["/".to_string()].into(),
-                content: vec![],
+                content: Content::default(),
                 xattrs: BTreeMap::new(),
                 target: vec![],
                 owned: false,
@@ -442,6 +446,7 @@ impl Worker {
             budget: spec.fs.size() / 5 / threads,
             live: 0,
             max_file: 256 << 10,
+            extents: spec.fs != FsVariant::Ext3,
         }
     }
 
@@ -498,7 +503,7 @@ impl Worker {
                 kind,
                 ino,
                 paths: [path.to_string()].into(),
-                content: vec![],
+                content: Content::default(),
                 xattrs: BTreeMap::new(),
                 target: vec![],
                 owned: true,
@@ -554,7 +559,7 @@ impl Worker {
             ino: o.ino,
             kind: o.kind,
             paths: o.paths.iter().cloned().collect(),
-            content: (o.kind == ObjKind::File).then(|| Arc::new(o.content.clone())),
+            content: (o.kind == ObjKind::File).then(|| o.content.clone()),
             target: (o.kind == ObjKind::Symlink).then(|| o.target.clone()),
             xattrs: (full && o.kind != ObjKind::Symlink && o.owned).then(|| o.xattrs.clone()),
             entries: (o.kind == ObjKind::Dir && full).then(|| {
@@ -768,7 +773,7 @@ impl Worker {
                 let fd = self.fd(f).map_err(|e| e.to_string())?;
                 let mut buf = vec![0u8; size as usize];
                 let n = self.p.pread(fd, &mut buf, 0).map_err(|e| e.to_string())?;
-                if buf[..n] != self.objs[&f].content[..n] {
+                if buf[..n] != self.objs[&f].content.to_vec()[..n] {
                     return Err(format!("{}: read back differs from what was written", self.hist.name));
                 }
             }
@@ -799,7 +804,7 @@ impl Worker {
             let id = self.new_id();
             self.add(id, ObjKind::File, st.ino, &path);
             self.live += data.len() as u64;
-            self.objs.get_mut(&id).expect("just added").content = data;
+            self.objs.get_mut(&id).expect("just added").content = Content::from_slice(&data);
         }
         Ok(())
     }
@@ -928,9 +933,8 @@ impl Worker {
             let end = (off + len) as usize;
             if o.content.len() < end {
                 w.live += (end - o.content.len()) as u64;
-                o.content.resize(end, 0);
             }
-            o.content[off as usize..end].copy_from_slice(&data);
+            o.content.write(off as usize, &data);
             Ok(Effect {
                 touches: vec![Touch::Data {
                     id: f,
@@ -968,7 +972,7 @@ impl Worker {
             w.p.ftruncate(fd, new)?;
             let o = w.objs.get_mut(&f).expect("known file");
             w.live = w.live - old + new;
-            o.content.resize(new as usize, 0);
+            o.content.resize(new as usize);
             Ok(Effect {
                 touches: vec![Touch::Data {
                     id: f,
@@ -985,7 +989,8 @@ impl Worker {
         let size = self.objs[&f].content.len() as u64;
         let off = self.rng.random_range(0..=size.min(self.max_file - 1) + 4096);
         let len = self.rng.random_range(1..=32768u64);
-        let (mode, name) = match self.rng.random_range(0..5) {
+        let pick = if self.extents { self.rng.random_range(0..5) } else { 2 };
+        let (mode, name) = match pick {
             0 => (0, "allocate"),
             1 => (FALLOC_FL_KEEP_SIZE, "keep-size"),
             2 => (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, "punch-hole"),
@@ -1001,14 +1006,11 @@ impl Worker {
             let zero = mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0;
             let new_size = if keep { size } else { size.max(end) };
             if new_size > size {
-                o.content.resize(new_size as usize, 0);
+                o.content.resize(new_size as usize);
                 w.live += new_size - size;
             }
             if zero {
-                let e = end.min(new_size) as usize;
-                if (off as usize) < e {
-                    o.content[off as usize..e].fill(0);
-                }
+                o.content.zero(off as usize, end.min(new_size) as usize);
             }
             let touches = if zero || new_size > size {
                 vec![Touch::Data {

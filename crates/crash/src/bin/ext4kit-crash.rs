@@ -49,6 +49,9 @@ struct RunArgs {
     /// Fault injection: every Nth flush is unhonoured (the harness must then find lost data).
     #[arg(long, default_value_t = 0)]
     drop_flushes: u64,
+    /// Keep the log's written data in a scratch file instead of memory.
+    #[arg(long)]
+    spill: bool,
 }
 
 impl RunArgs {
@@ -63,6 +66,7 @@ impl RunArgs {
             s.threads = t;
         }
         s.drop_flushes = self.drop_flushes;
+        s.spill = self.spill;
         Ok(s)
     }
 }
