@@ -24,9 +24,11 @@
 //!   is exact unless a later op touching the object started before `P`, and
 //!   is then a lower bound:
 //!   - a file whose last name was removed is not checked;
-//!   - names: with no later name change the object is at every path of the
-//!     mark; otherwise at one at least of those paths and the paths later
-//!     operations gave it;
+//!   - names (promised by fsync, fsync of a directory and sync — not by
+//!     fdatasync, which like the kernel's need not commit a rename or link):
+//!     with no later name change the object is at every path of the latest
+//!     mark promising names; otherwise at one at least of those paths and
+//!     the paths later operations gave it;
 //!   - bytes: with no later data change the file's size and bytes equal the
 //!     mark's; otherwise every byte below the mark's size that no later
 //!     operation's range covers (a truncation covers everything from the new
@@ -37,8 +39,8 @@
 //!   - a directory's entries (fsync of the directory, sync): every own name
 //!     the mark lists is there with the same inode, and no own name the
 //!     mark lacks is there, except names later operations touched.
-//! - **Renames.** A rename of an object whose latest valid mark predates
-//!   the rename and lists the old path, with no other name change of the
+//! - **Renames.** A rename of an object whose latest valid mark promising
+//!   names predates the rename and lists the old path, with no other name change of the
 //!   object and no directory moved since that mark, and that started before
 //!   `P`: exactly one of the old and new paths holds the object (by inode
 //!   number) — never neither, never both.
@@ -218,6 +220,10 @@ pub struct Mark {
     pub kind: ObjKind,
     /// Its paths when the mark was made.
     pub paths: Vec<String>,
+    /// Whether the paths are promised (fsync, fsync of a directory, sync);
+    /// fdatasync promises the bytes only: the kernel's commits up to the
+    /// inode's last data-relevant change, which a rename or link is not.
+    pub names: bool,
     /// A file's contents.
     pub content: Option<Content>,
     /// A symlink's target.
@@ -439,14 +445,19 @@ struct Later<'a> {
 pub fn check_promises(h: &History, tree: &Tree, cut: CutView, out: &mut Vec<Failure>) {
     // Ops that may have touched the image: a prefix (starts increase).
     let started = h.ops.iter().take_while(|o| o.start < cut.end).count();
-    // The latest valid mark of each object: (op index, mark).
+    // The latest valid mark of each object: (op index, mark); and the
+    // latest that promises names.
     let mut latest: HashMap<ObjId, (usize, &Mark)> = HashMap::new();
+    let mut latest_named: HashMap<ObjId, (usize, &Mark)> = HashMap::new();
     for (i, op) in h.ops.iter().enumerate() {
         if op.marks.is_empty() || op.flushes > cut.flushes {
             continue;
         }
         for m in &op.marks {
             latest.insert(m.id, (i, m));
+            if m.names {
+                latest_named.insert(m.id, (i, m));
+            }
         }
     }
     // Touches of ops that started before the cut, by object / directory.
@@ -508,51 +519,67 @@ pub fn check_promises(h: &History, tree: &Tree, cut: CutView, out: &mut Vec<Fail
             continue;
         }
         let when = &h.ops[i].desc;
-        // Where the object is.
-        let found: Vec<&String> = m
-            .paths
-            .iter()
-            .filter(|p| tree.get(*p).is_some_and(|n| n.ino == m.ino))
-            .collect();
-        let node: Option<&Node> = if l.names.is_empty() {
-            let missing: Vec<&String> = m.paths.iter().filter(|p| !found.contains(p)).collect();
-            if !missing.is_empty() {
-                out.push(Failure::new(
-                    FailKind::FsyncLost,
-                    format!(
-                        "{}: inode {} ({:?}) made durable by `{when}` is not at {} ({})",
-                        h.name,
-                        m.ino,
-                        m.kind,
-                        missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
-                        missing
-                            .iter()
-                            .map(|p| what_is_at(tree, p))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    ),
-                ));
+        // Where the object is: its names are promised by the latest mark
+        // that promises names (fsync, sync), which may be older than `m`
+        // (an fdatasync since).
+        let node: Option<&Node> = match latest_named.get(id) {
+            Some(&(k, mn)) => {
+                let ln = later(*id, k);
+                let named_by = &h.ops[k].desc;
+                let found: Vec<&String> = mn
+                    .paths
+                    .iter()
+                    .filter(|p| tree.get(*p).is_some_and(|n| n.ino == mn.ino))
+                    .collect();
+                if ln.names.is_empty() {
+                    let missing: Vec<&String> = mn.paths.iter().filter(|p| !found.contains(p)).collect();
+                    if !missing.is_empty() {
+                        out.push(Failure::new(
+                            FailKind::FsyncLost,
+                            format!(
+                                "{}: inode {} ({:?}) made durable by `{named_by}` is not at {} ({})",
+                                h.name,
+                                mn.ino,
+                                mn.kind,
+                                missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+                                missing
+                                    .iter()
+                                    .map(|p| what_is_at(tree, p))
+                                    .collect::<Vec<_>>()
+                                    .join("; ")
+                            ),
+                        ));
+                    }
+                    found.first().and_then(|p| tree.get(*p))
+                } else {
+                    let cands: BTreeSet<&String> =
+                        mn.paths.iter().chain(ln.names.iter().flat_map(|p| p.iter())).collect();
+                    let at: Vec<&&String> = cands
+                        .iter()
+                        .filter(|p| tree.get(**p).is_some_and(|n| n.ino == mn.ino))
+                        .collect();
+                    if at.is_empty() {
+                        out.push(Failure::new(
+                            FailKind::FsyncLost,
+                            format!(
+                                "{}: inode {} ({:?}) made durable by `{named_by}` and renamed since is at none of {}",
+                                h.name,
+                                mn.ino,
+                                mn.kind,
+                                cands.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                            ),
+                        ));
+                    }
+                    at.first().and_then(|p| tree.get(**p))
+                }
             }
-            found.first().and_then(|p| tree.get(*p))
-        } else {
-            let cands: BTreeSet<&String> = m.paths.iter().chain(l.names.iter().flat_map(|p| p.iter())).collect();
-            let at: Vec<&&String> = cands
+            // No name promised: look where it might be, judge nothing if
+            // it is nowhere.
+            None => m
+                .paths
                 .iter()
-                .filter(|p| tree.get(**p).is_some_and(|n| n.ino == m.ino))
-                .collect();
-            if at.is_empty() {
-                out.push(Failure::new(
-                    FailKind::FsyncLost,
-                    format!(
-                        "{}: inode {} ({:?}) made durable by `{when}` and renamed since is at none of {}",
-                        h.name,
-                        m.ino,
-                        m.kind,
-                        cands.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-                    ),
-                ));
-            }
-            at.first().and_then(|p| tree.get(**p))
+                .chain(l.names.iter().flat_map(|p| p.iter()))
+                .find_map(|p| tree.get(p).filter(|n| n.ino == m.ino)),
         };
         let Some(node) = node else { continue };
         // Contents.
@@ -657,7 +684,9 @@ pub fn check_promises(h: &History, tree: &Tree, cut: CutView, out: &mut Vec<Fail
     // Renames.
     for (j, op) in h.ops[..started].iter().enumerate() {
         let Some(r) = &op.rename else { continue };
-        let Some(&(i, m)) = latest.get(&r.id) else { continue };
+        let Some(&(i, m)) = latest_named.get(&r.id) else {
+            continue;
+        };
         if i >= j || !m.paths.contains(&r.old) {
             continue;
         }
@@ -801,6 +830,7 @@ mod tests {
             ino,
             kind: ObjKind::File,
             paths: vec![path.into()],
+            names: true,
             content: Some(Content::from_slice(content)),
             target: None,
             xattrs: None,
@@ -932,6 +962,25 @@ mod tests {
     }
 
     #[test]
+    fn fdatasync_promises_bytes_not_names() {
+        let (mut h, _) = renamed();
+        // fdatasync after the rename: the bytes are promised wherever the
+        // file is; the new name is not.
+        let mut o = op("fdatasync b", 23, 30, 2);
+        let mut m = fmark(7, 12, "/d/p_b", b"HELLO");
+        m.names = false;
+        o.marks.push(m);
+        h.ops.push(o);
+        let mut at_old = tree_with(Some(b"HELLO"));
+        assert!(check(&h, &at_old, 40, 2).is_empty());
+        at_old.insert("/d/p_a".into(), file(12, b"hello"));
+        assert_eq!(kinds(&check(&h, &at_old, 40, 2)), [FailKind::FsyncData]);
+        // The name the last fsync promised is still owed: the file must
+        // be at the old name or the new one (the rename started).
+        assert_eq!(kinds(&check(&h, &tree_with(None), 40, 2)), [FailKind::FsyncLost, FailKind::RenameNeither]);
+    }
+
+    #[test]
     fn truncation_and_unlink_relax_the_promise() {
         let mut h = appended();
         h.ops.truncate(2);
@@ -1019,6 +1068,7 @@ mod tests {
             ino: 11,
             kind: ObjKind::Dir,
             paths: vec!["/d".into()],
+            names: true,
             content: None,
             target: None,
             xattrs: None,

@@ -559,6 +559,7 @@ impl Worker {
             ino: o.ino,
             kind: o.kind,
             paths: o.paths.iter().cloned().collect(),
+            names: full,
             content: (o.kind == ObjKind::File).then(|| o.content.clone()),
             target: (o.kind == ObjKind::Symlink).then(|| o.target.clone()),
             xattrs: (full && o.kind != ObjKind::Symlink && o.owned).then(|| o.xattrs.clone()),
