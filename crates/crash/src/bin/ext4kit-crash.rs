@@ -96,9 +96,9 @@ enum Cmd {
         /// Threads checking images.
         #[arg(long, default_value_t = 2)]
         check_threads: usize,
-        /// Where to keep the first failing image of each kind.
-        #[arg(long, default_value = "crash-failures")]
-        keep: PathBuf,
+        /// Where to keep the first failing image of each kind (default: $TMPDIR/ext4kit-crash-failures).
+        #[arg(long)]
+        keep: Option<PathBuf>,
         /// Fault injection for every run: every Nth flush unhonoured.
         #[arg(long, default_value_t = 0)]
         drop_flushes: u64,
@@ -180,7 +180,7 @@ fn real_main() -> Result<bool, String> {
                 runs: specs,
                 images_per_run,
                 check_threads,
-                keep: Some(keep),
+                keep: Some(keep.unwrap_or_else(|| std::env::temp_dir().join("ext4kit-crash-failures"))),
                 repro: REPRO.into(),
             };
             let sum = run_campaign(&c, |l| eprintln!("{l}"));
