@@ -339,15 +339,22 @@ fn record(
                 cut.to_string().replace(['@', '/'], "_")
             );
             let report = format!(
-                "run: {}\ncut: {cut} (flushes {}, {} writes dropped)\nreproduce: {repro_cmd}\n\n{}\n",
+                "run: {}\ncut: {cut} (flushes {}, {} writes dropped)\nreproduce: {repro_cmd}{}\n\n{}\n\n{}",
                 rec.spec.label(),
                 cut.flushes,
                 cut.dropped(&rec.log),
+                if rec.spec.threads > 1 {
+                    " (several threads: a rerun records another interleaving; this image and the log below are \
+                     the evidence)"
+                } else {
+                    ""
+                },
                 fails
                     .iter()
                     .map(|f| format!("[{}] {}", f.kind, f.detail))
                     .collect::<Vec<_>>()
-                    .join("\n")
+                    .join("\n"),
+                crate::check::explain(rec, cut, 60)
             );
             image_path = save_image(dir, &name, img, &report).ok();
         }

@@ -247,3 +247,71 @@ pub fn save_image(dir: &Path, name: &str, img: &[u8], report: &str) -> io::Resul
     t.write_all(report.as_bytes())?;
     Ok(p)
 }
+
+/// The log entries within `w` entries of `cut` (each with its fate: in
+/// the image, lost, after the cut) and every thread's operations that
+/// overlap them: what a failure report needs to say which writes an fsync
+/// relied on.
+pub fn explain(rec: &Recorded, cut: &CrashPoint, w: u64) -> String {
+    use ext4kit_blockdev::record::EntryKind;
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let (lo, hi) = ((cut.end as u64).saturating_sub(w), cut.end as u64 + w);
+    let kept = cut.kept(&rec.log);
+    let _ = writeln!(
+        s,
+        "log entries {lo}..{hi} (the cut is at {}; every write before {} is in the image):",
+        cut.end, cut.durable
+    );
+    let mut flushes = 0;
+    for (i, e) in rec.log.entries().iter().enumerate() {
+        if e.is_flush() {
+            flushes += 1;
+        }
+        if (i as u64) < lo || (i as u64) >= hi {
+            continue;
+        }
+        let fate = if i >= cut.end {
+            "after the cut"
+        } else if i < cut.durable || kept[i - cut.durable] {
+            "in the image"
+        } else {
+            "LOST"
+        };
+        let _ = match e.kind {
+            EntryKind::Write => writeln!(s, "  {i:6} write {:>10}+{:<6} {fate}", e.offset, e.len),
+            EntryKind::Flush { honoured } => writeln!(
+                s,
+                "  {i:6} flush #{flushes}{} {fate}",
+                if honoured { "" } else { " (unhonoured)" }
+            ),
+            EntryKind::Mark => writeln!(
+                s,
+                "  {i:6} mark: {}",
+                String::from_utf8_lossy(&rec.log.data(i).unwrap_or_default())
+            ),
+        };
+    }
+    for h in &rec.histories {
+        let ops: Vec<String> = h
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| op.end + 1 >= lo && op.start <= hi)
+            .map(|(k, op)| {
+                format!(
+                    "  #{k} entries {}..{}, {} flushes at return: {}{}",
+                    op.start,
+                    op.end,
+                    op.flushes,
+                    op.desc,
+                    if op.marks.is_empty() { "" } else { " (a promise)" }
+                )
+            })
+            .collect();
+        if !ops.is_empty() {
+            let _ = writeln!(s, "{}:\n{}", h.name, ops.join("\n"));
+        }
+    }
+    s
+}

@@ -977,7 +977,10 @@ mod tests {
         assert_eq!(kinds(&check(&h, &at_old, 40, 2)), [FailKind::FsyncData]);
         // The name the last fsync promised is still owed: the file must
         // be at the old name or the new one (the rename started).
-        assert_eq!(kinds(&check(&h, &tree_with(None), 40, 2)), [FailKind::FsyncLost, FailKind::RenameNeither]);
+        assert_eq!(
+            kinds(&check(&h, &tree_with(None), 40, 2)),
+            [FailKind::FsyncLost, FailKind::RenameNeither]
+        );
     }
 
     #[test]

@@ -116,6 +116,9 @@ enum Cmd {
         /// Save the crash image here.
         #[arg(long)]
         save: Option<PathBuf>,
+        /// Also list the log entries and every thread's operations within N entries of the cut.
+        #[arg(long)]
+        explain: Option<u64>,
     },
     /// Run one workload and save its log (dm-log-writes format) and the base image.
     Record {
@@ -187,7 +190,12 @@ fn real_main() -> Result<bool, String> {
             println!("{sum}");
             Ok(sum.clean())
         }
-        Cmd::Check { run: r, cut, save } => {
+        Cmd::Check {
+            run: r,
+            cut,
+            save,
+            explain,
+        } => {
             let spec = r.spec()?;
             let rec = run(&spec)?;
             let cut = CrashPoint::parse(&cut, &rec.log).map_err(|e| e.to_string())?;
@@ -211,6 +219,9 @@ fn real_main() -> Result<bool, String> {
                     .map_or("crash".into(), |s| s.to_string_lossy().into_owned());
                 let saved = save_image(&dir, &name, &img, &report).map_err(|e| e.to_string())?;
                 println!("image saved: {}", saved.display());
+            }
+            if let Some(w) = explain {
+                print!("{}", ext4kit_crash::check::explain(&rec, &cut, w));
             }
             for f in &fails {
                 println!("[{}] {}", f.kind, f.detail);
