@@ -60,7 +60,7 @@ use crate::BlockDevice;
 pub const SECTOR: u64 = 512;
 
 /// dm-log-writes' magic number ("jsfwshr").
-pub const DM_LOG_MAGIC: u64 = 0x6a73_6677_7368_72;
+pub const DM_LOG_MAGIC: u64 = 0x006a_7366_7773_6872;
 const DM_LOG_VERSION: u64 = 1;
 const FLAG_FLUSH: u64 = 1;
 const FLAG_FUA: u64 = 2;

@@ -128,7 +128,7 @@ impl Content {
     pub fn resize(&mut self, len: usize) {
         if len < self.len {
             self.chunks.truncate(len.div_ceil(CHUNK));
-            if len % CHUNK != 0 {
+            if !len.is_multiple_of(CHUNK) {
                 let last = Arc::make_mut(self.chunks.last_mut().expect("a partial chunk"));
                 last[len % CHUNK..].fill(0);
             }
@@ -751,10 +751,8 @@ fn check_bytes(
             return;
         }
     };
-    if later.is_empty() {
-        if got.as_slice() == want {
-            return;
-        }
+    if later.is_empty() && got.as_slice() == want {
+        return;
     }
     // Uncovered ranges of 0..want.len().
     let mut cover: Vec<(u64, u64)> = later.to_vec();
@@ -777,8 +775,8 @@ fn check_bytes(
     let mut lost = 0u64;
     let mut first: Option<usize> = None;
     for (a, b) in checked {
-        for k in a..b {
-            if got.get(k) != Some(&want[k]) {
+        for (k, w) in want.iter().enumerate().take(b).skip(a) {
+            if got.get(k) != Some(w) {
                 lost += 1;
                 first.get_or_insert(k);
             }
