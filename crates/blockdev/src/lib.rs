@@ -19,10 +19,12 @@ use parking_lot::RwLock;
 
 pub mod overlay;
 pub mod partition;
+pub mod record;
 pub mod window;
 
 pub use overlay::OverlayDevice;
 pub use partition::{open_location, Location};
+pub use record::{CrashImages, CrashPoint, RecordingDevice, WriteLog};
 pub use window::WindowDevice;
 
 /// Storage the filesystem lives on.
