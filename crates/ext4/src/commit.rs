@@ -103,6 +103,13 @@ pub struct Jbd {
     pub(crate) committed_versions: Mutex<HashMap<u64, Arc<Buffer>>>,
     /// Blocks with a copy in a live transaction of the log.
     logged: Mutex<HashSet<u64>>,
+    /// The blocks of the transaction being committed (captured, not yet
+    /// in the log): a free of one of them must revoke it too. Kept apart
+    /// from `logged` and `committed_versions` because a commit may have to
+    /// checkpoint (and so empty the log) after its capture: that
+    /// checkpoint must neither forget these copies nor write these
+    /// not-yet-committed versions home.
+    committing: Mutex<HashSet<u64>>,
     /// Freed runs `(start, len, tid)` not to allocate until transaction
     /// `tid` commits.
     busy: Mutex<Vec<(u64, u64, u32)>>,
@@ -174,6 +181,7 @@ impl Jbd {
             committed: Mutex::new(None),
             committed_versions: Mutex::new(HashMap::new()),
             logged: Mutex::new(HashSet::new()),
+            committing: Mutex::new(HashSet::new()),
             busy: Mutex::new(Vec::new()),
             allocated: Mutex::new(std::collections::BTreeMap::new()),
             recover_flag_on_disk: AtomicBool::new(false),
@@ -208,9 +216,6 @@ impl Jbd {
             if r.seen.insert(b) {
                 r.blocks.push(b);
             }
-            // Logged again after a revoke in the same transaction: the
-            // revoke would hide this copy too (jbd2_journal_cancel_revoke).
-            r.revokes.remove(&b);
         }
         if r.since.is_none() && !r.blocks.is_empty() {
             r.since = Some(Instant::now());
@@ -250,10 +255,11 @@ impl Jbd {
         let tid = self.running_tid();
         {
             let logged = self.logged.lock();
+            let committing = self.committing.lock();
             let mut r = self.running.lock();
             for &(p, n) in runs {
                 for b in p..p + n {
-                    if logged.contains(&b) || r.seen.contains(&b) {
+                    if logged.contains(&b) || committing.contains(&b) || r.seen.contains(&b) {
                         r.revokes.insert(b);
                     }
                 }
@@ -399,24 +405,24 @@ impl Volume {
                     captured.push((b, v));
                 }
             }
+            // A block freed and then used again as metadata within this
+            // transaction is logged by it: its revoke would hide this very
+            // copy (a revoke covers its own transaction), so it goes
+            // (jbd2_journal_cancel_revoke). Decided here, at the close,
+            // not when a handle touches the block: a handle may change a
+            // node and then free it (a tree collapsing), and only what is
+            // still alive now is logged.
+            let alive: HashSet<u64> = captured.iter().map(|(b, _)| *b).collect();
+            let revokes: Vec<u64> = revokes.into_iter().filter(|b| !alive.contains(b)).collect();
             // Before any handle of the next transaction can free one of
-            // these blocks: such a free must see that the log holds (or is
-            // about to hold) a copy — to revoke it — and must drop the
-            // version the checkpoint would otherwise write over the
-            // block's next owner. No checkpoint runs before this commit
-            // ends (both hold the log), so the versions are safe here.
-            {
-                let mut logged = j.logged.lock();
-                let mut cv = j.committed_versions.lock();
-                for (b, v) in &captured {
-                    logged.insert(*b);
-                    cv.insert(*b, v.clone());
-                }
-            }
+            // these blocks: such a free must see that the log is about to
+            // hold a copy, and revoke it.
+            j.committing.lock().extend(alive);
             (tid, blocks, revokes, captured)
         };
         let _ = blocks;
         if captured.is_empty() && revokes.is_empty() {
+            j.committing.lock().clear();
             *j.committed.lock() = Some(tid);
             self.release_busy(j, tid);
             // Nothing to log, but a commit request promises what was
@@ -445,17 +451,23 @@ impl Volume {
         let done = match log.commit(&data, &revokes, commit_time()) {
             Ok(d) => d,
             Err(e) => {
-                // Not committed: the checkpoint must not take these
-                // versions home (their blocks stay dirty in the cache).
-                let mut cv = j.committed_versions.lock();
-                for (b, v) in &captured {
-                    if cv.get(b).is_some_and(|c| Arc::ptr_eq(c, v)) {
-                        cv.remove(b);
-                    }
-                }
+                // Not committed: nothing of it joins the log's books (its
+                // blocks stay dirty in the cache for a later commit).
+                j.committing.lock().clear();
                 return Err(Error::io(format!("committing transaction {tid} to the journal"), e));
             }
         };
+        {
+            // In the log now: revoke on free, and theirs to checkpoint.
+            let mut logged = j.logged.lock();
+            let mut cv = j.committed_versions.lock();
+            let mut committing = j.committing.lock();
+            for (b, v) in &captured {
+                logged.insert(*b);
+                cv.insert(*b, v.clone());
+            }
+            committing.clear();
+        }
         j.stats.commits.fetch_add(1, Ordering::Relaxed);
         j.stats.log_blocks.fetch_add(done.blocks as u64, Ordering::Relaxed);
         *j.committed.lock() = Some(tid);
@@ -494,6 +506,7 @@ impl Volume {
             for (b, v) in &captured {
                 cv.insert(*b, v.clone());
             }
+            j.committing.lock().clear();
         }
         self.dirty_meta.add(captured.iter().map(|(b, _)| *b));
         *j.committed.lock() = Some(tid);
@@ -551,8 +564,13 @@ impl Volume {
     /// says so (the next commit sets it at home again first).
     pub fn close_journal(&self, last: bool) -> Result<()> {
         let Some(j) = &self.jbd else { return Ok(()) };
-        self.commit_running()?;
-        self.checkpoint_journaled(j)?;
+        // All under the log: a commit slipping in between the checkpoint
+        // and the flag's clearing would find the flag still "on disk",
+        // skip setting it, and then lose it — a log with transactions
+        // and no needs_recovery, which the kernel wipes unread.
+        let mut log = j.log.lock();
+        self.commit_locked(j, &mut log)?;
+        self.checkpoint_with_log(j, &mut log)?;
         if last {
             self.sb.write().feature_incompat &= !incompat::RECOVER;
         }
