@@ -374,11 +374,19 @@ impl Volume {
                 errno: Errno::ENODATA, ..
             }) => {
                 // bforget: another handle that dropped its reference before
-                // ours may not have committed yet; its commit writes the
-                // block's *current* version, so mark that clean (under the
-                // block lock, after any write in progress) and a late commit
-                // cannot put stale xattr bytes over the block's next owner.
-                {
+                // ours may not have committed yet; without a journal its
+                // commit writes the block's *current* version, so mark that
+                // clean (under the block lock, after any write in progress)
+                // and a late commit cannot put stale xattr bytes over the
+                // block's next owner. With a journal, never: the current
+                // version may be the one the last commit logged, which the
+                // checkpoint must still write home — the committed
+                // filesystem owns the block until this free commits, and
+                // skipping it left an inode naming an xattr block whose home
+                // held another file's old data once the log was emptied
+                // (crash harness, mix-mt seed 50). The journal's own books
+                // keep the block from its next owner (commit.rs).
+                if self.jbd.is_none() {
                     let mut g = self.bcache.lock(nr);
                     if let Some(b) = self.bcache.peek_locked(&mut g, nr) {
                         b.mark_clean();
