@@ -38,6 +38,12 @@ pub struct OpenOptions {
     /// Where in the image file (or device) the filesystem lives: the whole
     /// file, one partition of a partitioned disk, or a byte offset.
     pub location: ext4kit_blockdev::Location,
+    /// How old the running transaction may get before the background
+    /// worker commits it (the kernel's `commit=` mount option; 5 s when
+    /// `None`; a zero duration means the default too, as in the kernel).
+    /// Everything older than this survives a crash. Ignored without a
+    /// journal, and under `SOURCE_DATE_EPOCH` (see `commit.rs`).
+    pub commit_interval: Option<std::time::Duration>,
 }
 
 impl Default for OpenOptions {
@@ -47,6 +53,7 @@ impl Default for OpenOptions {
             cache_budget: 256 << 20,
             no_replay: false,
             location: ext4kit_blockdev::Location::Whole,
+            commit_interval: None,
         }
     }
 }
@@ -260,6 +267,11 @@ impl Volume {
         vol.groups = vol.load_groups(ngroups as u32)?;
         if !vol.read_only && vol.has_compat(features::compat::HAS_JOURNAL) {
             vol.start_journal()?;
+            if let (Some(j), Some(i)) = (vol.jbd.as_mut(), opts.commit_interval.filter(|d| !d.is_zero())) {
+                if j.interval.is_some() {
+                    j.interval = Some(i);
+                }
+            }
         }
         Ok(vol)
     }

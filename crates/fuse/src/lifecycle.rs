@@ -56,6 +56,9 @@ pub struct MountOptions {
     /// `-o noload`: do not replay a journal that needs recovery; serve the
     /// home locations as they are (read-only, like the kernel's noload).
     pub no_replay: bool,
+    /// `-o commit=SECONDS`: the journal's commit interval (the kernel's
+    /// option; default 5).
+    pub commit_interval: Option<Duration>,
 }
 
 impl Default for MountOptions {
@@ -72,6 +75,7 @@ impl Default for MountOptions {
             busy_poll: crate::busypoll::DEFAULT_WINDOW,
             location: Location::Whole,
             no_replay: false,
+            commit_interval: None,
         }
     }
 }
@@ -126,6 +130,12 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
                     .ok_or_else(|| format!("`{o}`: partition takes a partition number (1, 2, ...)"))?;
                 opts.location = Location::Partition(n);
             }
+            _ if o.starts_with("commit=") => {
+                let secs: u64 = o["commit=".len()..]
+                    .parse()
+                    .map_err(|_| format!("`{o}`: commit takes seconds (0: the default, 5)"))?;
+                opts.commit_interval = Some(Duration::from_secs(secs));
+            }
             _ if o.starts_with("busy_poll=") => {
                 let us: u64 = o["busy_poll=".len()..]
                     .parse()
@@ -135,7 +145,7 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             other => {
                 return Err(format!(
                     "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, allow_other, allow_root, default_permissions, busy_poll=US, \
-                     partition=N, offset=BYTES, noload, [no]suid, [no]dev, [no]exec, [no]atime, sync, async, dirsync)"
+                     commit=SECONDS, partition=N, offset=BYTES, noload, [no]suid, [no]dev, [no]exec, [no]atime, sync, async, dirsync)"
                 ))
             }
         }
@@ -318,6 +328,7 @@ fn open_for_mount(image: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, bool), 
                 cache_budget: opts.cache_budget,
                 no_replay: opts.no_replay,
                 location: opts.location,
+                commit_interval: opts.commit_interval,
             },
         )
         .map_err(|e| format!("{}: {e}", image.display()))
@@ -609,6 +620,9 @@ mod tests {
         assert!(e.contains("noload") && e.contains("rw"), "{e}");
         let e = parse_options("rw,norecovery", &mut MountOptions::default()).unwrap_err();
         assert!(e.contains("noload"), "{e}");
+        parse_options("commit=30", &mut o).unwrap();
+        assert_eq!(o.commit_interval, Some(Duration::from_secs(30)));
+        assert!(parse_options("commit=soon", &mut o).unwrap_err().contains("seconds"));
         parse_options("rw,busy_poll=500", &mut o).unwrap();
         assert!(o.read_write && !o.read_only);
         assert_eq!(o.busy_poll, Duration::from_micros(500));

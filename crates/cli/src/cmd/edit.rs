@@ -25,6 +25,7 @@ pub fn open_rw(image: &Image, budget: usize) -> Result<Arc<Fs>, String> {
             cache_budget: budget,
             no_replay: false,
             location,
+            ..Default::default()
         },
     )
     .map_err(|e| format!("{}: {e}", image.display()))?;

@@ -30,6 +30,7 @@ pub fn open(image: &Image, budget: usize) -> Result<Arc<Fs>, String> {
             cache_budget: budget,
             no_replay: image.no_replay,
             location,
+            ..Default::default()
         },
     )
     .map_err(|e| format!("{}: {e}", image.display()))?;

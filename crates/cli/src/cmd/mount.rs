@@ -59,7 +59,9 @@ pub struct MountArgs {
     /// one CPU while requests keep coming, nothing when idle),
     /// partition=N (as --partition), offset=BYTES (as --offset; K, M, G
     /// suffixes), noload or norecovery (as --no-replay: read-only, the
-    /// journal is not replayed), nosuid, nodev, noexec, noatime, ...
+    /// journal is not replayed), commit=SECONDS (the journal's commit
+    /// interval, as the kernel's: everything older than it survives a
+    /// crash; 5 by default), nosuid, nodev, noexec, noatime, ...
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// Serve in this process instead of detaching (Ctrl-C unmounts).
