@@ -84,6 +84,30 @@ impl<'a> Session<'a> {
         f(&dir).map(Some)
     }
 
+    /// Make everything the peer accepted durable on the image and return
+    /// how long that took: `syncfs` on the kernel's mount; for a FUSE
+    /// server an unmount (the next phase mounts again), because `sync` and
+    /// `syncfs` do not reach a FUSE server (TESTING-NOTES: the kernel sends
+    /// FUSE_SYNCFS only when the connection asks for it, which fuser does
+    /// not), so unmounting is the only way to know its writes are home.
+    /// `None` when the peer did not write (a read-only stand-in).
+    pub fn settle(&mut self) -> Result<Option<f64>, String> {
+        if !self.writable {
+            return Ok(None);
+        }
+        let t = std::time::Instant::now();
+        match self.cur.take() {
+            Some(m) if m.peer() == Peer::Kernel => {
+                let f = std::fs::File::open(m.path()).map_err(|e| format!("open mount point: {e}"))?;
+                rustix::fs::syncfs(&f).map_err(|e| format!("syncfs: {e}"))?;
+                self.cur = Some(m);
+            }
+            Some(m) => m.unmount()?,
+            None => {}
+        }
+        Ok(Some(t.elapsed().as_secs_f64()))
+    }
+
     /// Unmount (waiting for the server to finish writing the image).
     pub fn finish(mut self) -> Result<(), String> {
         match self.cur.take() {

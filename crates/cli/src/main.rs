@@ -302,6 +302,23 @@ fn parse_mode(s: &str) -> Result<u16, String> {
 fn main() -> ExitCode {
     ext4kit_alloc::tune();
     let cli = Cli::parse();
+    // A command that only prints (`ext4kit ls img / | head`) ends quietly
+    // when its reader goes away, as coreutils do: Rust ignores SIGPIPE, so
+    // println! would panic on EPIPE instead. Commands that write an image
+    // keep ignoring it: a closed stdout must not stop them halfway.
+    if matches!(
+        cli.cmd,
+        Command::Demo
+            | Command::Info { .. }
+            | Command::Ls { .. }
+            | Command::Cat { .. }
+            | Command::Stat { .. }
+            | Command::Getfattr { .. }
+            | Command::Df { .. }
+            | Command::Journal { .. }
+    ) {
+        sigpipe::reset();
+    }
     let budget = cli.cache_mib.max(8) << 20;
     let sel = &cli.image;
     // The image argument with the global --partition/--offset/--no-replay

@@ -136,3 +136,27 @@ fn failures_are_one_clear_line() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `ext4kit demo | head -1`: the reader has closed the pipe (here before
+/// the command starts, so the outcome does not depend on timing); the
+/// command must end as coreutils do (killed by SIGPIPE, nothing on
+/// stderr), not panic with "failed printing to stdout".
+#[test]
+fn a_closed_pipe_ends_a_listing_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .arg("demo")
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "demo panicked on a closed pipe: {err}");
+    assert_eq!(
+        o.status.signal(),
+        Some(13),
+        "expected death by SIGPIPE, got {:?}; stderr: {err}",
+        o.status
+    );
+}

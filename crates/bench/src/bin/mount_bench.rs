@@ -22,8 +22,9 @@
 //!   (fio drops the file's cached pages first; the image file stays in the
 //!   host's page cache: this measures the mount, not the disk);
 //! - tree: untar of a generated source-like tree (30,000 files, 2,000
-//!   directories), `find` over it on a fresh mount, `rm -rf` of it; seconds
-//!   of the command's wall time (no sync).
+//!   directories), then the untar plus making it durable (`syncfs` on the
+//!   kernel; unmounting a FUSE server, which `sync` does not reach), `find`
+//!   over it on a fresh mount, `rm -rf` of it; seconds of wall time.
 //!
 //! Each figure is the median of `--runs` runs; peers are interleaved within
 //! a run. A peer whose run took a minute or more is not repeated for that
@@ -181,6 +182,7 @@ fn metrics(w: &str, a: &Args) -> Vec<Metric> {
         ],
         "tree" => vec![
             metric(format!("untar {} files", a.tree_files), "s", false),
+            metric(format!("untar {} files + sync", a.tree_files), "s", false),
             metric("find, cold", "s", false),
             metric("rm -rf", "s", false),
         ],
@@ -468,6 +470,12 @@ fn w_tree(s: &mut Session, tar: &Path, counts: &TreeCounts) -> Result<Values, St
         run(Command::new("tar").arg("-xf").arg(tar).arg("-C").arg(dir))?;
         Ok(t.elapsed().as_secs_f64())
     })?;
+    // Then until all of it is on the image (syncfs; a FUSE server's
+    // unmount — see `Session::settle`).
+    let untar_sync = match (untar, s.settle()?) {
+        (Some(u), Some(d)) => Some(u + d),
+        _ => None,
+    };
     let find = s.read(true, |dir| {
         let t = Instant::now();
         let o = Command::new("find")
@@ -495,7 +503,7 @@ fn w_tree(s: &mut Session, tar: &Path, counts: &TreeCounts) -> Result<Values, St
         }
         Ok(secs)
     })?;
-    Ok(vec![untar, find, rm])
+    Ok(vec![untar, untar_sync, find, rm])
 }
 
 /// The template every run copies: one mke2fs (ext4, 4 KiB blocks, fixed
