@@ -160,3 +160,36 @@ fn a_closed_pipe_ends_a_listing_quietly() {
         o.status
     );
 }
+
+/// `rm -r` of a tree holding names that are not UTF-8 (ext4 names are any
+/// bytes but '/' and NUL): everything goes, and e2fsck agrees. A lossy
+/// conversion of the name once sent the removal to a file that is not
+/// there.
+#[test]
+fn rm_r_removes_names_that_are_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = tmp("rm-bytes");
+    let src = d.join("src");
+    let odd = src.join(std::ffi::OsStr::from_bytes(b"dir-\xff"));
+    std::fs::create_dir_all(&odd).unwrap();
+    std::fs::write(odd.join(std::ffi::OsStr::from_bytes(b"file-\xfe\xfd")), b"x").unwrap();
+    std::fs::write(src.join(std::ffi::OsStr::from_bytes(b"\xc3")), b"y").unwrap();
+    let img = d.join("t.img");
+    let (img_s, src_s) = (img.to_str().unwrap(), src.to_str().unwrap());
+    stdout(&ext4kit(&["mkfs", "-d", src_s, img_s, "8M"]));
+    stdout(&ext4kit(&["mkdir", img_s, "/top"]));
+    stdout(&ext4kit(&["put", src_s, &format!("{img_s}:/top/")]));
+    stdout(&ext4kit(&["rm", "-r", img_s, "/top"]));
+    let ls = stdout(&ext4kit(&["ls", "-a", img_s, "/"]));
+    assert!(!ls.contains("top"), "/top survived rm -r: {ls}");
+    let fsck = Command::new("e2fsck")
+        .args(["-fn", img_s])
+        .output()
+        .expect("e2fsck (e2fsprogs) is needed");
+    assert!(
+        fsck.status.success(),
+        "e2fsck: {}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -142,25 +142,31 @@ pub fn rm(image: &Image, paths: &[String], recursive: bool, force: bool, budget:
 /// Remove a directory and everything below it, depth first, without
 /// recursion on the call stack (deep trees cannot overflow it).
 fn remove_tree(fs: &Fs, top: &str, cred: &Cred) -> Result<(), (String, ext4kit::Error)> {
+    // Paths are bytes: a name need not be UTF-8 (ext4 names are any bytes
+    // but '/' and NUL), and a lossy conversion would name another file.
+    let shown = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
     // (path, children already pushed)
-    let mut stack: Vec<(String, bool)> = vec![(top.to_string(), false)];
+    let mut stack: Vec<(Vec<u8>, bool)> = vec![(top.as_bytes().to_vec(), false)];
     while let Some((dir, expanded)) = stack.pop() {
         if expanded {
-            fs.rmdir(dir.as_bytes(), cred).map_err(|e| (dir.clone(), e))?;
+            fs.rmdir(&dir, cred).map_err(|e| (shown(&dir), e))?;
             continue;
         }
         stack.push((dir.clone(), true));
-        let entries = fs.read_dir(dir.as_bytes()).map_err(|e| (dir.clone(), e))?;
+        let entries = fs.read_dir(&dir).map_err(|e| (shown(&dir), e))?;
+        let base = dir.strip_suffix(b"/").unwrap_or(&dir);
         for e in entries {
             if e.name == b"." || e.name == b".." {
                 continue;
             }
-            let child = format!("{}/{}", dir.trim_end_matches('/'), String::from_utf8_lossy(&e.name));
-            let st = fs.lstat(child.as_bytes()).map_err(|e| (child.clone(), e))?;
+            let mut child = base.to_vec();
+            child.push(b'/');
+            child.extend_from_slice(&e.name);
+            let st = fs.lstat(&child).map_err(|e| (shown(&child), e))?;
             if st.ftype == FileType::Directory {
                 stack.push((child, false));
             } else {
-                fs.unlink(child.as_bytes(), cred).map_err(|e| (child.clone(), e))?;
+                fs.unlink(&child, cred).map_err(|e| (shown(&child), e))?;
             }
         }
     }
