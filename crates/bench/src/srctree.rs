@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ext4kit_testkit::SplitMix64;
+use ext4kit_testkit::TestRng;
 
 /// How big a tree to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +55,7 @@ const EXTS: [&str; 6] = ["c", "h", "rs", "S", "txt", "mk"];
 /// tree. Files go into random directories; one in a hundred entries is a
 /// symlink to a sibling-ish relative path (dangling is fine for `find`).
 pub fn build_tree(root: &Path, shape: &TreeShape) -> std::io::Result<TreeCounts> {
-    let mut rng = SplitMix64::new(shape.seed);
+    let mut rng = TestRng::new(shape.seed);
     std::fs::create_dir(root)?;
     let mut dirs: Vec<PathBuf> = vec![root.to_path_buf()];
     for i in 0..shape.dirs {

@@ -1117,13 +1117,9 @@ mod tests {
     fn random_bytes_never_panic() {
         // Random sectors behind a valid MBR signature and random GPT
         // headers behind a protective MBR: errors or tables, never a panic.
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut rnd = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        use rand::{RngCore, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x9E37_79B9_7F4A_7C15);
+        let mut rnd = || rng.next_u64();
         for round in 0..300 {
             let mut b = vec![0u8; 512 * 64];
             for c in b.chunks_mut(8) {

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use ext4kit_testkit::mountpeer::{mkfs_ext4, peer_available, peers_from_env, Peer, PeerMount};
-use ext4kit_testkit::{e2fsck_clean, LoopMount, SplitMix64};
+use ext4kit_testkit::{e2fsck_clean, LoopMount, TestRng};
 use rustix::fs::FallocateFlags;
 use rustix::io::Errno;
 
@@ -130,7 +130,7 @@ struct Fsx<'a> {
     path: PathBuf,
     file: File,
     model: Model,
-    rng: SplitMix64,
+    rng: TestRng,
     seed: u64,
     op: u32,
     log: VecDeque<String>,
@@ -493,7 +493,7 @@ fn run_one(peer: &Peer, seed: u64, ops: u64, maxlen: u64) {
             data: Vec::new(),
             writer: Vec::new(),
         },
-        rng: SplitMix64::new(seed),
+        rng: TestRng::new(seed),
         seed,
         op: 0,
         log: VecDeque::new(),

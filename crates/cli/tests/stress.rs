@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use ext4kit_testkit::mountpeer::{mkfs_ext4, mounted_fstype, peer_available, peers_from_env, Peer, PeerMount};
-use ext4kit_testkit::{e2fsck_clean, run_ok, LoopMount, SplitMix64};
+use ext4kit_testkit::{e2fsck_clean, run_ok, LoopMount, TestRng};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ext4kit");
 
@@ -237,7 +237,7 @@ impl Judge {
 /// kind, so ENOTDIR/EISDIR cannot happen legitimately.
 const TOP: u64 = 4;
 
-fn storm_parent(r: &mut SplitMix64) -> String {
+fn storm_parent(r: &mut TestRng) -> String {
     if r.below(3) == 0 {
         format!("d{}", r.below(TOP))
     } else {
@@ -249,7 +249,7 @@ fn storm_worker(id: usize) {
     let root = env_path("EXT4KIT_STRESS_ROOT");
     let seed = env_u64("EXT4KIT_STRESS_SEED", 0);
     let ops = env_u64("EXT4KIT_STRESS_OPS", 1000);
-    let mut r = SplitMix64::for_label(seed, &format!("storm-{id}"));
+    let mut r = TestRng::for_label(seed, &format!("storm-{id}"));
     let mut j = Judge {
         who: format!("storm worker {id} (seed {seed:#x})"),
         op: 0,
@@ -653,7 +653,7 @@ fn stamp(file: u32, block: u32, version: u32) -> Vec<u8> {
     b[4..8].copy_from_slice(&file.to_le_bytes());
     b[8..12].copy_from_slice(&block.to_le_bytes());
     b[12..16].copy_from_slice(&version.to_le_bytes());
-    let mut r = SplitMix64::new((u64::from(file) << 40) ^ (u64::from(block) << 20) ^ u64::from(version));
+    let mut r = TestRng::new((u64::from(file) << 40) ^ (u64::from(block) << 20) ^ u64::from(version));
     r.fill(&mut b[16..BLOCK - 8]);
     let sum = fnv64(&b[..BLOCK - 8]);
     b[BLOCK - 8..].copy_from_slice(&sum.to_le_bytes());
@@ -740,7 +740,7 @@ fn block_writer(id: usize) {
     let root = env_path("EXT4KIT_STRESS_ROOT");
     let shm = Shared::open(&env_path("EXT4KIT_STRESS_SHM"));
     let ops = env_u64("EXT4KIT_STRESS_OPS", 1000);
-    let mut r = SplitMix64::for_label(env_u64("EXT4KIT_STRESS_SEED", 0), &format!("block-writer-{id}"));
+    let mut r = TestRng::for_label(env_u64("EXT4KIT_STRESS_SEED", 0), &format!("block-writer-{id}"));
     let files: Vec<File> = (0..RW_FILES)
         .map(|f| {
             OpenOptions::new()
@@ -782,7 +782,7 @@ fn block_writer(id: usize) {
 fn block_reader(id: usize) {
     let root = env_path("EXT4KIT_STRESS_ROOT");
     let shm = Shared::open(&env_path("EXT4KIT_STRESS_SHM"));
-    let mut r = SplitMix64::for_label(env_u64("EXT4KIT_STRESS_SEED", 0), &format!("block-reader-{id}"));
+    let mut r = TestRng::for_label(env_u64("EXT4KIT_STRESS_SEED", 0), &format!("block-reader-{id}"));
     let files: Vec<File> = (0..RW_FILES).map(|f| File::open(rw_file(&root, f)).unwrap()).collect();
     let mut seen = vec![0u32; SHM_BLOCKS];
     let (mut reads, mut mapped, mut newer, mut torn) = (0u64, 0u64, 0u64, 0u64);
@@ -887,7 +887,7 @@ fn dir_writer(id: usize) {
     let dir = env_path("EXT4KIT_STRESS_ROOT").join("dir");
     let shm = Shared::open(&env_path("EXT4KIT_STRESS_SHM"));
     let ops = env_u64("EXT4KIT_STRESS_OPS", 1000);
-    let mut r = SplitMix64::for_label(env_u64("EXT4KIT_STRESS_SEED", 0), &format!("dir-writer-{id}"));
+    let mut r = TestRng::for_label(env_u64("EXT4KIT_STRESS_SEED", 0), &format!("dir-writer-{id}"));
     let mut j = Judge {
         who: format!("dir writer {id}"),
         op: 0,
@@ -1178,7 +1178,7 @@ fn load_worker(id: usize) {
     let tolerant = std::env::var("EXT4KIT_STRESS_TOLERANT").is_ok_and(|v| v == "1");
     let deadline = Instant::now() + Duration::from_secs(env_u64("EXT4KIT_STRESS_SECS", 600));
     let started = env_path("EXT4KIT_STRESS_STARTED");
-    let mut r = SplitMix64::for_label(env_u64("EXT4KIT_STRESS_SEED", 0), &format!("load-{id}"));
+    let mut r = TestRng::for_label(env_u64("EXT4KIT_STRESS_SEED", 0), &format!("load-{id}"));
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut done = 0u64;
     let result: io::Result<()> = (|| {

@@ -301,13 +301,11 @@ mod tests {
         dm.add([5, 8]);
         dm.restore([16]);
         assert_eq!(dm.take(), vec![5, 8, 16]);
-        let mut x = 0x2545_f491_4f6c_dd1du64;
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x2545_f491_4f6c_dd1d);
         let mut want = std::collections::BTreeSet::new();
         for _ in 0..5000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let b = x % 97;
+            let b = rng.random_range(0..97u64);
             want.insert(b);
             dm.add([b]);
         }

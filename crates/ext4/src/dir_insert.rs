@@ -507,13 +507,9 @@ mod tests {
             block_size: 1024,
             filetype: true,
         };
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
+        let mut rnd = |n: u64| rng.random_range(0..n);
         let name_of = |i: u64, len: u64| format!("{i:0width$}", width = len as usize).into_bytes();
         for _ in 0..300 {
             let mut b = vec![0u8; 1024];

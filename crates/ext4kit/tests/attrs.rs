@@ -763,22 +763,6 @@ fn no_ext_attr_feature() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A deterministic xorshift generator for the random sequences.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Random set / replace / remove sequences on files that start out sharing
 /// one kernel-made xattr block, checked after every step against a model
 /// (values, `i_blocks`), then by e2fsck (which recounts block refcounts)
@@ -813,7 +797,7 @@ fn random_sequence(tag: &str, args: &[&str], seed: u64) {
             st.blocks - bs / 512
         })
         .collect();
-    let mut rng = Rng(seed);
+    let mut rng = ext4kit_testkit::TestRng::new(seed);
     let names: Vec<Vec<u8>> = (0..8)
         .map(|k| format!("user.{}", "n".repeat(1 + k * 3)).into_bytes())
         .chain([b"user.shared".to_vec(), b"trusted.t".to_vec(), b"security.s".to_vec()])
@@ -822,12 +806,19 @@ fn random_sequence(tag: &str, args: &[&str], seed: u64) {
     // had no block, blocks distinct from the shared one.
     let (mut full, mut no_block, mut own_block) = (0, 0, 0);
     let first_block = fs.stat(b"/f0").unwrap().file_acl;
-    for step in 0..400 {
+    for step in 0..600 {
         let f = rng.below(FILES as u64) as usize;
         let path = format!("/f{f}");
         let name = names[rng.below(names.len() as u64) as usize].clone();
         let present = model[f].contains_key(&name);
-        if rng.below(2) == 0 {
+        if rng.below(80) == 0 {
+            // Now and then empty the file, so that sequences also cover a
+            // file losing its block and getting one again.
+            for n in std::mem::take(&mut model[f]).keys() {
+                fs.removexattr(path.as_bytes(), n, true, &root())
+                    .unwrap_or_else(|e| panic!("{tag} step {step}: empty: {e}"));
+            }
+        } else if rng.below(2) == 0 {
             let r = fs.removexattr(path.as_bytes(), &name, true, &root());
             if present {
                 r.unwrap_or_else(|e| panic!("{tag} step {step}: remove: {e}"));
@@ -840,7 +831,7 @@ fn random_sequence(tag: &str, args: &[&str], seed: u64) {
                 0..=2 => rng.below(8),
                 3..=4 => rng.below(64),
                 5..=6 => rng.below(300),
-                _ => rng.below(bs / 2),
+                _ => bs / 4 + rng.below(bs / 4),
             } as usize;
             let v = value(len, step);
             match fs.setxattr(path.as_bytes(), &name, &v, 0, true, &root()) {

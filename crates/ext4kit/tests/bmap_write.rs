@@ -593,7 +593,7 @@ fn random_ops(fstype: &str, extra: &[&str], seed: u64) {
     let free0 = free_blocks(&fs);
     let extents = fstype == "ext4";
     let mut f = File::create(&fs, "random");
-    let mut rng = ext4kit_testkit::SplitMix64::new(seed);
+    let mut rng = ext4kit_testkit::TestRng::new(seed);
     // Span: past the double-indirect start on 1 KiB blocks.
     let span = if extents { 3000 } else { 12 + 256 + 700 };
     for round in 0..6 {
@@ -764,7 +764,7 @@ fn concurrent_writers_on_separate_files() {
         for (i, f) in files.iter_mut().enumerate() {
             let fs = &fs;
             s.spawn(move || {
-                let mut rng = ext4kit_testkit::SplitMix64::new(100 + i as u64);
+                let mut rng = ext4kit_testkit::TestRng::new(100 + i as u64);
                 for k in 0..600u64 {
                     let l = rng.below(4000);
                     if k % 5 == 4 {

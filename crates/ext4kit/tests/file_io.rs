@@ -91,15 +91,9 @@ fn read_all(fs: &Fs, path: &str) -> Vec<u8> {
 }
 
 fn pattern(n: usize, salt: u64) -> Vec<u8> {
-    let mut x = salt.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut v = vec![0u8; n];
+    ext4kit_testkit::TestRng::new(salt).fill(&mut v);
+    v
 }
 
 /// Sync, drop, fsck, reopen read-only and compare every file with its
@@ -670,11 +664,10 @@ fn readers_never_see_stale_or_torn_blocks() {
                 let r = fs.open(b"/r", OpenFlags::default()).unwrap();
                 let mut seen = vec![0u8; BLOCKS];
                 let mut buf = vec![0u8; 3 * 4096];
-                let mut x = 12345 + t;
+                let mut rng = ext4kit_testkit::TestRng::new(12345 + t);
                 let mut reads = 0;
                 while !done.load(std::sync::atomic::Ordering::Relaxed) || reads < 100 {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                    let b = (x >> 33) as usize % (BLOCKS - 2);
+                    let b = rng.below((BLOCKS - 2) as u64) as usize;
                     assert_eq!(r.pread(fs, (b * 4096) as u64, &mut buf).unwrap(), buf.len());
                     for k in 0..3 {
                         let blk = &buf[k * 4096..(k + 1) * 4096];

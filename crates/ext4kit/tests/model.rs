@@ -18,7 +18,7 @@ use std::process::Command;
 
 use ext4kit::vfs::namespace::RenameFlags;
 use ext4kit::{Cred, Errno, FileType, Fs, OpenOptions};
-use ext4kit_testkit::SplitMix64;
+use ext4kit_testkit::TestRng;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Node {
@@ -84,7 +84,7 @@ impl Model {
     }
 }
 
-fn content(rng: &mut SplitMix64) -> Vec<u8> {
+fn content(rng: &mut TestRng) -> Vec<u8> {
     let n = match rng.next_u64() % 4 {
         0 => 0,
         1 => (rng.next_u64() % 100) as usize,
@@ -96,7 +96,7 @@ fn content(rng: &mut SplitMix64) -> Vec<u8> {
 }
 
 /// Pick a random existing path under `roots` in the model (or a fresh name).
-fn pick(m: &Model, rng: &mut SplitMix64, roots: &[&str], tag: &str) -> String {
+fn pick(m: &Model, rng: &mut TestRng, roots: &[&str], tag: &str) -> String {
     let cands: Vec<&String> = m
         .nodes
         .keys()
@@ -129,7 +129,7 @@ fn expect<T: std::fmt::Debug>(what: &str, got: ext4kit::Result<T>, want: Result<
 }
 
 /// Apply one random operation to `fs` and the model.
-fn step(fs: &Fs, m: &mut Model, rng: &mut SplitMix64, roots: &[&str], tag: &str) {
+fn step(fs: &Fs, m: &mut Model, rng: &mut TestRng, roots: &[&str], tag: &str) {
     let root = Cred::root();
     let a = pick(m, rng, roots, tag);
     let b = pick(m, rng, roots, tag);
@@ -331,7 +331,7 @@ fn run_seed(seed: u64, ops: usize, threads: usize) {
             .map(|t| {
                 let fs = &fs;
                 s.spawn(move || {
-                    let mut rng = SplitMix64::new(seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                    let mut rng = TestRng::new(seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
                     let mut m = Model::default();
                     let own = format!("/t{t}");
                     fs.mkdir(own.as_bytes(), 0o755, &Cred::root()).unwrap();

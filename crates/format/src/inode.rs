@@ -505,10 +505,10 @@ mod tests {
         #[test]
         fn roundtrip_is_bit_exact(size in prop::sample::select(vec![128usize, 256, 512, 1024]), seed in any::<u64>()) {
             let mut bytes = vec![0u8; size];
-            let mut x = seed;
-            for b in bytes.iter_mut() { x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); *b = (x >> 33) as u8; }
+            let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
+            rand::RngCore::fill_bytes(&mut rng, &mut bytes);
             if size > 128 {
-                let e = ((x % ((size as u64 - 128) / 4 + 1)) * 4) as u16;
+                let e = ((rand::RngCore::next_u64(&mut rng) % ((size as u64 - 128) / 4 + 1)) * 4) as u16;
                 bytes[128..130].copy_from_slice(&e.to_le_bytes());
             }
             let ino = Inode::parse_raw(&bytes).unwrap();

@@ -833,7 +833,7 @@ fn with_map(f: &File, len: usize, op: impl FnOnce(&mut [u8])) {
 fn fsx_style_random_operations_match_a_model() {
     use std::os::unix::fs::FileExt;
     let mut m = Rw::new("fsx", "64M", &[]);
-    let mut rng = ext4kit_testkit::SplitMix64::new(0xf5c_2026);
+    let mut rng = ext4kit_testkit::TestRng::new(0xf5c_2026);
     let path = m.p("fsx");
     let mut model: Vec<u8> = Vec::new();
     let open = || {

@@ -103,7 +103,7 @@ use std::time::Instant;
 
 use crate::compare::{compare_trees, CompareOpts, DiffKind, Difference};
 use crate::image::{debugfs_run, e2fs, kernel_available, LoopMount, FIXED_HASH_SEED, FIXED_UUID};
-use crate::prng::SplitMix64;
+use crate::rng::TestRng;
 use crate::util::{describe, run, run_ok, Context};
 
 /// One kind of operation the kernel performs on the mounted image before
@@ -1422,7 +1422,7 @@ fn mkfs(image: &Path, spec: &JournalSpec, src: &Path) -> io::Result<()> {
 /// Deterministic bytes for a labelled file.
 fn bytes(label: &str, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
-    SplitMix64::for_label(17, label).fill(&mut v);
+    TestRng::for_label(17, label).fill(&mut v);
     v
 }
 

@@ -44,7 +44,7 @@ mod compare;
 mod image;
 pub mod journal;
 pub mod mountpeer;
-mod prng;
+mod rng;
 mod tree;
 mod util;
 
@@ -54,7 +54,7 @@ pub use image::{
     make_kernel_image, DirHash, HashSign, ImageSpec, KernelUnavailable, LoopMount, FIXED_HASH_SEED, FIXED_TIME,
     FIXED_UUID,
 };
-pub use prng::SplitMix64;
+pub use rng::TestRng;
 
 /// Version of what [`build_source_tree`] and [`make_image`] produce. Bump
 /// it whenever either changes its output, so `ext4kit-fixtures --reuse`

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, Timespec, Timestamps, XattrFlags, CWD};
 
-use crate::prng::SplitMix64;
+use crate::rng::TestRng;
 use crate::util::{fnv1a, join_bytes, Context};
 
 /// Shape of the generated tree. The defaults are the full fixture (what the
@@ -188,7 +188,7 @@ impl Builder<'_> {
 
     fn random_file(&mut self, rel: &[u8], len: u64, mode: u32) -> io::Result<()> {
         let p = self.p(rel);
-        let mut rng = SplitMix64::for_label(self.opts.seed, &String::from_utf8_lossy(rel));
+        let mut rng = TestRng::for_label(self.opts.seed, &String::from_utf8_lossy(rel));
         let mut f = File::create(&p).context(|| format!("create {}", p.display()))?;
         let mut buf = vec![0u8; 64 * 1024];
         let mut left = len;
@@ -206,7 +206,7 @@ impl Builder<'_> {
     /// final size `size`.
     fn sparse_file(&mut self, rel: &[u8], chunks: &[(u64, u64)], size: u64) -> io::Result<()> {
         let p = self.p(rel);
-        let mut rng = SplitMix64::for_label(self.opts.seed, &String::from_utf8_lossy(rel));
+        let mut rng = TestRng::for_label(self.opts.seed, &String::from_utf8_lossy(rel));
         let f = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -304,7 +304,7 @@ impl Builder<'_> {
         // Blocks of zeros that are data, not holes: the reader must return
         // zeros whether the writer kept them or punched them out.
         {
-            let mut rng = SplitMix64::for_label(self.opts.seed, "zero-blocks");
+            let mut rng = TestRng::for_label(self.opts.seed, "zero-blocks");
             let mut data = vec![0u8; 3 * 64 * 1024];
             rng.fill(&mut data[..64 * 1024]);
             rng.fill(&mut data[128 * 1024..]);
@@ -399,7 +399,7 @@ impl Builder<'_> {
         // value larger than a block without ea_inode).
         self.file(b"xattr/big", b"one big xattr\n", 0o644)?;
         let mut big = vec![0u8; 900];
-        SplitMix64::for_label(self.opts.seed, "xattr-big").fill(&mut big);
+        TestRng::for_label(self.opts.seed, "xattr-big").fill(&mut big);
         self.xattr(b"xattr/big", "user.big", &big)?;
         // Small in the inode and a larger one beside it.
         self.file(b"xattr/mixed", b"mixed\n", 0o644)?;
@@ -537,7 +537,7 @@ impl Builder<'_> {
 
     fn big_dir(&mut self) -> io::Result<()> {
         self.dir(b"bigdir", 0o755)?;
-        let mut rng = SplitMix64::for_label(self.opts.seed, "bigdir");
+        let mut rng = TestRng::for_label(self.opts.seed, "bigdir");
         let root = self.p(b"bigdir");
         const ALNUM: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789_";
         for i in 0..self.opts.big_dir_entries {

@@ -55,7 +55,7 @@ fn make_image(a: &Args) -> Result<PathBuf, String> {
     }
     let src = a.work.join("src");
     let _ = std::fs::remove_dir_all(&src);
-    let mut rng = ext4kit_testkit::SplitMix64::new(42);
+    let mut rng = ext4kit_testkit::TestRng::new(42);
     for d in 0..a.dirs {
         let dir = src.join(format!("dir{d:03}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;

@@ -199,17 +199,10 @@ fn io<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
 /// 1 MiB of pseudo-random bytes (incompressible, never all zero).
 fn random_mib(seed: u64) -> Vec<u8> {
     let mut v = vec![0u8; 1 << 20];
-    ext4kit_testkit::SplitMix64::new(seed).fill(&mut v);
+    ext4kit_testkit::TestRng::new(seed).fill(&mut v);
     v
 }
 
@@ -300,12 +293,12 @@ fn w_fsync(s: &mut Session, a: &Args) -> Result<Values, String> {
         // runs a slice of both kinds on every size, so a burst of other I/O
         // on the host (flush latency) hits all four series alike.
         let mut per_op: Vec<Vec<Duration>> = vec![Vec::new(); a.fsync_blocks.len() * 2];
-        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut rng = ext4kit_testkit::TestRng::new(0x2545_F491_4F6C_DD1D);
         for _ in 0..FSYNC_ROUNDS {
             for (i, &n) in a.fsync_blocks.iter().enumerate() {
                 for data_only in [false, true] {
                     for _ in 0..per_round {
-                        let off = (xorshift(&mut rng) % n) * FSYNC_BS;
+                        let off = rng.below(n) * FSYNC_BS;
                         let t = Instant::now();
                         files[i].write_all_at(&block, off).map_err(io("pwrite"))?;
                         if data_only {

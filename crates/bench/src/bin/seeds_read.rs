@@ -12,6 +12,10 @@
 //!
 //! Run as root (loop mount):  sudo target/release/seeds-read [--threads 1,2,4]
 
+// Xoshiro256++: about a nanosecond per draw, small beside a 6 ns seek;
+// the figures need no reproducible stream.
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -76,13 +80,6 @@ fn best(reps: usize, mut f: impl FnMut() -> Duration) -> Duration {
     median(&mut v)
 }
 
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
 fn mops(ops: usize, d: Duration) -> f64 {
     ops as f64 / d.as_secs_f64() / 1e6
 }
@@ -108,9 +105,9 @@ fn main() -> Result<(), String> {
             .collect();
         let t_ours = best(a.reps, || {
             par(n, |i| {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ i as u64;
+                let mut x = SmallRng::seed_from_u64(0x9E37_79B9_7F4A_7C15 ^ i as u64);
                 for _ in 0..ops {
-                    let off = (xorshift(&mut x) % (128 << 20)) as i64;
+                    let off = x.random_range(0..128i64 << 20);
                     std::hint::black_box(files[i].lseek(&fs, off, Whence::Set).unwrap());
                 }
             })
@@ -119,9 +116,9 @@ fn main() -> Result<(), String> {
         let inode_lock = Mutex::new(());
         let t_locked = best(a.reps, || {
             par(n, |i| {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ i as u64;
+                let mut x = SmallRng::seed_from_u64(0x9E37_79B9_7F4A_7C15 ^ i as u64);
                 for _ in 0..ops {
-                    let off = (xorshift(&mut x) % (128 << 20)) as i64;
+                    let off = x.random_range(0..128i64 << 20);
                     let _g = inode_lock.lock().unwrap();
                     std::hint::black_box(files[i].lseek(&fs, off, Whence::Set).unwrap());
                 }
@@ -134,9 +131,9 @@ fn main() -> Result<(), String> {
             par(n, |i| {
                 use std::io::Seek;
                 let mut f = &kfiles[i];
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ i as u64;
+                let mut x = SmallRng::seed_from_u64(0x9E37_79B9_7F4A_7C15 ^ i as u64);
                 for _ in 0..ops {
-                    let off = xorshift(&mut x) % (128 << 20);
+                    let off = x.random_range(0..128u64 << 20);
                     std::hint::black_box(f.seek(std::io::SeekFrom::Start(off)).unwrap());
                 }
             })
