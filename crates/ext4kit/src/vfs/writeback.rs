@@ -20,6 +20,21 @@
 //!    metadata that points at it (ordered mode);
 //! 5. mark clean only the pages whose contents were written and are still
 //!    the cached ones.
+//!
+//! Space: the blocks step 2 allocates were claimed when the writes were
+//! accepted (`pagecache`'s reservations, `ext4::reserve`). The inode's
+//! claims are handed to the transaction before the first allocation, the
+//! allocator draws from them, and afterwards the books are settled: the
+//! pages now on disk leave the delayed set, and what is left of the claims
+//! is kept for the pages still delayed or given back. So writeback does not
+//! look for free space of its own, and cannot run out of it.
+//!
+//! A failure (an I/O error writing the image) ends the pass: newly
+//! allocated blocks whose data could not be written are unmapped again
+//! (so no file ever shows blocks holding someone else's old data), what
+//! was done is committed, the pages stay dirty, and the error is kept on
+//! the inode (`PageMap::set_wb_error`) for the next fsync or FLUSH as well
+//! as returned.
 
 use std::sync::Arc;
 
@@ -88,6 +103,8 @@ impl Fs {
         let mut map_changed = false;
         let mut written: Vec<(u64, Arc<Page>)> = Vec::with_capacity(dirty.len());
         let mut failure: Option<Error> = None;
+        // Claims handed to the handle (see the module doc), once taken.
+        let mut claims_taken = false;
         let map = if dirty.is_empty() {
             None
         } else {
@@ -113,7 +130,7 @@ impl Fs {
             let mut l = start;
             while l < start + len {
                 let end = start + len;
-                let seg: Vec<(u64, u64, u64, bool)> = match map.map(&self.vol, l) {
+                let seg: Vec<(u64, u64, u64, bool, bool)> = match map.map(&self.vol, l) {
                     Err(e) => {
                         failure = Some(e);
                         break 'runs;
@@ -122,7 +139,7 @@ impl Fs {
                         pblk,
                         len: n,
                         uninit: false,
-                    }) => vec![(l, pblk, n.min(end - l), false)],
+                    }) => vec![(l, pblk, n.min(end - l), false, false)],
                     Ok(Mapping::Mapped { len: n, .. }) | Ok(Mapping::Hole { len: n }) => {
                         // Delayed allocation happens here.
                         let n = n.min(end - l);
@@ -136,10 +153,16 @@ impl Fs {
                             }
                         }
                         let hh = h.as_mut().expect("just begun");
+                        if !claims_taken {
+                            claims_taken = true;
+                            hh.add_reserved(inode.pages.take_claims());
+                        }
                         match self.vol.map_blocks(hh, ino, rec, l, n, false) {
                             Ok(rs) => {
                                 map_changed = true;
-                                rs.into_iter().map(|r| (r.lblk, r.pblk, r.len, r.uninit)).collect()
+                                rs.into_iter()
+                                    .map(|r| (r.lblk, r.pblk, r.len, r.uninit, r.new))
+                                    .collect()
                             }
                             Err(e) => {
                                 failure = Some(e);
@@ -148,7 +171,8 @@ impl Fs {
                         }
                     }
                 };
-                for (sl, pblk, n, uninit) in seg {
+                let mut seg = seg.into_iter();
+                while let Some((sl, pblk, n, uninit, new)) = seg.next() {
                     let first = (sl - start) as usize;
                     let chunk = &pages[first..first + n as usize];
                     let mut buf = Vec::with_capacity(n as usize * bs);
@@ -157,6 +181,27 @@ impl Fs {
                     }
                     if let Err(e) = self.vol.write_raw(pblk, &buf) {
                         failure = Some(crate::ext4::volume::annotate(e, &format!("data of inode {ino}")));
+                        // Blocks allocated for data that never reached them
+                        // leave the map again: committed, the map would show
+                        // whatever they held before. The pages stay dirty
+                        // (and delayed) for a later try.
+                        let hh = h.as_mut();
+                        let unmap: Vec<(u64, u64)> = std::iter::once((sl, n, new))
+                            .chain(seg.by_ref().map(|(l2, _, n2, _, new2)| (l2, n2, new2)))
+                            .filter(|r| r.2)
+                            .map(|r| (r.0, r.1))
+                            .collect();
+                        if let Some(hh) = hh {
+                            for (ul, un) in unmap {
+                                if let Err(e2) = self.vol.punch_blocks(hh, ino, rec, ul, ul + un) {
+                                    eprintln!(
+                                        "ext4kit: inode {ino}: unmapping blocks {ul}..{} after a failed data write: {e2}",
+                                        ul + un
+                                    );
+                                    break;
+                                }
+                            }
+                        }
                         break 'runs;
                     }
                     st.data_writes += 1;
@@ -192,8 +237,20 @@ impl Fs {
             }
             self.vol.write_inode(h.as_mut().expect("just begun"), ino, rec)?;
         }
+        let left = h.as_ref().map_or(0, |h| h.reserved_left());
+        if claims_taken {
+            // Settle before the commit can fail: the claims must not leak.
+            let meta = |n: u64| self.vol.worst_map_growth(rec, n);
+            inode.pages.settle(written.iter().map(|w| w.0), left, &meta);
+        }
+        if let Some(e) = &failure {
+            inode.pages.set_wb_error(e);
+        }
         if let Some(h) = h {
-            h.commit()?;
+            if let Err(e) = h.commit() {
+                inode.pages.set_wb_error(&e);
+                return Err(e);
+            }
         }
         if map_changed {
             inode.reset_block_map();
@@ -243,7 +300,14 @@ impl Fs {
     /// committed metadata, then flush the device cache.
     pub fn fsync_inode(&self, inode: &CachedInode, data_only: bool) -> Result<WritebackStats> {
         let level = if data_only { SyncLevel::Data } else { SyncLevel::All };
-        let st = self.writeback_inode(inode, level)?;
+        let st = match self.writeback_inode(inode, level) {
+            Ok(st) => st,
+            Err(e) => {
+                // Reported now: not again at the next fsync or FLUSH.
+                inode.pages.take_wb_error();
+                return Err(e);
+            }
+        };
         // Whether the device still needs a flush for the data: a commit
         // ends with one (after its commit block), which covers the data
         // written before it too.
@@ -277,6 +341,13 @@ impl Fs {
                 .device()
                 .flush()
                 .map_err(|e| Error::io("flushing the device", e))?;
+        }
+        // A background write-back of this file that failed since the last
+        // report (memory pressure, the periodic flush): the data it held
+        // may be lost, and this fsync is where the writer learns it
+        // (`file_check_and_advance_wb_err`).
+        if let Some(e) = inode.pages.take_wb_error() {
+            return Err(e);
         }
         Ok(st)
     }
