@@ -350,3 +350,45 @@ fn writeback_io_error_reaches_fsync_and_costs_nothing_else() {
     drop(fs);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// sync(2) and syncfs(2) never reach a FUSE server, so the commit interval
+/// must cover file data too: data dirty for longer than the interval is
+/// written back and committed by the background worker. A copy of the
+/// image taken while it is still open (what a crash leaves) holds it.
+#[test]
+fn dirty_data_older_than_the_commit_interval_is_written_back() {
+    let dir = workdir("expire");
+    let img = mkfs(&dir);
+    let fs = Fs::open_image(
+        &img,
+        &OpenOptions {
+            commit_interval: Some(std::time::Duration::from_secs(1)),
+            ..rw()
+        },
+    )
+    .unwrap();
+    if fs.vol.jbd.as_ref().is_none_or(|j| j.interval.is_none()) {
+        panic!("no commit interval (SOURCE_DATE_EPOCH set?): this test needs one");
+    }
+    let f = fs.open(b"/late", wflags()).unwrap();
+    f.write(&fs, &chunk(8, 0, 300_000)).unwrap();
+    assert!(fs.stats().dirty_page_bytes > 0, "the write is buffered");
+    let t = std::time::Instant::now();
+    while fs.stats().dirty_page_bytes > 0 || fs.vol.jbd.as_ref().is_some_and(|j| !j.running_is_empty()) {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "dirty data not written back and committed within 20 s of a 1 s interval"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The crash: copy the image while the filesystem is still open.
+    let crashed = dir.join("crashed.img");
+    std::fs::copy(&img, &crashed).unwrap();
+    let after = Fs::open_image(&crashed, &OpenOptions::default()).unwrap();
+    check_file(&after, b"/late", 8, 300_000);
+    drop(after);
+    drop(f);
+    drop(fs);
+    fsck_clean(&img);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -111,6 +111,10 @@ pub struct PageMap {
     /// The first write-back failure not yet reported (the kernel's
     /// `mapping->wb_err`): fsync and FLUSH report it once.
     wb_error: Mutex<Option<(Errno, String)>>,
+    /// When the dirty set last went from empty to not (the kernel's
+    /// `inode->dirtied_when`): the background worker writes back pages
+    /// older than the commit interval. Changed under the `dirty` mutex.
+    dirtied: Mutex<Option<std::time::Instant>>,
 }
 
 impl Default for PageMap {
@@ -122,6 +126,7 @@ impl Default for PageMap {
             seq: AtomicU64::new(0),
             resv: Mutex::default(),
             wb_error: Mutex::default(),
+            dirtied: Mutex::default(),
         }
     }
 }
@@ -294,8 +299,16 @@ impl PageMap {
                 new_dirty += 1;
             }
         }
+        if new_dirty != 0 && set.len() == new_dirty {
+            *self.dirtied.lock() = Some(std::time::Instant::now());
+        }
         self.ndirty.store(set.len(), Ordering::Release);
         (new_pages, new_dirty)
+    }
+
+    /// Since when some page has been dirty (none: no dirty page).
+    pub fn dirty_since(&self) -> Option<std::time::Instant> {
+        *self.dirtied.lock()
     }
 
     /// The dirty blocks, in order (a copy: O(dirty), whatever is cached).
@@ -333,6 +346,9 @@ impl PageMap {
                 self.bump();
                 cur.dirty.store(false, Ordering::SeqCst);
                 let was = set.remove(&lblk);
+                if set.is_empty() {
+                    *self.dirtied.lock() = None;
+                }
                 self.ndirty.store(set.len(), Ordering::Release);
                 was
             }
@@ -374,6 +390,9 @@ impl PageMap {
         let gone: Vec<u64> = set.range(start..end).copied().collect();
         for k in &gone {
             set.remove(k);
+        }
+        if set.is_empty() {
+            *self.dirtied.lock() = None;
         }
         self.ndirty.store(set.len(), Ordering::Release);
         self.unreserve_range(start, end);

@@ -40,12 +40,13 @@ use std::sync::Arc;
 
 use ext4kit_format::inode::Inode;
 
+use super::icache::Icache;
 use super::icache::{CachedInode, DIRTY_DATA};
-use super::pagecache::Page;
+use super::pagecache::{Page, PageBudget};
 use super::Fs;
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::ext4::transaction::Handle;
-use crate::ext4::Mapping;
+use crate::ext4::{Mapping, Volume};
 
 /// Longest run written with one device write (blocks).
 pub const MAX_RUN: u64 = 1024;
@@ -71,11 +72,28 @@ pub struct WritebackStats {
     pub inode_written: bool,
 }
 
-impl Fs {
+/// What writeback needs of an open filesystem: the volume and the page
+/// budget. The background worker holds these (never the `Fs`, whose last
+/// handle must be dropped by a caller), so it can write back expired
+/// dirty data too ([`write_back_expired`]).
+pub(crate) struct Writer<'a> {
+    pub(crate) vol: &'a Volume,
+    pub(crate) pages: &'a PageBudget,
+}
+
+impl Writer<'_> {
     /// Write back inode `inode`: dirty pages, then the record as `level`
     /// requires. Does not flush the device (fsync does).
     pub fn writeback_inode(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
-        self.retry_enospc(|| self.writeback_inode_once(inode, level))
+        // ext4_should_retry_alloc: with a journal, blocks freed by the
+        // running transaction are reused only once it commits.
+        match self.writeback_inode_once(inode, level) {
+            Err(e) if e.errno() == Errno::ENOSPC && self.vol.jbd.as_ref().is_some_and(|j| j.has_busy()) => {
+                self.vol.commit_running()?;
+                self.writeback_inode_once(inode, level)
+            }
+            r => r,
+        }
     }
 
     /// One attempt of [`Self::writeback_inode`].
@@ -272,6 +290,32 @@ impl Fs {
             None => Ok(st),
         }
     }
+}
+
+impl Fs {
+    fn writer(&self) -> Writer<'_> {
+        Writer {
+            vol: &self.vol,
+            pages: &self.pages,
+        }
+    }
+
+    /// Write back inode `inode`: dirty pages, then the record as `level`
+    /// requires. Does not flush the device (fsync does).
+    pub fn writeback_inode(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
+        self.writer().writeback_inode(inode, level)
+    }
+
+    /// [`Self::writeback_inode`] for a caller holding the `disk` write lock
+    /// (`rec` is the guarded record).
+    pub(crate) fn writeback_locked(
+        &self,
+        inode: &CachedInode,
+        rec: &mut Inode,
+        level: SyncLevel,
+    ) -> Result<WritebackStats> {
+        self.writer().writeback_locked(inode, rec, level)
+    }
 
     /// Write back every dirty inode (sync(2), and memory pressure). Tries
     /// them all and reports the first failure.
@@ -364,6 +408,36 @@ impl Fs {
             self.writeback_all()?;
         }
         Ok(())
+    }
+}
+
+/// The background worker's periodic pass (the kernel's flusher threads
+/// with `dirty_expire_centisecs`): write back every inode whose oldest
+/// dirty page has waited `expire` or longer, and every inode whose record
+/// alone is dirty, so that the commit that follows makes them durable.
+/// This is what makes "everything older than the commit interval
+/// survives" true of file data as well as of metadata — and what `sync(1)`
+/// and `syncfs(2)` rely on through a FUSE mount, where they never reach the
+/// server (README, "Crashes and what survives them"). A failure is kept on
+/// the inode for its next fsync (and printed: nobody else may ever ask).
+pub(crate) fn write_back_expired(vol: &Volume, icache: &Icache, pages: &PageBudget, expire: std::time::Duration) {
+    let mut todo = Vec::new();
+    icache.for_each(|i| {
+        let due = match i.pages.dirty_since() {
+            Some(t) => t.elapsed() >= expire,
+            None => i.is_dirty(),
+        };
+        if due {
+            todo.push(i.clone());
+        }
+        true
+    });
+    todo.sort_by_key(|i| i.ino);
+    let w = Writer { vol, pages };
+    for i in todo {
+        if let Err(e) = w.writeback_inode(&i, SyncLevel::All) {
+            eprintln!("ext4kit: background write-back of inode {} failed: {e}", i.ino);
+        }
     }
 }
 
