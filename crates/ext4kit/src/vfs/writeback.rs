@@ -126,7 +126,7 @@ impl Writer<'_> {
         let map = if dirty.is_empty() {
             None
         } else {
-            Some(inode.block_map_locked(&self.vol, rec)?)
+            Some(inode.block_map_locked(self.vol, rec)?)
         };
 
         'runs: for (start, len) in runs(&dirty) {
@@ -148,7 +148,7 @@ impl Writer<'_> {
             let mut l = start;
             while l < start + len {
                 let end = start + len;
-                let seg: Vec<(u64, u64, u64, bool, bool)> = match map.map(&self.vol, l) {
+                let seg: Vec<(u64, u64, u64, bool, bool)> = match map.map(self.vol, l) {
                     Err(e) => {
                         failure = Some(e);
                         break 'runs;
