@@ -248,4 +248,32 @@ mod tests {
         // 1000 extents, half-full leaves of 42: 24 leaves, 1 index, +2.
         assert_eq!(worst_map_blocks(84, 1000), 24 + 1 + 2);
     }
+
+    /// Ordinary allocations see the claims; a handle given claimed blocks
+    /// (writeback) draws from them without a check; the free counter stays
+    /// the sum of the group descriptors.
+    #[test]
+    fn allocations_respect_claims_and_draw_from_the_handle() {
+        let v = crate::volume::scratch_volume();
+        let groups = |v: &crate::volume::Volume| -> u64 {
+            v.groups.iter().map(|g| g.desc.read().free_blocks_count() as u64).sum()
+        };
+        let free = v.space.free();
+        assert_eq!(free, groups(&v));
+        let avail = v.space.available(Claimant::User);
+        v.space.claim(avail, Claimant::User).unwrap();
+        let mut h = v.begin().unwrap();
+        let e = v.alloc_blocks(&mut h, 0, 1).unwrap_err();
+        assert_eq!(e.errno(), Errno::ENOSPC, "{e}");
+        h.add_reserved(10);
+        let (p, n) = v.alloc_blocks(&mut h, 0, 4).unwrap();
+        assert!(n >= 1 && n <= 4);
+        assert_eq!(h.reserved_left(), 10 - n as u64);
+        assert_eq!(v.space.dirty(), avail - n as u64, "the blocks drawn left the claims");
+        assert_eq!(v.space.free(), free - n as u64);
+        assert_eq!(v.space.free(), groups(&v));
+        v.free_blocks(&mut h, p, n).unwrap();
+        assert_eq!(v.space.free(), groups(&v));
+        h.commit().unwrap();
+    }
 }

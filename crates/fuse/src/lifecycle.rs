@@ -495,9 +495,6 @@ impl Mounted {
                      committed): {e}"
                 )
             }));
-        if let Err(msg) = &result {
-            eprintln!("ext4kit: {msg}");
-        }
         // Written before the lock goes: `unmount` reads it once the lock
         // is free (the detached server's exit status reaches nobody).
         if let Some(p) = &self.status {
