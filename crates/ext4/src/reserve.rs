@@ -267,7 +267,7 @@ mod tests {
         assert_eq!(e.errno(), Errno::ENOSPC, "{e}");
         h.add_reserved(10);
         let (p, n) = v.alloc_blocks(&mut h, 0, 4).unwrap();
-        assert!(n >= 1 && n <= 4);
+        assert!((1..=4).contains(&n));
         assert_eq!(h.reserved_left(), 10 - n as u64);
         assert_eq!(v.space.dirty(), avail - n as u64, "the blocks drawn left the claims");
         assert_eq!(v.space.free(), free - n as u64);
