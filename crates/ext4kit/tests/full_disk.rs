@@ -327,6 +327,21 @@ fn writeback_io_error_reaches_fsync_and_costs_nothing_else() {
         let ino = fs.stat(b"/big").unwrap().ino;
         let layout = fs.data_layout(ino).unwrap();
         assert!(layout.runs.is_empty(), "{:?}", layout.runs);
+        // A writer that goes on is stopped once the dirty budget (4 MiB
+        // of this 32 MiB cache) is full of data that cannot be written:
+        // memory stays bounded, and the writer hears why.
+        let mut more = 0u64;
+        let err = loop {
+            let at = (2 << 20) + more;
+            match f.pwrite(&fs, at, &chunk(7, at, 64 << 10)) {
+                Ok(n) => more += n as u64,
+                Err(e) => break e,
+            }
+            assert!(more < 32 << 20, "32 MiB more accepted by a device that writes nothing");
+        };
+        assert_eq!(err.errno(), Errno::EIO, "{err}");
+        let dirty = fs.stats().dirty_page_bytes;
+        assert!(dirty <= 5 << 20, "{dirty} bytes dirty past a 4 MiB budget");
         // Another file's metadata still commits.
         fs.chmod(b"/later", 0o600, &root).unwrap();
         // The close reports it as well (sync: every file is tried).

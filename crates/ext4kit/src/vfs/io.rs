@@ -229,6 +229,17 @@ impl Fs {
         who: Claimant,
     ) -> Result<(u64, usize)> {
         check_regular(inode)?;
+        // Past the dirty budget because write-back keeps failing (a dying
+        // device): refuse more data rather than hold it in memory without
+        // bound. The data already accepted stays dirty, its error is kept
+        // for fsync.
+        if self.pages.dirty_over() {
+            if let Err(e) = self.balance_dirty(inode) {
+                if self.pages.dirty_over() {
+                    return Err(e);
+                }
+            }
+        }
         let r = self.write_locked(inode, off, buf, keep_privs, who);
         // Memory pressure is handled with no inode lock held. Its failure
         // is not this write's (the data is accepted and stays dirty): it
