@@ -98,7 +98,13 @@ impl Volume {
     /// buffered writes never promise the same block twice.
     pub fn alloc_blocks_as(&self, h: &mut Handle<'_>, goal: u64, want: u32, privileged: bool) -> Result<(u64, u32)> {
         let want = want.max(1) as u64;
-        let who = if privileged { Claimant::Reserved } else { Claimant::User };
+        // Writeback of accepted data may take the reserve for what its
+        // claims did not cover (see `Handle::writes_back_delayed`).
+        let who = if privileged || h.writes_back_delayed() {
+            Claimant::Reserved
+        } else {
+            Claimant::User
+        };
         let drawn = h.draw_reserved(want);
         let mut claimed = 0;
         if drawn < want {
@@ -115,7 +121,7 @@ impl Volume {
         // What the handle drew and did not use stays its own; the claims
         // used are now allocated blocks (the free count dropped already),
         // and an ordinary allocation's unused claim is not needed any more.
-        h.add_reserved(drawn - from_drawn);
+        h.return_reserved(drawn - from_drawn);
         self.space.release(from_drawn + claimed);
         r
     }

@@ -37,6 +37,11 @@ pub struct Handle<'v> {
     /// claimed; see `reserve.rs`). Allocations up to it skip the free-space
     /// check; each block drawn leaves the volume's claim count.
     reserved: u64,
+    /// Whether this handle writes back delayed data (it was handed
+    /// claims): an allocation beyond them — the map grew past its
+    /// worst-case estimate — may use the root reserve, like the kernel's
+    /// `EXT4_MB_USE_RESERVED`, rather than fail data already accepted.
+    delalloc: bool,
 }
 
 impl std::fmt::Debug for Handle<'_> {
@@ -56,6 +61,7 @@ impl Volume {
             dirty: smallvec::SmallVec::new(),
             member: self.jbd.as_ref().map(|j| j.join()),
             reserved: 0,
+            delalloc: false,
         })
     }
 }
@@ -66,6 +72,17 @@ impl<'v> Handle<'v> {
     /// them over; what is left afterwards is [`Self::reserved_left`]).
     pub fn add_reserved(&mut self, n: u64) {
         self.reserved += n;
+        self.delalloc = true;
+    }
+
+    /// Give back to the handle blocks drawn and not used.
+    pub(crate) fn return_reserved(&mut self, n: u64) {
+        self.reserved += n;
+    }
+
+    /// Whether claims were ever handed to this handle (writeback).
+    pub(crate) fn writes_back_delayed(&self) -> bool {
+        self.delalloc
     }
 
     /// Claimed blocks handed to this handle and not drawn by an allocation.
