@@ -13,6 +13,7 @@ use ext4kit_format::features::{incompat, ro_compat};
 use ext4kit_format::group_desc::{GroupDesc, BG_BLOCK_UNINIT};
 
 use super::group::{clear_bit, set_bit, test_bit};
+use super::reserve::Claimant;
 use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
@@ -75,28 +76,59 @@ impl Volume {
     /// This is the unprivileged allocator: it never takes the last
     /// `s_r_blocks_count` free blocks (the root reserve), the way the
     /// kernel's `ext4_has_free_clusters` treats a caller without
-    /// CAP_SYS_RESOURCE. File data and map blocks go through here whoever
-    /// the caller is (this layer has no caller identity), so root writing a
-    /// file does not dip into the reserve either — stricter than the kernel,
-    /// never looser. Callers that must succeed where root would (e2fsck-like
-    /// repairs, the superuser's own tools) use [`Self::alloc_blocks_as`].
+    /// CAP_SYS_RESOURCE — nor blocks that buffered writes have claimed for
+    /// data not yet written back (`reserve.rs`). Blocks the handle was
+    /// given from such claims ([`Handle::add_reserved`], writeback) are
+    /// drawn first and need no check: they were counted when the write
+    /// was accepted. Map and directory blocks of other operations go
+    /// through here whoever the caller is (this layer has no caller
+    /// identity), so root making a directory does not dip into the
+    /// reserve — stricter than the kernel, never looser. Callers that must
+    /// succeed where root would use [`Self::alloc_blocks_as`].
     pub fn alloc_blocks(&self, h: &mut Handle<'_>, goal: u64, want: u32) -> Result<(u64, u32)> {
         self.alloc_blocks_as(h, goal, want, false)
     }
 
     /// [`Self::alloc_blocks`], with `privileged` allowed to use the root
-    /// reserve (`s_r_blocks_count`).
+    /// reserve (`s_r_blocks_count`; the kernel's `EXT4_MB_USE_RESERVED`).
     ///
-    /// The reserve check reads the group counters without holding them
-    /// across the allocation (like the kernel's per-cpu free counter, it is
-    /// a snapshot): two concurrent unprivileged allocations may together
-    /// take at most one request's worth out of the reserve.
+    /// The check and the bitmap change are not one atomic step, so the
+    /// grant is claimed first (`ext4_claim_free_clusters`) and released
+    /// once the group's free count has dropped: concurrent allocations and
+    /// buffered writes never promise the same block twice.
     pub fn alloc_blocks_as(&self, h: &mut Handle<'_>, goal: u64, want: u32, privileged: bool) -> Result<(u64, u32)> {
-        let want = if privileged {
-            want.max(1)
+        let want = want.max(1) as u64;
+        // Writeback of accepted data may take the reserve for what its
+        // claims did not cover (see `Handle::writes_back_delayed`).
+        let who = if privileged || h.writes_back_delayed() {
+            Claimant::Reserved
         } else {
-            self.unreserved_allowance(want.max(1))?
+            Claimant::User
         };
+        let drawn = h.draw_reserved(want);
+        let mut claimed = 0;
+        if drawn < want {
+            match self.space.claim_up_to(want - drawn, who) {
+                Ok(k) => claimed = k,
+                Err(e) if drawn == 0 => return Err(e),
+                Err(_) => {}
+            }
+        }
+        let grant = (drawn + claimed) as u32;
+        let r = self.alloc_granted(h, goal, grant);
+        let used = r.as_ref().map_or(0, |&(_, n)| n as u64);
+        let from_drawn = used.min(drawn);
+        // What the handle drew and did not use stays its own; the claims
+        // used are now allocated blocks (the free count dropped already),
+        // and an ordinary allocation's unused claim is not needed any more.
+        h.return_reserved(drawn - from_drawn);
+        self.space.release(from_drawn + claimed);
+        r
+    }
+
+    /// Find `grant` blocks (or fewer, contiguous) near `goal`: the groups
+    /// from the goal's onward, wrapping around.
+    fn alloc_granted(&self, h: &mut Handle<'_>, goal: u64, grant: u32) -> Result<(u64, u32)> {
         let ngroups = self.groups.len();
         let goal = goal.clamp(self.first_data_block, self.blocks_count - 1);
         let g0 = ((goal - self.first_data_block) / self.blocks_per_group) as usize;
@@ -107,39 +139,11 @@ impl Volume {
             } else {
                 0
             };
-            if let Some(r) = self.alloc_in_group(h, g, from as usize, want.max(1))? {
+            if let Some(r) = self.alloc_in_group(h, g, from as usize, grant.max(1))? {
                 return Ok(r);
             }
         }
         Err(Error::posix(Errno::ENOSPC, "no free blocks left on the filesystem"))
-    }
-
-    /// How many of `want` blocks an unprivileged caller may take: all of
-    /// them while at least `r_blocks + want` are free, else what is free
-    /// above the reserve; ENOSPC when only the reserve is left. Sums group
-    /// counters (one read lock at a time, never two) and stops as soon as
-    /// enough is seen, so a roomy filesystem looks at a group or two.
-    fn unreserved_allowance(&self, want: u32) -> Result<u32> {
-        let reserved = self.sb.read().r_blocks_count();
-        if reserved == 0 {
-            return Ok(want);
-        }
-        let need = reserved + want as u64;
-        let mut free = 0u64;
-        for grp in &self.groups {
-            free += grp.desc.read().free_blocks_count() as u64;
-            if free >= need {
-                return Ok(want);
-            }
-        }
-        if free > reserved {
-            Ok((free - reserved) as u32)
-        } else {
-            Err(Error::posix(
-                Errno::ENOSPC,
-                format!("no free blocks left outside the {reserved} reserved for root"),
-            ))
-        }
     }
 
     fn alloc_in_group(&self, h: &mut Handle<'_>, g: usize, from: usize, want: u32) -> Result<Option<(u64, u32)>> {
@@ -201,6 +205,7 @@ impl Volume {
         h.overwrite(gd.block_bitmap(), bm.into_boxed_slice())?;
         self.write_group_desc(h, g, &new)?;
         *gd = new;
+        self.space.free_changed(-(len as i64));
         Ok(Some((self.group_first_block(g as u64) + start as u64, len as u32)))
     }
 
@@ -269,6 +274,7 @@ impl Volume {
                 self.set_block_bitmap_csum(&mut new, &bm);
                 h.overwrite(gd.block_bitmap(), bm.into_boxed_slice())?;
                 self.write_group_desc(h, g, &new)?;
+                self.space.free_changed(free as i64 - gd.free_blocks_count() as i64);
                 *gd = new;
             }
             changed += delta.unsigned_abs();
@@ -400,6 +406,7 @@ impl Volume {
         h.overwrite(gd.block_bitmap(), bm.into_boxed_slice())?;
         self.write_group_desc(h, g, &new)?;
         *gd = new;
+        self.space.free_changed(total as i64);
         Ok(())
     }
 }

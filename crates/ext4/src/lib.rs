@@ -40,6 +40,7 @@ pub mod inode;
 pub mod journal;
 pub mod mkfs;
 pub mod orphan;
+pub mod reserve;
 pub mod symlink;
 pub mod transaction;
 pub mod volume;

@@ -32,6 +32,16 @@ pub struct Handle<'v> {
     /// Membership of the running transaction (journaled volumes only):
     /// a commit cannot close the transaction while this handle is open.
     member: Option<super::commit::Membership<'v>>,
+    /// Blocks this handle's allocations may draw from claims made earlier
+    /// (delayed allocation: writeback allocates what buffered writes
+    /// claimed; see `reserve.rs`). Allocations up to it skip the free-space
+    /// check; each block drawn leaves the volume's claim count.
+    reserved: u64,
+    /// Whether this handle writes back delayed data (it was handed
+    /// claims): an allocation beyond them — the map grew past its
+    /// worst-case estimate — may use the root reserve, like the kernel's
+    /// `EXT4_MB_USE_RESERVED`, rather than fail data already accepted.
+    delalloc: bool,
 }
 
 impl std::fmt::Debug for Handle<'_> {
@@ -50,11 +60,43 @@ impl Volume {
             vol: self,
             dirty: smallvec::SmallVec::new(),
             member: self.jbd.as_ref().map(|j| j.join()),
+            reserved: 0,
+            delalloc: false,
         })
     }
 }
 
 impl<'v> Handle<'v> {
+    /// Let this handle's allocations draw `n` more blocks from the
+    /// volume's claims (the caller holds that many claimed blocks and hands
+    /// them over; what is left afterwards is [`Self::reserved_left`]).
+    pub fn add_reserved(&mut self, n: u64) {
+        self.reserved += n;
+        self.delalloc = true;
+    }
+
+    /// Give back to the handle blocks drawn and not used.
+    pub(crate) fn return_reserved(&mut self, n: u64) {
+        self.reserved += n;
+    }
+
+    /// Whether claims were ever handed to this handle (writeback).
+    pub(crate) fn writes_back_delayed(&self) -> bool {
+        self.delalloc
+    }
+
+    /// Claimed blocks handed to this handle and not drawn by an allocation.
+    pub fn reserved_left(&self) -> u64 {
+        self.reserved
+    }
+
+    /// Draw up to `n` blocks from the handed-over claims; returns how many.
+    pub(crate) fn draw_reserved(&mut self, n: u64) -> u64 {
+        let k = n.min(self.reserved);
+        self.reserved -= k;
+        k
+    }
+
     /// The volume this handle changes.
     pub fn volume(&self) -> &'v Volume {
         self.vol

@@ -151,6 +151,13 @@ pub struct Volume {
     /// Serialises superblock updates (free counts are kept in the groups
     /// and summed when the superblock is written).
     pub sb_lock: parking_lot::Mutex<()>,
+    /// Free blocks and delayed-allocation claims (`reserve.rs`).
+    pub space: Arc<super::reserve::Space>,
+    /// `s_def_resuid` / `s_def_resgid`: besides root, who may use the
+    /// root reserve (`ext4_has_free_clusters`).
+    pub resuid: u32,
+    /// See [`Self::resuid`].
+    pub resgid: u32,
     /// Counters.
     pub stats: Stats,
 }
@@ -262,9 +269,19 @@ impl Volume {
             stats: Stats::default(),
             groups: Vec::new(),
             jbd: None,
+            space: Default::default(),
+            resuid: sb.def_resuid as u32,
+            resgid: sb.def_resgid as u32,
             sb: RwLock::new(sb),
         };
         vol.groups = vol.load_groups(ngroups as u32)?;
+        let free: u64 = vol
+            .groups
+            .iter()
+            .map(|g| g.desc.read().free_blocks_count() as u64)
+            .sum();
+        let r_blocks = vol.sb.read().r_blocks_count();
+        vol.space = Arc::new(super::reserve::Space::new(free, r_blocks));
         if !vol.read_only && vol.has_compat(features::compat::HAS_JOURNAL) {
             vol.start_journal()?;
             if let (Some(j), Some(i)) = (vol.jbd.as_mut(), opts.commit_interval.filter(|d| !d.is_zero())) {

@@ -184,6 +184,8 @@ pub struct Mounted {
     /// Read-write: the superblock state to restore at a clean unmount.
     state: Option<crate::state::MountState>,
     read_only: bool,
+    /// Where the final status goes for `ext4kit umount` ([`status_path`]).
+    status: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Mounted {
@@ -212,6 +214,10 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
         return Err(msg);
     }
     let lock = ImageLock::acquire(&image)?;
+    // A status left by an earlier server of this image is not ours.
+    if let Some(p) = status_path(&image) {
+        let _ = std::fs::remove_file(p);
+    }
     sys::block_stop_signals().map_err(|e| format!("blocking signals: {e}"))?;
     let (fs, read_only) = open_for_mount(&image, opts)?;
     for w in fs.warnings() {
@@ -313,7 +319,54 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
         nodes,
         state,
         read_only,
+        status: status_path(&image),
     })
+}
+
+/// Where the server of `image` leaves its final status for `ext4kit
+/// umount`: the detached server is nobody's child, so its exit status
+/// cannot be waited for; the file, named by the image's device and inode
+/// numbers, says whether everything was written back. Root's go to
+/// `/run/ext4kit`, other users' to `$XDG_RUNTIME_DIR/ext4kit` (or a
+/// per-user directory under the temporary directory).
+pub fn status_path(image: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(image).ok()?;
+    let dir = if sys::is_root() {
+        PathBuf::from("/run/ext4kit")
+    } else if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
+        PathBuf::from(x).join("ext4kit")
+    } else {
+        std::env::temp_dir().join(format!("ext4kit-{}", rustix::process::geteuid().as_raw()))
+    };
+    Some(dir.join(format!("{:x}-{:x}.status", md.dev(), md.ino())))
+}
+
+/// "ok", or "error" and the message on the next line.
+fn write_status(path: &Path, result: &Result<(), String>) -> std::io::Result<()> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let text = match result {
+        Ok(()) => "ok\n".to_string(),
+        Err(m) => format!("error\n{m}\n"),
+    };
+    std::fs::write(path, text)
+}
+
+/// The status a server left for `image` (and remove it): `Err` with the
+/// server's message when it failed, `Ok` when it succeeded or left none
+/// (a server killed outright, or one older than this protocol).
+fn take_status(image: &Path) -> Result<(), String> {
+    let Some(p) = status_path(image) else { return Ok(()) };
+    let Ok(text) = std::fs::read_to_string(&p) else {
+        return Ok(());
+    };
+    let _ = std::fs::remove_file(&p);
+    match text.split_once('\n') {
+        Some(("error", msg)) => Err(msg.trim().to_string()),
+        _ => Ok(()),
+    }
 }
 
 /// Open the image read-write when allowed and possible, else read-only
@@ -434,9 +487,23 @@ impl Mounted {
             Some(st) => crate::state::mark_unmounted(&self.fs, st),
             None => self.fs.sync(),
         };
+        let result = served
+            .map_err(|e| format!("serving {}: {e}", self.mount_point.display()))
+            .and(synced.map_err(|e| {
+                format!(
+                    "writing back at unmount failed, data written to the mount may be lost (everything else was \
+                     committed): {e}"
+                )
+            }));
+        // Written before the lock goes: `unmount` reads it once the lock
+        // is free (the detached server's exit status reaches nobody).
+        if let Some(p) = &self.status {
+            if let Err(e) = write_status(p, &result) {
+                eprintln!("ext4kit: recording the unmount status in {}: {e}", p.display());
+            }
+        }
         drop(self.lock);
-        served.map_err(|e| format!("serving {}: {e}", self.mount_point.display()))?;
-        synced.map_err(|e| format!("flushing: {e}"))
+        result
     }
 }
 
@@ -589,7 +656,7 @@ pub fn unmount(mount_point: &Path, wait: Duration) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(())
+    take_status(image).map_err(|msg| format!("{}: unmounted, but the server failed: {msg}", mp.display()))
 }
 
 #[cfg(test)]

@@ -807,7 +807,7 @@ impl Filesystem for Ext4Fuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -824,11 +824,16 @@ impl Filesystem for Ext4Fuse {
         // With write-back caching the kernel positions appends itself and
         // its write-back writes are plain writes at its offsets.
         let append = flags.0 & libc::O_APPEND != 0 && !self.writeback;
+        // Who may fill the root reserve is decided by the writer's ids, as
+        // ext4_has_free_clusters does with current_fsuid().
+        let who = self.fs.claimant(req.uid(), req.gid());
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => res(self
-                .fs
-                .write_as(&f.file().inode, (!append).then_some(offset), data, f.privileged))
-            .map(|(_, n)| n),
+            Handle::File(f) => {
+                res(self
+                    .fs
+                    .write_claiming(&f.file().inode, (!append).then_some(offset), data, f.privileged, who))
+                .map(|(_, n)| n)
+            }
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         // Opened without OPEN: write the inode. The kernel tells whether
@@ -841,7 +846,10 @@ impl Filesystem for Ext4Fuse {
             let keep = !(self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID));
             Some(Self::ino(ino).and_then(|i| {
                 let inode = res(self.fs.inode(i))?;
-                res(self.fs.write_as(&inode, (!append).then_some(offset), data, keep)).map(|(_, n)| n)
+                res(self
+                    .fs
+                    .write_claiming(&inode, (!append).then_some(offset), data, keep, who))
+                .map(|(_, n)| n)
             }))
         });
         match r {
@@ -859,9 +867,25 @@ impl Filesystem for Ext4Fuse {
     // no round trip, also for files opened without OPEN, which cannot
     // carry FOPEN_NOFLUSH. POSIX locks are the kernel's (see the crate
     // documentation), so no lock owner needs FLUSH either.
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    //
+    // The one exception: a write-back of this file failed since the last
+    // report (an I/O error on the image); the close returns that error.
+    // Once a close got ENOSYS the kernel sends no FLUSH again, so after
+    // that only fsync reports such errors (README: "Crashes and what
+    // survives them").
+    fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         self.busy.touch();
-        reply.error(Errno::ENOSYS)
+        let pending = Self::ino(ino)
+            .ok()
+            .and_then(|i| self.fs.inode(i).ok())
+            .and_then(|inode| inode.pages.take_wb_error());
+        match pending {
+            Some(e) => {
+                eprintln!("ext4kit: reporting at close: {e}");
+                reply.error(errno(&e))
+            }
+            None => reply.error(Errno::ENOSYS),
+        }
     }
 
     fn release(

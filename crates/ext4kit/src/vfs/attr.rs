@@ -75,7 +75,8 @@ pub struct StatFs {
     /// (superblocks, descriptor tables, bitmaps, inode tables, journal), as
     /// `ext4_calculate_overhead` counts it (`f_blocks`).
     pub blocks: u64,
-    /// Free blocks, summed over the group descriptors (`f_bfree`).
+    /// Free blocks, summed over the group descriptors, minus the blocks
+    /// buffered writes have claimed and not yet allocated (`f_bfree`).
     pub blocks_free: u64,
     /// Free blocks minus the root reserve `s_r_blocks_count`, not below 0
     /// (`f_bavail`; the kernel also holds back its own runtime reserve of
@@ -329,8 +330,14 @@ impl Fs {
         Ok(StatFs {
             block_size: self.vol.block_size as u32,
             blocks: self.vol.blocks_count.saturating_sub(overhead),
-            blocks_free: free_blocks,
-            blocks_avail: free_blocks.saturating_sub(reserved),
+            // Blocks promised to buffered writes not yet written back are
+            // not free (`ext4_statfs`: s_freeclusters_counter minus
+            // s_dirtyclusters_counter), so `df` shows what write(2) has
+            // already accepted.
+            blocks_free: free_blocks.saturating_sub(self.vol.space.dirty()),
+            blocks_avail: free_blocks
+                .saturating_sub(self.vol.space.dirty())
+                .saturating_sub(reserved),
             files: self.vol.inodes_count as u64,
             files_free: free_inodes,
             name_max: ext4kit_format::dirent::NAME_MAX as u32,

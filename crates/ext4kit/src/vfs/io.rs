@@ -31,6 +31,7 @@ use super::namei::show;
 use super::write::now;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
+use crate::ext4::reserve::Claimant;
 use crate::ext4::{BlockMap, Mapping};
 
 /// fallocate: do not change the file size.
@@ -189,7 +190,8 @@ impl Fs {
 
     /// [`Self::write_at`] by a caller that is `privileged` (CAP_FSETID) or
     /// not: an unprivileged write clears setuid, and setgid when group
-    /// execute is set (`file_remove_privs`).
+    /// execute is set (`file_remove_privs`). A privileged caller (root)
+    /// may also fill the root reserve; see [`Self::write_claiming`].
     pub fn write_as(
         &self,
         inode: &CachedInode,
@@ -197,13 +199,80 @@ impl Fs {
         buf: &[u8],
         privileged: bool,
     ) -> Result<(u64, usize)> {
+        let who = if privileged { Claimant::Reserved } else { Claimant::User };
+        self.write_claiming(inode, off, buf, privileged, who)
+    }
+
+    /// Whether a caller with `uid`/`gid` may use the blocks reserved for
+    /// root (`s_r_blocks_count`): root, `s_def_resuid`, or `s_def_resgid`
+    /// (`ext4_has_free_clusters`).
+    pub fn claimant(&self, uid: u32, gid: u32) -> Claimant {
+        if uid == 0 || uid == self.vol.resuid || gid == self.vol.resgid {
+            Claimant::Reserved
+        } else {
+            Claimant::User
+        }
+    }
+
+    /// The buffered write itself: `keep_privs` as `privileged` in
+    /// [`Self::write_as`]; `who` says whether the root reserve may be
+    /// used. Before a byte is accepted, the blocks it will need at
+    /// writeback are claimed (delayed allocation's accounting, see
+    /// `ext4::reserve`): with no room the write is short, or ENOSPC when
+    /// nothing fits — never a loss discovered at writeback.
+    pub fn write_claiming(
+        &self,
+        inode: &CachedInode,
+        off: Option<u64>,
+        buf: &[u8],
+        keep_privs: bool,
+        who: Claimant,
+    ) -> Result<(u64, usize)> {
         check_regular(inode)?;
-        let r = self.write_locked(inode, off, buf, privileged);
-        // Memory pressure is handled with no inode lock held.
+        // Past the dirty budget because write-back keeps failing (a dying
+        // device): refuse more data rather than hold it in memory without
+        // bound. The data already accepted stays dirty, its error is kept
+        // for fsync.
+        if self.pages.dirty_over() {
+            if let Err(e) = self.balance_dirty(inode) {
+                if self.pages.dirty_over() {
+                    return Err(e);
+                }
+            }
+        }
+        let r = self.write_locked(inode, off, buf, keep_privs, who);
+        // Memory pressure is handled with no inode lock held. Its failure
+        // is not this write's (the data is accepted and stays dirty): it
+        // is kept on the inode that failed for its next fsync.
         if r.is_ok() {
-            self.balance_dirty(inode)?;
+            let _ = self.balance_dirty(inode);
         }
         r
+    }
+
+    /// The blocks of `[first, upto]` that need a claim before they can be
+    /// dirtied: not delayed already, and over a hole (`true`) or an
+    /// unwritten extent (`false`). Written blocks are overwritten in place.
+    fn unclaimed_blocks(&self, inode: &CachedInode, map: &BlockMap, first: u64, upto: u64) -> Result<Vec<(u64, bool)>> {
+        let mut out = Vec::new();
+        let mut l = first;
+        while l <= upto {
+            let (len, kind) = match map.map(&self.vol, l)? {
+                Mapping::Hole { len } => (len, Some(true)),
+                Mapping::Mapped { len, uninit: true, .. } => (len, Some(false)),
+                Mapping::Mapped { len, .. } => (len, None),
+            };
+            let stop = l.saturating_add(len.max(1)).min(upto + 1);
+            if let Some(hole) = kind {
+                for b in l..stop {
+                    if !inode.pages.is_delayed(b) {
+                        out.push((b, hole));
+                    }
+                }
+            }
+            l = stop;
+        }
+        Ok(out)
     }
 
     fn write_locked(
@@ -212,6 +281,7 @@ impl Fs {
         off: Option<u64>,
         buf: &[u8],
         privileged: bool,
+        who: Claimant,
     ) -> Result<(u64, usize)> {
         let mut rec = inode.disk.write();
         self.check_writable(inode, &rec)?;
@@ -237,14 +307,11 @@ impl Fs {
         let buf = &buf[..buf.len().min((max - off) as usize)];
         let end = off + buf.len() as u64;
         let bs = self.vol.block_size as u64;
-        if end > old_size && !old_size.is_multiple_of(bs) {
-            // Keep the tail past the old EOF zero before it becomes file data.
-            self.zero_block_tail(inode, &rec, old_size)?;
-        }
         // A failure after some chunks were written ends the write short
         // (write(2) reports what it wrote; the next call sees the error).
         let mut failure = None;
         let mut pos = off;
+        let mut tail_zeroed = false;
         'chunks: while pos < end {
             let map = match inode.block_map_locked(&self.vol, &rec) {
                 Ok(m) => m,
@@ -255,12 +322,50 @@ impl Fs {
             };
             let first = pos / bs;
             let last = (end - 1) / bs;
-            let upto = last.min(first + WRITE_CHUNK - 1);
+            let mut upto = last.min(first + WRITE_CHUNK - 1);
+            let mut stop = end;
+            // Claim the blocks first (ext4_da_reserve_space): what does not
+            // fit is not accepted.
+            let new = match self.unclaimed_blocks(inode, &map, first, upto) {
+                Ok(n) => n,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
+            let meta = |n: u64| self.vol.worst_map_growth(&rec, n);
+            match inode.pages.reserve(&self.vol.space, who, &new, &meta) {
+                Ok(k) if k == new.len() => {}
+                Ok(k) => {
+                    upto = new[k].0 - 1;
+                    stop = new[k].0 * bs;
+                    failure = Some(Error::posix(
+                        Errno::ENOSPC,
+                        format!(
+                            "inode {}: no room for more than {} bytes of this write",
+                            inode.ino,
+                            stop - off
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+            if !tail_zeroed && stop > old_size && !old_size.is_multiple_of(bs) {
+                // Keep the tail past the old EOF zero before it becomes file data.
+                tail_zeroed = true;
+                if let Err(e) = self.zero_block_tail(inode, &rec, old_size) {
+                    failure = Some(e);
+                    break;
+                }
+            }
             let mut pages = Vec::with_capacity((upto - first + 1) as usize);
             for lblk in first..=upto {
                 let bstart = lblk * bs;
                 let a = pos.max(bstart);
-                let b = end.min(bstart + bs);
+                let b = stop.min(bstart + bs);
                 let mut data = if a == bstart && b == bstart + bs {
                     vec![0u8; bs as usize].into_boxed_slice()
                 } else if bstart >= old_size.div_ceil(bs) * bs && inode.pages.get(lblk).is_none() {
@@ -280,16 +385,18 @@ impl Fs {
                 pages.push((lblk, data));
             }
             self.install_dirty(inode, pages);
-            pos = end.min((upto + 1) * bs);
+            pos = stop.min((upto + 1) * bs);
             if pos > rec.size() {
                 set_size(inode, &mut rec, pos);
                 inode.mark_dirty(DIRTY_DATA);
             }
+            if failure.is_some() {
+                break;
+            }
             if pos < end && self.pages.dirty_over() {
-                if let Err(e) = self.writeback_locked(inode, &mut rec, super::writeback::SyncLevel::All) {
-                    failure = Some(e);
-                    break;
-                }
+                // The data is accepted; a failure to write it back now is
+                // the inode's to report at fsync (kept by writeback).
+                let _ = self.writeback_locked(inode, &mut rec, super::writeback::SyncLevel::All);
             }
         }
         if pos == off {

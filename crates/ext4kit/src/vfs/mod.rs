@@ -71,26 +71,34 @@ impl Drop for Fs {
         if self.vol.read_only {
             return;
         }
-        let r = self.writeback_all().and_then(|()| match &self.vol.jbd {
+        // A file that cannot be written back does not keep the rest from
+        // being closed cleanly (`Fs::sync`): its error is printed below.
+        let wb = self.writeback_all();
+        let r = match &self.vol.jbd {
             // A clean close of a journaled volume: everything committed,
             // written home, the log emptied and needs_recovery cleared —
             // only if anything was ever written (an open that only read
             // leaves the image alone).
             Some(j) => {
                 if j.running_is_empty() && self.vol.dirty_meta.is_empty() && !j.recover_flag_on_disk() {
-                    return Ok(());
+                    Ok(())
+                } else {
+                    let again = self.writeback_all();
+                    self.vol
+                        .sync_super()
+                        .and_then(|()| self.vol.close_journal(true))
+                        .and(again)
                 }
-                self.writeback_all()?;
-                self.vol.sync_super()?;
-                self.vol.close_journal(true)
             }
             None => {
                 if self.vol.dirty_meta.is_empty() {
-                    return Ok(());
+                    Ok(())
+                } else {
+                    self.sync()
                 }
-                self.sync()
             }
-        });
+        };
+        let r = wb.and(r);
         if let Err(e) = r {
             eprintln!("ext4kit: writing back at close failed, the image may lose recent changes: {e}");
         }

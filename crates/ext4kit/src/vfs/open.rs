@@ -188,7 +188,7 @@ impl Fs {
         let vol = Arc::new(vol);
         let icache = Arc::new(icache::Icache::new((budget / 8 / 1024).max(1024), pages.clone()));
         let dcache = Arc::new(dcache::Dcache::new(ROOT_INO, (budget / 8 / 256).max(4096)));
-        let flusher = Self::spawn_flusher(&vol, &icache, &dcache);
+        let flusher = Self::spawn_flusher(&vol, &icache, &dcache, &pages);
         Ok(Arc::new(Fs {
             icache,
             dcache,
@@ -206,12 +206,19 @@ impl Fs {
         vol: &Arc<Volume>,
         icache: &Arc<icache::Icache>,
         dcache: &Arc<dcache::Dcache>,
+        pages: &Arc<PageBudget>,
     ) -> Option<crate::flusher::Flusher> {
-        let (v, i, d) = (vol.clone(), icache.clone(), dcache.clone());
-        // With a journal the worker also wakes once a second to commit a
-        // running transaction older than the commit interval.
+        let (v, i, d, p) = (vol.clone(), icache.clone(), dcache.clone(), pages.clone());
+        // With a journal the worker also wakes once a second to write back
+        // file data dirty for longer than the commit interval and to commit
+        // a running transaction older than it (none under
+        // SOURCE_DATE_EPOCH: reproducible images allocate at sync).
+        let expire = vol.jbd.as_ref().and_then(|j| j.interval);
         let tick = vol.jbd.as_ref().map(|_| std::time::Duration::from_secs(1));
         let f = crate::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {
+            if let Some(e) = expire {
+                super::writeback::write_back_expired(&v, &i, &p, e);
+            }
             v.commit_if_due();
             v.checkpoint_if_over();
             i.reclaim();

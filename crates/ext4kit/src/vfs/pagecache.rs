@@ -26,14 +26,26 @@
 //!
 //! The global budget bounds memory: past it, clean pages not touched since
 //! the last sweep are dropped; past the dirty budget, writers write back.
+//!
+//! Delayed allocation's books (the kernel's `i_reserved_data_blocks` and
+//! `ext4_da_reserve_space` / `ext4_da_release_space`): each inode keeps
+//! the dirty blocks that have no block on disk yet ([`Reservations`]) and
+//! how many blocks it has claimed from the volume (`ext4::reserve`) for
+//! them — one data block per page over a hole, plus the worst case of
+//! block-map growth for them and for pages over unwritten extents. A write
+//! claims before it accepts a byte; writeback draws its allocations from
+//! the claims and settles the books; truncation, hole punching and the
+//! death of the inode give back what the dropped pages held.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
 use crate::budget::MemoryBudget;
+use crate::error::{Errno, Error};
+use crate::ext4::reserve::{Claimant, Space};
 
 /// One cached block of file data.
 #[derive(Debug)]
@@ -92,6 +104,17 @@ pub struct PageMap {
     /// plain write does not bump it: its page is in the map before any
     /// reader could miss it.
     seq: AtomicU64,
+    /// Delayed allocation's books (see the module doc). Changed only by
+    /// callers holding the inode's write lock; the mutex makes the type
+    /// shareable, it is never contended.
+    resv: Mutex<Reservations>,
+    /// The first write-back failure not yet reported (the kernel's
+    /// `mapping->wb_err`): fsync and FLUSH report it once.
+    wb_error: Mutex<Option<(Errno, String)>>,
+    /// When the dirty set last went from empty to not (the kernel's
+    /// `inode->dirtied_when`): the background worker writes back pages
+    /// older than the commit interval. Changed under the `dirty` mutex.
+    dirtied: Mutex<Option<std::time::Instant>>,
 }
 
 impl Default for PageMap {
@@ -101,6 +124,85 @@ impl Default for PageMap {
             dirty: Mutex::default(),
             ndirty: AtomicUsize::new(0),
             seq: AtomicU64::new(0),
+            resv: Mutex::default(),
+            wb_error: Mutex::default(),
+            dirtied: Mutex::default(),
+        }
+    }
+}
+
+/// Dirty blocks without a block on disk, and what the inode has claimed.
+#[derive(Debug, Default)]
+pub struct Reservations {
+    /// Dirty logical blocks not yet allocated: `true` over a hole (holds a
+    /// claimed data block), `false` over an unwritten extent (no data block
+    /// to find, but its conversion may split the extent in three).
+    delayed: BTreeMap<u64, bool>,
+    /// Entries of `delayed` that are `true`.
+    data: u64,
+    /// Entries of `delayed` that are `false`.
+    unwritten: u64,
+    /// Blocks claimed from the volume for this inode (data + map growth).
+    claimed: u64,
+    /// The volume's counters, once something was claimed (so that dropping
+    /// pages or the inode gives the claims back without a caller's help).
+    space: Option<Arc<Space>>,
+}
+
+impl Reservations {
+    /// Extents the delayed blocks may need: one per data block, two more
+    /// per unwritten block converted (the split leaves up to three).
+    fn extents(&self) -> u64 {
+        self.data + 2 * self.unwritten
+    }
+
+    /// Claims this inode needs for its delayed blocks.
+    fn target(&self, meta: &dyn Fn(u64) -> u64) -> u64 {
+        if self.delayed.is_empty() {
+            0
+        } else {
+            self.data + meta(self.extents())
+        }
+    }
+
+    fn insert(&mut self, lblk: u64, hole: bool) {
+        if self.delayed.insert(lblk, hole).is_none() {
+            if hole {
+                self.data += 1;
+            } else {
+                self.unwritten += 1;
+            }
+        }
+    }
+
+    fn remove(&mut self, lblk: u64) {
+        match self.delayed.remove(&lblk) {
+            Some(true) => self.data -= 1,
+            Some(false) => self.unwritten -= 1,
+            None => {}
+        }
+    }
+
+    /// Give back what is claimed beyond `target` (or claim the shortfall
+    /// without a check: the blocks are needed by pages already accepted).
+    fn settle_to(&mut self, target: u64) {
+        let Some(space) = &self.space else { return };
+        if self.claimed > target {
+            space.release(self.claimed - target);
+        } else {
+            space.force_claim(target - self.claimed);
+        }
+        self.claimed = target;
+    }
+}
+
+impl Drop for PageMap {
+    fn drop(&mut self) {
+        // An inode leaving the cache with claims (it should have none: a
+        // dirty inode is not evicted) must not keep them forever.
+        let r = self.resv.get_mut();
+        if let Some(s) = &r.space {
+            s.release(r.claimed);
         }
     }
 }
@@ -197,8 +299,16 @@ impl PageMap {
                 new_dirty += 1;
             }
         }
+        if new_dirty != 0 && set.len() == new_dirty {
+            *self.dirtied.lock() = Some(std::time::Instant::now());
+        }
         self.ndirty.store(set.len(), Ordering::Release);
         (new_pages, new_dirty)
+    }
+
+    /// Since when some page has been dirty (none: no dirty page).
+    pub fn dirty_since(&self) -> Option<std::time::Instant> {
+        *self.dirtied.lock()
     }
 
     /// The dirty blocks, in order (a copy: O(dirty), whatever is cached).
@@ -236,6 +346,9 @@ impl PageMap {
                 self.bump();
                 cur.dirty.store(false, Ordering::SeqCst);
                 let was = set.remove(&lblk);
+                if set.is_empty() {
+                    *self.dirtied.lock() = None;
+                }
                 self.ndirty.store(set.len(), Ordering::Release);
                 was
             }
@@ -278,8 +391,141 @@ impl PageMap {
         for k in &gone {
             set.remove(k);
         }
+        if set.is_empty() {
+            *self.dirtied.lock() = None;
+        }
         self.ndirty.store(set.len(), Ordering::Release);
+        self.unreserve_range(start, end);
         (dropped, gone.len())
+    }
+
+    /// Dropped pages of `[start, end)` give back their claims
+    /// (`ext4_da_release_space`): a data block each; the map-growth claim
+    /// stays until writeback settles it, unless nothing is delayed any more.
+    fn unreserve_range(&self, start: u64, end: u64) {
+        let mut r = self.resv.lock();
+        let gone: Vec<(u64, bool)> = r.delayed.range(start..end).map(|(&k, &v)| (k, v)).collect();
+        if gone.is_empty() {
+            return;
+        }
+        let mut data = 0;
+        for (k, hole) in gone {
+            r.remove(k);
+            data += hole as u64;
+        }
+        let target = if r.delayed.is_empty() {
+            0
+        } else {
+            r.claimed.saturating_sub(data)
+        };
+        r.settle_to(target);
+    }
+
+    /// Whether `lblk` is dirty with no block of its own on disk yet.
+    pub fn is_delayed(&self, lblk: u64) -> bool {
+        self.resv.lock().delayed.contains_key(&lblk)
+    }
+
+    /// Claim the blocks a write of the blocks `new` (logical block, `true`
+    /// over a hole, `false` over an unwritten extent; in ascending order,
+    /// none delayed yet) needs, for `who`. `meta(n)` is the worst-case map
+    /// growth for `n` extents. Returns how many of `new` (a prefix) are
+    /// covered and now delayed: all of them, or as many as the free space
+    /// allows — the write then stops short before the first one left out —
+    /// or an ENOSPC error when not even the first fits.
+    pub fn reserve(
+        &self,
+        space: &Arc<Space>,
+        who: Claimant,
+        new: &[(u64, bool)],
+        meta: &dyn Fn(u64) -> u64,
+    ) -> crate::error::Result<usize> {
+        if new.is_empty() {
+            return Ok(0);
+        }
+        let mut r = self.resv.lock();
+        if r.space.is_none() {
+            r.space = Some(space.clone());
+        }
+        // What the books need with the first k of `new` added.
+        let need = |k: usize| {
+            let holes = new[..k].iter().filter(|n| n.1).count() as u64;
+            let unwritten = k as u64 - holes;
+            let data = r.data + holes;
+            (data + meta(data + 2 * (r.unwritten + unwritten))).saturating_sub(r.claimed)
+        };
+        let mut take = new.len();
+        let mut err = None;
+        loop {
+            match space.claim(need(take), who) {
+                Ok(()) => break,
+                Err(e) => {
+                    err.get_or_insert(e);
+                    if take == 1 {
+                        return Err(err.unwrap_or_else(|| Error::posix(Errno::ENOSPC, "no space")));
+                    }
+                    // The largest prefix that fits: claims grow with k.
+                    let avail = space.available(who);
+                    let (mut lo, mut hi) = (1usize, take - 1);
+                    while lo < hi {
+                        let mid = (lo + hi).div_ceil(2);
+                        if need(mid) <= avail {
+                            lo = mid;
+                        } else {
+                            hi = mid - 1;
+                        }
+                    }
+                    take = lo;
+                }
+            }
+        }
+        let claimed_now = need(take);
+        r.claimed += claimed_now;
+        for &(l, hole) in &new[..take] {
+            r.insert(l, hole);
+        }
+        Ok(take)
+    }
+
+    /// Writeback hands every claim of this inode to its transaction (the
+    /// allocations draw from them); returns how many.
+    pub fn take_claims(&self) -> u64 {
+        std::mem::take(&mut self.resv.lock().claimed)
+    }
+
+    /// After writeback: the blocks in `mapped` have blocks on disk now;
+    /// `left` claimed blocks came back from the transaction unused. Keep
+    /// what the blocks still delayed need, give back the rest.
+    pub fn settle(&self, mapped: impl IntoIterator<Item = u64>, left: u64, meta: &dyn Fn(u64) -> u64) {
+        let mut r = self.resv.lock();
+        for l in mapped {
+            r.remove(l);
+        }
+        r.claimed += left;
+        let target = r.target(meta);
+        r.settle_to(target);
+    }
+
+    /// Blocks this inode has claimed (tests, statfs checks).
+    pub fn claimed(&self) -> u64 {
+        self.resv.lock().claimed
+    }
+
+    /// Remember a write-back failure for the next fsync or FLUSH (the
+    /// first one wins until reported).
+    pub fn set_wb_error(&self, e: &Error) {
+        let mut w = self.wb_error.lock();
+        if w.is_none() {
+            *w = Some((e.errno(), e.to_string()));
+        }
+    }
+
+    /// The write-back failure not yet reported, once.
+    pub fn take_wb_error(&self) -> Option<Error> {
+        self.wb_error
+            .lock()
+            .take()
+            .map(|(errno, msg)| Error::posix(errno, format!("an earlier write-back failed: {msg}")))
     }
 
     /// Number of cached pages.

@@ -368,20 +368,28 @@ impl Fs {
     /// (a commit); fsync and fdatasync commit only. Without a journal, a
     /// checkpoint of every dirty metadata block. Then the device is
     /// flushed.
+    ///
+    /// A file whose data cannot be written back (an I/O error on the image)
+    /// does not stop the rest: everything else is still committed and
+    /// written home, and the first failure is returned at the end — one
+    /// file's failure never costs another file's metadata.
     pub fn sync(&self) -> Result<()> {
-        self.writeback_all()?;
-        self.vol.sync_super()?;
-        if self.vol.jbd.is_some() {
-            self.vol.close_journal(false)?;
-        } else {
-            self.vol.checkpoint()?;
-        }
-        if !self.vol.read_only {
-            self.vol
-                .device()
-                .flush()
-                .map_err(|e| Error::io("flushing the device", e))?;
-        }
-        Ok(())
+        let wb = self.writeback_all();
+        let rest = (|| {
+            self.vol.sync_super()?;
+            if self.vol.jbd.is_some() {
+                self.vol.close_journal(false)?;
+            } else {
+                self.vol.checkpoint()?;
+            }
+            if !self.vol.read_only {
+                self.vol
+                    .device()
+                    .flush()
+                    .map_err(|e| Error::io("flushing the device", e))?;
+            }
+            Ok(())
+        })();
+        wb.and(rest)
     }
 }

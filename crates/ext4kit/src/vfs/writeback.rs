@@ -20,17 +20,33 @@
 //!    metadata that points at it (ordered mode);
 //! 5. mark clean only the pages whose contents were written and are still
 //!    the cached ones.
+//!
+//! Space: the blocks step 2 allocates were claimed when the writes were
+//! accepted (`pagecache`'s reservations, `ext4::reserve`). The inode's
+//! claims are handed to the transaction before the first allocation, the
+//! allocator draws from them, and afterwards the books are settled: the
+//! pages now on disk leave the delayed set, and what is left of the claims
+//! is kept for the pages still delayed or given back. So writeback does not
+//! look for free space of its own, and cannot run out of it.
+//!
+//! A failure (an I/O error writing the image) ends the pass: newly
+//! allocated blocks whose data could not be written are unmapped again
+//! (so no file ever shows blocks holding someone else's old data), what
+//! was done is committed, the pages stay dirty, and the error is kept on
+//! the inode (`PageMap::set_wb_error`) for the next fsync or FLUSH as well
+//! as returned.
 
 use std::sync::Arc;
 
 use ext4kit_format::inode::Inode;
 
+use super::icache::Icache;
 use super::icache::{CachedInode, DIRTY_DATA};
-use super::pagecache::Page;
+use super::pagecache::{Page, PageBudget};
 use super::Fs;
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::ext4::transaction::Handle;
-use crate::ext4::Mapping;
+use crate::ext4::{Mapping, Volume};
 
 /// Longest run written with one device write (blocks).
 pub const MAX_RUN: u64 = 1024;
@@ -56,11 +72,28 @@ pub struct WritebackStats {
     pub inode_written: bool,
 }
 
-impl Fs {
+/// What writeback needs of an open filesystem: the volume and the page
+/// budget. The background worker holds these (never the `Fs`, whose last
+/// handle must be dropped by a caller), so it can write back expired
+/// dirty data too ([`write_back_expired`]).
+pub(crate) struct Writer<'a> {
+    pub(crate) vol: &'a Volume,
+    pub(crate) pages: &'a PageBudget,
+}
+
+impl Writer<'_> {
     /// Write back inode `inode`: dirty pages, then the record as `level`
     /// requires. Does not flush the device (fsync does).
     pub fn writeback_inode(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
-        self.retry_enospc(|| self.writeback_inode_once(inode, level))
+        // ext4_should_retry_alloc: with a journal, blocks freed by the
+        // running transaction are reused only once it commits.
+        match self.writeback_inode_once(inode, level) {
+            Err(e) if e.errno() == Errno::ENOSPC && self.vol.jbd.as_ref().is_some_and(|j| j.has_busy()) => {
+                self.vol.commit_running()?;
+                self.writeback_inode_once(inode, level)
+            }
+            r => r,
+        }
     }
 
     /// One attempt of [`Self::writeback_inode`].
@@ -88,10 +121,12 @@ impl Fs {
         let mut map_changed = false;
         let mut written: Vec<(u64, Arc<Page>)> = Vec::with_capacity(dirty.len());
         let mut failure: Option<Error> = None;
+        // Claims handed to the handle (see the module doc), once taken.
+        let mut claims_taken = false;
         let map = if dirty.is_empty() {
             None
         } else {
-            Some(inode.block_map_locked(&self.vol, rec)?)
+            Some(inode.block_map_locked(self.vol, rec)?)
         };
 
         'runs: for (start, len) in runs(&dirty) {
@@ -113,7 +148,7 @@ impl Fs {
             let mut l = start;
             while l < start + len {
                 let end = start + len;
-                let seg: Vec<(u64, u64, u64, bool)> = match map.map(&self.vol, l) {
+                let seg: Vec<(u64, u64, u64, bool, bool)> = match map.map(self.vol, l) {
                     Err(e) => {
                         failure = Some(e);
                         break 'runs;
@@ -122,7 +157,7 @@ impl Fs {
                         pblk,
                         len: n,
                         uninit: false,
-                    }) => vec![(l, pblk, n.min(end - l), false)],
+                    }) => vec![(l, pblk, n.min(end - l), false, false)],
                     Ok(Mapping::Mapped { len: n, .. }) | Ok(Mapping::Hole { len: n }) => {
                         // Delayed allocation happens here.
                         let n = n.min(end - l);
@@ -136,10 +171,16 @@ impl Fs {
                             }
                         }
                         let hh = h.as_mut().expect("just begun");
+                        if !claims_taken {
+                            claims_taken = true;
+                            hh.add_reserved(inode.pages.take_claims());
+                        }
                         match self.vol.map_blocks(hh, ino, rec, l, n, false) {
                             Ok(rs) => {
                                 map_changed = true;
-                                rs.into_iter().map(|r| (r.lblk, r.pblk, r.len, r.uninit)).collect()
+                                rs.into_iter()
+                                    .map(|r| (r.lblk, r.pblk, r.len, r.uninit, r.new))
+                                    .collect()
                             }
                             Err(e) => {
                                 failure = Some(e);
@@ -148,7 +189,8 @@ impl Fs {
                         }
                     }
                 };
-                for (sl, pblk, n, uninit) in seg {
+                let mut seg = seg.into_iter();
+                while let Some((sl, pblk, n, uninit, new)) = seg.next() {
                     let first = (sl - start) as usize;
                     let chunk = &pages[first..first + n as usize];
                     let mut buf = Vec::with_capacity(n as usize * bs);
@@ -157,6 +199,27 @@ impl Fs {
                     }
                     if let Err(e) = self.vol.write_raw(pblk, &buf) {
                         failure = Some(crate::ext4::volume::annotate(e, &format!("data of inode {ino}")));
+                        // Blocks allocated for data that never reached them
+                        // leave the map again: committed, the map would show
+                        // whatever they held before. The pages stay dirty
+                        // (and delayed) for a later try.
+                        let hh = h.as_mut();
+                        let unmap: Vec<(u64, u64)> = std::iter::once((sl, n, new))
+                            .chain(seg.by_ref().map(|(l2, _, n2, _, new2)| (l2, n2, new2)))
+                            .filter(|r| r.2)
+                            .map(|r| (r.0, r.1))
+                            .collect();
+                        if let Some(hh) = hh {
+                            for (ul, un) in unmap {
+                                if let Err(e2) = self.vol.punch_blocks(hh, ino, rec, ul, ul + un) {
+                                    eprintln!(
+                                        "ext4kit: inode {ino}: unmapping blocks {ul}..{} after a failed data write: {e2}",
+                                        ul + un
+                                    );
+                                    break;
+                                }
+                            }
+                        }
                         break 'runs;
                     }
                     st.data_writes += 1;
@@ -192,8 +255,20 @@ impl Fs {
             }
             self.vol.write_inode(h.as_mut().expect("just begun"), ino, rec)?;
         }
+        let left = h.as_ref().map_or(0, |h| h.reserved_left());
+        if claims_taken {
+            // Settle before the commit can fail: the claims must not leak.
+            let meta = |n: u64| self.vol.worst_map_growth(rec, n);
+            inode.pages.settle(written.iter().map(|w| w.0), left, &meta);
+        }
+        if let Some(e) = &failure {
+            inode.pages.set_wb_error(e);
+        }
         if let Some(h) = h {
-            h.commit()?;
+            if let Err(e) = h.commit() {
+                inode.pages.set_wb_error(&e);
+                return Err(e);
+            }
         }
         if map_changed {
             inode.reset_block_map();
@@ -214,6 +289,32 @@ impl Fs {
             Some(e) => Err(e),
             None => Ok(st),
         }
+    }
+}
+
+impl Fs {
+    fn writer(&self) -> Writer<'_> {
+        Writer {
+            vol: &self.vol,
+            pages: &self.pages,
+        }
+    }
+
+    /// Write back inode `inode`: dirty pages, then the record as `level`
+    /// requires. Does not flush the device (fsync does).
+    pub fn writeback_inode(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
+        self.writer().writeback_inode(inode, level)
+    }
+
+    /// [`Self::writeback_inode`] for a caller holding the `disk` write lock
+    /// (`rec` is the guarded record).
+    pub(crate) fn writeback_locked(
+        &self,
+        inode: &CachedInode,
+        rec: &mut Inode,
+        level: SyncLevel,
+    ) -> Result<WritebackStats> {
+        self.writer().writeback_locked(inode, rec, level)
     }
 
     /// Write back every dirty inode (sync(2), and memory pressure). Tries
@@ -243,7 +344,14 @@ impl Fs {
     /// committed metadata, then flush the device cache.
     pub fn fsync_inode(&self, inode: &CachedInode, data_only: bool) -> Result<WritebackStats> {
         let level = if data_only { SyncLevel::Data } else { SyncLevel::All };
-        let st = self.writeback_inode(inode, level)?;
+        let st = match self.writeback_inode(inode, level) {
+            Ok(st) => st,
+            Err(e) => {
+                // Reported now: not again at the next fsync or FLUSH.
+                inode.pages.take_wb_error();
+                return Err(e);
+            }
+        };
         // Whether the device still needs a flush for the data: a commit
         // ends with one (after its commit block), which covers the data
         // written before it too.
@@ -278,6 +386,13 @@ impl Fs {
                 .flush()
                 .map_err(|e| Error::io("flushing the device", e))?;
         }
+        // A background write-back of this file that failed since the last
+        // report (memory pressure, the periodic flush): the data it held
+        // may be lost, and this fsync is where the writer learns it
+        // (`file_check_and_advance_wb_err`).
+        if let Some(e) = inode.pages.take_wb_error() {
+            return Err(e);
+        }
         Ok(st)
     }
 
@@ -293,6 +408,36 @@ impl Fs {
             self.writeback_all()?;
         }
         Ok(())
+    }
+}
+
+/// The background worker's periodic pass (the kernel's flusher threads
+/// with `dirty_expire_centisecs`): write back every inode whose oldest
+/// dirty page has waited `expire` or longer, and every inode whose record
+/// alone is dirty, so that the commit that follows makes them durable.
+/// This is what makes "everything older than the commit interval
+/// survives" true of file data as well as of metadata — and what `sync(1)`
+/// and `syncfs(2)` rely on through a FUSE mount, where they never reach the
+/// server (README, "Crashes and what survives them"). A failure is kept on
+/// the inode for its next fsync (and printed: nobody else may ever ask).
+pub(crate) fn write_back_expired(vol: &Volume, icache: &Icache, pages: &PageBudget, expire: std::time::Duration) {
+    let mut todo = Vec::new();
+    icache.for_each(|i| {
+        let due = match i.pages.dirty_since() {
+            Some(t) => t.elapsed() >= expire,
+            None => i.is_dirty(),
+        };
+        if due {
+            todo.push(i.clone());
+        }
+        true
+    });
+    todo.sort_by_key(|i| i.ino);
+    let w = Writer { vol, pages };
+    for i in todo {
+        if let Err(e) = w.writeback_inode(&i, SyncLevel::All) {
+            eprintln!("ext4kit: background write-back of inode {} failed: {e}", i.ino);
+        }
     }
 }
 
