@@ -32,6 +32,8 @@ pub struct Handle<'v> {
     /// Membership of the running transaction (journaled volumes only):
     /// a commit cannot close the transaction while this handle is open.
     member: Option<super::commit::Membership<'v>>,
+    /// This thread's corruption count at `begin` (see `Drop`).
+    damage_at_begin: u64,
 }
 
 impl std::fmt::Debug for Handle<'_> {
@@ -46,10 +48,14 @@ impl Volume {
         if self.read_only {
             return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
         }
+        if self.fs_errors.failed() {
+            return Err(self.refused_after_error());
+        }
         Ok(Handle {
             vol: self,
             dirty: smallvec::SmallVec::new(),
             member: self.jbd.as_ref().map(|j| j.join()),
+            damage_at_begin: crate::error::damage_seen(),
         })
     }
 }
@@ -153,8 +159,22 @@ impl<'v> Handle<'v> {
 /// set they would be written only if some later handle happened to touch
 /// the same block, and until then stay pinned in the cache as dirty. jbd2
 /// likewise keeps a failed handle's buffers in the running transaction.
+///
+/// Except when the handle failed because of damage (a corruption error was
+/// raised on this thread since `begin`): its half-made change must not be
+/// committed. The volume enters the error state (`fs_errors.rs`): with a
+/// journal the running transaction is abandoned (the journal is aborted),
+/// without one the blocks are written as the kernel's ext2 would, and
+/// every later write is refused until e2fsck.
 impl Drop for Handle<'_> {
     fn drop(&mut self) {
+        if !self.dirty.is_empty() && crate::error::damage_seen() != self.damage_at_begin {
+            self.vol.fs_error("an operation met damage after it had begun changing the filesystem");
+            if self.vol.jbd.is_some() {
+                self.dirty.clear();
+                return;
+            }
+        }
         if !self.dirty.is_empty() {
             match &self.vol.jbd {
                 Some(j) => {

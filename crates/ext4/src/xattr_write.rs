@@ -319,10 +319,17 @@ impl Volume {
             return Ok(());
         }
         let too_big = |e: ext4kit_format::FormatError| {
+            // Not damage: the new set is too big (only the reason, not the
+            // serialiser's "corrupt xattr block" wording, which would send
+            // the user to e2fsck for nothing).
+            let why = match e {
+                ext4kit_format::FormatError::Corrupt { reason, .. } => reason,
+                other => other.to_string(),
+            };
             Error::posix(
                 Errno::ENOSPC,
                 format!(
-                    "inode {ino}: attributes do not fit one {}-byte block: {e}",
+                    "inode {ino}: attributes do not fit one {}-byte block: {why}",
                     self.block_size
                 ),
             )
