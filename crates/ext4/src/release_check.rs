@@ -58,14 +58,7 @@ impl Volume {
             self.check_owned_run(ino, "xattr block", acl, 1)?;
         }
         // Parses the body and the block; refuses an EA-inode value.
-        match self.xattr_entries(ino, inode) {
-            Err(Error::Unsupported(m)) if !self.has_incompat(incompat::EA_INODE) => Err(Error::corrupt_msg(
-                format!("inode {ino}"),
-                "xattr entry",
-                format!("{m}, but the filesystem has no ea_inode feature"),
-            )),
-            r => r.map(drop),
-        }
+        self.xattr_entries(ino, inode).map(drop)
     }
 
     fn check_indirect(&self, ino: u32, blk: u64, depth: usize, budget: &mut u64) -> Result<()> {

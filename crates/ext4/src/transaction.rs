@@ -135,6 +135,9 @@ impl<'v> Handle<'v> {
     /// transaction, not to one handle.
     pub fn commit(mut self) -> Result<()> {
         let dirty = std::mem::take(&mut self.dirty);
+        if !dirty.is_empty() {
+            self.vol.metadata_changed.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         match &self.vol.jbd {
             Some(j) => {
                 let full = j.add(dirty, self.vol.dirty_meta.limit());
@@ -176,6 +179,7 @@ impl Drop for Handle<'_> {
             }
         }
         if !self.dirty.is_empty() {
+            self.vol.metadata_changed.store(true, std::sync::atomic::Ordering::Relaxed);
             match &self.vol.jbd {
                 Some(j) => {
                     j.add(self.dirty.drain(..), self.vol.dirty_meta.limit());

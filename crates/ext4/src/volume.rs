@@ -164,6 +164,10 @@ pub struct Volume {
     /// Where file inodes went last when their parent's group was full
     /// (the search for the next one starts there; see `alloc_inode`).
     pub inode_overflow_group: std::sync::atomic::AtomicU32,
+    /// Some handle changed metadata since the open: a sync with nothing
+    /// changed writes nothing (a refused command leaves the image as it
+    /// was, byte for byte).
+    pub metadata_changed: std::sync::atomic::AtomicBool,
     /// Damage met while writing (see `fs_errors.rs`).
     pub fs_errors: crate::fs_errors::FsErrors,
     /// The system zone (see `release_check.rs`), built on first use.
@@ -280,6 +284,7 @@ impl Volume {
             inode_overflow_group: Default::default(),
             system_zone: Default::default(),
             fs_errors: Default::default(),
+            metadata_changed: Default::default(),
             sb_lock: parking_lot::Mutex::new(()),
             stats: Stats::default(),
             groups: Vec::new(),

@@ -373,6 +373,16 @@ impl Fs {
     /// flushed.
     pub fn sync(&self) -> Result<()> {
         self.writeback_all()?;
+        let recover = self.vol.jbd.as_ref().is_some_and(|j| j.recover_flag_on_disk());
+        if !self.vol.metadata_changed.load(std::sync::atomic::Ordering::Relaxed) && !recover {
+            // Nothing changed since the open (every operation refused, or
+            // only data overwritten in place): no superblock or journal
+            // write, so a refused command leaves the image byte-identical.
+            if !self.vol.read_only {
+                self.vol.device().flush().map_err(|e| Error::io("flushing the device", e))?;
+            }
+            return Ok(());
+        }
         self.vol.sync_super()?;
         if self.vol.jbd.is_some() {
             self.vol.close_journal(false)?;

@@ -121,7 +121,7 @@ pub fn compare_images(before: &[u8], after: &[u8]) -> Option<bool> {
 
 fn blames_damage(msg: &str) -> bool {
     let m = msg.to_ascii_lowercase();
-    m.contains("corrupt") || m.contains("damaged") || m.contains("structure needs cleaning")
+    m.contains("corrupt") || m.contains("structure needs cleaning")
 }
 
 /// Run `op` on a copy of `img` (written to `path`) through `fe`.
