@@ -394,6 +394,15 @@ impl Volume {
                 }
                 let g = (p - self.first_data_block) / self.blocks_per_group;
                 let k = n.min(self.group_first_block(g) + self.blocks_per_group - p);
+                if let Some((zs, zl, name)) = self.system_zone_hit(p, p + k) {
+                    // A map naming metadata: freeing it would hand a
+                    // bitmap or inode table out as data.
+                    return Err(Error::corrupt_msg(
+                        format!("block {p}"),
+                        "block map",
+                        format!("freeing blocks {p}+{k}, which overlap {name} (blocks {zs}..{})", zs + zl),
+                    ));
+                }
                 pieces.push((p, k));
                 p += k;
                 n -= k;

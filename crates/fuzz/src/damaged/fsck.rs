@@ -85,6 +85,18 @@ fn problems(raw: &str) -> BTreeMap<String, usize> {
         {
             continue;
         }
+        // Bitmap differences are one line listing blocks or inodes: each
+        // entry is its own problem, number kept (a rm that frees one of
+        // two wrongly marked blocks leaves a shorter, not a new, line).
+        if let Some(rest) = l.strip_prefix("Block bitmap differences:").or(l.strip_prefix("Inode bitmap differences:")) {
+            let kind = if l.starts_with("Block") { "block" } else { "inode" };
+            for item in rest.split_whitespace() {
+                for one in expand(item) {
+                    *m.entry(format!("{kind} bitmap difference {one}")).or_insert(0) += 1;
+                }
+            }
+            continue;
+        }
         let mut norm = String::with_capacity(l.len());
         let mut in_digits = false;
         for c in l.chars() {
@@ -101,6 +113,21 @@ fn problems(raw: &str) -> BTreeMap<String, usize> {
         *m.entry(norm).or_insert(0) += 1;
     }
     m
+}
+
+/// "+5" → ["+5"]; "-(3--6)" → ["-3", "-4", "-5", "-6"] (ranges past
+/// 4096 entries stay whole).
+fn expand(item: &str) -> Vec<String> {
+    let (sign, body) = item.split_at(item.len().min(1));
+    let range = body.strip_prefix('(').and_then(|b| b.strip_suffix(')')).and_then(|b| b.split_once("--"));
+    if let Some((a, b)) = range {
+        if let (Ok(a), Ok(b)) = (a.parse::<u64>(), b.parse::<u64>()) {
+            if b >= a && b - a < 4096 {
+                return (a..=b).map(|n| format!("{sign}{n}")).collect();
+            }
+        }
+    }
+    vec![item.to_string()]
 }
 
 #[cfg(test)]
@@ -126,6 +153,14 @@ mod tests {
             raw: String::new(),
         };
         assert!(a.worse(&c).is_some_and(|w| w.contains("ref count")));
+        let two = Fsck {
+            code: 4,
+            problems: problems("Block bitmap differences:  +7 -(10--12)\n"),
+            raw: String::new(),
+        };
+        let one = Fsck { code: 4, problems: problems("Block bitmap differences:  -11\n"), raw: String::new() };
+        assert_eq!(two.worse(&one), None, "a subset of the differences is not worse");
+        assert!(one.worse(&two).is_some());
         let clean = Fsck::default();
         assert!(clean.worse(&a).is_some());
     }
