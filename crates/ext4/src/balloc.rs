@@ -15,8 +15,8 @@ use ext4kit_format::group_desc::{GroupDesc, BG_BLOCK_UNINIT};
 use super::group::{clear_bit, set_bit, test_bit};
 use super::transaction::Handle;
 use super::volume::{Volume, BITMAP_BLOCK_CHECKED, BITMAP_BLOCK_CORRUPT};
-use std::sync::atomic::Ordering;
 use crate::error::{Errno, Error, Result};
+use std::sync::atomic::Ordering;
 
 impl Volume {
     /// Blocks in group `g` (the last group may be short).
@@ -187,9 +187,8 @@ impl Volume {
         let free = (0..n).filter(|&i| !test_bit(bm, i)).count() as u64;
         let first = self.group_first_block(g as u64);
         // And no bitmap, inode table or superblock copy marked free.
-        let zone_free = (first..first + n as u64).any(|b| {
-            !test_bit(bm, (b - first) as usize) && self.system_zone_hit(b, b + 1).is_some()
-        });
+        let zone_free = (first..first + n as u64)
+            .any(|b| !test_bit(bm, (b - first) as usize) && self.system_zone_hit(b, b + 1).is_some());
         let ok = free == gd.free_blocks_count() as u64 && !zone_free;
         st.fetch_or(
             BITMAP_BLOCK_CHECKED | if ok { 0 } else { BITMAP_BLOCK_CORRUPT },
@@ -264,18 +263,27 @@ impl Volume {
         };
         if let Some((zs, zl, name)) = self.system_zone_hit(first + start as u64, first + start as u64 + 1) {
             // A free bit on a bitmap or inode table: the bitmap lies.
-            self.groups[g].bitmap_state.fetch_or(BITMAP_BLOCK_CORRUPT, Ordering::Relaxed);
+            self.groups[g]
+                .bitmap_state
+                .fetch_or(BITMAP_BLOCK_CORRUPT, Ordering::Relaxed);
             return Err(Error::corrupt_msg(
                 format!("block bitmap of group {g} (block {})", gd.block_bitmap()),
                 "block bitmap",
-                format!("block {} is marked free but is {name} (blocks {zs}..{})", first + start as u64, zs + zl),
+                format!(
+                    "block {} is marked free but is {name} (blocks {zs}..{})",
+                    first + start as u64,
+                    zs + zl
+                ),
             ));
         }
         let mut len = 0usize;
         while len < want as usize
             && start + len < n
             && !test_bit(&view, start + len)
-            && (len == 0 || self.system_zone_hit(first + (start + len) as u64, first + (start + len) as u64 + 1).is_none())
+            && (len == 0
+                || self
+                    .system_zone_hit(first + (start + len) as u64, first + (start + len) as u64 + 1)
+                    .is_none())
         {
             set_bit(&mut bm, start + len);
             set_bit(&mut view, start + len);
@@ -400,7 +408,10 @@ impl Volume {
                     return Err(Error::corrupt_msg(
                         format!("block {p}"),
                         "block map",
-                        format!("freeing blocks {p}+{k}, which overlap {name} (blocks {zs}..{})", zs + zl),
+                        format!(
+                            "freeing blocks {p}+{k}, which overlap {name} (blocks {zs}..{})",
+                            zs + zl
+                        ),
                     ));
                 }
                 pieces.push((p, k));
@@ -495,7 +506,9 @@ impl Volume {
                     clear_bit(&mut bm, i);
                     total += 1;
                 } else {
-                    self.groups[g].bitmap_state.fetch_or(BITMAP_BLOCK_CORRUPT, Ordering::Relaxed);
+                    self.groups[g]
+                        .bitmap_state
+                        .fetch_or(BITMAP_BLOCK_CORRUPT, Ordering::Relaxed);
                 }
             }
         }

@@ -64,7 +64,10 @@ impl FsErrors {
 impl Volume {
     /// The error a write meets once the volume is in the error state.
     pub fn refused_after_error(&self) -> Error {
-        let first = self.fs_errors.first().unwrap_or_else(|| "an operation failed part-way".into());
+        let first = self
+            .fs_errors
+            .first()
+            .unwrap_or_else(|| "an operation failed part-way".into());
         Error::corrupt_msg(
             "filesystem",
             "error state",
@@ -131,6 +134,76 @@ impl Volume {
         self.device()
             .write_at(SUPERBLOCK_OFFSET, &sb.to_bytes_with_checksum())
             .map_err(|e| Error::io("writing the superblock", e))?;
-        self.device().flush().map_err(|e| Error::io("flushing the superblock", e))
+        self.device()
+            .flush()
+            .map_err(|e| Error::io("flushing the superblock", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::volume::{scratch_volume, scratch_volume_unjournaled};
+
+    fn home_sb(v: &Volume) -> Superblock {
+        let mut raw = vec![0u8; Superblock::SIZE];
+        v.device().read_at(SUPERBLOCK_OFFSET, &mut raw).unwrap();
+        Superblock::parse(&raw).unwrap()
+    }
+
+    /// A handle that changed a block and then met damage: nothing of it is
+    /// committed, the error is recorded at home, later writes are refused.
+    #[test]
+    fn damage_met_half_way_aborts_the_journal_and_refuses_writes() {
+        let v = scratch_volume();
+        let blk = v.groups[0].meta.2 + 100; // unused inode-table block
+        let mut before = vec![0u8; v.block_size];
+        v.read_raw(blk, &mut before).unwrap();
+        let r: Result<()> = (|| {
+            let mut h = v.begin()?;
+            h.modify(blk, |d| {
+                d[9] ^= 0x5a;
+                Ok(())
+            })?;
+            Err(Error::corrupt_msg("block 1234", "extent index", "a made-up node"))
+        })();
+        assert!(r.is_err());
+        assert!(v.fs_errors.failed() && v.fs_errors.journal_aborted());
+        let sb = home_sb(&v);
+        assert_ne!(sb.state & STATE_ERROR, 0, "the error bit is set at home");
+        assert_eq!(sb.error_count, 1);
+        assert_eq!(&sb.first_error_func[..7], b"ext4kit");
+        let e = v.begin().err().expect("writes are refused").to_string();
+        assert!(e.contains("run e2fsck") && e.contains("damage"), "{e}");
+        assert!(v.commit_running().is_err(), "the aborted journal commits nothing");
+        let mut after = vec![0u8; v.block_size];
+        v.read_raw(blk, &mut after).unwrap();
+        assert_eq!(before, after, "the half-made change never reached home");
+        let j = crate::journal::open_journal(v.device()).unwrap();
+        let plan = ext4kit_jbd2::recover(&j);
+        assert!(
+            !plan.replay.contains_key(&blk),
+            "the half-made change is not in the log"
+        );
+    }
+
+    /// An ENOSPC (not damage) half-way keeps today's behaviour: no error
+    /// state, the handle's blocks are kept.
+    #[test]
+    fn a_handle_dropped_for_another_error_does_not_abort() {
+        let v = scratch_volume_unjournaled();
+        let blk = v.groups[0].meta.2 + 100;
+        let r: Result<()> = (|| {
+            let mut h = v.begin()?;
+            h.modify(blk, |d| {
+                d[9] ^= 0x5a;
+                Ok(())
+            })?;
+            Err(Error::posix(crate::error::Errno::ENOSPC, "full"))
+        })();
+        assert!(r.is_err());
+        assert!(!v.fs_errors.failed());
+        assert!(v.begin().is_ok());
+        assert_eq!(home_sb(&v).state & STATE_ERROR, 0);
     }
 }

@@ -263,11 +263,15 @@ impl Volume {
                 if !past_mark {
                     let ino = (g * ipg + i + 1) as u32;
                     if let Some(why) = self.live_record(ino)? {
-                        self.groups[g].bitmap_state.fetch_or(BITMAP_INODE_CORRUPT, Ordering::Relaxed);
+                        self.groups[g]
+                            .bitmap_state
+                            .fetch_or(BITMAP_INODE_CORRUPT, Ordering::Relaxed);
                         return Err(Error::corrupt_msg(
                             format!("inode {ino}"),
                             "inode bitmap",
-                            format!("marked free in group {g}'s bitmap (block {bm_blk}) but its record is in use ({why})"),
+                            format!(
+                                "marked free in group {g}'s bitmap (block {bm_blk}) but its record is in use ({why})"
+                            ),
                         ));
                     }
                 }
@@ -351,9 +355,10 @@ impl Volume {
     fn live_record(&self, ino: u32) -> Result<Option<String>> {
         let (blk, off) = self.inode_location(ino)?;
         let b = self.buffer(blk)?;
-        let r = b.data.get(off..off + 0x20).ok_or_else(|| {
-            Error::corrupt_msg(format!("inode {ino}"), "inode table", "record past its block")
-        })?;
+        let r = b
+            .data
+            .get(off..off + 0x20)
+            .ok_or_else(|| Error::corrupt_msg(format!("inode {ino}"), "inode table", "record past its block"))?;
         let mode = u16::from_le_bytes([r[0], r[1]]);
         let links = u16::from_le_bytes([r[0x1A], r[0x1B]]);
         let dtime = u32::from_le_bytes([r[0x14], r[0x15], r[0x16], r[0x17]]);

@@ -71,7 +71,11 @@ impl Volume {
             return Ok(());
         }
         *budget = budget.checked_sub(1).ok_or_else(|| {
-            Error::corrupt_msg(format!("block map of inode {ino}"), "indirect map", "more blocks than the filesystem")
+            Error::corrupt_msg(
+                format!("block map of inode {ino}"),
+                "indirect map",
+                "more blocks than the filesystem",
+            )
         })?;
         let buf = self.buffer(blk)?;
         for i in 0..self.block_size / 4 {
@@ -84,12 +88,17 @@ impl Volume {
     /// `[start, start + len)`, named by inode `ino` as `what`, lies inside
     /// the filesystem and outside the system zone.
     pub fn check_owned_run(&self, ino: u32, what: &str, start: u64, len: u64) -> Result<()> {
-        let end = start.checked_add(len).filter(|&e| start >= self.first_data_block && e <= self.blocks_count);
+        let end = start
+            .checked_add(len)
+            .filter(|&e| start >= self.first_data_block && e <= self.blocks_count);
         let Some(end) = end else {
             return Err(Error::corrupt_msg(
                 format!("inode {ino}"),
                 "block map",
-                format!("{what} {start}+{len} lies outside the filesystem (blocks {}..{})", self.first_data_block, self.blocks_count),
+                format!(
+                    "{what} {start}+{len} lies outside the filesystem (blocks {}..{})",
+                    self.first_data_block, self.blocks_count
+                ),
             ));
         };
         if let Some((zs, zl, name)) = self.system_zone_hit(start, end) {
@@ -129,7 +138,11 @@ impl Volume {
             v.push((it, itb, "an inode table"));
             if sb.group_has_super(g as u64) {
                 let first = self.group_first_block(g as u64);
-                let n = if meta_bg { 1 } else { 1 + gdt + sb.reserved_gdt_blocks as u64 };
+                let n = if meta_bg {
+                    1
+                } else {
+                    1 + gdt + sb.reserved_gdt_blocks as u64
+                };
                 v.push((first, n, "a superblock or group descriptor copy"));
             }
         }

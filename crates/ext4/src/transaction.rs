@@ -136,7 +136,9 @@ impl<'v> Handle<'v> {
     pub fn commit(mut self) -> Result<()> {
         let dirty = std::mem::take(&mut self.dirty);
         if !dirty.is_empty() {
-            self.vol.metadata_changed.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.vol
+                .metadata_changed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         match &self.vol.jbd {
             Some(j) => {
@@ -172,14 +174,17 @@ impl<'v> Handle<'v> {
 impl Drop for Handle<'_> {
     fn drop(&mut self) {
         if !self.dirty.is_empty() && crate::error::damage_seen() != self.damage_at_begin {
-            self.vol.fs_error("an operation met damage after it had begun changing the filesystem");
+            self.vol
+                .fs_error("an operation met damage after it had begun changing the filesystem");
             if self.vol.jbd.is_some() {
                 self.dirty.clear();
                 return;
             }
         }
         if !self.dirty.is_empty() {
-            self.vol.metadata_changed.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.vol
+                .metadata_changed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             match &self.vol.jbd {
                 Some(j) => {
                     j.add(self.dirty.drain(..), self.vol.dirty_meta.limit());

@@ -31,7 +31,8 @@ fn env_u64(name: &str, default: u64) -> u64 {
 /// The known gap (see the module doc): a block-freeing operation on map
 /// damage whose only new problems are blocks in use marked free.
 fn known_cross_link_gap(c: &CaseRecord) -> bool {
-    let map_damage = matches!(c.kind, Kind::CrossLinked | Kind::FlipIndirect | Kind::FlipExtentRoot | Kind::FlipExtentNode);
+    let map_damage =
+        matches!(c.kind, Kind::CrossLinked | Kind::FlipIndirect | Kind::FlipExtentRoot | Kind::FlipExtentNode);
     let frees = matches!(c.op, Op::Unlink(_) | Op::Truncate(..));
     let Outcome::Worse(w) = &c.outcome else { return false };
     map_damage && frees && w.split("; ").all(|p| p.starts_with("block bitmap difference +"))

@@ -222,7 +222,8 @@ impl Fs {
         };
         // The directory's first block is allocated after its inode:
         // refuse now rather than half-way if allocation would meet damage.
-        self.vol.check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
+        self.vol
+            .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, true)?;
@@ -417,7 +418,8 @@ impl Fs {
             ));
         }
         // The directory may grow: refuse now if allocation would meet damage.
-        self.vol.check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
+        self.vol
+            .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
         let t = now();
         let mut h = self.vol.begin()?;
         let mut newd = drec.clone();
@@ -677,11 +679,18 @@ impl Fs {
         // nothing has changed (release_check.rs): a moved directory's
         // "..", and everything a replaced target's death frees.
         if cross {
-            let moved = [(s_dir, sino, Some(&*srec)), (flags.exchange && d_dir, t_ino(&dst), trec.as_deref())];
+            let moved = [
+                (s_dir, sino, Some(&*srec)),
+                (flags.exchange && d_dir, t_ino(&dst), trec.as_deref()),
+            ];
             for (is_dir, ino, rec) in moved {
                 let (true, Some(rec)) = (is_dir, rec) else { continue };
                 let m = self.vol.block_map(ino, rec)?;
-                self.vol.dotdot(DirRef { ino, inode: rec, map: &m })?;
+                self.vol.dotdot(DirRef {
+                    ino,
+                    inode: rec,
+                    map: &m,
+                })?;
             }
         }
         if let (false, Some(tr)) = (flags.exchange, trec.as_deref()) {
@@ -691,7 +700,8 @@ impl Fs {
         }
         if !flags.exchange && dst.is_none() {
             // The new name may grow its directory.
-            self.vol.check_block_allocatable(self.vol.group_first_block_of_inode(new_dir))?;
+            self.vol
+                .check_block_allocatable(self.vol.group_first_block_of_inode(new_dir))?;
         }
         let t = now();
         let mut h = self.vol.begin()?;

@@ -282,7 +282,8 @@ impl Fs {
         };
         // Blocks (a growing directory, a symlink's) come after the inode:
         // refuse now if allocation would meet damage (release_check.rs).
-        self.vol.check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
+        self.vol
+            .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, false)?;
@@ -379,7 +380,10 @@ impl Fs {
             // only data overwritten in place): no superblock or journal
             // write, so a refused command leaves the image byte-identical.
             if !self.vol.read_only {
-                self.vol.device().flush().map_err(|e| Error::io("flushing the device", e))?;
+                self.vol
+                    .device()
+                    .flush()
+                    .map_err(|e| Error::io("flushing the device", e))?;
             }
             return Ok(());
         }

@@ -88,7 +88,8 @@ fn problems(raw: &str) -> BTreeMap<String, usize> {
         // Bitmap differences are one line listing blocks or inodes: each
         // entry is its own problem, number kept (a rm that frees one of
         // two wrongly marked blocks leaves a shorter, not a new, line).
-        if let Some(rest) = l.strip_prefix("Block bitmap differences:").or(l.strip_prefix("Inode bitmap differences:")) {
+        if let Some(rest) = l.strip_prefix("Block bitmap differences:").or(l.strip_prefix("Inode bitmap differences:"))
+        {
             let kind = if l.starts_with("Block") { "block" } else { "inode" };
             for item in rest.split_whitespace() {
                 for one in expand(item) {
@@ -153,11 +154,7 @@ mod tests {
             raw: String::new(),
         };
         assert!(a.worse(&c).is_some_and(|w| w.contains("ref count")));
-        let two = Fsck {
-            code: 4,
-            problems: problems("Block bitmap differences:  +7 -(10--12)\n"),
-            raw: String::new(),
-        };
+        let two = Fsck { code: 4, problems: problems("Block bitmap differences:  +7 -(10--12)\n"), raw: String::new() };
         let one = Fsck { code: 4, problems: problems("Block bitmap differences:  -11\n"), raw: String::new() };
         assert_eq!(two.worse(&one), None, "a subset of the differences is not worse");
         assert!(one.worse(&two).is_some());
