@@ -27,8 +27,9 @@ fn images_of(kind: Kind, bases: &[DamageBase]) -> Vec<(Damage, Vec<u8>)> {
     out
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("ext4kit-damaged-open-{}", std::process::id()));
+/// `name` in this test's own scratch directory (the tests run in parallel).
+fn scratch(test: &str, name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("ext4kit-damaged-open-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("creating {}: {e}", d.display()));
     d.join(name)
 }
@@ -45,7 +46,7 @@ fn assert_refused_root(img: &Path, what: &str, cli: &Path) {
         let e = r.err().unwrap_or_else(|| panic!("{what}: opened (read_only {read_only})")).to_string();
         assert!(e.contains("root inode") && e.contains("run e2fsck"), "{what}: unclear refusal: {e}");
     }
-    let mnt = scratch("mnt");
+    let mnt = scratch("root", "mnt");
     std::fs::create_dir_all(&mnt).unwrap_or_else(|e| panic!("creating {}: {e}", mnt.display()));
     let out = Command::new("timeout")
         .arg("60")
@@ -68,7 +69,7 @@ fn assert_refused_root(img: &Path, what: &str, cli: &Path) {
 fn a_missing_or_broken_root_is_refused_clearly_by_open_and_mount() {
     let bases = damage_bases().unwrap_or_else(|e| panic!("damaged-image bases: {e}"));
     let cli = find_cli().unwrap_or_else(|e| panic!("this test needs the ext4kit binary: {e}"));
-    let img = scratch("root.img");
+    let img = scratch("root", "root.img");
     for kind in [Kind::RootMissing, Kind::RootNotDir] {
         for (d, bytes) in images_of(kind, bases) {
             std::fs::write(&img, &bytes).unwrap_or_else(|e| panic!("writing {}: {e}", img.display()));
@@ -91,10 +92,10 @@ fn a_missing_or_broken_root_is_refused_clearly_by_open_and_mount() {
 fn get_reports_a_duplicate_name_and_copies_the_rest() {
     let bases = damage_bases().unwrap_or_else(|e| panic!("damaged-image bases: {e}"));
     let cli = find_cli().unwrap_or_else(|e| panic!("this test needs the ext4kit binary: {e}"));
-    let img = scratch("dup.img");
+    let img = scratch("dup", "dup.img");
     for (d, bytes) in images_of(Kind::DuplicateName, bases) {
         std::fs::write(&img, &bytes).unwrap_or_else(|e| panic!("writing {}: {e}", img.display()));
-        let dest = scratch("dup-out");
+        let dest = scratch("dup", "dup-out");
         let _ = std::fs::remove_dir_all(&dest);
         let out = Command::new("timeout")
             .arg("120")
