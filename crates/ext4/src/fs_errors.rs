@@ -173,7 +173,7 @@ mod tests {
         assert_ne!(sb.state & STATE_ERROR, 0, "the error bit is set at home");
         assert_eq!(sb.error_count, 1);
         assert_eq!(&sb.first_error_func[..7], b"ext4kit");
-        let e = v.begin().err().expect("writes are refused").to_string();
+        let e = v.begin().expect_err("writes are refused").to_string();
         assert!(e.contains("run e2fsck") && e.contains("damage"), "{e}");
         assert!(v.commit_running().is_err(), "the aborted journal commits nothing");
         let mut after = vec![0u8; v.block_size];

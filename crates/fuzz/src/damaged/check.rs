@@ -405,7 +405,7 @@ fn run_image(bases: &[DamageBase], seed: u64, cfg: &CorpusConfig, path: &Path) -
     let mut out = Vec::new();
     for (k, &op) in cfg.ops.iter().enumerate() {
         for fe in &cfg.frontends {
-            if matches!(fe, Frontend::Cli(_)) && (k + seed as usize) % cfg.cli_every.max(1) != 0 {
+            if matches!(fe, Frontend::Cli(_)) && !(k + seed as usize).is_multiple_of(cfg.cli_every.max(1)) {
                 continue;
             }
             let outcome = run_case(&img, &before, op, fe, path, cfg.limit);
