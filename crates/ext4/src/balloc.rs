@@ -15,8 +15,9 @@ use ext4kit_format::group_desc::{GroupDesc, BG_BLOCK_UNINIT};
 use super::group::{clear_bit, set_bit, test_bit};
 use super::reserve::Claimant;
 use super::transaction::Handle;
-use super::volume::Volume;
+use super::volume::{Volume, BITMAP_BLOCK_CHECKED, BITMAP_BLOCK_CORRUPT};
 use crate::error::{Errno, Error, Result};
+use std::sync::atomic::Ordering;
 
 impl Volume {
     /// Blocks in group `g` (the last group may be short).
@@ -143,7 +144,89 @@ impl Volume {
                 return Ok(r);
             }
         }
+        // Space a damaged bitmap hides is not "no space": say which.
+        let bad: Vec<usize> = (0..ngroups)
+            .filter(|&g| self.groups[g].bitmap_state.load(Ordering::Relaxed) & BITMAP_BLOCK_CORRUPT != 0)
+            .collect();
+        if !bad.is_empty() {
+            return Err(Error::corrupt_msg(
+                format!("block bitmaps of groups {bad:?}"),
+                "block bitmap",
+                "no usable free blocks: the other groups are full and these disagree with their descriptors' free counts",
+            ));
+        }
         Err(Error::posix(Errno::ENOSPC, "no free blocks left on the filesystem"))
+    }
+
+    /// Check, before an operation changes anything, that block allocation
+    /// will not meet a damaged bitmap: some group with free blocks, from
+    /// `goal`'s on, has a bitmap that agrees with its descriptor. An
+    /// operation that allocates only after it has begun changing the
+    /// filesystem (mkdir's directory block, a symlink's block, a growing
+    /// directory) is refused here, while the image is as it was, instead
+    /// of failing half-way. Cheap once each group has been checked (one
+    /// flag per group). ENOSPC is left to the allocation itself.
+    pub fn check_block_allocatable(&self, goal: u64) -> Result<()> {
+        let n = self.groups.len();
+        let goal = goal.clamp(self.first_data_block, self.blocks_count.saturating_sub(1));
+        let g0 = ((goal - self.first_data_block) / self.blocks_per_group) as usize;
+        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let mut bad = Vec::new();
+        for k in 0..n {
+            let g = (g0 + k) % n;
+            let gd = *self.groups[g].desc.read();
+            if gd.free_blocks_count() == 0 {
+                continue;
+            }
+            let st = self.groups[g].bitmap_state.load(Ordering::Relaxed);
+            if st & BITMAP_BLOCK_CORRUPT != 0 {
+                bad.push(g);
+                continue;
+            }
+            if st & BITMAP_BLOCK_CHECKED != 0 || csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
+                return Ok(());
+            }
+            let bm = self.buffer(gd.block_bitmap())?;
+            if self.block_bitmap_usable(g, &gd, &bm.data) {
+                return Ok(());
+            }
+            bad.push(g);
+        }
+        if bad.is_empty() {
+            return Ok(());
+        }
+        Err(Error::corrupt_msg(
+            format!("block bitmaps of groups {bad:?}"),
+            "block bitmap",
+            "disagree with their descriptors' free counts (or mark metadata free); no block can be allocated safely",
+        ))
+    }
+
+    /// Whether group `g`'s block bitmap `bm` may be allocated from: checked
+    /// once per open — its free bits must number what the descriptor
+    /// counts (the kernel's `ext4_mb_generate_buddy`: "block bitmap and bg
+    /// descriptor inconsistent"). A bitmap that lies about a live block
+    /// (a cleared bit the count does not know of) would hand that block
+    /// to a second owner; such a group is marked corrupt and skipped, as
+    /// the kernel skips a group with `BBITMAP_CORRUPT`.
+    fn block_bitmap_usable(&self, g: usize, gd: &GroupDesc, bm: &[u8]) -> bool {
+        let st = &self.groups[g].bitmap_state;
+        let s = st.load(Ordering::Relaxed);
+        if s & BITMAP_BLOCK_CHECKED != 0 {
+            return s & BITMAP_BLOCK_CORRUPT == 0;
+        }
+        let n = self.blocks_in_group(g) as usize;
+        let free = (0..n).filter(|&i| !test_bit(bm, i)).count() as u64;
+        let first = self.group_first_block(g as u64);
+        // And no bitmap, inode table or superblock copy marked free.
+        let zone_free = (first..first + n as u64)
+            .any(|b| !test_bit(bm, (b - first) as usize) && self.system_zone_hit(b, b + 1).is_some());
+        let ok = free == gd.free_blocks_count() as u64 && !zone_free;
+        st.fetch_or(
+            BITMAP_BLOCK_CHECKED | if ok { 0 } else { BITMAP_BLOCK_CORRUPT },
+            Ordering::Relaxed,
+        );
+        ok
     }
 
     fn alloc_in_group(&self, h: &mut Handle<'_>, g: usize, from: usize, want: u32) -> Result<Option<(u64, u32)>> {
@@ -153,6 +236,9 @@ impl Volume {
             return Ok(None);
         }
         let (mut bm, uninit) = self.block_bitmap_of(g, &gd)?;
+        if !uninit && !self.block_bitmap_usable(g, &gd, &bm) {
+            return Ok(None);
+        }
         let n = self.blocks_in_group(g) as usize;
         let first = self.group_first_block(g as u64);
         // Blocks freed by a transaction not yet committed look used (see
@@ -179,8 +265,30 @@ impl Volume {
                 format!("{} free blocks counted but the bitmap is full", gd.free_blocks_count()),
             ));
         };
+        if let Some((zs, zl, name)) = self.system_zone_hit(first + start as u64, first + start as u64 + 1) {
+            // A free bit on a bitmap or inode table: the bitmap lies.
+            self.groups[g]
+                .bitmap_state
+                .fetch_or(BITMAP_BLOCK_CORRUPT, Ordering::Relaxed);
+            return Err(Error::corrupt_msg(
+                format!("block bitmap of group {g} (block {})", gd.block_bitmap()),
+                "block bitmap",
+                format!(
+                    "block {} is marked free but is {name} (blocks {zs}..{})",
+                    first + start as u64,
+                    zs + zl
+                ),
+            ));
+        }
         let mut len = 0usize;
-        while len < want as usize && start + len < n && !test_bit(&view, start + len) {
+        while len < want as usize
+            && start + len < n
+            && !test_bit(&view, start + len)
+            && (len == 0
+                || self
+                    .system_zone_hit(first + (start + len) as u64, first + (start + len) as u64 + 1)
+                    .is_none())
+        {
             set_bit(&mut bm, start + len);
             set_bit(&mut view, start + len);
             len += 1;
@@ -300,6 +408,18 @@ impl Volume {
                 }
                 let g = (p - self.first_data_block) / self.blocks_per_group;
                 let k = n.min(self.group_first_block(g) + self.blocks_per_group - p);
+                if let Some((zs, zl, name)) = self.system_zone_hit(p, p + k) {
+                    // A map naming metadata: freeing it would hand a
+                    // bitmap or inode table out as data.
+                    return Err(Error::corrupt_msg(
+                        format!("block {p}"),
+                        "block map",
+                        format!(
+                            "freeing blocks {p}+{k}, which overlap {name} (blocks {zs}..{})",
+                            zs + zl
+                        ),
+                    ));
+                }
                 pieces.push((p, k));
                 p += k;
                 n -= k;
@@ -381,19 +501,22 @@ impl Volume {
                     format!("run of {len} crosses group {g}"),
                 ));
             }
-            // Check the whole run before changing a bit of it, so a bad
-            // run leaves the bitmap as it was.
-            if let Some(i) = (off..off + len as usize).find(|&i| !test_bit(&bm, i)) {
-                return Err(Error::corrupt_msg(
-                    format!("block {}", s + (i - off) as u64),
-                    "block bitmap",
-                    "freeing a free block",
-                ));
-            }
+            // A bit already clear is a bitmap that lied about a live
+            // block: it is freed all the same (the bitmap was already
+            // right about its future) and not counted twice — the
+            // kernel's mb_free_blocks, which reports "freeing already
+            // freed block" and carries on. The group's bitmap is then
+            // known to disagree with its count until e2fsck.
             for i in off..off + len as usize {
-                clear_bit(&mut bm, i);
+                if test_bit(&bm, i) {
+                    clear_bit(&mut bm, i);
+                    total += 1;
+                } else {
+                    self.groups[g]
+                        .bitmap_state
+                        .fetch_or(BITMAP_BLOCK_CORRUPT, Ordering::Relaxed);
+                }
             }
-            total += len as u32;
         }
         let mut new = *gd;
         if uninit {

@@ -381,6 +381,11 @@ impl Volume {
 
     /// The commit itself, with the log held.
     fn commit_locked(&self, j: &Jbd, log: &mut Log) -> Result<()> {
+        if self.fs_errors.journal_aborted() {
+            // jbd2_journal_abort: the running transaction holds a change
+            // an operation could not finish (fs_errors.rs).
+            return Err(self.refused_after_error());
+        }
         // Close the running transaction: no handle in flight, none starting.
         let (tid, blocks, revokes, captured) = {
             let _closed = j.barrier.write();
@@ -537,6 +542,9 @@ impl Volume {
     /// Write every committed block home, flush, and empty the log. The
     /// caller holds the log.
     pub(crate) fn checkpoint_with_log(&self, j: &Jbd, log: &mut Log) -> Result<()> {
+        if self.fs_errors.journal_aborted() {
+            return Err(self.refused_after_error());
+        }
         self.checkpoint_home()?;
         self.device()
             .flush()

@@ -57,8 +57,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// On-disk data breaks an ext4 rule.
-    #[error("corrupt filesystem: {location}: {source}")]
+    /// On-disk data breaks an ext4 rule. The message ends with "run
+    /// e2fsck" (the kernel's "run e2fsck" in `ext4_error`): the user must
+    /// learn both what is damaged and what repairs it.
+    #[error("corrupt filesystem: {location}: {source}; run e2fsck")]
     Corrupt {
         /// Where: "inode 12", "block 8731 (directory inode 2)", ...
         location: String,
@@ -79,6 +81,7 @@ impl Error {
 
     /// Wrap a format error with its location.
     pub fn corrupt(location: impl Into<String>, source: FormatError) -> Self {
+        note_damage();
         Error::Corrupt {
             location: location.into(),
             source,
@@ -87,6 +90,7 @@ impl Error {
 
     /// Corruption detected by engine logic rather than a parser.
     pub fn corrupt_msg(location: impl Into<String>, structure: &'static str, reason: impl Into<String>) -> Self {
+        note_damage();
         Error::Corrupt {
             location: location.into(),
             source: ext4kit_format::error::corrupt(structure, reason),
@@ -110,6 +114,22 @@ impl Error {
             Error::Unsupported(_) => Errno::EOPNOTSUPP,
         }
     }
+}
+
+thread_local! {
+    static DAMAGE_SEEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn note_damage() {
+    DAMAGE_SEEN.with(|c| c.set(c.get().wrapping_add(1)));
+}
+
+/// How many corruption errors this thread has raised so far. A
+/// transaction handle compares it at its start and its drop: a handle
+/// dropped half-done *because of damage* aborts the journal
+/// (`fs_errors.rs`), one dropped for ENOSPC or an I/O error does not.
+pub fn damage_seen() -> u64 {
+    DAMAGE_SEEN.with(|c| c.get())
 }
 
 /// Result alias for the engine.

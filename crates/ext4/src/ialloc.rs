@@ -17,7 +17,7 @@ use ext4kit_format::inode::{flags, FileType, Inode, InodeBase, InodeExtra, TimeF
 
 use super::group::{find_zero, set_bit, test_bit};
 use super::transaction::Handle;
-use super::volume::Volume;
+use super::volume::{Volume, BITMAP_INODE_CHECKED, BITMAP_INODE_CORRUPT};
 use crate::error::{Errno, Error, Result};
 
 /// Generation numbers for new inodes (distinguishes reuses of a number).
@@ -141,7 +141,7 @@ impl Volume {
                     return Ok(ino);
                 }
             }
-            return Err(Error::posix(Errno::ENOSPC, "no free inodes left on the filesystem"));
+            return Err(self.no_free_inodes());
         }
         // A file goes in its parent's group when there is room (the
         // kernel's find_group_other), else in the group the last such
@@ -164,7 +164,23 @@ impl Volume {
                 return Ok(ino);
             }
         }
-        Err(Error::posix(Errno::ENOSPC, "no free inodes left on the filesystem"))
+        Err(self.no_free_inodes())
+    }
+
+    /// ENOSPC — or, when groups were skipped for a damaged inode bitmap,
+    /// the damage, which is what hides the free inodes.
+    fn no_free_inodes(&self) -> Error {
+        let bad: Vec<usize> = (0..self.groups.len())
+            .filter(|&g| self.groups[g].bitmap_state.load(Ordering::Relaxed) & BITMAP_INODE_CORRUPT != 0)
+            .collect();
+        if bad.is_empty() {
+            return Error::posix(Errno::ENOSPC, "no free inodes left on the filesystem");
+        }
+        Error::corrupt_msg(
+            format!("inode bitmaps of groups {bad:?}"),
+            "inode bitmap",
+            "no usable free inodes: the other groups are full and these disagree with their descriptors' free counts",
+        )
     }
 
     fn dir_group_order(&self, start: usize) -> Vec<usize> {
@@ -230,6 +246,37 @@ impl Volume {
             let alone = (start..(start + per_block).min(ipg)).all(|k| k == i || !test_bit(bitmap, k));
             Ok((i, alone))
         };
+        if !uninit {
+            let bm = self.buffer(bm_blk)?;
+            if !self.inode_bitmap_usable(g, &gd, &bm.data) {
+                return Ok(None);
+            }
+            // The bit we are about to take must not belong to a live
+            // inode (a bitmap that lies about inode 11 would hand out
+            // lost+found): look at the record unless it lies past the
+            // table's high-water mark, which the group's own accounting
+            // says was never used (and which a create storm reaches
+            // without reading the table).
+            let cand = find_zero(&bm.data, hint, ipg).or_else(|| find_zero(&bm.data, first, hint));
+            if let Some(i) = cand {
+                let past_mark = csum_groups && i >= ipg - (gd.itable_unused() as usize).min(ipg);
+                if !past_mark {
+                    let ino = (g * ipg + i + 1) as u32;
+                    if let Some(why) = self.live_record(ino)? {
+                        self.groups[g]
+                            .bitmap_state
+                            .fetch_or(BITMAP_INODE_CORRUPT, Ordering::Relaxed);
+                        return Err(Error::corrupt_msg(
+                            format!("inode {ino}"),
+                            "inode bitmap",
+                            format!(
+                                "marked free in group {g}'s bitmap (block {bm_blk}) but its record is in use ({why})"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
         let (i, alone) = if uninit {
             // An uninitialised bitmap: no inode used; bits past the group's
             // inodes are padding and must read as set.
@@ -282,6 +329,42 @@ impl Volume {
 }
 
 impl Volume {
+    /// Whether group `g`'s inode bitmap may be allocated from: checked once
+    /// per open — its free bits must number the descriptor's free count
+    /// (a cleared bit the count does not know of is a live inode the
+    /// bitmap lies about). The kernel marks such a group
+    /// `EXT4_GROUP_INFO_IBITMAP_CORRUPT` and allocates elsewhere.
+    fn inode_bitmap_usable(&self, g: usize, gd: &GroupDesc, bm: &[u8]) -> bool {
+        let st = &self.groups[g].bitmap_state;
+        let s = st.load(Ordering::Relaxed);
+        if s & BITMAP_INODE_CHECKED != 0 {
+            return s & BITMAP_INODE_CORRUPT == 0;
+        }
+        let ipg = self.inodes_per_group as usize;
+        let free = (0..ipg).filter(|&i| !test_bit(bm, i)).count() as u64;
+        let ok = free == gd.free_inodes_count() as u64;
+        st.fetch_or(
+            BITMAP_INODE_CHECKED | if ok { 0 } else { BITMAP_INODE_CORRUPT },
+            Ordering::Relaxed,
+        );
+        ok
+    }
+
+    /// Why inode `ino`'s record is in use (a mode, links and no deletion
+    /// time: what e2fsck's pass 1 counts as in use), or `None`.
+    fn live_record(&self, ino: u32) -> Result<Option<String>> {
+        let (blk, off) = self.inode_location(ino)?;
+        let b = self.buffer(blk)?;
+        let r = b
+            .data
+            .get(off..off + 0x20)
+            .ok_or_else(|| Error::corrupt_msg(format!("inode {ino}"), "inode table", "record past its block"))?;
+        let mode = u16::from_le_bytes([r[0], r[1]]);
+        let links = u16::from_le_bytes([r[0x1A], r[0x1B]]);
+        let dtime = u32::from_le_bytes([r[0x14], r[0x15], r[0x16], r[0x17]]);
+        Ok((mode != 0 && links > 0 && dtime == 0).then(|| format!("mode {mode:o}, {links} links")))
+    }
+
     /// When every other inode in the new inode's table block is free, the
     /// block's old contents do not matter: start it zeroed in the cache
     /// instead of reading it, as the kernel's `__ext4_get_inode_loc` does
@@ -388,11 +471,12 @@ impl Volume {
         let bm_blk = gd.inode_bitmap();
         let mut bitmap = self.buffer(bm_blk)?.data.to_vec();
         if !super::group::test_bit(&bitmap, i) {
-            return Err(Error::corrupt_msg(
-                format!("inode {ino}"),
-                "inode bitmap",
-                format!("freeing an inode already free in group {g}'s bitmap (block {bm_blk})"),
-            ));
+            // The bitmap lied about a live inode; it is right now. Nothing
+            // to clear or count (the kernel's ext4_free_inode: "bit already
+            // cleared for inode", and it carries on). The group stays
+            // suspect for the allocator until e2fsck.
+            grp.bitmap_state.fetch_or(BITMAP_INODE_CORRUPT, Ordering::Relaxed);
+            return Ok(());
         }
         super::group::clear_bit(&mut bitmap, i);
         let mut new = *gd;

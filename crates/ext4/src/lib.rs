@@ -18,6 +18,7 @@ pub mod cachemap;
 pub mod clock;
 pub mod error;
 pub mod flusher;
+pub mod fs_errors;
 
 pub mod alloc_map;
 pub mod balloc;
@@ -41,6 +42,7 @@ pub mod journal;
 pub mod mkfs;
 pub mod orphan;
 pub mod reserve;
+pub mod release_check;
 pub mod symlink;
 pub mod transaction;
 pub mod volume;

@@ -42,6 +42,8 @@ pub struct Handle<'v> {
     /// worst-case estimate — may use the root reserve, like the kernel's
     /// `EXT4_MB_USE_RESERVED`, rather than fail data already accepted.
     delalloc: bool,
+    /// This thread's corruption count at `begin` (see `Drop`).
+    damage_at_begin: u64,
 }
 
 impl std::fmt::Debug for Handle<'_> {
@@ -56,12 +58,16 @@ impl Volume {
         if self.read_only {
             return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
         }
+        if self.fs_errors.failed() {
+            return Err(self.refused_after_error());
+        }
         Ok(Handle {
             vol: self,
             dirty: smallvec::SmallVec::new(),
             member: self.jbd.as_ref().map(|j| j.join()),
             reserved: 0,
             delalloc: false,
+            damage_at_begin: crate::error::damage_seen(),
         })
     }
 }
@@ -171,6 +177,11 @@ impl<'v> Handle<'v> {
     /// transaction, not to one handle.
     pub fn commit(mut self) -> Result<()> {
         let dirty = std::mem::take(&mut self.dirty);
+        if !dirty.is_empty() {
+            self.vol
+                .metadata_changed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         match &self.vol.jbd {
             Some(j) => {
                 let full = j.add(dirty, self.vol.dirty_meta.limit());
@@ -195,9 +206,27 @@ impl<'v> Handle<'v> {
 /// set they would be written only if some later handle happened to touch
 /// the same block, and until then stay pinned in the cache as dirty. jbd2
 /// likewise keeps a failed handle's buffers in the running transaction.
+///
+/// Except when the handle failed because of damage (a corruption error was
+/// raised on this thread since `begin`): its half-made change must not be
+/// committed. The volume enters the error state (`fs_errors.rs`): with a
+/// journal the running transaction is abandoned (the journal is aborted),
+/// without one the blocks are written as the kernel's ext2 would, and
+/// every later write is refused until e2fsck.
 impl Drop for Handle<'_> {
     fn drop(&mut self) {
+        if !self.dirty.is_empty() && crate::error::damage_seen() != self.damage_at_begin {
+            self.vol
+                .fs_error("an operation met damage after it had begun changing the filesystem");
+            if self.vol.jbd.is_some() {
+                self.dirty.clear();
+                return;
+            }
+        }
         if !self.dirty.is_empty() {
+            self.vol
+                .metadata_changed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             match &self.vol.jbd {
                 Some(j) => {
                     j.add(self.dirty.drain(..), self.vol.dirty_meta.limit());

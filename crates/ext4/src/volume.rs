@@ -83,7 +83,23 @@ pub struct Group {
     /// struct needs no second lock. A hint, never trusted for correctness:
     /// a scan that finds nothing above it rescans from the start.
     pub inode_hint: AtomicU32,
+    /// What the allocators learnt of this group's bitmaps (`BITMAP_*`
+    /// bits): checked once per open against the descriptor's free counts,
+    /// and found inconsistent — the kernel's
+    /// `EXT4_GROUP_INFO_BBITMAP_CORRUPT` / `IBITMAP_CORRUPT`, after which
+    /// nothing is allocated from the group until e2fsck has repaired it.
+    pub bitmap_state: std::sync::atomic::AtomicU8,
 }
+
+/// [`Group::bitmap_state`]: the block bitmap was checked.
+pub const BITMAP_BLOCK_CHECKED: u8 = 1;
+/// [`Group::bitmap_state`]: the block bitmap disagrees with the descriptor.
+pub const BITMAP_BLOCK_CORRUPT: u8 = 2;
+/// [`Group::bitmap_state`]: the inode bitmap was checked.
+pub const BITMAP_INODE_CHECKED: u8 = 4;
+/// [`Group::bitmap_state`]: the inode bitmap disagrees with the descriptor
+/// or marks a live inode free.
+pub const BITMAP_INODE_CORRUPT: u8 = 8;
 
 /// Counters for tests and benchmarks.
 #[derive(Debug, Default)]
@@ -148,6 +164,14 @@ pub struct Volume {
     /// Where file inodes went last when their parent's group was full
     /// (the search for the next one starts there; see `alloc_inode`).
     pub inode_overflow_group: std::sync::atomic::AtomicU32,
+    /// Some handle changed metadata since the open: a sync with nothing
+    /// changed writes nothing (a refused command leaves the image as it
+    /// was, byte for byte).
+    pub metadata_changed: std::sync::atomic::AtomicBool,
+    /// Damage met while writing (see `fs_errors.rs`).
+    pub fs_errors: crate::fs_errors::FsErrors,
+    /// The system zone (see `release_check.rs`), built on first use.
+    pub(crate) system_zone: std::sync::OnceLock<Vec<(u64, u64, &'static str)>>,
     /// Serialises superblock updates (free counts are kept in the groups
     /// and summed when the superblock is written).
     pub sb_lock: parking_lot::Mutex<()>,
@@ -265,6 +289,9 @@ impl Volume {
             dirty_meta: DirtyMeta::new(budget.clone(), block_size),
             budget,
             inode_overflow_group: Default::default(),
+            system_zone: Default::default(),
+            fs_errors: Default::default(),
+            metadata_changed: Default::default(),
             sb_lock: parking_lot::Mutex::new(()),
             stats: Stats::default(),
             groups: Vec::new(),
@@ -390,6 +417,7 @@ impl Volume {
                     desc_offset: i * dsz,
                     meta,
                     inode_hint: AtomicU32::new(0),
+                    bitmap_state: std::sync::atomic::AtomicU8::new(0),
                 });
             }
         }
@@ -399,6 +427,12 @@ impl Volume {
     /// First block of group `g`.
     pub fn group_first_block(&self, g: u64) -> u64 {
         self.first_data_block + g * self.blocks_per_group
+    }
+
+    /// The first block of inode `ino`'s group: an allocation goal near it.
+    pub fn group_first_block_of_inode(&self, ino: u32) -> u64 {
+        let g = (ino.max(1) - 1) / self.inodes_per_group.max(1);
+        self.group_first_block(g as u64 % self.groups.len().max(1) as u64)
     }
 
     /// Read whole blocks starting at `block` into `buf` (a multiple of the

@@ -37,11 +37,7 @@ impl Volume {
             out.extend(entries);
         }
         if let Some(e) = out.iter().find(|e| e.value_inum != 0) {
-            return Err(Error::Unsupported(format!(
-                "inode {ino}: xattr {} stores its value in inode {} (ea_inode)",
-                String::from_utf8_lossy(&e.full_name()),
-                e.value_inum
-            )));
+            return Err(self.ea_inode_value(ino, e));
         }
         Ok(out)
     }

@@ -262,6 +262,27 @@ impl Volume {
         Ok(())
     }
 
+    /// The error for an xattr whose value lives in an EA inode: damage on
+    /// an image without the `ea_inode` feature (the kernel's
+    /// `ext4_xattr_inode_iget`: "ea_inode feature is not enabled"),
+    /// otherwise a feature we do not write.
+    pub(crate) fn ea_inode_value(&self, ino: u32, e: &xattr::XattrEntry) -> Error {
+        let what = format!(
+            "xattr {} stores its value in inode {}",
+            String::from_utf8_lossy(&e.full_name()),
+            e.value_inum
+        );
+        if self.has_incompat(ext4kit_format::features::incompat::EA_INODE) {
+            Error::Unsupported(format!("inode {ino}: {what} (ea_inode)"))
+        } else {
+            Error::corrupt_msg(
+                format!("inode {ino}"),
+                "xattr entry",
+                format!("{what}, but the filesystem has no ea_inode feature"),
+            )
+        }
+    }
+
     fn check_block_nr(&self, ino: u32, nr: u64) -> Result<()> {
         if nr < self.first_data_block || nr >= self.blocks_count {
             return Err(Error::corrupt_msg(
@@ -292,11 +313,7 @@ impl Volume {
             ));
         }
         if let Some(e) = entries.iter().find(|e| e.in_ea_inode()) {
-            return Err(Error::Unsupported(format!(
-                "inode {ino}: xattr {} stores its value in inode {} (ea_inode)",
-                String::from_utf8_lossy(&e.full_name()),
-                e.value_inum
-            )));
+            return Err(self.ea_inode_value(ino, e));
         }
         Ok(Some(Block {
             nr,
@@ -319,10 +336,17 @@ impl Volume {
             return Ok(());
         }
         let too_big = |e: ext4kit_format::FormatError| {
+            // Not damage: the new set is too big (only the reason, not the
+            // serialiser's "corrupt xattr block" wording, which would send
+            // the user to e2fsck for nothing).
+            let why = match e {
+                ext4kit_format::FormatError::Corrupt { reason, .. } => reason,
+                other => other.to_string(),
+            };
             Error::posix(
                 Errno::ENOSPC,
                 format!(
-                    "inode {ino}: attributes do not fit one {}-byte block: {e}",
+                    "inode {ino}: attributes do not fit one {}-byte block: {why}",
                     self.block_size
                 ),
             )

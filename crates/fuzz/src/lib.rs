@@ -37,6 +37,7 @@
 pub mod alloc;
 pub mod base;
 pub mod campaign;
+pub mod damaged;
 pub mod map;
 pub mod mutate;
 pub mod prng;

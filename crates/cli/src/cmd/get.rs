@@ -309,6 +309,7 @@ impl Ctx<'_> {
         match self.fs.read_dir_ino(st.ino) {
             Ok(mut entries) => {
                 entries.sort_by(|a, b| a.name.cmp(&b.name));
+                let mut prev: Option<Vec<u8>> = None;
                 for e in entries {
                     if e.name == b"." || e.name == b".." {
                         continue;
@@ -318,6 +319,21 @@ impl Ctx<'_> {
                         child_src.push(b'/');
                     }
                     child_src.extend_from_slice(&e.name);
+                    // A damaged directory can hold one name twice; the
+                    // host directory cannot: keep the first, report the
+                    // rest (instead of stopping on a bare "File exists").
+                    if prev.as_deref() == Some(&e.name[..]) {
+                        self.warn(
+                            &child_src,
+                            format!(
+                                "directory inode {} holds this name twice (corrupt image: run e2fsck); \
+                                 the entry for inode {} was skipped",
+                                st.ino, e.ino
+                            ),
+                        );
+                        continue;
+                    }
+                    prev = Some(e.name.clone());
                     if !safe_name(&e.name) {
                         self.warn(
                             &child_src,

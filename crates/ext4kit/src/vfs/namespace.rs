@@ -220,6 +220,10 @@ impl Fs {
             Some((u, g)) => (u, g, perm & 0o7777),
             None => self.new_owner(&drec, cred, FileType::Directory, perm & 0o7777),
         };
+        // The directory's first block is allocated after its inode:
+        // refuse now rather than half-way if allocation would meet damage.
+        self.vol
+            .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, true)?;
@@ -334,6 +338,11 @@ impl Fs {
                 ));
             }
         }
+        if is_dir || vrec.base.links_count <= 1 {
+            // Its last name: look at everything its death will free while
+            // the name is still there to refuse with (release_check.rs).
+            self.vol.check_release(ino, &vrec)?;
+        }
         let t = now();
         let mut h = self.vol.begin()?;
         self.vol.remove_link(&mut h, dref, name)?;
@@ -408,6 +417,9 @@ impl Fs {
                 format!("inode {ino} already has {LINK_MAX} links"),
             ));
         }
+        // The directory may grow: refuse now if allocation would meet damage.
+        self.vol
+            .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
         let t = now();
         let mut h = self.vol.begin()?;
         let mut newd = drec.clone();
@@ -663,6 +675,34 @@ impl Fs {
             ));
         }
 
+        // What the rename will edit beyond the two names, checked while
+        // nothing has changed (release_check.rs): a moved directory's
+        // "..", and everything a replaced target's death frees.
+        if cross {
+            let moved = [
+                (s_dir, sino, Some(&*srec)),
+                (flags.exchange && d_dir, t_ino(&dst), trec.as_deref()),
+            ];
+            for (is_dir, ino, rec) in moved {
+                let (true, Some(rec)) = (is_dir, rec) else { continue };
+                let m = self.vol.block_map(ino, rec)?;
+                self.vol.dotdot(DirRef {
+                    ino,
+                    inode: rec,
+                    map: &m,
+                })?;
+            }
+        }
+        if let (false, Some(tr)) = (flags.exchange, trec.as_deref()) {
+            if d_dir || tr.base.links_count <= 1 {
+                self.vol.check_release(t_ino(&dst), tr)?;
+            }
+        }
+        if !flags.exchange && dst.is_none() {
+            // The new name may grow its directory.
+            self.vol
+                .check_block_allocatable(self.vol.group_first_block_of_inode(new_dir))?;
+        }
         let t = now();
         let mut h = self.vol.begin()?;
         let mut new_o = orec.clone();

@@ -67,6 +67,42 @@ fn partitioned_disk(dev: &dyn BlockDevice) -> Option<Error> {
     ))
 }
 
+/// The kernel's checks of the root inode at mount (`ext4_fill_super`,
+/// `ext4_iget`): it must be allocated ("root inode unallocated"), a
+/// directory, and not empty ("corrupt root inode, run e2fsck"). Without
+/// them a deleted root opened "fine" and every path, the mount point
+/// itself included, answered ENOENT.
+fn check_root(vol: &Volume) -> Result<()> {
+    let loc = "inode 2 (the root directory)";
+    let root = vol.read_inode(ROOT_INO).map_err(|e| match e {
+        Error::Corrupt { location, source } => Error::Corrupt {
+            location: format!("{loc}: {location}"),
+            source,
+        },
+        e => e,
+    })?;
+    let why = if root.base.links_count == 0 || root.base.mode == 0 {
+        Some(format!(
+            "unallocated (i_links_count {}, i_mode {:o}, i_dtime {})",
+            root.base.links_count, root.base.mode, root.base.dtime
+        ))
+    } else if root.file_type() != Some(FileType::Directory) {
+        Some(format!("not a directory (i_mode {:o})", root.base.mode))
+    } else if root.size() == 0 || (!root.has_inline_data() && root.base.blocks_lo == 0 && root.base.blocks_high == 0) {
+        Some(format!(
+            "an empty directory record (i_size {}, i_blocks {})",
+            root.size(),
+            root.base.blocks_lo
+        ))
+    } else {
+        None
+    };
+    match why {
+        Some(w) => Err(Error::corrupt_msg(loc, "root inode", format!("the root inode is {w}"))),
+        None => Ok(()),
+    }
+}
+
 impl Fs {
     /// Open an image file (or the partition or offset of it that
     /// `opts.location` names).
@@ -174,14 +210,7 @@ impl Fs {
     fn open_on(dev: Arc<dyn BlockDevice>, opts: &OpenOptions, warnings: Vec<String>) -> Result<Arc<Fs>> {
         let mut vol = Volume::open(dev, opts)?;
         vol.warnings.splice(0..0, warnings);
-        let root = vol.read_inode(ROOT_INO)?;
-        if root.file_type() != Some(FileType::Directory) {
-            return Err(Error::corrupt_msg(
-                "inode 2",
-                "inode",
-                "the root inode is not a directory",
-            ));
-        }
+        check_root(&vol)?;
         let budget = opts.cache_budget;
         let block_size = vol.block_size;
         let pages = Arc::new(PageBudget::new(vol.budget.clone(), block_size));

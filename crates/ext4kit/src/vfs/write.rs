@@ -280,6 +280,10 @@ impl Fs {
             None if dir_rec.base.mode & 0o2000 != 0 => (cred.uid, dir_rec.gid()),
             None => (cred.uid, cred.gid),
         };
+        // Blocks (a growing directory, a symlink's) come after the inode:
+        // refuse now if allocation would meet damage (release_check.rs).
+        self.vol
+            .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, false)?;
@@ -375,6 +379,19 @@ impl Fs {
     /// file's failure never costs another file's metadata.
     pub fn sync(&self) -> Result<()> {
         let wb = self.writeback_all();
+        let recover = self.vol.jbd.as_ref().is_some_and(|j| j.recover_flag_on_disk());
+        if !self.vol.metadata_changed.load(std::sync::atomic::Ordering::Relaxed) && !recover {
+            // Nothing changed since the open (every operation refused, or
+            // only data overwritten in place): no superblock or journal
+            // write, so a refused command leaves the image byte-identical.
+            if !self.vol.read_only {
+                self.vol
+                    .device()
+                    .flush()
+                    .map_err(|e| Error::io("flushing the device", e))?;
+            }
+            return wb;
+        }
         let rest = (|| {
             self.vol.sync_super()?;
             if self.vol.jbd.is_some() {

@@ -1,0 +1,164 @@
+//! `e2fsck -fn` as a comparable set of problems.
+//!
+//! "No worse than before" is decided on e2fsck's own words: every problem
+//! line, with its numbers replaced by `#` (an allocation moves the counts
+//! in "Free blocks count wrong ... counted=N" without adding a problem),
+//! kept as a multiset. An operation made the image worse when some
+//! normalised line appears more often after it than before, or e2fsck's
+//! exit status went from clean to not clean.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// One `e2fsck -fn` run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fsck {
+    /// Exit status (0 clean, 4 errors left, 8 operational error; -1 timed out).
+    pub code: i32,
+    /// Normalised problem lines and how often each appears.
+    pub problems: BTreeMap<String, usize>,
+    /// The raw output (stdout then stderr).
+    pub raw: String,
+}
+
+/// Seconds e2fsck may take on one image (some damage makes it loop).
+pub const FSCK_TIMEOUT_SECS: u32 = 60;
+
+impl Fsck {
+    /// Run `e2fsck -fn` on `img` under `timeout`.
+    pub fn run(img: &Path) -> Result<Fsck, String> {
+        let out = Command::new("timeout")
+            .arg(FSCK_TIMEOUT_SECS.to_string())
+            .args(["e2fsck", "-fn"])
+            .arg(img)
+            .output()
+            .map_err(|e| format!("running e2fsck: {e} (install e2fsprogs)"))?;
+        let raw = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        let code = match out.status.code() {
+            Some(124) | None => -1,
+            Some(c) => c,
+        };
+        Ok(Fsck { code, problems: problems(&raw), raw })
+    }
+
+    /// Whether e2fsck finished (did not time out).
+    pub fn finished(&self) -> bool {
+        self.code >= 0
+    }
+
+    /// Total problem lines.
+    pub fn count(&self) -> usize {
+        self.problems.values().sum()
+    }
+
+    /// The problems `after` has beyond `self`, or `None` when `after` is no
+    /// worse.
+    pub fn worse(&self, after: &Fsck) -> Option<String> {
+        let mut new = Vec::new();
+        for (line, &n) in &after.problems {
+            let was = self.problems.get(line).copied().unwrap_or(0);
+            if n > was {
+                new.push(format!("{line} (x{} -> x{n})", was));
+            }
+        }
+        if self.code == 0 && after.code != 0 && new.is_empty() {
+            new.push(format!("e2fsck exit status 0 -> {}", after.code));
+        }
+        if !after.finished() && self.finished() {
+            new.push("e2fsck now times out".into());
+        }
+        (!new.is_empty()).then(|| new.join("; "))
+    }
+}
+
+/// The problem lines of e2fsck's output, normalised.
+fn problems(raw: &str) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for line in raw.lines() {
+        let l = line.trim();
+        if l.is_empty()
+            || l.starts_with("Pass ")
+            || l.starts_with("e2fsck 1.")
+            || l.contains(" files (") && l.contains(" blocks")
+            || l.contains("********** WARNING: Filesystem still has errors")
+        {
+            continue;
+        }
+        // Bitmap differences are one line listing blocks or inodes: each
+        // entry is its own problem, number kept (a rm that frees one of
+        // two wrongly marked blocks leaves a shorter, not a new, line).
+        if let Some(rest) = l.strip_prefix("Block bitmap differences:").or(l.strip_prefix("Inode bitmap differences:"))
+        {
+            let kind = if l.starts_with("Block") { "block" } else { "inode" };
+            for item in rest.split_whitespace() {
+                for one in expand(item) {
+                    *m.entry(format!("{kind} bitmap difference {one}")).or_insert(0) += 1;
+                }
+            }
+            continue;
+        }
+        let mut norm = String::with_capacity(l.len());
+        let mut in_digits = false;
+        for c in l.chars() {
+            if c.is_ascii_digit() {
+                if !in_digits {
+                    norm.push('#');
+                }
+                in_digits = true;
+            } else {
+                in_digits = false;
+                norm.push(c);
+            }
+        }
+        *m.entry(norm).or_insert(0) += 1;
+    }
+    m
+}
+
+/// "+5" → ["+5"]; "-(3--6)" → ["-3", "-4", "-5", "-6"] (ranges past
+/// 4096 entries stay whole).
+fn expand(item: &str) -> Vec<String> {
+    let (sign, body) = item.split_at(item.len().min(1));
+    let range = body.strip_prefix('(').and_then(|b| b.strip_suffix(')')).and_then(|b| b.split_once("--"));
+    if let Some((a, b)) = range {
+        if let (Ok(a), Ok(b)) = (a.parse::<u64>(), b.parse::<u64>()) {
+            if b >= a && b - a < 4096 {
+                return (a..=b).map(|n| format!("{sign}{n}")).collect();
+            }
+        }
+    }
+    vec![item.to_string()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_do_not_make_a_problem_new_but_more_of_one_does() {
+        let a = Fsck {
+            code: 4,
+            problems: problems("Pass 1: Checking inodes\nFree blocks count wrong (10, counted=12).\nFix? no\n"),
+            raw: String::new(),
+        };
+        let b = Fsck {
+            code: 4,
+            problems: problems("Free blocks count wrong (9, counted=14).\nFix? no\n"),
+            raw: String::new(),
+        };
+        assert_eq!(a.worse(&b), None);
+        let c = Fsck {
+            code: 4,
+            problems: problems("Free blocks count wrong (9, counted=14).\nInode 12 ref count is 2, should be 1.\n"),
+            raw: String::new(),
+        };
+        assert!(a.worse(&c).is_some_and(|w| w.contains("ref count")));
+        let two = Fsck { code: 4, problems: problems("Block bitmap differences:  +7 -(10--12)\n"), raw: String::new() };
+        let one = Fsck { code: 4, problems: problems("Block bitmap differences:  -11\n"), raw: String::new() };
+        assert_eq!(two.worse(&one), None, "a subset of the differences is not worse");
+        assert!(one.worse(&two).is_some());
+        let clean = Fsck::default();
+        assert!(clean.worse(&a).is_some());
+    }
+}
