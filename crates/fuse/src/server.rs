@@ -26,6 +26,7 @@ use fuser::{
 use crate::attr::{file_attr, kind};
 use crate::errno::{errno, res};
 use crate::handles::{DirEntry, Handle, Handles, OpenDir, OpenFile};
+use crate::killpriv::{is_capability_kill, kill_mode, Invalidator};
 use crate::nodes::{to_ext4, to_fuse, Nodes};
 
 /// How long the kernel may trust a name (entry) or attributes without
@@ -76,6 +77,9 @@ pub struct Ext4Fuse {
     /// FUSE_HANDLE_KILLPRIV_V2 was negotiated (set by INIT): we clear
     /// setuid/setgid on writes and truncations by unprivileged callers.
     killpriv: bool,
+    /// Attribute invalidations for changes a reply does not carry
+    /// (setuid/setgid cleared by a write or fallocate: [`crate::killpriv`]).
+    inval: Arc<Invalidator>,
     /// What INIT negotiated (for tests and `--debug` output).
     negotiated: Arc<parking_lot::Mutex<Option<InitFlags>>>,
     /// Spinning on the primary descriptor while requests keep coming
@@ -103,6 +107,7 @@ impl Ext4Fuse {
             no_open: false,
             writeback: false,
             killpriv: false,
+            inval: Arc::default(),
             negotiated: Arc::default(),
             busy: BusyPoll::new(Duration::ZERO),
         }
@@ -124,6 +129,12 @@ impl Ext4Fuse {
     /// while the session owns the server).
     pub fn nodes(&self) -> Arc<Nodes> {
         self.nodes.clone()
+    }
+
+    /// The attribute invalidator; the mount attaches the session's
+    /// notifier to it once the session exists.
+    pub fn invalidator(&self) -> Arc<Invalidator> {
+        self.inval.clone()
     }
 
     /// A shared view of the capabilities INIT negotiated.
@@ -289,9 +300,36 @@ impl Ext4Fuse {
         if !self.killpriv || req.uid() == 0 {
             return Ok(None);
         }
-        let m = u32::from(res(self.fs.stat_ino(ino))?.perm());
-        let kill = if m & 0o2010 == 0o2010 { 0o6000 } else { 0o4000 };
-        Ok((m & kill != 0).then_some(m & !kill))
+        let m = res(self.fs.stat_ino(ino))?.perm();
+        Ok(kill_mode(m).map(u32::from))
+    }
+
+    /// A write by an opener who may not keep setuid/setgid (`keep` false)
+    /// is about to change `inode`: whether the engine's write will clear
+    /// bits the kernel has cached (then [`Self::killed`] after it).
+    fn will_kill(inode: &CachedInode, keep: bool) -> bool {
+        !keep && kill_mode(inode.disk.read().base.mode & 0o7777).is_some()
+    }
+
+    /// Bits were cleared behind the kernel's back (its WRITE and FALLOCATE
+    /// replies carry no attributes): drop its cached ones.
+    fn killed(&self, ino: u32) {
+        self.inval.attrs(to_fuse(ino));
+    }
+
+    /// FALLOCATE by a caller other than root clears setuid/setgid first
+    /// (ext4's `ext4_fallocate` → `file_modified`, for every mode).
+    fn kill_before_fallocate(&self, req: &Request, ino: u32) -> Result<(), Errno> {
+        if let Some(m) = self.kill_priv(req, ino)? {
+            let a = SetAttr {
+                mode: Some(m as u16),
+                ..SetAttr::default()
+            };
+            // Forced like the kernel's own kill (ATTR_FORCE).
+            res(self.fs.setattr_ino(ino, &a, &Cred::root()))?;
+            self.killed(ino);
+        }
+        Ok(())
     }
 
     /// The inode a file request works on and whether its writes keep
@@ -825,10 +863,15 @@ impl Filesystem for Ext4Fuse {
         // its write-back writes are plain writes at its offsets.
         let append = flags.0 & libc::O_APPEND != 0 && !self.writeback;
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => res(self
-                .fs
-                .write_as(&f.file().inode, (!append).then_some(offset), data, f.privileged))
-            .map(|(_, n)| n),
+            Handle::File(f) => {
+                let inode = &f.file().inode;
+                let kill = Self::will_kill(inode, f.privileged);
+                let n = res(self.fs.write_as(inode, (!append).then_some(offset), data, f.privileged))?.1;
+                if kill {
+                    self.killed(inode.ino);
+                }
+                Ok(n)
+            }
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         // Opened without OPEN: write the inode. The kernel tells whether
@@ -841,7 +884,12 @@ impl Filesystem for Ext4Fuse {
             let keep = !(self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID));
             Some(Self::ino(ino).and_then(|i| {
                 let inode = res(self.fs.inode(i))?;
-                res(self.fs.write_as(&inode, (!append).then_some(offset), data, keep)).map(|(_, n)| n)
+                let kill = Self::will_kill(&inode, keep);
+                let n = res(self.fs.write_as(&inode, (!append).then_some(offset), data, keep))?.1;
+                if kill {
+                    self.killed(i);
+                }
+                Ok(n)
             }))
         });
         match r {
@@ -1110,7 +1158,14 @@ impl Filesystem for Ext4Fuse {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.busy.touch();
-        let r = Self::ino(ino).and_then(|i| res(self.fs.removexattr_ino(i, name.as_bytes(), &Self::cred(req))));
+        // The kernel's removal of file capabilities when an unprivileged
+        // user writes, truncates or fallocates (see `crate::killpriv`).
+        let cred = if is_capability_kill(name.as_bytes(), req.uid()) {
+            Cred::root()
+        } else {
+            Self::cred(req)
+        };
+        let r = Self::ino(ino).and_then(|i| res(self.fs.removexattr_ino(i, name.as_bytes(), &cred)));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -1130,7 +1185,7 @@ impl Filesystem for Ext4Fuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -1141,7 +1196,10 @@ impl Filesystem for Ext4Fuse {
         self.busy.touch();
         // Modes and their errors are the engine's (Fs::fallocate_inode).
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => res(f.file().fallocate(&self.fs, mode as u32, offset, length)),
+            Handle::File(f) => {
+                self.kill_before_fallocate(req, f.file().inode.ino)?;
+                res(f.file().fallocate(&self.fs, mode as u32, offset, length))
+            }
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         // Opened without OPEN (the kernel refused files not open for
@@ -1152,6 +1210,10 @@ impl Filesystem for Ext4Fuse {
             }
             Some(Self::ino(ino).and_then(|i| {
                 let inode = res(self.fs.inode(i))?;
+                if inode.ftype != Ft::Regular {
+                    return Err(Errno::ENODEV);
+                }
+                self.kill_before_fallocate(req, i)?;
                 res(self.fs.fallocate_inode(&inode, mode as u32, offset, length))
             }))
         });
