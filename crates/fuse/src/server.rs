@@ -28,6 +28,7 @@ use crate::errno::{errno, res};
 use crate::handles::{DirEntry, Handle, Handles, OpenDir, OpenFile};
 use crate::killpriv::{is_capability_kill, kill_mode, Invalidator};
 use crate::nodes::{to_ext4, to_fuse, Nodes};
+use ext4kit::vfs::acl_inherit::AclCreate;
 
 /// How long the kernel may trust a name (entry) or attributes without
 /// asking again. See the crate documentation for why a long time is right.
@@ -74,6 +75,10 @@ pub struct Ext4Fuse {
     no_open: bool,
     /// FUSE_WRITEBACK_CACHE was negotiated (set by INIT).
     writeback: bool,
+    /// FUSE_POSIX_ACL and FUSE_DONT_MASK were negotiated (set by INIT):
+    /// the kernel enforces ACLs it reads from us, and new inodes get the
+    /// umask or the parent's default ACL here ([`Fs::acl_create`]).
+    posix_acl: bool,
     /// FUSE_HANDLE_KILLPRIV_V2 was negotiated (set by INIT): we clear
     /// setuid/setgid on writes and truncations by unprivileged callers.
     killpriv: bool,
@@ -107,6 +112,7 @@ impl Ext4Fuse {
             no_open: false,
             writeback: false,
             killpriv: false,
+            posix_acl: false,
             inval: Arc::default(),
             negotiated: Arc::default(),
             busy: BusyPoll::new(Duration::ZERO),
@@ -348,6 +354,52 @@ impl Ext4Fuse {
         }
     }
 
+    /// The mode a new inode of type `t` in `parent` is created with and
+    /// the ACLs it inherits. Without POSIX ACL support the kernel applied
+    /// the umask already and `mode` is final.
+    fn new_inode_acl(&self, parent: u32, t: Ft, mode: u32, umask: u32) -> Result<AclCreate, Errno> {
+        let mode = (mode & 0o7777) as u16;
+        if !self.posix_acl {
+            return Ok(AclCreate {
+                mode,
+                access: None,
+                default: None,
+            });
+        }
+        res(self.fs.acl_create(parent, t, mode, (umask & 0o777) as u16))
+    }
+
+    /// Store the inherited ACLs of the inode just created as `name` in
+    /// `parent`, and return its attributes as they are now. If that fails
+    /// the new name is removed again (the kernel's `ext4_init_acl` fails
+    /// the whole creation), so no inode is left with less or more access
+    /// than its parent's default ACL gives.
+    fn finish_acl(
+        &self,
+        parent: u32,
+        name: &OsStr,
+        st: ext4kit::Stat,
+        acl: &AclCreate,
+    ) -> Result<ext4kit::Stat, Errno> {
+        if acl.access.is_none() && acl.default.is_none() {
+            return Ok(st);
+        }
+        match self.fs.apply_acl_create(st.ino, acl) {
+            Ok(()) => res(self.fs.stat_ino(st.ino)),
+            Err(e) => {
+                let undo = if st.ftype == Ft::Directory {
+                    self.fs.rmdir_at(parent, name.as_bytes(), &Cred::root())
+                } else {
+                    self.fs.unlink_at(parent, name.as_bytes(), &Cred::root())
+                };
+                if let Err(u) = undo {
+                    eprintln!("ext4kit: removing inode {} after its ACLs failed ({e}): {u}", st.ino);
+                }
+                Err(errno(&e))
+            }
+        }
+    }
+
     fn do_copy(
         &self,
         (ino_in, fh_in): (INodeNo, FileHandle),
@@ -479,6 +531,18 @@ impl Filesystem for Ext4Fuse {
             // OPEN that never comes, and the file would keep its data.
             let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         }
+        // POSIX ACLs: the kernel reads them (GETXATTR system.posix_acl_*),
+        // caches them and checks permissions with them; setting one goes
+        // through its validation (`posix_acl_from_xattr`) to SETXATTR,
+        // whose engine keeps the mode in step (`posix_acl_update_mode`).
+        // New inodes are ours: with DONT_MASK the kernel sends the umask
+        // unapplied, and the parent's default ACL or the umask is applied
+        // in `new_inode_acl` (what `posix_acl_create` does in ext4).
+        // Both or neither: without DONT_MASK the kernel would apply the
+        // umask first and a default ACL could not be applied correctly.
+        self.posix_acl = config
+            .add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK)
+            .is_ok();
         if !self.read_only {
             // The setuid/setgid kill of writes and truncations is ours
             // (the engine's write_as does it for unprivileged openers;
@@ -587,29 +651,18 @@ impl Filesystem for Ext4Fuse {
         }
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         self.busy.touch();
-        // The kernel applied the umask already (FUSE_DONT_MASK is not
-        // negotiated); `mode` carries the type and the final permissions.
+        // `mode` carries the type and the requested permissions; the umask
+        // or the parent's default ACL is applied here with POSIX ACL
+        // support, by the kernel without (see `new_inode_acl`).
         let r = Self::ino(parent).and_then(|p| {
             let t = mode_type(mode)?;
-            let st = res(self.fs.mknod_at(
-                p,
-                name.as_bytes(),
-                t,
-                (mode & 0o7777) as u16,
-                decode_dev(rdev),
-                &Self::cred(req),
-            ))?;
+            let acl = self.new_inode_acl(p, t, mode, umask)?;
+            let st = res(self
+                .fs
+                .mknod_at(p, name.as_bytes(), t, acl.mode, decode_dev(rdev), &Self::cred(req)))?;
+            let st = self.finish_acl(p, name, st, &acl)?;
             self.entry_of(&st)
         });
         match r {
@@ -618,12 +671,12 @@ impl Filesystem for Ext4Fuse {
         }
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.busy.touch();
         let r = Self::ino(parent).and_then(|p| {
-            let st = res(self
-                .fs
-                .mkdir_at(p, name.as_bytes(), (mode & 0o7777) as u16, &Self::cred(req)))?;
+            let acl = self.new_inode_acl(p, Ft::Directory, mode, umask)?;
+            let st = res(self.fs.mkdir_at(p, name.as_bytes(), acl.mode, &Self::cred(req)))?;
+            let st = self.finish_acl(p, name, st, &acl)?;
             self.entry_of(&st)
         });
         match r {
@@ -768,7 +821,7 @@ impl Filesystem for Ext4Fuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
@@ -778,14 +831,30 @@ impl Filesystem for Ext4Fuse {
             if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
                 return Err(Errno::EINVAL);
             }
+            // An existing name is opened, not created (O_CREAT without
+            // O_EXCL): it keeps its mode and ACLs. The kernel holds the
+            // directory's lock across CREATE, so the answer cannot change.
+            let creates = self.posix_acl && res(self.fs.lookup_at(p, name.as_bytes()))?.is_none();
+            let acl = self.new_inode_acl(p, Ft::Regular, mode, umask)?;
             let (st, f) = res(self.fs.create_open_at(
                 p,
                 name.as_bytes(),
-                (mode & 0o7777) as u16,
+                acl.mode,
                 self.engine_flags(flags),
                 &Self::cred(req),
                 PermCheck::Done,
             ))?;
+            let st = if creates {
+                match self.finish_acl(p, name, st, &acl) {
+                    Ok(st) => st,
+                    Err(e) => {
+                        drop(f);
+                        return Err(e);
+                    }
+                }
+            } else {
+                st
+            };
             let (a, g) = self.entry_of(&st)?;
             if self.no_open {
                 // No handle: the kernel would not send RELEASE for it once

@@ -4,6 +4,7 @@
 //! positions, descriptor tables).
 
 pub mod acl;
+pub mod acl_inherit;
 pub mod attr;
 pub mod by_ino;
 pub mod cred;
