@@ -162,6 +162,7 @@ pub mod errno;
 mod fusermount;
 pub mod handles;
 pub mod inuse;
+pub mod ioctl;
 pub mod killpriv;
 pub mod lifecycle;
 pub mod nodes;

@@ -18,9 +18,9 @@ use ext4kit::vfs::CachedInode;
 use ext4kit::{FileType as Ft, Fs, OpenFlags as EngineOpen, SetAttr, TimeSet, Timestamp, Whence};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::attr::{file_attr, kind};
@@ -29,6 +29,7 @@ use crate::handles::{DirEntry, Handle, Handles, OpenDir, OpenFile};
 use crate::killpriv::{is_capability_kill, kill_mode, Invalidator};
 use crate::nodes::{to_ext4, to_fuse, Nodes};
 use ext4kit::vfs::acl_inherit::AclCreate;
+use ext4kit_format::inode::flags as iflags;
 
 /// How long the kernel may trust a name (entry) or attributes without
 /// asking again. See the crate documentation for why a long time is right.
@@ -315,6 +316,36 @@ impl Ext4Fuse {
     /// bits the kernel has cached (then [`Self::killed`] after it).
     fn will_kill(inode: &CachedInode, keep: bool) -> bool {
         !keep && kill_mode(inode.disk.read().base.mode & 0o7777).is_some()
+    }
+
+    /// One WRITE to `inode`: at `offset`, or at the end for an O_APPEND
+    /// write (`append`), by an opener who may keep setuid/setgid or not.
+    /// The inode flags the kernel cannot see are applied here: a write
+    /// without O_APPEND to an append-only inode is EPERM (the kernel's
+    /// open refuses it, `may_open`, but files are opened without asking
+    /// us), and a write to a synchronous inode (`chattr +S`) is written
+    /// through before the reply (`generic_write_sync`, IS_SYNC).
+    fn write_inode(
+        &self,
+        inode: &CachedInode,
+        offset: u64,
+        data: &[u8],
+        append: bool,
+        keep: bool,
+    ) -> Result<usize, Errno> {
+        let flags = inode.disk.read().base.flags;
+        if flags & iflags::APPEND != 0 && !append && !self.writeback {
+            return Err(Errno::EPERM);
+        }
+        let kill = Self::will_kill(inode, keep);
+        let n = res(self.fs.write_as(inode, (!append).then_some(offset), data, keep))?.1;
+        if kill {
+            self.killed(inode.ino);
+        }
+        if flags & iflags::SYNC != 0 {
+            res(self.fs.fsync_inode(inode, false))?;
+        }
+        Ok(n)
     }
 
     /// Bits were cleared behind the kernel's back (its WRITE and FALLOCATE
@@ -932,15 +963,7 @@ impl Filesystem for Ext4Fuse {
         // its write-back writes are plain writes at its offsets.
         let append = flags.0 & libc::O_APPEND != 0 && !self.writeback;
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => {
-                let inode = &f.file().inode;
-                let kill = Self::will_kill(inode, f.privileged);
-                let n = res(self.fs.write_as(inode, (!append).then_some(offset), data, f.privileged))?.1;
-                if kill {
-                    self.killed(inode.ino);
-                }
-                Ok(n)
-            }
+            Handle::File(f) => self.write_inode(&f.file().inode, offset, data, append, f.privileged),
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         // Opened without OPEN: write the inode. The kernel tells whether
@@ -953,12 +976,7 @@ impl Filesystem for Ext4Fuse {
             let keep = !(self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID));
             Some(Self::ino(ino).and_then(|i| {
                 let inode = res(self.fs.inode(i))?;
-                let kill = Self::will_kill(&inode, keep);
-                let n = res(self.fs.write_as(&inode, (!append).then_some(offset), data, keep))?.1;
-                if kill {
-                    self.killed(i);
-                }
-                Ok(n)
+                self.write_inode(&inode, offset, data, append, keep)
             }))
         });
         match r {
@@ -1322,6 +1340,30 @@ impl Filesystem for Ext4Fuse {
             Some(Ok(p)) => reply.offset(p as i64),
             Some(Err(e)) => reply.error(e),
             None => reply.error(Errno::EBADF),
+        }
+    }
+
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        self.busy.touch();
+        // By inode: flags and the label do not depend on the open file.
+        let r = Self::ino(ino)
+            .and_then(|i| crate::ioctl::ioctl(&self.fs, i, cmd, in_data, &Self::cred(req), self.read_only));
+        match r {
+            Ok(mut out) => {
+                out.truncate(out_size as usize);
+                reply.ioctl(0, &out)
+            }
+            Err(e) => reply.error(e),
         }
     }
 
