@@ -159,6 +159,7 @@
 pub mod attr;
 pub mod busypoll;
 pub mod errno;
+pub mod export;
 mod fusermount;
 pub mod handles;
 pub mod inuse;

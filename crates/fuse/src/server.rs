@@ -25,6 +25,7 @@ use fuser::{
 
 use crate::attr::{file_attr, kind};
 use crate::errno::{errno, res};
+use crate::export;
 use crate::handles::{DirEntry, Handle, Handles, OpenDir, OpenFile};
 use crate::killpriv::{is_capability_kill, kill_mode, Invalidator};
 use crate::nodes::{to_ext4, to_fuse, Nodes};
@@ -158,13 +159,22 @@ impl Ext4Fuse {
     fn entry_of(&self, st: &ext4kit::Stat) -> Result<(fuser::FileAttr, Generation), Errno> {
         let inode = res(self.fs.inode(st.ino))?;
         res(self.nodes.remember(&self.fs, &inode))?;
-        Ok((file_attr(st, self.block_size), Generation(u64::from(st.generation))))
+        Ok((
+            file_attr(st, self.block_size),
+            Generation(export::generation(st.ino, st.generation)),
+        ))
     }
 
     /// Look `name` up in `parent` and give the kernel a reference to it.
     /// `Ok(None)`: the name does not exist.
     fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Result<Option<(fuser::FileAttr, Generation)>, Errno> {
         let dir = Self::ino(parent)?;
+        if name.as_bytes() == b"." {
+            // A file handle being decoded (`fuse_get_dentry`): the node
+            // itself, of any type, checked as ext4 checks handles.
+            let st = export::lookup_self(&self.fs, dir)?;
+            return self.entry_of(&st).map(Some);
+        }
         let Some((ino, _)) = res(self.fs.lookup_at(dir, name.as_bytes()))? else {
             return Ok(None);
         };
@@ -538,6 +548,9 @@ impl Filesystem for Ext4Fuse {
             InitFlags::FUSE_CACHE_SYMLINKS,
             // Reads of several pages in flight per file.
             InitFlags::FUSE_ASYNC_READ,
+            // File handles that survive cache drops and remounts: LOOKUP
+            // of "." and ".." by node id (see `crate::export`).
+            InitFlags::FUSE_EXPORT_SUPPORT,
         ] {
             let _ = config.add_capabilities(cap);
         }
@@ -1142,7 +1155,7 @@ impl Filesystem for Ext4Fuse {
                     OsStr::from_bytes(name),
                     &TTL,
                     &attr,
-                    Generation(u64::from(st.generation)),
+                    Generation(export::generation(st.ino, st.generation)),
                 );
                 if full {
                     // Not sent after all.
