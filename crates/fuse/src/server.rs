@@ -771,10 +771,24 @@ impl Filesystem for Ext4Fuse {
     ) {
         self.busy.touch();
         let r = (|| {
-            let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
+            let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT;
             if !known.contains(flags) {
-                // RENAME_WHITEOUT (overlayfs) and unknown bits.
                 return Err(Errno::EINVAL);
+            }
+            if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+                // overlayfs' copy-up and delete (vfs/whiteout.rs); the
+                // kernel checked CAP_MKNOD and refused EXCHANGE with it.
+                if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                    return Err(Errno::EINVAL);
+                }
+                return res(self.fs.rename_whiteout(
+                    Self::ino(parent)?,
+                    name.as_bytes(),
+                    Self::ino(newparent)?,
+                    newname.as_bytes(),
+                    flags.contains(RenameFlags::RENAME_NOREPLACE),
+                    &Self::cred(req),
+                ));
             }
             let f = ext4kit::vfs::namespace::RenameFlags {
                 noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),

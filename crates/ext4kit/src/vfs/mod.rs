@@ -21,6 +21,7 @@ pub mod namespace;
 mod open;
 pub mod pagecache;
 mod stat;
+pub mod whiteout;
 pub mod write;
 pub mod writeback;
 pub mod xattr_ops;
