@@ -9,11 +9,11 @@
 //! before every write. What it still does, and what we do:
 //!
 //! - WRITE carries `FUSE_WRITE_KILL_SUIDGID` when the writer lacks
-//!   CAP_FSETID (`fuse_send_write_pages`); the engine's write clears the
-//!   bits then ([`kill_mode`]'s rule). The kernel does not refresh its
-//!   cached mode after a write, so the mode a `stat` shows would stay
+//!   CAP_FSETID (`fuse_send_write_pages`); we clear the bits then
+//!   ([`kill_mode`]'s rule), before writing. The kernel does not refresh
+//!   its cached mode after a write, so the mode a `stat` shows would stay
 //!   stale for the whole attribute timeout: we invalidate the attributes
-//!   ([`Invalidator`]) when a write killed something.
+//!   ([`Invalidator`]) when something was cleared.
 //! - truncation (SETATTR with a size) by a caller other than root: we
 //!   clear the bits and the reply carries the new mode.
 //! - FALLOCATE carries no flag; ext4's `ext4_fallocate` calls
@@ -38,16 +38,19 @@ use fuser::{INodeNo, Notifier};
 /// The attribute name of file capabilities.
 pub const CAPABILITY: &[u8] = b"security.capability";
 
-/// The mode after an unprivileged change of a file with mode `mode`, if
-/// anything is to be cleared: S_ISUID always, S_ISGID when group execute
-/// is set (`should_remove_suid`; setgid without group execute is
-/// mandatory locking's mark and stays).
-pub fn kill_mode(mode: u16) -> Option<u16> {
+/// The mode after a change of a file with mode `mode` by a caller
+/// without CAP_FSETID, if anything is to be cleared: S_ISUID always;
+/// S_ISGID when group execute is set, or when the caller is not in the
+/// file's group (`in_group` false) — the kernel's `should_remove_suid` /
+/// `setattr_should_drop_sgid` since 6.2, which ext4 applies to writes,
+/// truncations and fallocate (the FUSE protocol's description mentions
+/// group execute only; ext4 is the oracle).
+pub fn kill_mode(mode: u16, in_group: bool) -> Option<u16> {
     let mut kill = 0;
     if mode & 0o4000 != 0 {
         kill |= 0o4000;
     }
-    if mode & 0o2010 == 0o2010 {
+    if mode & 0o2000 != 0 && (mode & 0o0010 != 0 || !in_group) {
         kill |= 0o2000;
     }
     (kill != 0).then_some(mode & !kill)
@@ -98,14 +101,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn setuid_always_setgid_only_with_group_execute() {
-        assert_eq!(kill_mode(0o6777), Some(0o0777));
-        assert_eq!(kill_mode(0o4755), Some(0o0755));
-        // setgid without group execute stays (should_remove_suid).
-        assert_eq!(kill_mode(0o2644), None);
-        assert_eq!(kill_mode(0o6644), Some(0o2644));
-        assert_eq!(kill_mode(0o2070), Some(0o0070));
-        assert_eq!(kill_mode(0o0777), None);
+    fn setuid_always_setgid_with_group_execute_or_for_outsiders() {
+        for in_group in [true, false] {
+            assert_eq!(kill_mode(0o6777, in_group), Some(0o0777));
+            assert_eq!(kill_mode(0o4755, in_group), Some(0o0755));
+            assert_eq!(kill_mode(0o2070, in_group), Some(0o0070));
+            assert_eq!(kill_mode(0o0777, in_group), None);
+        }
+        // setgid without group execute stays for a member of the group
+        // only (setattr_should_drop_sgid).
+        assert_eq!(kill_mode(0o2644, true), None);
+        assert_eq!(kill_mode(0o2644, false), Some(0o0644));
+        assert_eq!(kill_mode(0o6644, true), Some(0o2644));
+        assert_eq!(kill_mode(0o6644, false), Some(0o0644));
     }
 
     #[test]

@@ -307,25 +307,47 @@ impl Ext4Fuse {
         self.attr(ino)
     }
 
-    /// With HANDLE_KILLPRIV_V2, a truncation by a caller without
-    /// CAP_FSETID (anyone but root) clears S_ISUID, and S_ISGID when group
-    /// execute is set (`should_remove_suid`): the kernel flags such
-    /// requests (FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID) but fuser does
-    /// not pass the flags on, so the rule is applied from the caller's uid.
-    /// Returns the mode to set, if any.
+    /// The mode to give inode `ino` (mode `mode`, group `gid`) when the
+    /// caller of `req`, who may not keep them, changes it: see
+    /// [`kill_mode`]. Whether the caller is in the file's group matters
+    /// only for setgid without group execute; only then are its groups read.
+    fn kill_for(req: &Request, mode: u16, gid: u32) -> Option<u16> {
+        if mode & 0o6000 == 0 {
+            return None;
+        }
+        let in_group = mode & 0o2010 != 0o2000 || Self::cred(req).in_group(gid);
+        kill_mode(mode, in_group)
+    }
+
+    /// With HANDLE_KILLPRIV_V2, a truncation or fallocate by a caller
+    /// without CAP_FSETID (anyone but root) clears setuid and setgid
+    /// ([`kill_mode`]): the kernel flags truncations
+    /// (FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID) but fuser does not pass
+    /// the flags on, so the rule is applied from the caller's uid. Returns
+    /// the mode to set, if any.
     fn kill_priv(&self, req: &Request, ino: u32) -> Result<Option<u32>, Errno> {
         if !self.killpriv || req.uid() == 0 {
             return Ok(None);
         }
-        let m = res(self.fs.stat_ino(ino))?.perm();
-        Ok(kill_mode(m).map(u32::from))
+        let st = res(self.fs.stat_ino(ino))?;
+        Ok(Self::kill_for(req, st.perm(), st.gid).map(u32::from))
     }
 
-    /// A write by an opener who may not keep setuid/setgid (`keep` false)
-    /// is about to change `inode`: whether the engine's write will clear
-    /// bits the kernel has cached (then [`Self::killed`] after it).
-    fn will_kill(inode: &CachedInode, keep: bool) -> bool {
-        !keep && kill_mode(inode.disk.read().base.mode & 0o7777).is_some()
+    /// Clear what [`kill_mode`] says before an unprivileged change of
+    /// `ino`, as the kernel's `file_remove_privs` does before the write,
+    /// and drop the kernel's cached attributes (its WRITE and FALLOCATE
+    /// replies carry none).
+    fn kill_now(&self, ino: u32, mode: Option<u16>) -> Result<(), Errno> {
+        if let Some(m) = mode {
+            let a = SetAttr {
+                mode: Some(m),
+                ..SetAttr::default()
+            };
+            // Forced like the kernel's own kill (ATTR_FORCE).
+            res(self.fs.setattr_ino(ino, &a, &Cred::root()))?;
+            self.inval.attrs(to_fuse(ino));
+        }
+        Ok(())
     }
 
     /// One WRITE to `inode`: at `offset`, or at the end for an O_APPEND
@@ -337,46 +359,36 @@ impl Ext4Fuse {
     /// through before the reply (`generic_write_sync`, IS_SYNC).
     fn write_inode(
         &self,
+        req: &Request,
         inode: &CachedInode,
         offset: u64,
         data: &[u8],
         append: bool,
         keep: bool,
     ) -> Result<usize, Errno> {
-        let flags = inode.disk.read().base.flags;
+        let (flags, mode, gid) = {
+            let r = inode.disk.read();
+            (r.base.flags, r.base.mode & 0o7777, r.gid())
+        };
         if flags & iflags::APPEND != 0 && !append && !self.writeback {
             return Err(Errno::EPERM);
         }
-        let kill = Self::will_kill(inode, keep);
-        let n = res(self.fs.write_as(inode, (!append).then_some(offset), data, keep))?.1;
-        if kill {
-            self.killed(inode.ino);
+        if !keep {
+            self.kill_now(inode.ino, Self::kill_for(req, mode, gid))?;
         }
+        // The bits are settled: the engine's own kill is not wanted twice.
+        let n = res(self.fs.write_as(inode, (!append).then_some(offset), data, true))?.1;
         if flags & iflags::SYNC != 0 {
             res(self.fs.fsync_inode(inode, false))?;
         }
         Ok(n)
     }
 
-    /// Bits were cleared behind the kernel's back (its WRITE and FALLOCATE
-    /// replies carry no attributes): drop its cached ones.
-    fn killed(&self, ino: u32) {
-        self.inval.attrs(to_fuse(ino));
-    }
-
     /// FALLOCATE by a caller other than root clears setuid/setgid first
     /// (ext4's `ext4_fallocate` → `file_modified`, for every mode).
     fn kill_before_fallocate(&self, req: &Request, ino: u32) -> Result<(), Errno> {
-        if let Some(m) = self.kill_priv(req, ino)? {
-            let a = SetAttr {
-                mode: Some(m as u16),
-                ..SetAttr::default()
-            };
-            // Forced like the kernel's own kill (ATTR_FORCE).
-            res(self.fs.setattr_ino(ino, &a, &Cred::root()))?;
-            self.killed(ino);
-        }
-        Ok(())
+        let m = self.kill_priv(req, ino)?;
+        self.kill_now(ino, m.map(|m| m as u16))
     }
 
     /// The inode a file request works on and whether its writes keep
@@ -972,7 +984,7 @@ impl Filesystem for Ext4Fuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -990,7 +1002,7 @@ impl Filesystem for Ext4Fuse {
         // its write-back writes are plain writes at its offsets.
         let append = flags.0 & libc::O_APPEND != 0 && !self.writeback;
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => self.write_inode(&f.file().inode, offset, data, append, f.privileged),
+            Handle::File(f) => self.write_inode(req, &f.file().inode, offset, data, append, f.privileged),
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         // Opened without OPEN: write the inode. The kernel tells whether
@@ -1003,7 +1015,7 @@ impl Filesystem for Ext4Fuse {
             let keep = !(self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID));
             Some(Self::ino(ino).and_then(|i| {
                 let inode = res(self.fs.inode(i))?;
-                self.write_inode(&inode, offset, data, append, keep)
+                self.write_inode(req, &inode, offset, data, append, keep)
             }))
         });
         match r {
