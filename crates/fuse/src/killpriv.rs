@@ -21,7 +21,10 @@
 //!   insert), so a caller other than root clears the bits here too.
 //! - `security.capability` is removed by the kernel itself
 //!   (`cap_inode_killpriv` → `__vfs_removexattr`), as a REMOVEXATTR in the
-//!   writer's name, before the write. A user's own removexattr(2) of that
+//!   writer's name, before a buffered write, a truncation or a fallocate;
+//!   not before a direct-I/O write (`cache=direct`: `fuse_direct_write_iter`
+//!   does not call `file_remove_privs`), so every WRITE removes it here
+//!   too, whoever writes (ext4 drops it on any write, root's included). A user's own removexattr(2) of that
 //!   name needs CAP_SETFCAP, which the kernel checks before sending
 //!   anything (`cap_inode_removexattr`), so such a request from anyone but
 //!   root is the kernel's kill and is carried out with root's rights
@@ -33,6 +36,8 @@
 
 use std::sync::OnceLock;
 
+use ext4kit_format::inode::Inode;
+use ext4kit_format::xattr::XATTR_MAGIC;
 use fuser::{INodeNo, Notifier};
 
 /// The attribute name of file capabilities.
@@ -54,6 +59,14 @@ pub fn kill_mode(mode: u16, in_group: bool) -> Option<u16> {
         kill |= 0o2000;
     }
     (kill != 0).then_some(mode & !kill)
+}
+
+/// Whether inode record `rec` may carry extended attributes at all (an
+/// xattr block, or the in-inode area's magic): a write checks for a file
+/// capability only then, so writes to files without xattrs pay nothing.
+pub fn may_have_xattrs(rec: &Inode) -> bool {
+    let area = rec.in_inode_xattr_area();
+    rec.file_acl() != 0 || area.get(..4) == Some(&XATTR_MAGIC.to_le_bytes()[..])
 }
 
 /// Whether a REMOVEXATTR of `name` by a caller with uid `uid` is the

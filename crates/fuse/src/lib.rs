@@ -47,7 +47,9 @@
 //!   lock, so the cache never holds one older than its version), symlink
 //!   targets too (`FUSE_CACHE_SYMLINKS`);
 //! - files are opened without OPEN (`FUSE_NO_OPEN_SUPPORT`, except with
-//!   `cache=direct`, whose FOPEN_DIRECT_IO is an OPEN reply flag): OPEN
+//!   `cache=direct`, whose FOPEN_DIRECT_IO is an OPEN reply flag, and
+//!   `cache=writeback`, where OPEN must refuse writable opens of immutable
+//!   and append-only files before the kernel buffers writes to them): OPEN
 //!   answers ENOSYS once and the kernel then opens and closes files without
 //!   asking us; reads, writes, fsync, fallocate and lseek go by inode
 //!   number, and FLUSH answers ENOSYS once too, so open/read/close of a
@@ -167,9 +169,8 @@
 //! reports EOPNOTSUPP and leaves STATX_BTIME out). Inode flags are not
 //! visible to the kernel (FUSE inodes carry no S_IMMUTABLE/S_APPEND), so
 //! with no-open an open for writing of an immutable or append-only file
-//! succeeds and its first write is refused instead. With
-//! `cache=writeback` the kernel owns O_APPEND positioning and the
-//! append-only flag cannot be enforced for writes it buffers.
+//! succeeds and its first write is refused instead (with `cache=direct`
+//! and `cache=writeback` OPEN is served and refuses it, as ext4 does).
 
 pub mod attr;
 pub mod busypoll;

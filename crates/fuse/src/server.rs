@@ -27,7 +27,7 @@ use crate::attr::{file_attr, kind};
 use crate::errno::{errno, res};
 use crate::export;
 use crate::handles::{DirEntry, Handle, Handles, OpenDir, OpenFile};
-use crate::killpriv::{is_capability_kill, kill_mode, Invalidator};
+use crate::killpriv::{is_capability_kill, kill_mode, may_have_xattrs, Invalidator, CAPABILITY};
 use crate::nodes::{to_ext4, to_fuse, Nodes};
 use ext4kit::vfs::acl_inherit::AclCreate;
 use ext4kit_format::inode::flags as iflags;
@@ -366,9 +366,9 @@ impl Ext4Fuse {
         append: bool,
         keep: bool,
     ) -> Result<usize, Errno> {
-        let (flags, mode, gid) = {
+        let (flags, mode, gid, may_have) = {
             let r = inode.disk.read();
-            (r.base.flags, r.base.mode & 0o7777, r.gid())
+            (r.base.flags, r.base.mode & 0o7777, r.gid(), may_have_xattrs(&r))
         };
         if flags & iflags::APPEND != 0 && !append && !self.writeback {
             return Err(Errno::EPERM);
@@ -376,12 +376,27 @@ impl Ext4Fuse {
         if !keep {
             self.kill_now(inode.ino, Self::kill_for(req, mode, gid))?;
         }
+        if may_have {
+            self.kill_capability(inode.ino)?;
+        }
         // The bits are settled: the engine's own kill is not wanted twice.
         let n = res(self.fs.write_as(inode, (!append).then_some(offset), data, true))?.1;
         if flags & iflags::SYNC != 0 {
             res(self.fs.fsync_inode(inode, false))?;
         }
         Ok(n)
+    }
+
+    /// Remove `security.capability` from `ino` before a write, if it has
+    /// one (see [`crate::killpriv`]: the kernel did it already unless the
+    /// write is direct I/O).
+    fn kill_capability(&self, ino: u32) -> Result<(), Errno> {
+        let root = Cred::root();
+        match self.fs.removexattr_ino(ino, CAPABILITY, &root) {
+            Ok(()) => Ok(()),
+            Err(e) if e.errno() == ext4kit::Errno::ENODATA => Ok(()),
+            Err(e) => Err(errno(&e)),
+        }
     }
 
     /// FALLOCATE by a caller other than root clears setuid/setgid first
@@ -577,9 +592,14 @@ impl Filesystem for Ext4Fuse {
         // then; the kernel's `may_open` checked the access mode; each WRITE
         // says whether to clear setuid/setgid (FUSE_WRITE_KILL_SUIDGID) and
         // whether the file appends (its flags); immutable and append-only
-        // inodes are refused by the engine's write path itself.
+        // inodes are refused by the engine's write path itself. Not with
+        // write-back caching either: the kernel accepts buffered writes
+        // without asking us, so a write to an immutable or append-only file
+        // could only fail later, at write-back, with its data already
+        // "written"; there OPEN refuses such opens (`may_open`'s rule, as
+        // ext4), at the cost of an OPEN/RELEASE round trip per open.
         self.no_open =
-            self.cache != CacheMode::Direct && config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT).is_ok();
+            self.cache == CacheMode::WriteThrough && config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT).is_ok();
         if !self.no_open {
             // O_TRUNC arrives with OPEN (one request, not OPEN + SETATTR).
             // Not with no-open: the kernel would then skip the SETATTR of
@@ -858,10 +878,14 @@ impl Filesystem for Ext4Fuse {
                 }
                 return Err(Errno::ENOSYS);
             }
-            // The kernel checked the mode bits (default_permissions).
-            let f = res(self
-                .fs
-                .open_ino_as(ino, self.engine_flags(flags.0), &Self::cred(req), PermCheck::Done))?;
+            // The kernel checked the mode bits (default_permissions). The
+            // engine's open applies the append-only rule (`may_open`: a
+            // writable open of an append-only inode needs O_APPEND), so it
+            // is told about O_APPEND; its file is never written through
+            // its own position (WRITE says where), so that is all it does.
+            let mut ef = self.engine_flags(flags.0);
+            ef.append = flags.0 & libc::O_APPEND != 0;
+            let f = res(self.fs.open_ino_as(ino, ef, &Self::cred(req), PermCheck::Done))?;
             if f.is_dir() {
                 return Err(Errno::EISDIR);
             }
