@@ -12,7 +12,7 @@
 //! - file handles across cache drops and remounts (generic/426, 467, 477,
 //!   756, 777);
 //! - RENAME_WHITEOUT and RENAME_EXCHANGE;
-//! - inode flags (chattr/lsattr) and their enforcement;
+//! - inode flags (chattr/lsattr) and their enforcement, dirsync included;
 //! - the filesystem label ioctls;
 //! - and what is not offered yet because fuser 0.18 lacks the requests
 //!   (O_TMPFILE, statx birth time): asserted, so that a fuser upgrade that
@@ -786,6 +786,62 @@ fn o_tmpfile_and_birth_time_wait_for_fuser() {
         (format!("errno {}", libc::EOPNOTSUPP), false),
         "ext4kit through fuser 0.18: O_TMPFILE is EOPNOTSUPP and statx has no birth time; if this changed, \
          fuser gained FUSE_TMPFILE/FUSE_STATX: implement them and replace this test with a comparison"
+    );
+    e2fsck_clean(&work.join("ext4kit.img")).unwrap();
+    let _ = fs::remove_dir_all(&work);
+}
+
+/// The names in directory `dir` of `image` after its journal is replayed
+/// (debugfs on a replayed copy), sorted, without "." and "..".
+fn names_after_replay(image: &Path, copy: &Path, dir: &str) -> Vec<String> {
+    ext4kit_testkit::journal::copy_sparse(image, copy).unwrap();
+    let run = ext4kit_testkit::journal::e2fsck_replay(copy).unwrap();
+    assert!(run.code < 8, "replaying {}: {}", copy.display(), run.output);
+    let out = Command::new("debugfs")
+        .args(["-R", &format!("ls {dir}")])
+        .arg(copy)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut names: Vec<String> = text
+        .split_whitespace()
+        .filter(|w| !w.starts_with('(') && w.parse::<u64>().is_err() && *w != "." && *w != "..")
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names
+}
+
+/// A directory with the dirsync flag (`chattr +D`) has its entry changes
+/// committed before the call returns (ext4's `ext4_handle_sync`): a copy
+/// of the image taken right after, replayed, has them; without the flag
+/// they wait for the commit interval.
+#[test]
+fn dirsync_directories_commit_their_changes_at_once() {
+    require();
+    let work = workdir("dirsync");
+    let mut logs = Vec::new();
+    for peer in [Peer::Kernel, Peer::Ext4kit(ext4kit_bin(BIN))] {
+        let image = work.join(format!("{}.img", peer.name()));
+        mkfs_ext4(&image, 64, &[]).unwrap();
+        let m = PeerMount::mount(&peer, &image, &work.join(peer.name())).unwrap();
+        let d = m.path().to_path_buf();
+        fs::create_dir(d.join("ds")).unwrap();
+        rustix::fs::sync();
+        let base = get_flags(&d.join("ds")).unwrap();
+        set_flags(&d.join("ds"), base | 0x10000).unwrap();
+        fs::create_dir(d.join("ds/sub")).unwrap();
+        fs::write(d.join("ds/file"), "x").unwrap();
+        fs::rename(d.join("ds/file"), d.join("ds/renamed")).unwrap();
+        let names = names_after_replay(&image, &work.join("copy.img"), "/ds");
+        logs.push(format!("{names:?}"));
+        m.unmount().unwrap();
+    }
+    assert_eq!(logs[0], logs[1], "dirsync: kernel (left) and ext4kit (right) differ");
+    assert_eq!(
+        logs[1], r#"["renamed", "sub"]"#,
+        "the dirsync directory's changes were not committed"
     );
     e2fsck_clean(&work.join("ext4kit.img")).unwrap();
     let _ = fs::remove_dir_all(&work);

@@ -399,6 +399,21 @@ impl Ext4Fuse {
         }
     }
 
+    /// After a change of the entries of directories `dirs`: a directory
+    /// with the dirsync or sync flag (`chattr +D`/`+S`) has it committed
+    /// before the reply, as ext4 makes such a handle synchronous
+    /// (`IS_DIRSYNC` → `ext4_handle_sync`). Called before a reply hands out
+    /// a node reference, so a failure here leaves none counted.
+    fn dir_sync(&self, dirs: &[u32]) -> Result<(), Errno> {
+        for &d in dirs {
+            let dir = res(self.fs.inode(d))?;
+            if dir.disk.read().base.flags & (iflags::DIRSYNC | iflags::SYNC) != 0 {
+                res(self.fs.fsync_inode(&dir, false))?;
+            }
+        }
+        Ok(())
+    }
+
     /// FALLOCATE by a caller other than root clears setuid/setgid first
     /// (ext4's `ext4_fallocate` → `file_modified`, for every mode).
     fn kill_before_fallocate(&self, req: &Request, ino: u32) -> Result<(), Errno> {
@@ -739,6 +754,7 @@ impl Filesystem for Ext4Fuse {
                 .fs
                 .mknod_at(p, name.as_bytes(), t, acl.mode, decode_dev(rdev), &Self::cred(req)))?;
             let st = self.finish_acl(p, name, st, &acl)?;
+            self.dir_sync(&[p])?;
             self.entry_of(&st)
         });
         match r {
@@ -753,6 +769,7 @@ impl Filesystem for Ext4Fuse {
             let acl = self.new_inode_acl(p, Ft::Directory, mode, umask)?;
             let st = res(self.fs.mkdir_at(p, name.as_bytes(), acl.mode, &Self::cred(req)))?;
             let st = self.finish_acl(p, name, st, &acl)?;
+            self.dir_sync(&[p])?;
             self.entry_of(&st)
         });
         match r {
@@ -763,7 +780,10 @@ impl Filesystem for Ext4Fuse {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.busy.touch();
-        match Self::ino(parent).and_then(|p| res(self.fs.unlink_at(p, name.as_bytes(), &Self::cred(req)))) {
+        let r = Self::ino(parent).and_then(|p| {
+            res(self.fs.unlink_at(p, name.as_bytes(), &Self::cred(req))).and_then(|()| self.dir_sync(&[p]))
+        });
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -771,7 +791,10 @@ impl Filesystem for Ext4Fuse {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.busy.touch();
-        match Self::ino(parent).and_then(|p| res(self.fs.rmdir_at(p, name.as_bytes(), &Self::cred(req)))) {
+        let r = Self::ino(parent).and_then(|p| {
+            res(self.fs.rmdir_at(p, name.as_bytes(), &Self::cred(req))).and_then(|()| self.dir_sync(&[p]))
+        });
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -783,6 +806,7 @@ impl Filesystem for Ext4Fuse {
             let st = res(self
                 .fs
                 .symlink_at(p, link_name.as_bytes(), target.as_os_str().as_bytes(), &Self::cred(req)))?;
+            self.dir_sync(&[p])?;
             self.entry_of(&st)
         });
         match r {
@@ -803,6 +827,7 @@ impl Filesystem for Ext4Fuse {
     ) {
         self.busy.touch();
         let r = (|| {
+            let (from, to) = (Self::ino(parent)?, Self::ino(newparent)?);
             let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT;
             if !known.contains(flags) {
                 return Err(Errno::EINVAL);
@@ -813,27 +838,24 @@ impl Filesystem for Ext4Fuse {
                 if flags.contains(RenameFlags::RENAME_EXCHANGE) {
                     return Err(Errno::EINVAL);
                 }
-                return res(self.fs.rename_whiteout(
-                    Self::ino(parent)?,
+                res(self.fs.rename_whiteout(
+                    from,
                     name.as_bytes(),
-                    Self::ino(newparent)?,
+                    to,
                     newname.as_bytes(),
                     flags.contains(RenameFlags::RENAME_NOREPLACE),
                     &Self::cred(req),
-                ));
+                ))?;
+                return self.dir_sync(&[from, to]);
             }
             let f = ext4kit::vfs::namespace::RenameFlags {
                 noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
                 exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
             };
-            res(self.fs.rename_at(
-                Self::ino(parent)?,
-                name.as_bytes(),
-                Self::ino(newparent)?,
-                newname.as_bytes(),
-                f,
-                &Self::cred(req),
-            ))
+            res(self
+                .fs
+                .rename_at(from, name.as_bytes(), to, newname.as_bytes(), f, &Self::cred(req)))?;
+            self.dir_sync(&[from, to])
         })();
         match r {
             Ok(()) => reply.ok(),
@@ -844,12 +866,11 @@ impl Filesystem for Ext4Fuse {
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         self.busy.touch();
         let r = (|| {
-            let st = res(self.fs.link_at(
-                Self::ino(ino)?,
-                Self::ino(newparent)?,
-                newname.as_bytes(),
-                &Self::cred(req),
-            ))?;
+            let to = Self::ino(newparent)?;
+            let st = res(self
+                .fs
+                .link_at(Self::ino(ino)?, to, newname.as_bytes(), &Self::cred(req)))?;
+            self.dir_sync(&[to])?;
             self.entry_of(&st)
         })();
         match r {
@@ -949,6 +970,7 @@ impl Filesystem for Ext4Fuse {
             } else {
                 st
             };
+            self.dir_sync(&[p])?;
             let (a, g) = self.entry_of(&st)?;
             if self.no_open {
                 // No handle: the kernel would not send RELEASE for it once
