@@ -613,6 +613,19 @@ fn inode_flags_are_kept_and_enforced_like_the_kernel() {
             log.push(format!("  now {:x?}", get_flags(&f)));
             let _ = set_flags(&f, base);
         }
+        // The extent flag of an empty file (ext4_ind_migrate), then data
+        // through the block-map layout; of a file with data: refused.
+        let e = d.join("e");
+        fs::write(&e, "").unwrap();
+        let eb = get_flags(&e).unwrap_or(0);
+        log.push(format!("-e on an empty file: {}", rc(set_flags(&e, eb & !0x80000))));
+        log.push(format!("  now {:x?}", get_flags(&e)));
+        log.push(format!("  write: {}", io_rc(fs::write(&e, vec![5u8; 10000]))));
+        log.push(format!("  read back {:?}", fs::read(&e).map(|v| v == vec![5u8; 10000])));
+        log.push(format!(
+            "-e on a file with data: {}",
+            rc(set_flags(&f, base & !0x80000))
+        ));
         // Immutable: no change of any kind.
         log.push(format!("+i: {}", rc(set_flags(&f, base | IMMUTABLE))));
         log.push(format!(

@@ -200,6 +200,63 @@ mod tests {
     }
 
     #[test]
+    fn new_inodes_inherit_or_take_the_umask() {
+        use crate::ext4::mkfs::{mkfs, MkfsOptions};
+        let dev = std::sync::Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
+        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
+        let opts = crate::OpenOptions {
+            read_only: false,
+            cache_budget: 8 << 20,
+            ..Default::default()
+        };
+        let fs = crate::Fs::open_device(dev, &opts).unwrap();
+        let root = Cred::root();
+        // No default ACL: the umask applies, nothing is stored.
+        let plain = fs.acl_create(2, FileType::Regular, 0o666, 0o027).unwrap();
+        assert_eq!(
+            plain,
+            AclCreate {
+                mode: 0o640,
+                access: None,
+                default: None
+            }
+        );
+        let d = fs.mkdir_at(2, b"d", 0o755, &root).unwrap();
+        let default = acl(&[
+            (acl_tag::USER_OBJ, 7, U),
+            (acl_tag::USER, 7, 65534),
+            (acl_tag::GROUP_OBJ, 5, U),
+            (acl_tag::MASK, 7, U),
+            (acl_tag::OTHER, 5, U),
+        ]);
+        fs.setxattr_ino(d.ino, ACL_DEFAULT_NAME, &default, 0, &root).unwrap();
+        // Under it the umask is ignored; a directory inherits the default.
+        let sub = fs.acl_create(d.ino, FileType::Directory, 0o777, 0o077).unwrap();
+        assert_eq!(sub.mode, 0o775);
+        assert_eq!(sub.default.as_deref(), Some(&default[..]));
+        let st = fs.mkdir_at(d.ino, b"sub", sub.mode, &root).unwrap();
+        fs.apply_acl_create(st.ino, &sub).unwrap();
+        assert_eq!(fs.stat_ino(st.ino).unwrap().perm(), 0o775);
+        assert_eq!(fs.getxattr_ino(st.ino, ACL_DEFAULT_NAME, &root).unwrap(), default);
+        assert_eq!(
+            fs.getxattr_ino(st.ino, ACL_ACCESS_NAME, &root).unwrap(),
+            sub.access.unwrap()
+        );
+        // A file: no default of its own; symlinks take nothing.
+        let f = fs.acl_create(d.ino, FileType::Regular, 0o640, 0o077).unwrap();
+        assert_eq!((f.mode, f.default.is_none(), f.access.is_some()), (0o640, true, true));
+        let l = fs.acl_create(d.ino, FileType::Symlink, 0o777, 0o077).unwrap();
+        assert_eq!(
+            l,
+            AclCreate {
+                mode: 0o777,
+                access: None,
+                default: None
+            }
+        );
+    }
+
+    #[test]
     fn malformed_acls_are_refused() {
         let mut a = acl(&[(acl_tag::USER_OBJ, 7, U), (acl_tag::OTHER, 7, U)]);
         assert_eq!(create_masq(&mut a, 0o777), None);

@@ -278,6 +278,104 @@ mod tests {
         assert_eq!(mask_for(FileType::Directory, fl::DIRSYNC), fl::DIRSYNC);
     }
 
+    fn fs() -> std::sync::Arc<crate::Fs> {
+        use crate::ext4::mkfs::{mkfs, MkfsOptions};
+        let dev = std::sync::Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
+        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
+        let opts = crate::OpenOptions {
+            read_only: false,
+            cache_budget: 8 << 20,
+            ..Default::default()
+        };
+        crate::Fs::open_device(dev, &opts).unwrap()
+    }
+
+    fn errno<T: std::fmt::Debug>(r: Result<T>) -> Errno {
+        r.unwrap_err().errno()
+    }
+
+    #[test]
+    fn who_may_set_what() {
+        let fs = fs();
+        let root = Cred::root();
+        let st = fs.write_file(b"/f", b"x", 0o644, 1000, 1000).unwrap();
+        let old = fs.get_flags_ino(st.ino).unwrap();
+        let owner = Cred::user(1000, 1000);
+        // Not the owner: EPERM; the owner: ordinary flags yes, i and a no.
+        assert_eq!(
+            errno(fs.set_flags_ino(st.ino, old | fl::NODUMP, &Cred::user(7, 7))),
+            Errno::EPERM
+        );
+        fs.set_flags_ino(st.ino, old | fl::NODUMP, &owner).unwrap();
+        assert_eq!(
+            errno(fs.set_flags_ino(st.ino, old | fl::IMMUTABLE, &owner)),
+            Errno::EPERM
+        );
+        assert_eq!(errno(fs.set_flags_ino(st.ino, old | fl::APPEND, &owner)), Errno::EPERM);
+        // Flags for directories only, unknown bits, unsupported changes.
+        assert_eq!(
+            errno(fs.set_flags_ino(st.ino, old | fl::DIRSYNC, &root)),
+            Errno::EOPNOTSUPP
+        );
+        assert_eq!(
+            errno(fs.set_flags_ino(st.ino, old | 0x8000_0000, &root)),
+            Errno::EOPNOTSUPP
+        );
+        assert_eq!(
+            errno(fs.set_flags_ino(st.ino, old & !fl::EXTENTS, &root)),
+            Errno::EOPNOTSUPP
+        );
+        // Visible but not settable bits (INDEX) are dropped silently.
+        fs.set_flags_ino(st.ino, old | fl::NODUMP | fl::INDEX, &root).unwrap();
+        assert_eq!(fs.get_flags_ino(st.ino).unwrap(), old | fl::NODUMP);
+        // An immutable inode changes no other flag while it stays so.
+        fs.set_flags_ino(st.ino, old | fl::IMMUTABLE, &root).unwrap();
+        assert_eq!(
+            errno(fs.set_flags_ino(st.ino, old | fl::IMMUTABLE | fl::NOATIME, &root)),
+            Errno::EPERM
+        );
+        fs.set_flags_ino(st.ino, old, &root).unwrap();
+        // The extent flag of an empty file switches its layout; it is
+        // written through either layout afterwards.
+        let e = fs.write_file(b"/e", b"", 0o644, 0, 0).unwrap();
+        let eold = fs.get_flags_ino(e.ino).unwrap();
+        fs.set_flags_ino(e.ino, eold & !fl::EXTENTS, &root).unwrap();
+        let inode = fs.inode(e.ino).unwrap();
+        fs.write_at(&inode, Some(0), b"block-mapped").unwrap();
+        fs.sync().unwrap();
+        assert_eq!(fs.get_flags_ino(e.ino).unwrap() & fl::EXTENTS, 0);
+        let mut buf = [0u8; 12];
+        assert_eq!(fs.read_at(&inode, 0, &mut buf).unwrap(), 12);
+        assert_eq!(&buf, b"block-mapped");
+    }
+
+    #[test]
+    fn immutable_and_append_only_names_stay() {
+        let fs = fs();
+        let root = Cred::root();
+        let f = fs.write_file(b"/f", b"x", 0o644, 0, 0).unwrap();
+        let old = fs.get_flags_ino(f.ino).unwrap();
+        for flag in [fl::IMMUTABLE, fl::APPEND] {
+            fs.set_flags_ino(f.ino, old | flag, &root).unwrap();
+            assert_eq!(errno(fs.unlink_at(2, b"f", &root)), Errno::EPERM);
+            assert_eq!(errno(fs.link_at(f.ino, 2, b"g", &root)), Errno::EPERM);
+            let rf = super::super::namespace::RenameFlags::default();
+            assert_eq!(errno(fs.rename_at(2, b"f", 2, b"h", rf, &root)), Errno::EPERM);
+            fs.set_flags_ino(f.ino, old, &root).unwrap();
+        }
+        let d = fs.mkdir_at(2, b"d", 0o755, &root).unwrap();
+        fs.write_file(b"/d/x", b"x", 0o644, 0, 0).unwrap();
+        let dold = fs.get_flags_ino(d.ino).unwrap();
+        fs.set_flags_ino(d.ino, dold | fl::IMMUTABLE, &root).unwrap();
+        assert_eq!(errno(fs.mkdir_at(d.ino, b"y", 0o755, &root)), Errno::EPERM);
+        assert_eq!(errno(fs.unlink_at(d.ino, b"x", &root)), Errno::EPERM);
+        fs.set_flags_ino(d.ino, dold | fl::APPEND, &root).unwrap();
+        fs.mkdir_at(d.ino, b"y", 0o755, &root).unwrap();
+        assert_eq!(errno(fs.unlink_at(d.ino, b"x", &root)), Errno::EPERM);
+        fs.set_flags_ino(d.ino, dold, &root).unwrap();
+        fs.unlink_at(d.ino, b"x", &root).unwrap();
+    }
+
     #[test]
     fn xflags_round_trip_and_keep_other_flags() {
         let old = fl::EXTENTS | fl::NODUMP;
