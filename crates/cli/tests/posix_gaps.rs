@@ -20,9 +20,9 @@
 //!
 //! `EXT4KIT_POSIX_GAPS_SHOW=1` prints the kernel's observations.
 //!
-//! Needs root, loop devices, /dev/fuse, and util-linux's `setpriv` and
-//! `fallocate` (to act as user nobody); without them the tests fail and
-//! say why.
+//! Needs root, loop devices, /dev/fuse, util-linux's `setpriv` and
+//! `fallocate` and attr's `setfattr` (to act as user nobody); without
+//! them the tests fail and say why.
 
 use std::ffi::CString;
 use std::fs;
@@ -50,7 +50,7 @@ fn require() {
         Path::new("/dev/fuse").exists(),
         "/dev/fuse does not exist: the ext4kit mount needs the FUSE driver"
     );
-    for tool in ["setpriv", "fallocate", "truncate", "chattr", "lsattr"] {
+    for tool in ["setpriv", "fallocate", "truncate", "chattr", "lsattr", "setfattr"] {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
             .stdout(Stdio::null())
@@ -357,6 +357,54 @@ fn default_acls_are_inherited_and_acls_and_modes_stay_one() {
         ));
         log.push(format!("af: mode {}", perm(&af)));
         log.push(format!("nobody reads, denied: exit {}", sh_as(NOBODY, d, "cat af")));
+        // Setting an access ACL as an owner outside the file's group drops
+        // setgid (posix_acl_update_mode; generic/375).
+        let g = d.join("g");
+        fs::write(&g, "").unwrap();
+        rustix::fs::chown(&g, Some(rustix::fs::Uid::from_raw(NOBODY)), None).unwrap();
+        fs::set_permissions(&g, fs::Permissions::from_mode(0o2770)).unwrap();
+        let hex: String = acl(&[
+            (U_OBJ, 7, NONE),
+            (U, 5, 0),
+            (G_OBJ, 7, NONE),
+            (MASK, 7, NONE),
+            (OTHER, 0, NONE),
+        ])
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+        let code = sh_as(NOBODY, d, &format!("setfattr -n system.posix_acl_access -v 0x{hex} g"));
+        log.push(format!(
+            "owner outside the group sets an ACL: exit {code}, mode {}",
+            perm(&g)
+        ));
+        // A set-group-id directory with a default ACL: new entries take
+        // its group, subdirectories its setgid, files created by someone
+        // outside the group lose a requested setgid (generic/697).
+        let sd = d.join("sd");
+        fs::create_dir(&sd).unwrap();
+        fs::set_permissions(&sd, fs::Permissions::from_mode(0o2777)).unwrap();
+        log.push(format!(
+            "default ACL on sd: {}",
+            rc(setx(&sd, "system.posix_acl_default", &default))
+        ));
+        let code = sh_as(
+            NOBODY,
+            d,
+            "umask 022; touch sd/f; mkdir sd/s; install -m 2775 /dev/null sd/x 2>/dev/null; exit 0",
+        );
+        log.push(format!("nobody creates in sd: exit {code}"));
+        for n in ["sd/f", "sd/s", "sd/x"] {
+            let p = d.join(n);
+            let gid = fs::symlink_metadata(&p)
+                .map(|m| m.gid().to_string())
+                .unwrap_or_else(|e| e.to_string());
+            log.push(format!(
+                "{n}: mode {} gid {gid} access {}",
+                perm(&p),
+                show_x(getx(&p, "system.posix_acl_access"))
+            ));
+        }
         // An ACL equal to the mode is not stored.
         let plain = acl(&[(U_OBJ, 6, NONE), (G_OBJ, 4, NONE), (OTHER, 0, NONE)]);
         log.push(format!(
