@@ -23,8 +23,8 @@
 //!   (`cap_inode_killpriv` → `__vfs_removexattr`), as a REMOVEXATTR in the
 //!   writer's name, before a buffered write, a truncation or a fallocate;
 //!   not before a direct-I/O write (`cache=direct`: `fuse_direct_write_iter`
-//!   does not call `file_remove_privs`), so every WRITE removes it here
-//!   too, whoever writes (ext4 drops it on any write, root's included). A user's own removexattr(2) of that
+//!   does not call `file_remove_privs`), so there every WRITE removes it
+//!   here, whoever writes (ext4 drops it on any write, root's included). A user's own removexattr(2) of that
 //!   name needs CAP_SETFCAP, which the kernel checks before sending
 //!   anything (`cap_inode_removexattr`), so such a request from anyone but
 //!   root is the kernel's kill and is carried out with root's rights

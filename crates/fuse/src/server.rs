@@ -376,7 +376,9 @@ impl Ext4Fuse {
         if !keep {
             self.kill_now(inode.ino, Self::kill_for(req, mode, gid))?;
         }
-        if may_have {
+        // Buffered writes had the kernel remove a capability already
+        // (`file_remove_privs`); direct-I/O writes did not.
+        if may_have && self.cache == CacheMode::Direct {
             self.kill_capability(inode.ino)?;
         }
         // The bits are settled: the engine's own kill is not wanted twice.
@@ -392,8 +394,10 @@ impl Ext4Fuse {
     /// write is direct I/O).
     fn kill_capability(&self, ino: u32) -> Result<(), Errno> {
         let root = Cred::root();
-        match self.fs.removexattr_ino(ino, CAPABILITY, &root) {
-            Ok(()) => Ok(()),
+        // Looked for first: a removal that finds nothing still begins a
+        // transaction.
+        match self.fs.getxattr_ino(ino, CAPABILITY, &root) {
+            Ok(_) => res(self.fs.removexattr_ino(ino, CAPABILITY, &root)),
             Err(e) if e.errno() == ext4kit::Errno::ENODATA => Ok(()),
             Err(e) => Err(errno(&e)),
         }
