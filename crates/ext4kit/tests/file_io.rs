@@ -329,6 +329,11 @@ fn holes_and_delayed_allocation() {
     assert_eq!(f.lseek(&fs, 0, Whence::Data).unwrap(), 4096);
     assert_eq!(f.lseek(&fs, 4096, Whence::Hole).unwrap(), 8192);
     assert_eq!(f.lseek(&fs, 8192, Whence::Data).unwrap(), far / 4096 * 4096);
+    // Before the start of the file there is nothing to find: ENXIO, as
+    // at or past its end (iomap_seek_data; xfstests generic/448).
+    for w in [Whence::Data, Whence::Hole] {
+        assert_eq!(f.lseek(&fs, -1, w).unwrap_err().errno(), ext4kit::Errno::ENXIO);
+    }
     let runs = fs.data_layout(ino).unwrap().runs;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(fs.stat(b"/sparse").unwrap().blocks, 2 * 8);

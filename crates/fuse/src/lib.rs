@@ -47,7 +47,9 @@
 //!   lock, so the cache never holds one older than its version), symlink
 //!   targets too (`FUSE_CACHE_SYMLINKS`);
 //! - files are opened without OPEN (`FUSE_NO_OPEN_SUPPORT`, except with
-//!   `cache=direct`, whose FOPEN_DIRECT_IO is an OPEN reply flag): OPEN
+//!   `cache=direct`, whose FOPEN_DIRECT_IO is an OPEN reply flag, and
+//!   `cache=writeback`, where OPEN must refuse writable opens of immutable
+//!   and append-only files before the kernel buffers writes to them): OPEN
 //!   answers ENOSYS once and the kernel then opens and closes files without
 //!   asking us; reads, writes, fsync, fallocate and lseek go by inode
 //!   number, and FLUSH answers ENOSYS once too, so open/read/close of a
@@ -98,8 +100,8 @@
 //! `FUSE_HANDLE_KILLPRIV_V2` matters most: without it the kernel sends a
 //! GETXATTR(security.capability) before every write() to decide whether
 //! to kill setuid bits (`file_remove_privs`); with it the mount gets
-//! SB_NOSEC and we clear the bits ourselves (engine writes by non-root
-//! openers, truncations by non-root callers).
+//! SB_NOSEC and we clear the bits ourselves (writes by openers without
+//! CAP_FSETID, truncations and fallocate by non-root callers: [`killpriv`]).
 //!
 //! Write-back caching wins some small-write cases but is not the default:
 //! the kernel then keeps written data to itself until it writes pages back,
@@ -147,21 +149,38 @@
 //! underneath is built for that: lock-free caches, per-inode locks, no
 //! filesystem-wide lock.
 //!
+//! # POSIX extras
+//!
+//! POSIX ACLs with the kernel enforcing them and us inheriting default
+//! ACLs (`FUSE_POSIX_ACL` + `FUSE_DONT_MASK`, see `Ext4Fuse::init`); the
+//! setuid/setgid/capability kill ([`killpriv`]); file handles across
+//! cache drops and remounts ([`export`]); RENAME_WHITEOUT
+//! (`ext4kit::vfs::whiteout`); inode flags and the label ([`ioctl`]).
+//! Each is compared with the kernel's ext4 in the cli crate's
+//! `tests/posix_gaps.rs`.
+//!
 //! # Not served
 //!
 //! POSIX byte-range and BSD locks are left to the kernel (local to the
-//! mount, which is the only user of the image); `ioctl` (chattr, FIEMAP)
-//! and `bmap` answer ENOSYS; RENAME_WHITEOUT is EINVAL. With
-//! `cache=writeback` the kernel owns O_APPEND positioning and the
-//! append-only flag (`chattr +a`, set outside the mount) cannot be
-//! enforced for writes it buffers.
+//! mount, which is the only user of the image); ioctls other than the
+//! flag and label ones (FIEMAP, ...) answer ENOTTY and `bmap` ENOSYS.
+//! O_TMPFILE and statx's birth time need FUSE_TMPFILE and FUSE_STATX,
+//! which fuser 0.18 does not decode (it answers ENOSYS; the kernel then
+//! reports EOPNOTSUPP and leaves STATX_BTIME out). Inode flags are not
+//! visible to the kernel (FUSE inodes carry no S_IMMUTABLE/S_APPEND), so
+//! with no-open an open for writing of an immutable or append-only file
+//! succeeds and its first write is refused instead (with `cache=direct`
+//! and `cache=writeback` OPEN is served and refuses it, as ext4 does).
 
 pub mod attr;
 pub mod busypoll;
 pub mod errno;
+pub mod export;
 mod fusermount;
 pub mod handles;
 pub mod inuse;
+pub mod ioctl;
+pub mod killpriv;
 pub mod lifecycle;
 pub mod nodes;
 pub mod server;

@@ -247,6 +247,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     server.set_busy_poll(opts.busy_poll);
     let busy = server.busy_poll();
     let nodes = server.nodes();
+    let inval = server.invalidator();
     let fail = |e: &dyn std::fmt::Display| format!("mounting {} at {}: {e}", image.display(), mount_point.display());
     let (session, via_fusermount) = if sys::is_root() {
         let mut mount_options = vec![
@@ -289,6 +290,8 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     // fuser's last thread reads the session's own descriptor: it is the
     // one that spins while the mount is busy.
     busy.attach(std::os::fd::AsFd::as_fd(&session));
+    // Attribute invalidations for changes no reply carries (crate::killpriv).
+    inval.attach(session.notifier());
     // The mount works: record it in the superblock (read-write only).
     let state = if read_only {
         None

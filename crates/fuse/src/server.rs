@@ -18,15 +18,19 @@ use ext4kit::vfs::CachedInode;
 use ext4kit::{FileType as Ft, Fs, OpenFlags as EngineOpen, SetAttr, TimeSet, Timestamp, Whence};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::attr::{file_attr, kind};
 use crate::errno::{errno, res};
+use crate::export;
 use crate::handles::{DirEntry, Handle, Handles, OpenDir, OpenFile};
+use crate::killpriv::{is_capability_kill, kill_mode, may_have_xattrs, Invalidator, CAPABILITY};
 use crate::nodes::{to_ext4, to_fuse, Nodes};
+use ext4kit::vfs::acl_inherit::AclCreate;
+use ext4kit_format::inode::flags as iflags;
 
 /// How long the kernel may trust a name (entry) or attributes without
 /// asking again. See the crate documentation for why a long time is right.
@@ -73,9 +77,16 @@ pub struct Ext4Fuse {
     no_open: bool,
     /// FUSE_WRITEBACK_CACHE was negotiated (set by INIT).
     writeback: bool,
+    /// FUSE_POSIX_ACL and FUSE_DONT_MASK were negotiated (set by INIT):
+    /// the kernel enforces ACLs it reads from us, and new inodes get the
+    /// umask or the parent's default ACL here ([`Fs::acl_create`]).
+    posix_acl: bool,
     /// FUSE_HANDLE_KILLPRIV_V2 was negotiated (set by INIT): we clear
     /// setuid/setgid on writes and truncations by unprivileged callers.
     killpriv: bool,
+    /// Attribute invalidations for changes a reply does not carry
+    /// (setuid/setgid cleared by a write or fallocate: [`crate::killpriv`]).
+    inval: Arc<Invalidator>,
     /// What INIT negotiated (for tests and `--debug` output).
     negotiated: Arc<parking_lot::Mutex<Option<InitFlags>>>,
     /// Spinning on the primary descriptor while requests keep coming
@@ -103,6 +114,8 @@ impl Ext4Fuse {
             no_open: false,
             writeback: false,
             killpriv: false,
+            posix_acl: false,
+            inval: Arc::default(),
             negotiated: Arc::default(),
             busy: BusyPoll::new(Duration::ZERO),
         }
@@ -126,6 +139,12 @@ impl Ext4Fuse {
         self.nodes.clone()
     }
 
+    /// The attribute invalidator; the mount attaches the session's
+    /// notifier to it once the session exists.
+    pub fn invalidator(&self) -> Arc<Invalidator> {
+        self.inval.clone()
+    }
+
     /// A shared view of the capabilities INIT negotiated.
     pub fn negotiated(&self) -> Arc<parking_lot::Mutex<Option<InitFlags>>> {
         self.negotiated.clone()
@@ -140,13 +159,22 @@ impl Ext4Fuse {
     fn entry_of(&self, st: &ext4kit::Stat) -> Result<(fuser::FileAttr, Generation), Errno> {
         let inode = res(self.fs.inode(st.ino))?;
         res(self.nodes.remember(&self.fs, &inode))?;
-        Ok((file_attr(st, self.block_size), Generation(u64::from(st.generation))))
+        Ok((
+            file_attr(st, self.block_size),
+            Generation(export::generation(st.ino, st.generation)),
+        ))
     }
 
     /// Look `name` up in `parent` and give the kernel a reference to it.
     /// `Ok(None)`: the name does not exist.
     fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Result<Option<(fuser::FileAttr, Generation)>, Errno> {
         let dir = Self::ino(parent)?;
+        if name.as_bytes() == b"." {
+            // A file handle being decoded (`fuse_get_dentry`): the node
+            // itself, of any type, checked as ext4 checks handles.
+            let st = export::lookup_self(&self.fs, dir)?;
+            return self.entry_of(&st).map(Some);
+        }
         let Some((ino, _)) = res(self.fs.lookup_at(dir, name.as_bytes()))? else {
             return Ok(None);
         };
@@ -279,19 +307,123 @@ impl Ext4Fuse {
         self.attr(ino)
     }
 
-    /// With HANDLE_KILLPRIV_V2, a truncation by a caller without
-    /// CAP_FSETID (anyone but root) clears S_ISUID, and S_ISGID when group
-    /// execute is set (`should_remove_suid`): the kernel flags such
-    /// requests (FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID) but fuser does
-    /// not pass the flags on, so the rule is applied from the caller's uid.
-    /// Returns the mode to set, if any.
+    /// The mode to give inode `ino` (mode `mode`, group `gid`) when the
+    /// caller of `req`, who may not keep them, changes it: see
+    /// [`kill_mode`]. Whether the caller is in the file's group matters
+    /// only for setgid without group execute; only then are its groups read.
+    fn kill_for(req: &Request, mode: u16, gid: u32) -> Option<u16> {
+        if mode & 0o6000 == 0 {
+            return None;
+        }
+        let in_group = mode & 0o2010 != 0o2000 || Self::cred(req).in_group(gid);
+        kill_mode(mode, in_group)
+    }
+
+    /// With HANDLE_KILLPRIV_V2, a truncation or fallocate by a caller
+    /// without CAP_FSETID (anyone but root) clears setuid and setgid
+    /// ([`kill_mode`]): the kernel flags truncations
+    /// (FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID) but fuser does not pass
+    /// the flags on, so the rule is applied from the caller's uid. Returns
+    /// the mode to set, if any.
     fn kill_priv(&self, req: &Request, ino: u32) -> Result<Option<u32>, Errno> {
         if !self.killpriv || req.uid() == 0 {
             return Ok(None);
         }
-        let m = u32::from(res(self.fs.stat_ino(ino))?.perm());
-        let kill = if m & 0o2010 == 0o2010 { 0o6000 } else { 0o4000 };
-        Ok((m & kill != 0).then_some(m & !kill))
+        let st = res(self.fs.stat_ino(ino))?;
+        Ok(Self::kill_for(req, st.perm(), st.gid).map(u32::from))
+    }
+
+    /// Clear what [`kill_mode`] says before an unprivileged change of
+    /// `ino`, as the kernel's `file_remove_privs` does before the write,
+    /// and drop the kernel's cached attributes (its WRITE and FALLOCATE
+    /// replies carry none).
+    fn kill_now(&self, ino: u32, mode: Option<u16>) -> Result<(), Errno> {
+        if let Some(m) = mode {
+            let a = SetAttr {
+                mode: Some(m),
+                ..SetAttr::default()
+            };
+            // Forced like the kernel's own kill (ATTR_FORCE).
+            res(self.fs.setattr_ino(ino, &a, &Cred::root()))?;
+            self.inval.attrs(to_fuse(ino));
+        }
+        Ok(())
+    }
+
+    /// One WRITE to `inode`: at `offset`, or at the end for an O_APPEND
+    /// write (`append`), by an opener who may keep setuid/setgid or not.
+    /// The inode flags the kernel cannot see are applied here: a write
+    /// without O_APPEND to an append-only inode is EPERM (the kernel's
+    /// open refuses it, `may_open`, but files are opened without asking
+    /// us), and a write to a synchronous inode (`chattr +S`) is written
+    /// through before the reply (`generic_write_sync`, IS_SYNC).
+    fn write_inode(
+        &self,
+        req: &Request,
+        inode: &CachedInode,
+        offset: u64,
+        data: &[u8],
+        append: bool,
+        keep: bool,
+        who: ext4kit::ext4::reserve::Claimant,
+    ) -> Result<usize, Errno> {
+        let (flags, mode, gid, may_have) = {
+            let r = inode.disk.read();
+            (r.base.flags, r.base.mode & 0o7777, r.gid(), may_have_xattrs(&r))
+        };
+        if flags & iflags::APPEND != 0 && !append && !self.writeback {
+            return Err(Errno::EPERM);
+        }
+        if !keep {
+            self.kill_now(inode.ino, Self::kill_for(req, mode, gid))?;
+        }
+        // Buffered writes had the kernel remove a capability already
+        // (`file_remove_privs`); direct-I/O writes did not.
+        if may_have && self.cache == CacheMode::Direct {
+            self.kill_capability(inode.ino)?;
+        }
+        // The bits are settled: the engine's own kill is not wanted twice.
+        let n = res(self.fs.write_claiming(inode, (!append).then_some(offset), data, true, who))?.1;
+        if flags & iflags::SYNC != 0 {
+            res(self.fs.fsync_inode(inode, false))?;
+        }
+        Ok(n)
+    }
+
+    /// Remove `security.capability` from `ino` before a write, if it has
+    /// one (see [`crate::killpriv`]: the kernel did it already unless the
+    /// write is direct I/O).
+    fn kill_capability(&self, ino: u32) -> Result<(), Errno> {
+        let root = Cred::root();
+        // Looked for first: a removal that finds nothing still begins a
+        // transaction.
+        match self.fs.getxattr_ino(ino, CAPABILITY, &root) {
+            Ok(_) => res(self.fs.removexattr_ino(ino, CAPABILITY, &root)),
+            Err(e) if e.errno() == ext4kit::Errno::ENODATA => Ok(()),
+            Err(e) => Err(errno(&e)),
+        }
+    }
+
+    /// After a change of the entries of directories `dirs`: a directory
+    /// with the dirsync or sync flag (`chattr +D`/`+S`) has it committed
+    /// before the reply, as ext4 makes such a handle synchronous
+    /// (`IS_DIRSYNC` → `ext4_handle_sync`). Called before a reply hands out
+    /// a node reference, so a failure here leaves none counted.
+    fn dir_sync(&self, dirs: &[u32]) -> Result<(), Errno> {
+        for &d in dirs {
+            let dir = res(self.fs.inode(d))?;
+            if dir.disk.read().base.flags & (iflags::DIRSYNC | iflags::SYNC) != 0 {
+                res(self.fs.fsync_inode(&dir, false))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// FALLOCATE by a caller other than root clears setuid/setgid first
+    /// (ext4's `ext4_fallocate` → `file_modified`, for every mode).
+    fn kill_before_fallocate(&self, req: &Request, ino: u32) -> Result<(), Errno> {
+        let m = self.kill_priv(req, ino)?;
+        self.kill_now(ino, m.map(|m| m as u16))
     }
 
     /// The inode a file request works on and whether its writes keep
@@ -307,6 +439,52 @@ impl Ext4Fuse {
             },
             Err(Errno::EBADF) if self.no_open => Ok((res(self.fs.inode(Self::ino(ino)?))?, true)),
             Err(e) => Err(e),
+        }
+    }
+
+    /// The mode a new inode of type `t` in `parent` is created with and
+    /// the ACLs it inherits. Without POSIX ACL support the kernel applied
+    /// the umask already and `mode` is final.
+    fn new_inode_acl(&self, parent: u32, t: Ft, mode: u32, umask: u32) -> Result<AclCreate, Errno> {
+        let mode = (mode & 0o7777) as u16;
+        if !self.posix_acl {
+            return Ok(AclCreate {
+                mode,
+                access: None,
+                default: None,
+            });
+        }
+        res(self.fs.acl_create(parent, t, mode, (umask & 0o777) as u16))
+    }
+
+    /// Store the inherited ACLs of the inode just created as `name` in
+    /// `parent`, and return its attributes as they are now. If that fails
+    /// the new name is removed again (the kernel's `ext4_init_acl` fails
+    /// the whole creation), so no inode is left with less or more access
+    /// than its parent's default ACL gives.
+    fn finish_acl(
+        &self,
+        parent: u32,
+        name: &OsStr,
+        st: ext4kit::Stat,
+        acl: &AclCreate,
+    ) -> Result<ext4kit::Stat, Errno> {
+        if acl.access.is_none() && acl.default.is_none() {
+            return Ok(st);
+        }
+        match self.fs.apply_acl_create(st.ino, acl) {
+            Ok(()) => res(self.fs.stat_ino(st.ino)),
+            Err(e) => {
+                let undo = if st.ftype == Ft::Directory {
+                    self.fs.rmdir_at(parent, name.as_bytes(), &Cred::root())
+                } else {
+                    self.fs.unlink_at(parent, name.as_bytes(), &Cred::root())
+                };
+                if let Err(u) = undo {
+                    eprintln!("ext4kit: removing inode {} after its ACLs failed ({e}): {u}", st.ino);
+                }
+                Err(errno(&e))
+            }
         }
     }
 
@@ -417,6 +595,9 @@ impl Filesystem for Ext4Fuse {
             InitFlags::FUSE_CACHE_SYMLINKS,
             // Reads of several pages in flight per file.
             InitFlags::FUSE_ASYNC_READ,
+            // File handles that survive cache drops and remounts: LOOKUP
+            // of "." and ".." by node id (see `crate::export`).
+            InitFlags::FUSE_EXPORT_SUPPORT,
         ] {
             let _ = config.add_capabilities(cap);
         }
@@ -431,9 +612,14 @@ impl Filesystem for Ext4Fuse {
         // then; the kernel's `may_open` checked the access mode; each WRITE
         // says whether to clear setuid/setgid (FUSE_WRITE_KILL_SUIDGID) and
         // whether the file appends (its flags); immutable and append-only
-        // inodes are refused by the engine's write path itself.
+        // inodes are refused by the engine's write path itself. Not with
+        // write-back caching either: the kernel accepts buffered writes
+        // without asking us, so a write to an immutable or append-only file
+        // could only fail later, at write-back, with its data already
+        // "written"; there OPEN refuses such opens (`may_open`'s rule, as
+        // ext4), at the cost of an OPEN/RELEASE round trip per open.
         self.no_open =
-            self.cache != CacheMode::Direct && config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT).is_ok();
+            self.cache == CacheMode::WriteThrough && config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT).is_ok();
         if !self.no_open {
             // O_TRUNC arrives with OPEN (one request, not OPEN + SETATTR).
             // Not with no-open: the kernel would then skip the SETATTR of
@@ -441,6 +627,18 @@ impl Filesystem for Ext4Fuse {
             // OPEN that never comes, and the file would keep its data.
             let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         }
+        // POSIX ACLs: the kernel reads them (GETXATTR system.posix_acl_*),
+        // caches them and checks permissions with them; setting one goes
+        // through its validation (`posix_acl_from_xattr`) to SETXATTR,
+        // whose engine keeps the mode in step (`posix_acl_update_mode`).
+        // New inodes are ours: with DONT_MASK the kernel sends the umask
+        // unapplied, and the parent's default ACL or the umask is applied
+        // in `new_inode_acl` (what `posix_acl_create` does in ext4).
+        // Both or neither: without DONT_MASK the kernel would apply the
+        // umask first and a default ACL could not be applied correctly.
+        self.posix_acl = config
+            .add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK)
+            .is_ok();
         if !self.read_only {
             // The setuid/setgid kill of writes and truncations is ours
             // (the engine's write_as does it for unprivileged openers;
@@ -549,29 +747,19 @@ impl Filesystem for Ext4Fuse {
         }
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         self.busy.touch();
-        // The kernel applied the umask already (FUSE_DONT_MASK is not
-        // negotiated); `mode` carries the type and the final permissions.
+        // `mode` carries the type and the requested permissions; the umask
+        // or the parent's default ACL is applied here with POSIX ACL
+        // support, by the kernel without (see `new_inode_acl`).
         let r = Self::ino(parent).and_then(|p| {
             let t = mode_type(mode)?;
-            let st = res(self.fs.mknod_at(
-                p,
-                name.as_bytes(),
-                t,
-                (mode & 0o7777) as u16,
-                decode_dev(rdev),
-                &Self::cred(req),
-            ))?;
+            let acl = self.new_inode_acl(p, t, mode, umask)?;
+            let st = res(self
+                .fs
+                .mknod_at(p, name.as_bytes(), t, acl.mode, decode_dev(rdev), &Self::cred(req)))?;
+            let st = self.finish_acl(p, name, st, &acl)?;
+            self.dir_sync(&[p])?;
             self.entry_of(&st)
         });
         match r {
@@ -580,12 +768,13 @@ impl Filesystem for Ext4Fuse {
         }
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.busy.touch();
         let r = Self::ino(parent).and_then(|p| {
-            let st = res(self
-                .fs
-                .mkdir_at(p, name.as_bytes(), (mode & 0o7777) as u16, &Self::cred(req)))?;
+            let acl = self.new_inode_acl(p, Ft::Directory, mode, umask)?;
+            let st = res(self.fs.mkdir_at(p, name.as_bytes(), acl.mode, &Self::cred(req)))?;
+            let st = self.finish_acl(p, name, st, &acl)?;
+            self.dir_sync(&[p])?;
             self.entry_of(&st)
         });
         match r {
@@ -596,7 +785,10 @@ impl Filesystem for Ext4Fuse {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.busy.touch();
-        match Self::ino(parent).and_then(|p| res(self.fs.unlink_at(p, name.as_bytes(), &Self::cred(req)))) {
+        let r = Self::ino(parent).and_then(|p| {
+            res(self.fs.unlink_at(p, name.as_bytes(), &Self::cred(req))).and_then(|()| self.dir_sync(&[p]))
+        });
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -604,7 +796,10 @@ impl Filesystem for Ext4Fuse {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.busy.touch();
-        match Self::ino(parent).and_then(|p| res(self.fs.rmdir_at(p, name.as_bytes(), &Self::cred(req)))) {
+        let r = Self::ino(parent).and_then(|p| {
+            res(self.fs.rmdir_at(p, name.as_bytes(), &Self::cred(req))).and_then(|()| self.dir_sync(&[p]))
+        });
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -616,6 +811,7 @@ impl Filesystem for Ext4Fuse {
             let st = res(self
                 .fs
                 .symlink_at(p, link_name.as_bytes(), target.as_os_str().as_bytes(), &Self::cred(req)))?;
+            self.dir_sync(&[p])?;
             self.entry_of(&st)
         });
         match r {
@@ -636,23 +832,35 @@ impl Filesystem for Ext4Fuse {
     ) {
         self.busy.touch();
         let r = (|| {
-            let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
+            let (from, to) = (Self::ino(parent)?, Self::ino(newparent)?);
+            let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT;
             if !known.contains(flags) {
-                // RENAME_WHITEOUT (overlayfs) and unknown bits.
                 return Err(Errno::EINVAL);
+            }
+            if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+                // overlayfs' copy-up and delete (vfs/whiteout.rs); the
+                // kernel checked CAP_MKNOD and refused EXCHANGE with it.
+                if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                    return Err(Errno::EINVAL);
+                }
+                res(self.fs.rename_whiteout(
+                    from,
+                    name.as_bytes(),
+                    to,
+                    newname.as_bytes(),
+                    flags.contains(RenameFlags::RENAME_NOREPLACE),
+                    &Self::cred(req),
+                ))?;
+                return self.dir_sync(&[from, to]);
             }
             let f = ext4kit::vfs::namespace::RenameFlags {
                 noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
                 exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
             };
-            res(self.fs.rename_at(
-                Self::ino(parent)?,
-                name.as_bytes(),
-                Self::ino(newparent)?,
-                newname.as_bytes(),
-                f,
-                &Self::cred(req),
-            ))
+            res(self
+                .fs
+                .rename_at(from, name.as_bytes(), to, newname.as_bytes(), f, &Self::cred(req)))?;
+            self.dir_sync(&[from, to])
         })();
         match r {
             Ok(()) => reply.ok(),
@@ -663,12 +871,11 @@ impl Filesystem for Ext4Fuse {
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         self.busy.touch();
         let r = (|| {
-            let st = res(self.fs.link_at(
-                Self::ino(ino)?,
-                Self::ino(newparent)?,
-                newname.as_bytes(),
-                &Self::cred(req),
-            ))?;
+            let to = Self::ino(newparent)?;
+            let st = res(self
+                .fs
+                .link_at(Self::ino(ino)?, to, newname.as_bytes(), &Self::cred(req)))?;
+            self.dir_sync(&[to])?;
             self.entry_of(&st)
         })();
         match r {
@@ -697,10 +904,14 @@ impl Filesystem for Ext4Fuse {
                 }
                 return Err(Errno::ENOSYS);
             }
-            // The kernel checked the mode bits (default_permissions).
-            let f = res(self
-                .fs
-                .open_ino_as(ino, self.engine_flags(flags.0), &Self::cred(req), PermCheck::Done))?;
+            // The kernel checked the mode bits (default_permissions). The
+            // engine's open applies the append-only rule (`may_open`: a
+            // writable open of an append-only inode needs O_APPEND), so it
+            // is told about O_APPEND; its file is never written through
+            // its own position (WRITE says where), so that is all it does.
+            let mut ef = self.engine_flags(flags.0);
+            ef.append = flags.0 & libc::O_APPEND != 0;
+            let f = res(self.fs.open_ino_as(ino, ef, &Self::cred(req), PermCheck::Done))?;
             if f.is_dir() {
                 return Err(Errno::EISDIR);
             }
@@ -730,7 +941,7 @@ impl Filesystem for Ext4Fuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
@@ -740,14 +951,31 @@ impl Filesystem for Ext4Fuse {
             if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
                 return Err(Errno::EINVAL);
             }
+            // An existing name is opened, not created (O_CREAT without
+            // O_EXCL): it keeps its mode and ACLs. The kernel holds the
+            // directory's lock across CREATE, so the answer cannot change.
+            let creates = self.posix_acl && res(self.fs.lookup_at(p, name.as_bytes()))?.is_none();
+            let acl = self.new_inode_acl(p, Ft::Regular, mode, umask)?;
             let (st, f) = res(self.fs.create_open_at(
                 p,
                 name.as_bytes(),
-                (mode & 0o7777) as u16,
+                acl.mode,
                 self.engine_flags(flags),
                 &Self::cred(req),
                 PermCheck::Done,
             ))?;
+            let st = if creates {
+                match self.finish_acl(p, name, st, &acl) {
+                    Ok(st) => st,
+                    Err(e) => {
+                        drop(f);
+                        return Err(e);
+                    }
+                }
+            } else {
+                st
+            };
+            self.dir_sync(&[p])?;
             let (a, g) = self.entry_of(&st)?;
             if self.no_open {
                 // No handle: the kernel would not send RELEASE for it once
@@ -828,12 +1056,7 @@ impl Filesystem for Ext4Fuse {
         // ext4_has_free_clusters does with current_fsuid().
         let who = self.fs.claimant(req.uid(), req.gid());
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => {
-                res(self
-                    .fs
-                    .write_claiming(&f.file().inode, (!append).then_some(offset), data, f.privileged, who))
-                .map(|(_, n)| n)
-            }
+            Handle::File(f) => self.write_inode(req, &f.file().inode, offset, data, append, f.privileged, who),
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         // Opened without OPEN: write the inode. The kernel tells whether
@@ -846,10 +1069,7 @@ impl Filesystem for Ext4Fuse {
             let keep = !(self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID));
             Some(Self::ino(ino).and_then(|i| {
                 let inode = res(self.fs.inode(i))?;
-                res(self
-                    .fs
-                    .write_claiming(&inode, (!append).then_some(offset), data, keep, who))
-                .map(|(_, n)| n)
+                self.write_inode(req, &inode, offset, data, append, keep, who)
             }))
         });
         match r {
@@ -1031,7 +1251,7 @@ impl Filesystem for Ext4Fuse {
                     OsStr::from_bytes(name),
                     &TTL,
                     &attr,
-                    Generation(u64::from(st.generation)),
+                    Generation(export::generation(st.ino, st.generation)),
                 );
                 if full {
                     // Not sent after all.
@@ -1134,7 +1354,14 @@ impl Filesystem for Ext4Fuse {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.busy.touch();
-        let r = Self::ino(ino).and_then(|i| res(self.fs.removexattr_ino(i, name.as_bytes(), &Self::cred(req))));
+        // The kernel's removal of file capabilities when an unprivileged
+        // user writes, truncates or fallocates (see `crate::killpriv`).
+        let cred = if is_capability_kill(name.as_bytes(), req.uid()) {
+            Cred::root()
+        } else {
+            Self::cred(req)
+        };
+        let r = Self::ino(ino).and_then(|i| res(self.fs.removexattr_ino(i, name.as_bytes(), &cred)));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -1154,7 +1381,7 @@ impl Filesystem for Ext4Fuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -1165,7 +1392,10 @@ impl Filesystem for Ext4Fuse {
         self.busy.touch();
         // Modes and their errors are the engine's (Fs::fallocate_inode).
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => res(f.file().fallocate(&self.fs, mode as u32, offset, length)),
+            Handle::File(f) => {
+                self.kill_before_fallocate(req, f.file().inode.ino)?;
+                res(f.file().fallocate(&self.fs, mode as u32, offset, length))
+            }
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         // Opened without OPEN (the kernel refused files not open for
@@ -1176,6 +1406,10 @@ impl Filesystem for Ext4Fuse {
             }
             Some(Self::ino(ino).and_then(|i| {
                 let inode = res(self.fs.inode(i))?;
+                if inode.ftype != Ft::Regular {
+                    return Err(Errno::ENODEV);
+                }
+                self.kill_before_fallocate(req, i)?;
                 res(self.fs.fallocate_inode(&inode, mode as u32, offset, length))
             }))
         });
@@ -1215,6 +1449,30 @@ impl Filesystem for Ext4Fuse {
             Some(Ok(p)) => reply.offset(p as i64),
             Some(Err(e)) => reply.error(e),
             None => reply.error(Errno::EBADF),
+        }
+    }
+
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        self.busy.touch();
+        // By inode: flags and the label do not depend on the open file.
+        let r = Self::ino(ino)
+            .and_then(|i| crate::ioctl::ioctl(&self.fs, i, cmd, in_data, &Self::cred(req), self.read_only));
+        match r {
+            Ok(mut out) => {
+                out.truncate(out_size as usize);
+                reply.ioctl(0, &out)
+            }
+            Err(e) => reply.error(e),
         }
     }
 

@@ -332,7 +332,7 @@ fn every_write_request_behaves_like_linux() {
     assert_eq!(fs::metadata(m.p("t")).unwrap().nlink(), 2);
     assert_eq!(fs::read(m.p("t2")).unwrap(), b"0123");
 
-    // rename: plain, over a file, NOREPLACE, EXCHANGE, WHITEOUT refused
+    // rename: plain, over a file, NOREPLACE, EXCHANGE (WHITEOUT: tests/posix_gaps.rs in the cli crate)
     fs::write(m.p("a"), b"A").unwrap();
     fs::write(m.p("b"), b"B").unwrap();
     fs::create_dir(m.p("dir")).unwrap();

@@ -197,8 +197,14 @@ impl File {
             }
             Whence::End => to_pos(self.inode.size())?,
             Whence::Data | Whence::Hole => {
+                // Nothing is found before the start of the file: ENXIO, as
+                // for an offset at or past the end (`iomap_seek_data` /
+                // `iomap_seek_hole`: `pos < 0 || pos >= size`).
                 if off < 0 {
-                    return Err(einval());
+                    return Err(Error::posix(
+                        Errno::ENXIO,
+                        format!("SEEK_DATA/SEEK_HOLE at negative offset {off}"),
+                    ));
                 }
                 fs.seek_data_hole(&self.inode, off as u64, whence == Whence::Data)?
             }

@@ -4,13 +4,16 @@
 //! positions, descriptor tables).
 
 pub mod acl;
+pub mod acl_inherit;
 pub mod attr;
 pub mod by_ino;
 pub mod cred;
 pub mod dcache;
 pub mod fdtable;
 pub mod file;
+pub mod fslabel;
 pub mod icache;
+pub mod iflags;
 pub mod io;
 pub mod lookup;
 pub mod namei;
@@ -18,6 +21,7 @@ pub mod namespace;
 mod open;
 pub mod pagecache;
 mod stat;
+pub mod whiteout;
 pub mod write;
 pub mod writeback;
 pub mod xattr_ops;

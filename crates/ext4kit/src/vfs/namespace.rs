@@ -123,6 +123,7 @@ impl Fs {
     }
 
     fn may_create(&self, dir: &Inode, cred: &Cred, what: &[u8]) -> Result<()> {
+        super::iflags::check_create_in(dir, what)?;
         if !cred.may(dir, MAY_WRITE | MAY_EXEC) {
             return Err(Error::posix(
                 Errno::EACCES,
@@ -136,6 +137,7 @@ impl Fs {
     /// only the file's owner, the directory's owner or root.
     fn may_delete(&self, dir: &Inode, victim: &Inode, cred: &Cred, what: &[u8]) -> Result<()> {
         self.may_create(dir, cred, what)?;
+        super::iflags::check_delete(dir, victim, what)?;
         if dir.base.mode & 0o1000 != 0 && !cred.is_root() && cred.uid != victim.uid() && cred.uid != dir.uid() {
             return Err(Error::posix(
                 Errno::EPERM,
@@ -408,6 +410,7 @@ impl Fs {
             ));
         }
         let mut trec = target.disk.write();
+        super::iflags::check_link(&trec, name)?;
         if trec.base.links_count == 0 {
             return Err(Error::posix(Errno::ENOENT, format!("inode {ino} has been unlinked")));
         }

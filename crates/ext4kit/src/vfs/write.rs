@@ -258,6 +258,7 @@ impl Fs {
                 format!("directory inode {parent} was removed"),
             ));
         }
+        super::iflags::check_create_in(&dir_rec, name)?;
         if !cred.may(&dir_rec, MAY_WRITE | MAY_EXEC) {
             return Err(Error::posix(
                 Errno::EACCES,
