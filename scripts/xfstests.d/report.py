@@ -7,6 +7,7 @@ reasons. Reads WORK/results/PEER/; writes to stdout."""
 import argparse
 import difflib
 import os
+import re
 import xml.etree.ElementTree as ET
 
 LABEL = {"ext4kit": "ext4kit (FUSE mount)", "kernel": "kernel ext4 (loop)"}
@@ -29,6 +30,31 @@ def load(res):
             out[name] = ("notrun", (skip.get("message") or "").strip())
         else:
             out[name] = ("pass", "")
+    return out
+
+
+def load_log(res):
+    """The same from RES/check.log, for a run that was interrupted before
+    xfstests wrote result.xml: a test line is "generic/NNN  <outcome>"."""
+    out = {}
+    last = None
+    with open(os.path.join(res, "check.log"), errors="replace") as f:
+        for line in f:
+            m = re.match(r"^((?:generic|shared)/\d+)\s+(.*)$", line.rstrip())
+            if not m:
+                # "_check_...: inconsistent" and "(see ...)" continue a test.
+                if last and "inconsistent" in line:
+                    out[last] = ("fail", line.strip())
+                continue
+            name, rest = m.groups()
+            last = name
+            if rest.startswith("[not run]"):
+                out[name] = ("notrun", rest[len("[not run]"):].strip())
+            elif "[failed" in rest or "output mismatch" in rest or "[expunged]" in rest:
+                out[name] = ("fail", rest.strip())
+            elif re.search(r"\d+s\s*$", rest):
+                out[name] = ("pass", "")
+            # else: the test was running when the run stopped.
     return out
 
 
@@ -61,14 +87,18 @@ def main():
     o = ap.parse_args()
     peers = [p for p in o.peers.split(",") if p]
     xt = os.path.join(o.work, "xfstests")
-    data, secs = {}, {}
+    data, secs, partial = {}, {}, []
     for p in peers:
         res = os.path.join(o.work, "results", p)
         try:
             data[p] = load(res)
-        except (OSError, ET.ParseError) as e:
-            data[p] = {}
-            print(f"<!-- {p}: no results ({e}) -->")
+        except (OSError, ET.ParseError):
+            try:
+                data[p] = load_log(res)
+                partial.append(p)
+            except OSError as e:
+                data[p] = {}
+                print(f"<!-- {p}: no results ({e}) -->")
         try:
             with open(os.path.join(res, "seconds")) as f:
                 secs[p] = int(f.read().strip())
@@ -77,6 +107,11 @@ def main():
 
     print(f"xfstests `{o.selection}` on {o.date}: ext4kit {o.ext4kit_rev}, "
           f"Linux {o.kernel}, xfstests {o.xfstests[:12]}.")
+    for p in partial:
+        done = sorted(data[p])
+        upto = f", up to {done[-1]}" if done else ""
+        print(f"**{LABEL.get(p, p)}: no result.xml, the run did not finish; "
+              f"counted from its check.log ({len(done)} tests{upto}).**")
     print()
     print("| | " + " | ".join(LABEL.get(p, p) for p in peers) + " |")
     print("|---|" + "---:|" * len(peers))
