@@ -53,9 +53,9 @@
 //! block for block except `s_kbytes_written` (and the journal feature bits
 //! above); `tests/mkfs.rs` and the commit history record the comparison.
 //!
-//! Nothing here reads the clock or a random source when `uuid`,
-//! `hash_seed` and `timestamp` are given: the output is then a pure function
-//! of the options and the size.
+//! Nothing here reads the clock or a random source when `uuid` and
+//! `timestamp` are given (`hash_seed` then defaults to a function of the
+//! UUID): the output is a pure function of the options and the size.
 
 use std::collections::BTreeMap;
 
@@ -113,7 +113,9 @@ pub struct MkfsOptions {
     pub label: String,
     /// Filesystem UUID; `None` draws a random (version 4) one.
     pub uuid: Option<[u8; 16]>,
-    /// Directory hash seed; `None` draws a random one.
+    /// Directory hash seed; `None` draws a random one — or, when
+    /// `timestamp` is set (a reproducible build), derives it from the UUID
+    /// ([`hash_seed_from_uuid`]), so a fixed `uuid` is all else it takes.
     pub hash_seed: Option<[u8; 16]>,
     /// Percentage of blocks reserved for root.
     pub reserved_percent: f64,
@@ -783,6 +785,25 @@ fn random_bytes() -> Result<[u8; 16]> {
     Ok(b)
 }
 
+/// The directory hash seed of a reproducible build (`timestamp` given, no
+/// `hash_seed`): a fixed function of the UUID, so that one fixed UUID and
+/// `SOURCE_DATE_EPOCH` are enough for byte-identical images. Shaped as a
+/// version-4 UUID, like the random seeds mke2fs draws; distinct from the
+/// UUID itself so the two never coincide.
+pub fn hash_seed_from_uuid(uuid: &[u8; 16]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (i, w) in out.chunks_exact_mut(4).enumerate() {
+        let mut msg = Vec::with_capacity(40);
+        msg.extend_from_slice(b"ext4kit directory hash seed");
+        msg.extend_from_slice(uuid);
+        msg.push(i as u8);
+        w.copy_from_slice(&crc32c(!(i as u32), &msg).to_le_bytes());
+    }
+    out[6] = (out[6] & 0x0f) | 0x40;
+    out[8] = (out[8] & 0x3f) | 0x80;
+    out
+}
+
 fn random_uuid() -> Result<[u8; 16]> {
     let mut b = random_bytes()?;
     b[6] = (b[6] & 0x0f) | 0x40;
@@ -908,9 +929,10 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         Some(u) => u,
         None => random_uuid()?,
     };
-    let hash_seed = match opts.hash_seed {
-        Some(u) => u,
-        None => random_uuid()?,
+    let hash_seed = match (opts.hash_seed, opts.timestamp) {
+        (Some(u), _) => u,
+        (None, Some(_)) => hash_seed_from_uuid(&uuid),
+        (None, None) => random_uuid()?,
     };
     let now = match opts.timestamp {
         Some(t) => t,

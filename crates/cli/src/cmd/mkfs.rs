@@ -3,8 +3,9 @@
 //!
 //! A regular file is truncated and extended to SIZE as a sparse file (so the
 //! engine may skip writing zeros); a block device is written in place and
-//! must hold SIZE. `SOURCE_DATE_EPOCH` fixes every timestamp; with `-U` and
-//! `-E hash_seed=` as well, the image is byte-for-byte reproducible.
+//! must hold SIZE. `SOURCE_DATE_EPOCH` fixes every timestamp and, unless
+//! `-E hash_seed=` is given, derives the directory hash seed from the UUID;
+//! with a fixed `-U` as well, the image is byte-for-byte reproducible.
 //!
 //! With `--partition N` (`IMAGE@N`) the filesystem is made inside that
 //! partition of an existing partitioned disk (SIZE defaults to the
@@ -27,6 +28,18 @@ use crate::image::ImageArgs;
 
 /// Arguments of `ext4kit mkfs` (clap parses them straight into this).
 #[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "EXAMPLES:
+  ext4kit mkfs disk.img 256M                  an empty ext4 filesystem
+  ext4kit mkfs -t ext2 -b 1024 small.img 8M
+  ext4kit mkfs -d rootfs/ disk.img 256M       filled from a directory tree
+
+REPRODUCIBLE BUILDS:
+  SOURCE_DATE_EPOCH=1700000000 ext4kit mkfs -U 01234567-89ab-cdef-0123-456789abcdef -d rootfs/ disk.img 256M
+
+  With SOURCE_DATE_EPOCH set, every timestamp is that time and, unless
+  -E hash_seed=UUID is given, the directory hash seed is derived from the
+  UUID: the same tree, options and -U give a byte-identical image. (mke2fs
+  needs -E hash_seed= as well.)")]
 pub struct Args {
     /// Filesystem type: ext2, ext3 or ext4.
     #[arg(short = 't', default_value = "ext4", value_name = "TYPE")]
@@ -37,7 +50,8 @@ pub struct Args {
     /// Volume label (at most 16 bytes).
     #[arg(short = 'L', value_name = "LABEL")]
     pub label: Option<String>,
-    /// Filesystem UUID, or "random", "time", "clear".
+    /// Filesystem UUID, or "random", "time", "clear". With
+    /// SOURCE_DATE_EPOCH set, a fixed UUID makes the image reproducible.
     #[arg(short = 'U', value_name = "UUID")]
     pub uuid: Option<String>,
     /// Number of inodes (default: from the size, as mke2fs).
@@ -49,7 +63,8 @@ pub struct Args {
     /// Feature edits, e.g. "^has_journal,metadata_csum_seed" (repeatable).
     #[arg(short = 'O', value_name = "FEATURES")]
     pub features: Vec<String>,
-    /// Extended options: hash_seed=UUID, offset=BYTES (as --offset)
+    /// Extended options: hash_seed=UUID (default random; derived from the
+    /// UUID when SOURCE_DATE_EPOCH is set), offset=BYTES (as --offset)
     /// (repeatable).
     #[arg(short = 'E', value_name = "OPTIONS")]
     pub extended: Vec<String>,

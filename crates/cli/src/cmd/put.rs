@@ -24,7 +24,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use ext4kit::vfs::{SetAttr, TimeSet};
-use ext4kit::{Cred, FileType, Fs, Timestamp};
+use ext4kit::{Cred, Errno, FileType, Fs, Timestamp};
 
 use super::Image;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -140,44 +140,112 @@ pub fn copy_in(
     name: &[u8],
     into_root: bool,
 ) -> Result<Summary, String> {
-    let (entries, bytes) = measure(src);
-    let bar = ProgressBar::new(bytes);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, {eta}) {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.set_message(format!("{entries} entries"));
-    let mut c = Copier {
-        fs,
-        image,
-        cred: Cred::root(),
-        links: HashMap::new(),
-        bar,
-        sum: Summary::default(),
-        buf: vec![0u8; CHUNK],
-    };
-    let md = std::fs::symlink_metadata(src).map_err(|e| format!("{}: {e}", src.display()))?;
+    let mut c = Copier::new(fs, image, &[src]);
     if into_root {
+        c.merge_into(src, 2)?;
+    } else {
+        c.copy_named(src, parent, name)?;
+    }
+    Ok(c.finish())
+}
+
+impl<'a> Copier<'a> {
+    /// A copier for `srcs` (measured up front for the progress bar). One
+    /// copier serves every source of a command, so that names of one file
+    /// given as different sources become hard links of one inode, as with
+    /// `cp -a A B DEST/`.
+    fn new(fs: &'a Fs, image: &'a Image, srcs: &[&Path]) -> Self {
+        let (entries, bytes) = srcs
+            .iter()
+            .map(|s| measure(s))
+            .fold((0, 0), |(n, b), (n2, b2)| (n + n2, b + b2));
+        let bar = ProgressBar::new(bytes);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, {eta}) {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message(format!("{entries} entries"));
+        Copier {
+            fs,
+            image,
+            cred: Cred::root(),
+            links: HashMap::new(),
+            bar,
+            sum: Summary::default(),
+            buf: vec![0u8; CHUNK],
+        }
+    }
+
+    fn finish(self) -> Summary {
+        self.bar.finish_and_clear();
+        self.sum
+    }
+
+    /// `cp -a DIR/. DEST`: DIR's contents go into the existing image
+    /// directory `ino`, which takes DIR's mode, owner, xattrs and times.
+    fn merge_into(&mut self, src: &Path, ino: u32) -> Result<(), String> {
+        let md = std::fs::metadata(src).map_err(|e| format!("{}: {e}", src.display()))?;
         if !md.is_dir() {
             return Err(format!("{}: not a directory", src.display()));
         }
-        let root = 2u32;
-        c.set_owner_mode(root, &md, src);
-        c.copy_xattrs(root, src);
-        c.copy_tree(src, root);
-        c.set_times(root, &md, src);
-    } else if md.is_dir() {
-        if let Some(ino) = c.create(src, &md, parent, name) {
-            c.copy_tree(src, ino);
-            c.set_times(ino, &md, src);
-        }
-    } else {
-        c.create(src, &md, parent, name);
+        self.set_owner_mode(ino, &md, src);
+        self.copy_xattrs(ino, src);
+        self.copy_tree(src, ino);
+        self.set_times(ino, &md, src);
+        Ok(())
     }
-    c.bar.finish_and_clear();
-    Ok(c.sum)
+
+    /// `src` (a tree or a single entry) becomes `name` in directory inode
+    /// `parent`; an existing entry of that name is merged into (directory
+    /// onto directory) or replaced (non-directory onto non-directory), as
+    /// `cp -a` does.
+    fn copy_named(&mut self, src: &Path, parent: u32, name: &[u8]) -> Result<(), String> {
+        // "DIR/." names DIR itself (followed if DIR is a symlink, as cp does).
+        let md = if ends_in_dot(src) {
+            std::fs::metadata(src)
+        } else {
+            std::fs::symlink_metadata(src)
+        }
+        .map_err(|e| format!("{}: {e}", src.display()))?;
+        if let Some(ino) = self.create(src, &md, parent, name) {
+            if md.is_dir() {
+                self.copy_tree(src, ino);
+                self.set_times(ino, &md, src);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether the last component of `p` as written is "." or ".." (`DIR/.`,
+/// `.`, `DIR/./`): `cp -a DIR/. DEST` copies DIR's contents into DEST.
+/// (`Path::file_name` would drop the "." and say "DIR".)
+fn ends_in_dot(p: &Path) -> bool {
+    matches!(last_component(p), b"." | b"..")
+}
+
+/// The last component of `p` as written, trailing slashes ignored.
+fn last_component(p: &Path) -> &[u8] {
+    let b = p.as_os_str().as_bytes();
+    let mut end = b.len();
+    while end > 1 && b[end - 1] == b'/' {
+        end -= 1;
+    }
+    let b = &b[..end];
+    match b.iter().rposition(|&c| c == b'/') {
+        Some(i) => &b[i + 1..],
+        None => b,
+    }
+}
+
+/// What [`Copier::make`] did.
+enum Made {
+    /// A new inode.
+    New(u32),
+    /// A new name for the copy of a file seen before.
+    Linked(u32),
 }
 
 /// Directory frames for the iterative walk.
@@ -238,36 +306,115 @@ impl Copier<'_> {
     }
 
     /// Create one entry (not its children); returns its inode.
+    ///
+    /// An entry of that name that exists already is handled as `cp -a`
+    /// handles it: a directory copied onto a directory merges (the existing
+    /// one takes the source's owner, mode and xattrs); a non-directory onto
+    /// a non-directory replaces it (unlinked first, so its other hard
+    /// links keep the old contents, as cp does for a multiply-linked
+    /// destination); a directory onto a non-directory or the reverse is
+    /// reported and skipped.
     fn create(&mut self, src: &Path, md: &Metadata, parent: u32, name: &[u8]) -> Option<u32> {
-        let owner = Some((md.uid(), md.gid()));
-        let perm = (md.mode() & 0o7777) as u16;
         let ft = md.file_type();
-        let fs = self.fs;
-        // A second name of a file already copied: a hard link.
-        if !ft.is_dir() && md.nlink() > 1 {
-            if let Some(&ino) = self.links.get(&(md.dev(), md.ino())) {
-                return match fs.link_at(ino, parent, name, &self.cred) {
-                    Ok(_) => {
-                        self.sum.entries += 1;
-                        Some(ino)
-                    }
-                    Err(e) => {
-                        self.problem(src, e);
-                        None
-                    }
-                };
-            }
-        }
-        let made = if ft.is_dir() {
-            fs.mkdir_owned(parent, name, perm, &self.cred, owner)
-        } else if ft.is_symlink() {
+        let target = if ft.is_symlink() {
             match read_link_keep_atime(src, md) {
-                Ok(t) => fs.symlink_owned(parent, name, t.as_os_str().as_bytes(), &self.cred, owner),
+                Ok(t) => Some(t),
                 Err(e) => {
                     self.problem(src, e);
                     return None;
                 }
             }
+        } else {
+            None
+        };
+        let mut replaced = false;
+        let made = loop {
+            match self.make(md, parent, name, target.as_deref()) {
+                Ok(m) => break m,
+                Err(e) if e.errno() == Errno::EEXIST && !replaced => {
+                    let existing = match self.fs.lookup_at(parent, name) {
+                        Ok(Some(x)) => x,
+                        Ok(None) => {
+                            self.problem(src, e);
+                            return None;
+                        }
+                        Err(e) => {
+                            self.problem(src, e);
+                            return None;
+                        }
+                    };
+                    match (existing.1 == FileType::Directory, ft.is_dir()) {
+                        (true, true) => {
+                            // Merge: the children are copied by the caller.
+                            self.set_owner_mode(existing.0, md, src);
+                            self.copy_xattrs(existing.0, src);
+                            return Some(existing.0);
+                        }
+                        (true, false) => {
+                            self.problem(src, "cannot overwrite a directory with a non-directory");
+                            return None;
+                        }
+                        (false, true) => {
+                            self.problem(src, "cannot overwrite a non-directory with a directory");
+                            return None;
+                        }
+                        (false, false) => {
+                            let key = (md.dev(), md.ino());
+                            if md.nlink() > 1 && self.links.get(&key) == Some(&existing.0) {
+                                // This name is already that file (a source
+                                // given twice): nothing to do.
+                                return Some(existing.0);
+                            }
+                            if let Err(e) = self.fs.unlink_at(parent, name, &self.cred) {
+                                self.problem(src, e);
+                                return None;
+                            }
+                            replaced = true;
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.problem(src, e);
+                    return None;
+                }
+            }
+        };
+        self.sum.entries += 1;
+        let ino = match made {
+            Made::Linked(ino) => return Some(ino),
+            Made::New(ino) => ino,
+        };
+        if ft.is_file() {
+            if let Err(e) = self.copy_data(src, ino, md.len()) {
+                self.problem(src, e);
+            }
+        }
+        self.copy_xattrs(ino, src);
+        if !ft.is_dir() {
+            self.set_times(ino, md, src);
+            if md.nlink() > 1 {
+                self.links.insert((md.dev(), md.ino()), ino);
+            }
+        }
+        Some(ino)
+    }
+
+    /// The creating step of [`Copier::create`]: a new inode, or a hard link
+    /// to the copy of a file seen before (by source device and inode).
+    fn make(&self, md: &Metadata, parent: u32, name: &[u8], target: Option<&Path>) -> ext4kit::Result<Made> {
+        let owner = Some((md.uid(), md.gid()));
+        let perm = (md.mode() & 0o7777) as u16;
+        let ft = md.file_type();
+        let fs = self.fs;
+        if !ft.is_dir() && md.nlink() > 1 {
+            if let Some(&ino) = self.links.get(&(md.dev(), md.ino())) {
+                return fs.link_at(ino, parent, name, &self.cred).map(|_| Made::Linked(ino));
+            }
+        }
+        let st = if ft.is_dir() {
+            fs.mkdir_owned(parent, name, perm, &self.cred, owner)?
+        } else if let Some(t) = target {
+            fs.symlink_owned(parent, name, t.as_os_str().as_bytes(), &self.cred, owner)?
         } else {
             let (ftype, rdev) = if ft.is_file() {
                 (FileType::Regular, (0, 0))
@@ -284,29 +431,9 @@ impl Copier<'_> {
                     (FileType::BlockDevice, mm)
                 }
             };
-            fs.mknod_owned(parent, name, ftype, perm, rdev, &self.cred, owner)
+            fs.mknod_owned(parent, name, ftype, perm, rdev, &self.cred, owner)?
         };
-        let st = match made {
-            Ok(st) => st,
-            Err(e) => {
-                self.problem(src, e);
-                return None;
-            }
-        };
-        self.sum.entries += 1;
-        if ft.is_file() {
-            if let Err(e) = self.copy_data(src, st.ino, md.len()) {
-                self.problem(src, e);
-            }
-        }
-        self.copy_xattrs(st.ino, src);
-        if !ft.is_dir() {
-            self.set_times(st.ino, md, src);
-            if md.nlink() > 1 {
-                self.links.insert((md.dev(), md.ino()), st.ino);
-            }
-        }
-        Some(st.ino)
+        Ok(Made::New(st.ino))
     }
 
     /// Write the data regions of host file `src` into image inode `ino`;
@@ -406,8 +533,11 @@ impl Copier<'_> {
 }
 
 /// `ext4kit put SRC... IMAGE:DEST`: copy host files or trees into the
-/// image. With one SRC, DEST may be a new name; otherwise (or when DEST is
-/// an existing directory) each SRC goes into DEST under its own name.
+/// image, with `cp -a`'s rules for where each lands. When DEST is an
+/// existing directory, each SRC goes into it under its own name — except a
+/// SRC written as `DIR/.` (or `.`), whose contents go into DEST itself;
+/// otherwise (one SRC) DEST is the name of the copy. Sources that are hard
+/// links of one file become one inode with several names.
 pub fn run(srcs: &[PathBuf], target: &str, sel: &crate::image::ImageArgs, budget: usize) -> Result<(), String> {
     let (image, dest) = split_target(target)?;
     let image = &sel.image(image)?;
@@ -427,28 +557,32 @@ pub fn run(srcs: &[PathBuf], target: &str, sel: &crate::image::ImageArgs, budget
             image.display()
         ));
     }
-    let mut total = Summary::default();
+    // Every source is looked at before anything is written.
     for src in srcs {
-        let (parent, name) = match &dest_dir {
+        if dest_dir.is_some() && !ends_in_dot(src) && last_component(src).is_empty() {
+            return Err(format!("{}: has no file name to copy under", src.display()));
+        }
+        std::fs::symlink_metadata(src).map_err(|e| format!("{}: {e}", src.display()))?;
+    }
+    let paths: Vec<&Path> = srcs.iter().map(|p| p.as_path()).collect();
+    let mut c = Copier::new(&fs, image, &paths);
+    for src in srcs {
+        match &dest_dir {
+            Some(d) if ends_in_dot(src) => c.merge_into(src, d.ino)?,
             Some(d) => {
-                let name = src
-                    .file_name()
-                    .ok_or_else(|| format!("{}: has no file name to copy under", src.display()))?;
-                (d.ino, name.as_bytes().to_vec())
+                let name = last_component(src).to_vec();
+                c.copy_named(src, d.ino, &name)?;
             }
             None => {
                 let trimmed = dest.trim_end_matches('/');
                 let (pp, n) = trimmed.rsplit_once('/').unwrap_or(("", trimmed));
                 let pp = if pp.is_empty() { "/" } else { pp };
                 let pst = fs.stat(pp.as_bytes()).map_err(|e| super::err(image, pp, e))?;
-                (pst.ino, n.as_bytes().to_vec())
+                c.copy_named(src, pst.ino, n.as_bytes())?;
             }
-        };
-        let s = copy_in(&fs, image, src, parent, &name, false)?;
-        total.entries += s.entries;
-        total.bytes += s.bytes;
-        total.problems += s.problems;
+        }
     }
+    let total = c.finish();
     fs.sync()
         .map_err(|e| format!("{}: writing back: {e}", image.display()))?;
     if total.problems > 0 {
