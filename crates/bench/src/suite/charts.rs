@@ -62,7 +62,7 @@ fn curves(
     series: &[(&str, Vec<&Row>, bool)],
     x_desc: &str,
     y_desc: &str,
-    log_x: bool,
+    int_x: bool,
 ) -> Result<(), String> {
     let all: Vec<&Row> = series.iter().flat_map(|s| s.1.iter().copied()).collect();
     let xs = || all.iter().filter_map(|r| r.x);
@@ -74,32 +74,26 @@ fn curves(
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(64);
-    if log_x {
-        let mut c = b
-            .build_cartesian_2d(xr.log_scale(), yr.log_scale())
-            .map_err(e("axes"))?;
-        c.configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            .x_label_formatter(&|x| crate::suite::report::fmt_val(*x))
-            .y_label_formatter(&|y| crate::suite::report::fmt_val(*y))
-            .draw()
-            .map_err(e("mesh"))?;
-        series_into(&mut c, series)?;
-        legend(&mut c)
-    } else {
-        let xr = (xr.start * 1.5 - 0.3).max(0.0)..xr.end / 1.5 + 0.3;
-        let mut c = b.build_cartesian_2d(xr, yr.log_scale()).map_err(e("axes"))?;
-        c.configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| crate::suite::report::fmt_val(*y))
-            .draw()
-            .map_err(e("mesh"))?;
-        series_into(&mut c, series)?;
-        legend(&mut c)
-    }
+    let mut c = b
+        .build_cartesian_2d(xr.log_scale(), yr.log_scale())
+        .map_err(e("axes"))?;
+    // Thread counts are integers: label only the ticks that are.
+    let fmt_x = |x: &f64| {
+        if !int_x || (x - x.round()).abs() < 1e-6 {
+            crate::suite::report::fmt_val(*x)
+        } else {
+            String::new()
+        }
+    };
+    c.configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&fmt_x)
+        .y_label_formatter(&|y| crate::suite::report::fmt_val(*y))
+        .draw()
+        .map_err(e("mesh"))?;
+    series_into(&mut c, series)?;
+    legend(&mut c)
 }
 
 fn series_into<'a, 'b: 'a, X, Y>(
@@ -180,7 +174,7 @@ pub fn draw(r: &Report, out: &Path) -> Result<Vec<PathBuf>, String> {
             &[("", create, false)],
             "files in the directory",
             "files/s (log)",
-            true,
+            false,
         )?;
         root.present().map_err(e("write"))?;
         written.push(p.clone());
@@ -198,7 +192,7 @@ pub fn draw(r: &Report, out: &Path) -> Result<Vec<PathBuf>, String> {
             &[("fsync", fsync, false), ("fdatasync", fdsync, true)],
             "file size, cached 2 KiB blocks",
             "µs per write + sync (log)",
-            true,
+            false,
         )?;
         root.present().map_err(e("write"))?;
         written.push(p.clone());
@@ -222,7 +216,7 @@ pub fn draw(r: &Report, out: &Path) -> Result<Vec<PathBuf>, String> {
         root.fill(&WHITE).map_err(e("fill"))?;
         let areas = root.split_evenly((rows_n, 2));
         for ((_, title, rows), area) in panels.into_iter().zip(areas.iter()) {
-            curves(area, title, &[("", rows, false)], "threads", "total throughput (log)", false)?;
+            curves(area, title, &[("", rows, false)], "threads (log)", "total throughput (log)", true)?;
         }
         root.present().map_err(e("write"))?;
         written.push(p.clone());
@@ -233,6 +227,7 @@ pub fn draw(r: &Report, out: &Path) -> Result<Vec<PathBuf>, String> {
         .rows
         .iter()
         .filter(|x| x.x.is_none() || (x.workload == "create" && !x.metric.starts_with("creates/s")))
+        .filter(|x| x.peer != super::PeerId::Kernel.name())
         .filter_map(|x| Some((x, r.ratio_to_kernel(x)?)))
         .filter(|(_, v)| *v > 0.0)
         .collect();
@@ -300,8 +295,10 @@ fn draw_bars(_r: &Report, bars: &[(&Row, f64)], p: &Path) -> Result<(), String> 
                     .iter()
                     .position(|(w, m)| w == row.workload && *m == row.metric)?;
                 let base = (cats.len() - 1 - ci) as f64 + 0.1;
-                let y0 = base + 0.8 * pi as f64 / np;
-                let y1 = base + 0.8 * (pi + 1) as f64 / np;
+                // The first peer (the library) on top of its group.
+                let slot = np - 1.0 - pi as f64;
+                let y0 = base + 0.8 * slot / np;
+                let y1 = base + 0.8 * (slot + 1.0) / np;
                 Some(Rectangle::new([(x0, y0), (*v, y1)], col.filled()))
             })
             .collect();

@@ -217,6 +217,16 @@ pub fn select(only: &[String]) -> Result<Vec<&'static Workload>, String> {
         .collect())
 }
 
+/// A line above the progress bar (or on standard error without one:
+/// indicatif drops lines printed on a hidden bar).
+fn say(pb: &ProgressBar, line: String) {
+    if pb.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        pb.println(line);
+    }
+}
+
 /// Run the selected workloads and write the report under `opts.out`.
 pub fn run(opts: &Options) -> Result<Report, String> {
     let workloads = select(&opts.only)?;
@@ -286,7 +296,7 @@ pub fn run(opts: &Options) -> Result<Report, String> {
                         if clean {
                             let _ = std::fs::remove_file(&img);
                         } else {
-                            pb.println(format!("e2fsck -fn {}: {verdict} (image kept)", img.display()));
+                            say(&pb, format!("e2fsck -fn {}: {verdict} (image kept)", img.display()));
                         }
                         let shown: Vec<String> = figs
                             .iter()
@@ -294,7 +304,7 @@ pub fn run(opts: &Options) -> Result<Report, String> {
                             .take(4)
                             .map(|f| format!("{} {}", report::fmt_val(f.value), f.unit))
                             .collect();
-                        pb.println(format!(
+                        say(&pb, format!(
                             "[{:>6.0}s] {:<10} {:<14} round {}: {} ({secs:.1} s)",
                             started.elapsed().as_secs_f64(),
                             w.name,
@@ -305,12 +315,12 @@ pub fn run(opts: &Options) -> Result<Report, String> {
                         report.add(w.name, p, figs);
                     }
                     Err(e) => {
-                        pb.println(format!("{} on {} round {}: FAILED: {e}", w.name, p.name(), r + 1));
+                        say(&pb, format!("{} on {} round {}: FAILED: {e}", w.name, p.name(), r + 1));
                         report.error(w.name, p, r, &e);
                     }
                 }
                 if secs >= sizes.long_run_secs as f64 && r + 1 < sizes.runs {
-                    pb.println(format!(
+                    say(&pb, format!(
                         "{} on {}: one round took {secs:.0} s, not repeated",
                         w.name,
                         p.name()

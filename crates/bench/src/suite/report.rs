@@ -289,9 +289,12 @@ impl Report {
                 let _ = writeln!(s, "(no figures)\n");
                 continue;
             }
-            let xl = if w.x_label.is_empty() { "" } else { w.x_label };
-            let mut head = format!("| metric | unit | {xl} |");
-            let mut rule = String::from("|---|---|---:|");
+            let has_x = !w.x_label.is_empty();
+            let (mut head, mut rule) = if has_x {
+                (format!("| metric | unit | {} |", w.x_label), String::from("|---|---|---:|"))
+            } else {
+                (String::from("| metric | unit |"), String::from("|---|---|"))
+            };
             for p in &peers {
                 let _ = write!(head, " {p} |");
                 rule.push_str("---:|");
@@ -316,7 +319,11 @@ impl Report {
                         .find(|r| r.workload == w.name && r.metric == metric && r.x == x && r.peer == p)
                 };
                 let unit = peers.iter().find_map(|p| find(p)).map_or("", |r| r.unit);
-                let mut line = format!("| {metric} | {unit} | {} |", fmt_x(x));
+                let mut line = if has_x {
+                    format!("| {metric} | {unit} | {} |", fmt_x(x))
+                } else {
+                    format!("| {metric} | {unit} |")
+                };
                 for p in &peers {
                     let cell = find(p).map_or("—".to_string(), |r| {
                         let (lo, hi) = r.min_max();

@@ -123,7 +123,7 @@ impl Sizes {
     /// Every workload and peer, small: a few minutes on a 2-core VM.
     pub fn quick() -> Self {
         Sizes {
-            runs: 1,
+            runs: 2,
             long_run_secs: 120,
             threads: vec![1, 2],
             lseek_ops: 100_000,
@@ -133,7 +133,7 @@ impl Sizes {
             fsync_blocks: vec![500, 5_000],
             fsync_ops: 40,
             create_max: 10_000,
-            create_linear_max: 4_000,
+            create_linear_max: 5_000,
             seq_mib: 32,
             fio_mib: 32,
             fio_secs: 1,

@@ -507,6 +507,16 @@ fn w_storm(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     Ok(out)
 }
 
+/// Let the renamer get going before the readers start (at most a second:
+/// a renamer that failed has set `stop`), so every reader runs against
+/// renames, even in a short run.
+fn wait_for_renames(renames: &AtomicU64, stop: &AtomicBool) {
+    let t = Instant::now();
+    while renames.load(Ordering::Relaxed) < 2 && !stop.load(Ordering::Relaxed) && t.elapsed() < Duration::from_secs(1) {
+        std::thread::yield_now();
+    }
+}
+
 fn w_dpath(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     let mut out = Vec::new();
     let ops = s.dpath_ops;
@@ -529,6 +539,7 @@ fn w_dpath(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                         }
                         Ok(())
                     });
+                    wait_for_renames(&renames, &stop);
                     let r = par(n, |_| {
                         for _ in 0..ops {
                             let p = fs.d_path(&dentry);
@@ -558,6 +569,7 @@ fn w_dpath(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                         }
                         Ok(())
                     });
+                    wait_for_renames(&renames, &stop);
                     let r = par(n, |_| {
                         for _ in 0..ops {
                             let p = std::fs::read_link(&link).map_err(io("readlink"))?;
@@ -818,7 +830,10 @@ fn cname(i: u64) -> String {
 
 fn w_create(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     let max = create_max(s, l.peer());
-    let pts = create_points(max);
+    // The linear peers stop early, on the same interval ends as the others
+    // (so every interval has a ratio to the kernel).
+    let mut pts: Vec<u64> = create_points(s.create_max).into_iter().filter(|&p| p < max).collect();
+    pts.push(max);
     let mut out = Vec::new();
     let mut i = 0u64;
     let (stat_secs, unlink_secs);

@@ -25,7 +25,7 @@ pub struct Args {
     /// kernel-ext2); the others are listed as skipped.
     #[arg(long, value_name = "PEER", value_delimiter = ',')]
     pub peers: Vec<String>,
-    /// Rounds per workload and peer (default 3; --quick 1). Peers are
+    /// Rounds per workload and peer (default 3; --quick 2). Peers are
     /// interleaved within a round; tables show medians and min–max.
     #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
