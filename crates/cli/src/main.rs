@@ -307,7 +307,9 @@ fn parse_mode(s: &str) -> Result<u16, String> {
 fn main() -> ExitCode {
     ext4kit_alloc::tune();
     // `bench --help` lists the workloads and peers from the suite itself.
-    let matches = Cli::command().mut_subcommand("bench", cmd::bench::with_help).get_matches();
+    let matches = Cli::command()
+        .mut_subcommand("bench", cmd::bench::with_help)
+        .get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A command that only prints (`ext4kit ls img / | head`) ends quietly
     // when its reader goes away, as coreutils do: Rust ignores SIGPIPE, so

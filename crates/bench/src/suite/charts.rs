@@ -79,8 +79,10 @@ fn curves(
         .map_err(e("axes"))?;
     // Thread counts are integers: label only the ticks that are.
     let fmt_x = |x: &f64| {
-        if !int_x || (x - x.round()).abs() < 1e-6 {
+        if !int_x {
             crate::suite::report::fmt_val(*x)
+        } else if (x - x.round()).abs() < 1e-6 {
+            format!("{x:.0}")
         } else {
             String::new()
         }
@@ -216,7 +218,14 @@ pub fn draw(r: &Report, out: &Path) -> Result<Vec<PathBuf>, String> {
         root.fill(&WHITE).map_err(e("fill"))?;
         let areas = root.split_evenly((rows_n, 2));
         for ((_, title, rows), area) in panels.into_iter().zip(areas.iter()) {
-            curves(area, title, &[("", rows, false)], "threads (log)", "total throughput (log)", true)?;
+            curves(
+                area,
+                title,
+                &[("", rows, false)],
+                "threads (log)",
+                "total throughput (log)",
+                true,
+            )?;
         }
         root.present().map_err(e("write"))?;
         written.push(p.clone());
@@ -291,9 +300,7 @@ fn draw_bars(_r: &Report, bars: &[(&Row, f64)], p: &Path) -> Result<(), String> 
             .iter()
             .filter(|(row, _)| &row.peer == peer)
             .filter_map(|(row, v)| {
-                let ci = cats
-                    .iter()
-                    .position(|(w, m)| w == row.workload && *m == row.metric)?;
+                let ci = cats.iter().position(|(w, m)| w == row.workload && *m == row.metric)?;
                 let base = (cats.len() - 1 - ci) as f64 + 0.1;
                 // The first peer (the library) on top of its group.
                 let slot = np - 1.0 - pi as f64;
@@ -319,10 +326,6 @@ fn draw_bars(_r: &Report, bars: &[(&Row, f64)], p: &Path) -> Result<(), String> 
 
 /// Where bars start on the log axis: just inside its left edge.
 fn xr_start(vals: &[f64]) -> f64 {
-    let lo = vals
-        .iter()
-        .copied()
-        .filter(|v| *v > 0.0)
-        .fold(1.0f64, f64::min);
+    let lo = vals.iter().copied().filter(|v| *v > 0.0).fold(1.0f64, f64::min);
     lo / 1.5 * 1.01
 }

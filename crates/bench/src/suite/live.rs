@@ -70,8 +70,20 @@ impl<'a> Live<'a> {
         crate::drop_kernel_caches();
         self.held = match self.peer {
             PeerId::Lib => Held::Lib(open_lib(&self.image)?),
-            PeerId::Mount => Held::Mount(PeerMount::mount(Peer::Ext4kit, self.cfg, &self.image, &self.mnt, false)?),
-            PeerId::Fuse2fs => Held::Mount(PeerMount::mount(Peer::Fuse2fs, self.cfg, &self.image, &self.mnt, false)?),
+            PeerId::Mount => Held::Mount(PeerMount::mount(
+                Peer::Ext4kit,
+                self.cfg,
+                &self.image,
+                &self.mnt,
+                false,
+            )?),
+            PeerId::Fuse2fs => Held::Mount(PeerMount::mount(
+                Peer::Fuse2fs,
+                self.cfg,
+                &self.image,
+                &self.mnt,
+                false,
+            )?),
             PeerId::Kernel => Held::Mount(PeerMount::mount(Peer::Kernel, self.cfg, &self.image, &self.mnt, false)?),
             PeerId::Ext2 => {
                 std::fs::create_dir_all(&self.mnt).map_err(|e| format!("{}: {e}", self.mnt.display()))?;

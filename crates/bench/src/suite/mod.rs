@@ -48,7 +48,13 @@ pub enum PeerId {
 
 impl PeerId {
     /// Every peer, in table order.
-    pub const ALL: [PeerId; 5] = [PeerId::Lib, PeerId::Mount, PeerId::Fuse2fs, PeerId::Kernel, PeerId::Ext2];
+    pub const ALL: [PeerId; 5] = [
+        PeerId::Lib,
+        PeerId::Mount,
+        PeerId::Fuse2fs,
+        PeerId::Kernel,
+        PeerId::Ext2,
+    ];
 
     /// The name used in tables, `--peers` and the JSON.
     pub fn name(self) -> &'static str {
@@ -63,7 +69,9 @@ impl PeerId {
 
     /// Parse a `--peers` name.
     pub fn parse(s: &str) -> Option<PeerId> {
-        PeerId::ALL.into_iter().find(|p| p.name() == s || (s == "mount" && *p == PeerId::Mount))
+        PeerId::ALL
+            .into_iter()
+            .find(|p| p.name() == s || (s == "mount" && *p == PeerId::Mount))
     }
 
     /// One line for `--help` and the report.
@@ -118,10 +126,7 @@ pub struct Availability {
 impl Availability {
     /// Why `p` is skipped, if it is.
     pub fn skipped(&self, p: PeerId) -> Option<&str> {
-        self.peers
-            .iter()
-            .find(|(q, _)| *q == p)
-            .and_then(|(_, r)| r.as_deref())
+        self.peers.iter().find(|(q, _)| *q == p).and_then(|(_, r)| r.as_deref())
     }
 }
 
@@ -143,7 +148,12 @@ pub fn probe(opts: &Options) -> Availability {
         let img = dir.join("probe.img");
         let r = (|| {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            crate::run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4"]).arg(&img).arg("16M"))?;
+            crate::run(
+                Command::new("mke2fs")
+                    .args(["-q", "-F", "-t", "ext4"])
+                    .arg(&img)
+                    .arg("16M"),
+            )?;
             let m = crate::peers::PeerMount::mount(peer, &cfg, &img, &dir.join("mnt"), false)?;
             m.unmount()
         })();
@@ -298,20 +308,27 @@ pub fn run(opts: &Options) -> Result<Report, String> {
                         } else {
                             say(&pb, format!("e2fsck -fn {}: {verdict} (image kept)", img.display()));
                         }
-                        let shown: Vec<String> = figs
+                        // A few figures: all of them; a curve: its ends.
+                        let pick: Vec<&Figure> = if figs.len() <= 4 {
+                            figs.iter().collect()
+                        } else {
+                            figs.first().into_iter().chain(figs.last()).collect()
+                        };
+                        let shown: Vec<String> = pick
                             .iter()
-                            .filter(|f| f.x.is_none() || figs.len() <= 4)
-                            .take(4)
                             .map(|f| format!("{} {}", report::fmt_val(f.value), f.unit))
                             .collect();
-                        say(&pb, format!(
-                            "[{:>6.0}s] {:<10} {:<14} round {}: {} ({secs:.1} s)",
-                            started.elapsed().as_secs_f64(),
-                            w.name,
-                            p.name(),
-                            r + 1,
-                            shown.join(", ")
-                        ));
+                        say(
+                            &pb,
+                            format!(
+                                "[{:>6.0}s] {:<10} {:<14} round {}: {} ({secs:.1} s)",
+                                started.elapsed().as_secs_f64(),
+                                w.name,
+                                p.name(),
+                                r + 1,
+                                shown.join(", ")
+                            ),
+                        );
                         report.add(w.name, p, figs);
                     }
                     Err(e) => {
@@ -320,11 +337,10 @@ pub fn run(opts: &Options) -> Result<Report, String> {
                     }
                 }
                 if secs >= sizes.long_run_secs as f64 && r + 1 < sizes.runs {
-                    say(&pb, format!(
-                        "{} on {}: one round took {secs:.0} s, not repeated",
-                        w.name,
-                        p.name()
-                    ));
+                    say(
+                        &pb,
+                        format!("{} on {}: one round took {secs:.0} s, not repeated", w.name, p.name()),
+                    );
                     long_once.push(p);
                 }
                 pb.inc(1);

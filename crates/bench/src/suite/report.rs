@@ -185,8 +185,12 @@ impl Report {
 
     /// Record a failed round.
     pub fn error(&mut self, workload: &str, peer: PeerId, round: usize, msg: &str) {
-        self.errors
-            .push((workload.to_string(), peer.name().to_string(), round + 1, msg.to_string()));
+        self.errors.push((
+            workload.to_string(),
+            peer.name().to_string(),
+            round + 1,
+            msg.to_string(),
+        ));
     }
 
     /// Record e2fsck's verdict on an image `peer` wrote.
@@ -221,9 +225,7 @@ impl Report {
     fn kernel_of(&self, r: &Row) -> Option<f64> {
         self.rows
             .iter()
-            .find(|k| {
-                k.workload == r.workload && k.metric == r.metric && k.x == r.x && k.peer == PeerId::Kernel.name()
-            })
+            .find(|k| k.workload == r.workload && k.metric == r.metric && k.x == r.x && k.peer == PeerId::Kernel.name())
             .map(Row::median)
     }
 
@@ -291,7 +293,10 @@ impl Report {
             }
             let has_x = !w.x_label.is_empty();
             let (mut head, mut rule) = if has_x {
-                (format!("| metric | unit | {} |", w.x_label), String::from("|---|---|---:|"))
+                (
+                    format!("| metric | unit | {} |", w.x_label),
+                    String::from("|---|---|---:|"),
+                )
             } else {
                 (String::from("| metric | unit |"), String::from("|---|---|"))
             };
@@ -344,7 +349,12 @@ impl Report {
                 let _ = writeln!(s, "{line}");
             }
             for p in w.peers {
-                if let Some(why) = self.avail.skipped(*p).map(str::to_string).or_else(|| w.skip_reason(*p, &self.avail)) {
+                if let Some(why) = self
+                    .avail
+                    .skipped(*p)
+                    .map(str::to_string)
+                    .or_else(|| w.skip_reason(*p, &self.avail))
+                {
                     let _ = writeln!(s, "\n{} skipped: {why}", p.name());
                 }
             }
@@ -359,7 +369,9 @@ impl Report {
                 s,
                 "- {}: {clean}/{total} clean{}",
                 p.name(),
-                first.as_ref().map_or(String::new(), |f| format!(" (first failure: {f})"))
+                first
+                    .as_ref()
+                    .map_or(String::new(), |f| format!(" (first failure: {f})"))
             );
         }
         if !self.errors.is_empty() {
@@ -413,7 +425,12 @@ impl Report {
                 parts.push(part);
             }
         }
-        (!parts.is_empty()).then(|| format!("Scaling (total throughput, most threads / fewest): {}.", parts.join("; ")))
+        (!parts.is_empty()).then(|| {
+            format!(
+                "Scaling (total throughput, most threads / fewest): {}.",
+                parts.join("; ")
+            )
+        })
     }
 
     /// The report as JSON.
@@ -491,7 +508,9 @@ impl Report {
         let notes: Vec<_> = notes::NOTES
             .iter()
             .filter(|n| self.workloads.iter().any(|w| w.name == n.workload))
-            .map(|n| json!({"workload": n.workload, "curve": n.curve, "shared_state": n.shared, "on_64_cores": n.at_64}))
+            .map(
+                |n| json!({"workload": n.workload, "curve": n.curve, "shared_state": n.shared, "on_64_cores": n.at_64}),
+            )
             .collect();
         json!({
             "command": self.command,
@@ -511,9 +530,8 @@ impl Report {
 
     /// The figures as CSV, one line per (workload, metric, x, peer).
     pub fn csv(&self) -> String {
-        let mut s = String::from(
-            "workload,metric,unit,higher_is_better,x,peer,rounds,median,min,max,ratio_to_kernel\n",
-        );
+        let mut s =
+            String::from("workload,metric,unit,higher_is_better,x,peer,rounds,median,min,max,ratio_to_kernel\n");
         let q = |t: &str| {
             if t.contains([',', '"', '\n']) {
                 format!("\"{}\"", t.replace('"', "\"\""))

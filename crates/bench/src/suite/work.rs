@@ -116,7 +116,13 @@ pub static WORKLOADS: [Workload; 11] = [
                 (kernel ext2 without dir_index, and fuse2fs, which never indexes a new directory) \
                 stop at the linear maximum: their creates are O(n).",
         x_label: "files in the directory",
-        peers: &[PeerId::Lib, PeerId::Mount, PeerId::Fuse2fs, PeerId::Kernel, PeerId::Ext2],
+        peers: &[
+            PeerId::Lib,
+            PeerId::Mount,
+            PeerId::Fuse2fs,
+            PeerId::Kernel,
+            PeerId::Ext2,
+        ],
         run: w_create,
         image: create_image,
     },
@@ -195,12 +201,7 @@ impl Workload {
         let spec = (self.image)(s, p);
         let template = spec.template(work, s)?;
         let img = work.join(format!("run-{}-{}.img", self.name, p.name()));
-        crate::run(
-            Command::new("cp")
-                .arg("--sparse=always")
-                .arg(&template)
-                .arg(&img),
-        )?;
+        crate::run(Command::new("cp").arg("--sparse=always").arg(&template).arg(&img))?;
         Ok(img)
     }
 }
@@ -620,9 +621,7 @@ fn w_dd(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                 let mut p = Process::new(fs.clone());
                 let _other = shared.then(|| p.share());
                 let t = Instant::now();
-                let fd = p
-                    .open_as(name, wflags(true), 0o644, &root())
-                    .map_err(io("open"))?;
+                let fd = p.open_as(name, wflags(true), 0o644, &root()).map_err(io("open"))?;
                 for _ in 0..count {
                     if p.write(fd, &[0]).map_err(io("write"))? != 1 {
                         return Err("dd: a one-byte write wrote nothing".into());
@@ -765,7 +764,13 @@ fn w_fsync(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     let mut out = Vec::new();
     for (i, &n) in s.fsync_blocks.iter().enumerate() {
         let x = Some(n as f64);
-        out.push(fig("2 KiB write + fsync", "µs/op", false, x, median(&mut per_op[i * 2])));
+        out.push(fig(
+            "2 KiB write + fsync",
+            "µs/op",
+            false,
+            x,
+            median(&mut per_op[i * 2]),
+        ));
         out.push(fig(
             "2 KiB write + fdatasync",
             "µs/op",
@@ -902,7 +907,13 @@ fn w_create(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     }
     let x = Some(max as f64);
     out.push(fig("stat of every name", "files/s", true, x, max as f64 / stat_secs));
-    out.push(fig("unlink of every name", "files/s", true, x, max as f64 / unlink_secs));
+    out.push(fig(
+        "unlink of every name",
+        "files/s",
+        true,
+        x,
+        max as f64 / unlink_secs,
+    ));
     Ok(out)
 }
 
@@ -916,7 +927,9 @@ fn w_seq(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     let wsecs = match l.target()? {
         Target::Lib(fs) => {
             let t = Instant::now();
-            let f = fs.open_as(b"/seq", wflags(true), 0o644, &root()).map_err(io("create"))?;
+            let f = fs
+                .open_as(b"/seq", wflags(true), 0o644, &root())
+                .map_err(io("create"))?;
             for i in 0..mib {
                 chunk[..8].copy_from_slice(&i.to_le_bytes());
                 let mut off = 0;
@@ -971,7 +984,13 @@ fn w_seq(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
         return Err(format!("seq: read {total} bytes of {}", mib << 20));
     }
     Ok(vec![
-        fig(format!("write {mib} MiB + fsync"), "MiB/s", true, None, mib as f64 / wsecs),
+        fig(
+            format!("write {mib} MiB + fsync"),
+            "MiB/s",
+            true,
+            None,
+            mib as f64 / wsecs,
+        ),
         fig(format!("read {mib} MiB, cold"), "MiB/s", true, None, mib as f64 / rsecs),
     ])
 }
@@ -996,7 +1015,9 @@ fn w_fio(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     let mut chunk = random_mib(3);
     let (r, w) = match l.target()? {
         Target::Lib(fs) => {
-            let f = fs.open_as(b"/fio.dat", wflags(true), 0o644, &root()).map_err(io("create"))?;
+            let f = fs
+                .open_as(b"/fio.dat", wflags(true), 0o644, &root())
+                .map_err(io("create"))?;
             for _ in 0..s.fio_mib {
                 let mut off = 0;
                 while off < chunk.len() {
@@ -1114,7 +1135,10 @@ impl crate::srctree::TreeSink for LibSink<'_> {
         self.fs.mkdir(bytes(p), 0o755, &self.cred).map(|_| ()).map_err(eio)
     }
     fn write(&mut self, p: &Path, data: &[u8]) -> std::io::Result<()> {
-        let f = self.fs.open_as(bytes(p), wflags(true), 0o644, &self.cred).map_err(eio)?;
+        let f = self
+            .fs
+            .open_as(bytes(p), wflags(true), 0o644, &self.cred)
+            .map_err(eio)?;
         let mut off = 0;
         while off < data.len() {
             off += f.write(self.fs, &data[off..]).map_err(eio)?;
@@ -1122,7 +1146,10 @@ impl crate::srctree::TreeSink for LibSink<'_> {
         Ok(())
     }
     fn symlink(&mut self, target: &str, p: &Path) -> std::io::Result<()> {
-        self.fs.symlink(target.as_bytes(), bytes(p), 0, 0).map(|_| ()).map_err(eio)
+        self.fs
+            .symlink(target.as_bytes(), bytes(p), 0, 0)
+            .map(|_| ())
+            .map_err(eio)
     }
 }
 
@@ -1181,8 +1208,7 @@ fn w_tree(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
         Target::Lib(fs) => {
             let t = Instant::now();
             let mut sink = LibSink { fs, cred: root() };
-            crate::srctree::build_tree_into(&mut sink, Path::new("/tree"), &shape)
-                .map_err(io("writing the tree"))?;
+            crate::srctree::build_tree_into(&mut sink, Path::new("/tree"), &shape).map_err(io("writing the tree"))?;
             t.elapsed().as_secs_f64()
         }
         Target::Dir(dir) => {
@@ -1306,12 +1332,7 @@ fn w_fsmall(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                     fs.mkdir(format!("/s{n}-{t}").as_bytes(), 0o755, &root())
                         .map_err(io("mkdir"))?;
                 }
-                let commits = || {
-                    fs.vol
-                        .jbd
-                        .as_ref()
-                        .map(|j| j.stats.commits.load(Ordering::Relaxed))
-                };
+                let commits = || fs.vol.jbd.as_ref().map(|j| j.stats.commits.load(Ordering::Relaxed));
                 let c0 = commits();
                 let (lat, d) = par(n, |t| {
                     let mut p = Process::new(fs.clone());
