@@ -144,7 +144,7 @@ pub fn probe(opts: &Options) -> Availability {
     let fuse_dev = Path::new("/dev/fuse").exists();
     let cfg = peer_config(opts);
     let probe_mount = |peer: crate::peers::Peer| -> Option<String> {
-        let dir = opts.work.join("probe");
+        let dir = opts.work.join(format!("probe-{}", peer.name()));
         let img = dir.join("probe.img");
         let r = (|| {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
