@@ -17,8 +17,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_ext4kit");
 
 /// Every workload the suite has; a workload added later must be added here
 /// (the test checks that the report lists exactly these).
-const WORKLOADS: [&str; 11] = [
-    "lseek", "storm", "dpath", "dd", "fsync", "create", "seq", "fio", "tree", "pcreate", "fsmall",
+const WORKLOADS: [&str; 12] = [
+    "lseek", "storm", "dpath", "dd", "fsync", "create", "lookup", "seq", "fio", "tree", "pcreate", "fsmall",
 ];
 
 fn has_program(name: &str) -> bool {

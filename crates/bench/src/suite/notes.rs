@@ -81,6 +81,15 @@ pub const NOTES: &[Note] = &[
                 of CPUs our threads run on, so reclamation batches may need to grow with it.",
     },
     Note {
+        workload: "lookup",
+        curve: "seed 004 read side, lookup time against directory size",
+        shared: "the cached directory blocks (read-only once cached and checked) and the dentry \
+                 cache's map, into which every miss inserts a new dentry.",
+        at_64: "lookups of different names from many threads should scale: the htree descent \
+                reads shared blocks without writing them; the dentry-map insert is the one \
+                shared write, spread over the map's buckets.",
+    },
+    Note {
         workload: "seq",
         curve: "sequential write and cold read",
         shared: "one file: its inode lock and page map; the block allocator's group lock; one \

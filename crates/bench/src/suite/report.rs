@@ -93,10 +93,12 @@ pub fn fmt_val(x: f64) -> String {
         format!("{x:.0}")
     } else if x.abs() >= 10.0 {
         format!("{x:.1}")
-    } else if x.abs() >= 0.1 {
+    } else if x.abs() >= 0.1 || x == 0.0 {
         format!("{x:.2}")
     } else {
-        format!("{x:.3}")
+        // Two significant digits, however small (µs-scale seconds).
+        let digits = ((-x.abs().log10()).ceil() as usize + 1).min(12);
+        format!("{x:.digits$}")
     }
 }
 

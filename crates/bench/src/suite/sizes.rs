@@ -29,6 +29,10 @@ pub struct Sizes {
     /// seed 004: the linear peers (kernel ext2, fuse2fs, whose inserts
     /// scan the directory) stop here: their creates are O(n).
     pub create_linear_max: u64,
+    /// seed 004, read side: directory sizes for lookups.
+    pub lookup_sizes: Vec<usize>,
+    /// seed 004, read side: lookups measured per directory (htree).
+    pub lookup_probes: usize,
     /// Sequential write/read, MiB.
     pub seq_mib: u64,
     /// fio: file size, MiB.
@@ -81,6 +85,8 @@ impl Sizes {
             "fsync_ops": self.fsync_ops,
             "create_max": self.create_max,
             "create_linear_max": self.create_linear_max,
+            "lookup_sizes": self.lookup_sizes,
+            "lookup_probes": self.lookup_probes,
             "seq_mib": self.seq_mib,
             "fio_mib": self.fio_mib,
             "fio_secs": self.fio_secs,
@@ -108,6 +114,8 @@ impl Sizes {
             fsync_ops: 1_000,
             create_max: 1_000_000,
             create_linear_max: 30_000,
+            lookup_sizes: vec![1_000, 10_000, 50_000],
+            lookup_probes: 2_000,
             seq_mib: 1024,
             fio_mib: 1024,
             fio_secs: 5,
@@ -134,6 +142,8 @@ impl Sizes {
             fsync_ops: 40,
             create_max: 10_000,
             create_linear_max: 5_000,
+            lookup_sizes: vec![1_000, 5_000],
+            lookup_probes: 300,
             seq_mib: 32,
             fio_mib: 32,
             fio_secs: 1,

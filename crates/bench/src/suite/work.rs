@@ -47,7 +47,7 @@ pub struct Workload {
 const ALL4: &[PeerId] = &[PeerId::Lib, PeerId::Mount, PeerId::Fuse2fs, PeerId::Kernel];
 
 /// Every workload, in suite (and report) order.
-pub static WORKLOADS: [Workload; 11] = [
+pub static WORKLOADS: [Workload; 12] = [
     Workload {
         name: "lseek",
         seed: Some("000"),
@@ -127,6 +127,19 @@ pub static WORKLOADS: [Workload; 11] = [
         image: create_image,
     },
     Workload {
+        name: "lookup",
+        seed: Some("004"),
+        title: "seed 004, read side: one name looked up in a big directory, htree and linear",
+        about: "Directories of 1,000 / 10,000 / 50,000 names, indexed (htree) and linear (made by \
+                mke2fs -d, which never indexes): the median time of one lookup of a name not \
+                looked up before (a dentry-cache miss; directory blocks cached by one readdir). \
+                The library's directory blocks read per lookup are shown too (htree-lookup).",
+        x_label: "names in the directory",
+        peers: ALL4,
+        run: w_lookup,
+        image: lookup_image,
+    },
+    Workload {
         name: "seq",
         seed: None,
         title: "sequential write (1 MiB writes + fsync) and cold sequential read",
@@ -151,11 +164,12 @@ pub static WORKLOADS: [Workload; 11] = [
     Workload {
         name: "tree",
         seed: None,
-        title: "untar of a source-like tree, find over it (cold), rm -rf of it",
+        title: "untar of a source-like tree, find over it (cold, warm), read it all, rm -rf of it",
         about: "A generated source-like tree (2,000 directories, 30,000 files of 64 B-32 KiB, \
                 symlinks) untarred (and made durable: syncfs, or unmount for a FUSE server), listed \
-                with find on a cold mount, removed with rm -rf. The library writes, walks and \
-                removes the same tree through its API (no tar: the same names, sizes and bytes).",
+                with find on a cold mount and again warm, every file read, removed with rm -rf. \
+                The library writes, walks, reads and removes the same tree through its API (no \
+                tar: the same names, sizes and bytes).",
         x_label: "",
         peers: ALL4,
         run: w_tree,
@@ -214,7 +228,9 @@ struct ImageSpec {
     size_mib: u64,
     inodes: u64,
     no_dir_index: bool,
-    populate: Option<fn(&Path) -> Result<(), String>>,
+    populate: Option<fn(&Path, &Sizes) -> Result<(), String>>,
+    /// Run on the made image (through the library) before it is a template.
+    finish: Option<fn(&Path, &Sizes) -> Result<(), String>>,
 }
 
 impl ImageSpec {
@@ -226,7 +242,6 @@ impl ImageSpec {
         if img.exists() {
             return Ok(img);
         }
-        let _ = s;
         let tmp = img.with_extension("tmp");
         let mut cmd = Command::new("mke2fs");
         cmd.args(["-q", "-F", "-t", self.fstype, "-b", &self.block.to_string()])
@@ -243,13 +258,16 @@ impl ImageSpec {
         if let Some(populate) = self.populate {
             let _ = std::fs::remove_dir_all(&src);
             std::fs::create_dir_all(&src).map_err(|e| format!("{}: {e}", src.display()))?;
-            populate(&src)?;
+            populate(&src, s)?;
             cmd.arg("-d").arg(&src);
         }
         cmd.arg(&tmp).arg(format!("{}M", self.size_mib));
         let r = crate::run(&mut cmd);
         let _ = std::fs::remove_dir_all(&src);
         r?;
+        if let Some(finish) = self.finish {
+            finish(&tmp, s)?;
+        }
         std::fs::rename(&tmp, &img).map_err(|e| format!("{}: {e}", img.display()))?;
         Ok(img)
     }
@@ -258,7 +276,7 @@ impl ImageSpec {
 /// The read-side seeds' image: a 128 MiB file (sparse: seeks read no
 /// data), four small files, and a deep path for d_path.
 fn seeds_image(_: &Sizes, _: PeerId) -> ImageSpec {
-    fn populate(src: &Path) -> Result<(), String> {
+    fn populate(src: &Path, _: &Sizes) -> Result<(), String> {
         let e = |e: std::io::Error| format!("{}: {e}", src.display());
         let big = std::fs::File::create(src.join("big")).map_err(e)?;
         big.set_len(128 << 20).map_err(e)?;
@@ -278,6 +296,57 @@ fn seeds_image(_: &Sizes, _: PeerId) -> ImageSpec {
         inodes: 16_384,
         no_dir_index: false,
         populate: Some(populate),
+        finish: None,
+    }
+}
+
+fn lookup_name(i: usize) -> String {
+    format!("file-{i:07}-{}", i.wrapping_mul(2_654_435_761) % 100_000)
+}
+
+/// The lookup image: `/linear/dN` made by mke2fs -d (libext2fs never
+/// indexes a directory), `/htree/dN` made by the library (indexed as it
+/// grows), N each of the lookup sizes.
+fn lookup_image(s: &Sizes, _: PeerId) -> ImageSpec {
+    fn populate(src: &Path, s: &Sizes) -> Result<(), String> {
+        for &n in &s.lookup_sizes {
+            let d = src.join(format!("linear/d{n}"));
+            std::fs::create_dir_all(&d).map_err(io("mkdir"))?;
+            for i in 0..n {
+                std::fs::File::create(d.join(lookup_name(i))).map_err(io("create"))?;
+            }
+        }
+        std::fs::create_dir_all(src.join("htree")).map_err(io("mkdir"))
+    }
+    fn finish(img: &Path, s: &Sizes) -> Result<(), String> {
+        let fs = Fs::open_image(
+            img,
+            &ext4kit::OpenOptions {
+                read_only: false,
+                ..Default::default()
+            },
+        )
+        .map_err(io("open the lookup image"))?;
+        for &n in &s.lookup_sizes {
+            let d = format!("/htree/d{n}");
+            fs.mkdir(d.as_bytes(), 0o755, &root()).map_err(io("mkdir"))?;
+            for i in 0..n {
+                fs.create(format!("{d}/{}", lookup_name(i)).as_bytes(), 0o644, 0, 0)
+                    .map_err(io("create"))?;
+            }
+        }
+        fs.sync().map_err(io("sync"))
+    }
+    let names: usize = s.lookup_sizes.iter().sum();
+    ImageSpec {
+        key: "lookup",
+        fstype: "ext4",
+        block: 4096,
+        size_mib: 64 + (names as u64 * 2 * 300 >> 20),
+        inodes: (names * 2 + 1_000) as u64,
+        no_dir_index: false,
+        populate: Some(populate),
+        finish: Some(finish),
     }
 }
 
@@ -294,6 +363,7 @@ fn std_image(s: &Sizes, _: PeerId) -> ImageSpec {
         inodes: (files + fsmall + 20_000).max(65_536) as u64,
         no_dir_index: false,
         populate: None,
+        finish: None,
     }
 }
 
@@ -308,6 +378,7 @@ fn fsync_image(s: &Sizes, _: PeerId) -> ImageSpec {
         inodes: 16_384,
         no_dir_index: false,
         populate: None,
+        finish: None,
     }
 }
 
@@ -325,6 +396,7 @@ fn create_image(s: &Sizes, p: PeerId) -> ImageSpec {
         inodes: files + 10_000,
         no_dir_index: ext2,
         populate: None,
+        finish: None,
     }
 }
 
@@ -917,6 +989,68 @@ fn w_create(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     Ok(out)
 }
 
+fn w_lookup(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
+    let mut out = Vec::new();
+    for &n in &s.lookup_sizes {
+        for kind in ["htree", "linear"] {
+            // The linear search is O(n): fewer probes.
+            let probes = if kind == "linear" {
+                s.lookup_probes.min(500)
+            } else {
+                s.lookup_probes
+            }
+            .min(n);
+            let mut times = Vec::with_capacity(probes);
+            let mut blocks = None;
+            match l.target()? {
+                Target::Lib(fs) => {
+                    let dir = format!("/{kind}/d{n}");
+                    // Directory blocks into the cache, no dentries made.
+                    fs.read_dir(dir.as_bytes()).map_err(io("readdir"))?;
+                    let before = fs.stats().dir_block_reads;
+                    for k in 0..probes {
+                        let p = format!("{dir}/{}", lookup_name((k * 7919) % n));
+                        let t = Instant::now();
+                        let d = fs.resolve(p.as_bytes(), false).map_err(io("lookup"))?;
+                        times.push(t.elapsed().as_secs_f64() * 1e6);
+                        std::hint::black_box(d);
+                    }
+                    blocks = Some((fs.stats().dir_block_reads - before) as f64 / probes as f64);
+                }
+                Target::Dir(root) => {
+                    let dir = root.join(format!("{kind}/d{n}"));
+                    let _ = std::fs::read_dir(&dir).map_err(io("readdir"))?.count();
+                    for k in 0..probes {
+                        let p = dir.join(lookup_name((k * 7919) % n));
+                        let t = Instant::now();
+                        let r = std::fs::symlink_metadata(&p);
+                        times.push(t.elapsed().as_secs_f64() * 1e6);
+                        r.map_err(io("lookup"))?;
+                    }
+                }
+            }
+            let x = Some(n as f64);
+            out.push(fig(
+                format!("lookup, {kind} directory"),
+                "µs",
+                false,
+                x,
+                median(&mut times),
+            ));
+            if let Some(b) = blocks {
+                out.push(fig(
+                    format!("directory blocks read per lookup, {kind}"),
+                    "blocks",
+                    false,
+                    x,
+                    b,
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
 // ---------------------------------------------------------------------
 // sequential
 
@@ -1176,6 +1310,63 @@ fn lib_find(fs: &Fs, dir: &[u8]) -> Result<u64, String> {
     Ok(n)
 }
 
+/// Read every regular file below `dir` through the library; bytes read.
+fn lib_read_all(fs: &Fs, dir: &[u8]) -> Result<u64, String> {
+    let mut total = 0;
+    let mut buf = vec![0u8; 1 << 20];
+    for e in fs.read_dir(dir).map_err(io("readdir"))? {
+        if e.name == b"." || e.name == b".." {
+            continue;
+        }
+        let mut path = dir.to_vec();
+        path.push(b'/');
+        path.extend_from_slice(&e.name);
+        let ft = match e.file_type {
+            Some(t) => t,
+            None => fs.lstat(&path).map_err(io("lstat"))?.ftype,
+        };
+        if ft == ext4kit::FileType::Directory {
+            total += lib_read_all(fs, &path)?;
+        } else if ft == ext4kit::FileType::Regular {
+            let f = fs.open(&path, OpenFlags::default()).map_err(io("open"))?;
+            loop {
+                let n = f.read(fs, &mut buf).map_err(io("read"))?;
+                if n == 0 {
+                    break;
+                }
+                total += n as u64;
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Read every regular file below `dir` with system calls; bytes read.
+fn host_read_all(dir: &Path) -> Result<u64, String> {
+    let mut total = 0;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).map_err(io("readdir"))? {
+            let e = e.map_err(io("readdir"))?;
+            let ft = e.file_type().map_err(io("file type"))?;
+            if ft.is_dir() {
+                stack.push(e.path());
+            } else if ft.is_file() {
+                let mut f = std::fs::File::open(e.path()).map_err(io("open"))?;
+                loop {
+                    let n = f.read(&mut buf).map_err(io("read"))?;
+                    if n == 0 {
+                        break;
+                    }
+                    total += n as u64;
+                }
+            }
+        }
+    }
+    Ok(total)
+}
+
 /// `rm -rf`: everything below `dir`, then `dir`.
 fn lib_rm(fs: &Fs, dir: &[u8], cred: &Cred) -> Result<(), String> {
     for e in fs.read_dir(dir).map_err(io("readdir"))? {
@@ -1248,6 +1439,32 @@ fn w_tree(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
             secs
         }
     };
+    // Warm: the same walk again, then every file read (fuse-read's walk
+    // and cat).
+    let find_warm = match l.target()? {
+        Target::Lib(fs) => {
+            let t = Instant::now();
+            lib_find(fs, b"/tree")?;
+            t.elapsed().as_secs_f64()
+        }
+        Target::Dir(dir) => {
+            let t = Instant::now();
+            crate::run(Command::new("find").arg(dir.join("tree")).stdout(Stdio::null()))?;
+            t.elapsed().as_secs_f64()
+        }
+    };
+    let t = Instant::now();
+    let read = match l.target()? {
+        Target::Lib(fs) => lib_read_all(fs, b"/tree")?,
+        Target::Dir(dir) => host_read_all(&dir.join("tree"))?,
+    };
+    let read_secs = t.elapsed().as_secs_f64();
+    if read != counts.bytes {
+        return Err(format!(
+            "reading every file gave {read} bytes, the tree has {}",
+            counts.bytes
+        ));
+    }
     let rm = match l.target()? {
         Target::Lib(fs) => {
             let t = Instant::now();
@@ -1269,6 +1486,14 @@ fn w_tree(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
         fig(format!("untar {n} files"), "s", false, None, untar),
         fig(format!("untar {n} files + sync"), "s", false, None, untar_sync),
         fig("find, cold", "s", false, None, find),
+        fig("find, warm", "s", false, None, find_warm),
+        fig(
+            "read every file, warm",
+            "MiB/s",
+            true,
+            None,
+            read as f64 / read_secs / 1048576.0,
+        ),
         fig("rm -rf", "s", false, None, rm),
     ])
 }
