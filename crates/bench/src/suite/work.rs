@@ -220,6 +220,10 @@ impl Workload {
     }
 }
 
+/// A step in making a template: on the source directory (before mke2fs
+/// -d) or on the made image.
+type ImageStep = fn(&Path, &Sizes) -> Result<(), String>;
+
 /// How to make a workload's template image.
 struct ImageSpec {
     key: &'static str,
@@ -228,9 +232,9 @@ struct ImageSpec {
     size_mib: u64,
     inodes: u64,
     no_dir_index: bool,
-    populate: Option<fn(&Path, &Sizes) -> Result<(), String>>,
+    populate: Option<ImageStep>,
     /// Run on the made image (through the library) before it is a template.
-    finish: Option<fn(&Path, &Sizes) -> Result<(), String>>,
+    finish: Option<ImageStep>,
 }
 
 impl ImageSpec {
@@ -342,7 +346,7 @@ fn lookup_image(s: &Sizes, _: PeerId) -> ImageSpec {
         key: "lookup",
         fstype: "ext4",
         block: 4096,
-        size_mib: 64 + (names as u64 * 2 * 300 >> 20),
+        size_mib: 64 + ((names as u64 * 2 * 300) >> 20),
         inodes: (names * 2 + 1_000) as u64,
         no_dir_index: false,
         populate: Some(populate),
