@@ -586,3 +586,40 @@ impl Report {
         Ok(written)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(samples: &[f64]) -> Row {
+        Row {
+            workload: "w",
+            metric: "m".into(),
+            unit: "s",
+            higher_better: false,
+            x: None,
+            peer: "lib".into(),
+            samples: samples.to_vec(),
+        }
+    }
+
+    #[test]
+    fn median_and_range_of_rounds() {
+        assert_eq!(row(&[3.0, 1.0, 2.0]).median(), 2.0);
+        // Even counts: the mean of the middle two (a peer cut short after
+        // two rounds is biased neither way).
+        assert_eq!(row(&[4.0, 1.0]).median(), 2.5);
+        assert!(row(&[]).median().is_nan());
+        assert_eq!(row(&[3.0, 1.0, 2.0]).min_max(), (1.0, 3.0));
+    }
+
+    #[test]
+    fn numbers_keep_two_significant_digits() {
+        assert_eq!(fmt_val(123456.7), "123457");
+        assert_eq!(fmt_val(12.34), "12.3");
+        assert_eq!(fmt_val(1.234), "1.23");
+        assert_eq!(fmt_val(0.00031), "0.00031");
+        assert_eq!(fmt_val(0.0), "0.00");
+        assert_eq!(fmt_val(f64::NAN), "n/a");
+    }
+}

@@ -1618,3 +1618,26 @@ fn w_fsmall(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_intervals() {
+        assert_eq!(create_points(10_000), vec![2_500, 5_000, 7_500, 10_000]);
+        let full = create_points(1_000_000);
+        assert_eq!(&full[..6], &[10_000, 20_000, 30_000, 40_000, 50_000, 100_000]);
+        assert_eq!(full.last(), Some(&1_000_000));
+        assert!(full.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn workload_names_are_unique_and_every_peer_list_has_the_kernel() {
+        for (i, w) in WORKLOADS.iter().enumerate() {
+            assert!(WORKLOADS[..i].iter().all(|v| v.name != w.name), "{} twice", w.name);
+            // The ratios' base.
+            assert!(w.peers.contains(&PeerId::Kernel), "{} has no kernel peer", w.name);
+        }
+    }
+}
