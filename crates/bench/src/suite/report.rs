@@ -306,7 +306,10 @@ impl Report {
                 let _ = write!(head, " {p} |");
                 rule.push_str("---:|");
             }
-            for p in peers.iter().filter(|p| *p != PeerId::Kernel.name()) {
+            // Ratio columns only when the kernel ran.
+            let kernel = peers.iter().any(|p| p == PeerId::Kernel.name());
+            let others: Vec<&String> = peers.iter().filter(|p| kernel && *p != PeerId::Kernel.name()).collect();
+            for p in &others {
                 let _ = write!(head, " {p} / kernel |");
                 rule.push_str("---:|");
             }
@@ -342,7 +345,7 @@ impl Report {
                     });
                     let _ = write!(line, " {cell} |");
                 }
-                for p in peers.iter().filter(|p| *p != PeerId::Kernel.name()) {
+                for p in &others {
                     let cell = find(p)
                         .and_then(|r| self.ratio_to_kernel(r))
                         .map_or("—".to_string(), fmt_ratio);
@@ -350,13 +353,10 @@ impl Report {
                 }
                 let _ = writeln!(s, "{line}");
             }
-            for p in w.peers {
-                if let Some(why) = self
-                    .avail
-                    .skipped(*p)
-                    .map(str::to_string)
-                    .or_else(|| w.skip_reason(*p, &self.avail))
-                {
+            // Peers skipped everywhere are listed once at the top; here
+            // only what this workload cannot run on a peer that runs.
+            for p in w.peers.iter().filter(|p| self.avail.skipped(**p).is_none()) {
+                if let Some(why) = w.skip_reason(*p, &self.avail) {
                     let _ = writeln!(s, "\n{} skipped: {why}", p.name());
                 }
             }
