@@ -1,20 +1,20 @@
 //! Shared pieces of the benchmark programs: thin wrappers over the test
 //! kit's command runner and loop mounts (so peers and ext4kit see the very
 //! same bytes), and statistics helpers (medians: these machines are noisy).
+//!
+//! [`suite`] is `ext4kit bench`: every workload of the programs in
+//! `src/bin` on every peer, in one run, with a report and charts. The
+//! library sets no global allocator, so the `ext4kit` binary can link it;
+//! each program here sets the one the `ext4kit` binary ships with.
 
 pub mod peers;
 pub mod session;
 pub mod srctree;
+pub mod suite;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-
-/// The benchmark programs run the library in-process, so they use the
-/// allocator the `ext4kit` binary ships with (see its `main.rs`): numbers
-/// then describe what users of our binaries get.
-#[global_allocator]
-static ALLOC: ext4kit_alloc::Allocator = ext4kit_alloc::Allocator;
 
 /// Run a command to success (the test kit's runner), as a `String` error
 /// for the benchmark mains.

@@ -211,16 +211,31 @@ impl PeerMount {
         let inner = std::mem::replace(&mut self.inner, Inner::Gone);
         match inner {
             Inner::Ext4kit => {
-                let o = Command::new(&self.cfg.ext4kit_bin)
-                    .args(["umount", "--timeout", "300"])
-                    .arg(&self.dir)
-                    .stdin(Stdio::null())
-                    .output()
-                    .map_err(|e| e.to_string())?;
-                if !o.status.success() {
-                    return Err(format!("ext4kit umount: {}", String::from_utf8_lossy(&o.stderr).trim()));
+                // "busy" is retried for a while, as for fuse2fs: a process
+                // that just finished (or a scanner of new mounts) may
+                // still hold the directory for a moment.
+                let mut last = String::new();
+                for attempt in 0..50 {
+                    if attempt > 0 {
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    let o = Command::new(&self.cfg.ext4kit_bin)
+                        .args(["umount", "--timeout", "300"])
+                        .arg(&self.dir)
+                        .stdin(Stdio::null())
+                        .output()
+                        .map_err(|e| e.to_string())?;
+                    if o.status.success() {
+                        return Ok(());
+                    }
+                    last = String::from_utf8_lossy(&o.stderr).trim().to_string();
+                    if !last.contains("busy") {
+                        break;
+                    }
                 }
-                Ok(())
+                // Leave no mount behind for the next user of the directory.
+                self.inner = Inner::Ext4kit;
+                Err(format!("ext4kit umount: {last}"))
             }
             Inner::Fuse2fs(mut child, log) => {
                 umount_retrying(&self.dir)?;

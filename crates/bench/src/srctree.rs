@@ -48,6 +48,62 @@ impl TreeCounts {
 
 const EXTS: [&str; 6] = ["c", "h", "rs", "S", "txt", "mk"];
 
+/// Where [`build_tree_into`] puts the tree: the host's filesystem
+/// ([`build_tree`]), or anything else that makes directories, files and
+/// symlinks (the library, for the in-process untar of `ext4kit bench`).
+pub trait TreeSink {
+    /// Make the directory `p` (its parent exists).
+    fn mkdir(&mut self, p: &Path) -> std::io::Result<()>;
+    /// Make the regular file `p` holding `data`.
+    fn write(&mut self, p: &Path, data: &[u8]) -> std::io::Result<()>;
+    /// Make the symlink `p` pointing at `target`.
+    fn symlink(&mut self, target: &str, p: &Path) -> std::io::Result<()>;
+}
+
+/// The host's filesystem.
+struct HostSink;
+
+impl TreeSink for HostSink {
+    fn mkdir(&mut self, p: &Path) -> std::io::Result<()> {
+        std::fs::create_dir(p)
+    }
+    fn write(&mut self, p: &Path, data: &[u8]) -> std::io::Result<()> {
+        std::fs::write(p, data)
+    }
+    fn symlink(&mut self, target: &str, p: &Path) -> std::io::Result<()> {
+        std::os::unix::fs::symlink(target, p)
+    }
+}
+
+/// Makes nothing: what a tree of a shape holds, without writing it.
+struct CountSink;
+
+impl TreeSink for CountSink {
+    fn mkdir(&mut self, _: &Path) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn write(&mut self, _: &Path, _: &[u8]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn symlink(&mut self, _: &str, _: &Path) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What a tree of `shape` holds (the same numbers [`build_tree`] returns).
+pub fn counts(shape: &TreeShape) -> TreeCounts {
+    match build_tree_into(&mut CountSink, Path::new("/"), shape) {
+        Ok(c) => c,
+        // CountSink never fails.
+        Err(_) => TreeCounts {
+            dirs: 0,
+            files: 0,
+            symlinks: 0,
+            bytes: 0,
+        },
+    }
+}
+
 /// Build the tree under `root` (created; must not exist).
 ///
 /// Directories: each new one goes under a random earlier one, biased to
@@ -55,8 +111,13 @@ const EXTS: [&str; 6] = ["c", "h", "rs", "S", "txt", "mk"];
 /// tree. Files go into random directories; one in a hundred entries is a
 /// symlink to a sibling-ish relative path (dangling is fine for `find`).
 pub fn build_tree(root: &Path, shape: &TreeShape) -> std::io::Result<TreeCounts> {
+    build_tree_into(&mut HostSink, root, shape)
+}
+
+/// [`build_tree`] into any [`TreeSink`]: the same names, sizes and bytes.
+pub fn build_tree_into(sink: &mut dyn TreeSink, root: &Path, shape: &TreeShape) -> std::io::Result<TreeCounts> {
     let mut rng = TestRng::new(shape.seed);
-    std::fs::create_dir(root)?;
+    sink.mkdir(root)?;
     let mut dirs: Vec<PathBuf> = vec![root.to_path_buf()];
     for i in 0..shape.dirs {
         // Half of the time a parent from the newest 64 (depth), else any.
@@ -67,7 +128,7 @@ pub fn build_tree(root: &Path, shape: &TreeShape) -> std::io::Result<TreeCounts>
             rng.below(n)
         };
         let d = dirs[parent as usize].join(format!("dir{i:05}"));
-        std::fs::create_dir(&d)?;
+        sink.mkdir(&d)?;
         dirs.push(d);
     }
     let mut counts = TreeCounts {
@@ -82,7 +143,7 @@ pub fn build_tree(root: &Path, shape: &TreeShape) -> std::io::Result<TreeCounts>
         let ext = EXTS[rng.below(EXTS.len() as u64) as usize];
         if rng.below(100) == 0 {
             let target = format!("../file{:06}.{ext}", rng.below(shape.files as u64));
-            std::os::unix::fs::symlink(target, d.join(format!("link{i:06}")))?;
+            sink.symlink(&target, &d.join(format!("link{i:06}")))?;
             counts.symlinks += 1;
             continue;
         }
@@ -90,7 +151,7 @@ pub fn build_tree(root: &Path, shape: &TreeShape) -> std::io::Result<TreeCounts>
         let exp = 6.0 + 9.0 * (rng.below(1 << 20) as f64 / (1u64 << 20) as f64);
         let len = (2f64.powf(exp) as usize).min(buf.len());
         rng.fill(&mut buf[..len]);
-        std::fs::write(d.join(format!("file{i:06}.{ext}")), &buf[..len])?;
+        sink.write(&d.join(format!("file{i:06}.{ext}")), &buf[..len])?;
         counts.files += 1;
         counts.bytes += len as u64;
     }

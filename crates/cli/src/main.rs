@@ -16,7 +16,7 @@ static ALLOC: ext4kit_alloc::Allocator = ext4kit_alloc::Allocator;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// ext4kit — read and edit ext2/ext3/ext4 images from user space.
 ///
@@ -273,6 +273,11 @@ enum Command {
         /// The image file.
         image: PathBuf,
     },
+    /// Benchmark: every workload (the five seeds' experiments and the
+    /// standard ones) on the library, the ext4kit mount, fuse2fs and the
+    /// kernel's ext4, with a report, JSON, CSV and SVG charts. Run as root
+    /// for the mounts; `--help` lists the workloads and peers.
+    Bench(cmd::bench::Args),
 }
 
 /// Parse a byte count with an optional binary suffix (K, M, G, T).
@@ -301,7 +306,11 @@ fn parse_mode(s: &str) -> Result<u16, String> {
 
 fn main() -> ExitCode {
     ext4kit_alloc::tune();
-    let cli = Cli::parse();
+    // `bench --help` lists the workloads and peers from the suite itself.
+    let matches = Cli::command()
+        .mut_subcommand("bench", cmd::bench::with_help)
+        .get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A command that only prints (`ext4kit ls img / | head`) ends quietly
     // when its reader goes away, as coreutils do: Rust ignores SIGPIPE, so
     // println! would panic on EPIPE instead. Commands that write an image
@@ -325,7 +334,7 @@ fn main() -> ExitCode {
     // and the IMAGE@N short form applied.
     let img = |p: PathBuf| sel.image(p);
     let r = match cli.cmd {
-        Command::Demo | Command::Umount(_) if sel.any() => Err(
+        Command::Demo | Command::Umount(_) | Command::Bench(_) if sel.any() => Err(
             "--partition, --offset and --no-replay choose the filesystem in an image; this command takes none".into(),
         ),
         Command::Demo => cmd::demo::run(budget),
@@ -337,6 +346,7 @@ fn main() -> ExitCode {
         Command::Mkfs(args) => cmd::mkfs::run(&args, sel),
         Command::Mount(args) => cmd::mount::run(&args, sel, budget),
         Command::Umount(args) => cmd::mount::umount(&args),
+        Command::Bench(args) => cmd::bench::run(&args),
         Command::Put { srcs, target } => cmd::put::run(&srcs, &target, sel, budget),
         Command::Mkdir {
             parents,

@@ -11,6 +11,12 @@
 //!
 //! Run as root (loop mounts, FUSE): `sudo target/release/fsync-bench`.
 
+/// The benchmark programs run the library in-process, so they use the
+/// allocator the `ext4kit` binary ships with (see its `main.rs`): numbers
+/// then describe what users of our binaries get.
+#[global_allocator]
+static ALLOC: ext4kit_alloc::Allocator = ext4kit_alloc::Allocator;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;

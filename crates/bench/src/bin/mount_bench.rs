@@ -40,6 +40,12 @@
 //!
 //! Run as root:  target/release/mount-bench [--runs 3] [--only create,tree]
 
+/// The benchmark programs run the library in-process, so they use the
+/// allocator the `ext4kit` binary ships with (see its `main.rs`): numbers
+/// then describe what users of our binaries get.
+#[global_allocator]
+static ALLOC: ext4kit_alloc::Allocator = ext4kit_alloc::Allocator;
+
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};

@@ -28,6 +28,12 @@
 //! so one invocation's ratios move by ±15% with the VM's phase: judge by
 //! several (`scripts/seeds-create-ab` interleaves builds).
 
+/// The benchmark programs run the library in-process, so they use the
+/// allocator the `ext4kit` binary ships with (see its `main.rs`): numbers
+/// then describe what users of our binaries get.
+#[global_allocator]
+static ALLOC: ext4kit_alloc::Allocator = ext4kit_alloc::Allocator;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;

@@ -15,6 +15,12 @@
 //!
 //! Run as root (loop mount):  target/release/seeds-fsync [--ops 1000]
 
+/// The benchmark programs run the library in-process, so they use the
+/// allocator the `ext4kit` binary ships with (see its `main.rs`): numbers
+/// then describe what users of our binaries get.
+#[global_allocator]
+static ALLOC: ext4kit_alloc::Allocator = ext4kit_alloc::Allocator;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -12,6 +12,12 @@
 //!
 //! Run as root (loop mount):  sudo target/release/seeds-read [--threads 1,2,4]
 
+/// The benchmark programs run the library in-process, so they use the
+/// allocator the `ext4kit` binary ships with (see its `main.rs`): numbers
+/// then describe what users of our binaries get.
+#[global_allocator]
+static ALLOC: ext4kit_alloc::Allocator = ext4kit_alloc::Allocator;
+
 // Xoshiro256++: about a nanosecond per draw, small beside a 6 ns seek;
 // the figures need no reproducible stream.
 use rand::rngs::SmallRng;

@@ -1,6 +1,7 @@
 //! One module per subcommand. Each returns `Err(message)` with a one-line
 //! message naming the image, the path and the cause.
 
+pub mod bench;
 pub mod cat;
 pub mod demo;
 pub mod edit;
