@@ -10,6 +10,13 @@
 //! - seed 002: 1,048,576 one-byte reads through the descriptor API
 //!   (`dd bs=1 count=1M`), unshared table vs shared table.
 //!
+//! - scaling: seed 001's storm against seed 000's shared-nothing seeks,
+//!   interleaved round by round so machine drift hits both alike: each
+//!   one's N-thread / 1-thread total throughput, their quotient (the
+//!   target: the storm scales at least 90% as well), and the writes to
+//!   shared cache lines one open/read/close costs (counted by the
+//!   library's `count-shared` instrumentation, `ext4kit::vfs::shared`).
+//!
 //! Run as root (loop mount):  sudo target/release/seeds-read [--threads 1,2,4]
 
 // Xoshiro256++: about a nanosecond per draw, small beside a 6 ns seek;
@@ -40,6 +47,13 @@ struct Args {
     /// Work directory.
     #[arg(long, default_value = "target/bench-seeds")]
     work: PathBuf,
+    /// Rounds of the interleaved scaling comparison (seed 000 against
+    /// seed 001, each thread count in turn, per round); medians reported.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Only the scaling comparison (no kernel tables, no seed 002).
+    #[arg(long)]
+    scaling_only: bool,
 }
 
 fn make_image(work: &Path) -> Result<PathBuf, String> {
@@ -84,6 +98,127 @@ fn mops(ops: usize, d: Duration) -> f64 {
     ops as f64 / d.as_secs_f64() / 1e6
 }
 
+/// Seed 000's loop: `ops` random SEEK_SETs on each thread's own file.
+fn seek_storm(fs: &Fs, files: &[Arc<ext4kit::File>], ops: usize) -> Duration {
+    par(files.len(), |i| {
+        let mut x = SmallRng::seed_from_u64(0x9E37_79B9_7F4A_7C15 ^ i as u64);
+        for _ in 0..ops {
+            let off = x.random_range(0..128i64 << 20);
+            std::hint::black_box(files[i].lseek(fs, off, Whence::Set).unwrap());
+        }
+    })
+}
+
+/// Seed 001's loop: `ops` open/read/close of the four small files per
+/// thread, each thread through its own descriptor table.
+fn open_storm(fs: &Arc<Fs>, n: usize, ops: usize) -> Duration {
+    par(n, |i| {
+        let mut p = Process::new(fs.clone());
+        let mut buf = [0u8; 1024];
+        for k in 0..ops {
+            let path = format!("/etc/small{}", (k + i) % 4);
+            let fd = p.open(path.as_bytes(), OpenFlags::default()).unwrap();
+            std::hint::black_box(p.read(fd, &mut buf).unwrap());
+            p.close(fd).unwrap();
+        }
+    })
+}
+
+/// Shared-line writes per open/read/close on this thread, in steady state
+/// (after a warm-up that fills the caches); `None` without `count-shared`.
+fn shared_writes_per_open(fs: &Arc<Fs>) -> Option<f64> {
+    let mut p = Process::new(fs.clone());
+    let mut buf = [0u8; 1024];
+    let mut once = |k: usize| {
+        let fd = p.open(format!("/etc/small{}", k % 4), OpenFlags::default()).unwrap();
+        p.read(fd, &mut buf).unwrap();
+        p.close(fd).unwrap();
+    };
+    (0..16).for_each(&mut once);
+    let before = ext4kit::vfs::shared::count()?;
+    let n = 10_000;
+    (0..n).for_each(&mut once);
+    Some((ext4kit::vfs::shared::count()? - before) as f64 / n as f64)
+}
+
+fn median_f(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The scaling comparison: per round, seed 000 and seed 001 at every
+/// thread count, interleaved; throughput ratios to one thread, medians.
+fn scaling(fs: &Arc<Fs>, a: &Args) {
+    let ns: Vec<usize> = a.threads.iter().copied().filter(|&n| n > 1).collect();
+    let (seeks, storm) = (a.ops, a.ops / 10);
+    println!(
+        "\nscaling — total throughput at N threads / at 1 thread, {} interleaved rounds (median, min–max)",
+        a.rounds
+    );
+    println!("  seed 000: each thread its own open file, {seeks} SEEK_SETs per thread (shares nothing)");
+    println!("  seed 001: open/read/close of the same 4 files by path, {storm} per thread");
+    if ns.is_empty() {
+        println!("  (give --threads with a count above 1)");
+        return;
+    }
+    let max = *ns.iter().max().unwrap_or(&1);
+    let files: Vec<_> = (0..max)
+        .map(|_| fs.open(b"/big", OpenFlags::default()).unwrap())
+        .collect();
+    // Warm up both (caches, thread start-up, CPU frequency).
+    seek_storm(fs, &files[..1], seeks / 10);
+    open_storm(fs, 1, storm / 10);
+    let mut r000: Vec<Vec<f64>> = vec![Vec::new(); ns.len()];
+    let mut r001: Vec<Vec<f64>> = vec![Vec::new(); ns.len()];
+    for _ in 0..a.rounds {
+        let s1 = seek_storm(fs, &files[..1], seeks).as_secs_f64();
+        let o1 = open_storm(fs, 1, storm).as_secs_f64();
+        for (k, &n) in ns.iter().enumerate() {
+            // Throughput ratio: n times the work in the time taken.
+            r000[k].push(n as f64 * s1 / seek_storm(fs, &files[..n], seeks).as_secs_f64());
+            r001[k].push(n as f64 * o1 / open_storm(fs, n, storm).as_secs_f64());
+        }
+    }
+    println!(
+        "{:>8} | {:>22} | {:>22} | {:>10}",
+        "threads", "seed 000 (no sharing)", "seed 001 (open storm)", "001 / 000"
+    );
+    for (k, &n) in ns.iter().enumerate() {
+        let mm = |v: &[f64]| {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(0.0, f64::max);
+            (lo, hi)
+        };
+        let (l0, h0) = mm(&r000[k]);
+        let (l1, h1) = mm(&r001[k]);
+        let (m0, m1) = (median_f(&mut r000[k]), median_f(&mut r001[k]));
+        println!(
+            "{:>8} | {:>5.2}x ({:.2}–{:.2}) {:>4} | {:>5.2}x ({:.2}–{:.2}) {:>4} | {:>9.0}%",
+            n,
+            m0,
+            l0,
+            h0,
+            "",
+            m1,
+            l1,
+            h1,
+            "",
+            100.0 * m1 / m0
+        );
+        if n == 2 {
+            println!(
+                "  verdict: the storm scales {:.0}% as well as shared-nothing work at 2 threads (target >= 90%): {}",
+                100.0 * m1 / m0,
+                if m1 >= 0.9 * m0 { "MET" } else { "NOT MET" }
+            );
+        }
+    }
+    match shared_writes_per_open(fs) {
+        Some(w) => println!("  shared cache-line writes per open/read/close (steady state, counted): {w:.2}"),
+        None => println!("  shared cache-line writes per open: not counted (ext4kit built without count-shared)"),
+    }
+}
+
 fn main() -> Result<(), String> {
     ext4kit_alloc::tune();
     let a = Args::parse();
@@ -91,6 +226,10 @@ fn main() -> Result<(), String> {
     std::fs::create_dir_all(&a.work).map_err(|e| e.to_string())?;
     let img = make_image(&a.work)?;
     let fs = Fs::open_image(&img, &OpenOptions::default()).map_err(|e| e.to_string())?;
+    if a.scaling_only {
+        scaling(&fs, &a);
+        return Ok(());
+    }
     let m = mount(&img, &a.work.join("mnt"), "ro")?;
     let ops = a.ops;
 
@@ -103,15 +242,7 @@ fn main() -> Result<(), String> {
         let files: Vec<_> = (0..n)
             .map(|_| fs.open(b"/big", OpenFlags::default()).unwrap())
             .collect();
-        let t_ours = best(a.reps, || {
-            par(n, |i| {
-                let mut x = SmallRng::seed_from_u64(0x9E37_79B9_7F4A_7C15 ^ i as u64);
-                for _ in 0..ops {
-                    let off = x.random_range(0..128i64 << 20);
-                    std::hint::black_box(files[i].lseek(&fs, off, Whence::Set).unwrap());
-                }
-            })
-        });
+        let t_ours = best(a.reps, || seek_storm(&fs, &files, ops));
         // Baseline: the same seek behind one lock per inode (i_mutex).
         let inode_lock = Mutex::new(());
         let t_locked = best(a.reps, || {
@@ -158,18 +289,7 @@ fn main() -> Result<(), String> {
     );
     let mut base = 0.0;
     for &n in &a.threads {
-        let t_ours = best(a.reps, || {
-            par(n, |i| {
-                let mut p = Process::new(fs.clone());
-                let mut buf = [0u8; 1024];
-                for k in 0..storm {
-                    let path = format!("/etc/small{}", (k + i) % 4);
-                    let fd = p.open(path.as_bytes(), OpenFlags::default()).unwrap();
-                    std::hint::black_box(p.read(fd, &mut buf).unwrap());
-                    p.close(fd).unwrap();
-                }
-            })
-        });
+        let t_ours = best(a.reps, || open_storm(&fs, n, storm));
         let t_kernel = best(a.reps, || {
             par(n, |i| {
                 use std::io::Read;
@@ -242,6 +362,6 @@ fn main() -> Result<(), String> {
         t_kernel.as_secs_f64() / t_unshared.as_secs_f64()
     );
     drop(m);
-    let _ = Arc::strong_count(&fs);
+    scaling(&fs, &a);
     Ok(())
 }

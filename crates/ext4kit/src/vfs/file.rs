@@ -134,6 +134,7 @@ pub struct File {
 impl File {
     pub(crate) fn new(inode: Arc<CachedInode>, dentry: Option<Arc<Dentry>>, flags: OpenFlags) -> Self {
         inode.opens.fetch_add(1, Ordering::AcqRel);
+        super::shared::note(1);
         File {
             inode,
             dentry,
@@ -282,5 +283,6 @@ impl Drop for File {
     /// inode (close(2) of the last descriptor that shared it).
     fn drop(&mut self) {
         self.inode.opens.fetch_sub(1, Ordering::AcqRel);
+        super::shared::note(1);
     }
 }

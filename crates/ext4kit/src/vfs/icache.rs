@@ -94,6 +94,7 @@ impl CachedInode {
     /// The block map, loading it on first use.
     pub fn block_map(&self, vol: &Volume) -> Result<Arc<BlockMap>> {
         if let Some(m) = self.map.get().and_then(ArcSwapOption::load_full) {
+            crate::vfs::shared::note(2);
             return Ok(m);
         }
         // Parse and publish under the shared lock: a writer changes the map
@@ -201,6 +202,7 @@ impl Icache {
             let m = self.map.pin();
             if let Some(i) = m.get(&ino) {
                 crate::vfs::touch(&i.referenced);
+                crate::vfs::shared::note(2);
                 return Ok(i.clone());
             }
         }

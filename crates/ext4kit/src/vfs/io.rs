@@ -613,6 +613,8 @@ impl Fs {
         if inode.ftype == FileType::Directory && write {
             return Err(Error::posix(Errno::EISDIR, format!("{}: is a directory", what())));
         }
+        // A reader lock is a write to the lock word (and its release another).
+        super::shared::note(2);
         let rec = inode.disk.read();
         if check_perm {
             let mut mask = 0;

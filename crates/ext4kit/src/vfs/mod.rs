@@ -17,6 +17,7 @@ pub mod namei;
 pub mod namespace;
 mod open;
 pub mod pagecache;
+pub mod shared;
 mod stat;
 pub mod write;
 pub mod writeback;

@@ -123,6 +123,8 @@ impl Fs {
             }
             stack.push(next);
         }
+        // The caller's reference: an increment now, a decrement at its drop.
+        super::shared::note(2);
         Ok((*stack.last().unwrap_or(&root)).clone())
     }
 

@@ -894,6 +894,7 @@ impl Fs {
     /// The last close of inode `inode`: if it has no name left, it leaves
     /// the orphan list and is freed.
     pub fn release_unlinked(&self, inode: &CachedInode) -> Result<()> {
+        super::shared::note(2);
         let mut rec = inode.disk.write();
         if rec.base.links_count != 0 || inode.opens.load(Ordering::Acquire) != 0 || rec.base.mode == 0 {
             return Ok(());
@@ -920,6 +921,7 @@ impl Fs {
     /// the next open of the image frees it.
     pub fn close_file(&self, file: Arc<super::File>) -> Result<()> {
         let inode = file.inode.clone();
+        super::shared::note(2);
         drop(file);
         if inode.opens.load(Ordering::Acquire) == 0 {
             self.release_unlinked(&inode)?;
