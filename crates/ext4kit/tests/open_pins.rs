@@ -252,11 +252,22 @@ fn opens_race_renames_unlinks_and_eviction() {
                 i += 1;
             }
         });
-        // The walker: churns both caches.
+        // The walker: churns both caches, and builds the path of hot
+        // dentries the renamer is moving (d_path under renames: always a
+        // whole path, whichever side of a rename it saw).
         s.spawn(|| {
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
                 fs.stat(format!("/cold/c{}", i % 3000).as_bytes()).unwrap();
+                if let Ok(d) = fs.resolve(format!("/hot/h{}", i % HOT as usize).as_bytes(), true) {
+                    let p = fs.d_path(&d);
+                    let name = p.strip_prefix(b"/hot/").unwrap_or_else(|| panic!("{p:?}"));
+                    assert!(
+                        name.starts_with(b"h") || name.starts_with(b"tmp"),
+                        "{:?}",
+                        String::from_utf8_lossy(&p)
+                    );
+                }
                 i += 1;
             }
         });

@@ -4,13 +4,20 @@
 //! - Lookups are lock-free map reads under an epoch guard; the path walk
 //!   borrows intermediate dentries from the map without taking a reference
 //!   (no refcount traffic on `/`, `/usr`, ... when many threads resolve paths
-//!   below them). Only the final dentry of a walk is cloned.
-//! - A reference is an `Arc` clone: an atomic increment, never a lock.
+//!   below them). `Fs::resolve` clones the final dentry for its caller.
+//! - A reference is an `Arc` clone: an atomic increment, never a lock (no
+//!   lock at the zero transition either: eviction removes only entries
+//!   whose count says the map is their only holder, `remove_if`).
 //! - Each dentry's parent and name are atomically replaceable pointers;
 //!   a rename (write path) swaps them under the rename lock and bumps the
-//!   rename sequence. `d_path` reads the chain optimistically and retries if
-//!   the sequence moved, falling back to the shared side of the rename lock,
-//!   so path builders never exclude one another.
+//!   rename sequence. `d_path` reads the chain optimistically (borrowing
+//!   each parent and name through arc-swap guards, no count written) and
+//!   retries if the sequence moved, falling back to the shared side of the
+//!   rename lock, so path builders never exclude one another.
+//! - `open` does not clone the final dentry either: it borrows it under the
+//!   walk's pin and finds its thread's pin on it (`vfs::pin`), which owns
+//!   the reference an open file needs (the `lockref` traffic of the seed,
+//!   made per-thread).
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -5,7 +5,9 @@
 //! the cache for the duration of that step — no lock and no reference is
 //! taken on it. Only on a cache miss does the walk go to disk (ext4 lookup
 //! through the htree), insert a positive or negative dentry, and continue.
-//! The final dentry is returned with one reference.
+//! [`Fs::resolve`] returns the final dentry with one reference;
+//! `resolve_in` lends it under the caller's pin of the cache instead, which
+//! is how `open` finds the thread's pin on it without a shared write.
 //!
 //! Symlinks are followed (at most 40 in one walk, ELOOP beyond) for every
 //! component but the last, and for the last when asked to follow.
