@@ -1,0 +1,271 @@
+//! Open-file references that write no shared cache line (seed 001).
+//!
+//! An open file keeps its inode (and the dentry it was opened through) in
+//! memory, and an unlinked inode must not be freed while it is open. The
+//! direct way — an `Arc` clone of the cached inode and of the dentry and an
+//! increment of the inode's open count per open, the reverse per close — is
+//! six read-modify-writes of lines that every opener of that file writes:
+//! with N threads opening one file they bounce between cores on every open.
+//! That is the `d_lock` / `d_count` traffic of seed 001; the kernel's
+//! lockref makes it one cmpxchg per get or put, still a shared write.
+//!
+//! Here an open file holds an [`OpenRef`] on a [`Pin`]: a per-thread
+//! handle on one (inode, dentry) pair, cached by the thread that made it
+//! (a few slots per thread, `SLOTS`). The pin holds the `Arc`s and one
+//! unit of the inode's open count (`CachedInode::opens`) for as long as it
+//! lives, and counts the open files on it in its own word (`state`), in
+//! memory its thread allocated. So once a thread has opened a file, its
+//! next opens and closes of it write only that word and the thread's own
+//! cache: no shared line (the `percpu_ref` idea, per thread rather than
+//! per CPU, with the pin found by the identity of the cached objects).
+//!
+//! The price is that `opens` overcounts: an idle pin (no file on it) still
+//! holds its unit. Where the count must be exact — deciding whether an
+//! unlinked inode is freed now or kept on the orphan list (`drop_link`),
+//! and freeing it at the last close (`release_unlinked`) — the idle pins
+//! are *revoked* first ([`revoke_idle`], the slow path, under the inode's
+//! `disk` write lock): each registered pin's word goes from 0 files to
+//! `REVOKED` by compare-and-swap and gives its unit back. A pin's owner
+//! takes an open by compare-and-swap on the same word (count + 1, unless
+//! revoked), so for every pin exactly one of the two wins: either the
+//! revocation sees the open (and the inode stays), or the open sees the
+//! revocation and takes the slow path, which makes a new pin under the
+//! inode's `disk` reader lock and fails with ENOENT if the inode was freed
+//! meanwhile (the argument of `Fs::hold_inode`).
+//!
+//! The last close of an unlinked file: `drop_link` sets
+//! `CachedInode::unlinked` before it revokes; a close drops its open
+//! (SeqCst) and then reads the flag (SeqCst). Either the revocation comes
+//! after the close's decrement and takes the pin's unit, or the close sees
+//! the flag and calls `release_unlinked`, which revokes and frees.
+//!
+//! Memory: a pin keeps its inode and dentry from eviction (the caches skip
+//! entries with other holders), so each thread keeps at most `SLOTS` of
+//! them beyond its open files; a thread's pins go when it exits.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+
+use super::dcache::Dentry;
+use super::icache::CachedInode;
+use crate::error::{Errno, Error, Result};
+
+/// `Pin::state` bit: the pin gave its unit back and takes no more opens.
+const REVOKED: u32 = 1 << 31;
+
+/// Pins cached per thread. Eight: the storm opens four files; measured,
+/// a lookup scans the slots by two pointer compares each (a few ns).
+const SLOTS: usize = 8;
+
+/// A thread's handle on one (inode, dentry) pair: see the module doc.
+#[derive(Debug)]
+pub struct Pin {
+    inode: Arc<CachedInode>,
+    dentry: Option<Arc<Dentry>>,
+    /// Open files on this pin, or [`REVOKED`].
+    state: AtomicU32,
+}
+
+impl Pin {
+    /// The inode.
+    pub(crate) fn inode(&self) -> &Arc<CachedInode> {
+        &self.inode
+    }
+
+    /// A new pin with one open taken (so no revocation can take it before
+    /// its first file exists), registered with the inode. Takes one unit of
+    /// the inode's open count under its reader lock: `drop_link` and
+    /// `release_unlinked` revoke and count under the writer side, so either
+    /// they see this unit, or this sees the inode freed (mode 0): ENOENT.
+    fn new(inode: &Arc<CachedInode>, dentry: Option<&Arc<Dentry>>) -> Result<Arc<Pin>> {
+        let rec = inode.disk.read();
+        if rec.base.mode == 0 {
+            return Err(Error::posix(Errno::ENOENT, format!("inode {} was freed", inode.ino)));
+        }
+        inode.opens.fetch_add(1, Ordering::AcqRel);
+        let pin = Arc::new(Pin {
+            inode: inode.clone(),
+            dentry: dentry.cloned(),
+            state: AtomicU32::new(1),
+        });
+        {
+            let mut reg = inode.pins.lock();
+            reg.retain(|w| w.strong_count() > 0);
+            reg.push(Arc::downgrade(&pin));
+        }
+        drop(rec);
+        // Reader lock (2), the unit (1, and 1 at the pin's end), the two
+        // `Arc`s (2 each), the registry lock (2).
+        super::shared::note(10);
+        Ok(pin)
+    }
+
+    /// Take one open, unless revoked.
+    fn try_acquire(&self) -> bool {
+        let mut s = self.state.load(Ordering::Relaxed);
+        while s & REVOKED == 0 {
+            match self
+                .state
+                .compare_exchange_weak(s, s + 1, Ordering::SeqCst, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(now) => s = now,
+            }
+        }
+        false
+    }
+}
+
+impl Drop for Pin {
+    /// No file and no cache holds the pin any more: its unit goes back
+    /// (unless a revocation took it already).
+    fn drop(&mut self) {
+        if *self.state.get_mut() & REVOKED == 0 {
+            self.inode.opens.fetch_sub(1, Ordering::AcqRel);
+            super::shared::note(1);
+        }
+    }
+}
+
+/// One open of an inode: what an open file holds. Dereferences to the
+/// inode; dropping it is the close.
+#[derive(Debug)]
+pub struct OpenRef(Arc<Pin>);
+
+impl OpenRef {
+    /// The pin this open is on.
+    pub(crate) fn pin(&self) -> &Arc<Pin> {
+        &self.0
+    }
+
+    /// The dentry the file was opened through (`None`: opened by number).
+    pub fn dentry(&self) -> Option<&Arc<Dentry>> {
+        self.0.dentry.as_ref()
+    }
+}
+
+impl std::ops::Deref for OpenRef {
+    type Target = Arc<CachedInode>;
+    fn deref(&self) -> &Arc<CachedInode> {
+        &self.0.inode
+    }
+}
+
+impl Drop for OpenRef {
+    fn drop(&mut self) {
+        // SeqCst: ordered before the close's read of `unlinked` (module doc).
+        self.0.state.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+struct Slots {
+    pins: Vec<Arc<Pin>>,
+    next: usize,
+}
+
+thread_local! {
+    static CACHE: RefCell<Slots> = const { RefCell::new(Slots { pins: Vec::new(), next: 0 }) };
+}
+
+fn dentry_ptr(d: Option<&Arc<Dentry>>) -> *const Dentry {
+    d.map_or(std::ptr::null(), Arc::as_ptr)
+}
+
+/// An open through the calling thread's cached pin for the inode at
+/// `inode` and the dentry at `dentry` (null: none), if it has one that is
+/// not revoked. Writes nothing shared.
+///
+/// Comparing addresses is sound: a cached pin holds both objects, so no
+/// other object can have taken either address while it is cached. The
+/// caller got `inode` from the inode cache and `dentry` from the dentry
+/// cache just now, so a pin that matches is on the objects those caches
+/// hold today (not on an inode freed and forgotten since).
+pub(crate) fn reopen(inode: *const CachedInode, dentry: *const Dentry) -> Option<OpenRef> {
+    CACHE
+        .try_with(|c| {
+            let c = c.borrow();
+            let p = c
+                .pins
+                .iter()
+                .find(|p| Arc::as_ptr(&p.inode) == inode && dentry_ptr(p.dentry.as_ref()) == dentry)?;
+            p.try_acquire().then(|| OpenRef(p.clone()))
+        })
+        .ok()
+        .flatten()
+}
+
+/// One open of `inode` through `dentry`: the calling thread's cached pin
+/// when it has one, else a new pin (the slow path: shared writes), cached
+/// in place of the oldest.
+pub(crate) fn open(inode: &Arc<CachedInode>, dentry: Option<&Arc<Dentry>>) -> Result<OpenRef> {
+    if let Some(r) = reopen(Arc::as_ptr(inode), dentry_ptr(dentry)) {
+        return Ok(r);
+    }
+    let pin = Pin::new(inode, dentry)?;
+    let old = CACHE
+        .try_with(|c| {
+            let mut c = c.borrow_mut();
+            // A revoked or stale pin for the same pair goes first.
+            let same = c
+                .pins
+                .iter()
+                .position(|p| Arc::ptr_eq(&p.inode, inode) && dentry_ptr(p.dentry.as_ref()) == dentry_ptr(dentry));
+            match same {
+                Some(i) => Some(std::mem::replace(&mut c.pins[i], pin.clone())),
+                None if c.pins.len() < SLOTS => {
+                    c.pins.push(pin.clone());
+                    None
+                }
+                None => {
+                    let i = c.next % SLOTS;
+                    c.next = c.next.wrapping_add(1);
+                    Some(std::mem::replace(&mut c.pins[i], pin.clone()))
+                }
+            }
+        })
+        .ok()
+        .flatten();
+    // Dropped outside the borrow: a pin's drop may free an inode.
+    drop(old);
+    Ok(OpenRef(pin))
+}
+
+/// Give back the units of `inode`'s idle pins (module doc), so that
+/// `opens` counts only open files and holds. Callers hold the inode's
+/// `disk` write lock.
+pub(crate) fn revoke_idle(inode: &CachedInode) {
+    let mut reg = inode.pins.lock();
+    reg.retain(|w| {
+        let Some(p) = w.upgrade() else { return false };
+        if p.state
+            .compare_exchange(0, REVOKED, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+        {
+            inode.opens.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        p.state.load(Ordering::Relaxed) & REVOKED == 0
+    });
+}
+
+/// Open files on `inode` now, summed over its pins (a snapshot: for tests
+/// and diagnostics).
+pub fn open_files(inode: &CachedInode) -> u32 {
+    inode
+        .pins
+        .lock()
+        .iter()
+        .filter_map(Weak::upgrade)
+        .map(|p| p.state.load(Ordering::Relaxed) & !REVOKED)
+        .sum()
+}
+
+/// Drop the calling thread's cached pins (their units go back). For tests
+/// that count units, and for a thread about to idle for long.
+pub fn drop_cached() {
+    let pins = CACHE
+        .try_with(|c| std::mem::take(&mut c.borrow_mut().pins))
+        .unwrap_or_default();
+    drop(pins);
+}
