@@ -365,8 +365,10 @@ impl Ext4Fuse {
         data: &[u8],
         append: bool,
         keep: bool,
-        who: ext4kit::ext4::reserve::Claimant,
     ) -> Result<usize, Errno> {
+        // Who may fill the root reserve is decided by the writer's ids, as
+        // ext4_has_free_clusters does with current_fsuid().
+        let who = self.fs.claimant(req.uid(), req.gid());
         let (flags, mode, gid, may_have) = {
             let r = inode.disk.read();
             (r.base.flags, r.base.mode & 0o7777, r.gid(), may_have_xattrs(&r))
@@ -1052,11 +1054,8 @@ impl Filesystem for Ext4Fuse {
         // With write-back caching the kernel positions appends itself and
         // its write-back writes are plain writes at its offsets.
         let append = flags.0 & libc::O_APPEND != 0 && !self.writeback;
-        // Who may fill the root reserve is decided by the writer's ids, as
-        // ext4_has_free_clusters does with current_fsuid().
-        let who = self.fs.claimant(req.uid(), req.gid());
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => self.write_inode(req, &f.file().inode, offset, data, append, f.privileged, who),
+            Handle::File(f) => self.write_inode(req, &f.file().inode, offset, data, append, f.privileged),
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         // Opened without OPEN: write the inode. The kernel tells whether
@@ -1069,7 +1068,7 @@ impl Filesystem for Ext4Fuse {
             let keep = !(self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID));
             Some(Self::ino(ino).and_then(|i| {
                 let inode = res(self.fs.inode(i))?;
-                self.write_inode(req, &inode, offset, data, append, keep, who)
+                self.write_inode(req, &inode, offset, data, append, keep)
             }))
         });
         match r {
