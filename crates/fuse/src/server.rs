@@ -385,7 +385,10 @@ impl Ext4Fuse {
             self.kill_capability(inode.ino)?;
         }
         // The bits are settled: the engine's own kill is not wanted twice.
-        let n = res(self.fs.write_claiming(inode, (!append).then_some(offset), data, true, who))?.1;
+        let n = res(self
+            .fs
+            .write_claiming(inode, (!append).then_some(offset), data, true, who))?
+        .1;
         if flags & iflags::SYNC != 0 {
             res(self.fs.fsync_inode(inode, false))?;
         }
