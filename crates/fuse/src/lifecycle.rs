@@ -628,7 +628,22 @@ pub fn unmount(mount_point: &Path, wait: Duration) -> Result<(), String> {
         ));
     }
     if sys::is_root() {
-        sys::umount(&mp, false).map_err(|e| {
+        // A reference that is on its way out still makes the mount busy: a
+        // child some other thread of the caller forked holds copies of its
+        // descriptors until its exec closes them (O_CLOEXEC), and a process
+        // that just exited may not have released its files yet. On a loaded
+        // machine that window is long enough to be met (the test suites
+        // did), so a busy mount is retried for a short while before it is
+        // reported.
+        let patience = Instant::now();
+        let mut r = sys::umount(&mp, false);
+        while r.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY))
+            && patience.elapsed() < Duration::from_secs(3)
+        {
+            std::thread::sleep(Duration::from_millis(50));
+            r = sys::umount(&mp, false);
+        }
+        r.map_err(|e| {
             if e.raw_os_error() == Some(libc::EBUSY) {
                 format!(
                     "{}: busy (a process has files open or its working directory there); close them, or detach \
