@@ -63,7 +63,7 @@ impl Volume {
         Ok(bm)
     }
 
-    fn block_bitmap_of(&self, g: usize, gd: &GroupDesc) -> Result<(Vec<u8>, bool)> {
+    pub(crate) fn block_bitmap_of(&self, g: usize, gd: &GroupDesc) -> Result<(Vec<u8>, bool)> {
         let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
             return Ok((self.implied_block_bitmap(g)?, true));
@@ -209,7 +209,7 @@ impl Volume {
     /// (a cleared bit the count does not know of) would hand that block
     /// to a second owner; such a group is marked corrupt and skipped, as
     /// the kernel skips a group with `BBITMAP_CORRUPT`.
-    fn block_bitmap_usable(&self, g: usize, gd: &GroupDesc, bm: &[u8]) -> bool {
+    pub(crate) fn block_bitmap_usable(&self, g: usize, gd: &GroupDesc, bm: &[u8]) -> bool {
         let st = &self.groups[g].bitmap_state;
         let s = st.load(Ordering::Relaxed);
         if s & BITMAP_BLOCK_CHECKED != 0 {

@@ -58,7 +58,37 @@ impl Volume {
             self.check_owned_run(ino, "xattr block", acl, 1)?;
         }
         // Parses the body and the block; refuses an EA-inode value.
-        self.xattr_entries(ino, inode).map(drop)
+        self.xattr_entries(ino, inode)?;
+        // The groups whose free counts the frees will move must agree with
+        // their bitmaps, or the counts would grow more wrong (and the
+        // superblock's total with them).
+        let mut groups: Vec<usize> = Vec::new();
+        if let Ok(BlockMap::Extents(ext)) = self.block_map(ino, inode) {
+            for e in ext.iter().take(4096) {
+                groups.push(((e.start() - self.first_data_block) / self.blocks_per_group) as usize);
+            }
+        }
+        if acl != 0 {
+            groups.push(((acl - self.first_data_block) / self.blocks_per_group) as usize);
+        }
+        groups.sort_unstable();
+        groups.dedup();
+        for g in groups {
+            let Some(grp) = self.groups.get(g) else { continue };
+            let gd = *grp.desc.read();
+            let (bm, uninit) = self.block_bitmap_of(g, &gd)?;
+            if !uninit && !self.block_bitmap_usable(g, &gd, &bm) {
+                return Err(Error::corrupt_msg(
+                    format!("group {g}"),
+                    "block bitmap",
+                    format!(
+                        "inode {ino}'s blocks are in a group whose bitmap disagrees with its descriptor's free count ({})",
+                        gd.free_blocks_count()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn check_indirect(&self, ino: u32, blk: u64, depth: usize, budget: &mut u64) -> Result<()> {
