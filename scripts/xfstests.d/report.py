@@ -132,9 +132,9 @@ def main():
     print()
 
     if len(peers) > 1:
-        names = sorted(set().union(*(data[p].keys() for p in peers)))
-        diff = [t for t in names if len({data[p].get(t, ("-", ""))[0] for p in peers}) > 1]
-        print(f"Tests whose outcome differs ({len(diff)}):")
+        names = sorted(set.intersection(*(set(data[p]) for p in peers)))
+        diff = [t for t in names if len({data[p][t][0] for p in peers}) > 1]
+        print(f"Tests whose outcome differs ({len(diff)} of the {len(names)} every peer completed):")
         print()
         print("| test | " + " | ".join(peers) + " |")
         print("|---|" + "---|" * len(peers))
