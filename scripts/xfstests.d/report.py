@@ -90,12 +90,19 @@ def main():
     data, secs, partial = {}, {}, []
     for p in peers:
         res = os.path.join(o.work, "results", p)
+        # xfstests rewrites result.xml after every test and prints "Ran:"
+        # when the run is over: without it, the run did not finish.
+        try:
+            with open(os.path.join(res, "check.log"), errors="replace") as f:
+                if not any(l.startswith("Ran:") for l in f):
+                    partial.append(p)
+        except OSError:
+            partial.append(p)
         try:
             data[p] = load(res)
         except (OSError, ET.ParseError):
             try:
                 data[p] = load_log(res)
-                partial.append(p)
             except OSError as e:
                 data[p] = {}
                 print(f"<!-- {p}: no results ({e}) -->")
@@ -110,8 +117,8 @@ def main():
     for p in partial:
         done = sorted(data[p])
         upto = f", up to {done[-1]}" if done else ""
-        print(f"**{LABEL.get(p, p)}: no result.xml, the run did not finish; "
-              f"counted from its check.log ({len(done)} tests{upto}).**")
+        print(f"**{LABEL.get(p, p)}: the run did not finish; "
+              f"counted: the {len(done)} tests it completed{upto}.**")
     print()
     print("| | " + " | ".join(LABEL.get(p, p) for p in peers) + " |")
     print("|---|" + "---:|" * len(peers))
@@ -125,9 +132,9 @@ def main():
     print()
 
     if len(peers) > 1:
-        names = sorted(set().union(*(data[p].keys() for p in peers)))
-        diff = [t for t in names if len({data[p].get(t, ("-", ""))[0] for p in peers}) > 1]
-        print(f"Tests whose outcome differs ({len(diff)}):")
+        names = sorted(set.intersection(*(set(data[p]) for p in peers)))
+        diff = [t for t in names if len({data[p][t][0] for p in peers}) > 1]
+        print(f"Tests whose outcome differs ({len(diff)} of the {len(names)} every peer completed):")
         print()
         print("| test | " + " | ".join(peers) + " |")
         print("|---|" + "---|" * len(peers))
