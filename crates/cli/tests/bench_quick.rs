@@ -145,6 +145,7 @@ fn bench_quick_covers_every_workload_and_peer() {
         );
     }
     let fio = has_program("fio");
+    let mut repeated = 0;
     for w in json["workloads"].as_array().expect("workloads") {
         let name = w["name"].as_str().expect("name");
         for p in w["peers"].as_array().expect("peers").iter().filter_map(|p| p.as_str()) {
@@ -164,14 +165,15 @@ fn bench_quick_covers_every_workload_and_peer() {
             for r in rows {
                 let med = r["median"].as_f64();
                 assert!(med.is_some_and(f64::is_finite), "{name} on {p}: median {r}");
-                assert_eq!(
-                    r["samples"].as_array().map(Vec::len),
-                    Some(2),
-                    "{name} on {p}: two rounds: {r}"
-                );
+                // Two rounds, or one if the first took over the long-run
+                // limit (a very loaded machine).
+                let n = r["samples"].as_array().map_or(0, Vec::len);
+                assert!((1..=2).contains(&n), "{name} on {p}: {n} rounds: {r}");
+                repeated += usize::from(n == 2);
             }
         }
     }
+    assert!(repeated > 0, "no figure has two rounds: the rounds are not repeated");
     assert_eq!(
         json["errors"].as_array().map(Vec::len),
         Some(0),
