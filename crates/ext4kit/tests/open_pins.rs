@@ -101,6 +101,14 @@ fn a_thread_reopening_a_file_writes_no_shared_count() {
     assert_eq!(counts(), before);
     assert_eq!(open_files(&inode), 0);
     assert_eq!(&buf[..5], b"hello");
+    // This thread's pin outlives the filesystem handle (until the thread
+    // opens other files or exits); the pages it would keep do not.
+    assert_eq!(inode.pages.len(), 1);
+    drop(p);
+    drop(dentry);
+    drop(fs);
+    assert!(Arc::strong_count(&inode) > 1, "the pin still holds the inode");
+    assert_eq!(inode.pages.len(), 0, "pages freed when the Fs was dropped");
 }
 
 /// A thread that opened and closed a file keeps an idle pin on it; an

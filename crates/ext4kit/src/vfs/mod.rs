@@ -74,9 +74,22 @@ impl Drop for Fs {
         if let Some(f) = &mut self.flusher {
             f.stop();
         }
-        if self.vol.read_only {
-            return;
+        if !self.vol.read_only {
+            self.write_back_at_close();
         }
+        // A thread's cached pins (`vfs::pin`) keep their inodes in memory
+        // past this handle, until that thread opens other files or exits;
+        // the inodes' cached pages, written back above, go now.
+        self.icache.for_each(|i| {
+            i.pages.remove_range(0, u64::MAX);
+            true
+        });
+    }
+}
+
+impl Fs {
+    /// The write-back of [`Fs`]'s drop (see there).
+    fn write_back_at_close(&self) {
         // A file that cannot be written back does not keep the rest from
         // being closed cleanly (`Fs::sync`): its error is printed below.
         let wb = self.writeback_all();
