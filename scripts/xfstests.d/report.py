@@ -91,11 +91,13 @@ def main():
     for p in peers:
         res = os.path.join(o.work, "results", p)
         # xfstests rewrites result.xml after every test and prints "Ran:"
-        # when the run is over: without it, the run did not finish.
+        # when the run is over ("Interrupted!" too when it was stopped):
+        # without the one or with the other, the run did not finish.
         try:
             with open(os.path.join(res, "check.log"), errors="replace") as f:
-                if not any(l.startswith("Ran:") for l in f):
-                    partial.append(p)
+                log = f.read().splitlines()
+            if not any(l.startswith("Ran:") for l in log) or "Interrupted!" in log:
+                partial.append(p)
         except OSError:
             partial.append(p)
         try:
