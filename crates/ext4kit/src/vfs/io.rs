@@ -645,27 +645,8 @@ impl Fs {
     /// O_CREAT), check `cred`'s permissions, apply O_TRUNC, and return the
     /// open file description.
     pub fn open_as(&self, path: &[u8], flags: OpenFlags, mode: u16, cred: &Cred) -> Result<Arc<File>> {
-        let follow = !(flags.nofollow || (flags.create && flags.excl));
-        if !flags.create && !flags.trunc {
-            // The common open (seed 001): walk, find the thread's pin on
-            // (inode, dentry), check, done — nothing shared is written when
-            // this thread opened the file before (see `vfs::pin`).
-            let inode = {
-                let g = self.dcache.pin();
-                let d = self.resolve_in(&g, path, follow)?;
-                // Looked up while `d` is borrowed under the walk's pin.
-                match self
-                    .icache
-                    .peek(d.ino)
-                    .and_then(|i| super::pin::reopen(i, Arc::as_ptr(d)))
-                {
-                    Some(r) => r,
-                    None => super::pin::open(&self.inode(d.ino)?, Some(d))?,
-                }
-            };
-            return self.finish_open(inode, path, flags, cred, false);
-        }
         let mut created = false;
+        let follow = !(flags.nofollow || (flags.create && flags.excl));
         let d = match self.resolve(path, follow) {
             Ok(d) => {
                 if flags.create && flags.excl {
@@ -699,19 +680,7 @@ impl Fs {
             }
             Err(e) => return Err(e),
         };
-        let inode = super::pin::open(&self.inode(d.ino)?, Some(&d))?;
-        self.finish_open(inode, path, flags, cred, created)
-    }
-
-    /// The checks and O_TRUNC of an open whose walk found `inode`.
-    fn finish_open(
-        &self,
-        inode: super::pin::OpenRef,
-        path: &[u8],
-        flags: OpenFlags,
-        cred: &Cred,
-        created: bool,
-    ) -> Result<Arc<File>> {
+        let inode = self.inode(d.ino)?;
         if flags.nofollow && inode.ftype == FileType::Symlink {
             return Err(Error::posix(
                 Errno::ELOOP,
@@ -722,7 +691,7 @@ impl Fs {
         if flags.trunc && inode.ftype == FileType::Regular && !created {
             self.truncate_inode(&inode, 0)?;
         }
-        let mut file = File::new(inode, flags);
+        let mut file = File::new(inode, Some(d), flags);
         file.privileged = cred.is_root();
         Ok(Arc::new(file))
     }
@@ -751,16 +720,6 @@ impl Fs {
         if inode.ftype == FileType::Directory && write {
             return Err(Error::posix(Errno::EISDIR, format!("{}: is a directory", what())));
         }
-        // What follows reads the record only for a check whose outcome it
-        // can change: permission bits for anyone but root (root may read
-        // and write anything; open never asks for exec), immutable and
-        // append-only for a write or truncation. A read-only open by root
-        // takes no lock: a reader lock is a write to the lock word, which
-        // every opener of the inode shares (seed 001).
-        if !write && (!check_perm || cred.is_root()) {
-            return Ok(());
-        }
-        super::shared::note(2);
         let rec = inode.disk.read();
         if check_perm {
             let mut mask = 0;

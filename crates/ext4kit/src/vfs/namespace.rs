@@ -883,12 +883,7 @@ impl Fs {
             self.vol.write_inode(h, inode.ino, rec)?;
             return Ok(Death::Alive);
         }
-        // Flag first, then revoke the idle pins, then count: a close that
-        // drops the last open after the revocation looked at its pin sees
-        // the flag (`vfs::pin`) and frees the inode itself.
-        inode.unlinked.store(true, Ordering::SeqCst);
-        super::pin::revoke_idle(inode);
-        if inode.opens.load(Ordering::SeqCst) > 0 {
+        if inode.opens.load(Ordering::Acquire) > 0 {
             self.vol.orphan_add(h, inode.ino, rec)?;
             return Ok(Death::Orphaned);
         }
@@ -942,15 +937,8 @@ impl Fs {
     /// The last close of inode `inode`: if it has no name left, it leaves
     /// the orphan list and is freed.
     pub fn release_unlinked(&self, inode: &CachedInode) -> Result<()> {
-        super::shared::note(2);
         let mut rec = inode.disk.write();
-        if rec.base.links_count != 0 || rec.base.mode == 0 {
-            return Ok(());
-        }
-        // Idle pins give their units back first (`vfs::pin`); then the
-        // count is of open files and holds only.
-        super::pin::revoke_idle(inode);
-        if inode.opens.load(Ordering::SeqCst) != 0 {
+        if rec.base.links_count != 0 || inode.opens.load(Ordering::Acquire) != 0 || rec.base.mode == 0 {
             return Ok(());
         }
         let t = now();
@@ -974,27 +962,10 @@ impl Fs {
     /// `Arc<File>`; a file dropped without it stays on the orphan list until
     /// the next open of the image frees it.
     pub fn close_file(&self, file: Arc<super::File>) -> Result<()> {
-        // The pin's own count (its thread's line), not the inode's.
-        let pin = file.inode.pin().clone();
+        let inode = file.inode.clone();
         drop(file);
-        if Arc::strong_count(&pin) == 1 {
-            // The pin left its thread's cache and this close ends it: its
-            // unit of `opens` goes back (a shared write, off the common path).
-            let inode = pin.inode().clone();
-            super::shared::note(2);
-            drop(pin);
-            return self.after_close(&inode);
-        }
-        self.after_close(pin.inode())
-    }
-
-    /// After a close or a dropped hold: free the inode if that was the
-    /// last user of an unlinked one. Reads two shared words, writes
-    /// nothing unless the inode is unlinked (see `vfs::pin` for why the
-    /// flag is read after the open was dropped).
-    fn after_close(&self, inode: &CachedInode) -> Result<()> {
-        if inode.unlinked.load(Ordering::SeqCst) || inode.opens.load(Ordering::Acquire) == 0 {
-            self.release_unlinked(inode)?;
+        if inode.opens.load(Ordering::Acquire) == 0 {
+            self.release_unlinked(&inode)?;
         }
         Ok(())
     }
@@ -1025,8 +996,10 @@ impl Fs {
     /// Undo one [`Fs::hold_inode`]; the last hold or close of an inode that
     /// has no name left frees it.
     pub fn drop_hold(&self, inode: &CachedInode) -> Result<()> {
-        inode.opens.fetch_sub(1, Ordering::SeqCst);
-        self.after_close(inode)
+        if inode.opens.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.release_unlinked(inode)?;
+        }
+        Ok(())
     }
 
     /// Finish what the orphan list says was left half done, as the kernel
