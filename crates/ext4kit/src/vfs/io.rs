@@ -645,6 +645,24 @@ impl Fs {
     /// O_CREAT), check `cred`'s permissions, apply O_TRUNC, and return the
     /// open file description.
     pub fn open_as(&self, path: &[u8], flags: OpenFlags, mode: u16, cred: &Cred) -> Result<Arc<File>> {
+        // An inode freed between the walk and the open (a rename over the
+        // name, an unlink) sends the open back to walk again: the name now
+        // leads to another file, or nowhere. Each retry needs another
+        // writer to have won the race, so a few are plenty.
+        for _ in 0..16 {
+            if let Some(f) = self.open_once(path, flags, mode, cred)? {
+                return Ok(f);
+            }
+        }
+        Err(Error::posix(
+            Errno::ENOENT,
+            format!("{}: removed again and again while being opened", show(path)),
+        ))
+    }
+
+    /// One attempt of [`Fs::open_as`]: `None` when the inode the walk found
+    /// was freed before the open could count itself.
+    fn open_once(&self, path: &[u8], flags: OpenFlags, mode: u16, cred: &Cred) -> Result<Option<Arc<File>>> {
         let mut created = false;
         let follow = !(flags.nofollow || (flags.create && flags.excl));
         let d = match self.resolve(path, follow) {
@@ -680,7 +698,12 @@ impl Fs {
             }
             Err(e) => return Err(e),
         };
-        let inode = self.inode(d.ino)?;
+        let inode = match self.inode(d.ino) {
+            Ok(i) => i,
+            // Deleted since the walk found its name (and out of the cache).
+            Err(e) if e.errno() == Errno::ENOENT => return Ok(None),
+            Err(e) => return Err(e),
+        };
         if flags.nofollow && inode.ftype == FileType::Symlink {
             return Err(Error::posix(
                 Errno::ELOOP,
@@ -691,9 +714,41 @@ impl Fs {
         if flags.trunc && inode.ftype == FileType::Regular && !created {
             self.truncate_inode(&inode, 0)?;
         }
-        let mut file = File::new(inode, Some(d), flags);
+        // The open counts itself under the inode's lock, where `drop_link`
+        // decides between freeing the inode and the orphan list (as
+        // `hold_inode` does): either the unlink sees this open and keeps
+        // the inode for it, or this open sees the inode dead. The walk's
+        // dentry and inode references alone do not keep an inode allocated
+        // (the kernel's do: iput frees at the last reference), so without
+        // this an open racing a rename over its name read a freed inode —
+        // size 0 (tests/open_race.rs).
+        let file = {
+            let rec = inode.disk.read();
+            if rec.base.mode == 0 {
+                return Ok(None);
+            }
+            File::new(inode.clone(), Some(d.clone()), flags)
+        };
+        // And the walk's dentry must still be cached: unlink and rename take
+        // a dying name out of the dentry cache before its inode is freed,
+        // so a dentry still there means the inode counted above was not
+        // freed and handed to a new file in between (inode numbers are
+        // reused at once; the dentry holds a number, not the inode). A
+        // dentry evicted meanwhile just costs another walk.
+        let parent = d.parent.load_full();
+        if let Some(p) = parent {
+            let name = d.name.load();
+            if self.dcache.with(p.ino, &name[..], |cur| Arc::ptr_eq(cur, &d)) != Some(true) {
+                drop(file);
+                if inode.opens.load(Ordering::Acquire) == 0 {
+                    self.release_unlinked(&inode)?;
+                }
+                return Ok(None);
+            }
+        }
+        let mut file = file;
         file.privileged = cred.is_root();
-        Ok(Arc::new(file))
+        Ok(Some(Arc::new(file)))
     }
 
     /// The kernel's `may_open` for an inode about to be opened with

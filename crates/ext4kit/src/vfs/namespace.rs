@@ -362,6 +362,12 @@ impl Fs {
         } else {
             add_links(&mut newv, -1, false);
         }
+        // Out of the dentry cache before the inode can be freed and its
+        // number reused: an open that found this dentry checks, after it
+        // has counted itself on the inode, that the dentry is still cached
+        // (`Fs::open_once`) — so it never opens the number's next owner.
+        // Under the directory's lock (see `create_at`).
+        self.dcache.remove(parent, name);
         let died = self.drop_link(&mut h, &victim, &mut newv, t)?;
         h.commit()?;
         if died == Death::Orphaned {
@@ -369,8 +375,6 @@ impl Fs {
         }
         *drec = newd;
         *vrec = newv;
-        // Under the directory's lock (see `create_at`).
-        self.dcache.remove(parent, name);
         drop(vrec);
         drop(drec);
         if died == Death::Freed {
@@ -769,6 +773,9 @@ impl Fs {
                 } else {
                     add_links(tr, -1, false);
                 }
+                // Out of the dentry cache before the target can be freed
+                // and its number reused (see `remove_at`).
+                self.dcache.remove(new_dir, new_name);
                 death = self.drop_link(&mut h, dd, tr, t)?;
             } else {
                 let n = new_n.as_mut().unwrap_or(&mut new_o);
