@@ -90,7 +90,8 @@ impl Fs {
         if flags.trunc && inode.ftype == FileType::Regular && !created {
             self.truncate_inode(&inode, 0)?;
         }
-        let mut file = File::new(inode, None, flags);
+        let mut file = File::new(inode, None, flags)
+            .ok_or_else(|| crate::error::Error::posix(Errno::ENOENT, format!("inode {ino} was freed")))?;
         // CAP_FSETID: only root's writes keep the setuid/setgid bits.
         file.privileged = cred.is_root();
         Ok(Arc::new(file))

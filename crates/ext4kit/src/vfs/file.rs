@@ -132,15 +132,30 @@ pub struct File {
 }
 
 impl File {
-    pub(crate) fn new(inode: Arc<CachedInode>, dentry: Option<Arc<Dentry>>, flags: OpenFlags) -> Self {
-        inode.opens.fetch_add(1, Ordering::AcqRel);
-        File {
+    /// An open of `inode`, counted on it; `None` when the inode was freed
+    /// since the caller found it. The count is taken under the inode's
+    /// lock, where `drop_link` decides between freeing the inode and the
+    /// orphan list (as `Fs::hold_inode` does): either the unlink sees this
+    /// open and keeps the inode for it, or this open sees the inode dead.
+    /// A walk's dentry and inode references alone do not keep an inode
+    /// allocated (the kernel's do: iput frees at the last reference), so
+    /// without this an open racing a rename over its name read a freed
+    /// inode — size 0 (tests/open_race.rs).
+    pub(crate) fn new(inode: Arc<CachedInode>, dentry: Option<Arc<Dentry>>, flags: OpenFlags) -> Option<Self> {
+        {
+            let rec = inode.disk.read();
+            if rec.base.mode == 0 {
+                return None;
+            }
+            inode.opens.fetch_add(1, Ordering::AcqRel);
+        }
+        Some(File {
             inode,
             dentry,
             pos: AtomicU64::new(0),
             flags,
             privileged: true,
-        }
+        })
     }
 
     /// The current position.

@@ -714,41 +714,34 @@ impl Fs {
         if flags.trunc && inode.ftype == FileType::Regular && !created {
             self.truncate_inode(&inode, 0)?;
         }
-        // The open counts itself under the inode's lock, where `drop_link`
-        // decides between freeing the inode and the orphan list (as
-        // `hold_inode` does): either the unlink sees this open and keeps
-        // the inode for it, or this open sees the inode dead. The walk's
-        // dentry and inode references alone do not keep an inode allocated
-        // (the kernel's do: iput frees at the last reference), so without
-        // this an open racing a rename over its name read a freed inode —
-        // size 0 (tests/open_race.rs).
-        let file = {
-            let rec = inode.disk.read();
-            if rec.base.mode == 0 {
-                return Ok(None);
-            }
-            File::new(inode.clone(), Some(d.clone()), flags)
+        // Counted under the inode's lock; freed since the walk: walk again.
+        let Some(mut file) = File::new(inode, Some(d), flags) else {
+            return Ok(None);
         };
+        file.privileged = cred.is_root();
+        let file = Arc::new(file);
         // And the walk's dentry must still be cached: unlink and rename take
         // a dying name out of the dentry cache before its inode is freed,
         // so a dentry still there means the inode counted above was not
         // freed and handed to a new file in between (inode numbers are
         // reused at once; the dentry holds a number, not the inode). A
-        // dentry evicted meanwhile just costs another walk.
-        let parent = d.parent.load_full();
-        if let Some(p) = parent {
-            let name = d.name.load();
-            if self.dcache.with(p.ino, &name[..], |cur| Arc::ptr_eq(cur, &d)) != Some(true) {
-                drop(file);
-                if inode.opens.load(Ordering::Acquire) == 0 {
-                    self.release_unlinked(&inode)?;
-                }
-                return Ok(None);
-            }
+        // dentry evicted meanwhile just costs another walk. Read through
+        // guards, not clones: the check must not write a shared count on
+        // every open (seed 001).
+        let stale = file.dentry.as_ref().is_some_and(|d| {
+            let parent = d.parent.load();
+            parent.as_ref().is_some_and(|p| {
+                let name = d.name.load();
+                self.dcache.with(p.ino, &name[..], |cur| Arc::ptr_eq(cur, d)) != Some(true)
+            })
+        });
+        if stale {
+            // Closed as any open is: the last close of an inode orphaned
+            // meanwhile frees it.
+            self.close_file(file)?;
+            return Ok(None);
         }
-        let mut file = file;
-        file.privileged = cred.is_root();
-        Ok(Some(Arc::new(file)))
+        Ok(Some(file))
     }
 
     /// The kernel's `may_open` for an inode about to be opened with

@@ -216,7 +216,9 @@ impl Fs {
         if flags.directory && inode.ftype != FileType::Directory {
             return Err(Error::posix(Errno::ENOTDIR, format!("inode {ino} is not a directory")));
         }
-        Ok(Arc::new(File::new(inode, None, flags)))
+        File::new(inode, None, flags)
+            .map(Arc::new)
+            .ok_or_else(|| Error::posix(Errno::ENOENT, format!("inode {ino} was freed")))
     }
 
     /// Attributes of `path`, following a final symlink.
