@@ -661,6 +661,14 @@ fn inode_flags_are_kept_and_enforced_like_the_kernel() {
             log.push(format!("  now {:x?}", get_flags(&f)));
             let _ = set_flags(&f, base);
         }
+        // A flag change moves ctime, and a stat through the mount sees it
+        // (xfstests generic/277).
+        let ctime = |p: &Path| fs::metadata(p).map(|m| (m.ctime(), m.ctime_nsec())).unwrap_or_default();
+        let c0 = ctime(&f);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let _ = set_flags(&f, base | NODUMP);
+        log.push(format!("ctime moved at chattr: {}", ctime(&f) > c0));
+        let _ = set_flags(&f, base);
         // The extent flag of an empty file (ext4_ind_migrate), then data
         // through the block-map layout; of a file with data: refused.
         let e = d.join("e");

@@ -365,6 +365,7 @@ impl Ext4Fuse {
         data: &[u8],
         append: bool,
         keep: bool,
+        from_cache: bool,
     ) -> Result<usize, Errno> {
         // Who may fill the root reserve is decided by the writer's ids, as
         // ext4_has_free_clusters does with current_fsuid().
@@ -387,7 +388,7 @@ impl Ext4Fuse {
         // The bits are settled: the engine's own kill is not wanted twice.
         let n = res(self
             .fs
-            .write_claiming(inode, (!append).then_some(offset), data, true, who))?
+            .write_claiming(inode, (!append).then_some(offset), data, true, who, !from_cache))?
         .1;
         if flags & iflags::SYNC != 0 {
             res(self.fs.fsync_inode(inode, false))?;
@@ -625,11 +626,17 @@ impl Filesystem for Ext4Fuse {
         // ext4), at the cost of an OPEN/RELEASE round trip per open.
         self.no_open =
             self.cache == CacheMode::WriteThrough && config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT).is_ok();
-        if !self.no_open {
+        if !self.no_open && self.cache != CacheMode::Writeback {
             // O_TRUNC arrives with OPEN (one request, not OPEN + SETATTR).
             // Not with no-open: the kernel would then skip the SETATTR of
             // an O_TRUNC open (`fuse_do_setattr`, ATTR_OPEN) expecting an
             // OPEN that never comes, and the file would keep its data.
+            // Not with write-back caching: there the kernel owns a regular
+            // file's mtime/ctime, and only its truncating SETATTR carries
+            // them (`trust_local_cmtime`); after an OPEN that truncated,
+            // `fuse_truncate_update_attr` stamps its coarse clock, often the
+            // same tick as before, and sends nothing, so the image kept our
+            // later time while the mount showed the kernel's.
             let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         }
         // POSIX ACLs: the kernel reads them (GETXATTR system.posix_acl_*),
@@ -1057,8 +1064,13 @@ impl Filesystem for Ext4Fuse {
         // With write-back caching the kernel positions appends itself and
         // its write-back writes are plain writes at its offsets.
         let append = flags.0 & libc::O_APPEND != 0 && !self.writeback;
+        // A write-back of the kernel's page cache (FUSE_WRITE_CACHE) carries
+        // data whose mtime/ctime the kernel stamped at write(2) and sends
+        // itself (SETATTR): the engine must not stamp the later time of
+        // the write-back over them.
+        let from_cache = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => self.write_inode(req, &f.file().inode, offset, data, append, f.privileged),
+            Handle::File(f) => self.write_inode(req, &f.file().inode, offset, data, append, f.privileged, from_cache),
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         // Opened without OPEN: write the inode. The kernel tells whether
@@ -1071,7 +1083,7 @@ impl Filesystem for Ext4Fuse {
             let keep = !(self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID));
             Some(Self::ino(ino).and_then(|i| {
                 let inode = res(self.fs.inode(i))?;
-                self.write_inode(req, &inode, offset, data, append, keep)
+                self.write_inode(req, &inode, offset, data, append, keep, from_cache)
             }))
         });
         match r {
@@ -1424,6 +1436,16 @@ impl Filesystem for Ext4Fuse {
 
     fn lseek(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         self.busy.touch();
+        // With write-back caching the kernel holds written data we have
+        // not seen, and `fuse_lseek` asks us without writing it back first:
+        // our map would call its dirty pages a hole, and `cp`, `tar` and
+        // every SEEK_DATA/SEEK_HOLE copier would skip them. ENOSYS makes the
+        // kernel set `no_lseek` and answer from its own i_size instead
+        // (`generic_file_llseek`: the whole file is data), which is always
+        // right, if coarse.
+        if self.writeback {
+            return reply.error(Errno::ENOSYS);
+        }
         let whence = match whence {
             libc::SEEK_SET => Whence::Set,
             libc::SEEK_CUR => Whence::Cur,
@@ -1471,6 +1493,16 @@ impl Filesystem for Ext4Fuse {
             .and_then(|i| crate::ioctl::ioctl(&self.fs, i, cmd, in_data, &Self::cred(req), self.read_only));
         match r {
             Ok(mut out) => {
+                // A flag change moves ctime (ext4_ioctl_setflags), which the
+                // kernel has cached with a long TTL and does not drop after
+                // an ioctl (xfstests generic/277: "ctime not updated after
+                // chattr").
+                if matches!(
+                    cmd,
+                    crate::ioctl::FS_IOC_SETFLAGS | crate::ioctl::FS_IOC32_SETFLAGS | crate::ioctl::FS_IOC_FSSETXATTR
+                ) {
+                    self.inval.attrs(ino);
+                }
                 out.truncate(out_size as usize);
                 reply.ioctl(0, &out)
             }

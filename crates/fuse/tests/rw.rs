@@ -435,6 +435,14 @@ fn every_write_request_behaves_like_linux() {
         libc::EOPNOTSUPP,
         "PUNCH_HOLE without KEEP_SIZE"
     );
+    if std::env::var("EXT4KIT_TEST_CACHE").as_deref() == Ok("writeback") {
+        // With write-back caching the kernel keeps a regular file's mtime
+        // to itself (`fuse_get_cache_mask`) and stamps none for a punch or
+        // an in-size zero range (`fuse_file_fallocate`), while the engine
+        // stamps them as ext4 does: the image is newer than the mount's
+        // view until the inode is dropped. Settle it so the trees compare.
+        f.set_modified(std::time::SystemTime::now()).unwrap();
+    }
     drop(f);
 
     // SEEK_DATA / SEEK_HOLE on a sparse file (data at 0, a hole, data at 1 MiB)
@@ -447,11 +455,21 @@ fn every_write_request_behaves_like_linux() {
     f.write_all_at_helper(&[1u8; 4096], 0);
     f.write_all_at_helper(&[2u8; 4096], 1 << 20);
     use rustix::fs::SeekFrom as S;
-    assert_eq!(rustix::fs::seek(&f, S::Data(0)).unwrap(), 0);
-    assert_eq!(rustix::fs::seek(&f, S::Hole(0)).unwrap(), 4096);
-    assert_eq!(rustix::fs::seek(&f, S::Data(4096)).unwrap(), 1 << 20);
-    assert_eq!(rustix::fs::seek(&f, S::Hole(1 << 20)).unwrap(), (1 << 20) + 4096);
-    assert_eq!(rerrno(rustix::fs::seek(&f, S::Data((1 << 20) + 4096))), libc::ENXIO);
+    let end = (1 << 20) + 4096;
+    if std::env::var("EXT4KIT_TEST_CACHE").as_deref() == Ok("writeback") {
+        // The kernel holds the written pages; the server answers LSEEK
+        // ENOSYS and the kernel's generic answer is "all data" (never a
+        // hole where dirty data is).
+        assert_eq!(rustix::fs::seek(&f, S::Data(0)).unwrap(), 0);
+        assert_eq!(rustix::fs::seek(&f, S::Hole(0)).unwrap(), end);
+        assert_eq!(rustix::fs::seek(&f, S::Data(4096)).unwrap(), 4096);
+    } else {
+        assert_eq!(rustix::fs::seek(&f, S::Data(0)).unwrap(), 0);
+        assert_eq!(rustix::fs::seek(&f, S::Hole(0)).unwrap(), 4096);
+        assert_eq!(rustix::fs::seek(&f, S::Data(4096)).unwrap(), 1 << 20);
+        assert_eq!(rustix::fs::seek(&f, S::Hole(1 << 20)).unwrap(), end);
+    }
+    assert_eq!(rerrno(rustix::fs::seek(&f, S::Data(end))), libc::ENXIO);
 
     // copy_file_range
     let g = OpenOptions::new()
