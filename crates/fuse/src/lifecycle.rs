@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use ext4kit::{Fs, Location, OpenOptions};
 use fuser::{Config, MountOption, Session, SessionACL};
 
-use crate::inuse::{kernel_user, lock_is_free, mounts, ImageLock};
+use crate::inuse::{lock_is_free, mounted_at, mounts, ImageLock};
 use crate::server::{CacheMode, Ext4Fuse};
 use crate::sys;
 
@@ -196,6 +196,53 @@ impl std::fmt::Debug for Mounted {
     }
 }
 
+/// How long a mount waits for an earlier ext4kit mount of the same image
+/// that is going away: umount(2) of a FUSE mount returns before its server
+/// has written everything back and let go of the image, and a script that
+/// unmounts and mounts again (xfstests generic/604: the unmount in the
+/// background, the mount 10 ms later) must not be refused. The kernel's
+/// ext4 waits for the old superblock the same way.
+const HANDOVER_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a mount that is still listed may take to leave the mount table
+/// before a new mount of its image is refused (umount(8) under way).
+const UNMOUNT_WAIT: Duration = Duration::from_secs(2);
+
+/// The image lock, once nobody else uses the image: refused at once when
+/// the kernel (or a loop device) has it mounted; an ext4kit mount still
+/// listed is given [`UNMOUNT_WAIT`] to go, and a server still writing back
+/// after its unmount (or a program holding the lock) [`HANDOVER_WAIT`].
+fn take_over(image: &Path) -> Result<ImageLock, String> {
+    let start = Instant::now();
+    let mut said = false;
+    loop {
+        if let Some(m) = mounted_at(image) {
+            if m.fstype != format!("fuse.{SUBTYPE}") || start.elapsed() >= UNMOUNT_WAIT {
+                return Err(format!(
+                    "{} is already mounted at {} ({} from {}); unmount it first",
+                    image.display(),
+                    m.mount_point.display(),
+                    m.fstype,
+                    m.source
+                ));
+            }
+        } else if let Some(lock) = ImageLock::try_acquire(image)? {
+            return Ok(lock);
+        } else if start.elapsed() >= HANDOVER_WAIT {
+            return ImageLock::acquire(image);
+        } else if !said && start.elapsed() >= Duration::from_secs(1) {
+            eprintln!(
+                "ext4kit: {}: waiting (up to {} s) for the program holding it, an earlier server still writing \
+                 it back or another ext4kit command, to let go",
+                image.display(),
+                HANDOVER_WAIT.as_secs()
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Mount `image` at `mount_point`. Blocks SIGINT/SIGTERM/SIGHUP in the
 /// calling thread first (the server threads inherit the mask and
 /// [`Mounted::run`] waits for them on a thread of its own).
@@ -210,10 +257,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
             "/dev/fuse does not exist: load the fuse module (modprobe fuse) or give the container the device".into(),
         );
     }
-    if let Some(msg) = kernel_user(&image) {
-        return Err(msg);
-    }
-    let lock = ImageLock::acquire(&image)?;
+    let lock = take_over(&image)?;
     // A status left by an earlier server of this image is not ours.
     if let Some(p) = status_path(&image) {
         let _ = std::fs::remove_file(p);
