@@ -733,6 +733,23 @@ fn inode_flags_are_kept_and_enforced_like_the_kernel() {
         ));
         log.push(format!("dir -a +dirsync: {}", rc(set_flags(&di, dbase | DIRSYNC))));
         log.push(format!("  now {:x?}", get_flags(&di)));
+        // What new inodes inherit from their directory (EXT4_FL_INHERITED,
+        // ext4_mask_flags by type; xfstests generic/607 for DAX).
+        let inh = d.join("inh");
+        fs::create_dir(&inh).unwrap();
+        let ib = get_flags(&inh).unwrap_or(0);
+        const DAX_FL: u32 = 0x0200_0000;
+        log.push(format!(
+            "dir +dSA: {}",
+            rc(set_flags(&inh, ib | NODUMP | SYNC | NOATIME | DIRSYNC))
+        ));
+        let _ = set_flags(&inh, get_flags(&inh).unwrap_or(0) | DAX_FL);
+        fs::write(inh.join("file"), "x").unwrap();
+        fs::create_dir(inh.join("sub")).unwrap();
+        std::os::unix::fs::symlink("file", inh.join("link")).unwrap();
+        for n in ["file", "sub"] {
+            log.push(format!("  new {n}: {:x?}", get_flags(&inh.join(n))));
+        }
         // Who may: the owner for ordinary flags, root for i and a.
         let o = d.join("o");
         fs::write(&o, "").unwrap();

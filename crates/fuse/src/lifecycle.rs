@@ -59,6 +59,12 @@ pub struct MountOptions {
     /// `-o commit=SECONDS`: the journal's commit interval (the kernel's
     /// option; default 5).
     pub commit_interval: Option<Duration>,
+    /// `-o no_open`: with write-through caching, let the kernel open and
+    /// close files without asking (FUSE_NO_OPEN_SUPPORT): no round trip per
+    /// open, but an open for writing of an immutable or append-only file
+    /// then succeeds and its first write is refused instead (see
+    /// [`crate::server`]).
+    pub no_open: bool,
 }
 
 impl Default for MountOptions {
@@ -76,6 +82,7 @@ impl Default for MountOptions {
             location: Location::Whole,
             no_replay: false,
             commit_interval: None,
+            no_open: false,
         }
     }
 }
@@ -97,6 +104,10 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             "cache=direct" => opts.cache = CacheMode::Direct,
             "allow_other" => opts.allow_other = true,
             "allow_root" => opts.allow_root = true,
+            "no_open" => opts.no_open = true,
+            // The kernel's default atime rule for every mount (MS_RELATIME
+            // unless strictatime): accepted, as mount(8) and xfstests pass it.
+            "relatime" => {}
             // Always on (see the crate docs): accepted for familiarity.
             "default_permissions" => {}
             "nosuid" => opts.kernel.push(MountOption::NoSuid),
@@ -144,8 +155,8 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             }
             other => {
                 return Err(format!(
-                    "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, allow_other, allow_root, default_permissions, busy_poll=US, \
-                     commit=SECONDS, partition=N, offset=BYTES, noload, [no]suid, [no]dev, [no]exec, [no]atime, sync, async, dirsync)"
+                    "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, no_open, allow_other, allow_root, default_permissions, busy_poll=US, \
+                     commit=SECONDS, partition=N, offset=BYTES, noload, [no]suid, [no]dev, [no]exec, [no]atime, relatime, sync, async, dirsync)"
                 ))
             }
         }
@@ -289,6 +300,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     config.clone_fd = opts.threads > 1 && sys::can_read_write(Path::new("/dev/fuse"));
     let mut server = Ext4Fuse::new(fs.clone(), read_only, opts.cache);
     server.set_busy_poll(opts.busy_poll);
+    server.set_no_open(opts.no_open);
     let busy = server.busy_poll();
     let nodes = server.nodes();
     let inval = server.invalidator();

@@ -75,6 +75,8 @@ pub struct Ext4Fuse {
     block_size: u32,
     /// OPEN answers ENOSYS (see `init`).
     no_open: bool,
+    /// `-o no_open` was given.
+    want_no_open: bool,
     /// FUSE_WRITEBACK_CACHE was negotiated (set by INIT).
     writeback: bool,
     /// FUSE_POSIX_ACL and FUSE_DONT_MASK were negotiated (set by INIT):
@@ -112,6 +114,7 @@ impl Ext4Fuse {
             cache,
             block_size,
             no_open: false,
+            want_no_open: false,
             writeback: false,
             killpriv: false,
             posix_acl: false,
@@ -126,6 +129,12 @@ impl Ext4Fuse {
     /// attached ([`BusyPoll::attach`] on [`Ext4Fuse::busy_poll`]).
     pub fn set_busy_poll(&mut self, window: Duration) {
         self.busy = BusyPoll::new(window);
+    }
+
+    /// Ask the kernel to open files without OPEN (`-o no_open`; only
+    /// with write-through caching): see `init`.
+    pub fn set_no_open(&mut self, wanted: bool) {
+        self.want_no_open = wanted;
     }
 
     /// The busy-polling state, shared with the mount lifecycle.
@@ -607,8 +616,13 @@ impl Filesystem for Ext4Fuse {
         ] {
             let _ = config.add_capabilities(cap);
         }
-        // Opening a file needs no state here, except for direct I/O (an
-        // OPEN reply flag): OPEN answers ENOSYS once and the kernel then
+        // OPEN is served by default: only there can an open for writing of
+        // an immutable or append-only file be refused, as ext4's
+        // `may_open` does (FUSE inodes carry no S_IMMUTABLE/S_APPEND for
+        // the kernel to check; xfstests generic/079), at one round trip per
+        // open (RELEASE goes in the background). With `-o no_open` and
+        // write-through caching, opening a file needs no state here:
+        // OPEN answers ENOSYS once and the kernel then
         // opens and closes files without asking us (FUSE_NO_OPEN_SUPPORT),
         // so open/close cost no round trip. Reads, writes, fsync, fallocate
         // and lseek then go by inode number. What RELEASE did for us is
@@ -624,8 +638,9 @@ impl Filesystem for Ext4Fuse {
         // could only fail later, at write-back, with its data already
         // "written"; there OPEN refuses such opens (`may_open`'s rule, as
         // ext4), at the cost of an OPEN/RELEASE round trip per open.
-        self.no_open =
-            self.cache == CacheMode::WriteThrough && config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT).is_ok();
+        self.no_open = self.want_no_open
+            && self.cache == CacheMode::WriteThrough
+            && config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT).is_ok();
         if !self.no_open && self.cache != CacheMode::Writeback {
             // O_TRUNC arrives with OPEN (one request, not OPEN + SETATTR).
             // Not with no-open: the kernel would then skip the SETATTR of
