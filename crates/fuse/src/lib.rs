@@ -107,8 +107,15 @@
 //! SB_NOSEC and we clear the bits ourselves (writes by openers without
 //! CAP_FSETID, truncations and fallocate by non-root callers: [`killpriv`]).
 //!
-//! Write-back caching wins some small-write cases but is not the default:
-//! the kernel then keeps written data to itself until it writes pages back,
+//! Write-back caching wins some small-write cases but is not the default.
+//! Above all, the kernel then accepts write() into its own cache without
+//! asking us, so a full disk cannot be refused where the writer sees it
+//! (ext4's delayed-allocation reservation, which write-through keeps): a
+//! writer of a 64 MiB image had 6.5 GB accepted while every write-back
+//! failed with ENOSPC. The failure reaches only fsync and close (the
+//! kernel's error on the file) and `ext4kit umount`'s exit status
+//! ([`server::LostWriteback`]). Also,
+//! the kernel keeps written data to itself until it writes pages back,
 //! and FUSE's SEEK_DATA/SEEK_HOLE (`fuse_lseek`) does not write back
 //! first, so a freshly written sparse file reports holes where its data is
 //! (the rw tests fail that way with `cache=writeback`); it also made

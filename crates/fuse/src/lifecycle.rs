@@ -197,6 +197,8 @@ pub struct Mounted {
     read_only: bool,
     /// Where the final status goes for `ext4kit umount` ([`status_path`]).
     status: Option<PathBuf>,
+    /// Refused write-backs of the kernel's cache (`cache=writeback`).
+    lost: Arc<crate::server::LostWriteback>,
 }
 
 impl std::fmt::Debug for Mounted {
@@ -304,6 +306,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     let busy = server.busy_poll();
     let nodes = server.nodes();
     let inval = server.invalidator();
+    let lost = server.lost_writeback();
     let fail = |e: &dyn std::fmt::Display| format!("mounting {} at {}: {e}", image.display(), mount_point.display());
     let (session, via_fusermount) = if sys::is_root() {
         let mut mount_options = vec![
@@ -379,6 +382,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
         state,
         read_only,
         status: status_path(&image),
+        lost,
     })
 }
 
@@ -553,7 +557,8 @@ impl Mounted {
                     "writing back at unmount failed, data written to the mount may be lost (everything else was \
                      committed): {e}"
                 )
-            }));
+            }))
+            .and(self.lost.summary().map_or(Ok(()), Err));
         // Written before the lock goes: `unmount` reads it once the lock
         // is free (the detached server's exit status reaches nobody).
         if let Some(p) = &self.status {

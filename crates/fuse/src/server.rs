@@ -63,6 +63,43 @@ pub enum CacheMode {
     Direct,
 }
 
+/// Write-backs of the kernel's page cache (`cache=writeback`) that the
+/// engine refused: the writer's write() succeeded long before, so the only
+/// places left to tell are the kernel's error on the file (seen by an
+/// fsync or close that checks) and the unmount's exit status, which this
+/// feeds. Measured: a writer of a 64 MiB image under `cache=writeback` had
+/// 6.5 GB accepted without an error while every write-back failed ENOSPC.
+#[derive(Debug, Default)]
+pub struct LostWriteback {
+    /// (count, the first one's description).
+    inner: parking_lot::Mutex<(u64, Option<String>)>,
+}
+
+impl LostWriteback {
+    fn record(&self, node: u64, offset: u64, len: usize, e: Errno) {
+        let mut g = self.inner.lock();
+        g.0 += 1;
+        if g.1.is_none() {
+            let why = std::io::Error::from_raw_os_error(e.code());
+            let msg = format!("node {node}: {len} bytes at offset {offset}: {why}");
+            eprintln!("ext4kit: a write-back of cached data was refused, that data is lost: {msg}");
+            g.1 = Some(msg);
+        }
+    }
+
+    /// `None` when every write-back was taken, else a description for the
+    /// unmount status.
+    pub fn summary(&self) -> Option<String> {
+        let g = self.inner.lock();
+        let first = g.1.as_deref()?;
+        Some(format!(
+            "{} write-back(s) of the kernel's cached data were refused and that data is lost (first: {first}); \
+             with cache=writeback a full disk or an I/O error is reported only to fsync and close",
+            g.0
+        ))
+    }
+}
+
 /// The FUSE filesystem: an open [`Fs`], the kernel's lookup counts and the
 /// open handles.
 #[derive(Debug)]
@@ -91,6 +128,9 @@ pub struct Ext4Fuse {
     inval: Arc<Invalidator>,
     /// What INIT negotiated (for tests and `--debug` output).
     negotiated: Arc<parking_lot::Mutex<Option<InitFlags>>>,
+    /// Write-backs of the kernel's cached pages we refused (see
+    /// [`LostWriteback`]).
+    lost: Arc<LostWriteback>,
     /// Spinning on the primary descriptor while requests keep coming
     /// ([`crate::busypoll`]); every request touches it.
     busy: Arc<BusyPoll>,
@@ -120,6 +160,7 @@ impl Ext4Fuse {
             posix_acl: false,
             inval: Arc::default(),
             negotiated: Arc::default(),
+            lost: Arc::default(),
             busy: BusyPoll::new(Duration::ZERO),
         }
     }
@@ -152,6 +193,12 @@ impl Ext4Fuse {
     /// notifier to it once the session exists.
     pub fn invalidator(&self) -> Arc<Invalidator> {
         self.inval.clone()
+    }
+
+    /// The record of refused write-backs, read by the mount lifecycle at
+    /// the end for the unmount's status.
+    pub fn lost_writeback(&self) -> Arc<LostWriteback> {
+        self.lost.clone()
     }
 
     /// A shared view of the capabilities INIT negotiated.
@@ -1103,7 +1150,12 @@ impl Filesystem for Ext4Fuse {
         });
         match r {
             Some(Ok(n)) => reply.written(n as u32),
-            Some(Err(e)) => reply.error(e),
+            Some(Err(e)) => {
+                if from_cache {
+                    self.lost.record(ino.0, offset, data.len(), e);
+                }
+                reply.error(e)
+            }
             None => reply.error(Errno::EBADF),
         }
     }
