@@ -79,6 +79,56 @@ impl SessionACL {
     }
 }
 
+/// How a session exchanges requests with the kernel (added by ext4kit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `read()` and `write()` on `/dev/fuse`, by `threads` threads.
+    DevFuse {
+        /// Threads reading `/dev/fuse`.
+        threads: usize,
+    },
+    /// FUSE over io_uring: the kernel's `queues` queues (one per possible
+    /// CPU) served by `threads` ring threads, beside one `/dev/fuse` thread
+    /// for FORGET, BATCH_FORGET and INTERRUPT.
+    IoUring {
+        /// Kernel queues (possible CPUs).
+        queues: usize,
+        /// Ring threads (each with its own io_uring and ring entry).
+        threads: usize,
+    },
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transport::DevFuse { threads } => write!(f, "/dev/fuse ({threads} threads)"),
+            Transport::IoUring { queues, threads } => {
+                write!(f, "io_uring ({queues} CPU queues, {threads} ring threads)")
+            }
+        }
+    }
+}
+
+/// Why the kernel did not offer FUSE_OVER_IO_URING in FUSE_INIT: it does
+/// only when the fuse module's `enable_uring` parameter is Y at mount time
+/// (`fuse_uring_enabled`, fs/fuse/dev_uring.c), on Linux 6.14+ built with
+/// CONFIG_FUSE_IO_URING.
+#[cfg(target_os = "linux")]
+fn uring_unavailable_reason() -> String {
+    const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+    match std::fs::read_to_string(PARAM) {
+        Ok(v) if v.trim() == "N" => format!(
+            "the kernel does not offer FUSE over io_uring: {PARAM} is N (root can enable it for later mounts: echo Y > {PARAM})"
+        ),
+        Ok(v) => format!(
+            "the kernel did not offer FUSE over io_uring in FUSE_INIT ({PARAM} is {})",
+            v.trim()
+        ),
+        Err(_) => "this kernel has no FUSE over io_uring (it needs Linux 6.14+ built with CONFIG_FUSE_IO_URING)"
+            .to_string(),
+    }
+}
+
 /// Calls `destroy` on drop.
 #[derive(Debug)]
 pub(crate) struct FilesystemHolder<FS: Filesystem> {
@@ -139,6 +189,14 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// The transport FUSE_INIT settled on.
+    transport: Transport,
+    /// Why io_uring is not used although `config.io_uring` asked for it.
+    transport_note: Option<String>,
+    /// The ring threads, registered and waiting for `run`. Last: dropped
+    /// after the mount (unmounting ends the rings' commands).
+    #[cfg(target_os = "linux")]
+    uring: Option<crate::uring::Pool<FS>>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +244,10 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            transport: Transport::DevFuse { threads: 1 },
+            transport_note: None,
+            #[cfg(target_os = "linux")]
+            uring: None,
         };
 
         session.handshake()?;
@@ -214,6 +276,10 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            transport: Transport::DevFuse { threads: 1 },
+            transport_note: None,
+            #[cfg(target_os = "linux")]
+            uring: None,
         };
 
         session.handshake()?;
@@ -252,9 +318,22 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            transport: _,
+            transport_note: _,
+            #[cfg(target_os = "linux")]
+            uring,
         } = self;
 
-        let n_threads = config.n_threads.unwrap_or(1);
+        #[allow(unused_mut)]
+        let mut n_threads = config.n_threads.unwrap_or(1);
+        // With io_uring, /dev/fuse carries only FORGET, BATCH_FORGET and
+        // INTERRUPT (fuse_io_uring_ops in fs/fuse/dev_uring.c): one thread.
+        #[cfg(target_os = "linux")]
+        let ring_channel = ch.clone();
+        #[cfg(target_os = "linux")]
+        if uring.is_some() {
+            n_threads = 1;
+        }
 
         if !cfg!(target_os = "linux") && n_threads != 1 {
             // TODO: check whether it works on macOS/FreeBSD and enable if it works.
@@ -304,6 +383,17 @@ impl<FS: Filesystem> Session<FS> {
                     .name(thread_name)
                     .spawn(move || event_loop.event_loop())?,
             );
+        }
+
+        #[cfg(target_os = "linux")]
+        if let Some(pool) = uring {
+            threads.extend(pool.start(|thread_name| SessionEventLoop {
+                thread_name,
+                filesystem: filesystem.clone(),
+                ch: ring_channel.clone(),
+                allowed,
+                session_owner,
+            }));
         }
 
         let mut reply: io::Result<()> = Ok(());
@@ -429,6 +519,13 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
+            // Never grant FUSE_OVER_IO_URING without ring threads ready to
+            // serve: the kernel would hold every request until the ring is
+            // ready (fuse_block_alloc).
+            config.requested.remove(InitFlags::FUSE_OVER_IO_URING);
+            #[cfg(target_os = "linux")]
+            let pool = self.prepare_uring(init.capabilities(), &mut config);
+
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
@@ -473,8 +570,77 @@ impl<FS: Filesystem> Session<FS> {
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                 .send_ll(&response);
 
+            self.transport = Transport::DevFuse {
+                threads: self.config.n_threads.unwrap_or(1),
+            };
+            #[cfg(target_os = "linux")]
+            if let Some(mut pool) = pool {
+                // The reply set fc->io_uring (process_init_reply) and
+                // fc->initialized: the entries can be registered now.
+                match pool.register() {
+                    Ok(()) => {
+                        let (queues, threads) = pool.shape();
+                        info!("serving through io_uring: {queues} queues, {threads} ring threads");
+                        self.transport = Transport::IoUring { queues, threads };
+                        self.uring = Some(pool);
+                    }
+                    Err(e) => {
+                        warn!("io_uring not used: {e}");
+                        self.transport_note = Some(format!(
+                            "{e}; the kernel serves this mount through /dev/fuse"
+                        ));
+                    }
+                }
+            }
+
             return Ok(());
         }
+    }
+
+    /// Ask for FUSE over io_uring in the INIT reply if `config.io_uring`
+    /// wants it, the kernel offers it and every ring thread could be set
+    /// up; else note why not.
+    #[cfg(target_os = "linux")]
+    fn prepare_uring(
+        &mut self,
+        offered: InitFlags,
+        config: &mut KernelConfig,
+    ) -> Option<crate::uring::Pool<FS>> {
+        if !self.config.io_uring {
+            return None;
+        }
+        if !offered.contains(InitFlags::FUSE_OVER_IO_URING) {
+            self.transport_note = Some(uring_unavailable_reason());
+            return None;
+        }
+        let prepared = crate::uring::possible_cpus().and_then(|queues| {
+            let threads = self.config.n_threads.unwrap_or(1).max(1);
+            let per_queue = threads.div_ceil(queues);
+            let payload = crate::uring::payload_size(config.max_write, config.max_pages());
+            crate::uring::Pool::prepare(&self.ch, queues, per_queue, payload)
+        });
+        match prepared {
+            Ok(pool) => {
+                config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                Some(pool)
+            }
+            Err(e) => {
+                warn!("io_uring not used: {e}");
+                self.transport_note = Some(format!("setting up io_uring failed: {e}"));
+                None
+            }
+        }
+    }
+
+    /// How requests are exchanged with the kernel (settled by FUSE_INIT).
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// Why FUSE over io_uring is not used although [`Config::io_uring`]
+    /// asked for it (`None` when it is used, or was not asked for).
+    pub fn transport_note(&self) -> Option<&str> {
+        self.transport_note.as_deref()
     }
 
     /// Unmount the filesystem

@@ -18,6 +18,12 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// Serve requests through FUSE over io_uring when the kernel offers it
+    /// (Linux 6.14+ with the fuse module's `enable_uring` set), else through
+    /// `/dev/fuse`; see [`crate::Session::transport`]. `n_threads` is then
+    /// the number of ring threads (at least one per CPU queue), beside one
+    /// `/dev/fuse` thread for FORGET and INTERRUPT. (Added by ext4kit.)
+    pub io_uring: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
