@@ -188,5 +188,8 @@ pub mod state;
 pub mod statfs;
 mod sys;
 
-pub use lifecycle::{mount, parse_options, run_detached, run_foreground, unmount, MountOptions, Mounted, SUBTYPE};
+pub use fuser::Transport;
+pub use lifecycle::{
+    mount, parse_options, run_detached, run_foreground, unmount, MountOptions, Mounted, TransportChoice, SUBTYPE,
+};
 pub use server::{CacheMode, Ext4Fuse};

@@ -892,6 +892,17 @@ impl<FS: Filesystem> Drop for Pool<FS> {
     }
 }
 
+/// Tests of the fallback (debug builds only): `FUSER_URING_TEST_FAIL_QUEUE=N`
+/// makes queue N's REGISTER name a queue that does not exist, so that the
+/// kernel refuses it as it would a real failure.
+fn injected_failure(qid: u16) -> Option<u16> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    let n: u16 = std::env::var("FUSER_URING_TEST_FAIL_QUEUE").ok()?.trim().parse().ok()?;
+    (n == qid).then_some(u16::MAX)
+}
+
 fn ring_thread<FS: Filesystem>(
     qid: u16,
     ch: Channel,
@@ -913,7 +924,7 @@ fn ring_thread<FS: Filesystem>(
     while let Ok(cmd) = rx.recv() {
         match cmd {
             Command::Register(invalid) => {
-                let _ = report.send(w.register(invalid));
+                let _ = report.send(w.register(invalid.or_else(|| injected_failure(qid))));
             }
             Command::Start(se) => {
                 debug!("io_uring queue {qid}: serving");
