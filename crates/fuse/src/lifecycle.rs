@@ -348,7 +348,9 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
         return Err(format!(
             "{}: -o transport=uring: {}",
             mount_point.display(),
-            transport_note.as_deref().unwrap_or("FUSE over io_uring is not available")
+            transport_note
+                .as_deref()
+                .unwrap_or("FUSE over io_uring is not available")
         ));
     }
     // fuser's last thread reads the session's own descriptor: it is the
@@ -442,7 +444,10 @@ fn take_status(image: &Path) -> Result<(), String> {
     let _ = std::fs::remove_file(&p);
     match text.split_once('\n') {
         Some(("error", rest)) => {
-            let msg = rest.lines().filter(|l| !l.starts_with("transport: ")).collect::<Vec<_>>();
+            let msg = rest
+                .lines()
+                .filter(|l| !l.starts_with("transport: "))
+                .collect::<Vec<_>>();
             Err(msg.join("\n").trim().to_string())
         }
         _ => Ok(()),
@@ -553,7 +558,7 @@ impl Mounted {
             self.transport
         );
         if let Some(n) = &self.transport_note {
-            s.push_str(&format!(" ({n})"));
+            s.push_str(&format!("; io_uring not used: {n}"));
         }
         s
     }

@@ -165,7 +165,10 @@ fn io_uring_serves_the_mount_when_the_kernel_offers_it() {
         panic!("io_uring was asked for and offered, the mount uses {}", m.transport());
     };
     let cpus = fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
-    assert!(queues >= 1 && threads >= queues, "{queues} queues, {threads} threads ({cpus})");
+    assert!(
+        queues >= 1 && threads >= queues,
+        "{queues} queues, {threads} threads ({cpus})"
+    );
     assert!(m.describe().contains("io_uring"), "{}", m.describe());
     assert_eq!(m.transport_note(), None);
     let refs = m.kernel_refs();
@@ -192,7 +195,9 @@ fn io_uring_serves_the_mount_when_the_kernel_offers_it() {
     );
 
     // Every kind of request, its data through the ring entries.
-    let big: Vec<u8> = (0..3 << 20).map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let big: Vec<u8> = (0..3 << 20)
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     fs::write(w.mnt.join("big"), &big).unwrap();
     fs::create_dir(w.mnt.join("new")).unwrap();
     fs::rename(w.mnt.join("big"), w.mnt.join("new/big")).unwrap();
@@ -208,8 +213,14 @@ fn io_uring_serves_the_mount_when_the_kernel_offers_it() {
     assert_eq!(&v[..n], b"value");
     // Read back without the kernel's page cache: READs through the ring.
     fs::write("/proc/sys/vm/drop_caches", "1").unwrap();
-    assert!(fs::read(w.mnt.join("new/big")).unwrap() == big, "3 MiB read back differ");
-    let names: Vec<_> = fs::read_dir(w.mnt.join("d3")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(
+        fs::read(w.mnt.join("new/big")).unwrap() == big,
+        "3 MiB read back differ"
+    );
+    let names: Vec<_> = fs::read_dir(w.mnt.join("d3"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names.len(), 30);
     fs::remove_file(w.mnt.join("d3/f7")).unwrap();
     assert!(!w.mnt.join("d3/f7").exists());
@@ -265,7 +276,10 @@ fn signals_during_requests_leave_the_io_uring_mount_working() {
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(30 + 20 * i as u64));
-        let _ = Command::new("kill").arg(format!("-{sig}")).arg(dd.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(dd.id().to_string())
+            .status();
         let t = Instant::now();
         loop {
             if dd.try_wait().unwrap().is_some() {
@@ -393,7 +407,10 @@ fn a_failed_registration_falls_back_to_dev_fuse() {
         let m = m.unwrap();
         assert!(matches!(m.transport(), Transport::DevFuse { .. }), "{}", m.transport());
         let note = m.transport_note().unwrap().to_string();
-        assert!(note.contains(&format!("queue {fail}")) && note.contains("/dev/fuse"), "{note}");
+        assert!(
+            note.contains(&format!("queue {fail}")) && note.contains("/dev/fuse"),
+            "{note}"
+        );
         let server = std::thread::spawn(move || m.run());
         // Served (through /dev/fuse), not held back for a ring never ready.
         let (tx, rx) = std::sync::mpsc::channel();

@@ -584,11 +584,15 @@ impl<FS: Filesystem> Session<FS> {
                         self.transport = Transport::IoUring { queues, threads };
                         self.uring = Some(pool);
                     }
-                    Err(e) => {
+                    Err((e, true)) => {
                         warn!("io_uring not used: {e}");
                         self.transport_note = Some(format!(
                             "{e}; the kernel serves this mount through /dev/fuse"
                         ));
+                    }
+                    Err((e, false)) => {
+                        error!("io_uring: {e}");
+                        return Err(e);
                     }
                 }
             }

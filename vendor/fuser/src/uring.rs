@@ -411,9 +411,10 @@ struct Worker {
     /// `/dev/fuse` (kept open while its descriptor is used).
     ch: Channel,
     slot: Arc<Slot>,
-    /// A command of ours may be held by the kernel: its memory must not be
-    /// freed (the kernel may still write a request into it).
-    inflight: bool,
+    /// Commands of ours the kernel holds (submitted, not completed): while
+    /// any is, the entry's memory must not be freed (the kernel may still
+    /// write a request into it).
+    pending: u32,
     /// The last command, to resubmit after -EINTR/-EAGAIN.
     last: (u32, u64),
     /// A completion seen right after REGISTER (a request already).
@@ -444,7 +445,7 @@ impl Worker {
             iov,
             ch,
             slot: Arc::default(),
-            inflight: false,
+            pending: 0,
             last: (FUSE_IO_URING_CMD_REGISTER, 0),
             early: None,
             scratch: Vec::new(),
@@ -468,11 +469,11 @@ impl Worker {
     fn push(&mut self, cmd_op: u32, commit_id: u64, qid: u16) -> io::Result<()> {
         let sqe = self.sqe(cmd_op, commit_id, qid);
         // SAFETY: the iovecs and the entry memory they point at live in
-        // `self` for as long as the kernel may use them (`inflight` keeps
+        // `self` for as long as the kernel may use them (`pending` keeps
         // the memory from being freed while it might).
         unsafe { self.ring.submission().push(&sqe) }
             .map_err(|_| io::Error::other("io_uring submission queue full"))?;
-        self.inflight = true;
+        self.pending += 1;
         self.last = (cmd_op, commit_id);
         Ok(())
     }
@@ -496,8 +497,8 @@ impl Worker {
             }
         }
         if let Some(c) = self.ring.completion().next() {
+            self.pending = self.pending.saturating_sub(1);
             if c.result() < 0 {
-                self.inflight = false;
                 return Err(io::Error::from_raw_os_error(-c.result()));
             }
             // The ring became ready with this entry and a request came at once.
@@ -517,6 +518,8 @@ impl Worker {
                 Err(e) => return Err(e),
             }
             if let Some(c) = self.ring.completion().next() {
+                // Its command is no longer held by the kernel.
+                self.pending = self.pending.saturating_sub(1);
                 return Ok(c);
             }
         }
@@ -526,8 +529,6 @@ impl Worker {
     fn serve<FS: Filesystem>(&mut self, se: &SessionEventLoop<FS>) -> io::Result<()> {
         loop {
             let c = self.next_completion()?;
-            // No command of ours is pending once its completion is here.
-            self.inflight = false;
             let res = c.result();
             if res < 0 {
                 match -res {
@@ -700,7 +701,7 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        if self.inflight {
+        if self.pending > 0 {
             // The kernel may still hold a command naming this memory and
             // write a request into it; keep it (bounded: one entry per ring
             // thread, only on paths that abandon a registered ring).
@@ -815,7 +816,12 @@ impl<FS: Filesystem> Pool<FS> {
     /// fall back to `/dev/fuse`: a failed REGISTER does that itself
     /// (`fc->io_uring = 0` in `fuse_uring_cmd`); after any other failure a
     /// REGISTER for a queue that does not exist is sent to make it so.
-    pub(crate) fn register(&mut self) -> io::Result<()> {
+    ///
+    /// `Err((error, true))`: not registered, and the kernel serves through
+    /// `/dev/fuse`. `Err((error, false))`: the kernel could not be made to
+    /// fall back; the connection would hold every request, so the mount
+    /// must fail.
+    pub(crate) fn register(&mut self) -> Result<(), (io::Error, bool)> {
         // Threads are made queue by queue for each round (`prepare`): the
         // first thread of the last queue is at `queues - 1`.
         let last = self.queues - 1;
@@ -835,8 +841,10 @@ impl<FS: Filesystem> Pool<FS> {
                     e.kind(),
                     format!("registering io_uring queue {}: {e}", h.qid),
                 );
-                self.fall_back()?;
-                return Err(e);
+                return Err(match self.fall_back() {
+                    Ok(()) => (e, true),
+                    Err(f) => (io::Error::new(e.kind(), format!("{e}; {f}")), false),
+                });
             }
         }
         Ok(())
@@ -852,7 +860,11 @@ impl<FS: Filesystem> Pool<FS> {
                 continue;
             }
             match h.reports.recv() {
-                Ok(Err(e)) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(()),
+                // EOPNOTSUPP: io_uring is off for the connection already
+                // (`!enable_uring && !fc->io_uring`).
+                Ok(Err(e)) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
+                    return Ok(());
+                }
                 _ => continue,
             }
         }
@@ -899,7 +911,11 @@ fn injected_failure(qid: u16) -> Option<u16> {
     if !cfg!(debug_assertions) {
         return None;
     }
-    let n: u16 = std::env::var("FUSER_URING_TEST_FAIL_QUEUE").ok()?.trim().parse().ok()?;
+    let n: u16 = std::env::var("FUSER_URING_TEST_FAIL_QUEUE")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     (n == qid).then_some(u16::MAX)
 }
 
