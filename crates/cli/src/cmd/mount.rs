@@ -69,10 +69,11 @@ pub struct MountArgs {
     /// Mount options, comma-separated (repeatable): rw (default when
     /// possible; refuse otherwise), ro, cache=writethrough (default),
     /// cache=direct, cache=writeback, allow_other, allow_root,
-    /// default_permissions (always on), busy_poll=MICROSECONDS (how long
-    /// the server keeps a CPU spinning after a request so the next one
-    /// needs no wake-up on another CPU: 2000 by default, 0 never; it costs
-    /// one CPU while requests keep coming, nothing when idle),
+    /// default_permissions (always on), busy_poll=MICROSECONDS (on
+    /// /dev/fuse: how long the server keeps a CPU spinning after a request
+    /// so the next one needs no wake-up on another CPU: 2000 by default, 0
+    /// never; it costs one CPU while requests keep coming, nothing when
+    /// idle; not used over io_uring),
     /// partition=N (as --partition), offset=BYTES (as --offset; K, M, G
     /// suffixes), noload or norecovery (as --no-replay: read-only, the
     /// journal is not replayed), commit=SECONDS (the journal's commit
