@@ -661,10 +661,26 @@ impl Fs {
     }
 
     /// One attempt of [`Fs::open_as`]: `None` when the inode the walk found
-    /// was freed before the open could count itself.
+    /// was freed, or its name taken away, before the open counted itself
+    /// (see [`Fs::open_walked`]).
     fn open_once(&self, path: &[u8], flags: OpenFlags, mode: u16, cred: &Cred) -> Result<Option<Arc<File>>> {
-        let mut created = false;
         let follow = !(flags.nofollow || (flags.create && flags.excl));
+        if !flags.create && !flags.trunc {
+            // The common open (seed 001): walk, find the thread's pin on
+            // (inode, dentry), check the dentry is still cached, done —
+            // nothing shared is written when this thread opened the file
+            // before (see `vfs::pin`).
+            let inode = {
+                let g = self.dcache.pin();
+                let d = self.resolve_in(&g, path, follow)?;
+                match self.open_walked(Some(&g), d)? {
+                    Some(r) => r,
+                    None => return Ok(None),
+                }
+            };
+            return self.finish_open(inode, path, flags, cred, false).map(Some);
+        }
+        let mut created = false;
         let d = match self.resolve(path, follow) {
             Ok(d) => {
                 if flags.create && flags.excl {
@@ -698,50 +714,128 @@ impl Fs {
             }
             Err(e) => return Err(e),
         };
-        let inode = match self.inode(d.ino) {
-            Ok(i) => i,
-            // Deleted since the walk found its name (and out of the cache).
-            Err(e) if e.errno() == Errno::ENOENT => return Ok(None),
-            Err(e) => return Err(e),
+        // Counted and checked before the truncation below: a walk that
+        // lost a race must not truncate the inode number's next owner.
+        let Some(inode) = self.open_walked(None, &d)? else {
+            // Ours, just created, renamed over or unlinked already: the
+            // retry opens what the name leads to now (or says ENOENT).
+            return Ok(None);
         };
-        if flags.nofollow && inode.ftype == FileType::Symlink {
-            return Err(Error::posix(
+        self.finish_open(inode, path, flags, cred, created).map(Some)
+    }
+
+    /// One open of the inode dentry `d` (which a walk just found) names,
+    /// counted on the calling thread's pin (`vfs::pin`); `None` when the
+    /// inode was freed or `d` left the dentry cache meanwhile (the caller
+    /// walks again). `g`: the walk's pin of the dentry cache, when `d` is
+    /// borrowed under it.
+    ///
+    /// The race this closes (tests/open_pins.rs read 0 bytes of a 20-byte
+    /// file 1 run in 3–6 without it): a dentry holds an inode *number*,
+    /// and numbers are reused at once — ext4 hands out the lowest free one
+    /// in the group, so the file created right after a free usually gets
+    /// the number just freed. An opener's walk finds `h0` → inode 17 and is
+    /// descheduled; a rename over `h0` frees 17 (no open counted on it,
+    /// every idle pin revoked); the renamer's next write_file creates
+    /// `tmp` and gets number 17, empty until its write. The opener, back,
+    /// finds no pin of its own on the new `CachedInode` 17 and makes one:
+    /// `Pin::new` checks only that 17 is not freed, and it is not — it is
+    /// the new, still-empty file. The pin said "alive", not "the inode
+    /// this name named".
+    ///
+    /// So after the count is taken (which keeps whatever inode it counted
+    /// from being freed until the open is closed), `d` must still be the
+    /// cached dentry of its name: unlink and rename take a dying name out
+    /// of the dentry cache before its inode is freed (`remove_at`,
+    /// `rename_at`), a dentry taken out never comes back (a new lookup
+    /// makes a new one; only a rename's source moves, alive), and the
+    /// check holds `d` (by the pin, and `g`), so no other dentry can have
+    /// its address. Cached at the check, then, `d`'s inode was not freed
+    /// before it, so it is the inode counted (the counted one exists only
+    /// after a free of `d`'s) — and the name led to it at the check: the
+    /// open takes effect there, and never opens a freed inode, its
+    /// number's next owner, or what a name renamed over used to be once
+    /// the rename has completed. The check is reads only (a map lookup
+    /// and two arc-swap guards, the thread's own debt slots): seed 001's
+    /// open still writes no shared line. It runs on the thread's cached
+    /// pin too, though that pin was checked when it was made (so its inode
+    /// is `d`'s) — the same rule on both paths costs one map probe.
+    fn open_walked(
+        &self,
+        g: Option<&super::dcache::DcacheGuard<'_>>,
+        d: &Arc<super::dcache::Dentry>,
+    ) -> Result<Option<super::pin::OpenRef>> {
+        // The thread's pin on (the cached inode of `d.ino`, `d`), if any;
+        // looked up while `d` is held, so the addresses are live objects.
+        let cached = self
+            .icache
+            .peek(d.ino)
+            .and_then(|i| super::pin::reopen(i, Arc::as_ptr(d)));
+        let r = match cached {
+            Some(r) => r,
+            None => {
+                let inode = match self.inode(d.ino) {
+                    Ok(i) => i,
+                    // Freed since the walk (its record says deleted).
+                    Err(e) if e.errno() == Errno::ENOENT => return Ok(None),
+                    Err(e) => return Err(e),
+                };
+                match super::pin::open(&inode, Some(d)) {
+                    Some(r) => r,
+                    // Freed between the lookup and the count.
+                    None => return Ok(None),
+                }
+            }
+        };
+        let cached_now = match g {
+            Some(g) => g.holds(d),
+            None => self.dcache.pin().holds(d),
+        };
+        if !cached_now {
+            // Its pin will never match a walk again (`d` is gone for
+            // good): out of the thread's cache, and the open dropped as a
+            // close is — the last user of an inode unlinked meanwhile
+            // frees it.
+            super::pin::uncache(r.pin());
+            self.close_open(r)?;
+            return Ok(None);
+        }
+        Ok(Some(r))
+    }
+
+    /// The checks and O_TRUNC of an open whose walk found `inode` (already
+    /// counted: an error closes it again).
+    fn finish_open(
+        &self,
+        inode: super::pin::OpenRef,
+        path: &[u8],
+        flags: OpenFlags,
+        cred: &Cred,
+        created: bool,
+    ) -> Result<Arc<File>> {
+        let checked = if flags.nofollow && inode.ftype == FileType::Symlink {
+            Err(Error::posix(
                 Errno::ELOOP,
                 format!("{}: is a symbolic link (O_NOFOLLOW)", show(path)),
-            ));
-        }
-        self.may_open(&inode, flags, cred, !created, &|| show(path).to_string())?;
-        if flags.trunc && inode.ftype == FileType::Regular && !created {
-            self.truncate_inode(&inode, 0)?;
-        }
-        // Counted under the inode's lock; freed since the walk: walk again.
-        let Some(mut file) = File::new(inode, Some(d), flags) else {
-            return Ok(None);
+            ))
+        } else {
+            self.may_open(&inode, flags, cred, !created, &|| show(path).to_string())
+                .and_then(|()| {
+                    if flags.trunc && inode.ftype == FileType::Regular && !created {
+                        self.truncate_inode(&inode, 0)?;
+                    }
+                    Ok(())
+                })
         };
-        file.privileged = cred.is_root();
-        let file = Arc::new(file);
-        // And the walk's dentry must still be cached: unlink and rename take
-        // a dying name out of the dentry cache before its inode is freed,
-        // so a dentry still there means the inode counted above was not
-        // freed and handed to a new file in between (inode numbers are
-        // reused at once; the dentry holds a number, not the inode). A
-        // dentry evicted meanwhile just costs another walk. Read through
-        // guards, not clones: the check must not write a shared count on
-        // every open (seed 001).
-        let stale = file.dentry.as_ref().is_some_and(|d| {
-            let parent = d.parent.load();
-            parent.as_ref().is_some_and(|p| {
-                let name = d.name.load();
-                self.dcache.with(p.ino, &name[..], |cur| Arc::ptr_eq(cur, d)) != Some(true)
-            })
-        });
-        if stale {
-            // Closed as any open is: the last close of an inode orphaned
-            // meanwhile frees it.
-            self.close_file(file)?;
-            return Ok(None);
+        if let Err(e) = checked {
+            // Closed as any open is (an unlink since the count may have
+            // left this the inode's last user).
+            self.close_open(inode)?;
+            return Err(e);
         }
-        Ok(Some(file))
+        let mut file = File::new(inode, flags);
+        file.privileged = cred.is_root();
+        Ok(Arc::new(file))
     }
 
     /// The kernel's `may_open` for an inode about to be opened with
@@ -768,6 +862,16 @@ impl Fs {
         if inode.ftype == FileType::Directory && write {
             return Err(Error::posix(Errno::EISDIR, format!("{}: is a directory", what())));
         }
+        // What follows reads the record only for a check whose outcome it
+        // can change: permission bits for anyone but root (root may read
+        // and write anything; open never asks for exec), immutable and
+        // append-only for a write or truncation. A read-only open by root
+        // takes no lock: a reader lock is a write to the lock word, which
+        // every opener of the inode shares (seed 001).
+        if !write && (!check_perm || cred.is_root()) {
+            return Ok(());
+        }
+        super::shared::note(2);
         let rec = inode.disk.read();
         if check_perm {
             let mut mask = 0;
