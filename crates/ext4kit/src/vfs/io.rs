@@ -981,7 +981,10 @@ mod tests {
         fs.write_file(b"/tmp", b"new contents", 0o644, 0, 0).unwrap();
         fs.rename(b"/tmp", b"/h0", RenameFlags::default(), &root).unwrap();
         assert_eq!(fs.statfs().unwrap().files_free, free0 - 2, "the old /h0 is open: kept");
-        assert!(fs.open_walked(None, &d).unwrap().is_none(), "reopened a name renamed over");
+        assert!(
+            fs.open_walked(None, &d).unwrap().is_none(),
+            "reopened a name renamed over"
+        );
         let mut buf = [0u8; 32];
         let got = held.pread(&fs, 0, &mut buf).unwrap();
         assert_eq!(&buf[..got], b"old contents");

@@ -231,8 +231,7 @@ impl Fs {
         if flags.directory && inode.ftype != FileType::Directory {
             return Err(Error::posix(Errno::ENOTDIR, format!("inode {ino} is not a directory")));
         }
-        let r = pin::open(&inode, None)
-            .ok_or_else(|| Error::posix(Errno::ENOENT, format!("inode {ino} was freed")))?;
+        let r = pin::open(&inode, None).ok_or_else(|| Error::posix(Errno::ENOENT, format!("inode {ino} was freed")))?;
         Ok(Arc::new(File::new(r, flags)))
     }
 

@@ -136,8 +136,7 @@ impl Pin {
         let w = &self.state.0;
         let mut s = w.load(Ordering::Relaxed);
         while s & REVOKED == 0 {
-            match w.compare_exchange_weak(s, s + 1, Ordering::SeqCst, Ordering::Relaxed)
-            {
+            match w.compare_exchange_weak(s, s + 1, Ordering::SeqCst, Ordering::Relaxed) {
                 Ok(_) => return true,
                 Err(now) => s = now,
             }
@@ -302,13 +301,15 @@ pub(crate) fn uncache(pin: &Arc<Pin>) {
 /// `disk` write lock.
 pub(crate) fn revoke_idle(inode: &CachedInode) {
     let mut reg = inode.pins.lock();
-    reg.retain(|w| match w.0.compare_exchange(0, REVOKED, Ordering::SeqCst, Ordering::Relaxed) {
-        Ok(_) => {
-            inode.opens.fetch_sub(1, Ordering::AcqRel);
-            false
-        }
-        Err(s) => s & REVOKED == 0,
-    });
+    reg.retain(
+        |w| match w.0.compare_exchange(0, REVOKED, Ordering::SeqCst, Ordering::Relaxed) {
+            Ok(_) => {
+                inode.opens.fetch_sub(1, Ordering::AcqRel);
+                false
+            }
+            Err(s) => s & REVOKED == 0,
+        },
+    );
 }
 
 /// Open files on `inode` now, summed over its pins (a snapshot: for tests
