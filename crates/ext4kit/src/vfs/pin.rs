@@ -301,8 +301,12 @@ pub(crate) fn uncache(pin: &Arc<Pin>) {
 /// `disk` write lock.
 pub(crate) fn revoke_idle(inode: &CachedInode) {
     let mut reg = inode.pins.lock();
+    // SeqCst on failure too: a failed swap (the pin is busy) must come
+    // before that open's close in the one order of SeqCst operations, so
+    // that the close, reading `unlinked` after its decrement, sees the
+    // flag `drop_link` set before revoking (module doc).
     reg.retain(
-        |w| match w.0.compare_exchange(0, REVOKED, Ordering::SeqCst, Ordering::Relaxed) {
+        |w| match w.0.compare_exchange(0, REVOKED, Ordering::SeqCst, Ordering::SeqCst) {
             Ok(_) => {
                 inode.opens.fetch_sub(1, Ordering::AcqRel);
                 false
