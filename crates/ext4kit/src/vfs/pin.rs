@@ -49,6 +49,14 @@
 //! after the close's decrement and takes the pin's unit, or the close sees
 //! the flag and calls `release_unlinked`, which revokes and frees.
 //!
+//! A pin's drop frees nothing itself (it has no `Fs`): it never needs to,
+//! because an idle pin on an unlinked inode does not outlive the close
+//! that made it idle — that close saw the flag and revoked it. So a drop
+//! (a slot reused, a thread exiting, the last close of an uncached pin)
+//! only gives an unrevoked unit back. It takes the inode's reader lock:
+//! nothing may drop a pin, nor the last open file of one, while holding
+//! that inode's `disk` lock.
+//!
 //! Memory: a pin keeps its inode and dentry from eviction (the caches skip
 //! entries with other holders), so each thread keeps at most `SLOTS` of
 //! them beyond its open files; a thread's pins go when it exits.
