@@ -462,13 +462,22 @@ impl Report {
                 Some(vec![b.median() / a.median()])
             }
         };
+        // As `Row::median`: the mean of the middle two for an even count.
         let med = |mut v: Vec<f64>| {
             v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
+            let n = v.len();
+            if n % 2 == 1 {
+                v[n / 2]
+            } else {
+                (v[n / 2 - 1] + v[n / 2]) / 2.0
+            }
         };
         let storm = per_round("open/read/close, all threads", "lib")?;
         let yard = per_round(STORM_YARDSTICK, "lib:shared-nothing")?;
         let quot: Vec<f64> = storm.iter().zip(&yard).map(|(s, y)| s / y).collect();
+        if quot.is_empty() {
+            return None;
+        }
         let q = med(quot.clone());
         let lo = quot.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = quot.iter().copied().fold(0.0, f64::max);

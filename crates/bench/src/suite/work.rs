@@ -645,8 +645,8 @@ fn w_storm(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
 /// Issue 20: the storm must scale as well as work that shares nothing on
 /// the same machine. The yardstick (seed 000's seeks, peer
 /// `lib:shared-nothing`) runs right after the storm at every thread
-/// count, in the same round, so a machine busier in one round than in
-/// another moves both.
+/// count, in the same round and for as long, so a machine busier in one
+/// round than in another moves both.
 fn lib_w_storm(fs: &Arc<Fs>, s: &Sizes) -> Result<Vec<Figure>, String> {
     let mut out = Vec::new();
     let ops = s.storm_ops;
@@ -655,9 +655,19 @@ fn lib_w_storm(fs: &Arc<Fs>, s: &Sizes) -> Result<Vec<Figure>, String> {
         .map(|_| fs.open(b"/big", OpenFlags::default()))
         .collect::<Result<Vec<_>, _>>()
         .map_err(io("open /big"))?;
-    // Warm both (caches, the threads' pins, CPU frequency).
-    lib_storm(fs, 1, ops / 10 + 1)?;
-    lib_seeks(fs, &files[..1], s.lseek_ops / 10 + 1)?;
+    // Warm both (caches, the threads' pins, CPU frequency), and size the
+    // yardstick so that its single-thread run lasts as long as the
+    // storm's (the fastest of three warm-ups each: a run the scheduler
+    // stalled would misjudge the cost per operation). A much shorter run
+    // would measure thread start-up and the scheduler, not the work.
+    let (w_storm, w_seeks) = (ops / 10 + 1, s.lseek_ops / 10 + 1);
+    let mut t_storm = f64::INFINITY;
+    let mut t_seeks = f64::INFINITY;
+    for _ in 0..3 {
+        t_storm = t_storm.min(lib_storm(fs, 1, w_storm)?.as_secs_f64() / w_storm as f64);
+        t_seeks = t_seeks.min(lib_seeks(fs, &files[..1], w_seeks)?.as_secs_f64() / w_seeks as f64);
+    }
+    let seeks = ((ops as f64 * t_storm / t_seeks.max(1e-12)) as usize).clamp(1000, 1 << 30);
     for &n in &s.threads {
         let x = Some(n as f64);
         let d = lib_storm(fs, n, ops)?;
@@ -668,13 +678,13 @@ fn lib_w_storm(fs: &Arc<Fs>, s: &Sizes) -> Result<Vec<Figure>, String> {
             x,
             (ops * n) as f64 / d.as_secs_f64() / 1e3,
         ));
-        let d = lib_seeks(fs, &files[..n], s.lseek_ops)?;
+        let d = lib_seeks(fs, &files[..n], seeks)?;
         let mut f = fig(
             STORM_YARDSTICK,
             "M/s",
             true,
             x,
-            (s.lseek_ops * n) as f64 / d.as_secs_f64() / 1e6,
+            (seeks * n) as f64 / d.as_secs_f64() / 1e6,
         );
         f.variant = Some("shared-nothing");
         out.push(f);
