@@ -1126,11 +1126,13 @@ impl Filesystem for Ext4Fuse {
         // With write-back caching the kernel positions appends itself and
         // its write-back writes are plain writes at its offsets.
         let append = flags.0 & libc::O_APPEND != 0 && !self.writeback;
-        // A write-back of the kernel's page cache (FUSE_WRITE_CACHE) carries
-        // data whose mtime/ctime the kernel stamped at write(2) and sends
-        // itself (SETATTR): the engine must not stamp the later time of
-        // the write-back over them.
-        let from_cache = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        // With write-back caching, a write-back of the kernel's page cache
+        // (FUSE_WRITE_CACHE) carries data whose mtime/ctime the kernel
+        // stamped at write(2) and sends itself (SETATTR): the engine must
+        // not stamp the later time of the write-back over them. Without
+        // it the flag marks the write-back of mmap'ed pages, whose times
+        // are ours to stamp (xfstests generic/080).
+        let from_cache = self.writeback && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let r = self.handles.with(fh.0, |h| match h {
             Handle::File(f) => self.write_inode(req, &f.file().inode, offset, data, append, f.privileged, from_cache),
             Handle::Dir(_) => Err(Errno::EISDIR),

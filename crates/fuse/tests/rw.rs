@@ -545,6 +545,8 @@ fn mmap_write(p: &Path, len: usize) {
         .open(p)
         .unwrap();
     f.set_len(len as u64).unwrap();
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    f.set_modified(old).unwrap();
     use std::os::fd::AsRawFd;
     // SAFETY: a fresh shared mapping of a file we hold open, unmapped
     // below; nothing else aliases it.
@@ -565,6 +567,13 @@ fn mmap_write(p: &Path, len: usize) {
         assert_eq!(libc::msync(a, len, libc::MS_SYNC), 0);
         assert_eq!(libc::munmap(a, len), 0);
     }
+    // A write through a mapping moves mtime (xfstests generic/080): the
+    // kernel's page_mkwrite with write-back caching, the write-back WRITE
+    // of the page otherwise.
+    assert!(
+        fs::metadata(p).unwrap().modified().unwrap() > old + std::time::Duration::from_secs(600_000_000),
+        "mtime after an mmap write"
+    );
 }
 
 /// A directory opened, changed, then read: later listings show the
