@@ -439,6 +439,10 @@ impl Fs {
         let bs = self.vol.block_size as u64;
         if len < old {
             let fb = len.div_ceil(bs);
+            // Everything the punch will free and the tail zeroing will
+            // write is checked while nothing has changed (release_check.rs).
+            let tail = (!len.is_multiple_of(bs)).then_some(len / bs);
+            self.vol.check_punch(inode.ino, &rec, fb, u64::MAX, tail)?;
             // Punch first: it fails (interim limits) before changing anything.
             let mut h = self.vol.begin()?;
             // Readers that looked at the old map must not trust blocks we
@@ -536,8 +540,12 @@ impl Fs {
             if off >= end {
                 return Ok(());
             }
-            self.zero_range_edges(inode, &rec, off, end)?;
             let (fb, lb) = (off.div_ceil(bs), end / bs);
+            if fb < lb {
+                // What the punch frees is checked while nothing has changed.
+                self.vol.check_punch(ino, &rec, fb, lb, None)?;
+            }
+            self.zero_range_edges(inode, &rec, off, end)?;
             if fb < lb {
                 let mut h = self.vol.begin()?;
                 inode.pages.bump();
