@@ -563,6 +563,14 @@ impl Fs {
             }
             return Ok(());
         }
+        if mode & FALLOC_FL_ZERO_RANGE != 0 {
+            // ZERO_RANGE punches the whole blocks before mapping them
+            // unwritten: what it frees is checked while nothing has changed.
+            let (fb, lb) = (off.div_ceil(bs), end / bs);
+            if fb < lb {
+                self.vol.check_punch(ino, &rec, fb, lb, None)?;
+            }
+        }
         let mut h = self.vol.begin()?;
         let r = self.fallocate_blocks(&mut h, inode, &mut rec, mode, off, end);
         // Whatever was changed is committed, even after a failure: the
