@@ -452,6 +452,7 @@ impl Volume {
             self.free_in_group(h, g as usize, &pieces[i..j])?;
             i = j;
         }
+        self.claims_freed(&pieces);
         Ok(())
     }
 
@@ -494,7 +495,9 @@ impl Volume {
         }
         let g = ((start - self.first_data_block) / self.blocks_per_group) as usize;
         self.claims_on_free(&[(start, len as u64)])?;
-        self.free_in_group(h, g, &[(start, len as u64)])
+        self.free_in_group(h, g, &[(start, len as u64)])?;
+        self.claims_freed(&[(start, len as u64)]);
+        Ok(())
     }
 
     /// Clear the bits of `runs` (all inside group `g`) under the group lock.
