@@ -383,14 +383,30 @@ impl Volume {
         });
     }
 
-    /// Refuse to change the references of xattr block `nr` (its
-    /// `h_refcount` is `refcount`; inode `ino` names it) when the refcount
-    /// disagrees with the number of inodes naming it (e2fsck's "extended
-    /// attribute block has reference count R, should be N"): releasing the
-    /// last reference would free the block under the others, dropping one
-    /// of too many would leave it allocated and unreferenced. Reads only.
-    pub fn check_xattr_release(&self, ino: u32, nr: u64, refcount: u32) -> Result<()> {
-        let set = self.claim_set()?;
+    /// Refuse to change the references of xattr block `nr` (inode `ino`
+    /// names it) when its refcount disagrees with the number of inodes
+    /// naming it (e2fsck's "extended attribute block has reference count
+    /// R, should be N"): releasing the last reference would free the block
+    /// under the others, dropping one of too many would leave it allocated
+    /// and unreferenced. Reads only. The refcount is read under the block's
+    /// lock, where every release changes both it and the count of inodes
+    /// naming the block (`release_xattr_block`), so the two agree however
+    /// many inodes release the block at once.
+    pub fn check_xattr_refs(&self, ino: u32, nr: u64) -> Result<()> {
+        self.claim_set()?;
+        let mut g = self.bcache.lock(nr);
+        let buf = self.buffer_locked(&mut g, nr)?;
+        self.xattr_refcount_agrees(ino, nr, ext4kit_format::bytes::le32(&buf.data, 4))
+    }
+
+    /// [`Self::check_xattr_refs`] for a caller that holds the block's lock
+    /// and has read its refcount `refcount`. Never scans (the caller holds
+    /// a lock the scan may need): before the scan nothing is known, and
+    /// every path that releases a reference checked first.
+    pub(crate) fn xattr_refcount_agrees(&self, ino: u32, nr: u64, refcount: u32) -> Result<()> {
+        let Some(set) = self.claims.set.get() else {
+            return Ok(());
+        };
         let named = set.shared_xattr.lock().get(&nr).copied().unwrap_or(1);
         if refcount != named {
             return Err(Error::corrupt_msg(
@@ -406,7 +422,7 @@ impl Volume {
     }
 
     /// One inode dropped its reference to xattr block `nr` (the refcount
-    /// went down by one, or the block was freed).
+    /// went down by one, under the block's lock, or the block was freed).
     pub(crate) fn claims_xattr_unref(&self, nr: u64) {
         if let Some(set) = self.claims.set.get() {
             let mut m = set.shared_xattr.lock();
@@ -897,8 +913,8 @@ mod tests {
         v.write_inode(&mut h, a, &arec).unwrap();
         h.commit().unwrap();
         v.claim_set().unwrap();
-        v.check_xattr_release(a, x, 1).unwrap();
-        let e = v.check_xattr_release(a, x, 17).unwrap_err().to_string();
+        v.xattr_refcount_agrees(a, x, 1).unwrap();
+        let e = v.xattr_refcount_agrees(a, x, 17).unwrap_err().to_string();
         assert!(e.contains("reference count is 17 but 1 inode(s)"), "{e}");
     }
 

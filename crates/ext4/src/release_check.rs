@@ -15,8 +15,11 @@
 //! damage would be written as it stood.
 //!
 //! Both also refuse to free a block another inode still claims (a
-//! cross-link: `claims.rs`), and to move the free count of a group whose
-//! bitmap already disagrees with it.
+//! cross-link: `claims.rs`). A group whose free count disagrees with its
+//! bitmap is no reason to refuse: a free moves both by the same amount
+//! (a bit already clear is not counted twice, `free_in_group`), and the
+//! superblock's total keeps its own distance from the groups' sum
+//! (`Volume::damaged_count_bias`), so the disagreement stays what it was.
 //!
 //! The system zone (the kernel's `block_validity.c`): a block map must
 //! not name a superblock or descriptor copy, a bitmap or an inode table.
@@ -42,9 +45,8 @@ impl Volume {
     /// Check that everything inode `ino` (record `inode`) owns can be
     /// freed: its block map reads whole and names only blocks inside the
     /// filesystem and outside the system zone, its xattrs parse and store
-    /// no value in an EA inode, no block it frees is claimed by another
-    /// inode too (`claims.rs`), and the groups whose free counts the frees
-    /// move agree with their bitmaps. Reads only.
+    /// no value in an EA inode, and no block it frees is claimed by
+    /// another inode too (`claims.rs`). Reads only.
     pub fn check_release(&self, ino: u32, inode: &Inode) -> Result<()> {
         let map = self.checked_map(ino, inode)?;
         let acl = inode.file_acl();
@@ -59,11 +61,9 @@ impl Volume {
             // The last reference frees the block; an earlier one only
             // writes its refcount — into a block another inode may own.
             runs.push((acl, 1));
-            let refcount = ext4kit_format::bytes::le32(&self.buffer(acl)?.data, 4);
-            self.check_xattr_release(ino, acl, refcount)?;
+            self.check_xattr_refs(ino, acl)?;
         }
-        self.check_free_claims(ino, inode, &runs)?;
-        self.check_groups_countable(ino, &runs)
+        self.check_free_claims(ino, inode, &runs)
     }
 
     /// Check, before an xattr of inode `ino` (record `inode`) is set or
@@ -71,18 +71,16 @@ impl Volume {
     /// released: it lies inside the filesystem and outside the system
     /// zone, no other inode claims it as anything but a sharer of the
     /// block (a cross-link: writing it in place would overwrite the other
-    /// owner's block), its refcount agrees with the inodes naming it, and
-    /// its group's free count agrees with the bitmap. Reads only.
+    /// owner's block), and its refcount agrees with the inodes naming it.
+    /// Reads only.
     pub fn check_xattr_block_change(&self, ino: u32, inode: &Inode) -> Result<()> {
         let acl = inode.file_acl();
         if acl == 0 {
             return Ok(());
         }
         self.check_owned_run(ino, "xattr block", acl, 1)?;
-        let refcount = ext4kit_format::bytes::le32(&self.buffer(acl)?.data, 4);
-        self.check_xattr_release(ino, acl, refcount)?;
-        self.check_free_claims(ino, inode, &[(acl, 1)])?;
-        self.check_groups_countable(ino, &[(acl, 1)])
+        self.check_xattr_refs(ino, acl)?;
+        self.check_free_claims(ino, inode, &[(acl, 1)])
     }
 
     /// Check, before a truncate or hole punch of inode `ino` (record
@@ -92,8 +90,7 @@ impl Volume {
     /// anywhere in it is met now, not after part of it was freed: without
     /// a journal that would be written as it stood), no block freed — nor
     /// `tail`, the logical block whose end is zeroed — is claimed by
-    /// another inode too, and the groups the frees touch agree with their
-    /// bitmaps. Reads only.
+    /// another inode too. Reads only.
     pub fn check_punch(&self, ino: u32, inode: &Inode, from: u64, to: u64, tail: Option<u64>) -> Result<()> {
         if !matches!(
             self.block_map(ino, inode)?,
@@ -117,8 +114,7 @@ impl Volume {
                 runs.push((p + (t - l), 1));
             }
         }
-        self.check_free_claims(ino, inode, &runs)?;
-        self.check_groups_countable(ino, &runs)
+        self.check_free_claims(ino, inode, &runs)
     }
 
     /// The block map of inode `ino`, read whole, every block checked
@@ -157,39 +153,6 @@ impl Volume {
             BlockMap::Inline(_) | BlockMap::None => {}
         }
         Ok(out)
-    }
-
-    /// The groups whose free counts freeing `runs` will move must agree
-    /// with their bitmaps, or the counts would grow more wrong — and the
-    /// superblock's total, summed from them at every superblock write (as
-    /// the kernel's per-cpu counters are), with them.
-    fn check_groups_countable(&self, ino: u32, runs: &[(u64, u64)]) -> Result<()> {
-        let group_of = |b: u64| ((b - self.first_data_block) / self.blocks_per_group) as usize;
-        let mut groups: Vec<usize> = Vec::new();
-        for &(p, n) in runs {
-            if n > 0 && p >= self.first_data_block {
-                groups.push(group_of(p));
-                groups.push(group_of(p + n - 1));
-            }
-        }
-        groups.sort_unstable();
-        groups.dedup();
-        for g in groups {
-            let Some(grp) = self.groups.get(g) else { continue };
-            let gd = *grp.desc.read();
-            let (bm, uninit) = self.block_bitmap_of(g, &gd)?;
-            if !uninit && !self.block_bitmap_usable(g, &gd, &bm) {
-                return Err(Error::corrupt_msg(
-                    format!("group {g}"),
-                    "block bitmap",
-                    format!(
-                        "inode {ino}'s blocks are in a group whose bitmap disagrees with its descriptor's free count ({})",
-                        gd.free_blocks_count()
-                    ),
-                ));
-            }
-        }
-        Ok(())
     }
 
     fn check_indirect(&self, ino: u32, blk: u64, depth: usize, budget: &mut u64, meta: &mut Vec<u64>) -> Result<()> {

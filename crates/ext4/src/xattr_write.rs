@@ -384,6 +384,9 @@ impl Volume {
         let seed = self.csum_seed;
         let last = h.modify(nr, |d| {
             let rc = le32(d, 4);
+            // Under the block's lock, where the count of inodes naming the
+            // block moves with the refcount (claims.rs).
+            self.xattr_refcount_agrees(ino, nr, rc)?;
             if rc <= 1 {
                 // Returning an error leaves the block out of the handle.
                 return Err(Error::posix(Errno::ENODATA, "last reference"));
@@ -392,17 +395,14 @@ impl Volume {
             if let Some(s) = seed {
                 xattr::set_block_checksum(d, nr, s);
             }
+            self.claims_xattr_unref(nr);
             Ok(())
         });
         match last {
-            Ok(()) => {
-                self.claims_xattr_unref(nr);
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             Err(Error::Posix {
                 errno: Errno::ENODATA, ..
             }) => {
-                self.check_xattr_release(ino, nr, 1)?;
                 // bforget: another handle that dropped its reference before
                 // ours may not have committed yet; without a journal its
                 // commit writes the block's *current* version, so mark that
