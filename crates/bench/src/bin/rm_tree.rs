@@ -86,13 +86,14 @@ fn populate(img: &Path, a: &Args) -> Result<(), String> {
         }
         Ok(())
     };
-    if a.others > 0 {
-        spread("/pop", a.others, a.others.div_ceil(1000))?;
-    } else {
-        spread("/pop", 2, 1)?;
-    }
+    spread("/pop", a.others.max(2), pop_dirs(a))?;
     spread("/tree", a.files, a.dirs)?;
     fs.sync().map_err(|x| e("sync".into(), x))
+}
+
+/// Directories under /pop: one per thousand files.
+fn pop_dirs(a: &Args) -> usize {
+    a.others.div_ceil(1000).max(1)
 }
 
 /// What the scan found (where the claim scan exists).
@@ -116,7 +117,7 @@ fn scan_stats(fs: &Fs) -> String {
     }
 }
 
-fn timed_run(img: &Path) -> Result<(f64, f64, f64, f64), String> {
+fn timed_run(img: &Path, a: &Args) -> Result<(f64, f64, f64, f64), String> {
     let root = Cred::root();
     let t = Instant::now();
     let fs = open_rw(img)?;
@@ -124,8 +125,12 @@ fn timed_run(img: &Path) -> Result<(f64, f64, f64, f64), String> {
     let t = Instant::now();
     fs.unlink(b"/pop/d0000/f0000000", &root).map_err(|e| e.to_string())?;
     let first = t.elapsed().as_secs_f64();
+    // The next file of /pop/d0000 (`populate` deals files round the
+    // directories).
+    let second_file = format!("/pop/d0000/f{:07}", pop_dirs(a));
     let t = Instant::now();
-    fs.unlink(b"/pop/d0000/f0000001", &root).map_err(|e| e.to_string())?;
+    fs.unlink(second_file.as_bytes(), &root)
+        .map_err(|e| format!("{second_file}: {e}"))?;
     let second = t.elapsed().as_secs_f64();
     eprintln!("  {}", scan_stats(&fs));
     let t = Instant::now();
@@ -199,7 +204,7 @@ fn main() -> ExitCode {
             eprintln!("rm-tree: copying the image failed");
             return ExitCode::FAILURE;
         }
-        match timed_run(&img) {
+        match timed_run(&img, &a) {
             Ok((o, f, s, rm)) => println!("{r:>4} {o:>9.3} {f:>12.4} {s:>12.4} {rm:>10.3}"),
             Err(e) => {
                 eprintln!("rm-tree: {e}");
