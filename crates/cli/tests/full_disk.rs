@@ -169,6 +169,43 @@ fn full_disk_keeps_keep_dir_and_every_accepted_byte() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
+/// With `-o cache=writeback` the kernel accepts writes into its own cache
+/// without asking the server, so a full disk cannot be refused at write():
+/// it reaches the writer's close, and `ext4kit umount` exits nonzero saying
+/// data was lost; what was synced before stays, e2fsck is clean.
+#[test]
+fn writeback_cache_reports_a_full_disk_at_close_and_umount() {
+    require_root_and_fuse();
+    let work = workdir("wb");
+    let (img, mnt) = (work.join("e.img"), work.join("mnt"));
+    mkfs(&img);
+    mount(&img, &mnt, &["cache=writeback"]);
+    std::fs::write(mnt.join("keep"), b"keep\n").unwrap();
+    std::fs::create_dir(mnt.join("dir")).unwrap();
+    std::fs::File::open(mnt.join("keep")).unwrap().sync_all().unwrap();
+    // 96 MiB into a 64 MiB filesystem: write() takes it all (the kernel's
+    // cache), the close that writes it back fails.
+    let o = run(Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "count=96"])
+        .arg(format!("of={}", mnt.join("big").display())));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "dd of 96 MiB into 64 MiB succeeded: {err}");
+    assert!(err.contains("No space left on device"), "dd: {err}");
+    let u = umount(&mnt);
+    let msg = String::from_utf8_lossy(&u.stderr).into_owned();
+    assert!(
+        !u.status.success(),
+        "ext4kit umount exited 0 after lost write-backs: {msg}"
+    );
+    assert!(msg.contains("write-back") && msg.contains("lost"), "{msg}");
+    e2fsck_clean(&img).unwrap_or_else(|e| panic!("{e}"));
+    with_kernel(&img, &work, |k| {
+        assert_eq!(std::fs::read(k.join("keep")).unwrap(), b"keep\n");
+        assert!(k.join("dir").is_dir());
+    });
+    let _ = std::fs::remove_dir_all(&work);
+}
+
 /// An ordinary user's write gets ENOSPC at the root reserve; root may
 /// then use it; both files survive as accepted.
 #[test]

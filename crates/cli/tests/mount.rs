@@ -500,11 +500,54 @@ fn a_held_image_lock_refuses_a_second_server() {
     let (_src, img, _) = small_image(&work, "ext4-default");
     let f = std::fs::File::open(&img).unwrap();
     rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+    // Held throughout: the mount waits for it (saying so), then refuses.
+    let t = Instant::now();
     let o = ext4kit(&[&"mount", &img, &work.join("mnt")]);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("in use"), "{err}");
-    drop(f);
+    assert!(err.contains("waiting") && err.contains("in use"), "{err}");
+    assert!(t.elapsed() >= Duration::from_secs(5), "refused after {:?}", t.elapsed());
+    // Let go while a mount waits: it mounts.
+    let mnt = work.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(f);
+    });
+    ok(&ext4kit(&[&"mount", &img, &mnt]), "mount once the lock is let go");
+    releaser.join().unwrap();
+    ok(&ext4kit(&[&"umount", &mnt]), "umount");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// umount(2) of a FUSE mount returns before the server has written back
+/// and let go of the image; a mount of the same image right after (or while
+/// umount(8) still runs, as xfstests generic/604 does) waits for it instead
+/// of being refused, and sees everything the first mount wrote.
+#[test]
+fn a_mount_right_after_an_unmount_waits_for_the_old_server() {
+    require_fuse();
+    let work = workdir("handover");
+    let (_src, img, _) = small_image(&work, "ext4-default");
+    let mnt = work.join("mnt");
+    for round in 0..3 {
+        ok(&ext4kit(&[&"mount", &img, &mnt]), "mount");
+        for i in 0..40 {
+            std::fs::write(mnt.join(format!("r{round}-{i}")), vec![round as u8; 1024]).unwrap();
+        }
+        let mut um = Command::new("umount").arg(&mnt).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+        ok(&ext4kit(&[&"mount", &img, &mnt]), "mount while the old one goes");
+        assert!(um.wait().unwrap().success());
+        for i in 0..40 {
+            assert_eq!(
+                std::fs::read(mnt.join(format!("r{round}-{i}"))).unwrap(),
+                vec![round as u8; 1024]
+            );
+        }
+        ok(&ext4kit(&[&"umount", &mnt]), "umount");
+    }
+    e2fsck_clean(&img).unwrap();
     let _ = std::fs::remove_dir_all(&work);
 }
 

@@ -661,6 +661,14 @@ fn inode_flags_are_kept_and_enforced_like_the_kernel() {
             log.push(format!("  now {:x?}", get_flags(&f)));
             let _ = set_flags(&f, base);
         }
+        // A flag change moves ctime, and a stat through the mount sees it
+        // (xfstests generic/277).
+        let ctime = |p: &Path| fs::metadata(p).map(|m| (m.ctime(), m.ctime_nsec())).unwrap_or_default();
+        let c0 = ctime(&f);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let _ = set_flags(&f, base | NODUMP);
+        log.push(format!("ctime moved at chattr: {}", ctime(&f) > c0));
+        let _ = set_flags(&f, base);
         // The extent flag of an empty file (ext4_ind_migrate), then data
         // through the block-map layout; of a file with data: refused.
         let e = d.join("e");
@@ -725,6 +733,23 @@ fn inode_flags_are_kept_and_enforced_like_the_kernel() {
         ));
         log.push(format!("dir -a +dirsync: {}", rc(set_flags(&di, dbase | DIRSYNC))));
         log.push(format!("  now {:x?}", get_flags(&di)));
+        // What new inodes inherit from their directory (EXT4_FL_INHERITED,
+        // ext4_mask_flags by type; xfstests generic/607 for DAX).
+        let inh = d.join("inh");
+        fs::create_dir(&inh).unwrap();
+        let ib = get_flags(&inh).unwrap_or(0);
+        const DAX_FL: u32 = 0x0200_0000;
+        log.push(format!(
+            "dir +dSA: {}",
+            rc(set_flags(&inh, ib | NODUMP | SYNC | NOATIME | DIRSYNC))
+        ));
+        let _ = set_flags(&inh, get_flags(&inh).unwrap_or(0) | DAX_FL);
+        fs::write(inh.join("file"), "x").unwrap();
+        fs::create_dir(inh.join("sub")).unwrap();
+        std::os::unix::fs::symlink("file", inh.join("link")).unwrap();
+        for n in ["file", "sub"] {
+            log.push(format!("  new {n}: {:x?}", get_flags(&inh.join(n))));
+        }
         // Who may: the owner for ordinary flags, root for i and a.
         let o = d.join("o");
         fs::write(&o, "").unwrap();

@@ -36,6 +36,40 @@ pub struct NewInode {
     pub gid: u32,
     /// Creation time for all four timestamps.
     pub now: Timestamp,
+    /// The parent directory's `i_flags` and `i_projid`: what a new inode
+    /// inherits ([`inherited_flags`]).
+    pub parent: (u32, u32),
+}
+
+/// `EXT4_FL_INHERITED`: the flags a new inode takes from its directory
+/// (`__ext4_new_inode`): secure/undelete deletion, compression hints,
+/// sync, nodump, noatime, data journaling, notail, dirsync, project
+/// inheritance and DAX. (Casefold is inherited too, but a casefolded
+/// image is not opened.)
+const FL_INHERITED: u32 = flags::SECRM
+    | flags::UNRM
+    | flags::COMPR
+    | flags::SYNC
+    | flags::NODUMP
+    | flags::NOATIME
+    | 0x400 // EXT4_NOCOMPR_FL
+    | flags::JOURNAL_DATA
+    | flags::NOTAIL
+    | flags::DIRSYNC
+    | flags::PROJINHERIT
+    | 0x0200_0000; // EXT4_DAX_FL
+
+/// The inherited flags of a new inode of type `ftype` in a directory with
+/// `parent_flags` (`ext4_mask_flags`): directories keep them all, regular
+/// files lose the directory-only ones (EXT4_REG_FLMASK), everything else
+/// keeps only nodump and noatime (EXT4_OTHER_FLMASK).
+pub fn inherited_flags(ftype: FileType, parent_flags: u32) -> u32 {
+    let f = parent_flags & FL_INHERITED;
+    match ftype {
+        FileType::Directory => f,
+        FileType::Regular => f & !(flags::DIRSYNC | flags::TOPDIR | flags::CASEFOLD | flags::PROJINHERIT),
+        _ => f & (flags::NODUMP | flags::NOATIME),
+    }
 }
 
 impl Volume {
@@ -101,6 +135,7 @@ impl Volume {
         base.gid_high = (n.gid >> 16) as u16;
         base.links_count = if n.ftype == FileType::Directory { 2 } else { 1 };
         base.generation = GENERATION.fetch_add(1, Ordering::Relaxed);
+        base.flags = inherited_flags(n.ftype, n.parent.0);
         let extents =
             self.has_incompat(incompat::EXTENTS) && matches!(n.ftype, FileType::Regular | FileType::Directory);
         if extents {
@@ -119,6 +154,11 @@ impl Volume {
         if tail_len >= 32 {
             // s_want_extra_isize is 32 on every mke2fs 1.47 image.
             extra.extra_isize = 32;
+            // A project's directory hands its id down (ext4_new_inode:
+            // i_projid from a PROJINHERIT parent, else the default 0).
+            if n.parent.0 & flags::PROJINHERIT != 0 {
+                extra.projid = n.parent.1;
+            }
         }
         let mut inode = Inode {
             base,

@@ -273,6 +273,7 @@ fn run_case(c: &Case) {
             uid: 0,
             gid: 0,
             now: ext4kit::Timestamp { sec: 1, nsec: 0 },
+            parent: (0, 0),
         });
         fs.vol.init_dir(h, ino, &mut rec, d_ino).unwrap();
         fs.vol.write_inode(h, ino, &rec).unwrap();

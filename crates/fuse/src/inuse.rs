@@ -39,14 +39,22 @@ pub struct ImageLock {
 impl ImageLock {
     /// Take the exclusive lock or explain who holds it.
     pub fn acquire(image: &Path) -> Result<Self, String> {
-        let file = File::open(image).map_err(|e| format!("{}: {e}", image.display()))?;
-        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => Ok(ImageLock { _file: file }),
-            Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(format!(
+        Self::try_acquire(image)?.ok_or_else(|| {
+            format!(
                 "{}: the image is in use: another ext4kit mount (or a program holding a lock on it) has it open; \
                  unmount that first",
                 image.display()
-            )),
+            )
+        })
+    }
+
+    /// Take the exclusive lock if nobody holds it (`None` if somebody
+    /// does); an error only when the image cannot be opened or locked.
+    pub fn try_acquire(image: &Path) -> Result<Option<Self>, String> {
+        let file = File::open(image).map_err(|e| format!("{}: {e}", image.display()))?;
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(ImageLock { _file: file })),
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(None),
             Err(e) => Err(format!("{}: cannot lock the image: {e}", image.display())),
         }
     }
@@ -127,6 +135,20 @@ fn parent_disk(rdev: u64) -> Option<u64> {
 /// If the kernel has `image` mounted (directly, through a loop device, or
 /// as the source of a FUSE mount), a message naming where.
 pub fn kernel_user(image: &Path) -> Option<String> {
+    mounted_at(image).map(|m| {
+        format!(
+            "{} is already mounted at {} ({} from {}); unmount it first",
+            image.display(),
+            m.mount_point.display(),
+            m.fstype,
+            m.source
+        )
+    })
+}
+
+/// The mount-table entry through which the kernel has `image` mounted, if
+/// any (see [`kernel_user`]).
+pub fn mounted_at(image: &Path) -> Option<MountEntry> {
     let me = std::fs::metadata(image).ok()?;
     let table = mounts().ok()?;
     for m in &table {
@@ -152,13 +174,7 @@ pub fn kernel_user(image: &Path) -> Option<String> {
             src.is_absolute() && same_file(&me, src)
         };
         if hit {
-            return Some(format!(
-                "{} is already mounted at {} ({} from {}); unmount it first",
-                image.display(),
-                m.mount_point.display(),
-                m.fstype,
-                m.source
-            ));
+            return Some(m.clone());
         }
     }
     None

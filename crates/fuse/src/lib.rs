@@ -46,23 +46,27 @@
 //!   listing is taken at the first READDIR, under the kernel's directory
 //!   lock, so the cache never holds one older than its version), symlink
 //!   targets too (`FUSE_CACHE_SYMLINKS`);
-//! - files are opened without OPEN (`FUSE_NO_OPEN_SUPPORT`, except with
-//!   `cache=direct`, whose FOPEN_DIRECT_IO is an OPEN reply flag, and
-//!   `cache=writeback`, where OPEN must refuse writable opens of immutable
-//!   and append-only files before the kernel buffers writes to them): OPEN
-//!   answers ENOSYS once and the kernel then opens and closes files without
-//!   asking us; reads, writes, fsync, fallocate and lseek go by inode
-//!   number, and FLUSH answers ENOSYS once too, so open/read/close of a
-//!   cached file costs no round trip at all. RELEASE is not needed for the
-//!   last close of an unlinked file: the kernel keeps its lookup reference
-//!   to an open file's inode until after the last close, and our reference
-//!   ([`nodes`]) keeps the inode allocated until its FORGET. Each WRITE
-//!   says whether it appends and whether to clear setuid/setgid
-//!   (`FUSE_WRITE_KILL_SUIDGID`); the engine's write path refuses immutable
-//!   inodes and positions append-only ones. `FUSE_ATOMIC_O_TRUNC` is not
-//!   negotiated then (the kernel would skip the truncating SETATTR of an
-//!   O_TRUNC open, expecting OPEN to have done it).
-//!
+//! - files are opened with OPEN, replied with `FOPEN_KEEP_CACHE` and
+//!   `FOPEN_NOFLUSH`: one round trip per open (RELEASE is sent in the
+//!   background), because only OPEN can refuse a writable open of an
+//!   immutable or append-only inode as ext4's `may_open` does (FUSE inodes
+//!   carry no S_IMMUTABLE/S_APPEND for the kernel to check; xfstests
+//!   generic/079). `-o no_open` (write-through caching only) trades that
+//!   for speed: OPEN answers ENOSYS once and the kernel then opens and
+//!   closes files without asking us (`FUSE_NO_OPEN_SUPPORT`); reads,
+//!   writes, fsync, fallocate and lseek go by inode number, FLUSH answers
+//!   ENOSYS once too, so open/read/close of a cached file costs no round
+//!   trip at all, and an immutable file's first write is refused instead
+//!   of its open. RELEASE is not needed for the last close of an unlinked
+//!   file: the kernel keeps its lookup reference to an open file's inode
+//!   until after the last close, and our reference ([`nodes`]) keeps the
+//!   inode allocated until its FORGET. Each WRITE says whether it appends
+//!   and whether to clear setuid/setgid (`FUSE_WRITE_KILL_SUIDGID`); the
+//!   engine's write path refuses immutable inodes and positions
+//!   append-only ones. `FUSE_ATOMIC_O_TRUNC` is negotiated when OPEN is
+//!   served, except with `cache=writeback` (there only the truncating
+//!   SETATTR carries the kernel's own mtime/ctime).
+
 //! # Round trips and busy polling
 //!
 //! A request costs a round trip through the kernel: on these 2-vCPU
@@ -103,8 +107,15 @@
 //! SB_NOSEC and we clear the bits ourselves (writes by openers without
 //! CAP_FSETID, truncations and fallocate by non-root callers: [`killpriv`]).
 //!
-//! Write-back caching wins some small-write cases but is not the default:
-//! the kernel then keeps written data to itself until it writes pages back,
+//! Write-back caching wins some small-write cases but is not the default.
+//! Above all, the kernel then accepts write() into its own cache without
+//! asking us, so a full disk cannot be refused where the writer sees it
+//! (ext4's delayed-allocation reservation, which write-through keeps): a
+//! writer of a 64 MiB image had 6.5 GB accepted while every write-back
+//! failed with ENOSPC. The failure reaches only fsync and close (the
+//! kernel's error on the file) and `ext4kit umount`'s exit status
+//! ([`server::LostWriteback`]). Also,
+//! the kernel keeps written data to itself until it writes pages back,
 //! and FUSE's SEEK_DATA/SEEK_HOLE (`fuse_lseek`) does not write back
 //! first, so a freshly written sparse file reports holes where its data is
 //! (the rw tests fail that way with `cache=writeback`); it also made
@@ -168,9 +179,9 @@
 //! which fuser 0.18 does not decode (it answers ENOSYS; the kernel then
 //! reports EOPNOTSUPP and leaves STATX_BTIME out). Inode flags are not
 //! visible to the kernel (FUSE inodes carry no S_IMMUTABLE/S_APPEND), so
-//! with no-open an open for writing of an immutable or append-only file
-//! succeeds and its first write is refused instead (with `cache=direct`
-//! and `cache=writeback` OPEN is served and refuses it, as ext4 does).
+//! with `-o no_open` an open for writing of an immutable or append-only
+//! file succeeds and its first write is refused instead (by default OPEN
+//! is served and refuses it, as ext4 does).
 
 pub mod attr;
 pub mod busypoll;

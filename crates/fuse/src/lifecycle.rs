@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use ext4kit::{Fs, Location, OpenOptions};
 use fuser::{Config, MountOption, Session, SessionACL};
 
-use crate::inuse::{kernel_user, lock_is_free, mounts, ImageLock};
+use crate::inuse::{lock_is_free, mounted_at, mounts, ImageLock};
 use crate::server::{CacheMode, Ext4Fuse};
 use crate::sys;
 
@@ -59,6 +59,12 @@ pub struct MountOptions {
     /// `-o commit=SECONDS`: the journal's commit interval (the kernel's
     /// option; default 5).
     pub commit_interval: Option<Duration>,
+    /// `-o no_open`: with write-through caching, let the kernel open and
+    /// close files without asking (FUSE_NO_OPEN_SUPPORT): no round trip per
+    /// open, but an open for writing of an immutable or append-only file
+    /// then succeeds and its first write is refused instead (see
+    /// [`crate::server`]).
+    pub no_open: bool,
 }
 
 impl Default for MountOptions {
@@ -76,6 +82,7 @@ impl Default for MountOptions {
             location: Location::Whole,
             no_replay: false,
             commit_interval: None,
+            no_open: false,
         }
     }
 }
@@ -97,6 +104,10 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             "cache=direct" => opts.cache = CacheMode::Direct,
             "allow_other" => opts.allow_other = true,
             "allow_root" => opts.allow_root = true,
+            "no_open" => opts.no_open = true,
+            // The kernel's default atime rule for every mount (MS_RELATIME
+            // unless strictatime): accepted, as mount(8) and xfstests pass it.
+            "relatime" => {}
             // Always on (see the crate docs): accepted for familiarity.
             "default_permissions" => {}
             "nosuid" => opts.kernel.push(MountOption::NoSuid),
@@ -144,8 +155,8 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             }
             other => {
                 return Err(format!(
-                    "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, allow_other, allow_root, default_permissions, busy_poll=US, \
-                     commit=SECONDS, partition=N, offset=BYTES, noload, [no]suid, [no]dev, [no]exec, [no]atime, sync, async, dirsync)"
+                    "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, no_open, allow_other, allow_root, default_permissions, busy_poll=US, \
+                     commit=SECONDS, partition=N, offset=BYTES, noload, [no]suid, [no]dev, [no]exec, [no]atime, relatime, sync, async, dirsync)"
                 ))
             }
         }
@@ -186,6 +197,8 @@ pub struct Mounted {
     read_only: bool,
     /// Where the final status goes for `ext4kit umount` ([`status_path`]).
     status: Option<PathBuf>,
+    /// Refused write-backs of the kernel's cache (`cache=writeback`).
+    lost: Arc<crate::server::LostWriteback>,
 }
 
 impl std::fmt::Debug for Mounted {
@@ -193,6 +206,53 @@ impl std::fmt::Debug for Mounted {
         f.debug_struct("Mounted")
             .field("mount_point", &self.mount_point)
             .finish()
+    }
+}
+
+/// How long a mount waits for an earlier ext4kit mount of the same image
+/// that is going away: umount(2) of a FUSE mount returns before its server
+/// has written everything back and let go of the image, and a script that
+/// unmounts and mounts again (xfstests generic/604: the unmount in the
+/// background, the mount 10 ms later) must not be refused. The kernel's
+/// ext4 waits for the old superblock the same way.
+const HANDOVER_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a mount that is still listed may take to leave the mount table
+/// before a new mount of its image is refused (umount(8) under way).
+const UNMOUNT_WAIT: Duration = Duration::from_secs(2);
+
+/// The image lock, once nobody else uses the image: refused at once when
+/// the kernel (or a loop device) has it mounted; an ext4kit mount still
+/// listed is given [`UNMOUNT_WAIT`] to go, and a server still writing back
+/// after its unmount (or a program holding the lock) [`HANDOVER_WAIT`].
+fn take_over(image: &Path) -> Result<ImageLock, String> {
+    let start = Instant::now();
+    let mut said = false;
+    loop {
+        if let Some(m) = mounted_at(image) {
+            if m.fstype != format!("fuse.{SUBTYPE}") || start.elapsed() >= UNMOUNT_WAIT {
+                return Err(format!(
+                    "{} is already mounted at {} ({} from {}); unmount it first",
+                    image.display(),
+                    m.mount_point.display(),
+                    m.fstype,
+                    m.source
+                ));
+            }
+        } else if let Some(lock) = ImageLock::try_acquire(image)? {
+            return Ok(lock);
+        } else if start.elapsed() >= HANDOVER_WAIT {
+            return ImageLock::acquire(image);
+        } else if !said && start.elapsed() >= Duration::from_secs(1) {
+            eprintln!(
+                "ext4kit: {}: waiting (up to {} s) for the program holding it, an earlier server still writing \
+                 it back or another ext4kit command, to let go",
+                image.display(),
+                HANDOVER_WAIT.as_secs()
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -210,10 +270,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
             "/dev/fuse does not exist: load the fuse module (modprobe fuse) or give the container the device".into(),
         );
     }
-    if let Some(msg) = kernel_user(&image) {
-        return Err(msg);
-    }
-    let lock = ImageLock::acquire(&image)?;
+    let lock = take_over(&image)?;
     // A status left by an earlier server of this image is not ours.
     if let Some(p) = status_path(&image) {
         let _ = std::fs::remove_file(p);
@@ -245,9 +302,11 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     config.clone_fd = opts.threads > 1 && sys::can_read_write(Path::new("/dev/fuse"));
     let mut server = Ext4Fuse::new(fs.clone(), read_only, opts.cache);
     server.set_busy_poll(opts.busy_poll);
+    server.set_no_open(opts.no_open);
     let busy = server.busy_poll();
     let nodes = server.nodes();
     let inval = server.invalidator();
+    let lost = server.lost_writeback();
     let fail = |e: &dyn std::fmt::Display| format!("mounting {} at {}: {e}", image.display(), mount_point.display());
     let (session, via_fusermount) = if sys::is_root() {
         let mut mount_options = vec![
@@ -323,6 +382,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
         state,
         read_only,
         status: status_path(&image),
+        lost,
     })
 }
 
@@ -497,7 +557,8 @@ impl Mounted {
                     "writing back at unmount failed, data written to the mount may be lost (everything else was \
                      committed): {e}"
                 )
-            }));
+            }))
+            .and(self.lost.summary().map_or(Ok(()), Err));
         // Written before the lock goes: `unmount` reads it once the lock
         // is free (the detached server's exit status reaches nobody).
         if let Some(p) = &self.status {

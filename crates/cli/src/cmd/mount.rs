@@ -43,7 +43,8 @@ use crate::image::ImageArgs;
 As root the mount is made with mount(2); other users mount through
 fusermount3 (apt-get install fuse3) on a mount point they own. An image
 that is mounted already (by the kernel, fuse2fs or another ext4kit) is
-refused. Images that must not be written (read-only features, mmp, an
+refused; right after an unmount of it the mount waits (a few seconds) for
+the old server to finish writing the image back. Images that must not be written (read-only features, mmp, an
 image file you cannot write) mount read-only with a warning saying why;
 with -o rw they are refused instead. An image whose journal needs
 recovery (a snapshot, a crashed machine's disk) is replayed first: on
@@ -61,7 +62,10 @@ pub struct MountArgs {
     /// suffixes), noload or norecovery (as --no-replay: read-only, the
     /// journal is not replayed), commit=SECONDS (the journal's commit
     /// interval, as the kernel's: everything older than it survives a
-    /// crash; 5 by default), nosuid, nodev, noexec, noatime, ...
+    /// crash; 5 by default), no_open (write-through only: files open and
+    /// close without a round trip to the server; an immutable or
+    /// append-only file's first write is refused instead of its open),
+    /// nosuid, nodev, noexec, noatime, relatime, ...
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// Serve in this process instead of detaching (Ctrl-C unmounts).

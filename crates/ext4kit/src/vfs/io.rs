@@ -200,7 +200,7 @@ impl Fs {
         privileged: bool,
     ) -> Result<(u64, usize)> {
         let who = if privileged { Claimant::Reserved } else { Claimant::User };
-        self.write_claiming(inode, off, buf, privileged, who)
+        self.write_claiming(inode, off, buf, privileged, who, true)
     }
 
     /// Whether a caller with `uid`/`gid` may use the blocks reserved for
@@ -220,6 +220,11 @@ impl Fs {
     /// writeback are claimed (delayed allocation's accounting, see
     /// `ext4::reserve`): with no room the write is short, or ENOSPC when
     /// nothing fits — never a loss discovered at writeback.
+    ///
+    /// `touch_times` false leaves mtime and ctime alone: for a caller that
+    /// owns them, as FUSE's write-back cache does (the kernel stamps them
+    /// at write(2) and sends them in a SETATTR, `fuse_flush_times`; the
+    /// data it writes back later must not stamp a later time over them).
     pub fn write_claiming(
         &self,
         inode: &CachedInode,
@@ -227,6 +232,7 @@ impl Fs {
         buf: &[u8],
         keep_privs: bool,
         who: Claimant,
+        touch_times: bool,
     ) -> Result<(u64, usize)> {
         check_regular(inode)?;
         // Past the dirty budget because write-back keeps failing (a dying
@@ -240,7 +246,7 @@ impl Fs {
                 }
             }
         }
-        let r = self.write_locked(inode, off, buf, keep_privs, who);
+        let r = self.write_locked(inode, off, buf, keep_privs, who, touch_times);
         // Memory pressure is handled with no inode lock held. Its failure
         // is not this write's (the data is accepted and stays dirty): it
         // is kept on the inode that failed for its next fsync.
@@ -282,6 +288,7 @@ impl Fs {
         buf: &[u8],
         privileged: bool,
         who: Claimant,
+        touch_times: bool,
     ) -> Result<(u64, usize)> {
         let mut rec = inode.disk.write();
         self.check_writable(inode, &rec)?;
@@ -404,7 +411,9 @@ impl Fs {
                 return Err(e);
             }
         }
-        touch_mtime(inode, &mut rec);
+        if touch_times {
+            touch_mtime(inode, &mut rec);
+        }
         let m = rec.base.mode;
         if !privileged && (m & 0o4000 != 0 || m & 0o2010 == 0o2010) {
             rec.base.mode = m & !(if m & 0o0010 != 0 { 0o6000 } else { 0o4000 });

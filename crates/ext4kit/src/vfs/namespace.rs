@@ -240,6 +240,7 @@ impl Fs {
             uid,
             gid,
             now: t,
+            parent: (drec.base.flags, drec.extra.projid),
         });
         rec.base.links_count = 2;
         if let Err(e) = self.vol.init_dir(&mut h, ino, &mut rec, parent) {

@@ -299,6 +299,7 @@ impl Fs {
             uid,
             gid,
             now: t,
+            parent: (dir_rec.base.flags, dir_rec.extra.projid),
         });
         let mut new_dir = dir_rec.clone();
         let linked = init(&self.vol, &mut h, ino, &mut rec)
