@@ -826,6 +826,7 @@ mod tests {
             uid: 0,
             gid: 0,
             now: Timestamp::default(),
+            parent: (0, 0),
         });
         v.write_new_data(&mut h, ino, &mut rec, &vec![7u8; blocks * v.block_size])
             .unwrap();
