@@ -52,6 +52,13 @@ fn rw(img: &Path, budget: usize) -> Arc<Fs> {
     .unwrap()
 }
 
+/// A knob of the stress below from the environment: `EXT4KIT_STRESS_MS`
+/// (how long it runs, default 2,500 ms) and `EXT4KIT_STRESS_OPENERS`
+/// (opener threads, default 3) — longer and busier runs for hunting races.
+fn stress_knob(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 /// The stress: openers read hot names by path while a renamer moves files
 /// over them (freeing the inode it replaces, or orphaning it while open),
 /// an unlinker removes and recreates them, and a walker stats thousands
@@ -91,7 +98,7 @@ fn opens_race_renames_unlinks_and_eviction() {
     let stop = AtomicBool::new(false);
     let reads = AtomicU64::new(0);
     std::thread::scope(|s| {
-        for t in 0..3u64 {
+        for t in 0..stress_knob("EXT4KIT_STRESS_OPENERS", 3) {
             let (fs, stop, reads) = (fs.clone(), &stop, &reads);
             s.spawn(move || {
                 let mut p = Process::new(fs.clone());
@@ -175,7 +182,7 @@ fn opens_race_renames_unlinks_and_eviction() {
                 i += 1;
             }
         });
-        std::thread::sleep(std::time::Duration::from_millis(2500));
+        std::thread::sleep(std::time::Duration::from_millis(stress_knob("EXT4KIT_STRESS_MS", 2500)));
         stop.store(true, Ordering::Relaxed);
     });
     assert!(reads.load(Ordering::Relaxed) > 100, "the openers ran");

@@ -148,10 +148,47 @@
 //! root's rights. `ACCESS` is answered via the engine for configurations
 //! that send it.
 //!
+//! # Transport
+//!
+//! Requests travel between the kernel and the server one of two ways
+//! (`-o transport=auto|uring|dev`, [`TransportChoice`]; the default is
+//! `$EXT4KIT_TRANSPORT`, else `auto`):
+//!
+//! - **FUSE over io_uring** (Linux 6.14+), used when the kernel offers it
+//!   in FUSE_INIT, which it does only while the fuse module's parameter
+//!   `enable_uring` is Y (root: `echo Y >
+//!   /sys/module/fuse/parameters/enable_uring`; it applies to mounts made
+//!   after). The mount never changes that parameter itself: it is
+//!   machine-wide, and enabling it is the administrator's decision. The
+//!   kernel keeps one request queue per possible CPU and queues a request
+//!   on the caller's CPU; each queue has its own server threads, each with
+//!   its own io_uring and ring entry, pinned to that CPU, so the caller's
+//!   own CPU answers and a request costs one `io_uring_enter` (commit of
+//!   the reply + fetch of the next request) instead of a `read()` and a
+//!   `write()` on `/dev/fuse`. FORGET, BATCH_FORGET and INTERRUPT still
+//!   come through `/dev/fuse` (one thread reads it), and notifications
+//!   ([`killpriv::Invalidator`]) are still written to it
+//!   (fs/fuse/dev_uring.c, `fuse_io_uring_ops`). The transport lives in our
+//!   copy of fuser (`vendor/fuser/src/uring.rs`; fuser 0.18 has none and
+//!   keeps its request dispatch private).
+//! - **`/dev/fuse`**: N threads each `read()` requests and `write()`
+//!   replies, each on its own cloned descriptor when it can be opened.
+//!
+//! `auto` falls back to `/dev/fuse` when the kernel does not offer io_uring
+//! or its rings cannot be set up (a refused registration makes the kernel
+//! go back to `/dev/fuse` for the connection); `uring` refuses to mount
+//! then, naming the reason; `dev` never asks for io_uring.
+//! [`Mounted::transport`] and [`Mounted::describe`] say which one a mount
+//! uses (`ext4kit mount -v` prints it, the server's status file records
+//! it). Busy polling ([`busypoll`]) is for `/dev/fuse` only: over io_uring
+//! the server thread of the caller's own CPU is woken, which is what the
+//! spinning buys on `/dev/fuse`.
+//!
 //! # Threads
 //!
-//! N request threads (`--threads`, default: the number of CPUs), each with
-//! its own cloned `/dev/fuse` descriptor when it can be opened; lookups and
+//! N request threads (`--threads`, default: the number of CPUs; over
+//! io_uring at least one per CPU queue, `N / queues` each), on `/dev/fuse`
+//! each with its own cloned descriptor when it can be opened; lookups and
 //! readdirs in one directory may run in parallel (`FUSE_PARALLEL_DIROPS`),
 //! reads of one file too (`FUSE_ASYNC_READ`), with up to
 //! [`server::MAX_BACKGROUND`] background requests; with the read-spinning
@@ -199,5 +236,8 @@ pub mod state;
 pub mod statfs;
 mod sys;
 
-pub use lifecycle::{mount, parse_options, run_detached, run_foreground, unmount, MountOptions, Mounted, SUBTYPE};
+pub use fuser::Transport;
+pub use lifecycle::{
+    mount, parse_options, run_detached, run_foreground, unmount, MountOptions, Mounted, TransportChoice, SUBTYPE,
+};
 pub use server::{CacheMode, Ext4Fuse};

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ext4kit::{Fs, Location, OpenOptions};
-use fuser::{Config, MountOption, Session, SessionACL};
+use fuser::{Config, MountOption, Session, SessionACL, Transport};
 
 use crate::inuse::{lock_is_free, mounted_at, mounts, ImageLock};
 use crate::server::{CacheMode, Ext4Fuse};
@@ -24,6 +24,42 @@ use crate::sys;
 
 /// The FUSE subtype: mounts show as `fuse.ext4kit` in /proc/mounts.
 pub const SUBTYPE: &str = "ext4kit";
+
+/// How requests travel between the kernel and the server (`-o
+/// transport=`): see the crate documentation, "Transport".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TransportChoice {
+    /// FUSE over io_uring when the kernel offers it, else `/dev/fuse`.
+    #[default]
+    Auto,
+    /// FUSE over io_uring, or fail the mount saying why it cannot be used.
+    Uring,
+    /// `/dev/fuse` only.
+    Dev,
+}
+
+impl TransportChoice {
+    /// The environment variable that sets the default of `-o transport=`
+    /// (how the test suites are run on either transport).
+    pub const ENV: &'static str = "EXT4KIT_TRANSPORT";
+
+    fn parse(v: &str) -> Option<Self> {
+        match v {
+            "auto" => Some(TransportChoice::Auto),
+            "uring" | "io_uring" => Some(TransportChoice::Uring),
+            "dev" | "dev_fuse" => Some(TransportChoice::Dev),
+            _ => None,
+        }
+    }
+
+    /// `$EXT4KIT_TRANSPORT` when it names one, else [`TransportChoice::Auto`].
+    pub fn from_env() -> Self {
+        std::env::var(Self::ENV)
+            .ok()
+            .and_then(|v| Self::parse(v.trim()))
+            .unwrap_or_default()
+    }
+}
 
 /// How to mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +101,9 @@ pub struct MountOptions {
     /// then succeeds and its first write is refused instead (see
     /// [`crate::server`]).
     pub no_open: bool,
+    /// `-o transport=auto|uring|dev` (default: `$EXT4KIT_TRANSPORT`, else
+    /// auto).
+    pub transport: TransportChoice,
 }
 
 impl Default for MountOptions {
@@ -83,6 +122,7 @@ impl Default for MountOptions {
             no_replay: false,
             commit_interval: None,
             no_open: false,
+            transport: TransportChoice::from_env(),
         }
     }
 }
@@ -147,6 +187,10 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
                     .map_err(|_| format!("`{o}`: commit takes seconds (0: the default, 5)"))?;
                 opts.commit_interval = Some(Duration::from_secs(secs));
             }
+            _ if o.starts_with("transport=") => {
+                opts.transport = TransportChoice::parse(&o["transport=".len()..])
+                    .ok_or_else(|| format!("`{o}`: transport takes auto, uring or dev"))?;
+            }
             _ if o.starts_with("busy_poll=") => {
                 let us: u64 = o["busy_poll=".len()..]
                     .parse()
@@ -156,7 +200,7 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             other => {
                 return Err(format!(
                     "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, no_open, allow_other, allow_root, default_permissions, busy_poll=US, \
-                     commit=SECONDS, partition=N, offset=BYTES, noload, [no]suid, [no]dev, [no]exec, [no]atime, relatime, sync, async, dirsync)"
+                     transport=auto|uring|dev, commit=SECONDS, partition=N, offset=BYTES, noload, [no]suid, [no]dev, [no]exec, [no]atime, relatime, sync, async, dirsync)"
                 ))
             }
         }
@@ -199,6 +243,10 @@ pub struct Mounted {
     status: Option<PathBuf>,
     /// Refused write-backs of the kernel's cache (`cache=writeback`).
     lost: Arc<crate::server::LostWriteback>,
+    /// How requests travel (settled by FUSE_INIT).
+    transport: Transport,
+    /// Why io_uring is not used when it was wanted.
+    transport_note: Option<String>,
 }
 
 impl std::fmt::Debug for Mounted {
@@ -300,6 +348,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     // Cloned descriptors need /dev/fuse to be openable by us (it is 0600
     // root on many systems: unprivileged servers share one descriptor).
     config.clone_fd = opts.threads > 1 && sys::can_read_write(Path::new("/dev/fuse"));
+    config.io_uring = opts.transport != TransportChoice::Dev;
     let mut server = Ext4Fuse::new(fs.clone(), read_only, opts.cache);
     server.set_busy_poll(opts.busy_poll);
     server.set_no_open(opts.no_open);
@@ -346,9 +395,31 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
             }
         }
     };
+    let transport = session.transport();
+    let transport_note = session.transport_note().map(str::to_string);
+    if opts.transport == TransportChoice::Uring && !matches!(transport, Transport::IoUring { .. }) {
+        drop(session);
+        if via_fusermount {
+            let _ = fusermount(&["-u"], &mount_point);
+        } else {
+            let _ = lazy_unmount(&mount_point);
+        }
+        return Err(format!(
+            "{}: -o transport=uring: {}",
+            mount_point.display(),
+            transport_note
+                .as_deref()
+                .unwrap_or("FUSE over io_uring is not available")
+        ));
+    }
     // fuser's last thread reads the session's own descriptor: it is the
-    // one that spins while the mount is busy.
-    busy.attach(std::os::fd::AsFd::as_fd(&session));
+    // one that spins while the mount is busy. Not with io_uring: requests
+    // then come on the ring of the caller's own CPU, whose thread is woken
+    // there (no wake-up of another CPU to avoid), and the descriptor
+    // carries only FORGET and INTERRUPT.
+    if matches!(transport, Transport::DevFuse { .. }) {
+        busy.attach(std::os::fd::AsFd::as_fd(&session));
+    }
     // Attribute invalidations for changes no reply carries (crate::killpriv).
     inval.attach(session.notifier());
     // The mount works: record it in the superblock (read-write only).
@@ -383,6 +454,8 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
         read_only,
         status: status_path(&image),
         lost,
+        transport,
+        transport_note,
     })
 }
 
@@ -405,14 +478,17 @@ pub fn status_path(image: &Path) -> Option<PathBuf> {
     Some(dir.join(format!("{:x}-{:x}.status", md.dev(), md.ino())))
 }
 
-/// "ok", or "error" and the message on the next line.
-fn write_status(path: &Path, result: &Result<(), String>) -> std::io::Result<()> {
+/// "running" while the server serves, then "ok", or "error" and the
+/// message on the next line; a last line says how requests travelled
+/// ("transport: ...").
+fn write_status(path: &Path, result: Option<&Result<(), String>>, transport: &str) -> std::io::Result<()> {
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d)?;
     }
     let text = match result {
-        Ok(()) => "ok\n".to_string(),
-        Err(m) => format!("error\n{m}\n"),
+        None => format!("running\ntransport: {transport}\n"),
+        Some(Ok(())) => format!("ok\ntransport: {transport}\n"),
+        Some(Err(m)) => format!("error\n{m}\ntransport: {transport}\n"),
     };
     std::fs::write(path, text)
 }
@@ -427,7 +503,13 @@ fn take_status(image: &Path) -> Result<(), String> {
     };
     let _ = std::fs::remove_file(&p);
     match text.split_once('\n') {
-        Some(("error", msg)) => Err(msg.trim().to_string()),
+        Some(("error", rest)) => {
+            let msg = rest
+                .lines()
+                .filter(|l| !l.starts_with("transport: "))
+                .collect::<Vec<_>>();
+            Err(msg.join("\n").trim().to_string())
+        }
         _ => Ok(()),
     }
 }
@@ -515,9 +597,41 @@ impl Mounted {
         self.read_only
     }
 
+    /// How requests travel between the kernel and this server.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// Why FUSE over io_uring is not used although it was wanted (`-o
+    /// transport=auto` on a kernel that does not offer it, or whose rings
+    /// could not be set up).
+    pub fn transport_note(&self) -> Option<&str> {
+        self.transport_note.as_deref()
+    }
+
+    /// One line for people: where, how, and why not io_uring if so.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "{} {}; requests through {}",
+            self.mount_point.display(),
+            if self.read_only { "read-only" } else { "read-write" },
+            self.transport
+        );
+        if let Some(n) = &self.transport_note {
+            s.push_str(&format!("; io_uring not used: {n}"));
+        }
+        s
+    }
+
     /// Serve until unmounted or signalled; flush; write the superblock
     /// clean (read-write); release the image.
     pub fn run(mut self) -> Result<(), String> {
+        let transport = self.transport.to_string();
+        if let Some(p) = &self.status {
+            if let Err(e) = write_status(p, None, &transport) {
+                eprintln!("ext4kit: recording the mount status in {}: {e}", p.display());
+            }
+        }
         let mut unmounter = self.session.unmount_callable();
         let mp = self.mount_point.clone();
         let via_fusermount = self.via_fusermount;
@@ -562,7 +676,7 @@ impl Mounted {
         // Written before the lock goes: `unmount` reads it once the lock
         // is free (the detached server's exit status reaches nobody).
         if let Some(p) = &self.status {
-            if let Err(e) = write_status(p, &result) {
+            if let Err(e) = write_status(p, Some(&result), &transport) {
                 eprintln!("ext4kit: recording the unmount status in {}: {e}", p.display());
             }
         }
@@ -614,9 +728,10 @@ fn fusermount(args: &[&str], mp: &Path) -> Result<(), String> {
 }
 
 /// Mount in a detached child process: returns (in the parent) once the
-/// mount works, or with the child's error. Must be called while the
-/// process has a single thread: it forks first.
-pub fn run_detached(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<(), String> {
+/// mount works, with [`Mounted::describe`]'s line, or with the child's
+/// error. Must be called while the process has a single thread: it forks
+/// first.
+pub fn run_detached(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<String, String> {
     // Absolute paths: the child changes directory to "/".
     let image = std::fs::canonicalize(image).map_err(|e| format!("{}: {e}", image.display()))?;
     let mount_point = std::fs::canonicalize(mount_point).map_err(|e| format!("{}: {e}", mount_point.display()))?;
@@ -634,7 +749,9 @@ pub fn run_detached(image: &Path, mount_point: &Path, opts: &MountOptions) -> Re
                     1
                 }
                 Ok(m) => {
-                    let _ = w.write_all(&[0]);
+                    let mut ready = vec![0];
+                    ready.extend_from_slice(m.describe().as_bytes());
+                    let _ = w.write_all(&ready);
                     drop(w);
                     let _ = std::env::set_current_dir("/");
                     let _ = sys::stdio_to_devnull();
@@ -651,7 +768,7 @@ pub fn run_detached(image: &Path, mount_point: &Path, opts: &MountOptions) -> Re
             let mut msg = Vec::new();
             let _ = std::fs::File::from(r).read_to_end(&mut msg);
             match msg.first() {
-                Some(0) => Ok(()),
+                Some(0) => Ok(String::from_utf8_lossy(&msg[1..]).into_owned()),
                 Some(_) => {
                     let _ = sys::wait_child(pid);
                     Err(String::from_utf8_lossy(&msg).into_owned())
@@ -667,9 +784,17 @@ pub fn run_detached(image: &Path, mount_point: &Path, opts: &MountOptions) -> Re
     }
 }
 
-/// Serve in the foreground: mount, run until unmounted or signalled.
-pub fn run_foreground(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<(), String> {
-    mount(image, mount_point, opts)?.run()
+/// Serve in the foreground: mount, call `ready` with
+/// [`Mounted::describe`]'s line, run until unmounted or signalled.
+pub fn run_foreground(
+    image: &Path,
+    mount_point: &Path,
+    opts: &MountOptions,
+    ready: impl FnOnce(&str),
+) -> Result<(), String> {
+    let m = mount(image, mount_point, opts)?;
+    ready(&m.describe());
+    m.run()
 }
 
 /// Unmount an ext4kit mount and wait (up to `wait`) until its server has

@@ -406,8 +406,9 @@ impl Ext4Fuse {
         Ok(())
     }
 
-    /// One WRITE to `inode`: at `offset`, or at the end for an O_APPEND
-    /// write (`append`), by an opener who may keep setuid/setgid or not.
+    /// One WRITE to `inode`: at `offset`, or (`None`) at the end for an
+    /// O_APPEND write, by an opener who may keep setuid/setgid or not;
+    /// `from_cache`: a write-back whose times the kernel owns.
     /// The inode flags the kernel cannot see are applied here: a write
     /// without O_APPEND to an append-only inode is EPERM (the kernel's
     /// open refuses it, `may_open`, but files are opened without asking
@@ -417,12 +418,12 @@ impl Ext4Fuse {
         &self,
         req: &Request,
         inode: &CachedInode,
-        offset: u64,
+        offset: Option<u64>,
         data: &[u8],
-        append: bool,
         keep: bool,
         from_cache: bool,
     ) -> Result<usize, Errno> {
+        let append = offset.is_none();
         // Who may fill the root reserve is decided by the writer's ids, as
         // ext4_has_free_clusters does with current_fsuid().
         let who = self.fs.claimant(req.uid(), req.gid());
@@ -442,10 +443,7 @@ impl Ext4Fuse {
             self.kill_capability(inode.ino)?;
         }
         // The bits are settled: the engine's own kill is not wanted twice.
-        let n = res(self
-            .fs
-            .write_claiming(inode, (!append).then_some(offset), data, true, who, !from_cache))?
-        .1;
+        let n = res(self.fs.write_claiming(inode, offset, data, true, who, !from_cache))?.1;
         if flags & iflags::SYNC != 0 {
             res(self.fs.fsync_inode(inode, false))?;
         }
@@ -1133,8 +1131,10 @@ impl Filesystem for Ext4Fuse {
         // it the flag marks the write-back of mmap'ed pages, whose times
         // are ours to stamp (xfstests generic/080).
         let from_cache = self.writeback && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        // Where: at the offset, or (None) at the end for an append.
+        let at = (!append).then_some(offset);
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => self.write_inode(req, &f.file().inode, offset, data, append, f.privileged, from_cache),
+            Handle::File(f) => self.write_inode(req, &f.file().inode, at, data, f.privileged, from_cache),
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         // Opened without OPEN: write the inode. The kernel tells whether
@@ -1147,7 +1147,7 @@ impl Filesystem for Ext4Fuse {
             let keep = !(self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID));
             Some(Self::ino(ino).and_then(|i| {
                 let inode = res(self.fs.inode(i))?;
-                self.write_inode(req, &inode, offset, data, append, keep, from_cache)
+                self.write_inode(req, &inode, at, data, keep, from_cache)
             }))
         });
         match r {

@@ -31,13 +31,19 @@ pub const NOTES: &[Note] = &[
     Note {
         workload: "storm",
         curve: "seed 001, open/read/close of the same files against threads",
-        shared: "each open still writes reference counts on the shared dentries of the path, the \
-                 inode, and the page-cache pin of the file's page; the descriptor table is \
-                 per-Process. Every such write moves a cache line between CPUs.",
-        at_64: "flat or falling past a few cores until the walk takes no references (sequence-\
-                checked, RCU-walk style) and the counts that remain are per-CPU or lockref-like \
-                (issue 20, item 1). Compare with the lseek curve: the ratio of the two scalings is \
-                the printed percentage; count the shared atomics per open with perf c2c.",
+        shared: "on the library, nothing when a thread opens a file it opened before: the walk \
+                 borrows dentries under an epoch guard, the open counts itself on the thread's \
+                 own pin (vfs::pin) and then checks by reading that the walk's dentry is still \
+                 cached, a read from cached pages takes no reference, the close drops the pin's \
+                 own count. A thread's first open of a file makes a pin (the inode's lock, its \
+                 open count, the pin registry: shared writes), as does every open of a thread \
+                 cycling through more than 8 files. Through a mount, the kernel's own dentry \
+                 and inode references (lockref) and the FUSE round trip are on the path.",
+        at_64: "the library's curve should follow lib:shared-nothing's (seed 000's seeks run \
+                beside it in the same rounds; the report prints the storm's scaling as a \
+                percentage of theirs, target 90%, and the counted shared writes per open). If it \
+                does not, look for a shared line the count misses (perf c2c where counters \
+                exist) before anything else.",
     },
     Note {
         workload: "dpath",

@@ -427,12 +427,79 @@ impl Report {
                 parts.push(part);
             }
         }
-        (!parts.is_empty()).then(|| {
+        let mut line = (!parts.is_empty()).then(|| {
             format!(
                 "Scaling (total throughput, most threads / fewest): {}.",
                 parts.join("; ")
             )
-        })
+        })?;
+        if workload == "storm" {
+            if let Some(v) = self.storm_verdict() {
+                line += &format!("\n\n{v}");
+            }
+        }
+        Some(line)
+    }
+
+    /// Issue 20's figure for seed 001 on the library: the storm's 2-thread
+    /// / 1-thread throughput beside that of seed 000's shared-nothing
+    /// seeks measured in the same rounds (peer `lib:shared-nothing`), their
+    /// quotient against the 90% target, and the counted shared-line writes
+    /// per open/read/close. Ratios are taken round by round (the two ran
+    /// back to back in each) and the median reported.
+    fn storm_verdict(&self) -> Option<String> {
+        use super::work::{STORM_SHARED, STORM_YARDSTICK};
+        let row = |metric: &str, peer: &str, x: Option<f64>| {
+            self.rows
+                .iter()
+                .find(|r| r.workload == "storm" && r.metric == metric && r.peer == peer && r.x == x)
+        };
+        let per_round = |metric: &str, peer: &str| -> Option<Vec<f64>> {
+            let (a, b) = (row(metric, peer, Some(1.0))?, row(metric, peer, Some(2.0))?);
+            if a.samples.len() == b.samples.len() {
+                Some(a.samples.iter().zip(&b.samples).map(|(a, b)| b / a).collect())
+            } else {
+                Some(vec![b.median() / a.median()])
+            }
+        };
+        // As `Row::median`: the mean of the middle two for an even count.
+        let med = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            let n = v.len();
+            if n % 2 == 1 {
+                v[n / 2]
+            } else {
+                (v[n / 2 - 1] + v[n / 2]) / 2.0
+            }
+        };
+        let storm = per_round("open/read/close, all threads", "lib")?;
+        let yard = per_round(STORM_YARDSTICK, "lib:shared-nothing")?;
+        let quot: Vec<f64> = storm.iter().zip(&yard).map(|(s, y)| s / y).collect();
+        if quot.is_empty() {
+            return None;
+        }
+        let q = med(quot.clone());
+        let lo = quot.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = quot.iter().copied().fold(0.0, f64::max);
+        let mut v = format!(
+            "Issue 20 (lib, 2 threads / 1 thread, same rounds): the storm {:.2}×, seed 000's \
+             shared-nothing seeks {:.2}× — the storm scales {:.0}% as well ({:.0}–{:.0}% over {} \
+             rounds); target ≥ 90%: {}.",
+            med(storm),
+            med(yard),
+            100.0 * q,
+            100.0 * lo,
+            100.0 * hi,
+            quot.len(),
+            if q >= 0.9 { "met" } else { "not met" }
+        );
+        if let Some(w) = row(STORM_SHARED, "lib", None) {
+            v += &format!(
+                " Shared-line writes per open/read/close, counted: {}.",
+                fmt_val(w.median())
+            );
+        }
+        Some(v)
     }
 
     /// The report as JSON.

@@ -65,7 +65,11 @@ pub static WORKLOADS: [Workload; 12] = [
         seed: Some("001"),
         title: "seed 001: open/read/close of the same 4 small files by path",
         about: "N threads open, read and close the same four small files by path (AIM7 misc_rtns_1): \
-                the path walk and the references on shared dentries and inodes.",
+                the path walk and the references on shared dentries and inodes. On the library, \
+                seed 000's shared-nothing seeks run right after it at each thread count (peer \
+                lib:shared-nothing: the yardstick of issue 20, which asks the storm to scale at \
+                least 90% as well), and the writes to shared cache lines an open/read/close makes \
+                are counted (ext4kit::vfs::shared).",
         x_label: "threads",
         peers: ALL4,
         run: w_storm,
@@ -538,41 +542,94 @@ fn w_lseek(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
 // ---------------------------------------------------------------------
 // seed 001
 
+/// The storm's loop on the library: `ops` open/read/close of the four
+/// small files by path per thread, each thread with its own descriptor
+/// table.
+fn lib_storm(fs: &Arc<Fs>, n: usize, ops: usize) -> Result<Duration, String> {
+    Ok(par(n, |i| {
+        let mut p = Process::new(fs.clone());
+        let mut buf = [0u8; 1024];
+        for k in 0..ops {
+            let path = format!("/etc/small{}", (k + i) % 4);
+            let fd = p.open(path.as_bytes(), OpenFlags::default()).map_err(io("open"))?;
+            let got = p.read(fd, &mut buf).map_err(io("read"))?;
+            p.close(fd).map_err(io("close"))?;
+            if got != 600 {
+                return Err(format!("{path}: read {got} bytes, not 600"));
+            }
+        }
+        Ok(())
+    })?
+    .1)
+}
+
+/// Seed 000's loop, the storm's yardstick: `ops` random SEEK_SETs per
+/// thread, each thread on its own open file of `/big` — work that shares
+/// nothing, so its scaling is what this machine gives work that shares
+/// nothing at the moment it is measured.
+fn lib_seeks(fs: &Fs, files: &[Arc<ext4kit::File>], ops: usize) -> Result<Duration, String> {
+    Ok(par(files.len(), |i| {
+        let mut r = SmallRng::seed_from_u64(SEEK_SEED ^ i as u64);
+        for _ in 0..ops {
+            let off = r.random_range(0..128i64 << 20);
+            std::hint::black_box(files[i].lseek(fs, off, Whence::Set).map_err(io("lseek"))?);
+        }
+        Ok(())
+    })?
+    .1)
+}
+
+/// Writes to shared cache lines one open/read/close of the storm costs
+/// on this thread in steady state, as the library counts them
+/// (`ext4kit::vfs::shared`; this crate builds it with `count-shared`).
+/// `None` when the count is not compiled in.
+fn shared_writes_per_open(fs: &Arc<Fs>) -> Result<Option<f64>, String> {
+    let mut p = Process::new(fs.clone());
+    let mut buf = [0u8; 1024];
+    let mut once = |k: usize| -> Result<(), String> {
+        let fd = p
+            .open(format!("/etc/small{}", k % 4), OpenFlags::default())
+            .map_err(io("open"))?;
+        p.read(fd, &mut buf).map_err(io("read"))?;
+        p.close(fd).map_err(io("close"))
+    };
+    // Warm: the caches filled and this thread's pins made.
+    for k in 0..16 {
+        once(k)?;
+    }
+    let Some(before) = ext4kit::vfs::shared::count() else {
+        return Ok(None);
+    };
+    let n = 10_000;
+    for k in 0..n {
+        once(k)?;
+    }
+    Ok(ext4kit::vfs::shared::count().map(|after| (after - before) as f64 / n as f64))
+}
+
+/// Metric of the storm's yardstick (peer `lib:shared-nothing`).
+pub const STORM_YARDSTICK: &str = "seed 000 SEEK_SETs beside it, all threads";
+/// Metric of the storm's counted shared writes.
+pub const STORM_SHARED: &str = "shared-line writes per open/read/close (counted)";
+
 fn w_storm(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
-    let mut out = Vec::new();
     let ops = s.storm_ops;
+    let dir = match l.target()? {
+        Target::Lib(fs) => return lib_w_storm(fs, s),
+        Target::Dir(dir) => dir,
+    };
+    let paths: Vec<PathBuf> = (0..4).map(|i| dir.join(format!("etc/small{i}"))).collect();
+    let mut out = Vec::new();
     for &n in &s.threads {
-        let d = match l.target()? {
-            Target::Lib(fs) => {
-                par(n, |i| {
-                    let mut p = Process::new(fs.clone());
-                    let mut buf = [0u8; 1024];
-                    for k in 0..ops {
-                        let path = format!("/etc/small{}", (k + i) % 4);
-                        let fd = p.open(path.as_bytes(), OpenFlags::default()).map_err(io("open"))?;
-                        let got = p.read(fd, &mut buf).map_err(io("read"))?;
-                        p.close(fd).map_err(io("close"))?;
-                        if got != 600 {
-                            return Err(format!("{path}: read {got} bytes, not 600"));
-                        }
-                    }
-                    Ok(())
-                })?
-                .1
+        let d = par(n, |i| {
+            let mut buf = [0u8; 1024];
+            for k in 0..ops {
+                let mut f = std::fs::File::open(&paths[(k + i) % 4]).map_err(io("open"))?;
+                std::hint::black_box(f.read(&mut buf).map_err(io("read"))?);
             }
-            Target::Dir(dir) => {
-                let paths: Vec<PathBuf> = (0..4).map(|i| dir.join(format!("etc/small{i}"))).collect();
-                par(n, |i| {
-                    let mut buf = [0u8; 1024];
-                    for k in 0..ops {
-                        let mut f = std::fs::File::open(&paths[(k + i) % 4]).map_err(io("open"))?;
-                        std::hint::black_box(f.read(&mut buf).map_err(io("read"))?);
-                    }
-                    Ok(())
-                })?
-                .1
-            }
-        };
+            Ok(())
+        })?
+        .1;
         out.push(fig(
             "open/read/close, all threads",
             "k ops/s",
@@ -580,6 +637,63 @@ fn w_storm(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
             Some(n as f64),
             (ops * n) as f64 / d.as_secs_f64() / 1e3,
         ));
+    }
+    Ok(out)
+}
+
+/// The storm on the library, with its yardstick and its shared writes.
+/// Issue 20: the storm must scale as well as work that shares nothing on
+/// the same machine. The yardstick (seed 000's seeks, peer
+/// `lib:shared-nothing`) runs right after the storm at every thread
+/// count, in the same round and for as long, so a machine busier in one
+/// round than in another moves both.
+fn lib_w_storm(fs: &Arc<Fs>, s: &Sizes) -> Result<Vec<Figure>, String> {
+    let mut out = Vec::new();
+    let ops = s.storm_ops;
+    let max = s.threads.iter().copied().max().unwrap_or(1);
+    let files = (0..max)
+        .map(|_| fs.open(b"/big", OpenFlags::default()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(io("open /big"))?;
+    // Warm both (caches, the threads' pins, CPU frequency), and size the
+    // yardstick so that its single-thread run lasts as long as the
+    // storm's (the fastest of three warm-ups each: a run the scheduler
+    // stalled would misjudge the cost per operation). A much shorter run
+    // would measure thread start-up and the scheduler, not the work.
+    let (w_storm, w_seeks) = (ops / 10 + 1, s.lseek_ops / 10 + 1);
+    let mut t_storm = f64::INFINITY;
+    let mut t_seeks = f64::INFINITY;
+    for _ in 0..3 {
+        t_storm = t_storm.min(lib_storm(fs, 1, w_storm)?.as_secs_f64() / w_storm as f64);
+        t_seeks = t_seeks.min(lib_seeks(fs, &files[..1], w_seeks)?.as_secs_f64() / w_seeks as f64);
+    }
+    let seeks = ((ops as f64 * t_storm / t_seeks.max(1e-12)) as usize).clamp(1000, 1 << 30);
+    for &n in &s.threads {
+        let x = Some(n as f64);
+        let d = lib_storm(fs, n, ops)?;
+        out.push(fig(
+            "open/read/close, all threads",
+            "k ops/s",
+            true,
+            x,
+            (ops * n) as f64 / d.as_secs_f64() / 1e3,
+        ));
+        let d = lib_seeks(fs, &files[..n], seeks)?;
+        let mut f = fig(
+            STORM_YARDSTICK,
+            "M/s",
+            true,
+            x,
+            (seeks * n) as f64 / d.as_secs_f64() / 1e6,
+        );
+        f.variant = Some("shared-nothing");
+        out.push(f);
+    }
+    if let Some(w) = shared_writes_per_open(fs)? {
+        out.push(fig(STORM_SHARED, "writes", false, None, w));
+    }
+    for f in files {
+        fs.close_file(f).map_err(io("close /big"))?;
     }
     Ok(out)
 }

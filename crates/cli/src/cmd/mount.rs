@@ -30,6 +30,11 @@ use crate::image::ImageArgs;
                                               (faster random writes, slower re-reads)
   ext4kit mount --foreground --threads 4 disk.img /mnt/disk
                                               stay in the terminal; Ctrl-C unmounts
+  ext4kit mount -v disk.img /mnt/disk         say how requests travel, e.g.
+                                              `requests through io_uring (2 CPU
+                                              queues, 2 ring threads)`
+  ext4kit mount -o transport=uring disk.img /mnt/disk
+                                              FUSE over io_uring or fail saying why
   ext4kit mount --partition 2 vm.img /mnt/root
   ext4kit mount vm.img@2 /mnt/root            partition 2 of a partitioned disk (GPT
                                               or MBR; `ext4kit info vm.img` lists them);
@@ -49,15 +54,27 @@ image file you cannot write) mount read-only with a warning saying why;
 with -o rw they are refused instead. An image whose journal needs
 recovery (a snapshot, a crashed machine's disk) is replayed first: on
 disk for a read-write mount, in memory for -o ro (the image file is not
-touched); -o noload mounts it read-only without replaying.")]
+touched); -o noload mounts it read-only without replaying.
+
+Requests travel through FUSE over io_uring when the kernel offers it
+(Linux 6.14+, and the fuse module's enable_uring parameter is Y: as root,
+echo Y > /sys/module/fuse/parameters/enable_uring; ext4kit never changes
+it): per-CPU queues, the server thread of the caller's CPU answers, no
+read()/write() per request. Otherwise, and with -o transport=dev, they
+travel through read()/write() on /dev/fuse. -o transport=uring refuses
+to mount without io_uring, naming the reason. `-v` (and --foreground)
+print which one the mount uses; the server's status file
+(/run/ext4kit/*.status for root) says it too. EXT4KIT_TRANSPORT=auto|uring|dev
+in the environment sets the default of -o transport=.")]
 pub struct MountArgs {
     /// Mount options, comma-separated (repeatable): rw (default when
     /// possible; refuse otherwise), ro, cache=writethrough (default),
     /// cache=direct, cache=writeback, allow_other, allow_root,
-    /// default_permissions (always on), busy_poll=MICROSECONDS (how long
-    /// the server keeps a CPU spinning after a request so the next one
-    /// needs no wake-up on another CPU: 2000 by default, 0 never; it costs
-    /// one CPU while requests keep coming, nothing when idle),
+    /// default_permissions (always on), busy_poll=MICROSECONDS (on
+    /// /dev/fuse: how long the server keeps a CPU spinning after a request
+    /// so the next one needs no wake-up on another CPU: 2000 by default, 0
+    /// never; it costs one CPU while requests keep coming, nothing when
+    /// idle; not used over io_uring),
     /// partition=N (as --partition), offset=BYTES (as --offset; K, M, G
     /// suffixes), noload or norecovery (as --no-replay: read-only, the
     /// journal is not replayed), commit=SECONDS (the journal's commit
@@ -65,15 +82,23 @@ pub struct MountArgs {
     /// crash; 5 by default), no_open (write-through only: files open and
     /// close without a round trip to the server; an immutable or
     /// append-only file's first write is refused instead of its open),
-    /// nosuid, nodev, noexec, noatime, relatime, ...
+    /// transport=auto|uring|dev (how requests
+    /// travel: FUSE over io_uring when the kernel offers it, else
+    /// /dev/fuse (auto, the default); io_uring or fail (uring); /dev/fuse
+    /// only (dev)), nosuid, nodev, noexec, noatime, relatime, ...
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// Serve in this process instead of detaching (Ctrl-C unmounts).
     #[arg(short = 'f', long)]
     foreground: bool,
-    /// Request-serving threads (default: number of CPUs).
+    /// Request-serving threads (default: number of CPUs; with io_uring at
+    /// least one per CPU queue).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    /// Print where and how the image is mounted (read-write or read-only,
+    /// and whether requests travel through io_uring or /dev/fuse).
+    #[arg(short = 'v', long)]
+    verbose: bool,
     /// The image file (or block device); IMAGE@N for partition N.
     image: PathBuf,
     /// An existing, empty directory.
@@ -135,9 +160,15 @@ pub fn run(a: &MountArgs, sel: &ImageArgs, budget: usize) -> Result<(), String> 
         opts.threads = n;
     }
     if a.foreground {
-        ext4kit_fuse::run_foreground(&image.path, &a.mountpoint, &opts)
+        ext4kit_fuse::run_foreground(&image.path, &a.mountpoint, &opts, |line| {
+            eprintln!("ext4kit: serving {}: {line}", image.display())
+        })
     } else {
-        ext4kit_fuse::run_detached(&image.path, &a.mountpoint, &opts)
+        let line = ext4kit_fuse::run_detached(&image.path, &a.mountpoint, &opts)?;
+        if a.verbose {
+            eprintln!("ext4kit: mounted {}: {line}", image.display());
+        }
+        Ok(())
     }
 }
 

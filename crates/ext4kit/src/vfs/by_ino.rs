@@ -90,8 +90,9 @@ impl Fs {
         if flags.trunc && inode.ftype == FileType::Regular && !created {
             self.truncate_inode(&inode, 0)?;
         }
-        let mut file = File::new(inode, None, flags)
+        let r = super::pin::open(&inode, None)
             .ok_or_else(|| crate::error::Error::posix(Errno::ENOENT, format!("inode {ino} was freed")))?;
+        let mut file = File::new(r, flags);
         // CAP_FSETID: only root's writes keep the setuid/setgid bits.
         file.privileged = cred.is_root();
         Ok(Arc::new(file))

@@ -4,13 +4,20 @@
 //! - Lookups are lock-free map reads under an epoch guard; the path walk
 //!   borrows intermediate dentries from the map without taking a reference
 //!   (no refcount traffic on `/`, `/usr`, ... when many threads resolve paths
-//!   below them). Only the final dentry of a walk is cloned.
-//! - A reference is an `Arc` clone: an atomic increment, never a lock.
+//!   below them). `Fs::resolve` clones the final dentry for its caller.
+//! - A reference is an `Arc` clone: an atomic increment, never a lock (no
+//!   lock at the zero transition either: eviction removes only entries
+//!   whose count says the map is their only holder, `remove_if`).
 //! - Each dentry's parent and name are atomically replaceable pointers;
 //!   a rename (write path) swaps them under the rename lock and bumps the
-//!   rename sequence. `d_path` reads the chain optimistically and retries if
-//!   the sequence moved, falling back to the shared side of the rename lock,
-//!   so path builders never exclude one another.
+//!   rename sequence. `d_path` reads the chain optimistically (borrowing
+//!   each parent and name through arc-swap guards, no count written) and
+//!   retries if the sequence moved, falling back to the shared side of the
+//!   rename lock, so path builders never exclude one another.
+//! - `open` does not clone the final dentry either: it borrows it under the
+//!   walk's pin and finds its thread's pin on it (`vfs::pin`), which owns
+//!   the reference an open file needs (the `lockref` traffic of the seed,
+//!   made per-thread).
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -85,6 +92,21 @@ impl DcacheGuard<'_> {
         let d = self.m.get(&self.c.key(dir_ino, name))?;
         crate::vfs::touch(&d.referenced);
         Some(d)
+    }
+
+    /// Whether `d` is still the cached dentry of its name: the check an
+    /// open makes after counting itself (`Fs::open_walked`). Reads only —
+    /// the parent and name through arc-swap guards (the calling thread's
+    /// own debt slots), the map under this pin — so it writes no line
+    /// other openers share (seed 001). The root is never in the map and
+    /// never goes away: always cached.
+    pub fn holds(&self, d: &Arc<Dentry>) -> bool {
+        let parent = d.parent.load();
+        let Some(p) = parent.as_ref() else { return true };
+        let name = d.name.load();
+        self.m
+            .get(&self.c.key(p.ino, &name[..]))
+            .is_some_and(|cur| Arc::ptr_eq(cur, d))
     }
 
     /// Insert a lookup result; an entry inserted concurrently wins.
@@ -194,6 +216,10 @@ impl papaya::Equivalent<Key> for KeyRef<'_> {
         self.dir == k.dir && self.fp == k.fp && *self.name == **k.name
     }
 }
+
+/// Deepest chain `d_path` follows: a path of `PATH_MAX` (4096) bytes has
+/// at most 2048 components.
+const MAX_DEPTH: usize = 2048;
 
 /// A seqcount: writers make it odd while changing, readers retry if it moved.
 #[derive(Debug, Default)]
@@ -516,25 +542,31 @@ impl Dcache {
         Self::build_path(d)
     }
 
-    fn build_path(d: &Arc<Dentry>) -> Vec<u8> {
-        let mut parts: Vec<Name> = Vec::new();
-        let mut cur = d.clone();
-        // Bounded: a parent chain longer than this means a cycle made by a
-        // racing rename; the seqcount check makes the caller retry.
-        for _ in 0..4096 {
-            let Some(p) = cur.parent.load_full() else { break };
-            parts.push(cur.name.load_full());
-            cur = p;
-        }
-        if parts.is_empty() {
-            return b"/".to_vec();
-        }
+    fn build_path(d: &Dentry) -> Vec<u8> {
         let mut out = Vec::new();
-        for n in parts.iter().rev() {
+        Self::append_path(d, MAX_DEPTH, &mut out);
+        if out.is_empty() {
             out.push(b'/');
-            out.extend_from_slice(n);
         }
         out
+    }
+
+    /// Append `d`'s path below the root to `out`, ancestors first. The
+    /// parents and names are borrowed through arc-swap guards (a slot of
+    /// the calling thread's own debt list), not cloned: a clone is an
+    /// increment of a count every path builder through that dentry
+    /// writes — `/`'s children are on every path. (Past the eight guards
+    /// a thread holds at once, arc-swap falls back to a clone.) Bounded by
+    /// `depth`: a longer chain is a cycle a racing rename made for a
+    /// moment, and the caller's sequence check retries.
+    fn append_path(d: &Dentry, depth: usize, out: &mut Vec<u8>) {
+        let parent = d.parent.load();
+        let Some(p) = parent.as_ref() else { return };
+        if depth > 0 {
+            Self::append_path(p, depth - 1, out);
+        }
+        out.push(b'/');
+        out.extend_from_slice(&d.name.load());
     }
 
     /// Move `d` under `new_parent` with `new_name` (the rename primitive:

@@ -1,5 +1,9 @@
 //! Open files: an inode, the dentry it was opened through, and a position.
 //!
+//! Seed 001: the inode and dentry are held through an [`OpenRef`] on the
+//! opening thread's pin (`vfs::pin`), so opening and closing a file that
+//! thread opened before writes no line other threads write.
+//!
 //! Seed 000: the position is an atomic. SEEK_SET and SEEK_CUR touch only
 //! it — no inode lock — and SEEK_END reads the inode's atomic size, so any
 //! number of threads can seek their own (or a shared) open file while
@@ -15,7 +19,7 @@ use std::sync::Arc;
 use ext4kit_format::inode::FileType;
 
 use super::dcache::Dentry;
-use super::icache::CachedInode;
+use super::pin::OpenRef;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 
@@ -119,10 +123,9 @@ impl OpenFlags {
 /// An open file description.
 #[derive(Debug)]
 pub struct File {
-    /// The inode.
-    pub inode: Arc<CachedInode>,
-    /// The name it was opened through (`None` when opened by inode number).
-    pub dentry: Option<Arc<Dentry>>,
+    /// The inode (dereferences to `Arc<CachedInode>`), held by one open
+    /// on a pin; dropping the file is the close.
+    pub inode: OpenRef,
     pos: AtomicU64,
     /// Flags given at open.
     pub flags: OpenFlags,
@@ -132,30 +135,18 @@ pub struct File {
 }
 
 impl File {
-    /// An open of `inode`, counted on it; `None` when the inode was freed
-    /// since the caller found it. The count is taken under the inode's
-    /// lock, where `drop_link` decides between freeing the inode and the
-    /// orphan list (as `Fs::hold_inode` does): either the unlink sees this
-    /// open and keeps the inode for it, or this open sees the inode dead.
-    /// A walk's dentry and inode references alone do not keep an inode
-    /// allocated (the kernel's do: iput frees at the last reference), so
-    /// without this an open racing a rename over its name read a freed
-    /// inode — size 0 (tests/open_race.rs).
-    pub(crate) fn new(inode: Arc<CachedInode>, dentry: Option<Arc<Dentry>>, flags: OpenFlags) -> Option<Self> {
-        {
-            let rec = inode.disk.read();
-            if rec.base.mode == 0 {
-                return None;
-            }
-            inode.opens.fetch_add(1, Ordering::AcqRel);
-        }
-        Some(File {
+    pub(crate) fn new(inode: OpenRef, flags: OpenFlags) -> Self {
+        File {
             inode,
-            dentry,
             pos: AtomicU64::new(0),
             flags,
             privileged: true,
-        })
+        }
+    }
+
+    /// The name it was opened through (`None` when opened by inode number).
+    pub fn dentry(&self) -> Option<&Arc<Dentry>> {
+        self.inode.dentry()
     }
 
     /// The current position.
@@ -295,13 +286,5 @@ impl File {
     /// fields changed (size, block map), then a device flush.
     pub fn fdatasync(&self, fs: &Fs) -> Result<()> {
         fs.fsync_inode(&self.inode, true).map(|_| ())
-    }
-}
-
-impl Drop for File {
-    /// The description's last reference went away: one open fewer on the
-    /// inode (close(2) of the last descriptor that shared it).
-    fn drop(&mut self) {
-        self.inode.opens.fetch_sub(1, Ordering::AcqRel);
     }
 }

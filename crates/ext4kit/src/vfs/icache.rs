@@ -59,10 +59,18 @@ pub struct CachedInode {
     map: OnceLock<ArcSwapOption<BlockMap>>,
     /// Cached file pages.
     pub pages: PageMap,
-    /// Open file descriptions of this inode (incremented by `File::new`,
-    /// decremented when the description is dropped): an unlinked inode is
-    /// freed on its last close.
+    /// Users that keep an unlinked inode from being freed: one per live,
+    /// unrevoked open-file pin (`vfs::pin`, which counts the open files on
+    /// it in its own word) and one per frontend hold (`Fs::hold_inode`).
+    /// Exact only after `pin::revoke_idle`; an unlinked inode is freed when
+    /// it reaches zero ([`crate::vfs::pin::open_files`] counts files).
     pub opens: AtomicU32,
+    /// The state words of this inode's open-file pins (`vfs::pin`), for
+    /// revocation.
+    pub(crate) pins: parking_lot::Mutex<Vec<Arc<super::pin::PinWord>>>,
+    /// Its last link is gone (set by `drop_link` before it revokes idle
+    /// pins; a close reads it after dropping its open: see `vfs::pin`).
+    pub(crate) unlinked: AtomicBool,
     /// [`DIRTY_TIME`] | [`DIRTY_DATA`]; changed under the `disk` write lock.
     dirty: AtomicU8,
     referenced: AtomicBool,
@@ -85,6 +93,8 @@ impl CachedInode {
             map: OnceLock::new(),
             pages: PageMap::default(),
             opens: AtomicU32::new(0),
+            pins: Default::default(),
+            unlinked: AtomicBool::new(false),
             dirty: AtomicU8::new(0),
             // Unreferenced until used again (see `crate::clock`).
             referenced: AtomicBool::new(false),
@@ -94,6 +104,7 @@ impl CachedInode {
     /// The block map, loading it on first use.
     pub fn block_map(&self, vol: &Volume) -> Result<Arc<BlockMap>> {
         if let Some(m) = self.map.get().and_then(ArcSwapOption::load_full) {
+            crate::vfs::shared::note(2);
             return Ok(m);
         }
         // Parse and publish under the shared lock: a writer changes the map
@@ -192,6 +203,17 @@ impl Icache {
         self.get_or_read(ino, || vol.read_inode(ino))
     }
 
+    /// The address of the cached inode `ino`, if cached — no reference
+    /// taken, nothing written (it may be evicted the moment this returns:
+    /// the address is only for comparing with objects the caller holds,
+    /// as `pin::reopen` does).
+    pub fn peek(&self, ino: u32) -> Option<*const CachedInode> {
+        let m = self.map.pin();
+        let i = m.get(&ino)?;
+        crate::vfs::touch(&i.referenced);
+        Some(Arc::as_ptr(i))
+    }
+
     /// [`Self::get`] with the record read by `read` on a miss. What it
     /// read is cached only if no inode of its shard left the cache during
     /// the read — one that did may have been a newer version of this one,
@@ -201,6 +223,7 @@ impl Icache {
             let m = self.map.pin();
             if let Some(i) = m.get(&ino) {
                 crate::vfs::touch(&i.referenced);
+                crate::vfs::shared::note(2);
                 return Ok(i.clone());
             }
         }

@@ -686,10 +686,26 @@ impl Fs {
     }
 
     /// One attempt of [`Fs::open_as`]: `None` when the inode the walk found
-    /// was freed before the open could count itself.
+    /// was freed, or its name taken away, before the open counted itself
+    /// (see [`Fs::open_walked`]).
     fn open_once(&self, path: &[u8], flags: OpenFlags, mode: u16, cred: &Cred) -> Result<Option<Arc<File>>> {
-        let mut created = false;
         let follow = !(flags.nofollow || (flags.create && flags.excl));
+        if !flags.create && !flags.trunc {
+            // The common open (seed 001): walk, find the thread's pin on
+            // (inode, dentry), check the dentry is still cached, done —
+            // nothing shared is written when this thread opened the file
+            // before (see `vfs::pin`).
+            let inode = {
+                let g = self.dcache.pin();
+                let d = self.resolve_in(&g, path, follow)?;
+                match self.open_walked(Some(&g), d)? {
+                    Some(r) => r,
+                    None => return Ok(None),
+                }
+            };
+            return self.finish_open(inode, path, flags, cred, false).map(Some);
+        }
+        let mut created = false;
         let d = match self.resolve(path, follow) {
             Ok(d) => {
                 if flags.create && flags.excl {
@@ -723,50 +739,128 @@ impl Fs {
             }
             Err(e) => return Err(e),
         };
-        let inode = match self.inode(d.ino) {
-            Ok(i) => i,
-            // Deleted since the walk found its name (and out of the cache).
-            Err(e) if e.errno() == Errno::ENOENT => return Ok(None),
-            Err(e) => return Err(e),
+        // Counted and checked before the truncation below: a walk that
+        // lost a race must not truncate the inode number's next owner.
+        let Some(inode) = self.open_walked(None, &d)? else {
+            // Ours, just created, renamed over or unlinked already: the
+            // retry opens what the name leads to now (or says ENOENT).
+            return Ok(None);
         };
-        if flags.nofollow && inode.ftype == FileType::Symlink {
-            return Err(Error::posix(
+        self.finish_open(inode, path, flags, cred, created).map(Some)
+    }
+
+    /// One open of the inode dentry `d` (which a walk just found) names,
+    /// counted on the calling thread's pin (`vfs::pin`); `None` when the
+    /// inode was freed or `d` left the dentry cache meanwhile (the caller
+    /// walks again). `g`: the walk's pin of the dentry cache, when `d` is
+    /// borrowed under it.
+    ///
+    /// The race this closes (tests/open_pins.rs read 0 bytes of a 20-byte
+    /// file 1 run in 3–6 without it): a dentry holds an inode *number*,
+    /// and numbers are reused at once — ext4 hands out the lowest free one
+    /// in the group, so the file created right after a free usually gets
+    /// the number just freed. An opener's walk finds `h0` → inode 17 and is
+    /// descheduled; a rename over `h0` frees 17 (no open counted on it,
+    /// every idle pin revoked); the renamer's next write_file creates
+    /// `tmp` and gets number 17, empty until its write. The opener, back,
+    /// finds no pin of its own on the new `CachedInode` 17 and makes one:
+    /// `Pin::new` checks only that 17 is not freed, and it is not — it is
+    /// the new, still-empty file. The pin said "alive", not "the inode
+    /// this name named".
+    ///
+    /// So after the count is taken (which keeps whatever inode it counted
+    /// from being freed until the open is closed), `d` must still be the
+    /// cached dentry of its name: unlink and rename take a dying name out
+    /// of the dentry cache before its inode is freed (`remove_at`,
+    /// `rename_at`), a dentry taken out never comes back (a new lookup
+    /// makes a new one; only a rename's source moves, alive), and the
+    /// check holds `d` (by the pin, and `g`), so no other dentry can have
+    /// its address. Cached at the check, then, `d`'s inode was not freed
+    /// before it, so it is the inode counted (the counted one exists only
+    /// after a free of `d`'s) — and the name led to it at the check: the
+    /// open takes effect there, and never opens a freed inode, its
+    /// number's next owner, or what a name renamed over used to be once
+    /// the rename has completed. The check is reads only (a map lookup
+    /// and two arc-swap guards, the thread's own debt slots): seed 001's
+    /// open still writes no shared line. It runs on the thread's cached
+    /// pin too, though that pin was checked when it was made (so its inode
+    /// is `d`'s) — the same rule on both paths costs one map probe.
+    fn open_walked(
+        &self,
+        g: Option<&super::dcache::DcacheGuard<'_>>,
+        d: &Arc<super::dcache::Dentry>,
+    ) -> Result<Option<super::pin::OpenRef>> {
+        // The thread's pin on (the cached inode of `d.ino`, `d`), if any;
+        // looked up while `d` is held, so the addresses are live objects.
+        let cached = self
+            .icache
+            .peek(d.ino)
+            .and_then(|i| super::pin::reopen(i, Arc::as_ptr(d)));
+        let r = match cached {
+            Some(r) => r,
+            None => {
+                let inode = match self.inode(d.ino) {
+                    Ok(i) => i,
+                    // Freed since the walk (its record says deleted).
+                    Err(e) if e.errno() == Errno::ENOENT => return Ok(None),
+                    Err(e) => return Err(e),
+                };
+                match super::pin::open(&inode, Some(d)) {
+                    Some(r) => r,
+                    // Freed between the lookup and the count.
+                    None => return Ok(None),
+                }
+            }
+        };
+        let cached_now = match g {
+            Some(g) => g.holds(d),
+            None => self.dcache.pin().holds(d),
+        };
+        if !cached_now {
+            // Its pin will never match a walk again (`d` is gone for
+            // good): out of the thread's cache, and the open dropped as a
+            // close is — the last user of an inode unlinked meanwhile
+            // frees it.
+            super::pin::uncache(r.pin());
+            self.close_open(r)?;
+            return Ok(None);
+        }
+        Ok(Some(r))
+    }
+
+    /// The checks and O_TRUNC of an open whose walk found `inode` (already
+    /// counted: an error closes it again).
+    fn finish_open(
+        &self,
+        inode: super::pin::OpenRef,
+        path: &[u8],
+        flags: OpenFlags,
+        cred: &Cred,
+        created: bool,
+    ) -> Result<Arc<File>> {
+        let checked = if flags.nofollow && inode.ftype == FileType::Symlink {
+            Err(Error::posix(
                 Errno::ELOOP,
                 format!("{}: is a symbolic link (O_NOFOLLOW)", show(path)),
-            ));
-        }
-        self.may_open(&inode, flags, cred, !created, &|| show(path).to_string())?;
-        if flags.trunc && inode.ftype == FileType::Regular && !created {
-            self.truncate_inode(&inode, 0)?;
-        }
-        // Counted under the inode's lock; freed since the walk: walk again.
-        let Some(mut file) = File::new(inode, Some(d), flags) else {
-            return Ok(None);
+            ))
+        } else {
+            self.may_open(&inode, flags, cred, !created, &|| show(path).to_string())
+                .and_then(|()| {
+                    if flags.trunc && inode.ftype == FileType::Regular && !created {
+                        self.truncate_inode(&inode, 0)?;
+                    }
+                    Ok(())
+                })
         };
-        file.privileged = cred.is_root();
-        let file = Arc::new(file);
-        // And the walk's dentry must still be cached: unlink and rename take
-        // a dying name out of the dentry cache before its inode is freed,
-        // so a dentry still there means the inode counted above was not
-        // freed and handed to a new file in between (inode numbers are
-        // reused at once; the dentry holds a number, not the inode). A
-        // dentry evicted meanwhile just costs another walk. Read through
-        // guards, not clones: the check must not write a shared count on
-        // every open (seed 001).
-        let stale = file.dentry.as_ref().is_some_and(|d| {
-            let parent = d.parent.load();
-            parent.as_ref().is_some_and(|p| {
-                let name = d.name.load();
-                self.dcache.with(p.ino, &name[..], |cur| Arc::ptr_eq(cur, d)) != Some(true)
-            })
-        });
-        if stale {
-            // Closed as any open is: the last close of an inode orphaned
-            // meanwhile frees it.
-            self.close_file(file)?;
-            return Ok(None);
+        if let Err(e) = checked {
+            // Closed as any open is (an unlink since the count may have
+            // left this the inode's last user).
+            self.close_open(inode)?;
+            return Err(e);
         }
-        Ok(Some(file))
+        let mut file = File::new(inode, flags);
+        file.privileged = cred.is_root();
+        Ok(Arc::new(file))
     }
 
     /// The kernel's `may_open` for an inode about to be opened with
@@ -793,6 +887,16 @@ impl Fs {
         if inode.ftype == FileType::Directory && write {
             return Err(Error::posix(Errno::EISDIR, format!("{}: is a directory", what())));
         }
+        // What follows reads the record only for a check whose outcome it
+        // can change: permission bits for anyone but root (root may read
+        // and write anything; open never asks for exec), immutable and
+        // append-only for a write or truncation. A read-only open by root
+        // takes no lock: a reader lock is a write to the lock word, which
+        // every opener of the inode shares (seed 001).
+        if !write && (!check_perm || cred.is_root()) {
+            return Ok(());
+        }
+        super::shared::note(2);
         let rec = inode.disk.read();
         if check_perm {
             let mut mask = 0;
@@ -838,6 +942,81 @@ fn split_last(path: &[u8]) -> (&[u8], &[u8]) {
 
 #[cfg(test)]
 mod tests {
+    use crate::ext4::mkfs::{mkfs, MkfsOptions};
+    use crate::{Cred, Fs, OpenFlags, OpenOptions, RenameFlags};
+    use ext4kit_blockdev::MemDevice;
+    use std::sync::Arc;
+
+    fn fs() -> Arc<Fs> {
+        let dev = Arc::new(MemDevice::new(8 << 20));
+        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
+        Fs::open_device(
+            dev,
+            &OpenOptions {
+                read_only: false,
+                cache_budget: 8 << 20,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    }
+
+    /// The window tests/open_pins.rs hit 1 run in 3–6, made to happen on
+    /// one thread: a walk finds `/h0` → inode N; before the open counts
+    /// itself, a rename over `/h0` frees N and a create reuses N (empty).
+    /// The open must not open the new file (`open_walked` says `None`:
+    /// walk again) — and then opens what `/h0` is now.
+    #[test]
+    fn an_open_whose_inode_number_was_reused_walks_again() {
+        let fs = fs();
+        let root = Cred::root();
+        fs.write_file(b"/h0", b"old contents", 0o644, 0, 0).unwrap();
+        // The walk's result, held as a walk borrows it.
+        let d = fs.resolve(b"/h0", true).unwrap();
+        let n = d.ino;
+        fs.write_file(b"/tmp", b"new contents", 0o644, 0, 0).unwrap();
+        fs.rename(b"/tmp", b"/h0", RenameFlags::default(), &root).unwrap();
+        // The next file gets the lowest free number: the one just freed.
+        fs.write_file(b"/next", b"", 0o644, 0, 0).unwrap();
+        assert_eq!(fs.stat(b"/next").unwrap().ino, n, "the number was reused");
+        assert!(
+            fs.open_walked(None, &d).unwrap().is_none(),
+            "opened the freed number's next owner through a stale dentry"
+        );
+        let f = fs.open(b"/h0", OpenFlags::default()).unwrap();
+        let mut buf = [0u8; 32];
+        let got = f.pread(&fs, 0, &mut buf).unwrap();
+        assert_eq!(&buf[..got], b"new contents");
+        fs.close_file(f).unwrap();
+    }
+
+    /// The thread's cached pin is checked too: with `/h0` open on this
+    /// thread (its pin busy), a rename over the name keeps the old inode
+    /// as an orphan; an open whose walk found the old dentry before the
+    /// rename must not open it once the rename is done (`None`), and the
+    /// old inode is freed at its last close.
+    #[test]
+    fn a_cached_pin_on_a_name_renamed_over_is_not_reused() {
+        let fs = fs();
+        let root = Cred::root();
+        let free0 = fs.statfs().unwrap().files_free;
+        fs.write_file(b"/h0", b"old contents", 0o644, 0, 0).unwrap();
+        let held = fs.open(b"/h0", OpenFlags::default()).unwrap();
+        let d = fs.resolve(b"/h0", true).unwrap();
+        fs.write_file(b"/tmp", b"new contents", 0o644, 0, 0).unwrap();
+        fs.rename(b"/tmp", b"/h0", RenameFlags::default(), &root).unwrap();
+        assert_eq!(fs.statfs().unwrap().files_free, free0 - 2, "the old /h0 is open: kept");
+        assert!(
+            fs.open_walked(None, &d).unwrap().is_none(),
+            "reopened a name renamed over"
+        );
+        let mut buf = [0u8; 32];
+        let got = held.pread(&fs, 0, &mut buf).unwrap();
+        assert_eq!(&buf[..got], b"old contents");
+        fs.close_file(held).unwrap();
+        assert_eq!(fs.statfs().unwrap().files_free, free0 - 1, "freed at its last close");
+    }
+
     #[test]
     fn split_last_component() {
         assert_eq!(super::split_last(b"/a/b/c"), (&b"/a/b"[..], &b"c"[..]));

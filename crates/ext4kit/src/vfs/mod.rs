@@ -20,6 +20,8 @@ pub mod namei;
 pub mod namespace;
 mod open;
 pub mod pagecache;
+pub mod pin;
+pub mod shared;
 mod stat;
 pub mod whiteout;
 pub mod write;
@@ -72,9 +74,22 @@ impl Drop for Fs {
         if let Some(f) = &mut self.flusher {
             f.stop();
         }
-        if self.vol.read_only {
-            return;
+        if !self.vol.read_only {
+            self.write_back_at_close();
         }
+        // A thread's cached pins (`vfs::pin`) keep their inodes in memory
+        // past this handle, until that thread opens other files or exits;
+        // the inodes' cached pages, written back above, go now.
+        self.icache.for_each(|i| {
+            i.pages.remove_range(0, u64::MAX);
+            true
+        });
+    }
+}
+
+impl Fs {
+    /// The write-back of [`Fs`]'s drop (see there).
+    fn write_back_at_close(&self) {
         // A file that cannot be written back does not keep the rest from
         // being closed cleanly (`Fs::sync`): its error is printed below.
         let wb = self.writeback_all();
@@ -216,9 +231,8 @@ impl Fs {
         if flags.directory && inode.ftype != FileType::Directory {
             return Err(Error::posix(Errno::ENOTDIR, format!("inode {ino} is not a directory")));
         }
-        File::new(inode, None, flags)
-            .map(Arc::new)
-            .ok_or_else(|| Error::posix(Errno::ENOENT, format!("inode {ino} was freed")))
+        let r = pin::open(&inode, None).ok_or_else(|| Error::posix(Errno::ENOENT, format!("inode {ino} was freed")))?;
+        Ok(Arc::new(File::new(r, flags)))
     }
 
     /// Attributes of `path`, following a final symlink.
@@ -393,14 +407,12 @@ impl Fs {
         // The sequence is loaded before the map: a change to either after
         // this point is seen by the rechecks below (PageMap's `seq`).
         let mut seq = inode.pages.seq();
-        let mut map = inode.block_map(&self.vol)?;
-        if let BlockMap::Inline(data) = &*map {
-            let end = (off as usize + want).min(data.len());
-            let start = (off as usize).min(end);
-            buf[..end - start].copy_from_slice(&data[start..end]);
-            buf[end - start..want].fill(0);
-            return Ok(want);
-        }
+        // The map is loaded at the first page-cache miss: a read served
+        // from cached pages never touches it (a loaded map is an `Arc`
+        // clone, a write to a count every reader of the file shares — seed
+        // 001's storm reads small cached files). Loaded after `seq`, as the
+        // rechecks require.
+        let mut map: Option<Arc<BlockMap>> = None;
         let bs = self.vol.block_size as u64;
         let mut done = 0usize;
         while done < want {
@@ -421,7 +433,24 @@ impl Fs {
                 continue;
             }
             let blocks_left = (off + want as u64).div_ceil(bs) - lblk;
-            match map.map(&self.vol, lblk)? {
+            let m = match map.take() {
+                Some(m) => m,
+                None => {
+                    let m = inode.block_map(&self.vol)?;
+                    if let BlockMap::Inline(data) = &*m {
+                        // Inline data is never in the page cache.
+                        let end = (pos as usize + want - done).min(data.len());
+                        let start = (pos as usize).min(end);
+                        buf[done..done + end - start].copy_from_slice(&data[start..end]);
+                        buf[done + end - start..want].fill(0);
+                        return Ok(want);
+                    }
+                    m
+                }
+            };
+            let mapping = m.map(&self.vol, lblk)?;
+            map = Some(m);
+            match mapping {
                 Mapping::Hole { len } | Mapping::Mapped { len, uninit: true, .. } => {
                     // Zero-fill the hole directly; nothing is cached. Stop
                     // at the next dirty page (delayed allocation: data the
@@ -436,7 +465,7 @@ impl Fs {
                         // Written back (and maybe evicted) or remapped
                         // meanwhile: redo this step with the current map.
                         seq = inode.pages.seq();
-                        map = inode.block_map(&self.vol)?;
+                        map = None;
                         continue;
                     }
                     done += bytes;
@@ -476,7 +505,7 @@ impl Fs {
                         // than a write already written back and evicted, or
                         // come from blocks a truncate freed. Redo the step.
                         seq = inode.pages.seq();
-                        map = inode.block_map(&self.vol)?;
+                        map = None;
                         continue;
                     }
                     let mut copied = 0;

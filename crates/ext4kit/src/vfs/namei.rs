@@ -5,7 +5,9 @@
 //! the cache for the duration of that step — no lock and no reference is
 //! taken on it. Only on a cache miss does the walk go to disk (ext4 lookup
 //! through the htree), insert a positive or negative dentry, and continue.
-//! The final dentry is returned with one reference.
+//! [`Fs::resolve`] returns the final dentry with one reference;
+//! `resolve_in` lends it under the caller's pin of the cache instead, which
+//! is how `open` finds the thread's pin on it without a shared write.
 //!
 //! Symlinks are followed (at most 40 in one walk, ELOOP beyond) for every
 //! component but the last, and for the last when asked to follow.
@@ -16,7 +18,7 @@ use std::sync::Arc;
 use ext4kit_format::dirent::NAME_MAX;
 use ext4kit_format::inode::FileType;
 
-use super::dcache::Dentry;
+use super::dcache::{DcacheGuard, Dentry};
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 
@@ -34,13 +36,29 @@ impl Fs {
     /// and no reference count is touched on `/`, `/usr`, ... Only the final
     /// dentry is cloned for the caller.
     pub fn resolve(&self, path: &[u8], follow: bool) -> Result<Arc<Dentry>> {
+        let g = self.dcache.pin();
+        let d = self.resolve_in(&g, path, follow)?;
+        // The caller's reference: an increment now, a decrement at its drop.
+        super::shared::note(2);
+        Ok(d.clone())
+    }
+
+    /// [`Self::resolve`] without taking a reference on the result either:
+    /// the dentry is borrowed under `g`, the caller's pin of the dentry
+    /// cache (epoch-protected, like every dentry the walk passes), which is
+    /// what lets `open` find its pin with no shared write (`vfs::pin`).
+    pub(crate) fn resolve_in<'g>(
+        &'g self,
+        g: &'g DcacheGuard<'_>,
+        path: &[u8],
+        follow: bool,
+    ) -> Result<&'g Arc<Dentry>> {
         if path.len() >= PATH_MAX {
             return Err(Error::posix(
                 Errno::ENAMETOOLONG,
                 format!("{}: path too long", show(path)),
             ));
         }
-        let g = self.dcache.pin();
         let root = self.dcache.root();
         let mut links = 0usize;
         // Component sources, innermost last: the path itself (borrowed, so a
@@ -51,7 +69,7 @@ impl Fs {
         let mut frames: Frames<'_> = smallvec::smallvec![(Cow::Borrowed(path), 0)];
         // The directories walked through, root first (for ".." and so that
         // the parent of a new dentry is at hand without a lookup).
-        let mut stack: smallvec::SmallVec<[&Arc<Dentry>; 16]> = smallvec::SmallVec::new();
+        let mut stack: smallvec::SmallVec<[&'g Arc<Dentry>; 16]> = smallvec::SmallVec::new();
         stack.push(root);
         // Components are copied into a stack buffer: no allocation per step.
         let mut name_buf = [0u8; NAME_MAX + 1];
@@ -123,7 +141,7 @@ impl Fs {
             }
             stack.push(next);
         }
-        Ok((*stack.last().unwrap_or(&root)).clone())
+        Ok(*stack.last().unwrap_or(&root))
     }
 
     /// Look a name up on disk in directory inode `dir_ino`.

@@ -896,7 +896,12 @@ impl Fs {
             self.vol.write_inode(h, inode.ino, rec)?;
             return Ok(Death::Alive);
         }
-        if inode.opens.load(Ordering::Acquire) > 0 {
+        // Flag first, then revoke the idle pins, then count: a close that
+        // drops the last open after the revocation looked at its pin sees
+        // the flag (`vfs::pin`) and frees the inode itself.
+        inode.unlinked.store(true, Ordering::SeqCst);
+        super::pin::revoke_idle(inode);
+        if inode.opens.load(Ordering::SeqCst) > 0 {
             self.vol.orphan_add(h, inode.ino, rec)?;
             return Ok(Death::Orphaned);
         }
@@ -950,8 +955,15 @@ impl Fs {
     /// The last close of inode `inode`: if it has no name left, it leaves
     /// the orphan list and is freed.
     pub fn release_unlinked(&self, inode: &CachedInode) -> Result<()> {
+        super::shared::note(2);
         let mut rec = inode.disk.write();
-        if rec.base.links_count != 0 || inode.opens.load(Ordering::Acquire) != 0 || rec.base.mode == 0 {
+        if rec.base.links_count != 0 || rec.base.mode == 0 {
+            return Ok(());
+        }
+        // Idle pins give their units back first (`vfs::pin`); then the
+        // count is of open files and holds only.
+        super::pin::revoke_idle(inode);
+        if inode.opens.load(Ordering::SeqCst) != 0 {
             return Ok(());
         }
         let t = now();
@@ -975,10 +987,42 @@ impl Fs {
     /// `Arc<File>`; a file dropped without it stays on the orphan list until
     /// the next open of the image frees it.
     pub fn close_file(&self, file: Arc<super::File>) -> Result<()> {
-        let inode = file.inode.clone();
+        // The pin's own count (its thread's line), not the inode's.
+        let pin = file.inode.pin().clone();
         drop(file);
-        if inode.opens.load(Ordering::Acquire) == 0 {
-            self.release_unlinked(&inode)?;
+        self.after_pin_dropped(pin)
+    }
+
+    /// Close an open that never became a file (an open that failed its
+    /// checks, or whose dentry went stale): as [`Fs::close_file`].
+    pub(crate) fn close_open(&self, open: super::pin::OpenRef) -> Result<()> {
+        let pin = open.pin().clone();
+        drop(open);
+        self.after_pin_dropped(pin)
+    }
+
+    /// After an open on `pin` was dropped: `pin` is the caller's own
+    /// reference, which ends the pin when nothing else (its thread's cache,
+    /// another open) holds it.
+    fn after_pin_dropped(&self, pin: Arc<super::pin::Pin>) -> Result<()> {
+        if Arc::strong_count(&pin) == 1 {
+            // The pin left its thread's cache and this close ends it: its
+            // unit of `opens` goes back (a shared write, off the common path).
+            let inode = pin.inode().clone();
+            super::shared::note(2);
+            drop(pin);
+            return self.after_close(&inode);
+        }
+        self.after_close(pin.inode())
+    }
+
+    /// After a close or a dropped hold: free the inode if that was the
+    /// last user of an unlinked one. Reads two shared words, writes
+    /// nothing unless the inode is unlinked (see `vfs::pin` for why the
+    /// flag is read after the open was dropped).
+    fn after_close(&self, inode: &CachedInode) -> Result<()> {
+        if inode.unlinked.load(Ordering::SeqCst) || inode.opens.load(Ordering::Acquire) == 0 {
+            self.release_unlinked(inode)?;
         }
         Ok(())
     }
@@ -1009,10 +1053,8 @@ impl Fs {
     /// Undo one [`Fs::hold_inode`]; the last hold or close of an inode that
     /// has no name left frees it.
     pub fn drop_hold(&self, inode: &CachedInode) -> Result<()> {
-        if inode.opens.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.release_unlinked(inode)?;
-        }
-        Ok(())
+        inode.opens.fetch_sub(1, Ordering::SeqCst);
+        self.after_close(inode)
     }
 
     /// Finish what the orphan list says was left half done, as the kernel
