@@ -63,6 +63,12 @@ impl Volume {
         Ok(bm)
     }
 
+    /// [`Self::implied_block_bitmap`] for the claim scan, which must not
+    /// fail (an unsupported layout: `None`, the group is skipped).
+    pub(crate) fn implied_block_bitmap_of(&self, g: usize) -> Option<Vec<u8>> {
+        self.implied_block_bitmap(g).ok()
+    }
+
     pub(crate) fn block_bitmap_of(&self, g: usize, gd: &GroupDesc) -> Result<(Vec<u8>, bool)> {
         let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
@@ -256,6 +262,13 @@ impl Volume {
                 return Ok(None);
             }
         }
+        // Blocks a live inode claims though the bitmap says free (the claim
+        // scan's `unmarked`, claims.rs) are never handed out.
+        if let Some(c) = self.claim_set_if_built() {
+            if c.mask_unmarked(first, n, &mut view) && super::group::find_zero(&view, 0, n).is_none() {
+                return Ok(None);
+            }
+        }
         // First free bit at or after the goal, else from the group start.
         let start = super::group::find_zero(&view, from.min(n), n).or_else(|| super::group::find_zero(&view, 0, n));
         let Some(start) = start else {
@@ -426,6 +439,9 @@ impl Volume {
             }
         }
         pieces.sort_unstable();
+        // No block another inode still claims is freed (claims.rs): all
+        // runs are looked at before the first group changes.
+        self.claims_on_free(&pieces)?;
         let mut i = 0;
         while i < pieces.len() {
             let g = (pieces[i].0 - self.first_data_block) / self.blocks_per_group;
@@ -436,6 +452,7 @@ impl Volume {
             self.free_in_group(h, g as usize, &pieces[i..j])?;
             i = j;
         }
+        self.claims_freed(&pieces);
         Ok(())
     }
 
@@ -477,7 +494,10 @@ impl Volume {
             ));
         }
         let g = ((start - self.first_data_block) / self.blocks_per_group) as usize;
-        self.free_in_group(h, g, &[(start, len as u64)])
+        self.claims_on_free(&[(start, len as u64)])?;
+        self.free_in_group(h, g, &[(start, len as u64)])?;
+        self.claims_freed(&[(start, len as u64)]);
+        Ok(())
     }
 
     /// Clear the bits of `runs` (all inside group `g`) under the group lock.

@@ -303,6 +303,42 @@ impl Volume {
         Ok(true)
     }
 
+    /// Check, before an operation that adds a name to `dir` begins changing
+    /// anything (its new inode is allocated before the name goes in), that
+    /// the insertion will not meet damage the lookup passed over: a hole
+    /// at block 0 (`ext4_read_dirblock`'s "Directory hole found"; a linear
+    /// lookup skips holes, but "." and ".." and the htree root live
+    /// there), or — for a one-block linear directory, which a full block
+    /// turns into an htree (`make_indexed_dir`) — a block 0 that does not
+    /// start with "." and "..". Without a journal, meeting either after the
+    /// inode was allocated would leave the image changed. Reads only.
+    pub fn check_dir_insertable(&self, dir: DirRef<'_>) -> Result<()> {
+        if !matches!(dir.map, BlockMap::Extents(_) | BlockMap::Indirect(_)) || dir.nblocks(self) == 0 {
+            return Ok(());
+        }
+        let loc = || format!("directory inode {}", dir.ino);
+        if let Mapping::Hole { .. } = dir.map.map(self, 0)? {
+            return Err(Error::corrupt_msg(loc(), "directory block", "block 0 is a hole"));
+        }
+        if dir.is_indexed(self) || dir.nblocks(self) != 1 || !self.has_compat(compat::DIR_INDEX) {
+            return Ok(());
+        }
+        let fmt = self.dir_format();
+        let buf = self
+            .dir_leaf(dir, 0)?
+            .ok_or_else(|| Error::corrupt_msg(loc(), "directory block", "block 0 is a hole"))?;
+        let first = dirent::entry_at(&buf.data, 0, fmt);
+        let second = dirent::entry_at(&buf.data, first.rec_len.min(buf.data.len() - 8), fmt);
+        if first.name != b"." || second.name != b".." || first.rec_len != 12 {
+            return Err(Error::corrupt_msg(
+                loc(),
+                "directory block",
+                "block 0 does not start with \".\" (rec_len 12) and \"..\"",
+            ));
+        }
+        Ok(())
+    }
+
     /// Map `n` new directory blocks at `lblk..lblk + n` and set `i_size` to
     /// cover them; returns their physical blocks in logical order. Nothing
     /// is written into them: the caller overwrites each one in the same

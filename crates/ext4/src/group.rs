@@ -7,7 +7,8 @@
 //! contend.
 
 use ext4kit_format::checksum::crc32c;
-use ext4kit_format::group_desc::{GdCsum, GroupDesc};
+use ext4kit_format::features::ro_compat;
+use ext4kit_format::group_desc::{GdCsum, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 
 use super::transaction::Handle;
 use super::volume::Volume;
@@ -86,7 +87,7 @@ impl Volume {
 
 impl Volume {
     /// The superblock as it would be written now: the in-memory copy with
-    /// the free counts summed from the groups.
+    /// the free counts summed from the groups (plus `count_bias`).
     fn super_bytes(&self) -> Vec<u8> {
         let (mut fb, mut fi) = (0u64, 0u64);
         for grp in &self.groups {
@@ -94,6 +95,9 @@ impl Volume {
             fb += gd.free_blocks_count() as u64;
             fi += gd.free_inodes_count() as u64;
         }
+        let (bb, bi) = self.count_bias;
+        let fb = (fb as i64).saturating_add(bb).clamp(0, self.blocks_count as i64) as u64;
+        let fi = (fi as i64).saturating_add(bi).clamp(0, self.inodes_count as i64) as u64;
         let mut sb = self.sb.write();
         sb.free_blocks_count_lo = fb as u32;
         if self.has_incompat(ext4kit_format::features::incompat::BIT64) {
@@ -101,6 +105,63 @@ impl Volume {
         }
         sb.free_inodes_count = fi as u32;
         sb.to_bytes_with_checksum()
+    }
+
+    /// At open: how far the superblock's free counts should stay from the
+    /// groups' sums. The kernel writes the sums (its per-cpu counters are
+    /// initialised from the descriptors), and so did we; but when a
+    /// group's count is damaged — it disagrees with the group's bitmap —
+    /// the superblock's own count is the one e2fsck agrees with, and
+    /// summing would put the damage into it at the next superblock write
+    /// (a new "Free blocks count wrong" from any operation at all). So the
+    /// difference found at open is kept, and the superblock moves by what
+    /// the groups move. When every group agrees with its bitmap the
+    /// superblock is the stale one (a crash, say) and the sums are written,
+    /// as the kernel's. Reads every bitmap only when the counts differ.
+    pub(crate) fn damaged_count_bias(&self) -> (i64, i64) {
+        let (mut fb, mut fi) = (0i64, 0i64);
+        for grp in &self.groups {
+            let gd = grp.desc.read();
+            fb += gd.free_blocks_count() as i64;
+            fi += gd.free_inodes_count() as i64;
+        }
+        let (sb_b, sb_i) = {
+            let sb = self.sb.read();
+            (sb.free_blocks_count() as i64, sb.free_inodes_count as i64)
+        };
+        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let mut bias = (0, 0);
+        if sb_b != fb {
+            let lying = (0..self.groups.len()).any(|g| {
+                let gd = *self.groups[g].desc.read();
+                if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
+                    return false;
+                }
+                match self.block_bitmap_of(g, &gd) {
+                    Ok((bm, _)) => !self.block_bitmap_usable(g, &gd, &bm),
+                    Err(_) => true,
+                }
+            });
+            if lying {
+                bias.0 = sb_b - fb;
+            }
+        }
+        if sb_i != fi {
+            let lying = (0..self.groups.len()).any(|g| {
+                let gd = *self.groups[g].desc.read();
+                if csum_groups && gd.flags & BG_INODE_UNINIT != 0 {
+                    return false;
+                }
+                match self.buffer(gd.inode_bitmap()) {
+                    Ok(bm) => !self.inode_bitmap_usable(g, &gd, &bm.data),
+                    Err(_) => true,
+                }
+            });
+            if lying {
+                bias.1 = sb_i - fi;
+            }
+        }
+        bias
     }
 
     /// Write the superblock through `h` (a journaled volume): bytes

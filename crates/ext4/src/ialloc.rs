@@ -374,7 +374,7 @@ impl Volume {
     /// (a cleared bit the count does not know of is a live inode the
     /// bitmap lies about). The kernel marks such a group
     /// `EXT4_GROUP_INFO_IBITMAP_CORRUPT` and allocates elsewhere.
-    fn inode_bitmap_usable(&self, g: usize, gd: &GroupDesc, bm: &[u8]) -> bool {
+    pub(crate) fn inode_bitmap_usable(&self, g: usize, gd: &GroupDesc, bm: &[u8]) -> bool {
         let st = &self.groups[g].bitmap_state;
         let s = st.load(Ordering::Relaxed);
         if s & BITMAP_INODE_CHECKED != 0 {

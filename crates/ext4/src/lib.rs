@@ -26,6 +26,7 @@ pub mod bmap;
 pub mod bmap_write;
 pub mod buffer;
 pub mod checkpoint;
+pub mod claims;
 pub mod commit;
 pub mod dir;
 pub mod dir_delete;

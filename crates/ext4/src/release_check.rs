@@ -9,7 +9,17 @@
 //! can only report such damage; we look first: [`Volume::check_release`]
 //! reads the whole block map and the xattrs and checks every block they
 //! name, so the caller can refuse (naming the damage, "run e2fsck")
-//! while the image is still as it was.
+//! while the image is still as it was. A truncate or hole punch is checked
+//! the same way first ([`Volume::check_punch`]): the whole map, not only
+//! the part freed, since without a journal a free stopped half-way by
+//! damage would be written as it stood.
+//!
+//! Both also refuse to free a block another inode still claims (a
+//! cross-link: `claims.rs`). A group whose free count disagrees with its
+//! bitmap is no reason to refuse: a free moves both by the same amount
+//! (a bit already clear is not counted twice, `free_in_group`), and the
+//! superblock's total keeps its own distance from the groups' sum
+//! (`Volume::damaged_count_bias`), so the disagreement stays what it was.
 //!
 //! The system zone (the kernel's `block_validity.c`): a block map must
 //! not name a superblock or descriptor copy, a bitmap or an inode table.
@@ -22,24 +32,112 @@ use crate::bmap::BlockMap;
 use crate::error::{Error, Result};
 use crate::volume::Volume;
 
+/// What an inode's block map names, each block checked to lie inside the
+/// filesystem and outside the system zone.
+struct CheckedMap {
+    /// Data runs: (logical block, physical block, length).
+    data: Vec<(u64, u64, u64)>,
+    /// Extent tree nodes or indirect blocks.
+    meta: Vec<u64>,
+}
+
 impl Volume {
     /// Check that everything inode `ino` (record `inode`) owns can be
     /// freed: its block map reads whole and names only blocks inside the
-    /// filesystem and outside the system zone, and its xattrs parse and
-    /// store no value in an EA inode. Reads only.
+    /// filesystem and outside the system zone, its xattrs parse and store
+    /// no value in an EA inode, and no block it frees is claimed by
+    /// another inode too (`claims.rs`). Reads only.
     pub fn check_release(&self, ino: u32, inode: &Inode) -> Result<()> {
+        let map = self.checked_map(ino, inode)?;
+        let acl = inode.file_acl();
+        if acl != 0 {
+            self.check_owned_run(ino, "xattr block", acl, 1)?;
+        }
+        // Parses the body and the block; refuses an EA-inode value.
+        self.xattr_entries(ino, inode)?;
+        let mut runs: Vec<(u64, u64)> = map.data.iter().map(|&(_, p, n)| (p, n)).collect();
+        runs.extend(map.meta.iter().map(|&b| (b, 1)));
+        if acl != 0 {
+            // The last reference frees the block; an earlier one only
+            // writes its refcount — into a block another inode may own.
+            runs.push((acl, 1));
+            self.check_xattr_refs(ino, acl)?;
+        }
+        self.check_free_claims(ino, inode, &runs)
+    }
+
+    /// Check, before an xattr of inode `ino` (record `inode`) is set or
+    /// removed, that its xattr block may be rewritten, shared-copied or
+    /// released: it lies inside the filesystem and outside the system
+    /// zone, no other inode claims it as anything but a sharer of the
+    /// block (a cross-link: writing it in place would overwrite the other
+    /// owner's block), and its refcount agrees with the inodes naming it.
+    /// Reads only.
+    pub fn check_xattr_block_change(&self, ino: u32, inode: &Inode) -> Result<()> {
+        let acl = inode.file_acl();
+        if acl == 0 {
+            return Ok(());
+        }
+        self.check_owned_run(ino, "xattr block", acl, 1)?;
+        self.check_xattr_refs(ino, acl)?;
+        self.check_free_claims(ino, inode, &[(acl, 1)])
+    }
+
+    /// Check, before a truncate or hole punch of inode `ino` (record
+    /// `inode`) changes anything, that freeing logical blocks `[from, to)`
+    /// will not stop half-way: the whole block map reads and names only
+    /// blocks inside the filesystem and outside the system zone (so damage
+    /// anywhere in it is met now, not after part of it was freed: without
+    /// a journal that would be written as it stood), no block freed — nor
+    /// `tail`, the logical block whose end is zeroed — is claimed by
+    /// another inode too. Reads only.
+    pub fn check_punch(&self, ino: u32, inode: &Inode, from: u64, to: u64, tail: Option<u64>) -> Result<()> {
+        if !matches!(
+            self.block_map(ino, inode)?,
+            BlockMap::Extents(_) | BlockMap::Indirect(_)
+        ) {
+            return Ok(());
+        }
+        let map = self.checked_map(ino, inode)?;
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for &(l, p, n) in &map.data {
+            let s = l.max(from);
+            let e = l.saturating_add(n).min(to);
+            if s < e {
+                runs.push((p + (s - l), e - s));
+            }
+        }
+        // Any node or indirect block may be freed when what it maps goes.
+        runs.extend(map.meta.iter().map(|&b| (b, 1)));
+        if let Some(t) = tail {
+            if let Some(&(l, p, _)) = map.data.iter().find(|&&(l, _, n)| t >= l && t - l < n) {
+                runs.push((p + (t - l), 1));
+            }
+        }
+        self.check_free_claims(ino, inode, &runs)
+    }
+
+    /// The block map of inode `ino`, read whole, every block checked
+    /// (`check_owned_run`).
+    fn checked_map(&self, ino: u32, inode: &Inode) -> Result<CheckedMap> {
+        let mut out = CheckedMap {
+            data: Vec::new(),
+            meta: Vec::new(),
+        };
         match self.block_map(ino, inode)? {
             BlockMap::Extents(ext) => {
                 for e in &ext {
                     self.check_owned_run(ino, "extent", e.start(), e.length() as u64)?;
+                    out.data.push((e.block as u64, e.start(), e.length() as u64));
                 }
                 if inode.uses_extents() {
                     for b in self.ext_node_blocks(ino, inode)? {
                         self.check_owned_run(ino, "extent tree node", b, 1)?;
+                        out.meta.push(b);
                     }
                 }
             }
-            BlockMap::Indirect(root) => {
+            m @ BlockMap::Indirect(root) => {
                 let mut budget = self.blocks_count;
                 for (slot, &p) in root.iter().enumerate() {
                     let depth = match slot {
@@ -48,50 +146,16 @@ impl Volume {
                         indirect::DIND => 2,
                         _ => 3,
                     };
-                    self.check_indirect(ino, p as u64, depth, &mut budget)?;
+                    self.check_indirect(ino, p as u64, depth, &mut budget, &mut out.meta)?;
                 }
+                out.data = m.runs(self, u64::MAX)?;
             }
             BlockMap::Inline(_) | BlockMap::None => {}
         }
-        let acl = inode.file_acl();
-        if acl != 0 {
-            self.check_owned_run(ino, "xattr block", acl, 1)?;
-        }
-        // Parses the body and the block; refuses an EA-inode value.
-        self.xattr_entries(ino, inode)?;
-        // The groups whose free counts the frees will move must agree with
-        // their bitmaps, or the counts would grow more wrong (and the
-        // superblock's total with them).
-        let mut groups: Vec<usize> = Vec::new();
-        if let Ok(BlockMap::Extents(ext)) = self.block_map(ino, inode) {
-            for e in ext.iter().take(4096) {
-                groups.push(((e.start() - self.first_data_block) / self.blocks_per_group) as usize);
-            }
-        }
-        if acl != 0 {
-            groups.push(((acl - self.first_data_block) / self.blocks_per_group) as usize);
-        }
-        groups.sort_unstable();
-        groups.dedup();
-        for g in groups {
-            let Some(grp) = self.groups.get(g) else { continue };
-            let gd = *grp.desc.read();
-            let (bm, uninit) = self.block_bitmap_of(g, &gd)?;
-            if !uninit && !self.block_bitmap_usable(g, &gd, &bm) {
-                return Err(Error::corrupt_msg(
-                    format!("group {g}"),
-                    "block bitmap",
-                    format!(
-                        "inode {ino}'s blocks are in a group whose bitmap disagrees with its descriptor's free count ({})",
-                        gd.free_blocks_count()
-                    ),
-                ));
-            }
-        }
-        Ok(())
+        Ok(out)
     }
 
-    fn check_indirect(&self, ino: u32, blk: u64, depth: usize, budget: &mut u64) -> Result<()> {
+    fn check_indirect(&self, ino: u32, blk: u64, depth: usize, budget: &mut u64, meta: &mut Vec<u64>) -> Result<()> {
         if blk == 0 {
             return Ok(());
         }
@@ -100,6 +164,7 @@ impl Volume {
         if depth == 0 {
             return Ok(());
         }
+        meta.push(blk);
         *budget = budget.checked_sub(1).ok_or_else(|| {
             Error::corrupt_msg(
                 format!("block map of inode {ino}"),
@@ -110,7 +175,7 @@ impl Volume {
         let buf = self.buffer(blk)?;
         for i in 0..self.block_size / 4 {
             let p = indirect::pointer(&buf.data, i) as u64;
-            self.check_indirect(ino, p, depth - 1, budget)?;
+            self.check_indirect(ino, p, depth - 1, budget, meta)?;
         }
         Ok(())
     }

@@ -172,6 +172,13 @@ pub struct Volume {
     pub fs_errors: crate::fs_errors::FsErrors,
     /// The system zone (see `release_check.rs`), built on first use.
     pub(crate) system_zone: std::sync::OnceLock<Vec<(u64, u64, &'static str)>>,
+    /// Blocks claimed twice, or claimed and marked free (see `claims.rs`),
+    /// found at the first free.
+    pub(crate) claims: crate::claims::Claims,
+    /// What the superblock's free counts (blocks, inodes) keep apart from
+    /// the groups' sums when a group's count is damaged (see
+    /// `Volume::super_bytes`); (0, 0) on a consistent filesystem.
+    pub(crate) count_bias: (i64, i64),
     /// Serialises superblock updates (free counts are kept in the groups
     /// and summed when the superblock is written).
     pub sb_lock: parking_lot::Mutex<()>,
@@ -290,6 +297,8 @@ impl Volume {
             budget,
             inode_overflow_group: Default::default(),
             system_zone: Default::default(),
+            claims: Default::default(),
+            count_bias: (0, 0),
             fs_errors: Default::default(),
             metadata_changed: Default::default(),
             sb_lock: parking_lot::Mutex::new(()),
@@ -309,6 +318,9 @@ impl Volume {
             .sum();
         let r_blocks = vol.sb.read().r_blocks_count();
         vol.space = Arc::new(super::reserve::Space::new(free, r_blocks));
+        if !vol.read_only {
+            vol.count_bias = vol.damaged_count_bias();
+        }
         if !vol.read_only && vol.has_compat(features::compat::HAS_JOURNAL) {
             vol.start_journal()?;
             if let (Some(j), Some(i)) = (vol.jbd.as_mut(), opts.commit_interval.filter(|d| !d.is_zero())) {

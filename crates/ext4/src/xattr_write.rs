@@ -215,7 +215,7 @@ impl Volume {
             return Ok(());
         }
         self.check_block_nr(ino, nr)?;
-        self.release_xattr_block(h, nr)?;
+        self.release_xattr_block(h, ino, nr)?;
         set_file_acl(inode, 0);
         self.sub_block(inode);
         Ok(())
@@ -329,7 +329,7 @@ impl Volume {
         let had = b.nr != 0;
         if b.entries.is_empty() {
             if had {
-                self.release_xattr_block(h, b.nr)?;
+                self.release_xattr_block(h, ino, b.nr)?;
                 set_file_acl(inode, 0);
                 self.sub_block(inode);
             }
@@ -367,7 +367,7 @@ impl Volume {
         set_file_acl(inode, nr);
         if had {
             // Copy-on-write of a shared block: still one block charged.
-            self.release_xattr_block(h, b.nr)?;
+            self.release_xattr_block(h, ino, b.nr)?;
         } else {
             self.add_block(inode);
         }
@@ -378,10 +378,15 @@ impl Volume {
     /// refcount - 1 under the block lock, or free the block when this was
     /// the last reference. A freed block is never dirtied by this handle,
     /// so the commit cannot write stale metadata over its next owner.
-    fn release_xattr_block(&self, h: &mut Handle<'_>, nr: u64) -> Result<()> {
+    /// The last reference is released only if no other inode still names
+    /// the block (`claims.rs`: a refcount that lies is damage, refused).
+    fn release_xattr_block(&self, h: &mut Handle<'_>, ino: u32, nr: u64) -> Result<()> {
         let seed = self.csum_seed;
         let last = h.modify(nr, |d| {
             let rc = le32(d, 4);
+            // Under the block's lock, where the count of inodes naming the
+            // block moves with the refcount (claims.rs).
+            self.xattr_refcount_agrees(ino, nr, rc)?;
             if rc <= 1 {
                 // Returning an error leaves the block out of the handle.
                 return Err(Error::posix(Errno::ENODATA, "last reference"));
@@ -390,6 +395,7 @@ impl Volume {
             if let Some(s) = seed {
                 xattr::set_block_checksum(d, nr, s);
             }
+            self.claims_xattr_unref(nr);
             Ok(())
         });
         match last {
@@ -416,7 +422,9 @@ impl Volume {
                         b.mark_clean();
                     }
                 }
-                self.free_blocks(h, nr, 1)
+                self.free_blocks(h, nr, 1)?;
+                self.claims_xattr_unref(nr);
+                Ok(())
             }
             Err(e) => Err(e),
         }

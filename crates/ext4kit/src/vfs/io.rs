@@ -448,6 +448,10 @@ impl Fs {
         let bs = self.vol.block_size as u64;
         if len < old {
             let fb = len.div_ceil(bs);
+            // Everything the punch will free and the tail zeroing will
+            // write is checked while nothing has changed (release_check.rs).
+            let tail = (!len.is_multiple_of(bs)).then_some(len / bs);
+            self.vol.check_punch(inode.ino, &rec, fb, u64::MAX, tail)?;
             // Punch first: it fails (interim limits) before changing anything.
             let mut h = self.vol.begin()?;
             // Readers that looked at the old map must not trust blocks we
@@ -545,8 +549,12 @@ impl Fs {
             if off >= end {
                 return Ok(());
             }
-            self.zero_range_edges(inode, &rec, off, end)?;
             let (fb, lb) = (off.div_ceil(bs), end / bs);
+            if fb < lb {
+                // What the punch frees is checked while nothing has changed.
+                self.vol.check_punch(ino, &rec, fb, lb, None)?;
+            }
+            self.zero_range_edges(inode, &rec, off, end)?;
             if fb < lb {
                 let mut h = self.vol.begin()?;
                 inode.pages.bump();
@@ -563,6 +571,14 @@ impl Fs {
                 touch_mtime(inode, &mut rec);
             }
             return Ok(());
+        }
+        if mode & FALLOC_FL_ZERO_RANGE != 0 {
+            // ZERO_RANGE punches the whole blocks before mapping them
+            // unwritten: what it frees is checked while nothing has changed.
+            let (fb, lb) = (off.div_ceil(bs), end / bs);
+            if fb < lb {
+                self.vol.check_punch(ino, &rec, fb, lb, None)?;
+            }
         }
         let mut h = self.vol.begin()?;
         let r = self.fallocate_blocks(&mut h, inode, &mut rec, mode, off, end);

@@ -222,10 +222,12 @@ impl Fs {
             Some((u, g)) => (u, g, perm & 0o7777),
             None => self.new_owner(&drec, cred, FileType::Directory, perm & 0o7777),
         };
-        // The directory's first block is allocated after its inode:
-        // refuse now rather than half-way if allocation would meet damage.
+        // The directory's first block is allocated after its inode, and the
+        // name goes in after both: refuse now rather than half-way if
+        // either would meet damage.
         self.vol
             .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
+        self.vol.check_dir_insertable(dref)?;
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, true)?;
@@ -425,9 +427,11 @@ impl Fs {
                 format!("inode {ino} already has {LINK_MAX} links"),
             ));
         }
-        // The directory may grow: refuse now if allocation would meet damage.
+        // The directory may grow: refuse now if allocation or the
+        // insertion would meet damage.
         self.vol
             .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
+        self.vol.check_dir_insertable(dref)?;
         let t = now();
         let mut h = self.vol.begin()?;
         let mut newd = drec.clone();
@@ -710,6 +714,7 @@ impl Fs {
             // The new name may grow its directory.
             self.vol
                 .check_block_allocatable(self.vol.group_first_block_of_inode(new_dir))?;
+            self.vol.check_dir_insertable(nref)?;
         }
         let t = now();
         let mut h = self.vol.begin()?;

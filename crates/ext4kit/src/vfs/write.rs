@@ -281,10 +281,12 @@ impl Fs {
             None if dir_rec.base.mode & 0o2000 != 0 => (cred.uid, dir_rec.gid()),
             None => (cred.uid, cred.gid),
         };
-        // Blocks (a growing directory, a symlink's) come after the inode:
-        // refuse now if allocation would meet damage (release_check.rs).
+        // Blocks (a growing directory, a symlink's) and the name come
+        // after the inode: refuse now if allocation or the insertion would
+        // meet damage (release_check.rs, dir_insert.rs).
         self.vol
             .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
+        self.vol.check_dir_insertable(dref)?;
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, false)?;

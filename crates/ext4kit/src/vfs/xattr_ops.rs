@@ -143,6 +143,9 @@ impl Fs {
                 }
             }
         }
+        // The xattr block may be rewritten, copied or freed: checked while
+        // nothing has changed (release_check.rs).
+        self.vol.check_xattr_block_change(ino, &new)?;
         let mut h = self.vol.begin()?;
         match self.vol.set_xattr_named(&mut h, ino, &mut new, name, value, flags) {
             // Dropping an ACL that is not there (an equivalent or empty ACL).

@@ -1,0 +1,939 @@
+//! Who else claims a block: freeing never takes a block from under
+//! another file (issue 19, cross-linked blocks).
+//!
+//! ext4 keeps no reverse map from blocks to their owners. The kernel's
+//! `ext4_free_blocks` clears whatever bits a dying map names; when a
+//! damaged map names a block another inode also uses (a cross-link, made
+//! by a flipped pointer or a bad repair), that block becomes free while
+//! its other owner still reads and writes it, and the next allocation
+//! hands it out a third time. e2fsck finds such blocks in its pass 1
+//! ("multiply-claimed blocks", passes 1B-1D) by reading every inode. We do
+//! the same, once per open and lazily: the first free of the session (or
+//! the first check before one, `release_check.rs`) walks every live inode's
+//! block map — extent trees with their index blocks, indirect maps with
+//! their indirect blocks, xattr blocks, EA inodes (inodes of their own),
+//! directories, the journal, the resize inode — and derives three small
+//! sets ([`ClaimSet`]):
+//!
+//! - `multi`: blocks claimed more than once (as data, map block or xattr
+//!   block; an xattr block shared through its refcount counts once), with
+//!   their claimants. A free that would take one is refused, naming the
+//!   block and the inodes, "run e2fsck".
+//! - `unmarked`: blocks a live inode claims while the block bitmap says
+//!   free (a bitmap that lies). The allocator never hands them out.
+//! - `shared_xattr`: xattr blocks named by several inodes, and by how many:
+//!   the last reference is released only when the count agrees, so a
+//!   refcount that lies cannot free a block another inode still names.
+//!
+//! On a healthy filesystem all three are empty, and the cost after the
+//! scan is one atomic load per free and per allocation.
+//!
+//! Why nothing else needs to be kept up to date: after the scan the engine
+//! never makes a block claimed twice. The allocator hands out only blocks
+//! free in the bitmap and not in `unmarked`; a free either takes a block's
+//! only claim (nothing to record: the bitmap bit goes) or is refused. So
+//! the sets only shrink. What the scan itself needs is temporary: one bit
+//! per block of the groups that hold claimed blocks, dropped when it ends.
+//!
+//! Concurrency (DESIGN.md's locking rules). The scan runs under
+//! `Claims::build`; every free waits for it (a free calls
+//! [`Volume::claim_set`] before changing a bitmap), so no block is freed,
+//! and none reused, while it runs — and none was freed before it in this
+//! session, since the first free is what starts it. Allocations do not
+//! wait: one that lands during the scan takes a block free in the bitmap,
+//! which no live inode claimed unless the bitmap lied (the allocators'
+//! own checks, `block_bitmap_usable`, are what guard that window, as they
+//! guard allocations before the first free). The bitmaps are read after
+//! the inodes, so a block allocated during the scan whose new owner the
+//! scan saw is already marked in use when its bitmap is read. An inode
+//! whose tree is restructured while the scan reads it may be seen half
+//! old, half new: that can only hide claims of blocks it was just given,
+//! or count one of its blocks twice — which is why a refusal re-reads the
+//! claimants' current maps first ([`Volume::check_free_claims`]).
+//!
+//! Records and map blocks are read through the buffer cache's current
+//! versions where cached (dirty metadata lives there), else straight from
+//! the device in large runs, so the scan neither misses an uncheckpointed
+//! change nor floods the cache with inode tables.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use ext4kit_format::extent::{Extent, ExtentHeader, ExtentIndex, EXTENT_MAGIC, MAX_DEPTH};
+use ext4kit_format::features::ro_compat;
+use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+use ext4kit_format::indirect;
+use ext4kit_format::inode::{FileType, Inode, GOOD_OLD_INODE_SIZE};
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::group::test_bit;
+use crate::volume::Volume;
+
+/// How an inode names a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// File, directory or symlink data.
+    Data,
+    /// An extent tree index or leaf block.
+    ExtentNode,
+    /// An indirect block (single, double or triple).
+    Indirect,
+    /// The inode's xattr block (`i_file_acl`).
+    Xattr,
+}
+
+impl Role {
+    /// Short name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Data => "data",
+            Role::ExtentNode => "extent tree block",
+            Role::Indirect => "indirect block",
+            Role::Xattr => "xattr block",
+        }
+    }
+}
+
+/// What the scan found, and how long it took.
+#[derive(Debug, Clone, Default)]
+pub struct ScanStats {
+    /// Inode records read.
+    pub records: u64,
+    /// Live inodes whose maps were walked.
+    pub inodes: u64,
+    /// Blocks claimed (counted once each).
+    pub claimed: u64,
+    /// Blocks claimed more than once.
+    pub multi: usize,
+    /// Claimed blocks the bitmap marks free.
+    pub unmarked: usize,
+    /// Wall time of the scan.
+    pub elapsed: Duration,
+    /// Bytes the scan's claimed-block bitmap took at its largest.
+    pub peak_bytes: usize,
+}
+
+#[derive(Debug, Default)]
+struct Sets {
+    multi: BTreeMap<u64, Vec<(u32, Role)>>,
+    unmarked: BTreeSet<u64>,
+}
+
+impl Sets {
+    fn is_empty(&self) -> bool {
+        self.multi.is_empty() && self.unmarked.is_empty()
+    }
+}
+
+/// The blocks whose claims are not simply "one owner, marked in use" (see
+/// the module doc).
+#[derive(Debug)]
+pub struct ClaimSet {
+    sets: Mutex<Sets>,
+    /// `multi` and `unmarked` empty: the common case, answered without the
+    /// mutex.
+    clean: AtomicBool,
+    /// Xattr blocks named by more than one inode, and by how many (only
+    /// the xattr release path looks: legitimately shared blocks are common
+    /// where ACLs are, and must not slow every free).
+    shared_xattr: Mutex<HashMap<u64, u32>>,
+    /// The scan's figures.
+    pub stats: ScanStats,
+}
+
+impl ClaimSet {
+    fn is_clean(&self) -> bool {
+        self.clean.load(Ordering::Acquire)
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Sets)) {
+        let mut s = self.sets.lock();
+        f(&mut s);
+        self.clean.store(s.is_empty(), Ordering::Release);
+    }
+
+    /// The multiply-claimed blocks in `[start, start + len)`, with their
+    /// claimants.
+    fn multi_in(&self, start: u64, len: u64) -> Vec<(u64, Vec<(u32, Role)>)> {
+        if self.is_clean() {
+            return Vec::new();
+        }
+        let s = self.sets.lock();
+        s.multi
+            .range(start..start.saturating_add(len))
+            .map(|(&b, c)| (b, c.clone()))
+            .collect()
+    }
+
+    /// Blocks claimed more than once (for tests and reports).
+    pub fn multi_blocks(&self) -> Vec<u64> {
+        self.sets.lock().multi.keys().copied().collect()
+    }
+
+    /// Claimed blocks the bitmap marks free (for tests and reports).
+    pub fn unmarked_blocks(&self) -> Vec<u64> {
+        self.sets.lock().unmarked.iter().copied().collect()
+    }
+
+    /// Set, in `view` (the bitmap of the `n` blocks from `first`), the bits
+    /// of blocks a live inode claims though the bitmap says free, so the
+    /// allocator passes them by. Returns whether any was set.
+    pub(crate) fn mask_unmarked(&self, first: u64, n: usize, view: &mut [u8]) -> bool {
+        if self.is_clean() {
+            return false;
+        }
+        let s = self.sets.lock();
+        let mut any = false;
+        for &b in s.unmarked.range(first..first + n as u64) {
+            crate::group::set_bit(view, (b - first) as usize);
+            any = true;
+        }
+        any
+    }
+}
+
+/// The volume's claim sets, built at the first free (see the module doc).
+#[derive(Debug, Default)]
+pub struct Claims {
+    set: OnceLock<ClaimSet>,
+    /// Held while the scan runs: frees wait here.
+    build: Mutex<()>,
+}
+
+/// One bit per block of the groups that hold claimed blocks, allocated a
+/// group at a time: the scan's memory is what the filesystem has in use,
+/// at one bit a block.
+struct ClaimBits {
+    first: u64,
+    per_group: u64,
+    groups: Vec<Option<Box<[u64]>>>,
+    bytes: usize,
+}
+
+impl ClaimBits {
+    fn new(first: u64, per_group: u64, ngroups: usize) -> Self {
+        ClaimBits {
+            first,
+            per_group,
+            groups: (0..ngroups).map(|_| None).collect(),
+            bytes: 0,
+        }
+    }
+
+    /// Mark `[start, start + len)` claimed; blocks already marked go to
+    /// `dups`. The run lies inside the filesystem.
+    fn claim(&mut self, start: u64, len: u64, dups: &mut Vec<u64>) {
+        let (mut p, end) = (start, start + len);
+        while p < end {
+            let rel = p - self.first;
+            let g = (rel / self.per_group) as usize;
+            let Some(slot) = self.groups.get_mut(g) else { return };
+            let group_end = self.first + (g as u64 + 1) * self.per_group;
+            let stop = end.min(group_end);
+            let words = slot.get_or_insert_with(|| {
+                let n = self.per_group.div_ceil(64) as usize;
+                self.bytes += n * 8;
+                vec![0u64; n].into_boxed_slice()
+            });
+            let mut i = rel % self.per_group;
+            let last = stop - self.first - g as u64 * self.per_group;
+            while i < last {
+                let w = (i / 64) as usize;
+                let lo = i % 64;
+                let hi = (last - (i - lo)).min(64);
+                let mask = if hi - lo == 64 {
+                    u64::MAX
+                } else {
+                    ((1u64 << (hi - lo)) - 1) << lo
+                };
+                let mut seen = words[w] & mask;
+                while seen != 0 {
+                    let bit = seen.trailing_zeros() as u64;
+                    dups.push(self.first + g as u64 * self.per_group + w as u64 * 64 + bit);
+                    seen &= seen - 1;
+                }
+                words[w] |= mask;
+                i = i - lo + hi;
+            }
+            p = stop;
+        }
+    }
+
+    fn count(&self) -> u64 {
+        self.groups
+            .iter()
+            .flatten()
+            .map(|w| w.iter().map(|x| x.count_ones() as u64).sum::<u64>())
+            .sum()
+    }
+}
+
+impl Volume {
+    /// The claim sets, scanning every live inode the first time (see the
+    /// module doc). Every free calls this before it changes a bitmap.
+    pub fn claim_set(&self) -> Result<&ClaimSet> {
+        if let Some(c) = self.claims.set.get() {
+            return Ok(c);
+        }
+        let _g = self.claims.build.lock();
+        if let Some(c) = self.claims.set.get() {
+            return Ok(c);
+        }
+        let c = self.scan_claims()?;
+        Ok(self.claims.set.get_or_init(|| c))
+    }
+
+    /// The claim sets if the scan has run.
+    pub fn claim_set_if_built(&self) -> Option<&ClaimSet> {
+        self.claims.set.get()
+    }
+
+    /// Refuse, before anything changes, to free blocks of `runs` (which
+    /// inode `ino`, record `rec`, is about to free) that another inode — or
+    /// `ino` itself a second time — also claims. A block the scan found
+    /// claimed twice is looked at again in the claimants' current maps (the
+    /// scan may have seen a tree half-restructured), and forgotten when it
+    /// no longer is. Reads only.
+    pub fn check_free_claims(&self, ino: u32, rec: &Inode, runs: &[(u64, u64)]) -> Result<()> {
+        let set = self.claim_set()?;
+        if set.is_clean() {
+            return Ok(());
+        }
+        for &(start, len) in runs {
+            for (b, claimants) in set.multi_in(start, len) {
+                let mut inos: Vec<u32> = claimants.iter().map(|c| c.0).collect();
+                inos.push(ino);
+                inos.sort_unstable();
+                inos.dedup();
+                let mut now: Vec<(u32, Role)> = Vec::new();
+                for o in inos {
+                    let r = if o == ino {
+                        rec.clone()
+                    } else {
+                        match self.read_inode(o) {
+                            Ok(r) => r,
+                            // Unreadable now: trust what the scan saw.
+                            Err(_) => {
+                                now.extend(claimants.iter().filter(|c| c.0 == o));
+                                continue;
+                            }
+                        }
+                    };
+                    if o != ino && !self.claims_live(o, &r) {
+                        continue;
+                    }
+                    self.walk_claims(o, &r, &mut |s, l, role| {
+                        if b >= s && b - s < l {
+                            now.push((o, role));
+                        }
+                    })?;
+                    if r.file_acl() == b {
+                        now.push((o, Role::Xattr));
+                    }
+                }
+                if now.len() < 2 {
+                    set.update(|s| {
+                        s.multi.remove(&b);
+                    });
+                    continue;
+                }
+                return Err(cross_linked(b, ino, &now));
+            }
+        }
+        Ok(())
+    }
+
+    /// The last line behind the checks: called by the block-freeing paths
+    /// with every run they are about to free, before any bitmap changes.
+    /// A multiply-claimed block is refused.
+    pub(crate) fn claims_on_free(&self, runs: &[(u64, u64)]) -> Result<()> {
+        let set = self.claim_set()?;
+        if set.is_clean() {
+            return Ok(());
+        }
+        let s = set.sets.lock();
+        for &(start, len) in runs {
+            if let Some((&b, c)) = s.multi.range(start..start.saturating_add(len)).next() {
+                return Err(cross_linked(b, 0, c));
+            }
+        }
+        Ok(())
+    }
+
+    /// `runs` were freed (their bitmap bits cleared, and with a journal
+    /// held back from reuse until the freeing transaction commits): the
+    /// ones the bitmap already called free have no owner left, and leave
+    /// `unmarked` only now, so the allocator never sees them free before
+    /// the journal does.
+    pub(crate) fn claims_freed(&self, runs: &[(u64, u64)]) {
+        let Some(set) = self.claims.set.get() else { return };
+        if set.is_clean() {
+            return;
+        }
+        set.update(|s| {
+            for &(start, len) in runs {
+                let gone: Vec<u64> = s.unmarked.range(start..start.saturating_add(len)).copied().collect();
+                for b in gone {
+                    s.unmarked.remove(&b);
+                }
+            }
+        });
+    }
+
+    /// Refuse to change the references of xattr block `nr` (inode `ino`
+    /// names it) when its refcount disagrees with the number of inodes
+    /// naming it (e2fsck's "extended attribute block has reference count
+    /// R, should be N"): releasing the last reference would free the block
+    /// under the others, dropping one of too many would leave it allocated
+    /// and unreferenced. Reads only. The refcount is read under the block's
+    /// lock, where every release changes both it and the count of inodes
+    /// naming the block (`release_xattr_block`), so the two agree however
+    /// many inodes release the block at once.
+    pub fn check_xattr_refs(&self, ino: u32, nr: u64) -> Result<()> {
+        self.claim_set()?;
+        let mut g = self.bcache.lock(nr);
+        let buf = self.buffer_locked(&mut g, nr)?;
+        self.xattr_refcount_agrees(ino, nr, ext4kit_format::bytes::le32(&buf.data, 4))
+    }
+
+    /// [`Self::check_xattr_refs`] for a caller that holds the block's lock
+    /// and has read its refcount `refcount`. Never scans (the caller holds
+    /// a lock the scan may need): before the scan nothing is known, and
+    /// every path that releases a reference checked first.
+    pub(crate) fn xattr_refcount_agrees(&self, ino: u32, nr: u64, refcount: u32) -> Result<()> {
+        let Some(set) = self.claims.set.get() else {
+            return Ok(());
+        };
+        let named = set.shared_xattr.lock().get(&nr).copied().unwrap_or(1);
+        if refcount != named {
+            return Err(Error::corrupt_msg(
+                format!("xattr block {nr} (inode {ino})"),
+                "xattr block",
+                format!(
+                    "its reference count is {refcount} but {named} inode(s) name it: dropping a reference \
+                     would free it under another inode or leave it allocated and unreferenced"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One inode dropped its reference to xattr block `nr` (the refcount
+    /// went down by one, under the block's lock, or the block was freed).
+    pub(crate) fn claims_xattr_unref(&self, nr: u64) {
+        if let Some(set) = self.claims.set.get() {
+            let mut m = set.shared_xattr.lock();
+            if let Some(n) = m.get_mut(&nr) {
+                *n = n.saturating_sub(1);
+                if *n <= 1 {
+                    m.remove(&nr);
+                }
+            }
+        }
+    }
+
+    /// Whether inode `ino` (record `rec`) may own blocks, as e2fsck's pass
+    /// 1 decides: in use when it has links (whatever its bitmap says); one
+    /// with no links still owns its blocks while its bitmap bit is set (an
+    /// open, unlinked file on the orphan list). Inode 1, the bad-blocks
+    /// inode, has no mode but owns the blocks it lists.
+    fn claims_live(&self, ino: u32, rec: &Inode) -> bool {
+        if ino == 1 {
+            return true;
+        }
+        if rec.base.mode == 0 {
+            return false;
+        }
+        if rec.base.links_count > 0 {
+            return true;
+        }
+        let idx = ino - 1;
+        let g = (idx / self.inodes_per_group) as usize;
+        let Some(grp) = self.groups.get(g) else { return false };
+        let bm = grp.meta.1;
+        let mut buf = vec![0u8; self.block_size];
+        matches!(self.scan_read(bm, &mut buf), Ok(true)) && test_bit(&buf, (idx % self.inodes_per_group) as usize)
+    }
+
+    /// Read `buf.len() / block_size` blocks from `start`: each block's
+    /// current version from the buffer cache where cached, else from the
+    /// device. `Ok(false)` when the run lies outside the filesystem (a
+    /// damaged pointer: the caller skips it; no corruption is raised, so a
+    /// scan inside a handle never marks it as having met damage).
+    fn scan_read(&self, start: u64, buf: &mut [u8]) -> Result<bool> {
+        let bs = self.block_size;
+        let n = (buf.len() / bs) as u64;
+        if start == 0 || start < self.first_data_block || start.checked_add(n).is_none_or(|e| e > self.blocks_count) {
+            return Ok(false);
+        }
+        self.device()
+            .read_at(start * bs as u64, buf)
+            .map_err(|e| Error::io(format!("reading blocks {start}+{n} to find their owners"), e))?;
+        for i in 0..n {
+            if let Some(b) = self.bcache.peek(start + i) {
+                let at = i as usize * bs;
+                buf[at..at + bs].copy_from_slice(&b.data);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Every block inode `ino` (record `rec`) names, as far as its map can
+    /// be read: `f(start, len, role)` for each run inside the filesystem.
+    /// Tolerant, like e2fsck's pass 1: checksums are not checked, a node
+    /// that does not parse contributes its own block and nothing under it,
+    /// an out-of-range pointer is skipped. The xattr block is not included
+    /// (shared blocks are counted apart). Only device errors fail.
+    pub(crate) fn walk_claims(&self, ino: u32, rec: &Inode, f: &mut dyn FnMut(u64, u64, Role)) -> Result<()> {
+        if rec.has_inline_data() {
+            return Ok(());
+        }
+        match rec.file_type() {
+            Some(FileType::CharDevice | FileType::BlockDevice | FileType::Fifo | FileType::Socket) => return Ok(()),
+            Some(FileType::Symlink) if self.is_fast_symlink(rec) => return Ok(()),
+            _ => {}
+        }
+        // The whole filesystem is the most any map can name; a map that
+        // loops is cut off there.
+        let mut budget = self.blocks_count;
+        let mut emit = |vol: &Volume, s: u64, l: u64, role: Role| {
+            let s2 = s.max(vol.first_data_block);
+            let e = s.saturating_add(l).min(vol.blocks_count);
+            if s2 < e {
+                f(s2, e - s2, role);
+            }
+        };
+        if rec.uses_extents() && ino != 1 {
+            let mut seen = HashSet::new();
+            self.walk_extent_node(&rec.base.block, None, &mut seen, &mut budget, &mut emit)
+        } else {
+            let root = indirect::root_pointers(&rec.base.block);
+            for (slot, &p) in root.iter().enumerate() {
+                let depth = match slot {
+                    s if s < indirect::DIRECT => 0,
+                    indirect::IND => 1,
+                    indirect::DIND => 2,
+                    _ => 3,
+                };
+                self.walk_indirect_claims(p as u64, depth, &mut budget, &mut emit)?;
+            }
+            Ok(())
+        }
+    }
+
+    fn walk_extent_node(
+        &self,
+        node: &[u8],
+        want_depth: Option<u16>,
+        seen: &mut HashSet<u64>,
+        budget: &mut u64,
+        emit: &mut dyn FnMut(&Volume, u64, u64, Role),
+    ) -> Result<()> {
+        if node.len() < ExtentHeader::SIZE {
+            return Ok(());
+        }
+        let h = ExtentHeader::parse_raw(node);
+        if h.magic != EXTENT_MAGIC || h.depth > MAX_DEPTH || want_depth.is_some_and(|d| d != h.depth) {
+            return Ok(());
+        }
+        let fit = (node.len() - ExtentHeader::SIZE) / 12;
+        let n = (h.entries as usize).min(h.max as usize).min(fit);
+        let slot = |i: usize| &node[ExtentHeader::SIZE + 12 * i..ExtentHeader::SIZE + 12 * (i + 1)];
+        if h.depth == 0 {
+            for i in 0..n {
+                let e = Extent::parse_raw(slot(i));
+                if e.length() > 0 {
+                    emit(self, e.start(), e.length() as u64, Role::Data);
+                }
+            }
+            return Ok(());
+        }
+        let mut buf = vec![0u8; self.block_size];
+        for i in 0..n {
+            let blk = ExtentIndex::parse_raw(slot(i)).leaf();
+            if !seen.insert(blk) || *budget == 0 {
+                continue;
+            }
+            *budget -= 1;
+            emit(self, blk, 1, Role::ExtentNode);
+            if self.scan_read(blk, &mut buf)? {
+                self.walk_extent_node(&buf, Some(h.depth - 1), seen, budget, emit)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn walk_indirect_claims(
+        &self,
+        blk: u64,
+        depth: usize,
+        budget: &mut u64,
+        emit: &mut dyn FnMut(&Volume, u64, u64, Role),
+    ) -> Result<()> {
+        if blk == 0 {
+            return Ok(());
+        }
+        if depth == 0 {
+            emit(self, blk, 1, Role::Data);
+            return Ok(());
+        }
+        if *budget == 0 {
+            return Ok(());
+        }
+        *budget -= 1;
+        emit(self, blk, 1, Role::Indirect);
+        let mut buf = vec![0u8; self.block_size];
+        if !self.scan_read(blk, &mut buf)? {
+            return Ok(());
+        }
+        for i in 0..self.block_size / 4 {
+            let p = indirect::pointer(&buf, i) as u64;
+            if p != 0 {
+                self.walk_indirect_claims(p, depth - 1, budget, emit)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Call `f(ino, record)` for every inode that may own blocks
+    /// (`claims_live`), reading the inode tables in large runs. A group
+    /// whose inodes are not initialised (`INODE_UNINIT`) is skipped, and so
+    /// is the tail of a table past both `bg_itable_unused` and the last
+    /// inode its bitmap marks in use. Returns the number of records read.
+    fn for_each_live_inode(&self, f: &mut dyn FnMut(u32, &Inode) -> Result<()>) -> Result<u64> {
+        let bs = self.block_size;
+        let isz = self.inode_size;
+        let ipg = self.inodes_per_group as usize;
+        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let mut records = 0u64;
+        let mut ibm = vec![0u8; bs];
+        const CHUNK_BLOCKS: usize = 256;
+        let mut chunk = Vec::new();
+        for (g, grp) in self.groups.iter().enumerate() {
+            let gd = *grp.desc.read();
+            let uninit = csum_groups && gd.flags & BG_INODE_UNINIT != 0;
+            if uninit {
+                continue;
+            }
+            let (_, ib, itable) = grp.meta;
+            let have_bitmap = self.scan_read(ib, &mut ibm)?;
+            let last_used = if have_bitmap {
+                (0..ipg.min(bs * 8))
+                    .rev()
+                    .find(|&i| test_bit(&ibm, i))
+                    .map_or(0, |i| i + 1)
+            } else {
+                ipg
+            };
+            let by_unused = if csum_groups {
+                ipg - (gd.itable_unused() as usize).min(ipg)
+            } else {
+                ipg
+            };
+            let n = by_unused.max(last_used).min(ipg);
+            let per_block = bs / isz;
+            let blocks = n.div_ceil(per_block);
+            let mut done = 0usize;
+            while done < blocks {
+                let k = (blocks - done).min(CHUNK_BLOCKS);
+                chunk.resize(k * bs, 0);
+                if !self.scan_read(itable + done as u64, &mut chunk)? {
+                    break;
+                }
+                for j in 0..k * per_block {
+                    let i = done * per_block + j;
+                    if i >= n {
+                        break;
+                    }
+                    let ino = (g * ipg + i + 1) as u32;
+                    let raw = &chunk[j * isz..(j + 1) * isz];
+                    records += 1;
+                    let rec = match Inode::parse_raw(raw) {
+                        Ok(r) => r,
+                        Err(_) => match Inode::parse_raw(&raw[..GOOD_OLD_INODE_SIZE]) {
+                            Ok(r) => r,
+                            Err(_) => continue,
+                        },
+                    };
+                    let live = if ino == 1 {
+                        true
+                    } else if rec.base.mode == 0 {
+                        false
+                    } else {
+                        rec.base.links_count > 0 || have_bitmap && test_bit(&ibm, i)
+                    };
+                    if live {
+                        f(ino, &rec)?;
+                    }
+                }
+                done += k;
+            }
+        }
+        Ok(records)
+    }
+
+    /// The scan (see the module doc): every live inode's claims into a
+    /// bitmap, blocks met twice noted; then, only if there are any, a
+    /// second pass to name their claimants; then the block bitmaps of the
+    /// groups with claims, for claimed blocks marked free.
+    fn scan_claims(&self) -> Result<ClaimSet> {
+        let t0 = Instant::now();
+        let mut bits = ClaimBits::new(self.first_data_block, self.blocks_per_group, self.groups.len());
+        let mut dups: Vec<u64> = Vec::new();
+        let mut xattr_refs: HashMap<u64, u32> = HashMap::new();
+        let mut inodes = 0u64;
+        let records = self.for_each_live_inode(&mut |ino, rec| {
+            inodes += 1;
+            let acl = rec.file_acl();
+            if acl != 0 {
+                *xattr_refs.entry(acl).or_insert(0) += 1;
+            }
+            self.walk_claims(ino, rec, &mut |s, l, _| bits.claim(s, l, &mut dups))
+        })?;
+        // An xattr block shared through its refcount is one claim.
+        let mut shared_xattr = HashMap::new();
+        for (&b, &n) in &xattr_refs {
+            if b >= self.first_data_block && b < self.blocks_count {
+                bits.claim(b, 1, &mut dups);
+                if n > 1 {
+                    shared_xattr.insert(b, n);
+                }
+            }
+        }
+        let mut multi: BTreeMap<u64, Vec<(u32, Role)>> = BTreeMap::new();
+        if !dups.is_empty() {
+            let dupset: HashSet<u64> = dups.iter().copied().collect();
+            self.for_each_live_inode(&mut |ino, rec| {
+                self.walk_claims(ino, rec, &mut |s, l, role| {
+                    // Dups are few; runs may be long: test the smaller side.
+                    if l as usize <= dupset.len() {
+                        for b in s..s + l {
+                            if dupset.contains(&b) {
+                                multi.entry(b).or_default().push((ino, role));
+                            }
+                        }
+                    } else {
+                        for &b in &dupset {
+                            if b >= s && b - s < l {
+                                multi.entry(b).or_default().push((ino, role));
+                            }
+                        }
+                    }
+                })?;
+                let acl = rec.file_acl();
+                if dupset.contains(&acl) {
+                    let v = multi.entry(acl).or_default();
+                    // A shared xattr block counts once, whoever names it.
+                    if !v.iter().any(|c| c.1 == Role::Xattr) {
+                        v.push((ino, Role::Xattr));
+                    }
+                }
+                Ok(())
+            })?;
+            multi.retain(|_, v| v.len() > 1);
+        }
+        // Claimed blocks the bitmaps mark free: read after the inodes, so
+        // that a block allocated during the scan is already marked.
+        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let mut unmarked = BTreeSet::new();
+        let mut bm = vec![0u8; self.block_size];
+        for (g, words) in bits.groups.iter().enumerate() {
+            let Some(words) = words else { continue };
+            let gd = *self.groups[g].desc.read();
+            let have = if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
+                match self.implied_block_bitmap_of(g) {
+                    Some(v) => {
+                        bm.copy_from_slice(&v);
+                        true
+                    }
+                    None => false,
+                }
+            } else {
+                self.scan_read(self.groups[g].meta.0, &mut bm)?
+            };
+            if !have {
+                continue;
+            }
+            let first = self.group_first_block(g as u64);
+            let n = self.blocks_in_group(g) as usize;
+            for (w, &word) in words.iter().enumerate() {
+                let mut x = word;
+                while x != 0 {
+                    let bit = w * 64 + x.trailing_zeros() as usize;
+                    x &= x - 1;
+                    if bit < n && bit < bm.len() * 8 && !test_bit(&bm, bit) {
+                        unmarked.insert(first + bit as u64);
+                    }
+                }
+            }
+        }
+        let stats = ScanStats {
+            records,
+            inodes,
+            claimed: bits.count(),
+            multi: multi.len(),
+            unmarked: unmarked.len(),
+            elapsed: t0.elapsed(),
+            peak_bytes: bits.bytes,
+        };
+        let sets = Sets { multi, unmarked };
+        let clean = sets.is_empty();
+        Ok(ClaimSet {
+            sets: Mutex::new(sets),
+            clean: AtomicBool::new(clean),
+            shared_xattr: Mutex::new(shared_xattr),
+            stats,
+        })
+    }
+}
+
+/// The refusal for a block claimed by more than one inode.
+fn cross_linked(b: u64, freeing: u32, by: &[(u32, Role)]) -> Error {
+    let who: Vec<String> = by.iter().map(|(i, r)| format!("inode {i} ({})", r.name())).collect();
+    let whom = if freeing != 0 {
+        format!("freeing it for inode {freeing}")
+    } else {
+        "freeing it".to_string()
+    };
+    Error::corrupt_msg(
+        format!("block {b}"),
+        "block map",
+        format!(
+            "cross-linked: claimed by {}; {whom} would take it from a file that still uses it",
+            who.join(" and ")
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ialloc::NewInode;
+    use crate::volume::scratch_volume_unjournaled;
+    use ext4kit_format::inode::Timestamp;
+
+    /// A regular file of `blocks` blocks (not linked anywhere: the scan
+    /// goes by the inode table, not by names).
+    fn file(v: &Volume, blocks: usize) -> (u32, Inode) {
+        let mut h = v.begin().unwrap();
+        let ino = v.alloc_inode(&mut h, 2, false).unwrap();
+        let mut rec = v.new_inode_record(&NewInode {
+            ftype: FileType::Regular,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            now: Timestamp::default(),
+            parent: (0, 0),
+        });
+        v.write_new_data(&mut h, ino, &mut rec, &vec![7u8; blocks * v.block_size])
+            .unwrap();
+        v.write_inode(&mut h, ino, &rec).unwrap();
+        h.commit().unwrap();
+        (ino, rec)
+    }
+
+    fn runs(v: &Volume, ino: u32, rec: &Inode) -> Vec<(u64, u64)> {
+        let m = v.block_map(ino, rec).unwrap();
+        m.runs(v, u64::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|(_, p, n)| (p, n))
+            .collect()
+    }
+
+    /// Point `rec`'s first extent (depth-0 root) at `target`, one block long.
+    fn redirect(v: &Volume, ino: u32, rec: &mut Inode, target: u64) {
+        let b = &mut rec.base.block;
+        b[12 + 4..12 + 6].copy_from_slice(&1u16.to_le_bytes());
+        b[12 + 6..12 + 8].copy_from_slice(&((target >> 32) as u16).to_le_bytes());
+        b[12 + 8..12 + 12].copy_from_slice(&(target as u32).to_le_bytes());
+        let mut h = v.begin().unwrap();
+        v.write_inode(&mut h, ino, rec).unwrap();
+        h.commit().unwrap();
+    }
+
+    #[test]
+    fn a_healthy_volume_scans_clean() {
+        let v = scratch_volume_unjournaled();
+        let (_, _) = file(&v, 3);
+        let set = v.claim_set().unwrap();
+        assert!(set.is_clean());
+        assert!(set.stats.inodes >= 3, "root, lost+found, the file: {:?}", set.stats);
+        assert!(set.stats.claimed >= 3);
+    }
+
+    /// A block two inodes claim is refused by the check and by the free
+    /// path itself, naming both; the check forgets an entry the claimants'
+    /// current maps no longer bear out.
+    #[test]
+    fn a_cross_link_is_found_refused_and_rechecked() {
+        let v = scratch_volume_unjournaled();
+        let (a, arec) = file(&v, 2);
+        let (b, mut brec) = file(&v, 2);
+        let shared = runs(&v, a, &arec)[0].0;
+        redirect(&v, b, &mut brec, shared);
+        let set = v.claim_set().unwrap();
+        assert_eq!(set.multi_blocks(), vec![shared]);
+        let e = v
+            .check_free_claims(b, &brec, &runs(&v, b, &brec))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("block {shared}"))
+                && e.contains(&format!("inode {a}"))
+                && e.contains(&format!("inode {b}")),
+            "{e}"
+        );
+        assert!(e.contains("run e2fsck"), "{e}");
+        assert!(v.claims_on_free(&[(shared, 1)]).is_err(), "the free path refuses too");
+        // /a's second block is no one else's.
+        v.check_free_claims(a, &arec, &[(shared + 1, 1)]).unwrap();
+        // /b now points elsewhere (as a change the scan saw half-made may
+        // leave it): the recheck drops the entry.
+        let (c, crec) = file(&v, 1);
+        redirect(&v, b, &mut brec, runs(&v, c, &crec)[0].0);
+        v.check_free_claims(a, &arec, &[(shared, 1)]).unwrap();
+        assert!(set.multi_blocks().is_empty());
+        assert!(v.claims_on_free(&[(shared, 1)]).is_ok());
+    }
+
+    /// An xattr block whose refcount disagrees with the inodes naming it
+    /// is refused both ways.
+    #[test]
+    fn an_xattr_refcount_must_match_its_referrers() {
+        let v = scratch_volume_unjournaled();
+        let (a, _) = file(&v, 1);
+        let (c, crec) = file(&v, 1);
+        let x = runs(&v, c, &crec)[0].0;
+        let mut arec = v.read_inode(a).unwrap();
+        arec.base.file_acl_lo = x as u32;
+        let mut h = v.begin().unwrap();
+        v.write_inode(&mut h, a, &arec).unwrap();
+        h.commit().unwrap();
+        v.claim_set().unwrap();
+        v.xattr_refcount_agrees(a, x, 1).unwrap();
+        let e = v.xattr_refcount_agrees(a, x, 17).unwrap_err().to_string();
+        assert!(e.contains("reference count is 17 but 1 inode(s)"), "{e}");
+    }
+
+    #[test]
+    fn claim_bits_find_every_block_claimed_twice_across_words_and_groups() {
+        // Groups of 100 blocks from block 1: 1..101, 101..201, 201..301.
+        let mut b = ClaimBits::new(1, 100, 3);
+        let mut d = Vec::new();
+        b.claim(1, 69, &mut d);
+        b.claim(150, 51, &mut d); // across the first group boundary
+        assert!(d.is_empty());
+        b.claim(60, 20, &mut d); // 60..70 twice
+        b.claim(199, 3, &mut d); // 199, 200 twice; 201 new
+        assert_eq!(d, (60..70).chain([199, 200]).collect::<Vec<_>>());
+        assert_eq!(b.count(), 69 + 51 + 10 + 1);
+        // A run past the last group is cut off, not a panic.
+        b.claim(295, 20, &mut d);
+        assert_eq!(b.count(), 69 + 51 + 10 + 1 + 6);
+        assert_eq!(b.bytes, 3 * 2 * 8);
+    }
+}
