@@ -23,15 +23,7 @@ const ENOSPC: i32 = 28;
 const EIO: i32 = 5;
 
 fn require_root_and_fuse() {
-    assert!(
-        Path::new("/dev/fuse").exists(),
-        "/dev/fuse does not exist: these tests need the FUSE driver (modprobe fuse, or run the container with \
-         --device /dev/fuse)"
-    );
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "these tests need root (they mount, mount tmpfs, loop-mount and switch to user nobody); CI runs as root"
-    );
+    ext4kit_testkit::require_root_and_fuse("they mount, mount tmpfs, loop-mount and switch to user nobody");
 }
 
 fn workdir(tag: &str) -> PathBuf {

@@ -22,15 +22,7 @@ use ext4kit_testkit::{build_source_tree, compare_trees, e2fsck_clean, image_matr
 const BIN: &str = env!("CARGO_BIN_EXE_ext4kit");
 
 fn require_fuse() {
-    assert!(
-        Path::new("/dev/fuse").exists(),
-        "/dev/fuse does not exist: these tests need the FUSE driver (modprobe fuse, or run the container with \
-         --device /dev/fuse)"
-    );
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "these tests need root (they mount, loop-mount and switch to user nobody); CI runs as root"
-    );
+    ext4kit_testkit::require_root_and_fuse("they mount, loop-mount and switch to user nobody");
 }
 
 fn workdir(tag: &str) -> PathBuf {

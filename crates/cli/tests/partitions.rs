@@ -940,14 +940,7 @@ fn the_kernel_sees_the_same_partitions() {
 }
 
 fn require_fuse() {
-    assert!(
-        Path::new("/dev/fuse").exists(),
-        "/dev/fuse does not exist: this test needs the FUSE driver (modprobe fuse)"
-    );
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "this test mounts through FUSE as root; CI runs as root"
-    );
+    ext4kit_testkit::require_root_and_fuse("this test mounts through FUSE");
 }
 
 #[test]

@@ -614,6 +614,26 @@ fn set_flags(p: &Path, flags: u32) -> Result<(), i32> {
     }
 }
 
+/// Set FS_XFLAG_DAX on `p` (`chattr +x`, FS_IOC_FSGETXATTR then
+/// FS_IOC_FSSETXATTR of the 28-byte `struct fsxattr`).
+fn set_dax(p: &Path) -> Result<(), i32> {
+    const FS_IOC_FSGETXATTR: libc::c_ulong = 0x801c_581f;
+    const FS_IOC_FSSETXATTR: libc::c_ulong = 0x401c_5820;
+    const FS_XFLAG_DAX: u32 = 0x8000;
+    let f = fs::File::open(p).map_err(|e| e.raw_os_error().unwrap_or(-1))?;
+    use std::os::fd::AsRawFd;
+    let mut x = [0u32; 7];
+    // SAFETY: both ioctls read or write one struct fsxattr (28 bytes).
+    if unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FSGETXATTR, x.as_mut_ptr()) } < 0 {
+        return Err(errno());
+    }
+    x[0] |= FS_XFLAG_DAX;
+    if unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FSSETXATTR, x.as_ptr()) } < 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
 /// Open `p` with `flags` and write to it: the first failure's errno. (The
 /// kernel refuses writes to immutable and non-appending writes to
 /// append-only files at open; through FUSE files are opened without
@@ -738,12 +758,11 @@ fn inode_flags_are_kept_and_enforced_like_the_kernel() {
         let inh = d.join("inh");
         fs::create_dir(&inh).unwrap();
         let ib = get_flags(&inh).unwrap_or(0);
-        const DAX_FL: u32 = 0x0200_0000;
         log.push(format!(
             "dir +dSA: {}",
             rc(set_flags(&inh, ib | NODUMP | SYNC | NOATIME | DIRSYNC))
         ));
-        let _ = set_flags(&inh, get_flags(&inh).unwrap_or(0) | DAX_FL);
+        log.push(format!("dir +x (DAX): {}", rc(set_dax(&inh))));
         fs::write(inh.join("file"), "x").unwrap();
         fs::create_dir(inh.join("sub")).unwrap();
         std::os::unix::fs::symlink("file", inh.join("link")).unwrap();

@@ -512,12 +512,7 @@ impl Volume {
         } else {
             let root = indirect::root_pointers(&rec.base.block);
             for (slot, &p) in root.iter().enumerate() {
-                let depth = match slot {
-                    s if s < indirect::DIRECT => 0,
-                    indirect::IND => 1,
-                    indirect::DIND => 2,
-                    _ => 3,
-                };
+                let depth = indirect::slot_depth(slot);
                 self.walk_indirect_claims(p as u64, depth, &mut budget, &mut emit)?;
             }
             Ok(())

@@ -140,12 +140,7 @@ impl Volume {
             m @ BlockMap::Indirect(root) => {
                 let mut budget = self.blocks_count;
                 for (slot, &p) in root.iter().enumerate() {
-                    let depth = match slot {
-                        s if s < indirect::DIRECT => 0,
-                        indirect::IND => 1,
-                        indirect::DIND => 2,
-                        _ => 3,
-                    };
+                    let depth = indirect::slot_depth(slot);
                     self.check_indirect(ino, p as u64, depth, &mut budget, &mut out.meta)?;
                 }
                 out.data = m.runs(self, u64::MAX)?;

@@ -11,12 +11,10 @@ use std::process::Command;
 use std::sync::Arc;
 
 use ext4kit::{Access, Cred, Fs, OpenFlags, OpenOptions};
+use ext4kit_testkit::Scratch;
 
-fn workdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ext4kit-xlink-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn workdir(tag: &str) -> Scratch {
+    Scratch::dir(&format!("ext4kit-xlink-{tag}"))
 }
 
 fn mkimg(dir: &Path, args: &[&str]) -> PathBuf {
@@ -159,7 +157,6 @@ fn cross_linked_blocks_are_never_freed(tag: &str, mkfs: &[&str]) {
         after.contains("Multiply-claimed"),
         "the cross-link is left for e2fsck:\n{after}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -246,7 +243,6 @@ fn a_claimed_block_the_bitmap_calls_free_is_never_handed_out() {
     }
     let after = fsck(&img);
     assert!(!after.contains("Multiply-claimed"), "{after}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A group's free count made wrong (its bitmap and the superblock right):
@@ -276,7 +272,6 @@ fn a_damaged_group_count_stays_out_of_the_superblock() {
         !after.contains("Free blocks count wrong ("),
         "the superblock's total:\n{after}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The scan runs while other threads allocate (files written and
@@ -333,5 +328,4 @@ fn the_scan_beside_concurrent_allocations_finds_nothing_wrong() {
     }
     let out = fsck(&img);
     assert!(!out.contains("Fix? no") && !out.contains("Multiply"), "{out}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,6 +22,18 @@ pub fn root_pointers(i_block: &[u8; 60]) -> [u32; 15] {
     p
 }
 
+/// How many levels of indirect blocks hang below root slot `slot` of
+/// `i_block`: 0 for the direct pointers (they name data), 1 for `[12]`, 2
+/// for `[13]`, 3 for `[14]`.
+pub fn slot_depth(slot: usize) -> usize {
+    match slot {
+        s if s < DIRECT => 0,
+        IND => 1,
+        DIND => 2,
+        _ => 3,
+    }
+}
+
 /// Where a logical block lives in the map: the root slot, then the index in
 /// each level of indirect block below it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,20 +5,12 @@
 //!
 //! Needs /dev/fuse and root (CI runs as root); fails loudly otherwise.
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[test]
 fn lookups_are_counted_and_forgotten() {
-    assert!(
-        Path::new("/dev/fuse").exists(),
-        "/dev/fuse does not exist: this test needs the FUSE driver"
-    );
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "this test mounts with mount(2) and needs root"
-    );
+    ext4kit_testkit::require_root_and_fuse("this test mounts with mount(2)");
     let work = std::env::temp_dir().join(format!("ext4kit-fuse-forget-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     let src = work.join("src");

@@ -20,14 +20,7 @@ use ext4kit_testkit::{build_source_tree, compare_trees, e2fsck_clean, CompareOpt
 use rustix::fs::{FallocateFlags, RenameFlags};
 
 fn require_fuse() {
-    assert!(
-        Path::new("/dev/fuse").exists(),
-        "/dev/fuse does not exist: these tests need the FUSE driver (modprobe fuse, or --device /dev/fuse)"
-    );
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "these tests need root (mount(2), loop mounts, setpriv); CI runs as root"
-    );
+    ext4kit_testkit::require_root_and_fuse("mount(2), loop mounts, setpriv");
 }
 
 /// A fresh ext4 image mounted read-write by a server in a child process.

@@ -63,14 +63,7 @@ impl Drop for EnableUring {
 }
 
 fn require_fuse() {
-    assert!(
-        Path::new("/dev/fuse").exists(),
-        "/dev/fuse does not exist: these tests need the FUSE driver"
-    );
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "these tests need root (mount(2), enable_uring)"
-    );
+    ext4kit_testkit::require_root_and_fuse("mount(2), enable_uring");
 }
 
 struct Work {

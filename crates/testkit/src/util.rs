@@ -242,6 +242,22 @@ fn unescape_octal(s: &str) -> PathBuf {
     PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
+/// Fails the test, loudly, unless it can mount through FUSE: /dev/fuse
+/// exists and we are root. `needs` says what else root is for (it goes
+/// into the message). CI runs as root with the device; a test that cannot
+/// mount must never pass by doing nothing.
+pub fn require_root_and_fuse(needs: &str) {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse does not exist: these tests need the FUSE driver (modprobe fuse, or run the container with \
+         --device /dev/fuse)"
+    );
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "these tests need root ({needs}); CI runs as root"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -201,15 +201,7 @@ mod tests {
 
     #[test]
     fn new_inodes_inherit_or_take_the_umask() {
-        use crate::ext4::mkfs::{mkfs, MkfsOptions};
-        let dev = std::sync::Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
-        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
-        let opts = crate::OpenOptions {
-            read_only: false,
-            cache_budget: 8 << 20,
-            ..Default::default()
-        };
-        let fs = crate::Fs::open_device(dev, &opts).unwrap();
+        let fs = crate::vfs::mem_fs();
         let root = Cred::root();
         // No default ACL: the umask applies, nothing is stored.
         let plain = fs.acl_create(2, FileType::Regular, 0o666, 0o027).unwrap();

@@ -102,24 +102,9 @@ impl Fs {
 #[cfg(test)]
 mod tests {
     use super::PermCheck;
-    use crate::ext4::mkfs::{mkfs, MkfsOptions};
-    use crate::{Cred, Errno, Fs, OpenFlags, OpenOptions};
-    use ext4kit_blockdev::MemDevice;
-    use std::sync::Arc;
+    use crate::{Cred, Errno, OpenFlags};
 
-    fn fs() -> Arc<Fs> {
-        let dev = Arc::new(MemDevice::new(8 << 20));
-        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
-        Fs::open_device(
-            dev,
-            &OpenOptions {
-                read_only: false,
-                cache_budget: 8 << 20,
-                ..Default::default()
-            },
-        )
-        .unwrap()
-    }
+    use crate::vfs::mem_fs as fs;
 
     const RDWR: i32 = crate::vfs::file::O_RDWR;
 

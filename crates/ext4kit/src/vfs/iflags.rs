@@ -278,17 +278,7 @@ mod tests {
         assert_eq!(mask_for(FileType::Directory, fl::DIRSYNC), fl::DIRSYNC);
     }
 
-    fn fs() -> std::sync::Arc<crate::Fs> {
-        use crate::ext4::mkfs::{mkfs, MkfsOptions};
-        let dev = std::sync::Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
-        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
-        let opts = crate::OpenOptions {
-            read_only: false,
-            cache_budget: 8 << 20,
-            ..Default::default()
-        };
-        crate::Fs::open_device(dev, &opts).unwrap()
-    }
+    use crate::vfs::mem_fs as fs;
 
     fn errno<T: std::fmt::Debug>(r: Result<T>) -> Errno {
         r.unwrap_err().errno()

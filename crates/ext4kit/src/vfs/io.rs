@@ -755,7 +755,7 @@ impl Fs {
     /// walks again). `g`: the walk's pin of the dentry cache, when `d` is
     /// borrowed under it.
     ///
-    /// The race this closes (tests/open_pins.rs read 0 bytes of a 20-byte
+    /// The race this closes (the pins' stress (now in tests/open_race.rs) read 0 bytes of a 20-byte
     /// file 1 run in 3–6 without it): a dentry holds an inode *number*,
     /// and numbers are reused at once — ext4 hands out the lowest free one
     /// in the group, so the file created right after a free usually gets
@@ -942,26 +942,11 @@ fn split_last(path: &[u8]) -> (&[u8], &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use crate::ext4::mkfs::{mkfs, MkfsOptions};
-    use crate::{Cred, Fs, OpenFlags, OpenOptions, RenameFlags};
-    use ext4kit_blockdev::MemDevice;
-    use std::sync::Arc;
+    use crate::{Cred, OpenFlags, RenameFlags};
 
-    fn fs() -> Arc<Fs> {
-        let dev = Arc::new(MemDevice::new(8 << 20));
-        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
-        Fs::open_device(
-            dev,
-            &OpenOptions {
-                read_only: false,
-                cache_budget: 8 << 20,
-                ..Default::default()
-            },
-        )
-        .unwrap()
-    }
+    use crate::vfs::mem_fs as fs;
 
-    /// The window tests/open_pins.rs hit 1 run in 3–6, made to happen on
+    /// The window the pins' stress (tests/open_race.rs) hit 1 run in 3–6, made to happen on
     /// one thread: a walk finds `/h0` → inode N; before the open counts
     /// itself, a rename over `/h0` frees N and a create reuses N (empty).
     /// The open must not open the new file (`open_walked` says `None`:

@@ -55,24 +55,11 @@ impl Fs {
 
 #[cfg(test)]
 mod tests {
-    use crate::ext4::mkfs::{mkfs, MkfsOptions};
-    use crate::{Errno, Fs, OpenOptions};
-    use ext4kit_blockdev::MemDevice;
-    use std::sync::Arc;
+    use crate::Errno;
 
     #[test]
     fn finds_names_by_parent_inode() {
-        let dev = Arc::new(MemDevice::new(8 << 20));
-        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
-        let fs = Fs::open_device(
-            dev,
-            &OpenOptions {
-                read_only: false,
-                cache_budget: 8 << 20,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let fs = crate::vfs::mem_fs();
         let st = fs.write_file(b"/hello", b"hi", 0o644, 0, 0).unwrap();
         let (ino, ft) = fs.lookup_at(2, b"hello").unwrap().unwrap();
         assert_eq!((ino, ft), (st.ino, crate::FileType::Regular));

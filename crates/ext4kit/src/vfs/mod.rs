@@ -28,6 +28,20 @@ pub mod write;
 pub mod writeback;
 pub mod xattr_ops;
 
+/// An empty 8 MiB filesystem made by our mkfs in memory, opened
+/// read-write: what the unit tests beside the vfs code start from.
+#[cfg(test)]
+pub(crate) fn mem_fs() -> std::sync::Arc<Fs> {
+    let dev = std::sync::Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
+    crate::ext4::mkfs::mkfs(&*dev, 8 << 20, &crate::ext4::mkfs::MkfsOptions::default()).unwrap();
+    let opts = crate::OpenOptions {
+        read_only: false,
+        cache_budget: 8 << 20,
+        ..Default::default()
+    };
+    Fs::open_device(dev, &opts).unwrap()
+}
+
 use std::sync::Arc;
 
 use ext4kit_format::inode::FileType;

@@ -80,23 +80,12 @@ impl Fs {
 
 #[cfg(test)]
 mod tests {
-    use crate::ext4::mkfs::{mkfs, MkfsOptions};
     use crate::vfs::cred::Cred;
     use crate::FileType;
 
     #[test]
     fn whiteout_takes_the_old_name_and_failures_leave_nothing() {
-        let dev = std::sync::Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
-        mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
-        let fs = crate::Fs::open_device(
-            dev,
-            &crate::OpenOptions {
-                read_only: false,
-                cache_budget: 8 << 20,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let fs = crate::vfs::mem_fs();
         let a = fs.write_file(b"/a", b"A", 0o644, 0, 0).unwrap();
         fs.write_file(b"/b", b"B", 0o644, 0, 0).unwrap();
         let root = Cred::root();
