@@ -19,14 +19,23 @@
 //! Both checks are about the whole image file, whichever partition is to
 //! be mounted: two mounts of different partitions of one disk are refused
 //! too. That is stricter than needed (their bytes are disjoint), but the
-//! lock is also how `ext4kit umount` knows the server is done, and the
-//! mount table names the file, not the partition.
+//! lock is also how `ext4kit umount` knows the server is done.
+//!
+//! A second mount of the *same* filesystem (same image file, same
+//! partition or offset) is not refused: it becomes a bind mount of the
+//! running server's mount point ([`served`], used by
+//! [`crate::lifecycle`]), as the kernel shares one superblock between
+//! mounts of one device. For that the mount table's source says where the
+//! filesystem is, not just which file: `IMAGE`, `IMAGE@N` (partition N,
+//! the command line's short form) or `IMAGE@offset=BYTES`
+//! ([`mount_source`], [`parse_source`]).
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use ext4kit::Location;
 use rustix::fs::{flock, FlockOperation};
 
 /// The lock held for the mount's life; released on drop (or process exit,
@@ -77,6 +86,15 @@ pub struct MountEntry {
     pub fstype: String,
     /// Source ("/dev/loop0", an image path, ...).
     pub source: String,
+    /// The superblock's device number (`st_dev` of every file under the
+    /// mount): every mount point of one FUSE connection has the same one.
+    pub dev: u64,
+    /// Which directory of the filesystem is mounted there ("/" unless it is
+    /// a bind mount of a subdirectory).
+    pub root: PathBuf,
+    /// The superblock is read-only (a read-only server), whatever this
+    /// mount point's own flag says.
+    pub super_ro: bool,
 }
 
 /// Undo the kernel's octal escapes of space, tab, newline and backslash.
@@ -102,17 +120,96 @@ pub fn mounts() -> io::Result<Vec<MountEntry>> {
     Ok(text.lines().filter_map(parse_mountinfo_line).collect())
 }
 
+/// `36 35 98:0 /root /mnt opts [optional fields] - fstype source super_opts`
+/// (proc(5)).
 fn parse_mountinfo_line(l: &str) -> Option<MountEntry> {
     let (left, right) = l.split_once(" - ")?;
-    let mount_point = left.split(' ').nth(4)?;
+    let mut f = left.split(' ');
+    let (maj, min) = f.nth(2)?.split_once(':')?;
+    let root = f.next()?;
+    let mount_point = f.next()?;
     let mut r = right.split(' ');
     let fstype = r.next()?;
     let source = r.next()?;
+    let super_ro = r.next().is_some_and(|o| o.split(',').any(|o| o == "ro"));
     Some(MountEntry {
         mount_point: PathBuf::from(unescape(mount_point)),
         fstype: unescape(fstype),
         source: unescape(source),
+        dev: rustix::fs::makedev(maj.parse().ok()?, min.parse().ok()?),
+        root: PathBuf::from(unescape(root)),
+        super_ro,
     })
+}
+
+/// The mount source an ext4kit server gives the filesystem at `loc` of
+/// `image` (an absolute path): `IMAGE`, `IMAGE@N` or `IMAGE@offset=BYTES`.
+/// `None` when the table could not say it unambiguously: a path with a
+/// comma (it cannot pass through the option string) or a located source
+/// that names an existing file itself (`disk.img@2` beside `disk.img`);
+/// such mounts show "ext4kit" and are never bound to.
+pub fn mount_source(image: &Path, loc: Location) -> Option<String> {
+    let path = image.to_str()?;
+    if path.contains(',') {
+        return None;
+    }
+    let s = match loc {
+        Location::Whole => return Some(path.to_string()),
+        Location::Partition(n) => format!("{path}@{n}"),
+        Location::Offset(o) => format!("{path}@offset={o}"),
+    };
+    (!Path::new(&s).exists()).then_some(s)
+}
+
+/// The image file and location a mount source names (the inverse of
+/// [`mount_source`]; a plain absolute path, as fuse2fs gives, is the whole
+/// file). A source that names an existing file is that file, as the
+/// command line's `IMAGE@N` is only a partition when no file has that name.
+pub fn parse_source(source: &str) -> Option<(PathBuf, Location)> {
+    let p = Path::new(source);
+    if !p.is_absolute() {
+        return None;
+    }
+    if !p.exists() {
+        if let Some((base, loc)) = source.rsplit_once('@') {
+            let loc = if let Some(off) = loc.strip_prefix("offset=") {
+                off.parse().ok().map(Location::Offset)
+            } else if !loc.is_empty() && loc.bytes().all(|b| b.is_ascii_digit()) {
+                loc.parse().ok().filter(|&n| n > 0).map(Location::Partition)
+            } else {
+                None
+            };
+            if let Some(loc) = loc {
+                return Some((PathBuf::from(base), loc));
+            }
+        }
+    }
+    Some((p.to_path_buf(), Location::Whole))
+}
+
+/// The ext4kit mount (of the whole filesystem, not of a subdirectory) that
+/// serves the filesystem at `loc` of `image`, if any: a second mount of it
+/// is a bind mount of this one.
+pub fn served(image: &Path, loc: Location) -> Option<MountEntry> {
+    let me = std::fs::metadata(image).ok()?;
+    let ours = format!("fuse.{}", crate::lifecycle::SUBTYPE);
+    mounts().ok()?.into_iter().find(|m| {
+        m.fstype == ours
+            && m.root == Path::new("/")
+            && parse_source(&m.source).is_some_and(|(p, l)| l == loc && same_file(&me, &p))
+    })
+}
+
+/// The ext4kit mount points whose filesystem is the FUSE connection with
+/// device number `dev` (a server's own mount point and its bind mounts).
+pub fn mount_points_of(dev: u64) -> Vec<PathBuf> {
+    let ours = format!("fuse.{}", crate::lifecycle::SUBTYPE);
+    mounts()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.dev == dev && m.fstype == ours)
+        .map(|m| m.mount_point)
+        .collect()
 }
 
 /// Whether two paths name the same file (same device and inode).
@@ -171,7 +268,8 @@ pub fn mounted_at(image: &Path) -> Option<MountEntry> {
             .filter_map(|b| std::fs::read_to_string(b).ok())
             .any(|b| same_file(&me, Path::new(b.trim_end().trim_end_matches(" (deleted)"))))
         } else {
-            src.is_absolute() && same_file(&me, src)
+            // A FUSE server's image (`IMAGE@N` for a partition of it).
+            parse_source(&m.source).is_some_and(|(p, _)| same_file(&me, &p))
         };
         if hit {
             return Some(m.clone());
@@ -191,7 +289,45 @@ mod tests {
         assert_eq!(e.mount_point, PathBuf::from("/mnt/my dir"));
         assert_eq!(e.fstype, "fuse.ext4kit");
         assert_eq!(e.source, "/tmp/a b.img");
+        assert_eq!(e.dev, rustix::fs::makedev(98, 0));
+        assert_eq!(e.root, PathBuf::from("/"));
+        assert!(e.super_ro);
+        let l = "40 35 0:52 /sub /mnt/b rw shared:3 - fuse.ext4kit /x.img rw,user_id=0";
+        let e = parse_mountinfo_line(l).unwrap();
+        assert_eq!((e.root, e.super_ro), (PathBuf::from("/sub"), false));
         assert!(parse_mountinfo_line("garbage").is_none());
+    }
+
+    #[test]
+    fn mount_sources_carry_the_location_and_read_back() {
+        let dir = std::env::temp_dir().join(format!("ext4kit-fuse-src-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let img = dir.join("disk.img");
+        std::fs::write(&img, b"x").unwrap();
+        for loc in [Location::Whole, Location::Partition(2), Location::Offset(1 << 20)] {
+            let s = mount_source(&img, loc).unwrap();
+            assert_eq!(parse_source(&s), Some((img.clone(), loc)), "{s}");
+        }
+        assert_eq!(
+            mount_source(&img, Location::Partition(3)).unwrap(),
+            format!("{}@3", img.display())
+        );
+        // A file that is itself named like a located source is that file;
+        // a located source that would read as it is not given.
+        let odd = dir.join("disk.img@3");
+        std::fs::write(&odd, b"x").unwrap();
+        assert_eq!(
+            parse_source(odd.to_str().unwrap()),
+            Some((odd.clone(), Location::Whole))
+        );
+        assert_eq!(mount_source(&img, Location::Partition(3)), None);
+        assert_eq!(mount_source(Path::new("/a,b.img"), Location::Whole), None);
+        assert_eq!(parse_source("ext4kit"), None);
+        assert_eq!(
+            parse_source("/x.img@0"),
+            Some((PathBuf::from("/x.img@0"), Location::Whole))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -9,6 +9,13 @@
 //! lock. `run_detached` forks *before* any thread exists; the child mounts
 //! and reports readiness (or the error) over a pipe, so the parent returns
 //! only once the mount works or with the child's message.
+//!
+//! One server per filesystem: a mount of a filesystem that an ext4kit
+//! server already serves (same image file, same partition or offset) is a
+//! bind mount of that server's mount point ([`bind_existing`]), as the
+//! kernel shares one superblock between the mounts of a device. `unmount`
+//! of one of several mount points of a server returns at once; the server
+//! stops (and `unmount` waits for it) when the last one goes.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -18,7 +25,7 @@ use std::time::{Duration, Instant};
 use ext4kit::{Fs, Location, OpenOptions};
 use fuser::{Config, MountOption, Session, SessionACL, Transport};
 
-use crate::inuse::{lock_is_free, mounted_at, mounts, ImageLock};
+use crate::inuse::{lock_is_free, mount_points_of, mount_source, mounted_at, mounts, parse_source, served, ImageLock};
 use crate::server::{CacheMode, Ext4Fuse};
 use crate::sys;
 
@@ -124,6 +131,57 @@ impl Default for MountOptions {
             no_open: false,
             transport: TransportChoice::from_env(),
         }
+    }
+}
+
+impl MountOptions {
+    /// The settings that belong to the server rather than to one mount
+    /// point, as `key=value`: a bind mount of a running server cannot have
+    /// its own, so they are recorded in the server's status file and a
+    /// bind that asks for others is told ([`bind_existing`]).
+    pub fn server_settings(&self) -> Vec<String> {
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        let cache = match self.cache {
+            CacheMode::WriteThrough => "writethrough",
+            CacheMode::Writeback => "writeback",
+            CacheMode::Direct => "direct",
+        };
+        let access = if self.allow_other {
+            "allow_other"
+        } else if self.allow_root {
+            "allow_root"
+        } else {
+            "owner"
+        };
+        let transport = match self.transport {
+            TransportChoice::Auto => "auto",
+            TransportChoice::Uring => "uring",
+            TransportChoice::Dev => "dev",
+        };
+        let has = |o: MountOption| {
+            self.kernel.iter().rev().find_map(|k| match (k, &o) {
+                (MountOption::Sync, MountOption::Sync) | (MountOption::DirSync, MountOption::DirSync) => Some(true),
+                (MountOption::Async, _) => Some(false),
+                _ => None,
+            })
+        };
+        vec![
+            format!("cache={cache}"),
+            format!("no_open={}", yes(self.no_open)),
+            format!("access={access}"),
+            format!("busy_poll={}", self.busy_poll.as_micros()),
+            format!("transport={transport}"),
+            format!(
+                "commit={}",
+                self.commit_interval
+                    .map_or("default".to_string(), |d| d.as_secs().to_string())
+            ),
+            format!("threads={}", self.threads),
+            format!("cache_budget={}", self.cache_budget),
+            format!("noload={}", yes(self.no_replay)),
+            format!("sync={}", yes(has(MountOption::Sync).unwrap_or(false))),
+            format!("dirsync={}", yes(has(MountOption::DirSync).unwrap_or(false))),
+        ]
     }
 }
 
@@ -247,6 +305,12 @@ pub struct Mounted {
     transport: Transport,
     /// Why io_uring is not used when it was wanted.
     transport_note: Option<String>,
+    /// The FUSE connection's device number (`None` if the mount table did
+    /// not show the mount): the signal handler unmounts every mount point
+    /// that has it (bind mounts made by later `mount`s included).
+    dev: Option<u64>,
+    /// [`MountOptions::server_settings`], for the status file.
+    settings: String,
 }
 
 impl std::fmt::Debug for Mounted {
@@ -273,14 +337,28 @@ const UNMOUNT_WAIT: Duration = Duration::from_secs(2);
 /// the kernel (or a loop device) has it mounted; an ext4kit mount still
 /// listed is given [`UNMOUNT_WAIT`] to go, and a server still writing back
 /// after its unmount (or a program holding the lock) [`HANDOVER_WAIT`].
-fn take_over(image: &Path) -> Result<ImageLock, String> {
+/// (A live ext4kit mount of the same filesystem never gets here: the
+/// callers bind to it first, [`bind_existing`]. One listed here is going
+/// away, serves another partition of the file, or is a subdirectory's
+/// bind.)
+fn take_over(image: &Path, location: Location) -> Result<ImageLock, String> {
     let start = Instant::now();
     let mut said = false;
     loop {
         if let Some(m) = mounted_at(image) {
             if m.fstype != format!("fuse.{SUBTYPE}") || start.elapsed() >= UNMOUNT_WAIT {
+                // Another filesystem of the same file (another partition):
+                // the lock is on the whole file, one server per file.
+                let other = parse_source(&m.source)
+                    .filter(|(_, l)| m.fstype == format!("fuse.{SUBTYPE}") && *l != location)
+                    .map_or(String::new(), |(_, l)| {
+                        format!(
+                            "; that is {l} of it, this mount asks for {location}: one ext4kit server per image \
+                 file at a time"
+                        )
+                    });
                 return Err(format!(
-                    "{} is already mounted at {} ({} from {}); unmount it first",
+                    "{} is already mounted at {} ({} from {}){other}; unmount it first",
                     image.display(),
                     m.mount_point.display(),
                     m.fstype,
@@ -318,7 +396,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
             "/dev/fuse does not exist: load the fuse module (modprobe fuse) or give the container the device".into(),
         );
     }
-    let lock = take_over(&image)?;
+    let lock = take_over(&image, opts.location)?;
     // A status left by an earlier server of this image is not ours.
     if let Some(p) = status_path(&image) {
         let _ = std::fs::remove_file(p);
@@ -328,13 +406,11 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     for w in fs.warnings() {
         eprintln!("ext4kit: warning: {}: {w}", image.display());
     }
-    let fsname = match image.to_str() {
-        // The image path as the source: what `ext4kit umount` and the in-use
-        // check read back from the mount table. A path with a comma cannot
-        // pass through the option string; such mounts show "ext4kit".
-        Some(s) if !s.contains(',') => s.to_string(),
-        _ => SUBTYPE.to_string(),
-    };
+    // The image path (with the partition or offset) as the source: what
+    // `ext4kit umount`, the in-use check and a second mount (bound to this
+    // one) read back from the mount table. Sources that cannot say it
+    // unambiguously show "ext4kit" (see `mount_source`).
+    let fsname = mount_source(&image, opts.location).unwrap_or_else(|| SUBTYPE.to_string());
     let acl = if opts.allow_other {
         SessionACL::All
     } else if opts.allow_root {
@@ -443,6 +519,21 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
             }
         }
     };
+    let dev = mounts().ok().and_then(|t| {
+        t.into_iter()
+            .rev()
+            .find(|m| m.mount_point == mount_point)
+            .map(|m| m.dev)
+    });
+    let status = status_path(&image);
+    let settings = opts.server_settings().join(",");
+    // Written before the mount is reported ready: a second mount of the
+    // image (a bind of this one) compares its options with these.
+    if let Some(p) = &status {
+        if let Err(e) = write_status(p, None, &transport.to_string(), &settings) {
+            eprintln!("ext4kit: recording the mount status in {}: {e}", p.display());
+        }
+    }
     Ok(Mounted {
         session,
         fs,
@@ -452,10 +543,12 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
         nodes,
         state,
         read_only,
-        status: status_path(&image),
+        status,
         lost,
         transport,
         transport_note,
+        dev,
+        settings,
     })
 }
 
@@ -479,18 +572,32 @@ pub fn status_path(image: &Path) -> Option<PathBuf> {
 }
 
 /// "running" while the server serves, then "ok", or "error" and the
-/// message on the next line; a last line says how requests travelled
-/// ("transport: ...").
-fn write_status(path: &Path, result: Option<&Result<(), String>>, transport: &str) -> std::io::Result<()> {
+/// message on the next line; then a line saying how requests travelled
+/// ("transport: ...") and one with the server's settings ("options: ...",
+/// [`MountOptions::server_settings`]).
+fn write_status(
+    path: &Path,
+    result: Option<&Result<(), String>>,
+    transport: &str,
+    settings: &str,
+) -> std::io::Result<()> {
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d)?;
     }
+    let tail = format!("transport: {transport}\noptions: {settings}\n");
     let text = match result {
-        None => format!("running\ntransport: {transport}\n"),
-        Some(Ok(())) => format!("ok\ntransport: {transport}\n"),
-        Some(Err(m)) => format!("error\n{m}\ntransport: {transport}\n"),
+        None => format!("running\n{tail}"),
+        Some(Ok(())) => format!("ok\n{tail}"),
+        Some(Err(m)) => format!("error\n{m}\n{tail}"),
     };
     std::fs::write(path, text)
+}
+
+/// The settings a running server of `image` recorded in its status file.
+fn server_settings_of(image: &Path) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(status_path(image)?).ok()?;
+    let line = text.lines().find_map(|l| l.strip_prefix("options: "))?;
+    Some(line.split(',').map(str::to_string).collect())
 }
 
 /// The status a server left for `image` (and remove it): `Err` with the
@@ -506,7 +613,7 @@ fn take_status(image: &Path) -> Result<(), String> {
         Some(("error", rest)) => {
             let msg = rest
                 .lines()
-                .filter(|l| !l.starts_with("transport: "))
+                .filter(|l| !l.starts_with("transport: ") && !l.starts_with("options: "))
                 .collect::<Vec<_>>();
             Err(msg.join("\n").trim().to_string())
         }
@@ -627,21 +734,33 @@ impl Mounted {
     /// clean (read-write); release the image.
     pub fn run(mut self) -> Result<(), String> {
         let transport = self.transport.to_string();
-        if let Some(p) = &self.status {
-            if let Err(e) = write_status(p, None, &transport) {
-                eprintln!("ext4kit: recording the mount status in {}: {e}", p.display());
-            }
-        }
         let mut unmounter = self.session.unmount_callable();
         let mp = self.mount_point.clone();
         let via_fusermount = self.via_fusermount;
+        let dev = self.dev;
         std::thread::Builder::new()
             .name("ext4kit-signals".into())
             .spawn(move || {
                 if sys::wait_stop_signal().is_ok() {
-                    // A busy mount (open files, a shell inside) cannot be
-                    // unmounted at once: detach it; the kernel ends the
-                    // session when the last user leaves.
+                    // A stop signal stops the server: every mount point of
+                    // its connection goes (bind mounts that later mounts
+                    // of the image made too, newest first), else the
+                    // session would go on serving them. A busy mount (open
+                    // files, a shell inside) cannot be unmounted at once:
+                    // detach it; the kernel ends the session when the last
+                    // user leaves.
+                    let mut others = dev.map(mount_points_of).unwrap_or_default();
+                    others.retain(|p| *p != mp);
+                    for p in others.iter().rev() {
+                        let done = if via_fusermount {
+                            fusermount(&["-u"], p).is_ok()
+                        } else {
+                            sys::umount(p, false).is_ok()
+                        };
+                        if !done {
+                            let _ = lazy_unmount(p);
+                        }
+                    }
                     let done = if via_fusermount {
                         fusermount(&["-u"], &mp).is_ok()
                     } else {
@@ -676,7 +795,7 @@ impl Mounted {
         // Written before the lock goes: `unmount` reads it once the lock
         // is free (the detached server's exit status reaches nobody).
         if let Some(p) = &self.status {
-            if let Err(e) = write_status(p, Some(&result), &transport) {
+            if let Err(e) = write_status(p, Some(&result), &transport, &self.settings) {
                 eprintln!("ext4kit: recording the unmount status in {}: {e}", p.display());
             }
         }
@@ -727,6 +846,144 @@ fn fusermount(args: &[&str], mp: &Path) -> Result<(), String> {
     }
 }
 
+/// A second mount of a filesystem that an ext4kit server already serves:
+/// a bind mount of that server's mount point, with this mount's own
+/// read-only flag and per-mount-point options (nosuid, nodev, noexec,
+/// noatime). `Ok(None)` when no server serves it (mount as usual);
+/// `Ok(Some(line))` describing the new mount point once it works.
+///
+/// Why a bind and not a second server: two servers of one image would each
+/// cache what the other changes (see [`crate::inuse`]); the kernel shares
+/// one superblock between the mounts of a device, and a bind mount is
+/// exactly that for a FUSE connection. Refused: a read-write mount (`-o
+/// rw`) of a filesystem served read-only (its superblock is read-only;
+/// without `rw` the bind is made read-only with a warning), a second mount
+/// at the same place (as mount(8) refuses), and users other than root
+/// (bind mounts need CAP_SYS_ADMIN). Options that belong to the server
+/// (caching, threads, transport, ...: [`MountOptions::server_settings`])
+/// stay as the server has them; a note names the ones asked differently.
+pub fn bind_existing(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Option<String>, String> {
+    let image = std::fs::canonicalize(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let mp = std::fs::canonicalize(mount_point).map_err(|e| format!("{}: {e}", mount_point.display()))?;
+    let Some(server) = served(&image, opts.location) else {
+        return Ok(None);
+    };
+    let shown = match mount_source(&image, opts.location) {
+        Some(s) => s,
+        None => format!("{} ({})", image.display(), opts.location),
+    };
+    let table = mounts().map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
+    if table.iter().any(|m| m.mount_point == mp && m.dev == server.dev) {
+        return Err(format!("{shown} is already mounted at {}", mp.display()));
+    }
+    if !mp.is_dir() {
+        return Err(format!("{}: not a directory", mp.display()));
+    }
+    if !sys::is_root() {
+        return Err(format!(
+            "{shown} is already mounted at {} by ext4kit; a second mount point of it is a bind mount of that \
+                 one, which only root can make (as root: ext4kit mount, or mount --bind {} {}); or use {}",
+            server.mount_point.display(),
+            server.mount_point.display(),
+            mp.display(),
+            server.mount_point.display()
+        ));
+    }
+    let read_only = if server.super_ro {
+        if opts.read_write {
+            return Err(format!(
+                "{shown}: cannot mount read-write: it is already mounted read-only at {} and a second mount \
+                 shares that server; mount with -o ro, or unmount {} first",
+                server.mount_point.display(),
+                server.mount_point.display()
+            ));
+        }
+        if !opts.read_only {
+            eprintln!(
+                "ext4kit: warning: {shown}: mounting read-only: it is already mounted read-only at {}",
+                server.mount_point.display()
+            );
+        }
+        true
+    } else {
+        opts.read_only
+    };
+    // Per-mount-point flags: nosuid and nodev unless suid / dev are given,
+    // as for a server's own mount (fuser's defaults); the rest as asked,
+    // in order (the last of nosuid / suid wins, as in mount(8)).
+    let mut flags: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV | if read_only { libc::MS_RDONLY } else { 0 };
+    for k in &opts.kernel {
+        match k {
+            MountOption::NoSuid => flags |= libc::MS_NOSUID,
+            MountOption::Suid => flags &= !libc::MS_NOSUID,
+            MountOption::NoDev => flags |= libc::MS_NODEV,
+            MountOption::Dev => flags &= !libc::MS_NODEV,
+            MountOption::NoExec => flags |= libc::MS_NOEXEC,
+            MountOption::Exec => flags &= !libc::MS_NOEXEC,
+            MountOption::NoAtime => flags = (flags & !libc::MS_RELATIME) | libc::MS_NOATIME,
+            MountOption::Atime => flags = (flags & !libc::MS_NOATIME) | libc::MS_RELATIME,
+            _ => {}
+        }
+    }
+    if let Some(theirs) = server_settings_of(&image) {
+        let differ: Vec<String> = opts
+            .server_settings()
+            .into_iter()
+            .filter(|o| !theirs.contains(o))
+            .map(|o| {
+                let key = o.split('=').next().unwrap_or_default();
+                match theirs.iter().find(|t| t.split('=').next() == Some(key)) {
+                    Some(t) => format!("{o} (it has {t})"),
+                    None => o,
+                }
+            })
+            .collect();
+        if !differ.is_empty() {
+            eprintln!(
+                "ext4kit: note: {shown} is already served at {}; {} becomes a bind mount of it, and these \
+                 options stay as that server has them: {}",
+                server.mount_point.display(),
+                mp.display(),
+                differ.join(", ")
+            );
+        }
+    }
+    sys::mount_bind(&server.mount_point, &mp)
+        .map_err(|e| format!("binding {} to {}: {e}", server.mount_point.display(), mp.display()))?;
+    // The server's mount point may have been unmounted between reading the
+    // table and the bind (an unmount under way, xfstests generic/604): then
+    // the bind is of the directory underneath, not of the filesystem. Undo
+    // it and mount as usual (waiting for that server to let go).
+    let bound = mounts()
+        .ok()
+        .and_then(|t| t.into_iter().rev().find(|m| m.mount_point == mp))
+        .is_some_and(|m| m.dev == server.dev);
+    if !bound {
+        sys::umount(&mp, true).map_err(|e| {
+            format!(
+                "{}: undoing a bind of {} whose filesystem went away: {e}",
+                mp.display(),
+                server.mount_point.display()
+            )
+        })?;
+        return Ok(None);
+    }
+    if let Err(e) = sys::remount_bind(&mp, flags) {
+        let _ = sys::umount(&mp, true);
+        return Err(format!(
+            "{}: setting the options of the bind mount of {}: {e}",
+            mp.display(),
+            server.mount_point.display()
+        ));
+    }
+    Ok(Some(format!(
+        "{} {}; a bind mount of {} (served by its server)",
+        mp.display(),
+        if read_only { "read-only" } else { "read-write" },
+        server.mount_point.display()
+    )))
+}
+
 /// Mount in a detached child process: returns (in the parent) once the
 /// mount works, with [`Mounted::describe`]'s line, or with the child's
 /// error. Must be called while the process has a single thread: it forks
@@ -735,6 +992,10 @@ pub fn run_detached(image: &Path, mount_point: &Path, opts: &MountOptions) -> Re
     // Absolute paths: the child changes directory to "/".
     let image = std::fs::canonicalize(image).map_err(|e| format!("{}: {e}", image.display()))?;
     let mount_point = std::fs::canonicalize(mount_point).map_err(|e| format!("{}: {e}", mount_point.display()))?;
+    // Served already: a bind mount, no new server (and no fork).
+    if let Some(line) = bind_existing(&image, &mount_point, opts)? {
+        return Ok(line);
+    }
     let (r, w) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
@@ -785,20 +1046,30 @@ pub fn run_detached(image: &Path, mount_point: &Path, opts: &MountOptions) -> Re
 }
 
 /// Serve in the foreground: mount, call `ready` with
-/// [`Mounted::describe`]'s line, run until unmounted or signalled.
+/// [`Mounted::describe`]'s line, run until unmounted or signalled. A
+/// filesystem that a server already serves is bound instead
+/// ([`bind_existing`]); this returns at once then (nothing to serve),
+/// saying so.
 pub fn run_foreground(
     image: &Path,
     mount_point: &Path,
     opts: &MountOptions,
     ready: impl FnOnce(&str),
 ) -> Result<(), String> {
+    if let Some(line) = bind_existing(image, mount_point, opts)? {
+        eprintln!("ext4kit: {line}; nothing to serve in the foreground: `ext4kit umount` it as any mount");
+        return Ok(());
+    }
     let m = mount(image, mount_point, opts)?;
     ready(&m.describe());
     m.run()
 }
 
 /// Unmount an ext4kit mount and wait (up to `wait`) until its server has
-/// flushed and released the image.
+/// flushed and released the image. When another mount point of the same
+/// server remains (a bind mount: the same FUSE connection, the same device
+/// number in the mount table), only this one goes and this returns at
+/// once: the server keeps serving the others.
 pub fn unmount(mount_point: &Path, wait: Duration) -> Result<(), String> {
     let mp = std::fs::canonicalize(mount_point).map_err(|e| format!("{}: {e}", mount_point.display()))?;
     let table = mounts().map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
@@ -844,10 +1115,13 @@ pub fn unmount(mount_point: &Path, wait: Duration) -> Result<(), String> {
     } else {
         fusermount(&["-u"], &mp).map_err(|e| format!("{}: {e}", mp.display()))?;
     }
-    let image = Path::new(&entry.source);
-    if !image.is_absolute() {
+    if !mount_points_of(entry.dev).is_empty() {
         return Ok(());
     }
+    let Some((image, _)) = parse_source(&entry.source) else {
+        return Ok(());
+    };
+    let image = image.as_path();
     let start = Instant::now();
     while !lock_is_free(image) {
         if start.elapsed() > wait {

@@ -124,6 +124,41 @@ pub fn umount(path: &Path, lazy: bool) -> io::Result<()> {
     cvt(unsafe { libc::umount2(c.as_ptr(), flags) }).map(|_| ())
 }
 
+/// `mount --bind from to` (root only): a second mount point of the
+/// filesystem mounted at `from`.
+pub fn mount_bind(from: &Path, to: &Path) -> io::Result<()> {
+    let (f, t) = (cpath(from)?, cpath(to)?);
+    // SAFETY: valid NUL-terminated paths; no fstype and no data for a bind.
+    cvt(unsafe {
+        libc::mount(
+            f.as_ptr(),
+            t.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    })
+    .map(|_| ())
+}
+
+/// `mount -o remount,bind,FLAGS to`: set the per-mount-point flags of a
+/// bind mount (`MS_RDONLY`, `MS_NOSUID`, `MS_NODEV`, `MS_NOEXEC`, the atime
+/// flags), leaving the filesystem itself alone.
+pub fn remount_bind(to: &Path, flags: libc::c_ulong) -> io::Result<()> {
+    let t = cpath(to)?;
+    // SAFETY: valid NUL-terminated path; no source, fstype or data.
+    cvt(unsafe {
+        libc::mount(
+            std::ptr::null(),
+            t.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REMOUNT | libc::MS_BIND | flags,
+            std::ptr::null(),
+        )
+    })
+    .map(|_| ())
+}
+
 /// Whether the effective user is root.
 pub fn is_root() -> bool {
     // SAFETY: no arguments.

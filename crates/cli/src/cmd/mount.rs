@@ -46,10 +46,24 @@ use crate::image::ImageArgs;
                                               what the crash left on disk
 
 As root the mount is made with mount(2); other users mount through
-fusermount3 (apt-get install fuse3) on a mount point they own. An image
-that is mounted already (by the kernel, fuse2fs or another ext4kit) is
-refused; right after an unmount of it the mount waits (a few seconds) for
-the old server to finish writing the image back. Images that must not be written (read-only features, mmp, an
+fusermount3 (apt-get install fuse3) on a mount point they own.
+
+A second mount of a filesystem that ext4kit already serves (the same
+image file and the same partition or offset) becomes a bind mount of the
+first mount point, as the kernel shares one superblock between mounts of
+a device: both show the same files at once, served by the one server.
+It takes its own ro and nosuid/nodev/noexec/noatime; -o rw is refused
+when the server is read-only. Options that belong to the server (cache=,
+threads, transport=, busy_poll=, commit=, allow_other, ...) stay as the
+server has them; a note names the ones asked differently. Only root can
+make the bind. `ext4kit umount` of one of them returns at once; the
+server stops when the last one is unmounted. The mount table names the
+source IMAGE, IMAGE@N (partition N) or IMAGE@offset=BYTES.
+
+An image that is mounted otherwise (by the kernel, fuse2fs, or ext4kit
+serving another partition of the same file) is refused; right after an
+unmount of it the mount waits (a few seconds) for the old server to
+finish writing the image back. Images that must not be written (read-only features, mmp, an
 image file you cannot write) mount read-only with a warning saying why;
 with -o rw they are refused instead. An image whose journal needs
 recovery (a snapshot, a crashed machine's disk) is replayed first: on
@@ -109,6 +123,8 @@ pub struct MountArgs {
 #[derive(Args, Debug)]
 #[command(after_help = "EXAMPLES:
   ext4kit umount /mnt/disk     unmount; returns when the server has flushed and exited
+                               (at once when another mount point of the same
+                               server remains: a second mount of the image)
 
 Works for the user who mounted it (through fusermount3) and for root.")]
 pub struct UmountArgs {
