@@ -4,8 +4,9 @@
 //! readers, the lifecycle (detach, umount, signals, kill -9 of a server
 //! with writers, unmount while a writer is busy), read-write by default and
 //! the read-only fallbacks (read-only features, mmp; needs_recovery replays),
-//! refusal of an image already in use, and an unprivileged mount through
-//! fusermount3. (Each write request is tested in crates/fuse/tests/rw.rs.)
+//! refusal of an image already in use, a second mount of a served image
+//! as a bind mount of the first (and of another partition of it refused),
+//! and an unprivileged mount through fusermount3. (Each write request is tested in crates/fuse/tests/rw.rs.)
 //!
 //! These tests need /dev/fuse and fusermount3 (.ci/run installs fuse3) and
 //! root (CI runs as root); without them they fail and say why, rather than
@@ -398,18 +399,8 @@ fn an_image_in_use_is_refused_with_a_clear_message() {
     let (mnt, mnt2) = (work.join("mnt"), work.join("mnt2"));
     std::fs::create_dir_all(&mnt2).unwrap();
 
-    // Mounted by ext4kit: a second ext4kit mount is refused.
-    ok(&ext4kit(&[&"mount", &img, &mnt]), "mount");
-    let o = ext4kit(&[&"mount", &img, &mnt2]);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(1), "second mount: {err}");
-    assert!(
-        err.contains("already mounted") && err.contains(&*mnt.to_string_lossy()),
-        "{err}"
-    );
-    assert_eq!(mounted_type(&mnt2), None);
-    ok(&ext4kit(&[&"umount", &mnt]), "umount");
-
+    // (A second ext4kit mount of it is a bind mount: see
+    // a_second_mount_is_a_bind_mount_of_the_first.)
     // Mounted by the kernel through a loop device: refused.
     let lm = LoopMount::mount(&img, &mnt, "ext4", true).unwrap();
     let o = ext4kit(&[&"mount", &img, &mnt2]);
@@ -657,4 +648,254 @@ fn seek_data_seek_hole_and_statfs_answer_like_the_kernel() {
     );
     assert_eq!(got, want, "SEEK_DATA/SEEK_HOLE through ext4kit vs the kernel");
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The mount table's (device number, source) of the mount at `dir`.
+fn mount_dev_source(dir: &Path) -> Option<(String, String)> {
+    let t = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    t.lines().rev().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let f: Vec<&str> = left.split(' ').collect();
+        (Path::new(f.get(4)?) == dir).then(|| (f[2].to_string(), right.split(' ').nth(1).unwrap_or("").to_string()))
+    })
+}
+
+/// Whether a server holds the image lock.
+fn image_locked(img: &Path) -> bool {
+    let f = std::fs::File::open(img).unwrap();
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).is_err()
+}
+
+fn stderr_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// xfstests generic/732: one image mounted at two places, renames in one
+/// read in the other. The second mount (and a third, read-only) is a bind
+/// mount of the first: one server, one device number; unmounting the
+/// first returns at once and leaves the others working; the last unmount
+/// stops the server and leaves the image clean.
+#[test]
+fn a_second_mount_is_a_bind_mount_of_the_first() {
+    require_fuse();
+    let work = ext4kit_testkit::Scratch::dir("ext4kit-mount-bind");
+    let (_src, img, _) = small_image(&work, "ext4-default");
+    let (m1, m2, m3) = (work.join("m1"), work.join("m2"), work.join("m3"));
+    for m in [&m1, &m2, &m3] {
+        std::fs::create_dir_all(m).unwrap();
+    }
+    ok(&ext4kit(&[&"mount", &img, &m1]), "mount m1");
+    // A live mount of the same image: bound at once, not waited for (the
+    // handover after an unmount waits up to 2 s, then refuses).
+    let t = Instant::now();
+    let o = ext4kit(&[&"mount", &"-v", &img, &m2]);
+    ok(&o, "mount m2");
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "the second mount took {:?}",
+        t.elapsed()
+    );
+    assert!(stderr_of(&o).contains("bind mount of"), "{}", stderr_of(&o));
+    let (d1, s1) = mount_dev_source(&m1).unwrap();
+    let (d2, s2) = mount_dev_source(&m2).unwrap();
+    assert_eq!(
+        (d2, s2.as_str()),
+        (d1, s1.as_str()),
+        "m2 is the same FUSE connection as m1"
+    );
+    assert_eq!(s1, img.to_string_lossy(), "the whole image's source is its path");
+    assert_eq!(servers_of(&img).len(), 1, "one server: {:?}", servers_of(&img));
+    // Mounting the same place again is refused, as mount(8) does.
+    let o = ext4kit(&[&"mount", &img, &m2]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr_of(&o));
+    assert!(stderr_of(&o).contains("already mounted at"), "{}", stderr_of(&o));
+
+    // The generic/732 sequence.
+    std::fs::create_dir(m1.join("A")).unwrap();
+    std::fs::create_dir(m1.join("B")).unwrap();
+    std::fs::write(m1.join("A/f"), b"seven\n").unwrap();
+    std::fs::rename(m1.join("A/f"), m1.join("B/f")).unwrap();
+    assert_eq!(std::fs::read(m2.join("B/f")).unwrap(), b"seven\n");
+    std::fs::rename(m2.join("B/f"), m2.join("A/f")).unwrap();
+    assert_eq!(std::fs::read(m1.join("A/f")).unwrap(), b"seven\n");
+    assert!(!m1.join("B/f").exists());
+    std::fs::rename(m1.join("A/f"), m1.join("B/f")).unwrap();
+    assert!(m2.join("B/f").exists() && !m2.join("A/f").exists());
+
+    // A read-only bind of the read-write server; a server option asked
+    // differently is named in a note and left as the server has it.
+    let o = ext4kit(&[&"mount", &"-o", &"ro,cache=direct", &img, &m3]);
+    ok(&o, "mount -o ro m3");
+    assert!(
+        stderr_of(&o).contains("note") && stderr_of(&o).contains("cache=direct (it has cache=writethrough)"),
+        "{}",
+        stderr_of(&o)
+    );
+    let e = std::fs::write(m3.join("no"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc_erofs()), "{e}");
+    std::fs::write(m2.join("late"), b"from m2").unwrap();
+    assert_eq!(std::fs::read(m3.join("late")).unwrap(), b"from m2");
+    assert_eq!(servers_of(&img).len(), 1);
+
+    // Unmounting the first returns at once (the server keeps serving the
+    // others: it is not waited for) and the others go on working.
+    let t = Instant::now();
+    ok(&ext4kit(&[&"umount", &m1]), "umount m1");
+    assert!(t.elapsed() < Duration::from_secs(2), "umount m1 took {:?}", t.elapsed());
+    assert_eq!(mounted_type(&m1), None);
+    assert_eq!(servers_of(&img).len(), 1, "the server still serves m2 and m3");
+    std::fs::write(m2.join("after"), b"still here").unwrap();
+    assert_eq!(std::fs::read(m3.join("after")).unwrap(), b"still here");
+    assert_eq!(std::fs::read(m2.join("B/f")).unwrap(), b"seven\n");
+    ok(&ext4kit(&[&"umount", &m3]), "umount m3");
+    assert_eq!(servers_of(&img).len(), 1);
+    // The last one: the server flushes, lets go and exits before umount
+    // returns.
+    ok(&ext4kit(&[&"umount", &m2]), "umount m2");
+    assert!(servers_of(&img).is_empty(), "the server exited: {:?}", servers_of(&img));
+    e2fsck_clean(&img).unwrap();
+    // Everything written through any of them is in the image.
+    ok(&ext4kit(&[&"mount", &"-o", &"ro", &img, &m1]), "mount again");
+    let after = std::fs::read(m1.join("after"));
+    let f = std::fs::read(m1.join("B/f"));
+    ok(&ext4kit(&[&"umount", &m1]), "umount");
+    assert_eq!(after.unwrap(), b"still here");
+    assert_eq!(f.unwrap(), b"seven\n");
+}
+
+/// A read-only server: a second mount without options is bound read-only
+/// with a warning; `-o rw` is refused. A stop signal to the server
+/// unmounts every mount point it serves.
+#[test]
+fn a_read_only_server_refuses_a_read_write_bind_and_a_signal_stops_all() {
+    require_fuse();
+    let work = ext4kit_testkit::Scratch::dir("ext4kit-mount-robind");
+    let (_src, img, _) = small_image(&work, "ext4-default");
+    let (m1, m2) = (work.join("m1"), work.join("m2"));
+    std::fs::create_dir_all(&m1).unwrap();
+    std::fs::create_dir_all(&m2).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["mount", "--foreground", "-o", "ro"])
+        .arg(&img)
+        .arg(&m1)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the foreground mount", Duration::from_secs(20), || {
+        mounted_type(&m1).is_some()
+    });
+    let o = ext4kit(&[&"mount", &"-o", &"rw", &img, &m2]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr_of(&o));
+    assert!(
+        stderr_of(&o).contains("cannot mount read-write") && stderr_of(&o).contains("read-only at"),
+        "{}",
+        stderr_of(&o)
+    );
+    assert_eq!(mounted_type(&m2), None);
+    let o = ext4kit(&[&"mount", &img, &m2]);
+    ok(&o, "mount m2");
+    assert!(stderr_of(&o).contains("mounting read-only"), "{}", stderr_of(&o));
+    let e = std::fs::write(m2.join("no"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc_erofs()), "{e}");
+    assert!(m2.join("sizes").is_dir(), "the tree reads through the bind");
+    // SIGTERM: both mount points go, the server exits 0.
+    let o = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .output()
+        .unwrap();
+    ok(&o, "kill -TERM");
+    let st = exit_within(&mut child, Duration::from_secs(30));
+    assert!(st.success(), "the server exited with {st}");
+    assert_eq!(mounted_type(&m1), None);
+    assert_eq!(mounted_type(&m2), None, "the bind mount went with the server");
+}
+
+/// Two filesystems of one disk file: the mount table names the partition
+/// (`disk.img@1`), a second mount of the same partition (however it is
+/// named) is bound, and one of the other partition (or of an offset, even
+/// where the partition starts) is refused, naming the first: the image
+/// lock covers the whole file, one server per file.
+#[test]
+fn another_partition_of_a_served_disk_is_refused_not_bound() {
+    require_fuse();
+    let work = ext4kit_testkit::Scratch::dir("ext4kit-mount-bindpart");
+    let disk = work.join("disk.img");
+    std::fs::File::create(&disk).unwrap().set_len(80 << 20).unwrap();
+    let p1 = 1u64 << 20;
+    let p2 = 34_603_008u64; // sector 67584: sgdisk's start of partition 2 below
+    for off in [p1, p2] {
+        let o = Command::new("mke2fs")
+            .args(["-q", "-F", "-t", "ext4", "-E"])
+            .arg(format!("offset={off}"))
+            .arg(&disk)
+            .arg("32M")
+            .output()
+            .unwrap();
+        ok(&o, "mke2fs -E offset=");
+    }
+    let o = Command::new("sgdisk")
+        .args(["-n1:2048:+32M", "-n2:0:+32M"])
+        .arg(&disk)
+        .output()
+        .expect("sgdisk (apt-get install gdisk)");
+    ok(&o, "sgdisk");
+    let (m1, m2, m3) = (work.join("m1"), work.join("m2"), work.join("m3"));
+    for m in [&m1, &m2, &m3] {
+        std::fs::create_dir_all(m).unwrap();
+    }
+    let at1 = format!("{}@1", disk.display());
+    ok(&ext4kit(&[&"mount", &at1, &m1]), "mount disk@1");
+    let (d1, s1) = mount_dev_source(&m1).unwrap();
+    assert_eq!(s1, at1, "the source names the partition");
+    ok(
+        &ext4kit(&[&"mount", &"--partition", &"1", &disk, &m2]),
+        "mount --partition 1",
+    );
+    assert_eq!(
+        mount_dev_source(&m2).unwrap().0,
+        d1,
+        "partition 1 again is a bind of m1"
+    );
+    std::fs::write(m1.join("one"), b"p1").unwrap();
+    assert_eq!(std::fs::read(m2.join("one")).unwrap(), b"p1");
+    for (what, args) in [
+        ("partition 2", vec![format!("{}@2", disk.display())]),
+        (
+            "an offset",
+            vec![
+                "--offset".to_string(),
+                p1.to_string(),
+                disk.to_string_lossy().into_owned(),
+            ],
+        ),
+    ] {
+        let mut c = Command::new(BIN);
+        c.arg("mount").args(&args).arg(&m3).stdin(Stdio::null());
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{what}: {}", stderr_of(&o));
+        let err = stderr_of(&o);
+        assert!(
+            err.contains("already mounted") && err.contains(&*m1.to_string_lossy()) && err.contains("partition 1"),
+            "{what}: {err}"
+        );
+        assert_eq!(mounted_type(&m3), None, "{what}");
+    }
+    assert!(image_locked(&disk), "the server of partition 1 holds the disk");
+    ok(&ext4kit(&[&"umount", &m2]), "umount m2");
+    assert!(image_locked(&disk), "m1 is still served");
+    ok(&ext4kit(&[&"umount", &m1]), "umount m1");
+    assert!(
+        !image_locked(&disk),
+        "the server let go of the disk before umount returned"
+    );
+    // Now partition 2 mounts (served on its own).
+    ok(
+        &ext4kit(&[&"mount", &format!("{}@2", disk.display()), &m3]),
+        "mount disk@2",
+    );
+    assert!(!m3.join("one").exists(), "partition 2 is another filesystem");
+    ok(&ext4kit(&[&"umount", &m3]), "umount m3");
 }
