@@ -31,13 +31,13 @@ fn bdi_file(mount_point: &Path) -> Result<PathBuf, String> {
     // mount point is the one on top.
     let dev = info
         .lines()
-        .filter_map(|l| {
+        .rev()
+        .find_map(|l| {
             let mut f = l.split(' ');
             let dev = f.nth(2)?;
             let mp = f.nth(1)?;
             (Path::new(&crate::inuse::unescape(mp)) == mount_point).then_some(dev)
         })
-        .last()
         .ok_or_else(|| format!("{} is not in /proc/self/mountinfo", mount_point.display()))?;
     Ok(PathBuf::from(format!("/sys/class/bdi/{dev}/read_ahead_kb")))
 }
