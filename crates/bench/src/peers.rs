@@ -205,6 +205,22 @@ impl PeerMount {
         &self.dir
     }
 
+    /// The FUSE server's peak resident memory so far (`VmHWM`), KiB; None
+    /// for the kernel, or when the server cannot be found.
+    pub fn server_peak_rss_kib(&self) -> Option<u64> {
+        let pid = match &self.inner {
+            Inner::Fuse2fs(child, _) => child.id(),
+            Inner::Ext4kit => ext4kit_server_pid(&self.cfg.ext4kit_bin, &self.dir)?,
+            Inner::Kernel(_) | Inner::Gone => return None,
+        };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+    }
+
     /// Unmount and wait until the server (if any) has finished writing the
     /// image, so the image can be checked or mounted again.
     pub fn unmount(mut self) -> Result<(), String> {
@@ -252,6 +268,25 @@ impl PeerMount {
             Inner::Gone => Ok(()),
         }
     }
+}
+
+/// The process serving `ext4kit mount … DIR`: `ext4kit mount` forks the
+/// server before it mounts (lifecycle.rs `run_detached`), so the server's
+/// command line is the one this benchmark ran, ending in DIR.
+fn ext4kit_server_pid(bin: &Path, dir: &Path) -> Option<u32> {
+    let bin_name = bin.file_name()?.to_str()?;
+    let dir = dir.to_str()?;
+    let me = std::process::id();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
+        let ours = pid != me
+            && args.first().is_some_and(|a| a.ends_with(bin_name.as_bytes()))
+            && args.iter().any(|a| *a == b"mount")
+            && args.last() == Some(&dir.as_bytes());
+        ours.then_some(pid)
+    })
 }
 
 /// `umount DIR`, retried while "busy" (a just-finished child may still

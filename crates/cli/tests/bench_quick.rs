@@ -184,6 +184,66 @@ fn bench_quick_covers_every_workload_and_peer() {
         assert_eq!(f["clean"], f["checked"], "e2fsck verdicts: {f}");
     }
 
+    let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    // The mount's bounds: the kernel's request counts behind every mount
+    // target, and the server's memory.
+    if peers.contains(&"ext4kit-mount") && peers.contains(&"kernel-ext4") {
+        let b = &json["mount_bounds"];
+        let traced = std::path::Path::new("/sys/kernel/tracing/events/fuse/fuse_request_send").is_dir();
+        if !traced {
+            assert!(
+                !ci,
+                "in CI the FUSE tracepoints must exist (kernel ≥ 6.15, tracefs): {b}"
+            );
+            eprintln!("bench_quick: the mount's request counts not checked: no fuse tracepoints here ({b})");
+        } else {
+            // A stat of a missing name is exactly one LOOKUP: the probe
+            // measures one round trip and nothing else.
+            let probe = b["requests_per_round_trip_probe"].as_f64().unwrap_or(0.0);
+            assert!((0.99..1.05).contains(&probe), "requests per probe stat: {b}");
+            assert!(b["round_trip_us"].as_f64().is_some_and(|v| v > 0.0), "round trip: {b}");
+            let targets = b["targets"].as_array().expect("bounds targets");
+            let names: Vec<&str> = targets.iter().filter_map(|t| t["target"].as_str()).collect();
+            let want = [
+                "dd bs=1",
+                "fio randwrite 4k",
+                "seq write",
+                "cold read",
+                "untar",
+                "rm -rf",
+                "creates",
+            ];
+            let want: Vec<&str> = want.into_iter().filter(|t| fio || *t != "fio randwrite 4k").collect();
+            assert_eq!(names, want, "bounds targets");
+            for t in targets {
+                // Every operation of these is at least one request (a
+                // one-byte write is one WRITE: write-through).
+                assert!(t["requests_per_op"].as_f64().is_some_and(|v| v >= 0.99), "{t}");
+                assert!(t["kernel_us_per_op"].as_f64().is_some_and(|v| v > 0.0), "{t}");
+                assert!(t["mount_us_per_op"].as_f64().is_some_and(|v| v > 0.0), "{t}");
+                assert!(t["bounded_by"].as_str().is_some_and(|v| !v.is_empty()), "{t}");
+            }
+            assert!(
+                md.contains("## What bounds the mount"),
+                "report.md has no bounds section"
+            );
+        }
+        for w in WORKLOADS {
+            let mount_rows = results
+                .iter()
+                .any(|r| r["workload"] == *w && r["peer"] == "ext4kit-mount");
+            if mount_rows {
+                assert!(
+                    results.iter().any(|r| r["workload"] == *w
+                        && r["peer"] == "ext4kit-mount"
+                        && r["metric"].as_str().is_some_and(|m| m.starts_with("server peak RSS"))
+                        && r["median"].as_f64().is_some_and(|v| v > 1.0)),
+                    "{w}: no server peak RSS for the mount"
+                );
+            }
+        }
+    }
+
     // CSV: one line per JSON result, every line the header's width.
     let csv = std::fs::read_to_string(out.join("results.csv")).expect("results.csv");
     let mut lines = csv.lines();
@@ -210,7 +270,6 @@ fn bench_quick_covers_every_workload_and_peer() {
         let marks = svg.matches("<polyline").count() + svg.matches("<rect").count() + svg.matches("<circle").count();
         assert!(marks >= 5, "{c}.svg draws almost nothing ({marks} marks)");
     }
-    let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
     assert!(md.contains("## Scaling notes"));
     let _ = std::fs::remove_dir_all(&w);
 }

@@ -231,6 +231,7 @@ pub mod ioctl;
 pub mod killpriv;
 pub mod lifecycle;
 pub mod nodes;
+pub mod readahead;
 pub mod server;
 pub mod state;
 pub mod statfs;

@@ -111,6 +111,9 @@ pub struct MountOptions {
     /// `-o transport=auto|uring|dev` (default: `$EXT4KIT_TRANSPORT`, else
     /// auto).
     pub transport: TransportChoice,
+    /// `-o readahead=KIB`: the mount's readahead window (root only; 0
+    /// leaves the kernel's 128 KiB); see [`crate::readahead`].
+    pub readahead_kib: u32,
 }
 
 impl Default for MountOptions {
@@ -130,6 +133,7 @@ impl Default for MountOptions {
             commit_interval: None,
             no_open: false,
             transport: TransportChoice::from_env(),
+            readahead_kib: crate::readahead::DEFAULT_KIB,
         }
     }
 }
@@ -249,6 +253,11 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
                 opts.transport = TransportChoice::parse(&o["transport=".len()..])
                     .ok_or_else(|| format!("`{o}`: transport takes auto, uring or dev"))?;
             }
+            _ if o.starts_with("readahead=") => {
+                opts.readahead_kib = o["readahead=".len()..]
+                    .parse()
+                    .map_err(|_| format!("`{o}`: readahead takes KiB (0 leaves the kernel's window)"))?;
+            }
             _ if o.starts_with("busy_poll=") => {
                 let us: u64 = o["busy_poll=".len()..]
                     .parse()
@@ -257,7 +266,7 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             }
             other => {
                 return Err(format!(
-                    "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, no_open, allow_other, allow_root, default_permissions, busy_poll=US, \
+                    "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, no_open, allow_other, allow_root, default_permissions, busy_poll=US, readahead=KIB, \
                      transport=auto|uring|dev, commit=SECONDS, partition=N, offset=BYTES, noload, [no]suid, [no]dev, [no]exec, [no]atime, relatime, sync, async, dirsync)"
                 ))
             }
@@ -495,6 +504,16 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     // carries only FORGET and INTERRUPT.
     if matches!(transport, Transport::DevFuse { .. }) {
         busy.attach(std::os::fd::AsFd::as_fd(&session));
+    }
+    // Readahead as large as one READ may be (root only: an unprivileged
+    // mount keeps the kernel's 128 KiB window and works the same).
+    if sys::is_root() {
+        if let Err(e) = crate::readahead::widen(&mount_point, opts.readahead_kib) {
+            eprintln!(
+                "ext4kit: warning: {}: readahead window not widened: {e}",
+                mount_point.display()
+            );
+        }
     }
     // Attribute invalidations for changes no reply carries (crate::killpriv).
     inval.attach(session.notifier());

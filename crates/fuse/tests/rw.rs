@@ -577,6 +577,43 @@ fn mmap_write(p: &Path, len: usize) {
 /// directory changed again (the stress test `directory_readers_...` lost
 /// names this way, under CPU load). Each step is checked through a fresh
 /// opendir, which the kernel answers from its cache when it can.
+/// The mount widens its readahead window to one 1 MiB request (the
+/// kernel's 128 KiB made a cold read eight round trips per MiB), and a
+/// file read cold through the wide window reads back exactly.
+#[test]
+fn the_readahead_window_is_one_request_and_reads_back_exactly() {
+    let mut rw = Rw::new("readahead", "64M", &[]);
+    // The server widens the window right after mount(2), before serving.
+    let t = std::time::Instant::now();
+    loop {
+        let kib = ext4kit_fuse::readahead::current(&rw.mnt).unwrap();
+        if kib == ext4kit_fuse::readahead::DEFAULT_KIB {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the readahead window stayed {kib} KiB"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let data: Vec<u8> = (0..12u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let p = rw.p("big");
+    fs::write(&p, &data).unwrap();
+    File::open(&p).unwrap().sync_all().unwrap();
+    // Drop the kernel's cached pages of the file so the read goes through
+    // readahead to the server.
+    let f = File::open(&p).unwrap();
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+    drop(f);
+    assert!(
+        fs::read(&p).unwrap() == data,
+        "a cold read through the 1 MiB window differs"
+    );
+    rw.unmount();
+}
+
 #[test]
 fn a_listing_read_after_a_change_since_opendir_is_current() {
     let mut m = Rw::new("opendir", "32M", &[]);

@@ -165,7 +165,7 @@ fn rows_of<'a>(r: &'a Report, workload: &str, metric_starts: &str) -> Vec<&'a Ro
 pub fn draw(r: &Report, out: &Path) -> Result<Vec<PathBuf>, String> {
     let mut written = Vec::new();
 
-    let create = rows_of(r, "create", "creates/s in the interval");
+    let create = rows_of(r, "create", super::work::CREATE_METRIC);
     if !create.is_empty() {
         let p = out.join("create.svg");
         let root = SVGBackend::new(&p, (900, 560)).into_drawing_area();

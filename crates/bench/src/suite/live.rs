@@ -38,6 +38,8 @@ pub struct Live<'a> {
     image: PathBuf,
     mnt: PathBuf,
     held: Held,
+    /// The largest `VmHWM` of the FUSE servers this peer ran, KiB.
+    peak_rss_kib: Option<u64>,
 }
 
 fn open_lib(image: &Path) -> Result<Arc<Fs>, String> {
@@ -61,6 +63,7 @@ impl<'a> Live<'a> {
             image: image.to_path_buf(),
             mnt: mnt.to_path_buf(),
             held: Held::None,
+            peak_rss_kib: None,
         };
         l.open()?;
         Ok(l)
@@ -103,7 +106,13 @@ impl<'a> Live<'a> {
                 drop(fs);
                 Ok(())
             }
-            Held::Mount(m) => m.unmount(),
+            Held::Mount(m) => {
+                // Read before the unmount: the server exits with it.
+                if let Some(k) = m.server_peak_rss_kib() {
+                    self.peak_rss_kib = Some(self.peak_rss_kib.map_or(k, |p| p.max(k)));
+                }
+                m.unmount()
+            }
             Held::Loop(m) => m.unmount().map_err(|e| e.to_string()),
             Held::None => Ok(()),
         }
@@ -166,8 +175,12 @@ impl<'a> Live<'a> {
     }
 
     /// Close (sync, unmount and wait for the server) so the image can be
-    /// checked.
-    pub fn finish(mut self) -> Result<(), String> {
-        self.close()
+    /// checked. Returns the FUSE server's peak resident memory in MiB (the
+    /// largest of the servers a remount started), for the peers that have
+    /// a server: issue 20 asks that it stay within `--cache-mib` plus a
+    /// bounded overhead.
+    pub fn finish(mut self) -> Result<Option<f64>, String> {
+        self.close()?;
+        Ok(self.peak_rss_kib.map(|k| k as f64 / 1024.0))
     }
 }

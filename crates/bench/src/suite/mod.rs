@@ -11,7 +11,9 @@
 //! machine is named in the report with the reason instead of failing the
 //! run. [`report`] writes the table, JSON and CSV; [`charts`] the SVGs.
 
+pub mod bounds;
 pub mod charts;
+pub mod fusetrace;
 pub mod live;
 pub mod notes;
 pub mod report;
@@ -29,6 +31,10 @@ pub use live::{Live, Target};
 pub use report::{Figure, Report};
 pub use sizes::Sizes;
 pub use work::{Workload, WORKLOADS};
+
+/// The metric of the FUSE servers' peak resident memory, recorded for
+/// every workload on the mount peers.
+pub const SERVER_RSS: &str = "server peak RSS (VmHWM)";
 
 /// The systems a workload runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -294,8 +300,17 @@ pub fn run(opts: &Options) -> Result<Report, String> {
                     let mut live = Live::start(p, &cfg, &img, &mnt)?;
                     let figs = (w.run)(&mut live, &sizes);
                     let fin = live.finish();
-                    let figs = figs?;
-                    fin?;
+                    let mut figs = figs?;
+                    if let Some(mib) = fin? {
+                        figs.push(Figure {
+                            metric: SERVER_RSS.into(),
+                            unit: "MiB",
+                            higher_better: false,
+                            x: None,
+                            variant: None,
+                            value: mib,
+                        });
+                    }
                     Ok((figs, img))
                 })();
                 let secs = t.elapsed().as_secs_f64();
@@ -349,6 +364,16 @@ pub fn run(opts: &Options) -> Result<Report, String> {
     }
     pb.finish_and_clear();
     let _ = std::fs::remove_dir(&mnt);
+    // What bounds the mount: an untimed pass after every timed round.
+    let ran = |p: PeerId| avail.skipped(p).is_none();
+    let bounds = match bounds::unavailable(ran(PeerId::Mount), ran(PeerId::Kernel)) {
+        Some(why) => Err(format!("not measured: {why}")),
+        None => {
+            eprintln!("counting the FUSE requests of the mount targets (untimed) …");
+            bounds::measure(&cfg, &opts.work, &sizes, &workloads).map_err(|e| format!("failed: {e}"))
+        }
+    };
+    report.set_bounds(bounds);
     report.finish(started.elapsed().as_secs_f64());
     report.write(&opts.out)?;
     Ok(report)

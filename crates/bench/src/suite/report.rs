@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::bounds::{Bound, MountBounds, PerOp};
 use super::{notes, Availability, Options, PeerId, Sizes, Workload};
 
 /// One figure of one round on one peer, as a workload measured it.
@@ -83,6 +84,9 @@ pub struct Report {
     secs: f64,
     date: String,
     machine: String,
+    /// The requests and round trips behind the mount targets, or why they
+    /// were not measured.
+    bounds: Option<Result<MountBounds, String>>,
 }
 
 /// A number with a sensible number of digits.
@@ -156,6 +160,7 @@ impl Report {
             secs: 0.0,
             date: sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
             machine,
+            bounds: None,
         }
     }
 
@@ -211,6 +216,136 @@ impl Report {
         } else if f.3.is_none() {
             f.3 = Some(format!("{}: {verdict}", image.display()));
         }
+    }
+
+    /// Record the bounds pass (or why it did not run).
+    pub fn set_bounds(&mut self, b: Result<MountBounds, String>) {
+        self.bounds = Some(b);
+    }
+
+    /// The bounds pass, when it ran.
+    pub fn bounds(&self) -> Option<&MountBounds> {
+        self.bounds.as_ref().and_then(|b| b.as_ref().ok())
+    }
+
+    /// µs per operation of `b`'s timed figure on `peer` (the median; the
+    /// first point of a curve).
+    pub fn per_op_us(&self, b: &Bound, peer: &str) -> Option<f64> {
+        let r = self
+            .rows
+            .iter()
+            .filter(|r| r.workload == b.workload && r.metric == b.metric && r.peer == peer)
+            .min_by(|a, c| a.x.partial_cmp(&c.x).unwrap_or(std::cmp::Ordering::Equal))?;
+        let m = r.median();
+        let v = match b.per_op {
+            PerOp::Secs(n) => m * 1e6 / n as f64,
+            PerOp::Rate => 1e6 / m,
+        };
+        (v.is_finite() && v > 0.0).then_some(v)
+    }
+
+    /// One target's line of the bounds table: measured ratio, ceiling,
+    /// and the verdict in words.
+    fn bound_cells(&self, b: &Bound, rtt: f64) -> (Option<f64>, Option<f64>, String) {
+        let kernel = self.per_op_us(b, PeerId::Kernel.name());
+        let mount = self.per_op_us(b, PeerId::Mount.name());
+        let floor = b.floor_us(rtt);
+        let measured = kernel.zip(mount).map(|(k, m)| k / m);
+        let ceiling = kernel.map(|k| k / floor);
+        let why = match (kernel, mount, measured, ceiling) {
+            (Some(_), Some(_), Some(r), _) if r >= b.goal => "met".to_string(),
+            (Some(k), _, _, Some(c)) if c < b.goal => format!(
+                "the round trips: {:.2} requests per {} take {} µs alone; the goal needs ≤ {} µs",
+                b.per_op_requests(),
+                b.op,
+                fmt_val(floor),
+                fmt_val(k / b.goal)
+            ),
+            (Some(_), Some(m), _, _) if m < floor => format!(
+                "requests overlap (the mount's {} µs is below the serial floor): the server's time, not the count",
+                fmt_val(m)
+            ),
+            (Some(_), Some(m), _, _) => format!(
+                "the server and the kernel's FUSE client: {} µs per {} beyond the round trips ({:.0}% of the time)",
+                fmt_val(m - floor),
+                b.op,
+                100.0 * (m - floor) / m
+            ),
+            _ => "no timed figure of the mount or the kernel".to_string(),
+        };
+        (measured, ceiling, why)
+    }
+
+    /// The FUSE servers' peak memory per workload, beside the ext4kit
+    /// server's cache budget (issue 20: within `--cache-mib` plus a
+    /// bounded overhead, on the 1,000,000-file directory too).
+    fn memory_markdown(&self, s: &mut String) {
+        let rows: Vec<&Row> = self.rows.iter().filter(|r| r.metric == super::SERVER_RSS).collect();
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "## FUSE servers' peak memory\n\nThe largest `VmHWM` of the server over the rounds, MiB. \
+             The ext4kit server runs with the default `--cache-mib 256`: block and page caches share \
+             three quarters of it, inodes and dentries the rest; the rest of its memory is the \
+             binary, thread stacks and per-open-file state.\n\n| workload | peer | peak RSS, MiB |\n|---|---|---:|"
+        );
+        for r in rows {
+            let (_, hi) = r.min_max();
+            let _ = writeln!(s, "| {} | {} | {} |", r.workload, r.peer, fmt_val(hi));
+        }
+        let _ = writeln!(s);
+    }
+
+    fn bounds_markdown(&self, s: &mut String) {
+        let Some(b) = &self.bounds else { return };
+        let _ = writeln!(s, "## What bounds the mount (issue 20's targets)\n");
+        let mb = match b {
+            Ok(mb) => mb,
+            Err(why) => {
+                let _ = writeln!(s, "Round trips {why}\n");
+                return;
+            }
+        };
+        let _ = writeln!(
+            s,
+            "One round trip: {} µs (median of 5 × 5,000 stats of missing names; batches {}–{} µs; \
+             the kernel counted {:.2} requests per stat), transport {}. Requests per operation are \
+             the kernel's own count (tracepoint `fuse:fuse_request_send`) in an untimed pass after \
+             the rounds; the floor is requests × round trip ÷ requests in flight; the ceiling is the \
+             kernel's time per operation over that floor: the best ratio the mount can reach while it \
+             sends that many requests.\n",
+            fmt_val(mb.rtt_us),
+            fmt_val(mb.rtt_range.0),
+            fmt_val(mb.rtt_range.1),
+            mb.rtt_requests,
+            mb.transport
+        );
+        let _ = writeln!(
+            s,
+            "| target | goal | measured | requests per op (kernel's count) | floor µs/op | mount µs/op | \
+             kernel µs/op | ceiling | what bounds it |\n|---|---:|---:|---|---:|---:|---:|---:|---|"
+        );
+        for it in &mb.items {
+            let (measured, ceiling, why) = self.bound_cells(it, mb.rtt_us);
+            let opt = |v: Option<f64>| v.map_or("—".to_string(), fmt_val);
+            let _ = writeln!(
+                s,
+                "| {} (per {}) | {:.2}× | {} | {:.2}: {} | {} | {} | {} | {} | {why} |",
+                it.target,
+                it.op,
+                it.goal,
+                measured.map_or("—".to_string(), fmt_ratio),
+                it.per_op_requests(),
+                it.requests.per_op(it.ops),
+                fmt_val(it.floor_us(mb.rtt_us)),
+                opt(self.per_op_us(it, PeerId::Mount.name())),
+                opt(self.per_op_us(it, PeerId::Kernel.name())),
+                ceiling.map_or("—".to_string(), fmt_ratio),
+            );
+        }
+        let _ = writeln!(s);
     }
 
     /// The run is over after `secs`.
@@ -365,6 +500,8 @@ impl Report {
             }
             let _ = writeln!(s);
         }
+        self.bounds_markdown(&mut s);
+        self.memory_markdown(&mut s);
         let _ = writeln!(s, "## e2fsck -fn after every round\n");
         for (p, clean, total, first) in &self.fsck {
             let _ = writeln!(
@@ -581,7 +718,38 @@ impl Report {
                 |n| json!({"workload": n.workload, "curve": n.curve, "shared_state": n.shared, "on_64_cores": n.at_64}),
             )
             .collect();
+        let bounds = match &self.bounds {
+            None => json!(null),
+            Some(Err(why)) => json!({ "skipped_because": why }),
+            Some(Ok(mb)) => json!({
+                "round_trip_us": mb.rtt_us,
+                "round_trip_range_us": [mb.rtt_range.0, mb.rtt_range.1],
+                "requests_per_round_trip_probe": mb.rtt_requests,
+                "transport": mb.transport,
+                "targets": mb.items.iter().map(|it| {
+                    let (measured, ceiling, why) = self.bound_cells(it, mb.rtt_us);
+                    json!({
+                        "target": it.target,
+                        "goal": it.goal,
+                        "workload": it.workload,
+                        "metric": it.metric,
+                        "per": it.op,
+                        "ops_counted": it.ops,
+                        "requests": it.requests.by_op,
+                        "requests_per_op": it.per_op_requests(),
+                        "in_flight": it.in_flight,
+                        "floor_us_per_op": it.floor_us(mb.rtt_us),
+                        "mount_us_per_op": self.per_op_us(it, PeerId::Mount.name()),
+                        "kernel_us_per_op": self.per_op_us(it, PeerId::Kernel.name()),
+                        "measured_ratio": measured,
+                        "ceiling_ratio": ceiling,
+                        "bounded_by": why,
+                    })
+                }).collect::<Vec<_>>(),
+            }),
+        };
         json!({
+            "mount_bounds": bounds,
             "command": self.command,
             "date": self.date,
             "machine": self.machine,

@@ -25,6 +25,40 @@ use super::report::Figure;
 use super::{Availability, PeerId, Sizes};
 use crate::srctree::{tarball, TreeCounts, TreeShape};
 
+// ---------------------------------------------------------------------
+// Metric names the report and charts look up again: one definition.
+
+/// seed 002's figure: seconds for `count` one-byte writes.
+pub fn dd_metric(count: u64) -> String {
+    format!("{count} one-byte writes + close")
+}
+
+/// The sequential write's figure (MiB/s).
+pub fn seq_write_metric(mib: u64) -> String {
+    format!("write {mib} MiB + fsync")
+}
+
+/// The cold sequential read's figure (MiB/s).
+pub fn seq_read_metric(mib: u64) -> String {
+    format!("read {mib} MiB, cold")
+}
+
+/// fio's figures (IOPS); `rw` is fio's "randread" or "randwrite".
+pub fn fio_metric(rw: &str, secs: u64) -> String {
+    format!("{rw} 4k, 2 jobs, {secs} s")
+}
+
+/// The untar figure (seconds for `files` files).
+pub fn untar_metric(files: usize) -> String {
+    format!("untar {files} files")
+}
+
+/// The tree's rm -rf figure (seconds).
+pub const RM_METRIC: &str = "rm -rf";
+
+/// seed 004's create curve (files/s per interval).
+pub const CREATE_METRIC: &str = "creates/s in the interval";
+
 /// One workload of the suite.
 pub struct Workload {
     /// The `--only` name.
@@ -802,7 +836,7 @@ fn w_dpath(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
 
 fn w_dd(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     let count = s.dd_count;
-    let metric = format!("{count} one-byte writes + close");
+    let metric = dd_metric(count);
     let mut out = Vec::new();
     match l.target()? {
         Target::Lib(fs) => {
@@ -1044,7 +1078,7 @@ fn w_create(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                     i += 1;
                 }
                 out.push(fig(
-                    "creates/s in the interval",
+                    CREATE_METRIC,
                     "files/s",
                     true,
                     Some(p as f64),
@@ -1076,7 +1110,7 @@ fn w_create(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                     i += 1;
                 }
                 out.push(fig(
-                    "creates/s in the interval",
+                    CREATE_METRIC,
                     "files/s",
                     true,
                     Some(p as f64),
@@ -1236,14 +1270,8 @@ fn w_seq(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
         return Err(format!("seq: read {total} bytes of {}", mib << 20));
     }
     Ok(vec![
-        fig(
-            format!("write {mib} MiB + fsync"),
-            "MiB/s",
-            true,
-            None,
-            mib as f64 / wsecs,
-        ),
-        fig(format!("read {mib} MiB, cold"), "MiB/s", true, None, mib as f64 / rsecs),
+        fig(seq_write_metric(mib), "MiB/s", true, None, mib as f64 / wsecs),
+        fig(seq_read_metric(mib), "MiB/s", true, None, mib as f64 / rsecs),
     ])
 }
 
@@ -1287,8 +1315,8 @@ fn w_fio(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
         }
     };
     Ok(vec![
-        fig(format!("randread 4k, 2 jobs, {} s", s.fio_secs), "IOPS", true, None, r),
-        fig(format!("randwrite 4k, 2 jobs, {} s", s.fio_secs), "IOPS", true, None, w),
+        fig(fio_metric("randread", s.fio_secs), "IOPS", true, None, r),
+        fig(fio_metric("randwrite", s.fio_secs), "IOPS", true, None, w),
     ])
 }
 
@@ -1601,7 +1629,7 @@ fn w_tree(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     };
     let n = s.tree_files;
     Ok(vec![
-        fig(format!("untar {n} files"), "s", false, None, untar),
+        fig(untar_metric(n), "s", false, None, untar),
         fig(format!("untar {n} files + sync"), "s", false, None, untar_sync),
         fig("find, cold", "s", false, None, find),
         fig("find, warm", "s", false, None, find_warm),
@@ -1612,7 +1640,7 @@ fn w_tree(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
             None,
             read as f64 / read_secs / 1048576.0,
         ),
-        fig("rm -rf", "s", false, None, rm),
+        fig(RM_METRIC, "s", false, None, rm),
     ])
 }
 

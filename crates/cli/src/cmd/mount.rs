@@ -88,7 +88,10 @@ pub struct MountArgs {
     /// /dev/fuse: how long the server keeps a CPU spinning after a request
     /// so the next one needs no wake-up on another CPU: 2000 by default, 0
     /// never; it costs one CPU while requests keep coming, nothing when
-    /// idle; not used over io_uring),
+    /// idle; not used over io_uring), readahead=KIB (the mount's
+    /// readahead window: 1024 by default, one 1 MiB READ per round trip
+    /// where the kernel's 128 KiB took eight; root only, 0 leaves the
+    /// kernel's),
     /// partition=N (as --partition), offset=BYTES (as --offset; K, M, G
     /// suffixes), noload or norecovery (as --no-replay: read-only, the
     /// journal is not replayed), commit=SECONDS (the journal's commit
