@@ -98,7 +98,7 @@ pub struct MountEntry {
 }
 
 /// Undo the kernel's octal escapes of space, tab, newline and backslash.
-pub(crate) fn unescape(s: &str) -> String {
+fn unescape(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

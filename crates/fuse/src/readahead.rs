@@ -26,20 +26,19 @@ pub const DEFAULT_KIB: u32 = crate::server::MAX_WRITE / 1024;
 /// a stat of the mount point: the server calls this before it serves
 /// requests, and a stat would wait for its own GETATTR answer forever.
 fn bdi_file(mount_point: &Path) -> Result<PathBuf, String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
-    // Fields: id parent maj:min root mount-point ...; the last entry for a
-    // mount point is the one on top.
-    let dev = info
-        .lines()
+    // The last entry for a mount point is the one on top.
+    let dev = crate::inuse::mounts()
+        .map_err(|e| format!("/proc/self/mountinfo: {e}"))?
+        .into_iter()
         .rev()
-        .find_map(|l| {
-            let mut f = l.split(' ');
-            let dev = f.nth(2)?;
-            let mp = f.nth(1)?;
-            (Path::new(&crate::inuse::unescape(mp)) == mount_point).then_some(dev)
-        })
+        .find(|m| m.mount_point == mount_point)
+        .map(|m| m.dev)
         .ok_or_else(|| format!("{} is not in /proc/self/mountinfo", mount_point.display()))?;
-    Ok(PathBuf::from(format!("/sys/class/bdi/{dev}/read_ahead_kb")))
+    Ok(PathBuf::from(format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev)
+    )))
 }
 
 /// Set the mount's readahead window to `kib` unless it is already that
