@@ -144,9 +144,11 @@ impl Report {
             })
             .unwrap_or_default();
         let machine = format!(
-            "{} CPUs ({model}), kernel {}, load average at the start {load}",
+            "{} CPUs ({model}), kernel {}, load average at the start {load}; FUSE requests of the ext4kit mount \
+             travel over {}",
             std::thread::available_parallelism().map_or(0, |n| n.get()),
             sh("uname", &["-r"]),
+            super::bounds::transport(),
         );
         Report {
             command: opts.command.clone(),
