@@ -856,7 +856,15 @@ fn link_fd(fd: i32, dst: &Path, via_proc: bool) -> String {
     let r = if via_proc {
         let p = CString::new(format!("/proc/self/fd/{fd}")).unwrap();
         // SAFETY: NUL-terminated paths.
-        unsafe { libc::linkat(libc::AT_FDCWD, p.as_ptr(), libc::AT_FDCWD, d.as_ptr(), libc::AT_SYMLINK_FOLLOW) }
+        unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                p.as_ptr(),
+                libc::AT_FDCWD,
+                d.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        }
     } else {
         // SAFETY: NUL-terminated paths; fd is open.
         unsafe { libc::linkat(fd, c"".as_ptr(), libc::AT_FDCWD, d.as_ptr(), libc::AT_EMPTY_PATH) }
@@ -944,7 +952,10 @@ fn o_tmpfile_is_created_linked_and_freed_like_the_kernel() {
         log.push(format!("second link: {}", link_fd(fd, &d.join("dir/second"), false)));
         fs::remove_file(d.join("dir/named")).unwrap();
         fs::remove_file(d.join("dir/second")).unwrap();
-        log.push(format!("relink after unlink: {}", link_fd(fd, &d.join("dir/again"), true)));
+        log.push(format!(
+            "relink after unlink: {}",
+            link_fd(fd, &d.join("dir/again"), true)
+        ));
         close_fd(fd);
 
         let fd = open_tmpfile(d, libc::O_RDWR, 0o600).unwrap();
@@ -965,11 +976,21 @@ fn o_tmpfile_is_created_linked_and_freed_like_the_kernel() {
         let fd = open_tmpfile(d, libc::O_WRONLY, 0o600).unwrap();
         log.push(fd_write(fd, &vec![0x5a; 300_000]));
         // SAFETY: fd is open.
-        log.push(format!("fsync: {}", rc(if unsafe { libc::fsync(fd) } < 0 { Err(errno()) } else { Ok(()) })));
+        log.push(format!(
+            "fsync: {}",
+            rc(if unsafe { libc::fsync(fd) } < 0 {
+                Err(errno())
+            } else {
+                Ok(())
+            })
+        ));
         log.push(format!("one inode in use while open: {}", free_inodes(d) + 1 == before));
         close_fd(fd);
         log.push(format!("freed at close: {}", freed_again(d, before)));
-        log.push(format!("free inodes vs. start: {}", free_inodes(d) as i64 - base as i64));
+        log.push(format!(
+            "free inodes vs. start: {}",
+            free_inodes(d) as i64 - base as i64
+        ));
 
         log.push(format!(
             "on a file: {}",
@@ -1102,7 +1123,11 @@ fn statx_birth_time_and_attributes_match_the_kernel() {
             let base = get_flags(&p).unwrap();
             set_flags(&p, base | flag).unwrap();
             let s = statx_of(&p, libc::STATX_BASIC_STATS | libc::STATX_BTIME);
-            seen.push((tag, s.stx_attributes & EXT4_STATX_ATTRS, s.stx_attributes_mask & EXT4_STATX_ATTRS));
+            seen.push((
+                tag,
+                s.stx_attributes & EXT4_STATX_ATTRS,
+                s.stx_attributes_mask & EXT4_STATX_ATTRS,
+            ));
             set_flags(&p, base).unwrap();
         }
         attrs.push(seen);
@@ -1121,11 +1146,18 @@ fn statx_birth_time_and_attributes_match_the_kernel() {
     );
     assert_eq!(
         attrs[0],
-        [("+i", 0x10, EXT4_STATX_ATTRS), ("+a", 0x20, EXT4_STATX_ATTRS), ("+d", 0x40, EXT4_STATX_ATTRS)],
+        [
+            ("+i", 0x10, EXT4_STATX_ATTRS),
+            ("+a", 0x20, EXT4_STATX_ATTRS),
+            ("+d", 0x40, EXT4_STATX_ATTRS)
+        ],
         "the kernel's ext4"
     );
     if attrs[1].iter().any(|&(_, _, mask)| mask != 0) {
-        assert_eq!(attrs[1], attrs[0], "statx attributes through the mount differ from the kernel's");
+        assert_eq!(
+            attrs[1], attrs[0],
+            "statx attributes through the mount differ from the kernel's"
+        );
     } else {
         assert!(
             attrs[1].iter().all(|&(_, a, _)| a == 0),

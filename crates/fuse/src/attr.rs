@@ -102,7 +102,10 @@ mod tests {
             | STATX_ATTR_ENCRYPTED
             | STATX_ATTR_VERITY;
         assert_eq!(statx_attributes(0), (0, mask));
-        assert_eq!(statx_attributes(fl::IMMUTABLE | fl::EXTENTS), (STATX_ATTR_IMMUTABLE, mask));
+        assert_eq!(
+            statx_attributes(fl::IMMUTABLE | fl::EXTENTS),
+            (STATX_ATTR_IMMUTABLE, mask)
+        );
         assert_eq!(
             statx_attributes(fl::APPEND | fl::NODUMP | fl::NOATIME | fl::SYNC),
             (STATX_ATTR_APPEND | STATX_ATTR_NODUMP, mask)

@@ -1091,13 +1091,10 @@ impl Filesystem for Ext4Fuse {
             // the engine's open would refuse on a regular file.
             let open = flags & !(libc::O_TMPFILE | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
             let linkable = flags & libc::O_EXCL == 0;
-            let (st, f) = res(self.fs.tmpfile_open_at(
-                p,
-                acl.mode,
-                self.engine_flags(open),
-                linkable,
-                &Self::cred(req),
-            ))?;
+            let (st, f) =
+                res(self
+                    .fs
+                    .tmpfile_open_at(p, acl.mode, self.engine_flags(open), linkable, &Self::cred(req)))?;
             let close = |f| {
                 if let Err(e) = self.fs.close_file(f) {
                     eprintln!("ext4kit: closing a tmpfile: {e}");
@@ -1106,7 +1103,11 @@ impl Filesystem for Ext4Fuse {
             let st = if acl.access.is_some() || acl.default.is_some() {
                 // Failing, the creation fails (ext4_init_acl); the close
                 // frees the nameless inode.
-                match self.fs.apply_acl_create(st.ino, &acl).and_then(|()| self.fs.stat_ino(st.ino)) {
+                match self
+                    .fs
+                    .apply_acl_create(st.ino, &acl)
+                    .and_then(|()| self.fs.stat_ino(st.ino))
+                {
                     Ok(st) => st,
                     Err(e) => {
                         close(f);

@@ -335,7 +335,14 @@ impl ReplyStatx {
     /// when `btime` is true (`STATX_BTIME` is left out of the mask
     /// otherwise), and the `STATX_ATTR_*` bits in `attributes` out of those
     /// the filesystem supports (`attributes_mask`).
-    pub fn statx(self, ttl: &Duration, attr: &FileAttr, btime: bool, attributes: u64, attributes_mask: u64) {
+    pub fn statx(
+        self,
+        ttl: &Duration,
+        attr: &FileAttr,
+        btime: bool,
+        attributes: u64,
+        attributes_mask: u64,
+    ) {
         self.reply.send_ll(&ll::ResponseStruct::new_statx(
             ttl,
             attr,

@@ -269,7 +269,9 @@ mod tests {
         fs.close_file(f).unwrap();
         let (ino, _) = fs.lookup_at(2, b"kept").unwrap().unwrap();
         assert_eq!(ino, st.ino);
-        let g = fs.open_ino_as(ino, OpenFlags::default(), &root, PermCheck::Engine).unwrap();
+        let g = fs
+            .open_ino_as(ino, OpenFlags::default(), &root, PermCheck::Engine)
+            .unwrap();
         let mut b = [0u8; 8];
         assert_eq!(g.pread(&fs, 0, &mut b).unwrap(), 4);
         assert_eq!(&b[..4], b"kept");

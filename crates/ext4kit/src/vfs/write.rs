@@ -15,8 +15,8 @@ use ext4kit_format::inode::{FileType, TimeField, Timestamp};
 use ext4kit_format::inode::Inode;
 
 use super::cred::{Cred, MAY_EXEC, MAY_WRITE};
-use super::namei::{show, with_path};
 use super::icache::CachedInode;
+use super::namei::{show, with_path};
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::htree::CreateLookup;

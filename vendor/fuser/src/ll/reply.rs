@@ -149,7 +149,10 @@ impl ResponseStruct<abi::fuse_statx_out> {
         };
         // FUSE's 32-bit rdev is the kernel's new_encode_dev; statx carries
         // major and minor (new_decode_dev).
-        let (rdev_major, rdev_minor) = ((a.rdev >> 8) & 0xfff, (a.rdev & 0xff) | ((a.rdev >> 12) & 0xfff00));
+        let (rdev_major, rdev_minor) = (
+            (a.rdev >> 8) & 0xfff,
+            (a.rdev & 0xff) | ((a.rdev >> 12) & 0xfff00),
+        );
         ResponseStruct(abi::fuse_statx_out {
             attr_valid: ttl.as_secs(),
             attr_valid_nsec: ttl.subsec_nanos(),

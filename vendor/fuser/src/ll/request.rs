@@ -1294,7 +1294,9 @@ mod op {
     }
     impl Statx<'_> {
         pub(crate) fn file_handle(&self) -> Option<FileHandle> {
-            if GetattrFlags::from_bits_retain(self.arg.getattr_flags).contains(GetattrFlags::FUSE_GETATTR_FH) {
+            if GetattrFlags::from_bits_retain(self.arg.getattr_flags)
+                .contains(GetattrFlags::FUSE_GETATTR_FH)
+            {
                 Some(FileHandle(self.arg.fh))
             } else {
                 None
@@ -2166,12 +2168,9 @@ impl fmt::Display for Operation<'_> {
                 x.dest(),
                 x.len()
             ),
-            Operation::TmpFile(x) => write!(
-                f,
-                "TMPFILE mode {:#05o}, flags {:#x}",
-                x.mode(),
-                x.flags()
-            ),
+            Operation::TmpFile(x) => {
+                write!(f, "TMPFILE mode {:#05o}, flags {:#x}", x.mode(), x.flags())
+            }
             Operation::Statx(x) => write!(
                 f,
                 "STATX fh {:?}, flags {:#x}, mask {:#x}",
