@@ -14,9 +14,9 @@
 //! - RENAME_WHITEOUT and RENAME_EXCHANGE;
 //! - inode flags (chattr/lsattr) and their enforcement, dirsync included;
 //! - the filesystem label ioctls;
-//! - and what is not offered yet because fuser 0.18 lacks the requests
-//!   (O_TMPFILE, statx birth time): asserted, so that a fuser upgrade that
-//!   brings them makes this test say so.
+//! - O_TMPFILE and linkat of it (generic/004, 389, 531), and its orphan
+//!   freed by the next mount after a crash;
+//! - statx's birth time and attributes (generic/528, 424).
 //!
 //! `EXT4KIT_POSIX_GAPS_SHOW=1` prints the kernel's observations.
 //!
@@ -849,49 +849,325 @@ fn filesystem_label_ioctls_match_the_kernel() {
     let _ = fs::remove_dir_all(&work);
 }
 
-/// O_TMPFILE needs FUSE_TMPFILE and birth times need FUSE_STATX; fuser
-/// 0.18 (the newest release) answers both ENOSYS, and the kernel then
-/// reports EOPNOTSUPP and leaves STATX_BTIME out. Both are merged in
-/// fuser's repository (pull requests 740 and 746) but not released. This
-/// asserts today's state beside the kernel's, so that the fuser upgrade
-/// that brings them fails here and gets them wired up.
+/// `linkat` of descriptor `fd` to `dst`: through `/proc/self/fd` with
+/// AT_SYMLINK_FOLLOW (`via_proc`) or with AT_EMPTY_PATH.
+fn link_fd(fd: i32, dst: &Path, via_proc: bool) -> String {
+    let d = cstr(dst);
+    let r = if via_proc {
+        let p = CString::new(format!("/proc/self/fd/{fd}")).unwrap();
+        // SAFETY: NUL-terminated paths.
+        unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                p.as_ptr(),
+                libc::AT_FDCWD,
+                d.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        }
+    } else {
+        // SAFETY: NUL-terminated paths; fd is open.
+        unsafe { libc::linkat(fd, c"".as_ptr(), libc::AT_FDCWD, d.as_ptr(), libc::AT_EMPTY_PATH) }
+    };
+    rc(if r < 0 { Err(errno()) } else { Ok(()) })
+}
+
+/// `open(dir, O_TMPFILE | extra, mode)`: the descriptor or the errno.
+fn open_tmpfile(dir: &Path, extra: i32, mode: libc::mode_t) -> Result<i32, i32> {
+    let c = cstr(dir);
+    // SAFETY: NUL-terminated path; callers close the descriptor.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_TMPFILE | extra, mode) };
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+fn fd_stat(fd: i32) -> String {
+    // SAFETY: fstat fills the zeroed struct; fd is open.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } < 0 {
+        return format!("fstat errno {}", errno());
+    }
+    format!("nlink {} mode {:o} size {}", st.st_nlink, st.st_mode, st.st_size)
+}
+
+fn fd_write(fd: i32, data: &[u8]) -> String {
+    // SAFETY: fd is open; data is readable for its length.
+    let r = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+    if r < 0 {
+        format!("write errno {}", errno())
+    } else {
+        format!("wrote {r}")
+    }
+}
+
+fn close_fd(fd: i32) {
+    // SAFETY: the caller's descriptor, closed once.
+    unsafe { libc::close(fd) };
+}
+
+/// Free inodes of the filesystem at `mnt` (statvfs `f_ffree`).
+fn free_inodes(mnt: &Path) -> u64 {
+    let s = rustix::fs::statvfs(mnt).unwrap();
+    s.f_ffree
+}
+
+/// Polls (the release of a FUSE file and the kernel's FORGET are sent
+/// after close returns) until `mnt` has `want` free inodes again.
+fn freed_again(mnt: &Path, want: u64) -> bool {
+    for _ in 0..200 {
+        if free_inodes(mnt) == want {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
+}
+
+/// O_TMPFILE (generic/004, 389, 531): an unnamed file, written, given a
+/// name by linkat through /proc/self/fd or AT_EMPTY_PATH and read back
+/// under it; one made with O_EXCL cannot be linked, nor can one whose
+/// first name was removed again (ENOENT); one never linked is freed at
+/// its close; the directory must be one (ENOTDIR). ext4kit's image must
+/// be e2fsck-clean afterwards.
 #[test]
-fn o_tmpfile_and_birth_time_wait_for_fuser() {
+fn o_tmpfile_is_created_linked_and_freed_like_the_kernel() {
+    same_as_kernel("tmpfile", &|d| {
+        let mut log = Log::new();
+        fs::create_dir(d.join("dir")).unwrap();
+        fs::set_permissions(d.join("dir"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::write(d.join("plain"), "x").unwrap();
+        let base = free_inodes(d);
+
+        let fd = open_tmpfile(&d.join("dir"), libc::O_RDWR, 0o640).unwrap();
+        log.push(format!("tmpfile: {}", fd_stat(fd)));
+        log.push(format!("dir after tmpfile: {}", ls(&d.join("dir"))));
+        log.push(fd_write(fd, b"written before it had a name"));
+        log.push(format!("linkat /proc: {}", link_fd(fd, &d.join("dir/named"), true)));
+        log.push(format!("after link: {}", fd_stat(fd)));
+        log.push(format!("read back: {:?}", fs::read_to_string(d.join("dir/named"))));
+        log.push(format!("perm of the name: {}", perm(&d.join("dir/named"))));
+        log.push(format!("second link: {}", link_fd(fd, &d.join("dir/second"), false)));
+        fs::remove_file(d.join("dir/named")).unwrap();
+        fs::remove_file(d.join("dir/second")).unwrap();
+        log.push(format!(
+            "relink after unlink: {}",
+            link_fd(fd, &d.join("dir/again"), true)
+        ));
+        close_fd(fd);
+
+        let fd = open_tmpfile(d, libc::O_RDWR, 0o600).unwrap();
+        log.push(format!("AT_EMPTY_PATH: {}", link_fd(fd, &d.join("empty"), false)));
+        log.push(fd_write(fd, b"after the link"));
+        close_fd(fd);
+        log.push(format!("read back: {:?}", fs::read_to_string(d.join("empty"))));
+
+        let fd = open_tmpfile(d, libc::O_RDWR | libc::O_EXCL, 0o600).unwrap();
+        log.push(format!("O_EXCL: {}", fd_stat(fd)));
+        log.push(format!("O_EXCL linkat: {}", link_fd(fd, &d.join("excl"), true)));
+        log.push(format!("O_EXCL AT_EMPTY_PATH: {}", link_fd(fd, &d.join("excl"), false)));
+        close_fd(fd);
+
+        // So far one inode more is in use ("empty"): the others are freed
+        // (through FUSE when the kernel's RELEASE and FORGET arrive).
+        let before = base - 1;
+        log.push(format!("earlier ones freed: {}", freed_again(d, before)));
+        // Never linked, with data: freed at its close (inodes and blocks:
+        // e2fsck checks the blocks).
+        let fd = open_tmpfile(d, libc::O_WRONLY, 0o600).unwrap();
+        log.push(fd_write(fd, &vec![0x5a; 300_000]));
+        // SAFETY: fd is open.
+        log.push(format!(
+            "fsync: {}",
+            rc(if unsafe { libc::fsync(fd) } < 0 {
+                Err(errno())
+            } else {
+                Ok(())
+            })
+        ));
+        log.push(format!("one inode in use while open: {}", free_inodes(d) + 1 == before));
+        close_fd(fd);
+        log.push(format!("freed at close: {}", freed_again(d, before)));
+        log.push(format!(
+            "free inodes vs. start: {}",
+            free_inodes(d) as i64 - base as i64
+        ));
+
+        log.push(format!(
+            "on a file: {}",
+            rc(open_tmpfile(&d.join("plain"), libc::O_RDWR, 0o600).map(close_fd))
+        ));
+        log.push(format!("dir at the end: {}", ls(&d.join("dir"))));
+        log.push(format!("top at the end: {}", ls(d)));
+        log
+    });
+}
+
+/// A crash (the server killed) with an unlinked O_TMPFILE open leaves an
+/// orphan with blocks; the next mount, ours or the kernel's, frees it
+/// (orphan recovery), and the image is e2fsck-clean after.
+#[test]
+fn o_tmpfile_open_at_a_crash_is_freed_by_the_next_mount() {
     require();
-    let work = workdir("tmpfile");
-    let mut seen = Vec::new();
+    let work = workdir("tmpfile-crash");
+    let image = work.join("crash.img");
+    mkfs_ext4(&image, 64, &[]).unwrap();
+    let bin = ext4kit_bin(BIN);
+    let mut m = PeerMount::mount(&Peer::Ext4kit(bin.clone()), &image, &work.join("m")).unwrap();
+    let before = free_inodes(m.path());
+    let fd = open_tmpfile(m.path(), libc::O_RDWR, 0o600).unwrap();
+    assert_eq!(fd_write(fd, &vec![1; 1 << 20]), format!("wrote {}", 1 << 20));
+    // SAFETY: fd is open.
+    assert_eq!(unsafe { libc::fsync(fd) }, 0, "fsync: errno {}", errno());
+    m.signal_server(rustix::process::Signal::KILL).unwrap();
+    m.wait_server(std::time::Duration::from_secs(10)).unwrap();
+    close_fd(fd);
+    m.detach().unwrap();
+    drop(m);
+    for peer in [Peer::Ext4kit(bin), Peer::Kernel] {
+        let copy = work.join(format!("after-{}.img", peer.name()));
+        ext4kit_testkit::journal::copy_sparse(&image, &copy).unwrap();
+        let m = PeerMount::mount(&peer, &copy, &work.join(peer.name())).unwrap();
+        assert_eq!(
+            free_inodes(m.path()),
+            before,
+            "{}: the crashed tmpfile's inode was not freed at mount",
+            peer.name()
+        );
+        m.unmount().unwrap();
+        e2fsck_clean(&copy).unwrap_or_else(|e| panic!("after recovery by {}: {e}", peer.name()));
+    }
+    let _ = fs::remove_dir_all(&work);
+}
+
+/// `statx` of `p` (not following a final symlink), asking for `mask`.
+fn statx_of(p: &Path, mask: u32) -> libc::statx {
+    let c = cstr(p);
+    // SAFETY: statx fills the zeroed struct it is given; NUL-terminated path.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), libc::AT_SYMLINK_NOFOLLOW, mask, &mut stx) };
+    assert_eq!(r, 0, "statx {}: errno {}", p.display(), errno());
+    stx
+}
+
+fn ts_ns(t: libc::statx_timestamp) -> i128 {
+    i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
+}
+
+/// STATX_ATTR_* bits ext4_getattr reports (compressed, immutable, append,
+/// nodump, encrypted, verity).
+const EXT4_STATX_ATTRS: u64 = 0x4 | 0x10 | 0x20 | 0x40 | 0x800 | 0x100000;
+
+/// statx's birth time (generic/528) and attributes (generic/424): for a
+/// file, a directory and a symlink the birth time is reported, lies
+/// between the clock before and after the creation, is not after the
+/// ctime and survives a chmod and a write; chattr +i, +a and +d show as
+/// STATX_ATTR_IMMUTABLE, APPEND and NODUMP beside the kernel's.
+///
+/// The attributes: the kernel's FUSE (6.18) copies only the birth time
+/// out of a FUSE_STATX reply (`fuse_do_statx`), not `attributes`, so
+/// through any FUSE mount statx shows none of ext4's bits, whatever the
+/// server answers; ext4kit answers them as ext4_getattr would
+/// (`ext4kit_fuse::attr::statx_attributes`, unit-tested there). This test
+/// requires them equal to the kernel's as soon as the mount reports
+/// ext4's attribute mask, and until then asserts the kernel's omission.
+#[test]
+fn statx_birth_time_and_attributes_match_the_kernel() {
+    require();
+    let work = workdir("statx");
+    let mut logs = Vec::new();
+    let mut attrs = Vec::new();
     for peer in [Peer::Kernel, Peer::Ext4kit(ext4kit_bin(BIN))] {
         let image = work.join(format!("{}.img", peer.name()));
         mkfs_ext4(&image, 64, &[]).unwrap();
         let m = PeerMount::mount(&peer, &image, &work.join(peer.name())).unwrap();
-        let dir = cstr(m.path());
-        // SAFETY: NUL-terminated path; the descriptor is closed below.
-        let fd = unsafe { libc::open(dir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR, 0o600) };
-        let tmpfile = if fd < 0 {
-            format!("errno {}", errno())
-        } else {
-            "ok".into()
+        let d = m.path().to_path_buf();
+        let mut log = Log::new();
+        let now = || {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            t.as_nanos() as i128
         };
-        if fd >= 0 {
-            // SAFETY: ours.
-            unsafe { libc::close(fd) };
+        for (name, make) in [
+            ("file", &(|p: &Path| fs::write(p, "x").unwrap()) as &dyn Fn(&Path)),
+            ("dir", &|p: &Path| fs::create_dir(p).unwrap()),
+            ("symlink", &|p: &Path| std::os::unix::fs::symlink("target", p).unwrap()),
+        ] {
+            let p = d.join(name);
+            let t0 = now();
+            make(&p);
+            let t1 = now();
+            let s = statx_of(&p, libc::STATX_BASIC_STATS | libc::STATX_BTIME);
+            let b = ts_ns(s.stx_btime);
+            log.push(format!("{name}: btime in mask {}", s.stx_mask & libc::STATX_BTIME != 0));
+            // The kernel stamps with its coarse clock (up to a tick behind).
+            let sane = b >= t0 - 1_000_000_000 && b <= t1 + 1_000_000_000;
+            log.push(format!("{name}: btime between the clock before and after {sane}"));
+            // A file's write after its creation moved its ctime on.
+            log.push(format!("{name}: btime <= ctime {}", b <= ts_ns(s.stx_ctime)));
+            if name == "file" {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+                fs::write(&p, "changed").unwrap();
+                let s2 = statx_of(&p, libc::STATX_BASIC_STATS | libc::STATX_BTIME);
+                log.push(format!("file: btime kept {}", ts_ns(s2.stx_btime) == b));
+                log.push(format!("file: mtime moved past btime {}", ts_ns(s2.stx_mtime) > b));
+            }
         }
-        fs::write(m.path().join("f"), "x").unwrap();
-        let f = cstr(&m.path().join("f"));
-        // SAFETY: statx fills the zeroed struct it is given.
-        let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-        let r = unsafe { libc::statx(libc::AT_FDCWD, f.as_ptr(), 0, libc::STATX_BTIME, &mut stx) };
-        assert_eq!(r, 0, "statx: errno {}", errno());
-        seen.push((tmpfile, stx.stx_mask & libc::STATX_BTIME != 0));
+        // Basic stats only: no birth time asked, none needed.
+        let s = statx_of(&d.join("file"), libc::STATX_BASIC_STATS);
+        log.push(format!("basic stats: mode {:o} nlink {}", s.stx_mode, s.stx_nlink));
+        let mut seen = Vec::new();
+        for (tag, flag) in [("+i", 0x10u32), ("+a", 0x20), ("+d", 0x40)] {
+            let p = d.join("file");
+            let base = get_flags(&p).unwrap();
+            set_flags(&p, base | flag).unwrap();
+            let s = statx_of(&p, libc::STATX_BASIC_STATS | libc::STATX_BTIME);
+            seen.push((
+                tag,
+                s.stx_attributes & EXT4_STATX_ATTRS,
+                s.stx_attributes_mask & EXT4_STATX_ATTRS,
+            ));
+            set_flags(&p, base).unwrap();
+        }
+        attrs.push(seen);
+        logs.push(log);
         m.unmount().unwrap();
     }
-    assert_eq!(seen[0], ("ok".to_string(), true), "the kernel's ext4 offers both");
-    assert_eq!(
-        seen[1],
-        (format!("errno {}", libc::EOPNOTSUPP), false),
-        "ext4kit through fuser 0.18: O_TMPFILE is EOPNOTSUPP and statx has no birth time; if this changed, \
-         fuser gained FUSE_TMPFILE/FUSE_STATX: implement them and replace this test with a comparison"
+    if std::env::var_os("EXT4KIT_POSIX_GAPS_SHOW").is_some() {
+        eprintln!("statx, the kernel's observations:\n  {}", logs[0].join("\n  "));
+        eprintln!("statx attributes: kernel {:?}, ext4kit {:?}", attrs[0], attrs[1]);
+    }
+    assert_eq!(logs[0], logs[1], "statx: kernel (left) and ext4kit (right) differ");
+    assert!(
+        logs[1].iter().all(|l| !l.ends_with("false")),
+        "statx birth time: {:#?}",
+        logs[1]
     );
+    assert_eq!(
+        attrs[0],
+        [
+            ("+i", 0x10, EXT4_STATX_ATTRS),
+            ("+a", 0x20, EXT4_STATX_ATTRS),
+            ("+d", 0x40, EXT4_STATX_ATTRS)
+        ],
+        "the kernel's ext4"
+    );
+    if attrs[1].iter().any(|&(_, _, mask)| mask != 0) {
+        assert_eq!(
+            attrs[1], attrs[0],
+            "statx attributes through the mount differ from the kernel's"
+        );
+    } else {
+        assert!(
+            attrs[1].iter().all(|&(_, a, _)| a == 0),
+            "the kernel's FUSE reported attributes without their mask: {:?}",
+            attrs[1]
+        );
+    }
     e2fsck_clean(&work.join("ext4kit.img")).unwrap();
     let _ = fs::remove_dir_all(&work);
 }

@@ -6,6 +6,7 @@ use ext4kit::{FileType as Ft, Stat, Timestamp};
 use fuser::{FileAttr, FileType};
 
 use crate::nodes::to_fuse;
+use ext4kit_format::inode::flags as fl;
 
 /// Kernel file type of an ext4 file type.
 pub fn kind(t: Ft) -> FileType {
@@ -58,6 +59,18 @@ pub fn file_attr(st: &Stat, blksize: u32) -> FileAttr {
     }
 }
 
+/// statx's `STATX_ATTR_*` bits for inode flags `flags` and the mask of
+/// those ext4 reports (`ext4_getattr`): append-only, compressed,
+/// encrypted, immutable, nodump and verity, whose `STATX_ATTR_*` values
+/// are the `EXT4_*_FL` ones. DAX is not among them: the kernel reports
+/// `STATX_ATTR_DAX` from the inode's effective DAX mode (`IS_DAX`, set by
+/// `vfs_getattr_nosec`), never from the flag, and an image in a file has
+/// none; the VFS adds that bit to every mask itself.
+pub fn statx_attributes(flags: u32) -> (u64, u64) {
+    const MASK: u32 = fl::APPEND | fl::COMPR | fl::ENCRYPT | fl::IMMUTABLE | fl::NODUMP | fl::VERITY;
+    (u64::from(flags & MASK), u64::from(MASK))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +84,36 @@ mod tests {
             nsec: 7,
         });
         assert_eq!(t.duration_since(UNIX_EPOCH).unwrap(), Duration::new(3_000_000_000, 7));
+    }
+
+    #[test]
+    fn statx_attributes_are_ext4_getattrs() {
+        // include/uapi/linux/stat.h
+        const STATX_ATTR_COMPRESSED: u64 = 0x4;
+        const STATX_ATTR_IMMUTABLE: u64 = 0x10;
+        const STATX_ATTR_APPEND: u64 = 0x20;
+        const STATX_ATTR_NODUMP: u64 = 0x40;
+        const STATX_ATTR_ENCRYPTED: u64 = 0x800;
+        const STATX_ATTR_VERITY: u64 = 0x100000;
+        let mask = STATX_ATTR_COMPRESSED
+            | STATX_ATTR_IMMUTABLE
+            | STATX_ATTR_APPEND
+            | STATX_ATTR_NODUMP
+            | STATX_ATTR_ENCRYPTED
+            | STATX_ATTR_VERITY;
+        assert_eq!(statx_attributes(0), (0, mask));
+        assert_eq!(
+            statx_attributes(fl::IMMUTABLE | fl::EXTENTS),
+            (STATX_ATTR_IMMUTABLE, mask)
+        );
+        assert_eq!(
+            statx_attributes(fl::APPEND | fl::NODUMP | fl::NOATIME | fl::SYNC),
+            (STATX_ATTR_APPEND | STATX_ATTR_NODUMP, mask)
+        );
+        assert_eq!(
+            statx_attributes(fl::ENCRYPT | fl::VERITY | fl::COMPR),
+            (STATX_ATTR_ENCRYPTED | STATX_ATTR_VERITY | STATX_ATTR_COMPRESSED, mask)
+        );
     }
 
     #[test]

@@ -203,8 +203,12 @@
 //! ACLs (`FUSE_POSIX_ACL` + `FUSE_DONT_MASK`, see `Ext4Fuse::init`); the
 //! setuid/setgid/capability kill ([`killpriv`]); file handles across
 //! cache drops and remounts ([`export`]); RENAME_WHITEOUT
-//! (`ext4kit::vfs::whiteout`); inode flags and the label ([`ioctl`]).
-//! Each is compared with the kernel's ext4 in the cli crate's
+//! (`ext4kit::vfs::whiteout`); inode flags and the label ([`ioctl`]);
+//! O_TMPFILE (FUSE_TMPFILE: an unnamed inode on the orphan list, which
+//! LINK names unless it was opened O_EXCL, `Fs::tmpfile_open_at`) and
+//! statx's birth time (FUSE_STATX, from `i_crtime`). Both requests are
+//! decoded by our copy of fuser (`vendor/fuser/VENDORED.md`). Each is
+//! compared with the kernel's ext4 in the cli crate's
 //! `tests/posix_gaps.rs`.
 //!
 //! # Not served
@@ -212,9 +216,11 @@
 //! POSIX byte-range and BSD locks are left to the kernel (local to the
 //! mount, which is the only user of the image); ioctls other than the
 //! flag and label ones (FIEMAP, ...) answer ENOTTY and `bmap` ENOSYS.
-//! O_TMPFILE and statx's birth time need FUSE_TMPFILE and FUSE_STATX,
-//! which fuser 0.18 does not decode (it answers ENOSYS; the kernel then
-//! reports EOPNOTSUPP and leaves STATX_BTIME out). Inode flags are not
+//! statx's attributes (immutable, append-only, nodump...): FUSE_STATX
+//! answers them as `ext4_getattr` does ([`attr::statx_attributes`]), but
+//! the kernel's FUSE (6.18) copies only the birth time out of the reply
+//! (`fuse_do_statx`), so statx through the mount shows none of them;
+//! lsattr's ioctl does. Inode flags are not
 //! visible to the kernel (FUSE inodes carry no S_IMMUTABLE/S_APPEND), so
 //! with `-o no_open` an open for writing of an immutable or append-only
 //! file succeeds and its first write is refused instead (by default OPEN

@@ -20,10 +20,10 @@ use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyStatfs, ReplyStatx, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::attr::{file_attr, kind};
+use crate::attr::{file_attr, kind, statx_attributes};
 use crate::errno::{errno, res};
 use crate::export;
 use crate::handles::{DirEntry, Handle, Handles, OpenDir, OpenFile};
@@ -1063,6 +1063,95 @@ impl Filesystem for Ext4Fuse {
         })();
         match r {
             Ok((a, g, fh)) => reply.created(&TTL, &a, g, FileHandle(fh), self.fopen_flags()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// `open(O_TMPFILE)` (FUSE_TMPFILE, sent by the kernel's `fuse_tmpfile`
+    /// with CREATE's body): an unnamed regular inode on the orphan list,
+    /// opened, answered as CREATE. The kernel marks its inode linkable
+    /// (`I_LINKABLE`) unless the open had O_EXCL and refuses other links
+    /// itself; the engine keeps the same mark, so LINK names the inode only
+    /// then. With `-o no_open` the open is closed here and the node's
+    /// lookup count keeps the inode until FORGET.
+    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        self.busy.touch();
+        let r = (|| {
+            let p = Self::ino(parent)?;
+            if self.read_only {
+                return Err(Errno::EROFS);
+            }
+            if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
+                return Err(Errno::EINVAL);
+            }
+            // The default ACL is inherited as for a create (ext4_tmpfile →
+            // ext4_new_inode → ext4_init_acl).
+            let acl = self.new_inode_acl(p, Ft::Regular, mode, umask)?;
+            // The open's own flags: O_TMPFILE includes O_DIRECTORY, which
+            // the engine's open would refuse on a regular file.
+            let open = flags & !(libc::O_TMPFILE | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+            let linkable = flags & libc::O_EXCL == 0;
+            let (st, f) =
+                res(self
+                    .fs
+                    .tmpfile_open_at(p, acl.mode, self.engine_flags(open), linkable, &Self::cred(req)))?;
+            let close = |f| {
+                if let Err(e) = self.fs.close_file(f) {
+                    eprintln!("ext4kit: closing a tmpfile: {e}");
+                }
+            };
+            let st = if acl.access.is_some() || acl.default.is_some() {
+                // Failing, the creation fails (ext4_init_acl); the close
+                // frees the nameless inode.
+                match self
+                    .fs
+                    .apply_acl_create(st.ino, &acl)
+                    .and_then(|()| self.fs.stat_ino(st.ino))
+                {
+                    Ok(st) => st,
+                    Err(e) => {
+                        close(f);
+                        return Err(errno(&e));
+                    }
+                }
+            } else {
+                st
+            };
+            let (a, g) = match self.entry_of(&st) {
+                Ok(x) => x,
+                Err(e) => {
+                    close(f);
+                    return Err(e);
+                }
+            };
+            if self.no_open {
+                // As CREATE: no handle. The node's hold (entry_of) keeps
+                // the inode past this close.
+                close(f);
+                return Ok((a, g, 0));
+            }
+            let fh = self
+                .handles
+                .insert(Handle::File(OpenFile::new(self.fs.clone(), f, req.uid() == 0)));
+            Ok((a, g, fh))
+        })();
+        match r {
+            Ok((a, g, fh)) => reply.created(&TTL, &a, g, FileHandle(fh), self.fopen_flags()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// statx(2) beyond the basic stats (FUSE_STATX: the kernel asks when a
+    /// caller wants the birth time): GETATTR's attributes, the birth time
+    /// from `i_crtime` when the record has room for it, and the
+    /// `STATX_ATTR_*` bits ext4_getattr derives from the inode flags.
+    fn statx(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, _flags: u32, _mask: u32, reply: ReplyStatx) {
+        self.busy.touch();
+        match Self::ino(ino).and_then(|i| res(self.fs.stat_ino(i))) {
+            Ok(st) => {
+                let (attributes, mask) = statx_attributes(st.flags);
+                reply.statx(&TTL, &file_attr(&st, self.block_size), st.has_crtime, attributes, mask)
+            }
             Err(e) => reply.error(e),
         }
     }

@@ -71,6 +71,7 @@ pub use crate::reply::ReplyLseek;
 pub use crate::reply::ReplyOpen;
 pub use crate::reply::ReplyPoll;
 pub use crate::reply::ReplyStatfs;
+pub use crate::reply::ReplyStatx;
 pub use crate::reply::ReplyWrite;
 pub use crate::reply::ReplyXattr;
 pub use crate::request_param::Request;
@@ -982,6 +983,47 @@ pub trait Filesystem: Send + Sync + 'static {
         warn!(
             "[Not Implemented] lseek(ino: {ino:#x?}, fh: {fh}, \
             offset: {offset}, whence: {whence})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// Create and open an unnamed regular file in directory `parent`
+    /// (`open(O_TMPFILE)`): mode, umask and flags as in `create`. The new
+    /// inode has no name (a link count of 0) until `link` gives it one.
+    /// Reply as to `create`. ENOSYS tells the kernel not to ask again
+    /// (`O_TMPFILE` then fails with EOPNOTSUPP).
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!(
+            "[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, \
+            umask: {umask:#x?}, flags: {flags:#x?})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// Get file attributes for `statx(2)`: the birth time and `STATX_ATTR_*`
+    /// attributes besides `getattr`'s. `flags` are the `AT_STATX_*` sync
+    /// flags and `mask` the `STATX_*` fields asked for. ENOSYS tells the
+    /// kernel not to ask again (it then uses `getattr` and reports no birth
+    /// time).
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        flags: u32,
+        mask: u32,
+        reply: ReplyStatx,
+    ) {
+        warn!(
+            "[Not Implemented] statx(ino: {ino:#x?}, fh: {fh:#x?}, flags: {flags:#x?}, mask: {mask:#x?})"
         );
         reply.error(Errno::ENOSYS);
     }

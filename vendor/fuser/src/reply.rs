@@ -315,6 +315,50 @@ impl ReplyAttr {
 }
 
 ///
+/// Statx Reply
+///
+#[derive(Debug)]
+pub struct ReplyStatx {
+    reply: ReplyRaw,
+}
+
+impl Reply for ReplyStatx {
+    fn new(unique: ll::RequestId, sender: ReplySender) -> ReplyStatx {
+        ReplyStatx {
+            reply: Reply::new(unique, sender),
+        }
+    }
+}
+
+impl ReplyStatx {
+    /// Reply with the basic stats of `attr`, its `crtime` as the birth time
+    /// when `btime` is true (`STATX_BTIME` is left out of the mask
+    /// otherwise), and the `STATX_ATTR_*` bits in `attributes` out of those
+    /// the filesystem supports (`attributes_mask`).
+    pub fn statx(
+        self,
+        ttl: &Duration,
+        attr: &FileAttr,
+        btime: bool,
+        attributes: u64,
+        attributes_mask: u64,
+    ) {
+        self.reply.send_ll(&ll::ResponseStruct::new_statx(
+            ttl,
+            attr,
+            btime,
+            attributes,
+            attributes_mask,
+        ));
+    }
+
+    /// Reply to a request with the given error code
+    pub fn error(self, err: Errno) {
+        self.reply.error(err);
+    }
+}
+
+///
 /// XTimes Reply
 ///
 #[cfg(target_os = "macos")]

@@ -18,6 +18,7 @@ use ext4kit_format::inode::FileType;
 
 use super::cred::Cred;
 use super::file::{File, OpenFlags};
+use super::icache::CachedInode;
 use super::{Fs, Stat};
 use crate::error::{Errno, Result};
 
@@ -76,6 +77,37 @@ impl Fs {
         }
     }
 
+    /// `open(O_TMPFILE)` in directory `parent` (`vfs_tmpfile` →
+    /// `ext4_tmpfile`, then the open): a regular file with permission bits
+    /// `perm` (already masked by the umask) and no name, open with `flags`
+    /// (its access mode; O_CREAT, O_EXCL, O_TRUNC and O_DIRECTORY are the
+    /// caller's to strip). With `linkable` (the open had no O_EXCL) a later
+    /// [`Fs::link_at`] may name it; otherwise its last close frees it.
+    /// Close it with [`Fs::close_file`].
+    pub fn tmpfile_open_at(
+        &self,
+        parent: u32,
+        perm: u16,
+        flags: OpenFlags,
+        linkable: bool,
+        cred: &Cred,
+    ) -> Result<(Stat, Arc<File>)> {
+        let inode = self.tmpfile_inode(parent, perm, linkable, cred)?;
+        let st = Stat::from_inode(&self.vol, inode.ino, &inode.disk.read());
+        // Opened from the cached inode itself: it has no name to find it
+        // by again, and cannot be read back from disk (links 0).
+        match self.open_cached(&inode, flags, cred, PermCheck::Done, true) {
+            Ok(f) => Ok((st, f)),
+            Err(e) => {
+                // Never opened: free it now rather than at the next mount.
+                if let Err(u) = self.release_unlinked(&inode) {
+                    eprintln!("ext4kit: freeing tmpfile inode {}: {u}", inode.ino);
+                }
+                Err(e)
+            }
+        }
+    }
+
     fn open_inode(
         &self,
         ino: u32,
@@ -85,12 +117,24 @@ impl Fs {
         created: bool,
     ) -> Result<Arc<File>> {
         let inode = self.inode(ino)?;
+        self.open_cached(&inode, flags, cred, check, created)
+    }
+
+    fn open_cached(
+        &self,
+        inode: &Arc<CachedInode>,
+        flags: OpenFlags,
+        cred: &Cred,
+        check: PermCheck,
+        created: bool,
+    ) -> Result<Arc<File>> {
+        let ino = inode.ino;
         let check_perm = check == PermCheck::Engine && !created;
-        self.may_open(&inode, flags, cred, check_perm, &|| format!("inode {ino}"))?;
+        self.may_open(inode, flags, cred, check_perm, &|| format!("inode {ino}"))?;
         if flags.trunc && inode.ftype == FileType::Regular && !created {
-            self.truncate_inode(&inode, 0)?;
+            self.truncate_inode(inode, 0)?;
         }
-        let r = super::pin::open(&inode, None)
+        let r = super::pin::open(inode, None)
             .ok_or_else(|| crate::error::Error::posix(Errno::ENOENT, format!("inode {ino} was freed")))?;
         let mut file = File::new(r, flags);
         // CAP_FSETID: only root's writes keep the setuid/setgid bits.
@@ -183,5 +227,67 @@ mod tests {
                 .errno(),
             Errno::EISDIR
         );
+    }
+
+    #[test]
+    fn tmpfiles_are_orphans_until_linked_and_freed_at_last_close() {
+        let fs = fs();
+        let root = Cred::root();
+        let rw = OpenFlags::from_bits(RDWR);
+        let free0 = fs.statfs().unwrap().files_free;
+        // Never linked: an orphan while open, freed by its close.
+        let (st, f) = fs.tmpfile_open_at(2, 0o600, rw, true, &root).unwrap();
+        assert_eq!((st.nlink, st.ftype, st.perm()), (0, crate::FileType::Regular, 0o600));
+        assert_eq!(fs.vol.orphan_chain().unwrap(), vec![st.ino]);
+        assert_eq!(fs.statfs().unwrap().files_free, free0 - 1);
+        f.pwrite(&fs, 0, &[7u8; 10000]).unwrap();
+        fs.fsync_inode(&f.inode, false).unwrap();
+        // The directory did not change.
+        assert!(fs.read_dir_ino(2).unwrap().iter().all(|e| e.ino != st.ino));
+        fs.close_file(f).unwrap();
+        assert!(fs.vol.orphan_chain().unwrap().is_empty());
+        assert_eq!(fs.statfs().unwrap().files_free, free0);
+
+        // Linked: off the orphan list, a name, data kept, alive after close.
+        let (st, f) = fs.tmpfile_open_at(2, 0o640, rw, true, &root).unwrap();
+        f.pwrite(&fs, 0, b"tmpfile data").unwrap();
+        let linked = fs.link_at(st.ino, 2, b"named", &root).unwrap();
+        assert_eq!((linked.ino, linked.nlink), (st.ino, 1));
+        assert!(fs.vol.orphan_chain().unwrap().is_empty());
+        // Only the first link is the tmpfile's: after unlinking the name
+        // again it is a plain unlinked open file, which cannot be relinked.
+        fs.unlink_at(2, b"named", &root).unwrap();
+        assert_eq!(fs.vol.orphan_chain().unwrap(), vec![st.ino]);
+        let e = fs.link_at(st.ino, 2, b"again", &root).unwrap_err();
+        assert_eq!(e.errno(), Errno::ENOENT);
+        fs.close_file(f).unwrap();
+        assert_eq!(fs.statfs().unwrap().files_free, free0);
+
+        let (st, f) = fs.tmpfile_open_at(2, 0o640, rw, true, &root).unwrap();
+        f.pwrite(&fs, 0, b"kept").unwrap();
+        fs.link_at(st.ino, 2, b"kept", &root).unwrap();
+        fs.close_file(f).unwrap();
+        let (ino, _) = fs.lookup_at(2, b"kept").unwrap().unwrap();
+        assert_eq!(ino, st.ino);
+        let g = fs
+            .open_ino_as(ino, OpenFlags::default(), &root, PermCheck::Engine)
+            .unwrap();
+        let mut b = [0u8; 8];
+        assert_eq!(g.pread(&fs, 0, &mut b).unwrap(), 4);
+        assert_eq!(&b[..4], b"kept");
+        fs.close_file(g).unwrap();
+
+        // O_EXCL: never linkable (ENOENT, as vfs_link without I_LINKABLE).
+        let (st, f) = fs.tmpfile_open_at(2, 0o600, rw, false, &root).unwrap();
+        let e = fs.link_at(st.ino, 2, b"excl", &root).unwrap_err();
+        assert_eq!(e.errno(), Errno::ENOENT);
+        fs.close_file(f).unwrap();
+        assert!(fs.vol.orphan_chain().unwrap().is_empty());
+        assert_eq!(fs.statfs().unwrap().files_free, free0 - 1);
+
+        // The directory's write permission is needed, as for a create.
+        let user = Cred::user(1000, 1000);
+        let e = fs.tmpfile_open_at(2, 0o600, rw, true, &user).unwrap_err();
+        assert_eq!(e.errno(), Errno::EACCES);
     }
 }

@@ -71,6 +71,11 @@ pub struct CachedInode {
     /// Its last link is gone (set by `drop_link` before it revokes idle
     /// pins; a close reads it after dropping its open: see `vfs::pin`).
     pub(crate) unlinked: AtomicBool,
+    /// Made by `O_TMPFILE` without `O_EXCL` and not linked since: a link
+    /// may give it its first name although its link count is 0 (the
+    /// kernel's `I_LINKABLE`, set by `vfs_tmpfile`, cleared by
+    /// `vfs_link`). Changed under the `disk` write lock.
+    pub(crate) linkable: AtomicBool,
     /// [`DIRTY_TIME`] | [`DIRTY_DATA`]; changed under the `disk` write lock.
     dirty: AtomicU8,
     referenced: AtomicBool,
@@ -95,6 +100,7 @@ impl CachedInode {
             opens: AtomicU32::new(0),
             pins: Default::default(),
             unlinked: AtomicBool::new(false),
+            linkable: AtomicBool::new(false),
             dirty: AtomicU8::new(0),
             // Unreferenced until used again (see `crate::clock`).
             referenced: AtomicBool::new(false),

@@ -418,7 +418,13 @@ impl Fs {
         }
         let mut trec = target.disk.write();
         super::iflags::check_link(&trec, name)?;
-        if trec.base.links_count == 0 {
+        // An inode with no name gets one only if it is an O_TMPFILE made
+        // without O_EXCL and never linked (vfs_link: `i_nlink == 0 &&
+        // !(i_state & I_LINKABLE)` is ENOENT); that first link takes it
+        // off the orphan list in the same transaction (__ext4_link →
+        // ext4_orphan_del).
+        let first = trec.base.links_count == 0;
+        if first && (trec.base.mode == 0 || !target.linkable.load(Ordering::SeqCst)) {
             return Err(Error::posix(Errno::ENOENT, format!("inode {ino} has been unlinked")));
         }
         if trec.base.links_count >= LINK_MAX {
@@ -440,10 +446,22 @@ impl Fs {
         newd.set_time(TimeField::Ctime, t);
         self.vol.write_inode(&mut h, parent, &newd)?;
         let mut newt = trec.clone();
+        if first {
+            self.vol.orphan_remove(&mut h, ino, &mut newt)?;
+        }
         newt.base.links_count += 1;
         newt.set_time(TimeField::Ctime, t);
         self.vol.write_inode(&mut h, ino, &newt)?;
         h.commit()?;
+        if first {
+            // The chain's head, when it was the head, without a journal.
+            self.vol.sync_super()?;
+            // Named now: a close no longer frees it (a close that read the
+            // flag before waits for `trec` in `release_unlinked` and finds
+            // the link), and a later unlink makes a plain orphan of it.
+            target.unlinked.store(false, Ordering::SeqCst);
+            target.linkable.store(false, Ordering::SeqCst);
+        }
         let newsize = newd.size();
         *drec = newd;
         *trec = newt;

@@ -31,6 +31,10 @@ pub struct Stat {
     pub ctime: Timestamp,
     /// Creation (zero when the inode has no room for it).
     pub crtime: Timestamp,
+    /// Whether the record has room for `i_crtime` (`i_extra_isize`
+    /// covers it: ext4_getattr's `EXT4_FITS_IN_INODE(.., i_crtime)`), so
+    /// that `crtime` is the birth time and not a zero stand-in.
+    pub has_crtime: bool,
     /// Space used in 512-byte units.
     pub blocks: u64,
     /// `i_flags`.
@@ -63,6 +67,7 @@ impl Stat {
             mtime: i.time(TimeField::Mtime),
             ctime: i.time(TimeField::Ctime),
             crtime: i.time(TimeField::Crtime),
+            has_crtime: i.has_extra(0x14),
             blocks: i.blocks_512(vol.has_ro_compat(ro_compat::HUGE_FILE), vol.block_size as u32),
             flags: i.base.flags,
             rdev,

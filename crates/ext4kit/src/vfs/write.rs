@@ -6,6 +6,7 @@
 //! the new inode, link it into the directory, update the parent's times,
 //! commit, and only then publish the new name in the dentry cache.
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ext4kit_format::dirent::NAME_MAX;
@@ -14,6 +15,7 @@ use ext4kit_format::inode::{FileType, TimeField, Timestamp};
 use ext4kit_format::inode::Inode;
 
 use super::cred::{Cred, MAY_EXEC, MAY_WRITE};
+use super::icache::CachedInode;
 use super::namei::{show, with_path};
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
@@ -344,6 +346,90 @@ impl Fs {
         let inode = self.icache.insert_new(ino, rec)?;
         let st = Stat::from_inode(&self.vol, ino, &inode.disk.read());
         Ok(st)
+    }
+
+    /// `O_TMPFILE`'s inode (`ext4_tmpfile`): a regular file with permission
+    /// bits `perm` owned as [`Fs::mknod_at`] would own it in directory
+    /// `parent`, but with no name: its link count is 0 and it is on the
+    /// orphan list from the transaction that allocates it, so a crash
+    /// before its last close leaves an orphan that the next mount or
+    /// e2fsck frees. The directory itself is not changed (no entry, no
+    /// times), as in the kernel. The caller opens the returned inode at
+    /// once and closes it with [`Fs::close_file`]; `linkable` (no
+    /// `O_EXCL`) lets [`Fs::link_at`] give it a name later.
+    pub(crate) fn tmpfile_inode(
+        &self,
+        parent: u32,
+        perm: u16,
+        linkable: bool,
+        cred: &Cred,
+    ) -> Result<Arc<CachedInode>> {
+        self.retry_enospc(|| self.tmpfile_inode_once(parent, perm, linkable, cred))
+    }
+
+    /// One attempt of [`Self::tmpfile_inode`].
+    fn tmpfile_inode_once(&self, parent: u32, perm: u16, linkable: bool, cred: &Cred) -> Result<Arc<CachedInode>> {
+        if self.vol.read_only {
+            return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
+        }
+        let dir = self.inode(parent)?;
+        if dir.ftype != FileType::Directory {
+            return Err(Error::posix(Errno::ENOTDIR, format!("inode {parent}: not a directory")));
+        }
+        // The parent's lock as a creation takes it: its flags and owner
+        // are read once, and a concurrent rmdir either comes first (ENOENT)
+        // or after.
+        let dir_rec = dir.disk.write();
+        if dir_rec.base.links_count == 0 {
+            return Err(Error::posix(
+                Errno::ENOENT,
+                format!("directory inode {parent} was removed"),
+            ));
+        }
+        // vfs_tmpfile: inode_permission(dir, MAY_WRITE | MAY_EXEC), which
+        // refuses an immutable directory (EPERM) before the mode bits.
+        super::iflags::check_create_in(&dir_rec, b"(O_TMPFILE)")?;
+        if !cred.may(&dir_rec, MAY_WRITE | MAY_EXEC) {
+            return Err(Error::posix(
+                Errno::EACCES,
+                "O_TMPFILE: no write and search permission on the directory",
+            ));
+        }
+        let gid = if dir_rec.base.mode & 0o2000 != 0 {
+            dir_rec.gid()
+        } else {
+            cred.gid
+        };
+        let t = now();
+        let mut h = self.vol.begin()?;
+        let ino = self.vol.alloc_inode(&mut h, parent, false)?;
+        // A cached inode of this number is a dead predecessor (see `create_at`).
+        self.icache.forget(ino);
+        let mut rec = self.vol.new_inode_record(&NewInode {
+            ftype: FileType::Regular,
+            perm: perm & 0o7777,
+            uid: cred.uid,
+            gid,
+            now: t,
+            parent: (dir_rec.base.flags, dir_rec.extra.projid),
+        });
+        drop(dir_rec);
+        // d_tmpfile drops the link new_inode gave, ext4_tmpfile puts the
+        // inode on the orphan list; one transaction with the allocation.
+        rec.base.links_count = 0;
+        // (It fails only when the journal refuses the superblock, which
+        // aborts the journal: as for an unlink's orphan, `drop_link`.)
+        self.vol.orphan_add(&mut h, ino, &mut rec)?;
+        h.commit()?;
+        // Without a journal the orphan chain's head is in the superblock
+        // only (as after an unlink of an open file, `remove_at`).
+        self.vol.sync_super()?;
+        let inode = self.icache.insert_new(ino, rec)?;
+        // No name: its last close frees it (`after_close`), unless a link
+        // gives it one first.
+        inode.unlinked.store(true, std::sync::atomic::Ordering::SeqCst);
+        inode.linkable.store(linkable, std::sync::atomic::Ordering::SeqCst);
+        Ok(inode)
     }
 
     /// Create a regular file at `path` holding `data` (an interim entry

@@ -120,6 +120,71 @@ impl ResponseStruct<abi::fuse_attr_out> {
     }
 }
 
+/// `STATX_TYPE` .. `STATX_BLOCKS`: every field `fuse_statx` fills from a `FileAttr`.
+const STATX_BASIC_STATS: u32 = 0x7ff;
+/// `STATX_BTIME`.
+const STATX_BTIME: u32 = 0x800;
+
+impl ResponseStruct<abi::fuse_statx_out> {
+    /// The basic stats of `attr`, its `crtime` as the birth time when
+    /// `btime` is set, and `STATX_ATTR_*` bits (the kernel's
+    /// `fuse_statx_to_attr` and `fuse_do_statx` read them back).
+    pub(crate) fn new_statx(
+        ttl: &Duration,
+        attr: &crate::FileAttr,
+        btime: bool,
+        attributes: u64,
+        attributes_mask: u64,
+    ) -> Self {
+        let a = fuse_attr_from_attr(attr);
+        let sx_time = |secs: i64, nsec: u32| abi::fuse_sx_time {
+            tv_sec: secs,
+            tv_nsec: nsec,
+            __reserved: 0,
+        };
+        let (b_secs, b_nsec) = if btime {
+            time_from_system_time(&attr.crtime)
+        } else {
+            (0, 0)
+        };
+        // FUSE's 32-bit rdev is the kernel's new_encode_dev; statx carries
+        // major and minor (new_decode_dev).
+        let (rdev_major, rdev_minor) = (
+            (a.rdev >> 8) & 0xfff,
+            (a.rdev & 0xff) | ((a.rdev >> 12) & 0xfff00),
+        );
+        ResponseStruct(abi::fuse_statx_out {
+            attr_valid: ttl.as_secs(),
+            attr_valid_nsec: ttl.subsec_nanos(),
+            flags: 0,
+            spare: [0; 2],
+            stat: abi::fuse_statx {
+                mask: STATX_BASIC_STATS | if btime { STATX_BTIME } else { 0 },
+                blksize: a.blksize,
+                attributes,
+                nlink: a.nlink,
+                uid: a.uid,
+                gid: a.gid,
+                mode: a.mode as u16,
+                __spare0: [0],
+                ino: a.ino,
+                size: a.size,
+                blocks: a.blocks,
+                attributes_mask,
+                atime: sx_time(a.atime, a.atimensec),
+                btime: sx_time(b_secs, b_nsec),
+                ctime: sx_time(a.ctime, a.ctimensec),
+                mtime: sx_time(a.mtime, a.mtimensec),
+                rdev_major,
+                rdev_minor,
+                dev_major: 0,
+                dev_minor: 0,
+                __spare2: [0; 14],
+            },
+        })
+    }
+}
+
 #[cfg(target_os = "macos")]
 impl ResponseStruct<abi::fuse_getxtimes_out> {
     pub(crate) fn new_xtimes(bkuptime: SystemTime, crtime: SystemTime) -> Self {
@@ -830,6 +895,58 @@ mod test {
             r.with_iovec(RequestId(0xdeadbeef), ioslice_to_vec),
             expected
         );
+    }
+
+    #[test]
+    #[cfg(not(target_os = "macos"))]
+    fn reply_statx() {
+        // Offsets from include/uapi/linux/fuse.h: fuse_statx_out is 32
+        // bytes before its fuse_statx (256 bytes), after the 16-byte header.
+        let u32_at = |v: &[u8], o: usize| u32::from_le_bytes(v[o..o + 4].try_into().unwrap());
+        let u64_at = |v: &[u8], o: usize| u64::from_le_bytes(v[o..o + 8].try_into().unwrap());
+        let attr = crate::FileAttr {
+            ino: INodeNo(0x11),
+            size: 0x22,
+            blocks: 0x33,
+            atime: UNIX_EPOCH + Duration::new(0x1234, 0x5678),
+            mtime: UNIX_EPOCH + Duration::new(0x2234, 0x5678),
+            ctime: UNIX_EPOCH + Duration::new(0x3234, 0x5678),
+            crtime: UNIX_EPOCH + Duration::new(0x4234, 7),
+            kind: FileType::CharDevice,
+            perm: 0o644,
+            nlink: 0x55,
+            uid: 0x66,
+            gid: 0x77,
+            // new_encode_dev(259, 0x12345)
+            rdev: 0x45 | (259 << 8) | (0x12300 << 12),
+            flags: 0,
+            blksize: 0xdd,
+        };
+        let ttl = Duration::new(0x8765, 0x4321);
+        let r = ResponseStruct::new_statx(&ttl, &attr, true, 0x30, 0x70);
+        let v = r.with_iovec(RequestId(0xdeadbeef), ioslice_to_vec);
+        assert_eq!(v.len(), 16 + 32 + 256);
+        assert_eq!(u32_at(&v, 0) as usize, v.len());
+        assert_eq!(u64_at(&v, 16), 0x8765);
+        let sx = 48;
+        assert_eq!(u32_at(&v, sx), 0xfff); // STATX_BASIC_STATS | STATX_BTIME
+        assert_eq!(u32_at(&v, sx + 4), 0xdd);
+        assert_eq!(u64_at(&v, sx + 8), 0x30);
+        assert_eq!(u32_at(&v, sx + 16), 0x55);
+        assert_eq!(u32_at(&v, sx + 28) & 0xffff, libc::S_IFCHR | 0o644);
+        assert_eq!(u64_at(&v, sx + 32), 0x11);
+        assert_eq!(u64_at(&v, sx + 56), 0x70);
+        assert_eq!(u64_at(&v, sx + 64), 0x1234);
+        assert_eq!(u64_at(&v, sx + 80), 0x4234);
+        assert_eq!(u32_at(&v, sx + 88), 7);
+        assert_eq!(u64_at(&v, sx + 96), 0x3234);
+        assert_eq!(u64_at(&v, sx + 112), 0x2234);
+        assert_eq!((u32_at(&v, sx + 128), u32_at(&v, sx + 132)), (259, 0x12345));
+        // No birth time: left out of the mask.
+        let r = ResponseStruct::new_statx(&ttl, &attr, false, 0, 0);
+        let v = r.with_iovec(RequestId(0xdeadbeef), ioslice_to_vec);
+        assert_eq!(u32_at(&v, sx), 0x7ff);
+        assert_eq!(u64_at(&v, sx + 80), 0);
     }
 
     #[test]
