@@ -63,9 +63,10 @@
 //!   inode allocated until its FORGET. Each WRITE says whether it appends
 //!   and whether to clear setuid/setgid (`FUSE_WRITE_KILL_SUIDGID`); the
 //!   engine's write path refuses immutable inodes and positions
-//!   append-only ones. `FUSE_ATOMIC_O_TRUNC` is negotiated when OPEN is
-//!   served, except with `cache=writeback` (there only the truncating
-//!   SETATTR carries the kernel's own mtime/ctime).
+//!   append-only ones. `FUSE_ATOMIC_O_TRUNC` is not negotiated: with it
+//!   the kernel hands O_TRUNC to OPEN before its ETXTBSY check, so a
+//!   truncating open of a running binary emptied it (see `init`); O_TRUNC
+//!   arrives as a SETATTR of the size after the check instead.
 
 //! # Round trips and busy polling
 //!

@@ -686,19 +686,16 @@ impl Filesystem for Ext4Fuse {
         self.no_open = self.want_no_open
             && self.cache == CacheMode::WriteThrough
             && config.add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT).is_ok();
-        if !self.no_open && self.cache != CacheMode::Writeback {
-            // O_TRUNC arrives with OPEN (one request, not OPEN + SETATTR).
-            // Not with no-open: the kernel would then skip the SETATTR of
-            // an O_TRUNC open (`fuse_do_setattr`, ATTR_OPEN) expecting an
-            // OPEN that never comes, and the file would keep its data.
-            // Not with write-back caching: there the kernel owns a regular
-            // file's mtime/ctime, and only its truncating SETATTR carries
-            // them (`trust_local_cmtime`); after an OPEN that truncated,
-            // `fuse_truncate_update_attr` stamps its coarse clock, often the
-            // same tick as before, and sends nothing, so the image kept our
-            // later time while the mount showed the kernel's.
-            let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
-        }
+        // No FUSE_ATOMIC_O_TRUNC: with it the kernel passes O_TRUNC to
+        // OPEN and checks ETXTBSY only afterwards (`do_open` →
+        // `handle_truncate` → `get_write_access`, after `vfs_open`), so an
+        // O_TRUNC open of a running binary emptied the file here and then
+        // failed with ETXTBSY — the program died of SIGBUS, its write
+        // denial went with it, and the open could even succeed (pjdfstest
+        // open::etxtbsy failed 11 runs in 30). Without it the kernel
+        // truncates by SETATTR after that check, as ext4 does, at one more
+        // round trip per truncating open of an existing file (a created
+        // file is not truncated at all: FMODE_CREATED).
         // POSIX ACLs: the kernel reads them (GETXATTR system.posix_acl_*),
         // caches them and checks permissions with them; setting one goes
         // through its validation (`posix_acl_from_xattr`) to SETXATTR,

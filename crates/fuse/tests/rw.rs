@@ -577,6 +577,41 @@ fn mmap_write(p: &Path, len: usize) {
 /// directory changed again (the stress test `directory_readers_...` lost
 /// names this way, under CPU load). Each step is checked through a fresh
 /// opendir, which the kernel answers from its cache when it can.
+/// A truncating open of a running program is refused with ETXTBSY and
+/// leaves the program whole, as on ext4. With FUSE_ATOMIC_O_TRUNC the
+/// kernel handed O_TRUNC to OPEN before its ETXTBSY check, so the server
+/// emptied the file and the open then failed (or even succeeded, once the
+/// program had died of SIGBUS): pjdfstest open::etxtbsy, 11 runs in 30.
+#[test]
+fn a_truncating_open_of_a_running_program_is_refused_and_truncates_nothing() {
+    let mut rw = Rw::new("etxtbsy", "64M", &[]);
+    let bin = fs::read("/usr/bin/sleep").unwrap();
+    for i in 0..5 {
+        let p = rw.p(&format!("sleep{i}"));
+        fs::write(&p, &bin).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        let mut child = Command::new(&p).arg("10").spawn().unwrap();
+        // spawn returns once the exec went through: the file is denied
+        // writers from here on.
+        for flags in [libc::O_WRONLY, libc::O_RDWR, libc::O_RDONLY | libc::O_TRUNC] {
+            let r = OpenOptions::new()
+                .read(flags & libc::O_ACCMODE != libc::O_WRONLY)
+                .write(flags & libc::O_ACCMODE != libc::O_RDONLY)
+                .custom_flags(flags & libc::O_TRUNC)
+                .open(&p);
+            assert_eq!(errno_of(r), libc::ETXTBSY, "open({flags:#o}) of a running program");
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the program died: its file was damaged"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(fs::read(&p).unwrap() == bin, "the running program's file changed");
+    }
+    rw.unmount();
+}
+
 /// The mount widens its readahead window to one 1 MiB request (the
 /// kernel's 128 KiB made a cold read eight round trips per MiB), and a
 /// file read cold through the wide window reads back exactly.
