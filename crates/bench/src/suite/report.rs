@@ -315,7 +315,8 @@ impl Report {
             "One round trip: {} µs (median of 5 × 5,000 stats of missing names; batches {}–{} µs; \
              the kernel counted {:.2} requests per stat), transport {}. Requests per operation are \
              the kernel's own count (tracepoint `fuse:fuse_request_send`) in an untimed pass after \
-             the rounds; the floor is requests × round trip ÷ requests in flight; the ceiling is the \
+             the rounds; the floor is requests × the fastest batch's round trip ÷ requests in flight \
+             (a lower bound: the median batch would overstate it); the ceiling is the \
              kernel's time per operation over that floor: the best ratio the mount can reach while it \
              sends that many requests.\n",
             fmt_val(mb.rtt_us),
@@ -330,7 +331,7 @@ impl Report {
              kernel µs/op | ceiling | what bounds it |\n|---|---:|---:|---|---:|---:|---:|---:|---|"
         );
         for it in &mb.items {
-            let (measured, ceiling, why) = self.bound_cells(it, mb.rtt_us);
+            let (measured, ceiling, why) = self.bound_cells(it, mb.floor_rtt());
             let opt = |v: Option<f64>| v.map_or("—".to_string(), fmt_val);
             let _ = writeln!(
                 s,
@@ -341,7 +342,7 @@ impl Report {
                 measured.map_or("—".to_string(), fmt_ratio),
                 it.per_op_requests(),
                 it.requests.per_op(it.ops),
-                fmt_val(it.floor_us(mb.rtt_us)),
+                fmt_val(it.floor_us(mb.floor_rtt())),
                 opt(self.per_op_us(it, PeerId::Mount.name())),
                 opt(self.per_op_us(it, PeerId::Kernel.name())),
                 ceiling.map_or("—".to_string(), fmt_ratio),
@@ -729,7 +730,7 @@ impl Report {
                 "requests_per_round_trip_probe": mb.rtt_requests,
                 "transport": mb.transport,
                 "targets": mb.items.iter().map(|it| {
-                    let (measured, ceiling, why) = self.bound_cells(it, mb.rtt_us);
+                    let (measured, ceiling, why) = self.bound_cells(it, mb.floor_rtt());
                     json!({
                         "target": it.target,
                         "goal": it.goal,
@@ -740,7 +741,7 @@ impl Report {
                         "requests": it.requests.by_op,
                         "requests_per_op": it.per_op_requests(),
                         "in_flight": it.in_flight,
-                        "floor_us_per_op": it.floor_us(mb.rtt_us),
+                        "floor_us_per_op": it.floor_us(mb.floor_rtt()),
                         "mount_us_per_op": self.per_op_us(it, PeerId::Mount.name()),
                         "kernel_us_per_op": self.per_op_us(it, PeerId::Kernel.name()),
                         "measured_ratio": measured,
