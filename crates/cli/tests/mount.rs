@@ -108,8 +108,14 @@ fn content_digest(dir: &Path) -> String {
 }
 
 fn spawn_foreground(img: &Path, mnt: &Path) -> Child {
+    spawn_foreground_with(img, mnt, &[])
+}
+
+/// A foreground server with extra `ext4kit mount` arguments.
+fn spawn_foreground_with(img: &Path, mnt: &Path, extra: &[&str]) -> Child {
     let child = Command::new(BIN)
         .args(["mount", "--foreground", "--threads", "2"])
+        .args(extra)
         .arg(img)
         .arg(mnt)
         .stdin(Stdio::null())
@@ -774,18 +780,7 @@ fn a_read_only_server_refuses_a_read_write_bind_and_a_signal_stops_all() {
     let (m1, m2) = (work.join("m1"), work.join("m2"));
     std::fs::create_dir_all(&m1).unwrap();
     std::fs::create_dir_all(&m2).unwrap();
-    let mut child = Command::new(BIN)
-        .args(["mount", "--foreground", "-o", "ro"])
-        .arg(&img)
-        .arg(&m1)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until("the foreground mount", Duration::from_secs(20), || {
-        mounted_type(&m1).is_some()
-    });
+    let mut child = spawn_foreground_with(&img, &m1, &["-o", "ro"]);
     let o = ext4kit(&[&"mount", &"-o", &"rw", &img, &m2]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr_of(&o));
     assert!(

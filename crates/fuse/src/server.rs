@@ -285,6 +285,19 @@ impl Ext4Fuse {
         f
     }
 
+    /// The handle a CREATE or TMPFILE reply gives the kernel for the
+    /// engine's open file `f`. Under no-open there is none: the kernel
+    /// sends no RELEASE once an OPEN has answered ENOSYS, so handle 0 ("by
+    /// inode") is returned and `close` disposes of `f` now.
+    fn created_handle(&self, req: &Request, f: Arc<ext4kit::File>, close: impl FnOnce(Arc<ext4kit::File>)) -> u64 {
+        if self.no_open {
+            close(f);
+            return 0;
+        }
+        self.handles
+            .insert(Handle::File(OpenFile::new(self.fs.clone(), f, req.uid() == 0)))
+    }
+
     /// FOPEN flags for an opened file.
     fn fopen_flags(&self) -> FopenFlags {
         match self.cache {
@@ -1046,17 +1059,9 @@ impl Filesystem for Ext4Fuse {
             };
             self.dir_sync(&[p])?;
             let (a, g) = self.entry_of(&st)?;
-            if self.no_open {
-                // No handle: the kernel would not send RELEASE for it once
-                // an OPEN has answered ENOSYS. Handle 0 means "by inode";
-                // the engine's file closes here (the new inode is linked).
-                drop(f);
-                return Ok((a, g, 0));
-            }
-            let fh = self
-                .handles
-                .insert(Handle::File(OpenFile::new(self.fs.clone(), f, req.uid() == 0)));
-            Ok((a, g, fh))
+            // Without a handle under no-open the engine's file closes here
+            // (the new inode is linked).
+            Ok((a, g, self.created_handle(req, f, drop)))
         })();
         match r {
             Ok((a, g, fh)) => reply.created(&TTL, &a, g, FileHandle(fh), self.fopen_flags()),
@@ -1121,16 +1126,9 @@ impl Filesystem for Ext4Fuse {
                     return Err(e);
                 }
             };
-            if self.no_open {
-                // As CREATE: no handle. The node's hold (entry_of) keeps
-                // the inode past this close.
-                close(f);
-                return Ok((a, g, 0));
-            }
-            let fh = self
-                .handles
-                .insert(Handle::File(OpenFile::new(self.fs.clone(), f, req.uid() == 0)));
-            Ok((a, g, fh))
+            // Without a handle under no-open, the node's hold (entry_of)
+            // keeps the nameless inode past this close.
+            Ok((a, g, self.created_handle(req, f, close)))
         })();
         match r {
             Ok((a, g, fh)) => reply.created(&TTL, &a, g, FileHandle(fh), self.fopen_flags()),
