@@ -212,12 +212,19 @@ mod tests {
         v
     }
 
-    /// `ino` is not in the inode cache after an eviction of all that may go.
+    /// `ino` is not in the inode cache after evictions of all that may go
+    /// (a few tries: the background worker may hold it for a moment).
     fn evicted(fs: &Fs, ino: u32) -> bool {
         crate::vfs::pin::drop_cached();
         fs.sync().unwrap();
-        fs.icache.evict_unused();
-        fs.icache.peek(ino).is_none()
+        for _ in 0..50 {
+            fs.icache.evict_unused();
+            if fs.icache.peek(ino).is_none() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        false
     }
 
     /// A held inode is evicted like any clean, linked, unused one; its
