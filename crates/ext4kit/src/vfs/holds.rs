@@ -254,7 +254,10 @@ mod tests {
         fs.unlink(b"/held", &root).unwrap();
         assert_eq!(orphans(&fs), vec![ino], "held: orphaned, not freed");
         assert_eq!(fs.stat_ino(ino).unwrap().nlink, 0);
-        assert!(!evicted(&fs, ino), "an unlinked inode stays cached (it cannot be read back)");
+        assert!(
+            !evicted(&fs, ino),
+            "an unlinked inode stays cached (it cannot be read back)"
+        );
         for i in 0..20 {
             let s = fs.write_file(format!("/n{i}").as_bytes(), b"x", 0o644, 0, 0).unwrap();
             assert_ne!(s.ino, ino, "a held inode number was reused");
@@ -295,7 +298,10 @@ mod tests {
         fs.unlink(b"/a", &root).unwrap();
         fs.sync().unwrap();
         let free1 = fs.statfs().unwrap();
-        assert_eq!((free1.blocks_free, free1.files_free), (free0.blocks_free, free0.files_free));
+        assert_eq!(
+            (free1.blocks_free, free1.files_free),
+            (free0.blocks_free, free0.files_free)
+        );
     }
 
     /// Holds taken and dropped, inodes evicted and read back, and unlinks,
@@ -308,7 +314,11 @@ mod tests {
         let free0 = fs.statfs().unwrap();
         for round in 0..30 {
             let inos: Vec<u32> = (0..8)
-                .map(|i| fs.write_file(format!("/r{i}").as_bytes(), b"data", 0o644, 0, 0).unwrap().ino)
+                .map(|i| {
+                    fs.write_file(format!("/r{i}").as_bytes(), b"data", 0o644, 0, 0)
+                        .unwrap()
+                        .ino
+                })
                 .collect();
             let stop = Arc::new(AtomicBool::new(false));
             let evictor = {
@@ -406,6 +416,10 @@ mod tests {
         for ino in 11..1_000_011 {
             assert!(h.sub(ino, 1));
         }
-        assert!(h.heap_bytes() < 1 << 20, "{} bytes after every hold went", h.heap_bytes());
+        assert!(
+            h.heap_bytes() < 1 << 20,
+            "{} bytes after every hold went",
+            h.heap_bytes()
+        );
     }
 }

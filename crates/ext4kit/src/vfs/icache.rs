@@ -342,7 +342,7 @@ impl Icache {
         let m = self.map.pin();
         let mut out = Vec::new();
         for (ino, v) in m.iter() {
-            if pick(&**v) {
+            if pick(v) {
                 if let Some(got) = self.claim(&m, *ino, v) {
                     // Re-picked: an eviction may have put another in its place.
                     if Arc::ptr_eq(&got, v) || pick(&got) {
@@ -663,7 +663,7 @@ mod tests {
                         assert_eq!(c.peek(ino), Some(Arc::as_ptr(&i)), "a second copy of inode {ino}");
                         let j = c.cached(ino).expect("held, so cached");
                         assert!(Arc::ptr_eq(&i, &j));
-                        if round % 64 == 0 {
+                        if round.is_multiple_of(64) {
                             std::thread::yield_now();
                         }
                     }
@@ -692,8 +692,7 @@ mod tests {
         let b = c.insert_new(21, record(1)).unwrap();
         b.unlinked.store(true, Ordering::SeqCst);
         let d = c.insert_new(22, record(1)).unwrap();
-        d.pages
-            .set_wb_error(&Error::posix(Errno::EIO, "test"));
+        d.pages.set_wb_error(&Error::posix(Errno::EIO, "test"));
         c.insert_new(23, record(1)).unwrap();
         drop((a, b, d));
         c.evict_unused();
