@@ -147,8 +147,8 @@ impl Ext4Fuse {
     pub fn new(fs: Arc<Fs>, read_only: bool, cache: CacheMode) -> Self {
         let block_size = fs.vol.block_size as u32;
         Ext4Fuse {
+            nodes: Arc::new(Nodes::new(&fs)),
             fs,
-            nodes: Arc::default(),
             handles: Handles::default(),
             read_only,
             cache,
@@ -686,7 +686,7 @@ impl Filesystem for Ext4Fuse {
         // and lseek then go by inode number. What RELEASE did for us is
         // done otherwise: the kernel holds its lookup reference to an open
         // file's inode until the last close (FORGET comes after it), and
-        // our reference (`Nodes`) keeps an unlinked inode allocated until
+        // our hold (`Nodes`) keeps an unlinked inode allocated until
         // then; the kernel's `may_open` checked the access mode; each WRITE
         // says whether to clear setuid/setgid (FUSE_WRITE_KILL_SUIDGID) and
         // whether the file appends (its flags); immutable and append-only

@@ -7,7 +7,28 @@
 //! it and see it evicted: so an inode leaves the map only under its
 //! shard's lock, which counts removals, and a miss inserts what it read
 //! under that lock only if no removal was counted since its read began
-//! (the buffer cache's rule, see `ext4::buffer`). The on-disk record
+//! (the buffer cache's rule, see `ext4::buffer`).
+//!
+//! A hit clones the `Arc` it borrowed from the map, and eviction removes
+//! an entry only when the map's is the only reference. Those two must
+//! not cross: an evictor that read the count as 1 just before a reader's
+//! clone, and then removed the entry, left the reader with an inode no
+//! longer cached — and the next miss read a second copy of the same
+//! inode, with its own lock and its own open count: an unlink deciding
+//! through one copy could free an inode open through the other, and
+//! changes made through one were lost to the other. (That was the
+//! "eviction-vs-lookup race".) So both sides are a Dekker pair over two
+//! words: the evictor raises `CachedInode::evicting`, fences, and then
+//! reads the count; a reader increments the count (the clone), fences,
+//! and then reads the flag ([`Icache::claim`]). With both fences SeqCst
+//! one of them sees the other's write: either the evictor sees the clone
+//! and keeps the inode, or the reader sees the flag and does not trust
+//! its clone — it waits on the shard's removal lock, which the evictor
+//! holds from raising the flag to its verdict, and looks again. A hit
+//! thus costs a fence and a read of a line nobody writes, and no shared
+//! write beyond the `Arc` count it always took.
+//!
+//! The on-disk record
 //! sits behind a reader/writer lock (the `i_rwsem` analogue) for the write
 //! path; the size is mirrored in an atomic so SEEK_END and reads never take
 //! that lock (seed 000).
@@ -20,7 +41,7 @@
 //! changed (size, block map, `i_blocks`). fsync writes the record when
 //! either is set; fdatasync only for [`DIRTY_DATA`].
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
@@ -59,11 +80,13 @@ pub struct CachedInode {
     map: OnceLock<ArcSwapOption<BlockMap>>,
     /// Cached file pages.
     pub pages: PageMap,
-    /// Users that keep an unlinked inode from being freed: one per live,
-    /// unrevoked open-file pin (`vfs::pin`, which counts the open files on
-    /// it in its own word) and one per frontend hold (`Fs::hold_inode`).
-    /// Exact only after `pin::revoke_idle`; an unlinked inode is freed when
-    /// it reaches zero ([`crate::vfs::pin::open_files`] counts files).
+    /// Open files that keep an unlinked inode from being freed: one per
+    /// live, unrevoked open-file pin (`vfs::pin`, which counts the open
+    /// files on it in its own word). Exact only after `pin::revoke_idle`;
+    /// an unlinked inode is freed when it reaches zero and no frontend
+    /// holds its number (`Fs::hold_inode`: counted by number in
+    /// `vfs::holds`, not here, so that a held inode can leave the cache).
+    /// [`crate::vfs::pin::open_files`] counts files.
     pub opens: AtomicU32,
     /// The state words of this inode's open-file pins (`vfs::pin`), for
     /// revocation.
@@ -79,6 +102,11 @@ pub struct CachedInode {
     /// [`DIRTY_TIME`] | [`DIRTY_DATA`]; changed under the `disk` write lock.
     dirty: AtomicU8,
     referenced: AtomicBool,
+    /// An eviction is deciding about (or has made) this inode: raised by
+    /// the evictor under its shard's removal lock, lowered there if it
+    /// keeps the inode, left up if it removed it. A reference taken from
+    /// the map that finds it up is not trusted (`Icache::claim`).
+    evicting: AtomicBool,
 }
 
 impl CachedInode {
@@ -104,6 +132,7 @@ impl CachedInode {
             dirty: AtomicU8::new(0),
             // Unreferenced until used again (see `crate::clock`).
             referenced: AtomicBool::new(false),
+            evicting: AtomicBool::new(false),
         })
     }
 
@@ -187,6 +216,8 @@ pub struct Icache {
 
 const SHARDS: usize = 64;
 
+type MapRef<'a> = crate::cachemap::MapRef<'a, u32, Arc<CachedInode>>;
+
 impl Icache {
     /// A cache of about `limit` inodes (more while they are in use).
     pub fn new(limit: usize, pages: Arc<PageBudget>) -> Self {
@@ -225,13 +256,8 @@ impl Icache {
     /// the read — one that did may have been a newer version of this one,
     /// written back and evicted after the read began — else it reads again.
     fn get_or_read(&self, ino: u32, mut read: impl FnMut() -> Result<Inode>) -> Result<Arc<CachedInode>> {
-        {
-            let m = self.map.pin();
-            if let Some(i) = m.get(&ino) {
-                crate::vfs::touch(&i.referenced);
-                crate::vfs::shared::note(2);
-                return Ok(i.clone());
-            }
+        if let Some(i) = self.cached(ino) {
+            return Ok(i);
         }
         loop {
             let before = *self.shard(ino).lock();
@@ -278,15 +304,75 @@ impl Icache {
         Ok(got)
     }
 
+    /// The cached inode `ino`, if cached (nothing is read from disk).
+    pub fn cached(&self, ino: u32) -> Option<Arc<CachedInode>> {
+        let m = self.map.pin();
+        let i = m.get(&ino)?;
+        let got = self.claim(&m, ino, i)?;
+        crate::vfs::touch(&got.referenced);
+        crate::vfs::shared::note(2);
+        Some(got)
+    }
+
+    /// A counted reference to `v`, which the caller borrowed from the map
+    /// as the entry of `ino` under the pin `m` — or to whatever replaced
+    /// it, or `None` if an eviction removed it meanwhile. The reader's
+    /// half of the Dekker pair in the module doc: the clone (the count's
+    /// increment), a SeqCst fence, then the flag; the evictor raises the
+    /// flag, fences, then reads the count.
+    fn claim(&self, m: &MapRef<'_>, ino: u32, v: &Arc<CachedInode>) -> Option<Arc<CachedInode>> {
+        let got = v.clone();
+        fence(Ordering::SeqCst);
+        if !got.evicting.load(Ordering::Relaxed) {
+            return Some(got);
+        }
+        drop(got);
+        // An evictor is deciding (it holds this lock from raising the flag
+        // to its verdict) or has removed it: wait for the verdict. Under
+        // the lock no entry of this shard has the flag up, and none can be
+        // removed: what the map holds now is safe to clone.
+        let _g = self.shard(ino).lock();
+        m.get(&ino).cloned()
+    }
+
+    /// Counted references to the cached inodes `pick` chooses (writeback
+    /// collecting dirty inodes). Each is claimed as a hit is (see
+    /// [`Self::claim`]), so none is a copy an eviction just dropped.
+    pub fn collect(&self, mut pick: impl FnMut(&CachedInode) -> bool) -> Vec<Arc<CachedInode>> {
+        let m = self.map.pin();
+        let mut out = Vec::new();
+        for (ino, v) in m.iter() {
+            if pick(v) {
+                if let Some(got) = self.claim(&m, *ino, v) {
+                    // Re-picked: an eviction may have put another in its place.
+                    if Arc::ptr_eq(&got, v) || pick(&got) {
+                        out.push(got);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Cache `fresh` unless its number is cached already; the cached one.
     fn put(&self, fresh: Arc<CachedInode>) -> Arc<CachedInode> {
         let ino = fresh.ino;
         let m = self.map.pin();
-        let got = m.get_or_insert(ino, fresh.clone()).clone();
-        if Arc::ptr_eq(&got, &fresh) {
-            self.clock.push(ino);
+        loop {
+            let got = m.get_or_insert(ino, fresh.clone());
+            if Arc::ptr_eq(got, &fresh) {
+                self.clock.push(ino);
+                return fresh;
+            }
+            // Cached already (a racing miss, or a dead predecessor a new
+            // inode's creator has not dropped yet). Taken as a hit is; if
+            // an eviction removed it, insert ours in its place. (Under the
+            // shard's removal lock, as `get_or_read` calls this, the claim
+            // never has to wait: see `claim`.)
+            if let Some(c) = self.claim(&m, ino, got) {
+                return c;
+            }
         }
-        got
     }
 
     /// Past the sweep threshold, kick the background worker; past it by
@@ -317,8 +403,19 @@ impl Icache {
 
     /// Drop unused inodes (clock: one sweep of grace for recently used),
     /// in the order of [`Clock`] (never by iterating the map: see there).
-    fn evict(&self, m: &crate::cachemap::MapRef<'_, u32, Arc<CachedInode>>) {
-        let target = self.limit / 4 * 3;
+    fn evict(&self, m: &MapRef<'_>) {
+        self.evict_to(m, self.limit / 4 * 3);
+    }
+
+    /// Evict every inode nothing keeps (both clock passes: recently used
+    /// ones too). For tests.
+    #[cfg(test)]
+    pub(crate) fn evict_unused(&self) {
+        self.evict_to(&self.map.pin(), 0);
+    }
+
+    /// [`Self::evict`] down to `target` inodes.
+    fn evict_to(&self, m: &MapRef<'_>, target: usize) {
         let mut released = 0;
         self.clock.sweep(
             || m.len() <= target,
@@ -326,25 +423,69 @@ impl Icache {
                 let Some(v) = m.get(ino) else { return Visit::Gone };
                 // Only the map holds it: nobody can be using it. A dirty
                 // inode stays until written back (its state lives only here).
-                if Arc::strong_count(v) > 1 || v.is_dirty() || v.referenced.swap(false, Ordering::Relaxed) {
+                if Arc::strong_count(v) > 1
+                    || v.is_dirty()
+                    || v.referenced.swap(false, Ordering::Relaxed)
+                    || !Self::evictable(v)
+                {
                     return Visit::Keep;
                 }
                 let Some(mut removals) = self.shard(*ino).try_lock() else {
                     return Visit::Keep;
                 };
+                // Under the lock: what the map holds now (a forget may have
+                // replaced the entry since the look above).
+                let Some(v) = m.get(ino) else { return Visit::Gone };
+                // The evictor's half of the Dekker pair (module doc): flag
+                // up, fence, then the count. A reader whose clone this
+                // does not see sees the flag and waits on `removals`.
+                v.evicting.store(true, Ordering::Relaxed);
+                fence(Ordering::SeqCst);
+                if Arc::strong_count(v) > 1 {
+                    v.evicting.store(false, Ordering::Relaxed);
+                    return Visit::Keep;
+                }
+                // The map's is the only reference: the state only users
+                // change (dirtiness, the unlinked flag, a write-back
+                // error) is as the last of them left it. Its `Arc` drop was
+                // a release decrement that the count's read saw; the
+                // acquire fence after that read pairs with it (as in
+                // `Arc::drop` itself).
+                fence(Ordering::Acquire);
+                if !Self::evictable(v) {
+                    v.evicting.store(false, Ordering::Relaxed);
+                    return Visit::Keep;
+                }
                 *removals += 1;
-                match m.remove_if(ino, |_, v| Arc::strong_count(v) == 1 && !v.is_dirty()) {
+                // Nobody can take a reference now (readers wait on
+                // `removals`): the entry goes, the flag stays up on it for
+                // readers that cloned it meanwhile.
+                match m.remove_if(ino, |_, cur| Arc::ptr_eq(cur, v)) {
                     Ok(Some((_, v))) => {
                         released += v.pages.len();
                         Visit::Gone
                     }
                     Ok(None) => Visit::Gone,
-                    Err(_) => Visit::Keep,
+                    Err(_) => {
+                        v.evicting.store(false, Ordering::Relaxed);
+                        Visit::Keep
+                    }
                 }
             },
         );
         self.pages.release(released);
         self.clock.compact_if(m.len(), |ino| m.get(ino).is_some());
+    }
+
+    /// Whether nothing but the cached copy itself would be lost with it:
+    /// not dirty (its state lives only here until written back), not
+    /// unlinked (an unlinked inode cannot be read back, its record says
+    /// deleted; one that frontends hold or files have open waits for its
+    /// last release here, `vfs::holds`), and no write-back failure waiting
+    /// for the next fsync. An inode frontends merely hold is evictable:
+    /// its hold lives by number (`vfs::holds`).
+    fn evictable(v: &CachedInode) -> bool {
+        !v.is_dirty() && !v.unlinked.load(Ordering::Acquire) && !v.pages.has_wb_error()
     }
 
     /// Drop inode `ino` from the cache (it was freed: a later inode with the
@@ -386,7 +527,9 @@ impl Icache {
         self.map.is_empty()
     }
 
-    /// Visit every cached inode (for page-cache eviction).
+    /// Visit every cached inode (for page-cache eviction). The callback
+    /// borrows; to keep an inode, use [`Self::collect`] (a clone of the
+    /// borrow could be of an inode an eviction is removing).
     pub fn for_each(&self, mut f: impl FnMut(&Arc<CachedInode>) -> bool) {
         let m = self.map.pin();
         for (_, v) in m.iter() {
@@ -468,5 +611,95 @@ mod tests {
             .unwrap();
         assert_eq!(got.disk.read().size(), 2, "the miss got the record on disk");
         assert!(Arc::ptr_eq(&got, &c.get_or_read(5, || panic!("cached")).unwrap()));
+    }
+
+    /// Readers cloning hits while an evictor sweeps the same inodes: every
+    /// reference a reader holds is to the inode the cache holds (no second
+    /// copy of one inode). Before `claim`, an evictor that read the count
+    /// as 1 just before a reader's clone removed the entry anyway, and the
+    /// next miss read a second copy.
+    #[test]
+    fn a_hit_never_keeps_an_inode_an_eviction_dropped() {
+        use std::sync::atomic::AtomicUsize;
+        let c = Arc::new(Icache::new(
+            64,
+            Arc::new(PageBudget::new(Arc::new(MemoryBudget::new(1 << 20, 4096)), 4096)),
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let reads = Arc::new(AtomicUsize::new(0));
+        let evictor = {
+            let (c, stop) = (c.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // No grace for recently used inodes: these all are.
+                    c.for_each(|i| {
+                        i.referenced.store(false, Ordering::Relaxed);
+                        true
+                    });
+                    c.evict_unused();
+                }
+            })
+        };
+        let t0 = std::time::Instant::now();
+        let readers: Vec<_> = (0..3)
+            .map(|t| {
+                let (c, reads) = (c.clone(), reads.clone());
+                std::thread::spawn(move || {
+                    let mut round = 0u32;
+                    // Until the evictor has made many evictions (it may
+                    // get little CPU on a small machine), at most 20 s.
+                    while (round < 20_000 || reads.load(Ordering::Relaxed) < 2_000)
+                        && t0.elapsed() < std::time::Duration::from_secs(20)
+                    {
+                        round += 1;
+                        let ino = 10 + (round * 7 + t * 13) % 32;
+                        let i = c
+                            .get_or_read(ino, || {
+                                reads.fetch_add(1, Ordering::Relaxed);
+                                Ok(record(ino))
+                            })
+                            .unwrap();
+                        // While we hold it, it is the cached one.
+                        assert_eq!(c.peek(ino), Some(Arc::as_ptr(&i)), "a second copy of inode {ino}");
+                        let j = c.cached(ino).expect("held, so cached");
+                        assert!(Arc::ptr_eq(&i, &j));
+                        if round.is_multiple_of(64) {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for r in readers {
+            r.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        evictor.join().unwrap();
+        let reads = reads.load(Ordering::Relaxed);
+        assert!(reads > 32, "the evictor never evicted ({reads} reads)");
+    }
+
+    /// What is not evictable stays: a dirty inode, an unlinked one (it
+    /// could not be read back) and one with a write-back error to report.
+    #[test]
+    fn dirty_unlinked_and_failed_inodes_stay() {
+        let c = Icache::new(
+            64,
+            Arc::new(PageBudget::new(Arc::new(MemoryBudget::new(1 << 20, 4096)), 4096)),
+        );
+        let a = c.insert_new(20, record(1)).unwrap();
+        a.mark_dirty(DIRTY_TIME);
+        let b = c.insert_new(21, record(1)).unwrap();
+        b.unlinked.store(true, Ordering::SeqCst);
+        let d = c.insert_new(22, record(1)).unwrap();
+        d.pages.set_wb_error(&Error::posix(Errno::EIO, "test"));
+        c.insert_new(23, record(1)).unwrap();
+        drop((a, b, d));
+        c.evict_unused();
+        assert!(c.peek(20).is_some() && c.peek(21).is_some() && c.peek(22).is_some());
+        assert!(c.peek(23).is_none(), "a clean, linked, unused inode goes");
+        assert!(c.cached(22).unwrap().pages.take_wb_error().is_some());
+        c.evict_unused();
+        assert!(c.peek(22).is_none(), "reported, it may go");
     }
 }

@@ -12,6 +12,7 @@ pub mod dcache;
 pub mod fdtable;
 pub mod file;
 pub mod fslabel;
+pub mod holds;
 pub mod icache;
 pub mod iflags;
 pub mod io;
@@ -71,6 +72,8 @@ pub struct Fs {
     pub dcache: Arc<dcache::Dcache>,
     /// Page-cache memory accounting.
     pub pages: Arc<PageBudget>,
+    /// Frontend holds by inode number ([`Fs::hold_inode`], `vfs::holds`).
+    pub(crate) holds: Arc<holds::Holds>,
     /// Reclaim and checkpoints off the callers' threads (`crate::flusher`);
     /// none when no thread could be started (the caches then work inline).
     pub(crate) flusher: Option<crate::flusher::Flusher>,

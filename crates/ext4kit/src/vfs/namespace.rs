@@ -919,7 +919,11 @@ impl Fs {
         // the flag (`vfs::pin`) and frees the inode itself.
         inode.unlinked.store(true, Ordering::SeqCst);
         super::pin::revoke_idle(inode);
-        if inode.opens.load(Ordering::SeqCst) > 0 {
+        // Open files and frontend holds keep it: on the orphan list until
+        // the last close or dropped hold (`vfs::holds` for why reading the
+        // count here, under the inode's writer lock, after the flag, is
+        // enough).
+        if inode.opens.load(Ordering::SeqCst) > 0 || self.holds.is_held(inode.ino) {
             self.vol.orphan_add(h, inode.ino, rec)?;
             return Ok(Death::Orphaned);
         }
@@ -981,7 +985,7 @@ impl Fs {
         // Idle pins give their units back first (`vfs::pin`); then the
         // count is of open files and holds only.
         super::pin::revoke_idle(inode);
-        if inode.opens.load(Ordering::SeqCst) != 0 {
+        if inode.opens.load(Ordering::SeqCst) != 0 || self.holds.is_held(inode.ino) {
             return Ok(());
         }
         let t = now();
@@ -1052,27 +1056,79 @@ impl Fs {
     /// number reused, they would reach another file (the kernel, seeing the
     /// id come back with a new generation, marks its inode bad: EIO,
     /// ESTALE, a missed ETXTBSY). Unlinked while held, it waits on the
-    /// orphan list like an open file. Pair with [`Fs::drop_hold`].
+    /// orphan list like an open file. Pair with [`Fs::drop_hold`] or
+    /// [`Fs::drop_holds`].
+    ///
+    /// A hold is a count by inode number (`vfs::holds`), not a reference:
+    /// a held inode that is clean, linked and not open may leave the inode
+    /// cache, and its hold stays exact.
     ///
     /// ENOENT when the inode was freed meanwhile (a lookup that found the
-    /// name just before an unlink freed it): the hold is taken under the
-    /// inode's lock, where `drop_link` decides between freeing and the
+    /// name just before an unlink freed it): the first hold is taken under
+    /// the inode's lock, where `drop_link` decides between freeing and the
     /// orphan list, so either the unlink sees the hold or the hold sees the
-    /// inode dead.
+    /// inode dead. Further holds on a held number take no inode lock (a
+    /// held number cannot be freed; see `vfs::holds`).
     pub fn hold_inode(&self, inode: &CachedInode) -> Result<()> {
+        // `unlinked` is set on every dead in-memory inode (`drop_link`
+        // sets it before freeing): such a copy goes the slow way and is
+        // refused there, even if its number has a new, held owner.
+        if !inode.unlinked.load(Ordering::Acquire) && self.holds.add_if_held(inode.ino) {
+            return Ok(());
+        }
         let rec = inode.disk.read();
         if rec.base.mode == 0 {
             return Err(Error::posix(Errno::ENOENT, format!("inode {} was freed", inode.ino)));
         }
-        inode.opens.fetch_add(1, Ordering::AcqRel);
+        self.holds.add(inode.ino);
         Ok(())
     }
 
     /// Undo one [`Fs::hold_inode`]; the last hold or close of an inode that
     /// has no name left frees it.
     pub fn drop_hold(&self, inode: &CachedInode) -> Result<()> {
-        inode.opens.fetch_sub(1, Ordering::SeqCst);
-        self.after_close(inode)
+        self.drop_holds(inode.ino, 1)
+    }
+
+    /// Undo `n` [`Fs::hold_inode`]s of inode number `ino` (FUSE's
+    /// `FORGET(ino, n)`; more than it has drops them all). The last hold
+    /// of an inode that has no name left and is not open frees it.
+    pub fn drop_holds(&self, ino: u32, n: u64) -> Result<()> {
+        if !self.holds.sub(ino, n) {
+            return Ok(());
+        }
+        self.after_last_hold(ino)
+    }
+
+    /// Drop every hold (a frontend's session ended: the kernel sends no
+    /// FORGET for what it still had), freeing the unlinked inodes they
+    /// kept. Tries them all and reports the first failure.
+    pub fn drop_all_holds(&self) -> Result<()> {
+        let mut first = None;
+        for ino in self.holds.drain() {
+            if let Err(e) = self.after_last_hold(ino) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// The frontend holds of inode numbers (read-only view: counts, size).
+    pub fn holds(&self) -> &Arc<super::holds::Holds> {
+        &self.holds
+    }
+
+    /// The last hold of `ino` went: free it if it is an unlinked inode
+    /// nothing else uses. The flag is read after the hold count's mutex
+    /// section, so a `drop_link` that saw the hold (and orphaned the
+    /// inode) is seen here (`vfs::holds`, n → 0). An unlinked inode is
+    /// never evicted (`Icache::evict`), so not cached means linked (or
+    /// freed already): nothing to do, and nothing read from disk.
+    fn after_last_hold(&self, ino: u32) -> Result<()> {
+        match self.icache.cached(ino) {
+            Some(inode) if inode.unlinked.load(Ordering::SeqCst) => self.release_unlinked(&inode),
+            _ => Ok(()),
+        }
     }
 
     /// Finish what the orphan list says was left half done, as the kernel

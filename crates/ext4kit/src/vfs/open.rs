@@ -222,6 +222,7 @@ impl Fs {
             icache,
             dcache,
             pages,
+            holds: Arc::default(),
             vol,
             flusher,
         }))

@@ -520,6 +520,11 @@ impl PageMap {
         }
     }
 
+    /// Whether a write-back failure waits to be reported.
+    pub fn has_wb_error(&self) -> bool {
+        self.wb_error.lock().is_some()
+    }
+
     /// The write-back failure not yet reported, once.
     pub fn take_wb_error(&self) -> Option<Error> {
         self.wb_error

@@ -320,13 +320,7 @@ impl Fs {
     /// Write back every dirty inode (sync(2), and memory pressure). Tries
     /// them all and reports the first failure.
     pub fn writeback_all(&self) -> Result<()> {
-        let mut todo = Vec::new();
-        self.icache.for_each(|i| {
-            if i.is_dirty() {
-                todo.push(i.clone());
-            }
-            true
-        });
+        let mut todo = self.icache.collect(|i| i.is_dirty());
         // Inode order, not hash-map order: the same sequence of calls then
         // allocates the same blocks (reproducible images, `mkfs -d`).
         todo.sort_by_key(|i| i.ino);
@@ -421,16 +415,9 @@ impl Fs {
 /// server (README, "Crashes and what survives them"). A failure is kept on
 /// the inode for its next fsync (and printed: nobody else may ever ask).
 pub(crate) fn write_back_expired(vol: &Volume, icache: &Icache, pages: &PageBudget, expire: std::time::Duration) {
-    let mut todo = Vec::new();
-    icache.for_each(|i| {
-        let due = match i.pages.dirty_since() {
-            Some(t) => t.elapsed() >= expire,
-            None => i.is_dirty(),
-        };
-        if due {
-            todo.push(i.clone());
-        }
-        true
+    let mut todo = icache.collect(|i| match i.pages.dirty_since() {
+        Some(t) => t.elapsed() >= expire,
+        None => i.is_dirty(),
     });
     todo.sort_by_key(|i| i.ino);
     let w = Writer { vol, pages };
