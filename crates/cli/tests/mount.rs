@@ -107,6 +107,16 @@ fn content_digest(dir: &Path) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `kill -TERM` the server.
+fn sigterm(child: &Child) {
+    let o = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .output()
+        .unwrap();
+    ok(&o, "kill -TERM");
+}
+
 fn spawn_foreground(img: &Path, mnt: &Path) -> Child {
     spawn_foreground_with(img, mnt, &[])
 }
@@ -372,12 +382,7 @@ fn unmount_while_a_writer_is_busy_waits_for_it_and_loses_nothing() {
     );
     // ...SIGTERM detaches the mount (lazy unmount) and the server keeps
     // serving the writer until it closes, then flushes and exits 0.
-    let o = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .output()
-        .unwrap();
-    ok(&o, "kill -TERM");
+    sigterm(&child);
     wait_until("the mount to be detached", Duration::from_secs(10), || {
         mounted_type(&mnt).is_none()
     });
@@ -796,12 +801,7 @@ fn a_read_only_server_refuses_a_read_write_bind_and_a_signal_stops_all() {
     assert_eq!(e.raw_os_error(), Some(libc_erofs()), "{e}");
     assert!(m2.join("sizes").is_dir(), "the tree reads through the bind");
     // SIGTERM: both mount points go, the server exits 0.
-    let o = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .output()
-        .unwrap();
-    ok(&o, "kill -TERM");
+    sigterm(&child);
     let st = exit_within(&mut child, Duration::from_secs(30));
     assert!(st.success(), "the server exited with {st}");
     assert_eq!(mounted_type(&m1), None);
