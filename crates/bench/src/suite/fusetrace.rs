@@ -65,6 +65,13 @@ impl FuseTrace {
             return Some("not root (tracefs)".into());
         }
         let ev = Path::new(TRACEFS).join(EVENT);
+        if !ev.is_dir() && Path::new(TRACEFS).is_dir() {
+            // tracefs is not always mounted on a fresh machine: mount it
+            // where the kernel expects it (root only, as every peer here).
+            let _ = std::process::Command::new("mount")
+                .args(["-t", "tracefs", "nodev", TRACEFS])
+                .output();
+        }
         (!ev.is_dir()).then(|| {
             format!(
                 "{} does not exist (tracefs not mounted, or a kernel before 6.15 without FUSE tracepoints)",
