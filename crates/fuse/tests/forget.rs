@@ -100,6 +100,17 @@ fn held_inodes_leave_the_cache_and_unlinked_ones_wait_for_forget() {
         ..Default::default()
     };
     let m = ext4kit_fuse::mount(&img, &mnt, &opts).unwrap();
+    // The server runs in this process: a failing assertion would leave a
+    // dead mount (ENOTCONN) behind once the process exits; detach it.
+    struct DetachOnPanic(std::path::PathBuf);
+    impl Drop for DetachOnPanic {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                let _ = Command::new("umount").arg("-l").arg(&self.0).output();
+            }
+        }
+    }
+    let _detach = DetachOnPanic(mnt.clone());
     let refs = m.kernel_refs();
     let fs = m.fs().clone();
     let server = std::thread::spawn(move || m.run());
