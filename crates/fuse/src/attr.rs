@@ -88,13 +88,14 @@ mod tests {
 
     #[test]
     fn statx_attributes_are_ext4_getattrs() {
-        // include/uapi/linux/stat.h
-        const STATX_ATTR_COMPRESSED: u64 = 0x4;
-        const STATX_ATTR_IMMUTABLE: u64 = 0x10;
-        const STATX_ATTR_APPEND: u64 = 0x20;
-        const STATX_ATTR_NODUMP: u64 = 0x40;
-        const STATX_ATTR_ENCRYPTED: u64 = 0x800;
-        const STATX_ATTR_VERITY: u64 = 0x100000;
+        // The uapi values (include/uapi/linux/stat.h, as libc has them):
+        // the code relies on their being the EXT4_*_FL bits.
+        const STATX_ATTR_COMPRESSED: u64 = libc::STATX_ATTR_COMPRESSED as u64;
+        const STATX_ATTR_IMMUTABLE: u64 = libc::STATX_ATTR_IMMUTABLE as u64;
+        const STATX_ATTR_APPEND: u64 = libc::STATX_ATTR_APPEND as u64;
+        const STATX_ATTR_NODUMP: u64 = libc::STATX_ATTR_NODUMP as u64;
+        const STATX_ATTR_ENCRYPTED: u64 = libc::STATX_ATTR_ENCRYPTED as u64;
+        const STATX_ATTR_VERITY: u64 = libc::STATX_ATTR_VERITY as u64;
         let mask = STATX_ATTR_COMPRESSED
             | STATX_ATTR_IMMUTABLE
             | STATX_ATTR_APPEND

@@ -6,7 +6,7 @@
 //! Needs /dev/fuse and root (CI runs as root); fails loudly otherwise.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[test]
 fn lookups_are_counted_and_forgotten() {
@@ -55,17 +55,11 @@ fn lookups_are_counted_and_forgotten() {
     assert!(held >= 200, "the kernel holds every name it saw: {held} of {n}");
 
     // Make the kernel drop its dentries and inodes: it FORGETs them all.
-    let t = Instant::now();
-    while !refs.is_empty() {
-        let _ = Command::new("sync").status();
-        std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "the kernel still holds {} inodes after dropping its caches",
-            refs.len()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    ext4kit_testkit::drop_kernel_caches_until(
+        Duration::from_secs(20),
+        || refs.is_empty(),
+        || format!("the kernel still holds {} inodes after dropping its caches", refs.len()),
+    );
 
     ext4kit_fuse::unmount(&mnt, Duration::from_secs(30)).unwrap();
     server.join().unwrap().unwrap();
@@ -137,19 +131,18 @@ fn held_inodes_leave_the_cache_and_unlinked_ones_wait_for_forget() {
     // Unlinked while the kernel still knew them: on the orphan list until
     // it forgets them, then freed (the FORGET path of the engine: the last
     // hold of an unlinked inode frees it).
-    let t = Instant::now();
     let target = free_before + N as u64;
-    while fs.statfs().unwrap().files_free < target {
-        let _ = Command::new("sync").status();
-        std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{} of {N} unlinked files not freed; the kernel holds {} inodes",
-            target - fs.statfs().unwrap().files_free,
-            refs.len()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    ext4kit_testkit::drop_kernel_caches_until(
+        Duration::from_secs(30),
+        || fs.statfs().unwrap().files_free >= target,
+        || {
+            format!(
+                "{} of {N} unlinked files not freed; the kernel holds {} inodes",
+                target - fs.statfs().unwrap().files_free,
+                refs.len()
+            )
+        },
+    );
     drop(fs);
     ext4kit_fuse::unmount(&mnt, Duration::from_secs(30)).unwrap();
     server.join().unwrap().unwrap();

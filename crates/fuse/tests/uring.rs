@@ -219,16 +219,11 @@ fn io_uring_serves_the_mount_when_the_kernel_offers_it() {
     assert!(!w.mnt.join("d3/f7").exists());
 
     // FORGET still comes through /dev/fuse.
-    let t = Instant::now();
-    while !refs.is_empty() {
-        std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "the kernel still holds {} inodes after dropping its caches",
-            refs.len()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    ext4kit_testkit::drop_kernel_caches_until(
+        Duration::from_secs(20),
+        || refs.is_empty(),
+        || format!("the kernel still holds {} inodes after dropping its caches", refs.len()),
+    );
 
     ext4kit_fuse::unmount(&w.mnt, Duration::from_secs(30)).unwrap();
     server.join().unwrap().unwrap();

@@ -5,6 +5,7 @@ use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 /// Adds a human-readable context to an `io::Error` while keeping its kind, so
 /// a failing fixture says *which* file or *which* tool went wrong.
@@ -256,6 +257,20 @@ pub fn require_root_and_fuse(needs: &str) {
         rustix::process::geteuid().is_root(),
         "these tests need root ({needs}); CI runs as root"
     );
+}
+
+/// Make the kernel drop its unused dentries and inodes (`sync`, then
+/// `drop_caches` = 2) until `done` holds, so that a FUSE mount receives
+/// the FORGETs of everything nobody uses; fails the test after `limit`
+/// with `what()` saying what was still missing. Needs root.
+pub fn drop_kernel_caches_until(limit: Duration, mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
+    let t = Instant::now();
+    while !done() {
+        let _ = Command::new("sync").status();
+        std::fs::write("/proc/sys/vm/drop_caches", "2").expect("writing /proc/sys/vm/drop_caches (needs root)");
+        assert!(t.elapsed() < limit, "{}", what());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[cfg(test)]

@@ -212,12 +212,12 @@ pub fn measure(
     if has("fio") {
         let (mib, n) = (64u64, 4_000u64);
         let d = dir_of(&l)?.to_path_buf();
-        let f = std::fs::File::create(d.join("fio.dat")).map_err(io("create"))?;
-        let chunk = vec![0x5au8; 1 << 20];
-        for i in 0..mib {
-            f.write_all_at(&chunk, i << 20).map_err(io("write"))?;
-        }
-        f.sync_all().map_err(io("fsync"))?;
+        // Written as the timed fio workload writes its file.
+        work::write_file(&d.join("fio.dat"), mib, &mut vec![0x5au8; 1 << 20])?;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(d.join("fio.dat"))
+            .map_err(io("open"))?;
         let mut r = SmallRng::seed_from_u64(0xB0);
         let (_, req) = t.count(&d, || {
             let buf = [0x33u8; 4096];
@@ -243,14 +243,9 @@ pub fn measure(
     if has("seq") {
         let mib = 64u64;
         let d = dir_of(&l)?.to_path_buf();
-        let chunk = vec![0xa5u8; 1 << 20];
-        let (_, req) = t.count(&d, || {
-            let mut f = std::fs::File::create(d.join("seq")).map_err(io("create"))?;
-            for _ in 0..mib {
-                f.write_all(&chunk).map_err(io("write"))?;
-            }
-            f.sync_all().map_err(io("fsync"))
-        })?;
+        // The timed seq workload's own writer: 1 MiB writes, then fsync.
+        let mut chunk = vec![0xa5u8; 1 << 20];
+        let (_, req) = t.count(&d, || work::write_file(&d.join("seq"), mib, &mut chunk))?;
         items.push(Bound {
             target: "seq write",
             goal: 0.8,

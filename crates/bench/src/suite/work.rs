@@ -1277,7 +1277,7 @@ fn w_seq(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
 
 /// Write `mib` MiB in 1 MiB writes, each tagged with its index, then
 /// fsync; seconds.
-fn write_file(path: &Path, mib: u64, chunk: &mut [u8]) -> Result<f64, String> {
+pub(super) fn write_file(path: &Path, mib: u64, chunk: &mut [u8]) -> Result<f64, String> {
     let t = Instant::now();
     let mut f = std::fs::File::create(path).map_err(io("create"))?;
     for i in 0..mib {
