@@ -115,6 +115,7 @@ impl DcacheGuard<'_> {
         let got = self.m.get_or_insert(key.clone(), d.clone());
         if Arc::ptr_eq(got, &d) {
             self.c.clock.push(key);
+            self.c.inserted();
         }
         self.c.index_dir(got);
         self.c.maybe_evict(&self.m);
@@ -364,7 +365,10 @@ impl Dcache {
         let (key, d) = Dentry::child(parent, self.key(parent.ino, name), ino, ftype);
         let m = self.map.pin();
         match m.insert(key.clone(), d.clone()) {
-            None => self.clock.push(key),
+            None => {
+                self.clock.push(key);
+                self.inserted();
+            }
             // The entry it replaces (negative, or stale) keeps its place
             // in the clock; a directory's stops being indexed.
             Some(old) => self.unindex_dir(old),
@@ -372,6 +376,13 @@ impl Dcache {
         self.index_dir(&d);
         self.maybe_evict(&m);
         d
+    }
+
+    /// Count an insert on this thread (see [`crate::cachemap::FlushClock`]:
+    /// the creating threads would otherwise keep every old table).
+    fn inserted(&self) {
+        thread_local!(static INSERTS: crate::cachemap::FlushClock = const { crate::cachemap::FlushClock::new() });
+        INSERTS.with(|c| c.tick(&self.map));
     }
 
     /// Second-chance sweep down to three quarters of the limit once the map

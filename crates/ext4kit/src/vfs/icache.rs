@@ -218,6 +218,11 @@ const SHARDS: usize = 64;
 
 type MapRef<'a> = crate::cachemap::MapRef<'a, u32, Arc<CachedInode>>;
 
+thread_local! {
+    /// This thread's inserts into inode caches (`cachemap::FlushClock`).
+    static INSERTS: crate::cachemap::FlushClock = const { crate::cachemap::FlushClock::new() };
+}
+
 impl Icache {
     /// A cache of about `limit` inodes (more while they are in use).
     pub fn new(limit: usize, pages: Arc<PageBudget>) -> Self {
@@ -362,6 +367,9 @@ impl Icache {
             let got = m.get_or_insert(ino, fresh.clone());
             if Arc::ptr_eq(got, &fresh) {
                 self.clock.push(ino);
+                // The creating threads would otherwise keep every old
+                // table (see `cachemap::FlushClock`).
+                INSERTS.with(|c| c.tick(&self.map));
                 return fresh;
             }
             // Cached already (a racing miss, or a dead predecessor a new
