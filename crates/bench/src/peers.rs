@@ -47,6 +47,9 @@ pub struct PeerConfig {
     pub ext4kit_bin: PathBuf,
     /// `--threads` for the ext4kit server.
     pub threads: usize,
+    /// Cache budget of the ext4kit server (`--cache-mib`) and the
+    /// library, bytes.
+    pub cache_budget: usize,
     /// Extra `-o` options for fuse2fs (besides `rw`/`ro`).
     pub fuse2fs_opts: String,
 }
@@ -57,9 +60,10 @@ impl PeerConfig {
         let rw = if read_only { "ro" } else { "rw" };
         match peer {
             Peer::Ext4kit => format!(
-                "{} mount -o {rw} --threads {} IMAGE DIR",
+                "{} mount -o {rw} --threads {} --cache-mib {} IMAGE DIR",
                 self.ext4kit_bin.display(),
-                self.threads
+                self.threads,
+                self.cache_budget >> 20
             ),
             Peer::Fuse2fs => format!("fuse2fs IMAGE DIR -f -o {}", self.fuse2fs_o(read_only)),
             Peer::Kernel => format!("mount -t ext4 -o loop{} IMAGE DIR", if read_only { ",ro" } else { "" }),
@@ -133,6 +137,7 @@ impl PeerMount {
                     .arg("mount")
                     .args(["-o", if read_only { "ro" } else { "rw" }])
                     .args(["--threads", &cfg.threads.to_string()])
+                    .args(["--cache-mib", &(cfg.cache_budget >> 20).to_string()])
                     .arg(image)
                     .arg(&dir)
                     .stdin(Stdio::null())
@@ -208,6 +213,16 @@ impl PeerMount {
     /// The FUSE server's peak resident memory so far (`VmHWM`), KiB; None
     /// for the kernel, or when the server cannot be found.
     pub fn server_peak_rss_kib(&self) -> Option<u64> {
+        self.server_status_kib("VmHWM:")
+    }
+
+    /// The FUSE server's resident memory now (`VmRSS`), KiB; None as for
+    /// [`Self::server_peak_rss_kib`].
+    pub fn server_rss_kib(&self) -> Option<u64> {
+        self.server_status_kib("VmRSS:")
+    }
+
+    fn server_status_kib(&self, field: &str) -> Option<u64> {
         let pid = match &self.inner {
             Inner::Fuse2fs(child, _) => child.id(),
             Inner::Ext4kit => ext4kit_server_pid(&self.cfg.ext4kit_bin, &self.dir)?,
@@ -216,7 +231,7 @@ impl PeerMount {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
     }

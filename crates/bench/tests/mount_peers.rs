@@ -141,6 +141,7 @@ fn cfg() -> PeerConfig {
     PeerConfig {
         ext4kit_bin: "ext4kit-not-used".into(),
         threads: 2,
+        cache_budget: ext4kit::OpenOptions::default().cache_budget,
         fuse2fs_opts: String::new(),
     }
 }

@@ -346,7 +346,7 @@ fn main() -> ExitCode {
         Command::Mkfs(args) => cmd::mkfs::run(&args, sel),
         Command::Mount(args) => cmd::mount::run(&args, sel, budget),
         Command::Umount(args) => cmd::mount::umount(&args),
-        Command::Bench(args) => cmd::bench::run(&args),
+        Command::Bench(args) => cmd::bench::run(&args, budget),
         Command::Put { srcs, target } => cmd::put::run(&srcs, &target, sel, budget),
         Command::Mkdir {
             parents,

@@ -215,6 +215,7 @@ fn real_main() -> Result<(), String> {
     let cfg = PeerConfig {
         ext4kit_bin: a.ext4kit.clone(),
         threads: 2,
+        cache_budget: ext4kit::OpenOptions::default().cache_budget,
         fuse2fs_opts: String::new(),
     };
     let peers: Vec<&str> = a.peers.iter().map(|s| s.as_str()).collect();

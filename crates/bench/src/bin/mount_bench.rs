@@ -607,6 +607,7 @@ fn main() -> Result<(), String> {
     let cfg = PeerConfig {
         ext4kit_bin: a.ext4kit.clone(),
         threads: a.threads,
+        cache_budget: ext4kit::OpenOptions::default().cache_budget,
         fuse2fs_opts: a.fuse2fs_opts.clone(),
     };
     let template = make_template(&a)?;

@@ -42,11 +42,12 @@ pub struct Live<'a> {
     peak_rss_kib: Option<u64>,
 }
 
-fn open_lib(image: &Path) -> Result<Arc<Fs>, String> {
+fn open_lib(image: &Path, cache_budget: usize) -> Result<Arc<Fs>, String> {
     Fs::open_image(
         image,
         &OpenOptions {
             read_only: false,
+            cache_budget,
             ..Default::default()
         },
     )
@@ -72,7 +73,7 @@ impl<'a> Live<'a> {
     fn open(&mut self) -> Result<(), String> {
         crate::drop_kernel_caches();
         self.held = match self.peer {
-            PeerId::Lib => Held::Lib(open_lib(&self.image)?),
+            PeerId::Lib => Held::Lib(open_lib(&self.image, self.cfg.cache_budget)?),
             PeerId::Mount => Held::Mount(PeerMount::mount(
                 Peer::Ext4kit,
                 self.cfg,
@@ -115,6 +116,14 @@ impl<'a> Live<'a> {
             }
             Held::Loop(m) => m.unmount().map_err(|e| e.to_string()),
             Held::None => Ok(()),
+        }
+    }
+
+    /// The FUSE server's resident memory now, MiB (None: no server).
+    pub fn server_rss_mib(&self) -> Option<f64> {
+        match &self.held {
+            Held::Mount(m) => m.server_rss_kib().map(|k| k as f64 / 1024.0),
+            _ => None,
         }
     }
 

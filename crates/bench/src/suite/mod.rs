@@ -113,6 +113,9 @@ pub struct Options {
     pub ext4kit_bin: PathBuf,
     /// `--threads` of the ext4kit FUSE server.
     pub server_threads: usize,
+    /// Cache budget of the library and the ext4kit mount, bytes (the
+    /// global `--cache-mib`).
+    pub cache_budget: usize,
     /// Show a progress bar (off when stderr is not a terminal is
     /// indicatif's own decision; this turns it off entirely).
     pub progress: bool,
@@ -203,6 +206,7 @@ fn peer_config(opts: &Options) -> PeerConfig {
     PeerConfig {
         ext4kit_bin: opts.ext4kit_bin.clone(),
         threads: opts.server_threads,
+        cache_budget: opts.cache_budget,
         fuse2fs_opts: String::new(),
     }
 }

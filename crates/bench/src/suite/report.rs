@@ -72,6 +72,8 @@ impl Row {
 pub struct Report {
     command: String,
     quick: bool,
+    /// The library's and the ext4kit server's cache budget, bytes.
+    cache_budget: usize,
     sizes: Sizes,
     avail: Availability,
     workloads: Vec<&'static Workload>,
@@ -153,6 +155,7 @@ impl Report {
         Report {
             command: opts.command.clone(),
             quick: opts.quick,
+            cache_budget: opts.cache_budget,
             sizes: sizes.clone(),
             avail: avail.clone(),
             workloads: workloads.to_vec(),
@@ -292,23 +295,111 @@ impl Report {
     }
 
     /// The FUSE servers' peak memory per workload, beside the ext4kit
-    /// server's cache budget (issue 20: within `--cache-mib` plus a
-    /// bounded overhead, on the 1,000,000-file directory too).
+    /// server's cache budget, and the create curve's resident size (issue
+    /// 20: within `--cache-mib` plus a bounded overhead, on the
+    /// 1,000,000-file directory too).
     fn memory_markdown(&self, s: &mut String) {
         let rows: Vec<&Row> = self.rows.iter().filter(|r| r.metric == super::SERVER_RSS).collect();
         if rows.is_empty() {
             return;
         }
+        let budget = (self.cache_budget >> 20) as f64;
+        let mount = super::PeerId::Mount.name();
         let _ = writeln!(
             s,
             "## FUSE servers' peak memory\n\nThe largest `VmHWM` of the server over the rounds, MiB. \
-             The ext4kit server runs with the default `--cache-mib 256`: block and page caches share \
-             three quarters of it, inodes and dentries the rest; the rest of its memory is the \
-             binary, thread stacks and per-open-file state.\n\n| workload | peer | peak RSS, MiB |\n|---|---|---:|"
+             The ext4kit server runs with `--cache-mib {budget}`: block and page caches share \
+             three quarters of it, inodes and dentries the rest; beyond it are the journal's commit \
+             buffers, the allocator's free space, the binary, thread stacks and per-open-file state.\n\n\
+             | workload | peer | peak RSS, MiB | beyond the budget, MiB |\n|---|---|---:|---:|"
         );
         for r in rows {
             let (_, hi) = r.min_max();
-            let _ = writeln!(s, "| {} | {} | {} |", r.workload, r.peer, fmt_val(hi));
+            let beyond = if r.peer == mount {
+                if hi > budget {
+                    fmt_val(hi - budget)
+                } else {
+                    "within".into()
+                }
+            } else {
+                "—".into()
+            };
+            let _ = writeln!(s, "| {} | {} | {} | {beyond} |", r.workload, r.peer, fmt_val(hi));
+        }
+        let _ = writeln!(s);
+        self.create_rss_markdown(s, budget);
+    }
+
+    /// The servers' resident size at each size of the create curve, and
+    /// whether ext4kit's levels off.
+    fn create_rss_markdown(&self, s: &mut String, budget: f64) {
+        let rows: Vec<&Row> = self
+            .rows
+            .iter()
+            .filter(|r| r.metric == super::work::CREATE_RSS_METRIC)
+            .collect();
+        let mut peers: Vec<&str> = Vec::new();
+        for r in &rows {
+            if !peers.contains(&r.peer.as_str()) {
+                peers.push(&r.peer);
+            }
+        }
+        if rows.is_empty() {
+            return;
+        }
+        let mut xs: Vec<f64> = rows.iter().filter_map(|r| r.x).collect();
+        xs.sort_by(f64::total_cmp);
+        xs.dedup();
+        let _ = writeln!(
+            s,
+            "### As the directory grows (create)\n\nThe server's `VmRSS` after each interval of the \
+             create curve, MiB (largest over the rounds).\n\n| files in the directory | {} |\n|---:|{}",
+            peers.join(" | "),
+            "---:|".repeat(peers.len())
+        );
+        let at = |peer: &str, x: f64| {
+            rows.iter()
+                .find(|r| r.peer == peer && r.x == Some(x))
+                .map(|r| r.min_max().1)
+        };
+        for &x in &xs {
+            let cells: Vec<String> = peers.iter().map(|p| at(p, x).map_or("—".into(), fmt_val)).collect();
+            let _ = writeln!(s, "| {} | {} |", x as u64, cells.join(" | "));
+        }
+        let mount = super::PeerId::Mount.name();
+        let curve: Vec<(f64, f64)> = xs.iter().filter_map(|&x| Some((x, at(mount, x)?))).collect();
+        if let (Some(&(x_end, end)), true) = (curve.last(), curve.len() >= 2) {
+            // The second half of the curve, by directory size: past it the
+            // growth per file says whether anything grows with the tree.
+            let (x_mid, mid) = curve
+                .iter()
+                .copied()
+                .find(|&(x, _)| x >= x_end / 2.0)
+                .unwrap_or(curve[0]);
+            let per_file = if x_end > x_mid {
+                format!(
+                    "; from {} to {} files it grew {} MiB ({} bytes per file)",
+                    x_mid as u64,
+                    x_end as u64,
+                    fmt_val(end - mid),
+                    fmt_val((end - mid) * 1048576.0 / (x_end - x_mid))
+                )
+            } else {
+                String::new()
+            };
+            let verdict = if end > budget {
+                format!("the {budget} MiB budget + {} MiB", fmt_val(end - budget))
+            } else {
+                format!("within the {budget} MiB budget")
+            };
+            let _ = writeln!(
+                s,
+                "\n**ext4kit's server at {} files: {} MiB, {verdict}**{per_file}. (The caches fill \
+                 up to the budget as the directory grows: the growth per file levels off once they are \
+                 full.)",
+                x_end as u64,
+                fmt_val(end),
+            );
         }
         let _ = writeln!(s);
     }

@@ -58,6 +58,10 @@ pub const RM_METRIC: &str = "rm -rf";
 
 /// seed 004's create curve (files/s per interval).
 pub const CREATE_METRIC: &str = "creates/s in the interval";
+/// The FUSE server's resident memory at the end of each create interval:
+/// the curve that shows whether it levels off at the cache budget plus a
+/// fixed overhead as the directory grows (issue 20).
+pub const CREATE_RSS_METRIC: &str = "server RSS at this size (VmRSS)";
 
 /// One workload of the suite.
 pub struct Workload {
@@ -1116,6 +1120,9 @@ fn w_create(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                     Some(p as f64),
                     n as f64 / t.elapsed().as_secs_f64(),
                 ));
+                if let Some(mib) = l.server_rss_mib() {
+                    out.push(fig(CREATE_RSS_METRIC, "MiB", false, Some(p as f64), mib));
+                }
             }
             let t = Instant::now();
             for k in 0..max {

@@ -75,7 +75,7 @@ pub fn with_help(c: clap::Command) -> clap::Command {
 
 /// Run the suite; an error if a round failed or an image was not clean
 /// (the report is written either way).
-pub fn run(a: &Args) -> Result<(), String> {
+pub fn run(a: &Args, budget: usize) -> Result<(), String> {
     let mut peers = Vec::new();
     for p in &a.peers {
         peers.push(PeerId::parse(p).ok_or_else(|| {
@@ -96,6 +96,7 @@ pub fn run(a: &Args) -> Result<(), String> {
         threads: a.threads.clone(),
         ext4kit_bin: std::env::current_exe().map_err(|e| format!("where is this ext4kit binary: {e}"))?,
         server_threads: a.server_threads.max(1),
+        cache_budget: budget,
         progress: !a.no_progress,
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
