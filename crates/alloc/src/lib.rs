@@ -42,24 +42,35 @@ pub fn tune() {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
 }
 
-/// No transparent huge pages for this process: what a long-running server
-/// with a memory budget calls before it serves (`ext4kit mount`).
+/// mimalloc's own purge delay, milliseconds (`mi_option_purge_delay`'s
+/// default).
+const DEFAULT_PURGE_DELAY_MS: std::ffi::c_long = 10;
+
+/// The tuning of a long-running server with a memory budget (`ext4kit
+/// mount`), called after [`tune`] and before it serves: no transparent
+/// huge pages, and freed memory goes back to the kernel again.
 ///
 /// mimalloc asks for huge pages on its arenas (`MADV_HUGEPAGE`), so with
 /// the kernel's THP in `madvise` mode (Debian's default) every 2 MiB of
 /// address space the heap touches at all becomes 2 MiB resident: through
 /// `ext4kit mount --cache-mib 64`, 1,000,000 creates peaked at 203 MiB
-/// with 192 MiB of it huge pages, and at 175 MiB without them — creating
-/// 3% faster (9,395 against 9,109 files/s; fewer 2 MiB zeroings); a
-/// 10,000-file run peaked at 39 instead of 70 MiB. In-process work keeps
-/// them ([`tune`] alone): the library's 32 MiB sequential write ran at
-/// 500–600 MiB/s without huge pages against 800–970 with them (`ext4kit
-/// bench --quick --only seq --peers lib`, three alternating runs each).
-/// The flag (`PR_SET_THP_DISABLE`) belongs to the process and its future
-/// children.
-pub fn no_huge_pages() {
+/// with 192 MiB of it huge pages, and at 161 MiB without them, creating as
+/// fast (9,395 against 9,109 files/s; no 2 MiB zeroings); a 10,000-file
+/// run peaked at 39 instead of 70 MiB. Without huge pages a purged page
+/// comes back as a 4 KiB fault, not a 2 MiB zeroing — the cost [`tune`]'s
+/// never-purge avoided — so the server purges again: 119–132 MiB at a
+/// million files with delays of 10, 100 and 1,000 ms against 161 MiB
+/// never purging, at 8,400–9,900 files/s either way (one run each, noise
+/// about that wide). In-process work keeps [`tune`] alone: the library's
+/// 32 MiB sequential write ran at 500–600 MiB/s without huge pages
+/// against 800–970 with them (`ext4kit bench --quick --only seq --peers
+/// lib`, three alternating runs each). The THP flag
+/// (`PR_SET_THP_DISABLE`) belongs to the process and its future children.
+pub fn tune_server() {
     // Failure leaves huge pages allowed: more memory, same results.
     let _ = rustix::thread::disable_transparent_huge_pages(true);
+    // SAFETY: as in `tune`; a delay in milliseconds.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, DEFAULT_PURGE_DELAY_MS) }
 }
 
 #[cfg(test)]
@@ -67,21 +78,28 @@ mod tests {
     use super::*;
     use libmimalloc_sys as sys;
 
-    /// The effect itself (fewer page faults in a create storm) is measured
-    /// by `seeds-create` under `perf stat -e page-faults`; a small unit test
-    /// could not make mimalloc purge reliably either way.
-    #[test]
-    fn tune_sets_never_purge() {
-        tune();
+    fn purge_delay() -> std::ffi::c_long {
         // SAFETY: reading an option.
-        assert_eq!(unsafe { sys::mi_option_get(MI_OPTION_PURGE_DELAY) }, -1);
+        unsafe { sys::mi_option_get(MI_OPTION_PURGE_DELAY) }
     }
 
-    /// Its effect on the resident size is measured through a mount (see
-    /// [`no_huge_pages`]); here, that the kernel took the flag.
+    /// The effects themselves are measured elsewhere: fewer page faults in
+    /// a create storm (`seeds-create` under `perf stat -e page-faults`; a
+    /// small unit test could not make mimalloc purge reliably either way),
+    /// and the server's resident size through a mount (the mount test
+    /// `a_server_uses_its_cache_budget_plus_a_small_fixed_overhead`). Here,
+    /// that mimalloc and the kernel take the settings — in one test, as
+    /// they are process-wide.
     #[test]
-    fn no_huge_pages_sets_the_process_flag() {
-        no_huge_pages();
-        assert_eq!(rustix::thread::transparent_huge_pages_are_disabled().ok(), Some(true));
+    fn tune_then_tune_server() {
+        tune();
+        assert_eq!(purge_delay(), -1, "tune: never purge");
+        tune_server();
+        assert_eq!(purge_delay(), DEFAULT_PURGE_DELAY_MS, "tune_server: purge again");
+        assert_eq!(
+            rustix::thread::transparent_huge_pages_are_disabled().ok(),
+            Some(true),
+            "tune_server: no huge pages"
+        );
     }
 }
