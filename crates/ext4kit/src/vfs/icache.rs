@@ -424,7 +424,7 @@ impl Icache {
 
     /// [`Self::evict`] down to `target` inodes.
     fn evict_to(&self, m: &MapRef<'_>, target: usize) {
-        let mut released = 0;
+        let (mut released, mut maps) = (0, 0);
         self.clock.sweep(
             || m.len() <= target,
             |ino| {
@@ -471,6 +471,7 @@ impl Icache {
                 match m.remove_if(ino, |_, cur| Arc::ptr_eq(cur, v)) {
                     Ok(Some((_, v))) => {
                         released += v.pages.len();
+                        maps += usize::from(v.pages.has_map());
                         Visit::Gone
                     }
                     Ok(None) => Visit::Gone,
@@ -482,6 +483,9 @@ impl Icache {
             },
         );
         self.pages.release(released);
+        for _ in 0..maps {
+            self.pages.release_map();
+        }
         self.clock.compact_if(m.len(), |ino| m.get(ino).is_some());
     }
 
@@ -504,6 +508,9 @@ impl Icache {
         *removals += 1;
         if let Some(v) = m.remove(&ino) {
             self.pages.release(v.pages.len());
+            if v.pages.has_map() {
+                self.pages.release_map();
+            }
         }
         self.clock.compact_if(m.len(), |k| m.get(k).is_some());
     }
@@ -521,6 +528,9 @@ impl Icache {
             *removals += 1;
             if let Some(v) = m.remove(&inode.ino) {
                 self.pages.release(v.pages.len());
+                if v.pages.has_map() {
+                    self.pages.release_map();
+                }
             }
         }
     }

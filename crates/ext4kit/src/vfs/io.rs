@@ -175,7 +175,7 @@ impl Fs {
     }
 
     fn install_dirty(&self, inode: &CachedInode, pages: Vec<(u64, Box<[u8]>)>) {
-        let (new_pages, new_dirty) = inode.pages.write_pages(pages);
+        let (new_pages, new_dirty) = inode.pages.write_pages(pages, &self.pages);
         self.pages.charge_dirty(new_dirty);
         if self.pages.charge(new_pages) {
             self.shrink_pages();
@@ -459,7 +459,7 @@ impl Fs {
             inode.pages.bump();
             self.vol.punch_blocks(&mut h, inode.ino, &mut rec, fb, u64::MAX)?;
             set_size(inode, &mut rec, len);
-            let (pages, dirty) = inode.pages.remove_range(fb, u64::MAX);
+            let (pages, dirty) = inode.pages.remove_range(fb, u64::MAX, &self.pages);
             self.pages.release(pages);
             self.pages.release_dirty(dirty);
             inode.reset_block_map();
@@ -559,7 +559,7 @@ impl Fs {
                 let mut h = self.vol.begin()?;
                 inode.pages.bump();
                 self.vol.punch_blocks(&mut h, ino, &mut rec, fb, lb)?;
-                let (pages, dirty) = inode.pages.remove_range(fb, lb);
+                let (pages, dirty) = inode.pages.remove_range(fb, lb, &self.pages);
                 self.pages.release(pages);
                 self.pages.release_dirty(dirty);
                 inode.reset_block_map();
@@ -623,7 +623,7 @@ impl Fs {
             if fb < lb {
                 inode.pages.bump();
                 self.vol.punch_blocks(h, ino, rec, fb, lb)?;
-                let (pages, dirty) = inode.pages.remove_range(fb, lb);
+                let (pages, dirty) = inode.pages.remove_range(fb, lb, &self.pages);
                 self.pages.release(pages);
                 self.pages.release_dirty(dirty);
                 self.vol.map_blocks(h, ino, rec, fb, lb - fb, true)?;

@@ -98,7 +98,9 @@ impl Drop for Fs {
         // past this handle, until that thread opens other files or exits;
         // the inodes' cached pages, written back above, go now.
         self.icache.for_each(|i| {
-            i.pages.remove_range(0, u64::MAX);
+            let (pages, dirty) = i.pages.remove_range(0, u64::MAX, &self.pages);
+            self.pages.release(pages);
+            self.pages.release_dirty(dirty);
             true
         });
     }
@@ -501,10 +503,12 @@ impl Fs {
                     for (k, chunk) in raw.chunks(bs as usize).enumerate() {
                         // A page cached meanwhile (dirty or not) wins; a
                         // write-side change since `seq` voids what we read.
-                        match inode
-                            .pages
-                            .insert_clean_at(lblk + k as u64, Arc::new(Page::new(chunk.into())), seq)
-                        {
+                        match inode.pages.insert_clean_at(
+                            lblk + k as u64,
+                            Arc::new(Page::new(chunk.into())),
+                            seq,
+                            &self.pages,
+                        ) {
                             Some((page, new)) => {
                                 added += new as usize;
                                 pages.push(page);
@@ -549,7 +553,7 @@ impl Fs {
         self.vol.bcache.give_back();
         let target = self.pages.limit() / 4 * 3;
         self.icache.for_each(|i| {
-            let n = i.pages.sweep();
+            let n = i.pages.sweep(&self.pages);
             self.pages.release(n);
             self.pages.used() > target
         });

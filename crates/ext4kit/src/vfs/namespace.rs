@@ -940,7 +940,7 @@ impl Fs {
     /// readers from trusting the old block map.
     fn discard_pages(&self, inode: &CachedInode) {
         inode.pages.bump();
-        let (pages, dirty) = inode.pages.remove_range(0, u64::MAX);
+        let (pages, dirty) = inode.pages.remove_range(0, u64::MAX, &self.pages);
         self.pages.release(pages);
         self.pages.release_dirty(dirty);
         inode.clear_dirty();

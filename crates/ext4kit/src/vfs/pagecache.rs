@@ -39,7 +39,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
 
 use parking_lot::Mutex;
 
@@ -83,10 +85,17 @@ impl Page {
 /// The pages of one inode, and its dirty set.
 #[derive(Debug)]
 pub struct PageMap {
-    /// Created on the first page: most cached inodes (a create storm, a
-    /// `stat` walk) never cache a page, and each papaya map owns a
-    /// collector of ~17 KiB whose setup cost dominated empty creates.
-    pages: OnceLock<crate::cachemap::Map<u64, Arc<Page>>>,
+    /// Created on the first page and dropped with the last: most cached
+    /// inodes (a create storm, a `stat` walk) never cache a page, and each
+    /// papaya map owns a collector of ~17 KiB whose setup cost dominated
+    /// empty creates — and whose memory, counted nowhere, was 500 MiB of a
+    /// server's 1 GiB after an untar of 30,000 small files with a 256 MiB
+    /// budget (heaptrack). A map is charged to the page budget as
+    /// [`MAP_BYTES`] while it exists ([`PageBudget::charge_map`]), so the
+    /// page sweep frees maps as it frees pages. Changed only under the
+    /// `dirty` mutex; readers load it lock-free (arc-swap's per-thread
+    /// debt slots: no shared line written).
+    pages: ArcSwapOption<crate::cachemap::Map<u64, Arc<Page>>>,
     /// Logical blocks whose pages are dirty, in order (see the module doc).
     /// Its mutex also serialises every change to `pages`: readers of the
     /// map never take it.
@@ -120,7 +129,7 @@ pub struct PageMap {
 impl Default for PageMap {
     fn default() -> Self {
         PageMap {
-            pages: OnceLock::new(),
+            pages: ArcSwapOption::empty(),
             dirty: Mutex::default(),
             ndirty: AtomicUsize::new(0),
             seq: AtomicU64::new(0),
@@ -208,23 +217,41 @@ impl Drop for PageMap {
 }
 
 impl PageMap {
-    /// The map, if any page was ever cached.
-    #[inline]
-    fn map(&self) -> Option<&crate::cachemap::Map<u64, Arc<Page>>> {
-        self.pages.get()
+    /// The map, created (and charged) if there is none; the caller holds
+    /// the `dirty` mutex. Each map has its own collector: papaya 0.2.5 with
+    /// one collector shared among page maps panicked in a resize under
+    /// concurrent writers ("next_table().unwrap()" on None) — see issue
+    /// 3's notes.
+    fn map_or_init(&self, budget: &PageBudget) -> Arc<crate::cachemap::Map<u64, Arc<Page>>> {
+        if let Some(m) = self.pages.load_full() {
+            return m;
+        }
+        let m = Arc::new(crate::cachemap::new());
+        self.pages.store(Some(m.clone()));
+        budget.charge_map();
+        m
     }
 
-    /// The map, created on first use. Each map has its own collector:
-    /// papaya 0.2.5 with one collector shared among page maps panicked in
-    /// a resize under concurrent writers ("next_table().unwrap()" on None)
-    /// — see issue 3's notes.
-    fn map_or_init(&self) -> &crate::cachemap::Map<u64, Arc<Page>> {
-        self.pages.get_or_init(crate::cachemap::new)
+    /// Drop the map once it holds no page (and give back its charge); the
+    /// caller holds the `dirty` mutex. Readers holding the old map find
+    /// nothing in it and take the miss path, which makes a new one.
+    fn drop_map_if_empty(&self, budget: &PageBudget) {
+        let empty = self.pages.load().as_ref().is_some_and(|m| m.is_empty());
+        if empty {
+            self.pages.store(None);
+            budget.release_map();
+        }
+    }
+
+    /// Whether this inode has a page map (charged to the budget).
+    pub fn has_map(&self) -> bool {
+        self.pages.load().is_some()
     }
 
     /// The cached page for logical block `lblk`.
     pub fn get(&self, lblk: u64) -> Option<Arc<Page>> {
-        let m = self.map()?.pin();
+        let g = self.pages.load();
+        let m = g.as_ref()?.pin();
         let p = m.get(&lblk)?;
         crate::vfs::touch(&p.referenced);
         Some(p.clone())
@@ -234,7 +261,8 @@ impl PageMap {
     /// reference on it.
     #[inline]
     pub fn with<R>(&self, lblk: u64, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        let m = self.map()?.pin();
+        let g = self.pages.load();
+        let m = g.as_ref()?.pin();
         let p = m.get(&lblk)?;
         crate::vfs::touch(&p.referenced);
         Some(f(&p.data))
@@ -261,13 +289,22 @@ impl PageMap {
     /// `file_io::readers_never_see_stale_or_torn_blocks` — after it the
     /// disk held the newer data — so papaya 0.2.5 is now only trusted with
     /// lock-free readers beside one writer at a time.
-    pub fn insert_clean_at(&self, lblk: u64, page: Arc<Page>, seq0: u64) -> Option<(Arc<Page>, bool)> {
+    pub fn insert_clean_at(
+        &self,
+        lblk: u64,
+        page: Arc<Page>,
+        seq0: u64,
+        budget: &PageBudget,
+    ) -> Option<(Arc<Page>, bool)> {
         let _w = self.dirty.lock();
-        let m = self.map_or_init().pin();
+        let map = self.map_or_init(budget);
+        let m = map.pin();
         if let Some(v) = m.get(&lblk) {
             return Some((v.clone(), false));
         }
         if self.seq() != seq0 {
+            drop(m);
+            self.drop_map_if_empty(budget);
             return None;
         }
         m.insert(lblk, page.clone());
@@ -287,9 +324,14 @@ impl PageMap {
     /// Install new contents for blocks as dirty pages (replacing cached
     /// ones). Returns (pages that were not cached before, blocks that were
     /// not dirty before) for memory and dirty accounting.
-    pub fn write_pages(&self, pages: impl IntoIterator<Item = (u64, Box<[u8]>)>) -> (usize, usize) {
+    pub fn write_pages(
+        &self,
+        pages: impl IntoIterator<Item = (u64, Box<[u8]>)>,
+        budget: &PageBudget,
+    ) -> (usize, usize) {
         let mut set = self.dirty.lock();
-        let m = self.map_or_init().pin();
+        let map = self.map_or_init(budget);
+        let m = map.pin();
         let (mut new_pages, mut new_dirty) = (0, 0);
         for (lblk, data) in pages {
             if m.insert(lblk, Arc::new(Page::new_dirty(data))).is_none() {
@@ -336,7 +378,8 @@ impl PageMap {
     /// dirty set.
     pub fn mark_clean(&self, lblk: u64, page: &Arc<Page>) -> bool {
         let mut set = self.dirty.lock();
-        let Some(map) = self.map() else { return false };
+        let g = self.pages.load();
+        let Some(map) = g.as_ref() else { return false };
         let m = map.pin();
         match m.get(&lblk) {
             Some(cur) if Arc::ptr_eq(cur, page) => {
@@ -359,7 +402,7 @@ impl PageMap {
     /// Drop every page (dirty or not) in `[start, end)`: truncate and hole
     /// punching. Visits whichever is smaller, the range or the cached
     /// pages. Returns (pages dropped, dirty pages dropped).
-    pub fn remove_range(&self, start: u64, end: u64) -> (usize, usize) {
+    pub fn remove_range(&self, start: u64, end: u64, budget: &PageBudget) -> (usize, usize) {
         if start >= end {
             return (0, 0);
         }
@@ -367,7 +410,8 @@ impl PageMap {
         // Bump before anything goes (see `insert_clean_at`).
         self.bump();
         let mut dropped = 0;
-        let Some(map) = self.map() else {
+        let g = self.pages.load();
+        let Some(map) = g.as_ref() else {
             // No page was ever cached; the dirty set is empty too (a dirty
             // block always has its page).
             return (0, 0);
@@ -387,6 +431,9 @@ impl PageMap {
                 }
             }
         }
+        drop(m);
+        drop(g);
+        self.drop_map_if_empty(budget);
         let gone: Vec<u64> = set.range(start..end).copied().collect();
         for k in &gone {
             set.remove(k);
@@ -535,25 +582,25 @@ impl PageMap {
 
     /// Number of cached pages.
     pub fn len(&self) -> usize {
-        self.map().map_or(0, |m| m.len())
+        self.pages.load().as_ref().map_or(0, |m| m.len())
     }
 
     /// Whether no page is cached.
     pub fn is_empty(&self) -> bool {
-        self.map().is_none_or(|m| m.is_empty())
+        self.pages.load().as_ref().is_none_or(|m| m.is_empty())
     }
 
     /// Drop clean pages not referenced since the last sweep; returns how
     /// many. Dirty pages are skipped; holding the map's mutex, no page can
     /// be replaced or re-dirtied between the check and the removal.
-    pub fn sweep(&self) -> usize {
+    pub fn sweep(&self, budget: &PageBudget) -> usize {
         // Under the map's mutex, like every change to the map (see
         // `insert_clean_at`). Page maps are per inode and see far less
         // churn than the caches whose sweeps moved to `crate::clock`
         // (papaya iteration after heavy removal is the hazard described
         // there).
-        let Some(map) = self.map() else { return 0 };
         let _w = self.dirty.lock();
+        let Some(map) = self.pages.load_full() else { return 0 };
         let m = map.pin();
         let mut n = 0;
         for (k, p) in m.iter() {
@@ -563,9 +610,17 @@ impl PageMap {
             m.remove(k);
             n += 1;
         }
+        drop(m);
+        self.drop_map_if_empty(budget);
         n
     }
 }
+
+/// What an inode's page map costs beside its pages: papaya's map with its
+/// own seize collector (two thread-local tables of cache-padded slots), its
+/// counter and first table — 17 KiB each measured (heaptrack: 499 MiB for
+/// 30,000 maps).
+pub const MAP_BYTES: usize = 17 << 10;
 
 /// Memory accounting shared by every inode's page map, within the budget
 /// the page cache shares with the metadata buffers (`crate::budget`).
@@ -595,6 +650,17 @@ impl PageBudget {
     /// Release `n` pages.
     pub fn release(&self, n: usize) {
         self.budget.pages.fetch_sub(n * self.page_size, Ordering::Relaxed);
+    }
+
+    /// Account for a new page map ([`MAP_BYTES`]); the next page charge
+    /// sees it and sweeps if the budget is exceeded.
+    pub fn charge_map(&self) {
+        self.budget.pages.fetch_add(MAP_BYTES, Ordering::Relaxed);
+    }
+
+    /// A page map went away (emptied, or its inode left the cache).
+    pub fn release_map(&self) {
+        self.budget.pages.fetch_sub(MAP_BYTES, Ordering::Relaxed);
     }
 
     /// Account for `n` newly dirty pages; true when the dirty budget is now
@@ -638,19 +704,25 @@ mod tests {
         vec![b; 16].into_boxed_slice()
     }
 
+    fn budget() -> PageBudget {
+        PageBudget::new(Arc::new(MemoryBudget::new(64 << 20, 4096)), 4096)
+    }
+
     /// A clean page as a reader caches it.
-    fn read_in(m: &PageMap, l: u64) {
-        assert!(m.insert_clean_at(l, Arc::new(Page::new(block(0))), m.seq()).is_some());
+    fn read_in(m: &PageMap, l: u64, b: &PageBudget) {
+        assert!(m
+            .insert_clean_at(l, Arc::new(Page::new(block(0))), m.seq(), b)
+            .is_some());
     }
 
     #[test]
     fn dirty_set_tracks_written_pages_in_order() {
-        let m = PageMap::default();
+        let (m, b) = (PageMap::default(), budget());
         for l in 0..100 {
-            read_in(&m, l);
+            read_in(&m, l, &b);
         }
-        assert_eq!(m.write_pages([(50, block(1)), (7, block(2))]), (0, 2));
-        assert_eq!(m.write_pages([(7, block(3)), (200, block(4))]), (1, 1));
+        assert_eq!(m.write_pages([(50, block(1)), (7, block(2))], &b), (0, 2));
+        assert_eq!(m.write_pages([(7, block(3)), (200, block(4))], &b), (1, 1));
         assert_eq!(m.dirty_blocks(), vec![7, 50, 200]);
         assert_eq!(m.first_dirty_in(8, 1000), Some(50));
         assert_eq!(m.first_dirty_in(51, 200), None);
@@ -659,11 +731,11 @@ mod tests {
 
     #[test]
     fn redirtied_page_stays_dirty() {
-        let m = PageMap::default();
-        m.write_pages([(5, block(1))]);
+        let (m, b) = (PageMap::default(), budget());
+        m.write_pages([(5, block(1))], &b);
         let written = m.get(5).unwrap();
         // A writer replaces the page while "writeback" writes the old one.
-        m.write_pages([(5, block(2))]);
+        m.write_pages([(5, block(2))], &b);
         assert!(!m.mark_clean(5, &written));
         assert_eq!(m.dirty_blocks(), vec![5]);
         let cur = m.get(5).unwrap();
@@ -674,28 +746,56 @@ mod tests {
 
     #[test]
     fn sweep_never_drops_dirty_pages() {
-        let m = PageMap::default();
-        read_in(&m, 1);
-        m.write_pages([(2, block(1))]);
+        let (m, b) = (PageMap::default(), budget());
+        read_in(&m, 1, &b);
+        m.write_pages([(2, block(1))], &b);
         // Two sweeps: the first clears reference bits, the second evicts.
-        m.sweep();
-        m.sweep();
+        m.sweep(&b);
+        m.sweep(&b);
         assert!(m.get(1).is_none());
         assert!(m.get(2).is_some_and(|p| p.is_dirty()));
     }
 
     #[test]
     fn remove_range_drops_pages_and_dirty_entries() {
-        let m = PageMap::default();
+        let (m, b) = (PageMap::default(), budget());
         for l in 0..10 {
-            read_in(&m, l);
+            read_in(&m, l, &b);
         }
-        m.write_pages([(3, block(1)), (8, block(1)), (1 << 40, block(1))]);
+        m.write_pages([(3, block(1)), (8, block(1)), (1 << 40, block(1))], &b);
         let s = m.seq();
-        assert_eq!(m.remove_range(5, u64::MAX), (6, 2));
+        assert_eq!(m.remove_range(5, u64::MAX, &b), (6, 2));
         assert!(m.seq() > s);
         assert_eq!(m.len(), 5);
         assert_eq!(m.dirty_blocks(), vec![3]);
-        assert_eq!(m.remove_range(0, 2), (2, 0));
+        assert_eq!(m.remove_range(0, 2, &b), (2, 0));
+    }
+
+    #[test]
+    fn a_page_map_is_charged_while_it_exists() {
+        let (m, b) = (PageMap::default(), budget());
+        assert!(!m.has_map());
+        assert_eq!(b.used(), 0, "no page, no map, no charge");
+        read_in(&m, 1, &b);
+        m.write_pages([(2, block(1))], &b);
+        assert!(m.has_map());
+        assert_eq!(b.used(), MAP_BYTES, "the map is charged once (pages are the caller's)");
+        // The sweep takes the clean page, not the dirty one: the map stays.
+        m.sweep(&b);
+        m.sweep(&b);
+        assert_eq!((m.len(), b.used()), (1, MAP_BYTES));
+        let dirty = m.get(2).unwrap();
+        assert!(m.mark_clean(2, &dirty));
+        m.sweep(&b);
+        m.sweep(&b);
+        assert!(!m.has_map(), "the sweep that took the last page dropped the map");
+        assert_eq!(b.used(), 0);
+        assert!(m.get(2).is_none() && m.with(2, |_| ()).is_none());
+        // A reader's miss makes a new one; truncation drops it again.
+        read_in(&m, 7, &b);
+        assert_eq!(b.used(), MAP_BYTES);
+        assert_eq!(m.remove_range(0, u64::MAX, &b), (1, 0));
+        assert!(!m.has_map());
+        assert_eq!(b.used(), 0);
     }
 }
