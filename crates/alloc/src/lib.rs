@@ -42,35 +42,31 @@ pub fn tune() {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
 }
 
-/// mimalloc's own purge delay, milliseconds (`mi_option_purge_delay`'s
-/// default).
-const DEFAULT_PURGE_DELAY_MS: std::ffi::c_long = 10;
-
 /// The tuning of a long-running server with a memory budget (`ext4kit
 /// mount`), called after [`tune`] and before it serves: no transparent
-/// huge pages, and freed memory goes back to the kernel again.
+/// huge pages.
 ///
 /// mimalloc asks for huge pages on its arenas (`MADV_HUGEPAGE`), so with
 /// the kernel's THP in `madvise` mode (Debian's default) every 2 MiB of
 /// address space the heap touches at all becomes 2 MiB resident: through
 /// `ext4kit mount --cache-mib 64`, 1,000,000 creates peaked at 203 MiB
 /// with 192 MiB of it huge pages, and at 161 MiB without them, creating as
-/// fast (9,395 against 9,109 files/s; no 2 MiB zeroings); a 10,000-file
-/// run peaked at 39 instead of 70 MiB. Without huge pages a purged page
-/// comes back as a 4 KiB fault, not a 2 MiB zeroing — the cost [`tune`]'s
-/// never-purge avoided — so the server purges again: 119–132 MiB at a
-/// million files with delays of 10, 100 and 1,000 ms against 161 MiB
-/// never purging, at 8,400–9,900 files/s either way (one run each, noise
-/// about that wide). In-process work keeps [`tune`] alone: the library's
-/// 32 MiB sequential write ran at 500–600 MiB/s without huge pages
-/// against 800–970 with them (`ext4kit bench --quick --only seq --peers
-/// lib`, three alternating runs each). The THP flag
-/// (`PR_SET_THP_DISABLE`) belongs to the process and its future children.
+/// fast (9,395 against 9,109 files/s); a 10,000-file run peaked at 39
+/// instead of 70 MiB. The server keeps [`tune`]'s never-purge: purging
+/// again (mimalloc's 10 ms) took the million-file peak to 119 MiB but
+/// cost the mount's 1 GiB sequential write and cold read 30% and 23%
+/// (393 and 547 MiB/s against 560 and 713 in two full `ext4kit bench`
+/// runs; an A/B of `--only seq`, two rounds: 298–488 and 430–639 MiB/s
+/// purging, 603–677 and 789–858 not, 670–697 and 671–777 with huge
+/// pages and no purge — the huge pages themselves cost nothing there).
+/// In-process work keeps them ([`tune`] alone): the library's 32 MiB
+/// sequential write ran at 500–600 MiB/s without huge pages against
+/// 800–970 with them (`ext4kit bench --quick --only seq --peers lib`,
+/// three alternating runs each). The THP flag (`PR_SET_THP_DISABLE`)
+/// belongs to the process and its future children.
 pub fn tune_server() {
     // Failure leaves huge pages allowed: more memory, same results.
     let _ = rustix::thread::disable_transparent_huge_pages(true);
-    // SAFETY: as in `tune`; a delay in milliseconds.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, DEFAULT_PURGE_DELAY_MS) }
 }
 
 #[cfg(test)]
@@ -95,7 +91,7 @@ mod tests {
         tune();
         assert_eq!(purge_delay(), -1, "tune: never purge");
         tune_server();
-        assert_eq!(purge_delay(), DEFAULT_PURGE_DELAY_MS, "tune_server: purge again");
+        assert_eq!(purge_delay(), -1, "tune_server keeps never-purge");
         assert_eq!(
             rustix::thread::transparent_huge_pages_are_disabled().ok(),
             Some(true),

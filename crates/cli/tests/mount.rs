@@ -908,9 +908,8 @@ fn proc_kib(pid: u32, file: &str, field: &str) -> u64 {
 /// (issue 20): its read buffers are `max_write` long (16 MiB each were 22
 /// of an idle server's 28 MiB), and the heap gets no transparent huge
 /// pages (one resident 2 MiB page for every 2 MiB of address space
-/// touched at all), and it hands freed memory back. Measured when
-/// written: 13 MiB idle, a 34 MiB peak (50 never purging, 28 idle with
-/// 16 MiB read buffers), no huge page added.
+/// touched at all). Measured when written: 13 MiB idle (28 with 16 MiB
+/// read buffers), a 50 MiB peak, no huge page added.
 #[test]
 fn a_server_uses_its_cache_budget_plus_a_small_fixed_overhead() {
     require_fuse();
@@ -965,7 +964,7 @@ fn a_server_uses_its_cache_budget_plus_a_small_fixed_overhead() {
         "the heap took transparent huge pages: {huge_idle} KiB idle, {huge} KiB after"
     );
     assert!(
-        peak < (16 + 32) << 10,
+        peak < (16 + 48) << 10,
         "a server with a 16 MiB budget peaked at {peak} KiB"
     );
     let _ = std::fs::remove_dir_all(&work);

@@ -141,8 +141,7 @@ pub struct UmountArgs {
 /// `ext4kit mount`.
 pub fn run(a: &MountArgs, sel: &ImageArgs, budget: usize) -> Result<(), String> {
     // A server's resident size should be its budget, not its address
-    // space rounded up to huge pages nor memory it freed (see the
-    // function's measurements).
+    // space rounded up to huge pages (see the function's measurements).
     ext4kit_alloc::tune_server();
     let mut opts = ext4kit_fuse::MountOptions {
         cache_budget: budget,
