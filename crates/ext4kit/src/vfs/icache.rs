@@ -483,9 +483,7 @@ impl Icache {
             },
         );
         self.pages.release(released);
-        for _ in 0..maps {
-            self.pages.release_map();
-        }
+        self.pages.release_maps(maps);
         self.clock.compact_if(m.len(), |ino| m.get(ino).is_some());
     }
 
@@ -508,9 +506,7 @@ impl Icache {
         *removals += 1;
         if let Some(v) = m.remove(&ino) {
             self.pages.release(v.pages.len());
-            if v.pages.has_map() {
-                self.pages.release_map();
-            }
+            self.pages.release_maps(usize::from(v.pages.has_map()));
         }
         self.clock.compact_if(m.len(), |k| m.get(k).is_some());
     }
@@ -528,9 +524,7 @@ impl Icache {
             *removals += 1;
             if let Some(v) = m.remove(&inode.ino) {
                 self.pages.release(v.pages.len());
-                if v.pages.has_map() {
-                    self.pages.release_map();
-                }
+                self.pages.release_maps(usize::from(v.pages.has_map()));
             }
         }
     }

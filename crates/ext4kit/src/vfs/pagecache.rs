@@ -239,7 +239,7 @@ impl PageMap {
         let empty = self.pages.load().as_ref().is_some_and(|m| m.is_empty());
         if empty {
             self.pages.store(None);
-            budget.release_map();
+            budget.release_maps(1);
         }
     }
 
@@ -658,9 +658,11 @@ impl PageBudget {
         self.budget.pages.fetch_add(MAP_BYTES, Ordering::Relaxed);
     }
 
-    /// A page map went away (emptied, or its inode left the cache).
-    pub fn release_map(&self) {
-        self.budget.pages.fetch_sub(MAP_BYTES, Ordering::Relaxed);
+    /// `n` page maps went away (emptied, or their inodes left the cache).
+    pub fn release_maps(&self, n: usize) {
+        if n != 0 {
+            self.budget.pages.fetch_sub(n * MAP_BYTES, Ordering::Relaxed);
+        }
     }
 
     /// Account for `n` newly dirty pages; true when the dirty budget is now
