@@ -7,7 +7,7 @@
 //! evict. Under glibc that churn — then a copy at every change — fragmented
 //! the heap until `_int_malloc` was a fifth of a create at 500,000 files
 //! and a create storm ran at 39% of its starting speed by 1,000,000 files;
-//! with mimalloc it stayed at 68% (issue 3's notes, `seeds-create`).
+//! with mimalloc it stayed at 68% (measured with `seeds-create`).
 //!
 //! Why [`tune`]: mimalloc returns freed memory to the kernel 10 ms after
 //! it falls free (`purge_delay`). The engine's memory is bounded by its

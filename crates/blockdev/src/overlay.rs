@@ -2,10 +2,10 @@
 //! without making them.
 //!
 //! Journal replay of a read-only open goes here (the kernel replays even a
-//! read-only mount; we must not touch the image file, DESIGN.md's read
-//! rule), and so do the fast-commit replay and orphan cleanup that follow
-//! it. Reads see the overlay's blocks first and the base device under
-//! them; writes land in the overlay only.
+//! read-only mount; we must not touch the image file: a read-only open never
+//! writes), and so do the fast-commit replay and orphan cleanup that follow
+//! it. Reads see the overlay's blocks first and the base device under them;
+//! writes land in the overlay only.
 //!
 //! A block may be held as bytes, or as a *redirect* to another place of the
 //! base device: a replayed journal block is the logged copy in the journal,
@@ -15,10 +15,10 @@
 //! escaped blocks, whose logged copy had the journal magic zeroed).
 //!
 //! Locking: while recovery writes, one reader/writer lock guards the block
-//! map. Once recovery is done the overlay is [frozen](OverlayDevice::freeze):
-//! the map moves behind a `OnceLock` and reads take no lock at all, so
-//! concurrent readers of a recovered image share no written cache line
-//! (seed 001's rule); a frozen overlay refuses writes.
+//! map. Once recovery is done the overlay is
+//! [frozen](OverlayDevice::freeze): the map moves behind a `OnceLock` and
+//! reads take no lock at all, so concurrent readers of a recovered image
+//! share no written cache line; a frozen overlay refuses writes.
 
 use std::collections::HashMap;
 use std::io;

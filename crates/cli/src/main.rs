@@ -273,10 +273,11 @@ enum Command {
         /// The image file.
         image: PathBuf,
     },
-    /// Benchmark: every workload (the five seeds' experiments and the
-    /// standard ones) on the library, the ext4kit mount, fuse2fs and the
-    /// kernel's ext4, with a report, JSON, CSV and SVG charts. Run as root
-    /// for the mounts; `--help` lists the workloads and peers.
+    /// Benchmark: every workload (the experiments behind the five design
+    /// principles, and the standard ones) on the library, the ext4kit mount,
+    /// fuse2fs and the kernel's ext4, with a report, JSON, CSV and SVG
+    /// charts. Run as root for the mounts; `--help` lists the workloads and
+    /// peers.
     Bench(cmd::bench::Args),
 }
 

@@ -1,9 +1,9 @@
-//! Crash interoperability, both ways (issue 18): a journal ext4kit left
-//! needing recovery — the FUSE server killed with `kill -9` after fsyncs,
-//! while writers were still busy — is replayed by the kernel's own mount,
-//! by e2fsck and by ext4kit to the fsync'd tree, and e2fsck finds nothing
-//! to repair beyond the replay; and an image the kernel left needing
-//! recovery is taken over by an ext4kit read-write mount and written on.
+//! Crash interoperability, both ways: a journal ext4kit left needing
+//! recovery — the FUSE server killed with `kill -9` after fsyncs, while
+//! writers were still busy — is replayed by the kernel's own mount, by
+//! e2fsck and by ext4kit to the fsync'd tree, and e2fsck finds nothing to
+//! repair beyond the replay; and an image the kernel left needing recovery
+//! is taken over by an ext4kit read-write mount and written on.
 //!
 //! Needs root, FUSE and loop mounts (CI has them); fails with the reason
 //! otherwise.

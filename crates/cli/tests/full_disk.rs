@@ -1,12 +1,13 @@
-//! A full disk through `ext4kit mount` (issue 19): the scenario a new user
-//! hit — `mke2fs -t ext4 e.img 64M`, `keep`, `dir`, `sync`, one file
-//! written until ENOSPC, `ext4kit umount` — keeps `keep`, `dir` and every
-//! byte write() accepted; an ordinary user gets ENOSPC where only the root
-//! reserve is left while root may still fill it; and a write-back that
-//! fails on the image file (the host filesystem under a sparse image is
-//! full) reaches fsync and `ext4kit umount`'s exit status without costing
-//! the files committed before. Oracles: e2fsck -fn, the kernel's ext4
-//! reading the image back, debugfs.
+//! A full disk through `ext4kit mount` (space is claimed at write(2), never
+//! found missing at writeback): the scenario a new user hit — `mke2fs -t
+//! ext4 e.img 64M`, `keep`, `dir`, `sync`, one file written until ENOSPC,
+//! `ext4kit umount` — keeps `keep`, `dir` and every byte write() accepted;
+//! an ordinary user gets ENOSPC where only the root reserve is left while
+//! root may still fill it; and a write-back that fails on the image file
+//! (the host filesystem under a sparse image is full) reaches fsync and
+//! `ext4kit umount`'s exit status without costing the files committed
+//! before. Oracles: e2fsck -fn, the kernel's ext4 reading the image back,
+//! debugfs.
 //!
 //! They need root, /dev/fuse, e2fsprogs, util-linux (setpriv, fallocate)
 //! and tmpfs (CI runs as root); without them they fail and say why.

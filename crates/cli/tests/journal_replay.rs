@@ -1,5 +1,6 @@
-//! Issue 17: an image whose journal needs recovery reads exactly as
-//! recovery leaves it, and `--no-replay` shows what the home locations hold.
+//! Journal recovery at open: an image whose journal needs recovery reads
+//! exactly as recovery leaves it, and `--no-replay` shows what the home
+//! locations hold.
 //!
 //! For every fixture of `ext4kit_testkit::journal` (kernel-written images
 //! over operation kinds, mount options, formats and fast commits, and

@@ -904,12 +904,12 @@ fn proc_kib(pid: u32, file: &str, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/{file}"))
 }
 
-/// The server's memory is its cache budget plus a small fixed overhead
-/// (issue 20): its read buffers are `max_write` long (16 MiB each were 22
-/// of an idle server's 28 MiB), and the heap gets no transparent huge
-/// pages (one resident 2 MiB page for every 2 MiB of address space
-/// touched at all). Measured when written: 13 MiB idle (28 with 16 MiB
-/// read buffers), a 50 MiB peak, no huge page added.
+/// The server's memory is its cache budget plus a small fixed overhead: its
+/// read buffers are `max_write` long (16 MiB each were 22 of an idle
+/// server's 28 MiB), and the heap gets no transparent huge pages (one
+/// resident 2 MiB page for every 2 MiB of address space touched at all).
+/// Measured when written: 13 MiB idle (28 with 16 MiB read buffers), a 50
+/// MiB peak, no huge page added.
 #[test]
 fn a_server_uses_its_cache_budget_plus_a_small_fixed_overhead() {
     require_fuse();

@@ -1,6 +1,6 @@
 //! POSIX conformance through a real mount: pjdfstest on the kernel's ext4
 //! and on `ext4kit mount` of identical fresh images, compared test by test
-//! by `scripts/pjdfstest-compare` (issue 4: every test that passes on the
+//! by `scripts/pjdfstest-compare` (the rule: every test that passes on the
 //! kernel's ext4 here must pass on ext4kit).
 //!
 //! Needs root, loop devices and /dev/fuse (CI has them); pjdfstest is

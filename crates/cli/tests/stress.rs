@@ -1,4 +1,4 @@
-//! Multi-process stress through a read-write mount (issue 4):
+//! Multi-process stress through a read-write mount:
 //!
 //! 1. a seeded random namespace storm: several processes creating, writing,
 //!    appending, renaming (files and directories), truncating, linking,

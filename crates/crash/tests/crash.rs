@@ -1,10 +1,10 @@
-//! The crash-state proof (issue 18): workloads run through the library
-//! over a recording device; the images a power cut could leave — at every
-//! flush, and between flushes with unflushed writes lost — are rebuilt and
-//! each one must replay (ext4kit read-write) to an `e2fsck -fn`-clean
-//! image, `e2fsck -fy`'s own replay must reach the tree ext4kit reads, and
-//! every fsync'd file, fsync'd directory and rename must be as promised
-//! (`ext4kit_crash::model` states the rules).
+//! The crash-state proof of the durability promises: workloads run
+//! through the library over a recording device; the images a power cut
+//! could leave — at every flush, and between flushes with unflushed writes
+//! lost — are rebuilt and each one must replay (ext4kit read-write) to an
+//! `e2fsck -fn`-clean image, `e2fsck -fy`'s own replay must reach the tree
+//! ext4kit reads, and every fsync'd file, fsync'd directory and rename must
+//! be as promised (`ext4kit_crash::model` states the rules).
 //!
 //! - `crash_states`: at least `EXT4KIT_CRASH_IMAGES` (default 5,000) crash
 //!   images across the workloads and filesystems; seeds from

@@ -2,9 +2,9 @@
 //! `rec_len`, optionally ending in a 12-byte checksum tail
 //! (`struct ext4_dir_entry_tail`).
 //!
-//! Seed 004: a directory block is validated once, when it is read from disk
-//! ([`check_block`]); afterwards the iterator trusts it and decodes each
-//! record with a couple of loads and no error branches.
+//! Checked once, trusted after: a directory block is validated once, when
+//! it is read from disk ([`check_block`]); afterwards the iterator trusts it
+//! and decodes each record with a couple of loads and no error branches.
 
 use crate::bytes::{le16, le32, put16, put32};
 use crate::checksum::crc32c;
@@ -25,7 +25,7 @@ pub const NAME_MAX: usize = 255;
 pub fn rec_len_from_disk(dlen: u16, block_size: usize) -> usize {
     let len = dlen as usize;
     if block_size < 65536 {
-        return len; // the common case: no arithmetic (seed 004)
+        return len; // the common case: below 64 KiB blocks rec_len is the length
     }
     if dlen == 65535 || dlen == 0 {
         block_size
@@ -80,7 +80,7 @@ pub struct DirFormat {
 /// searched name with every record of equal length, and names in one
 /// directory often share their start (`file-00000001`, `file-00000002`):
 /// comparing the last eight bytes first settles almost every record
-/// without a `memcmp` call (seed 004: the call per record was a tenth of a
+/// without a `memcmp` call (measured: the call per record was a tenth of a
 /// create's leaf walk when all names had the same length).
 #[inline]
 pub fn same_name(a: &[u8], b: &[u8]) -> bool {

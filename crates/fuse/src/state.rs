@@ -4,12 +4,12 @@
 //! mount replays the journal on disk first, as the kernel's mount does (a
 //! read-only one replays it in memory; see `ext4kit::ext4::journal`).
 //!
-//! Choosing the mode follows DESIGN.md's compatibility contract, decided
-//! from the superblock before the image is opened for writing (opening
-//! read-write already writes: orphans are freed). A mount without `-o ro`
-//! or `-o rw` is read-write when nothing forbids it, and read-only with a
-//! warning naming the reason when something does; `-o rw` is refused with
-//! that reason instead. Reasons:
+//! Choosing the mode follows the compatibility contract (ARCHITECTURE.md),
+//! decided from the superblock before the image is opened for writing
+//! (opening read-write already writes: orphans are freed). A mount without
+//! `-o ro` or `-o rw` is read-write when nothing forbids it, and read-only
+//! with a warning naming the reason when something does; `-o rw` is refused
+//! with that reason instead. Reasons:
 //!
 //! - a read-only-compatible feature we cannot maintain when writing
 //!   (`RO_COMPAT_WRITE_SUPPORTED`), including the `read-only` feature;

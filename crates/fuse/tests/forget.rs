@@ -67,8 +67,9 @@ fn lookups_are_counted_and_forgotten() {
 }
 
 /// The kernel may hold far more inodes than the engine's inode cache has
-/// room for (issue 20: a million files created through the mount kept a
-/// million cached inodes, 1.2 GiB of server RSS under a 256 MiB budget).
+/// room for (when each lookup count pinned a cached inode, a million files
+/// created through the mount kept a million cached inodes: 1.2 GiB of
+/// server RSS under a 256 MiB budget).
 /// Its holds are counts by number: the held inodes leave the cache, and
 /// unlinking them while held still puts them on the orphan list, from
 /// which the kernel's FORGETs free them; the image is e2fsck-clean.

@@ -1,14 +1,14 @@
 //! Hostile-image testing for ext4kit.
 //!
-//! DESIGN.md promises that a damaged or hostile image never panics, hangs
-//! or exhausts memory. This crate checks that promise the way it is most
-//! likely to be broken: it takes small, feature-diverse images made by
-//! `mke2fs` ([`base`]), breaks them one field at a time with a
-//! structure-aware, seed-deterministic mutator ([`mutate`], guided by a
-//! [`map`] of where each structure lives and able to recompute checksums so
-//! corruptions reach the parsers behind them), opens each with the engine
-//! and walks everything a reader can reach ([`mod@walk`]), on worker threads
-//! under `catch_unwind` with a time bound and a memory watch
+//! The compatibility contract (ARCHITECTURE.md) promises that a damaged or
+//! hostile image never panics, hangs or exhausts memory. This crate checks
+//! that promise the way it is most likely to be broken: it takes small,
+//! feature-diverse images made by `mke2fs` ([`base`]), breaks them one field
+//! at a time with a structure-aware, seed-deterministic mutator ([`mutate`],
+//! guided by a [`map`] of where each structure lives and able to recompute
+//! checksums so corruptions reach the parsers behind them), opens each with
+//! the engine and walks everything a reader can reach ([`mod@walk`]), on
+//! worker threads under `catch_unwind` with a time bound and a memory watch
 //! ([`campaign`]). Every failure is reproducible from its seed with the
 //! `ext4kit-fuzz-images` binary.
 //!

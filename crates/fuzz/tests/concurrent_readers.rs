@@ -1,16 +1,16 @@
 //! Many threads reading one shared `Fs` see exactly what one thread sees.
 //!
-//! The engine's read path is lock-free by design (DESIGN.md, seeds 000 and
-//! 001): dentry and inode caches read without locks, buffers checked once
-//! and then trusted, page-cache eviction concurrent with lookups. The
-//! failure mode of such code is not a crash but a wrong answer under
-//! contention — a half-initialised inode, a page evicted under a reader, a
-//! negative dentry raced into the cache. So eight threads walk the same
-//! image through one `Arc<Fs>`, each in its own shuffled order, with a
-//! cache budget far below the image's data so eviction runs all the time,
-//! and each thread's digest of the whole tree (names, stat, content hashes,
-//! xattrs, link targets, data layout) must equal a single-threaded walk on
-//! a fresh `Fs`.
+//! The engine's read path is lock-free by design (lock-free lseek, lock-free
+//! dentry references and path walk: ARCHITECTURE.md's principles): dentry
+//! and inode caches read without locks, buffers checked once and then
+//! trusted, page-cache eviction concurrent with lookups. The failure mode of
+//! such code is not a crash but a wrong answer under contention — a
+//! half-initialised inode, a page evicted under a reader, a negative dentry
+//! raced into the cache. So eight threads walk the same image through one
+//! `Arc<Fs>`, each in its own shuffled order, with a cache budget far below
+//! the image's data so eviction runs all the time, and each thread's digest
+//! of the whole tree (names, stat, content hashes, xattrs, link targets,
+//! data layout) must equal a single-threaded walk on a fresh `Fs`.
 
 use std::sync::{Arc, Barrier};
 

@@ -1,10 +1,11 @@
-//! Opening and reading damaged images (issue 19, item 3): a missing or
-//! non-directory root, or an empty root record, is refused with a message
-//! naming the root inode and saying "run e2fsck" — by the library (read-
-//! write and read-only) and by `ext4kit mount`, which must not leave a
-//! mount whose every path (the mount point's own included) is ENOENT; and
-//! `ext4kit get` of a directory holding one name twice reports it and
-//! copies everything else instead of stopping on "File exists".
+//! Opening and reading damaged images (the root is checked at open, as
+//! `ext4_fill_super` checks it): a missing or non-directory root, or an
+//! empty root record, is refused with a message naming the root inode and
+//! saying "run e2fsck" — by the library (read-write and read-only) and by
+//! `ext4kit mount`, which must not leave a mount whose every path (the mount
+//! point's own included) is ENOENT; and `ext4kit get` of a directory holding
+//! one name twice reports it and copies everything else instead of stopping
+//! on "File exists".
 
 use std::path::Path;
 use std::process::Command;

@@ -1,9 +1,9 @@
-//! Write operations on damaged images (issue 19): each of the corpus'
-//! operations, through the library and the `ext4kit` binary, on one image
-//! per (damage kind × base) — 76 images, about 1,700 cases — must succeed
-//! with `e2fsck -fn` no worse than before, or refuse and leave the image
-//! byte-identical (apart from the superblock's error record), blaming
-//! damage only with "run e2fsck". See `ext4kit_fuzz::damaged`.
+//! Write operations on damaged images (nothing on disk is made worse): each
+//! of the corpus' operations, through the library and the `ext4kit` binary,
+//! on one image per (damage kind × base) — 76 images, about 1,700 cases —
+//! must succeed with `e2fsck -fn` no worse than before, or refuse and leave
+//! the image byte-identical (apart from the superblock's error record),
+//! blaming damage only with "run e2fsck". See `ext4kit_fuzz::damaged`.
 //!
 //! `EXT4KIT_DAMAGED_COUNT` / `EXT4KIT_DAMAGED_START` change the seeds;
 //! the `ext4kit-damaged` binary runs bigger campaigns.

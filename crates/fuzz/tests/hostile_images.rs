@@ -1,5 +1,5 @@
-//! The CI hostile-image campaign (DESIGN.md: "a damaged or hostile image
-//! never panics, hangs or exhausts memory").
+//! The CI hostile-image campaign (the compatibility contract: "a damaged or
+//! hostile image never panics, hangs or exhausts memory").
 //!
 //! - `unmutated_bases_walk_cleanly`: the walker itself is validated on the
 //!   clean bases — zero errors, and known objects read back correctly —

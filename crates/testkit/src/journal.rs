@@ -1,5 +1,5 @@
 //! Images whose journal needs recovery, each with the oracles that say how
-//! it must read (issue 17).
+//! it must read (recovery compared with e2fsck's and the kernel's).
 //!
 //! A fixture is an image file with `needs_recovery` set and committed
 //! transactions in its journal that its home locations do not hold yet, as

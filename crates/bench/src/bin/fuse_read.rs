@@ -8,7 +8,7 @@
 //! - cat: every regular file read whole;
 //! - seq: one large file read sequentially in 1 MiB requests;
 //! - storm: N threads open/read 4 KiB/close a few small files in a loop
-//!   (seed 001's open/read/close experiment, through a mount).
+//!   (the open/read/close storm, through a mount).
 //!
 //! Run as root:  target/release/fuse-read [--big-mib 1024] [--threads 2]
 

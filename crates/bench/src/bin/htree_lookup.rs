@@ -1,4 +1,4 @@
-//! Seed 004's experiment on the read side: the cost of looking one name up
+//! The htree experiment on the read side: the cost of looking one name up
 //! in directories of 1k, 10k and 50k entries, indexed (htree) versus the
 //! same names in a linear directory (`-O ^dir_index`), on ext4kit and on
 //! the kernel (loop mount), side by side.

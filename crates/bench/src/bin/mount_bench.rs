@@ -1,20 +1,19 @@
-//! The mount benchmark (issue 4, point 5): the same workloads on the
-//! ext4kit FUSE mount (`ext4kit mount`), on fuse2fs (e2fsprogs' FUSE
-//! server, what people use today) and on the kernel's ext4 (loop mount),
-//! side by side in one run, each on a fresh copy of one mke2fs image
-//! (ext4, 4 KiB blocks).
+//! The mount benchmark: the same workloads on the ext4kit FUSE mount
+//! (`ext4kit mount`), on fuse2fs (e2fsprogs' FUSE server, what people use
+//! today) and on the kernel's ext4 (loop mount), side by side in one run,
+//! each on a fresh copy of one mke2fs image (ext4, 4 KiB blocks).
 //!
 //! Workloads (`--only NAME,...`):
-//! - create: N empty files in one directory (seed 004), files/s overall
+//! - create: N empty files in one directory (htree inserts), files/s overall
 //!   and in the last 10,000;
-//! - fsync: seed 003's table through the mount: 1,000 × (4 KiB write at a
-//!   random block + fsync), and + fdatasync, into files of 5,000 and 50,000
-//!   cached 4 KiB blocks (4 KiB, not the seed's 2 KiB: the image has 4 KiB
-//!   blocks), median µs per write+sync;
-//! - dd: `dd if=/dev/zero of=F bs=1 count=1M` (seed 002's per-syscall
-//!   cost), seconds;
+//! - fsync: the O(dirty) fsync table through the mount: 1,000 × (4 KiB write
+//!   at a random block + fsync), and + fdatasync, into files of 5,000 and
+//!   50,000 cached 4 KiB blocks (4 KiB, not the library table's 2 KiB: the
+//!   image has 4 KiB blocks), median µs per write+sync;
+//! - dd: `dd if=/dev/zero of=F bs=1 count=1M` (the per-syscall cost),
+//!   seconds;
 //! - storm: open/read 4 KiB/close of 4 small files from several threads
-//!   (seed 001), ops/s, cold mount;
+//!   (path walk and references), ops/s, cold mount;
 //! - seq: 1 GiB written in 1 MiB writes + fsync (counted), then, on a
 //!   fresh mount with the kernel's caches dropped, read back, MiB/s;
 //! - fio: random 4 KiB reads then writes, buffered (direct=0), psync,
@@ -775,7 +774,7 @@ fn main() -> Result<(), String> {
             a.runs, a.long_run_secs
         );
     }
-    // seed 003's question: does the per-op sync cost grow with the file?
+    // O(dirty) fsync: does the per-op sync cost grow with the file?
     if let Some((_, ms, vals)) = table.iter().find(|t| t.0 == "fsync") {
         let n = a.fsync_blocks.len();
         if n >= 2 {

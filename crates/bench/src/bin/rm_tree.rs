@@ -1,6 +1,6 @@
-//! What freeing costs through the library (issue 19): `rm -rf` of a tree
-//! in-process, and the one-time claim scan (`ext4kit_ext4::claims`) that
-//! the first free of a session runs over every live inode.
+//! What freeing costs through the library: `rm -rf` of a tree in-process,
+//! and the one-time claim scan (`ext4kit_ext4::claims`) that the first free
+//! of a session runs over every live inode.
 //!
 //! ```text
 //! target/ci/rm-tree                                  # 20,000 files to remove, nothing else

@@ -1,8 +1,8 @@
-//! Seed 004's experiment: sequential creates of empty files in one
+//! The htree create experiment: sequential creates of empty files in one
 //! directory, reported as files/s per interval of directory size, for
 //! ext4kit (library API, htree directories) beside the kernel on the same
 //! kind of image (loop mount: ext4 with dir_index, and ext2 without it —
-//! the linear search the seed removed).
+//! the linear search htree replaces).
 //!
 //! ```text
 //! sudo target/release/seeds-create                     # 10k..50k, then to 1M for ext4kit and kernel ext4
@@ -21,7 +21,7 @@
 //! `perf record -g target/release/seeds-create --no-kernel --runs 1
 //! --pause-ms 300`, then split the samples at the gaps (the first group
 //! is the image's making and opening, then one group per interval).
-//! Acceptance (issue 3): ext4kit's files/s in the 40k-50k interval is at
+//! Acceptance: ext4kit's files/s in the 40k-50k interval is at
 //! least 80% of the 0-10k interval, and stays flat to 1,000,000 — read as
 //! the same bar for the last interval (the output marks both). The 0-10k
 //! interval lasts under a tenth of a second and runs in the CPU caches,
@@ -43,7 +43,7 @@ use ext4kit::{Fs, OpenOptions};
 use ext4kit_bench::{mount, need_kernel, run};
 
 #[derive(Parser, Debug)]
-#[command(about = "Seed 004: files/s creating files in one directory, ext4kit beside the kernel")]
+#[command(about = "htree creates: files/s creating files in one directory, ext4kit beside the kernel")]
 struct Args {
     /// Create up to this many files (points every 10,000 up to 50,000, then
     /// every 50,000 (to 200k) and every 200,000 beyond).
@@ -97,10 +97,11 @@ fn name(i: u64) -> String {
 fn make_image(path: &Path, fstype: &str, extra: &[&str], files: u64) -> Result<(), String> {
     let _ = std::fs::remove_file(path);
     let inodes = (files + 10_000).to_string();
-    // 4 KiB blocks, as the seed's ext4 (with 1 KiB blocks a two-level htree
-    // is full near 250,000 names without large_dir, for the kernel too);
-    // space for the directory (~32 bytes per name) and the inode tables.
-    // 256-byte inode + ~64 bytes of directory per file, plus room.
+    // 4 KiB blocks, as in the original experiment (with 1 KiB blocks a
+    // two-level htree is full near 250,000 names without large_dir, for the
+    // kernel too); space for the directory (~32 bytes per name) and the
+    // inode tables. 256-byte inode + ~64 bytes of directory per file, plus
+    // room.
     let size = format!("{}M", files * 320 / (1 << 20) + 512);
     run(Command::new("mke2fs")
         .args(["-q", "-F", "-t", fstype, "-b", "4096", "-m", "0", "-N", &inodes])
@@ -326,7 +327,7 @@ fn real_main(a: &Args) -> Result<(), String> {
         k2 = Some(medians(&runs2));
     }
     println!(
-        "seed 004: creates in one directory, median files/s per interval over {} runs (higher is better);",
+        "creates in one directory, median files/s per interval over {} runs (higher is better);",
         a.runs.max(1)
     );
     println!(
@@ -367,7 +368,7 @@ fn real_main(a: &Args) -> Result<(), String> {
     }
     if let Some(i10) = at(10_000).filter(|&i| i < last) {
         let what = format!("last interval ({} files) vs 0-10k", pts[last]);
-        // Issue 3's "and it stays flat to 1,000,000", read as the same bar.
+        // "And it stays flat to 1,000,000": read as the same 80% bar.
         println!("{}", ratio_line(&what, &all, last, i10, " (flat to the end: >= 80%)"));
     }
     if let Some(i100) = at(100_000).filter(|&i| i < last) {

@@ -1,5 +1,5 @@
-//! Seed 003's experiment (fsync / fdatasync on large cached files), on
-//! ext4kit (library) and on the kernel (loop-mounted ext4 with 2 KiB
+//! The O(dirty) fsync experiment (fsync / fdatasync on large cached files),
+//! on ext4kit (library) and on the kernel (loop-mounted ext4 with 2 KiB
 //! blocks), side by side:
 //!
 //! For files of 5,000 and 50,000 cached 2 KiB blocks (written, synced, then
@@ -7,8 +7,8 @@
 //! pseudo-random offset + fsync), and the same with fdatasync. Reported:
 //! median per-op time, total, the 50k/5k ratio, and for ext4kit the inode
 //! records each variant wrote, plus the write+writeback time without the
-//! device flush (the CPU part the seed is about: it must not grow with the
-//! number of cached pages).
+//! device flush (the CPU part O(dirty) fsync is about: it must not grow
+//! with the number of cached pages).
 //!
 //! Acceptance: ext4kit's fsync at 50,000 blocks within 1.5× of 5,000, and
 //! fdatasync writes no inode (the size never changes).
@@ -31,7 +31,7 @@ use ext4kit::{File, Fs, OpenFlags, OpenOptions};
 use ext4kit_bench::{median, mount, need_kernel, run};
 
 #[derive(Parser)]
-#[command(about = "Seed 003: fsync/fdatasync into large cached files, ext4kit vs kernel")]
+#[command(about = "O(dirty) fsync: fsync/fdatasync into large cached files, ext4kit vs kernel")]
 struct Args {
     /// File sizes in 2 KiB blocks.
     #[arg(long, value_delimiter = ',', default_value = "5000,50000")]
@@ -267,7 +267,7 @@ fn main() -> Result<(), String> {
         .collect();
 
     println!(
-        "seed 003 — {} × (2 KiB write at a random block + sync) into a file of N cached 2 KiB blocks ({ROUNDS} interleaved rounds)",
+        "fsync — {} × (2 KiB write at a random block + sync) into a file of N cached 2 KiB blocks ({ROUNDS} interleaved rounds)",
         per_round * ROUNDS
     );
     println!("median µs per op; total ms; inode = inode records ext4kit wrote; wb-only = write + writeback without the device flush;");

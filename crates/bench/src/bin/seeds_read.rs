@@ -1,16 +1,17 @@
-//! The read-side experiments of seeds 000, 001 and 002, on ext4kit (library)
-//! and on the kernel (loop mount of the same image), side by side:
+//! The read-side experiments of the first three principles (lock-free lseek,
+//! lock-free path walk, descriptor lookup without atomics), on ext4kit
+//! (library) and on the kernel (loop mount of the same image), side by side:
 //!
-//! - seed 000: N threads, each with its own open file of one 128 MiB file,
+//! - lseek: N threads, each with its own open file of one 128 MiB file,
 //!   random SEEK_SET in a loop. ext4kit is also run against a baseline whose
-//!   lseek takes a per-inode lock (what the seed removed), so the table shows
-//!   what the lock-free position buys.
-//! - seed 001: N threads open/read/close the same few small files by path
+//!   lseek takes a per-inode lock (the i_mutex lock-free lseek removes), so
+//!   the table shows what the lock-free position buys.
+//! - storm: N threads open/read/close the same few small files by path
 //!   (AIM7 "misc_rtns_1"-style): path walk + dentry references.
-//! - seed 002: 1,048,576 one-byte reads through the descriptor API
+//! - dd: 1,048,576 one-byte reads through the descriptor API
 //!   (`dd bs=1 count=1M`), unshared table vs shared table.
 //!
-//! - scaling: seed 001's storm against seed 000's shared-nothing seeks,
+//! - scaling: the storm against lseek's shared-nothing seeks,
 //!   interleaved round by round so machine drift hits both alike: each
 //!   one's N-thread / 1-thread total throughput, their quotient (the
 //!   target: the storm scales at least 90% as well), and the writes to
@@ -39,7 +40,7 @@ use ext4kit::{Fs, OpenFlags, OpenOptions, Process, Whence};
 use ext4kit_bench::{median, mount, need_kernel, run};
 
 #[derive(Parser)]
-#[command(about = "Seeds 000/001/002 read-side experiments: ext4kit vs kernel")]
+#[command(about = "Read-side experiments (lseek, open/read/close storm, dd bs=1): ext4kit vs kernel")]
 struct Args {
     /// Thread counts to try.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
@@ -53,15 +54,15 @@ struct Args {
     /// Work directory.
     #[arg(long, default_value = "target/bench-seeds")]
     work: PathBuf,
-    /// Rounds of the interleaved scaling comparison (seed 000 against
-    /// seed 001, each thread count in turn, per round); medians reported.
+    /// Rounds of the interleaved scaling comparison (lseek against the
+    /// storm, each thread count in turn, per round); medians reported.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Target length of one single-thread run in the scaling comparison
     /// (milliseconds): the op counts are calibrated to it.
     #[arg(long, default_value_t = 300)]
     scaling_ms: u64,
-    /// Only the scaling comparison (no kernel tables, no seed 002).
+    /// Only the scaling comparison (no kernel tables, no dd).
     #[arg(long)]
     scaling_only: bool,
 }
@@ -140,7 +141,7 @@ fn par_cpu(n: usize, f: impl Fn(usize) + Sync) -> (Duration, f64) {
     (wall, cpu.into_inner().unwrap())
 }
 
-/// Seed 000's loop: `ops` random SEEK_SETs on each thread's own file.
+/// The lseek loop: `ops` random SEEK_SETs on each thread's own file.
 fn seek_storm(fs: &Fs, files: &[Arc<ext4kit::File>], ops: usize) -> (Duration, f64) {
     par_cpu(files.len(), |i| {
         let mut x = SmallRng::seed_from_u64(0x9E37_79B9_7F4A_7C15 ^ i as u64);
@@ -151,7 +152,7 @@ fn seek_storm(fs: &Fs, files: &[Arc<ext4kit::File>], ops: usize) -> (Duration, f
     })
 }
 
-/// Seed 001's loop: `ops` open/read/close of the four small files per
+/// The storm's loop: `ops` open/read/close of the four small files per
 /// thread, each thread through its own descriptor table.
 fn open_storm(fs: &Arc<Fs>, n: usize, ops: usize) -> (Duration, f64) {
     par_cpu(n, |i| {
@@ -204,7 +205,7 @@ fn calibrate(ms: u64, run: impl Fn(usize) -> Duration) -> usize {
     }
 }
 
-/// The scaling comparison: per round, seed 000 and seed 001 at every
+/// The scaling comparison: per round, lseek and the storm at every
 /// thread count, interleaved; throughput ratios to one thread, medians.
 fn scaling(fs: &Arc<Fs>, a: &Args) {
     let ns: Vec<usize> = a.threads.iter().copied().filter(|&n| n > 1).collect();
@@ -224,12 +225,12 @@ fn scaling(fs: &Arc<Fs>, a: &Args) {
         "\nscaling — total throughput at N threads / at 1 thread, {} interleaved rounds (median, min–max)",
         a.rounds
     );
-    println!("  seed 000: each thread its own open file, {seeks} SEEK_SETs per thread (shares nothing)");
-    println!("  seed 001: open/read/close of the same 4 files by path, {storm} per thread");
+    println!("  lseek: each thread its own open file, {seeks} SEEK_SETs per thread (shares nothing)");
+    println!("  storm: open/read/close of the same 4 files by path, {storm} per thread");
     println!("  wall: as the user sees it; cpu: per-op CPU time, n x (1-thread cost / n-thread cost) —");
     println!("  immune to the scheduler's share on a loaded machine, not to cache-line contention");
     // Per thread count: (wall ratio, cpu ratio) per round, for each seed.
-    // Then per-op CPU nanoseconds: seed 000 at 1 and n threads, seed 001.
+    // Then per-op CPU nanoseconds: lseek at 1 and n threads, the storm.
     let mut r: Vec<[Vec<f64>; 8]> = vec![Default::default(); ns.len()];
     for _ in 0..a.rounds {
         let (s1, sc1) = seek_storm(fs, &files[..1], seeks);
@@ -251,7 +252,7 @@ fn scaling(fs: &Arc<Fs>, a: &Args) {
     }
     println!(
         "{:>8} | {:>26} | {:>26} | {:>14}",
-        "threads", "seed 000 wall / cpu", "seed 001 wall / cpu", "001/000 wall/cpu"
+        "threads", "lseek wall / cpu", "storm wall / cpu", "storm/lseek wall/cpu"
     );
     for (k, &n) in ns.iter().enumerate() {
         let m: Vec<f64> = r[k].iter_mut().map(|v| median_f(v)).collect();
@@ -273,7 +274,7 @@ fn scaling(fs: &Arc<Fs>, a: &Args) {
             100.0 * m[3] / m[1]
         );
         println!(
-            "{:>8}   per-op CPU: seed 000 {:.1} ns -> {:.1} ns; seed 001 {:.0} ns -> {:.0} ns (1 -> {n} threads)",
+            "{:>8}   per-op CPU: lseek {:.1} ns -> {:.1} ns; storm {:.0} ns -> {:.0} ns (1 -> {n} threads)",
             "", m[4], m[5], m[6], m[7]
         );
         if n == 2 {
@@ -305,7 +306,7 @@ fn main() -> Result<(), String> {
     let m = mount(&img, &a.work.join("mnt"), "ro")?;
     let ops = a.ops;
 
-    println!("seed 000 — random SEEK_SET, each thread its own open file of a 128 MiB file ({ops} seeks/thread, M seeks/s total)");
+    println!("lseek — random SEEK_SET, each thread its own open file of a 128 MiB file ({ops} seeks/thread, M seeks/s total)");
     println!(
         "{:>8} | {:>10} {:>16} {:>8} | {:>10} {:>8}",
         "threads", "ext4kit", "locked baseline", "ratio", "kernel", "ext/kern"
@@ -354,7 +355,7 @@ fn main() -> Result<(), String> {
     }
 
     let storm = ops / 10;
-    println!("\nseed 001 — open/read/close of the same 4 small files by path ({storm} per thread, k ops/s total)");
+    println!("\nstorm — open/read/close of the same 4 small files by path ({storm} per thread, k ops/s total)");
     println!(
         "{:>8} | {:>10} {:>10} | {:>10} {:>8}",
         "threads", "ext4kit", "scaling", "kernel", "ext/kern"
@@ -386,7 +387,7 @@ fn main() -> Result<(), String> {
         );
     }
 
-    println!("\nseed 002 — 1,048,576 one-byte reads through descriptors (dd bs=1 count=1M), seconds");
+    println!("\ndd — 1,048,576 one-byte reads through descriptors (dd bs=1 count=1M), seconds");
     let count = 1 << 20;
     let t_unshared = best(a.reps, || {
         let mut p = Process::new(fs.clone());

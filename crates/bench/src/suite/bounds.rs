@@ -1,4 +1,5 @@
-//! What bounds the mount: for each of issue 20's mount targets, how many
+//! What bounds the mount: for each of the mount's performance targets
+//! (a speed ratio to the kernel's ext4 per workload), how many
 //! FUSE requests one operation costs (counted by the kernel's own
 //! tracepoint, [`super::fusetrace`]) and how long one round trip takes on
 //! this machine, so the report can say, measured, whether the round trips
@@ -42,12 +43,13 @@ pub enum PerOp {
     Rate,
 }
 
-/// One of issue 20's mount targets, with the requests its operation costs.
+/// One of the mount's performance targets, with the requests its
+/// operation costs.
 #[derive(Debug, Clone)]
 pub struct Bound {
-    /// The target as the issue names it ("dd bs=1").
+    /// The target's name ("dd bs=1").
     pub target: &'static str,
-    /// The speed ratio to the kernel the issue asks for.
+    /// The speed ratio to the kernel the target asks for.
     pub goal: f64,
     /// The timed workload and figure it is judged on.
     pub workload: &'static str,

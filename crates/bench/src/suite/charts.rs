@@ -1,11 +1,12 @@
 //! SVG charts of a report (plotters' SVG backend: text is written as SVG
 //! `<text>`, so no font files are needed on the machine):
 //!
-//! - `create.svg`: seed 004, creates/s against directory size per peer;
-//! - `fsync.svg`: seed 003, write+fsync (solid) and +fdatasync (dashed)
+//! - `create.svg`: creates/s against directory size per peer (flat with
+//!   htree inserts);
+//! - `fsync.svg`: write+fsync (solid) and +fdatasync (dashed)
 //!   time against file size per peer;
 //! - `scaling.svg`: throughput against threads, one panel per thread-curve
-//!   workload (seeds 000 and 001 first);
+//!   workload (lseek and the open/read/close storm first);
 //! - `mount.svg`: every single-figure workload as bars of the speed ratio
 //!   to the kernel's ext4 (the line at 1×), one bar per peer.
 //!
@@ -172,7 +173,7 @@ pub fn draw(r: &Report, out: &Path) -> Result<Vec<PathBuf>, String> {
         root.fill(&WHITE).map_err(e("fill"))?;
         curves(
             &root,
-            "seed 004: creates in one directory",
+            "htree inserts: creates in one directory",
             &[("", create, false)],
             "files in the directory",
             "files/s (log)",
@@ -190,7 +191,7 @@ pub fn draw(r: &Report, out: &Path) -> Result<Vec<PathBuf>, String> {
         root.fill(&WHITE).map_err(e("fill"))?;
         curves(
             &root,
-            "seed 003: 2 KiB write + fsync (solid) / fdatasync (dashed) against file size",
+            "O(dirty) fsync: 2 KiB write + fsync (solid) / fdatasync (dashed) against file size",
             &[("fsync", fsync, false), ("fdatasync", fdsync, true)],
             "file size, cached 2 KiB blocks",
             "µs per write + sync (log)",
@@ -201,9 +202,9 @@ pub fn draw(r: &Report, out: &Path) -> Result<Vec<PathBuf>, String> {
     }
 
     let panels: Vec<(&str, &str, Vec<&Row>)> = [
-        ("lseek", "seed 000: seeks/s (M)", "seeks/s"),
-        ("storm", "seed 001: open/read/close (k ops/s)", "open/read/close"),
-        ("dpath", "seed 001: d_path under renames (k calls/s)", "d_path"),
+        ("lseek", "lock-free lseek: seeks/s (M)", "seeks/s"),
+        ("storm", "open/read/close storm (k ops/s)", "open/read/close"),
+        ("dpath", "d_path under renames (k calls/s)", "d_path"),
         ("pcreate", "parallel creates, own directories (files/s)", "creates/s"),
         ("fsmall", "fsync-heavy small files (files/s)", "files/s"),
     ]

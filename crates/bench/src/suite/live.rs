@@ -186,7 +186,7 @@ impl<'a> Live<'a> {
     /// Close (sync, unmount and wait for the server) so the image can be
     /// checked. Returns the FUSE server's peak resident memory in MiB (the
     /// largest of the servers a remount started), for the peers that have
-    /// a server: issue 20 asks that it stay within `--cache-mib` plus a
+    /// a server: the target is that it stay within `--cache-mib` plus a
     /// bounded overhead.
     pub fn finish(mut self) -> Result<Option<f64>, String> {
         self.close()?;

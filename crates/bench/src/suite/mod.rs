@@ -5,11 +5,11 @@
 //! gets one report: fresh images from one template per workload, each
 //! workload on the library in-process, the ext4kit mount, fuse2fs and the
 //! kernel's ext4 on a loop device (and the kernel's ext2 without dir_index
-//! for seed 004), peers interleaved within each round so the drift of a
-//! shared machine hits all of them alike, several rounds, medians with
-//! min–max and speed ratios to the kernel. A peer that cannot run on this
-//! machine is named in the report with the reason instead of failing the
-//! run. [`report`] writes the table, JSON and CSV; [`charts`] the SVGs.
+//! for the create workload), peers interleaved within each round so the
+//! drift of a shared machine hits all of them alike, several rounds, medians
+//! with min–max and speed ratios to the kernel. A peer that cannot run on
+//! this machine is named in the report with the reason instead of failing
+//! the run. [`report`] writes the table, JSON and CSV; [`charts`] the SVGs.
 
 pub mod bounds;
 pub mod charts;
@@ -48,7 +48,7 @@ pub enum PeerId {
     /// The kernel's ext4 driver on a loop device: the physical limit.
     Kernel,
     /// The kernel's ext2 driver on an image without dir_index: the linear
-    /// directory search seed 004 removed (create workload only).
+    /// directory search htree replaces (create workload only).
     Ext2,
 }
 
@@ -87,7 +87,7 @@ impl PeerId {
             PeerId::Mount => "`ext4kit mount` (our FUSE server) driven through the kernel like any mount",
             PeerId::Fuse2fs => "e2fsprogs' fuse2fs, what people use to mount an image without root today",
             PeerId::Kernel => "the kernel's ext4 on a loop device: the physical limit, and the ratios' base",
-            PeerId::Ext2 => "the kernel's ext2 on an image without dir_index (seed 004's linear search)",
+            PeerId::Ext2 => "the kernel's ext2 on an image without dir_index (linear directory search)",
         }
     }
 }

@@ -2,7 +2,7 @@
 //! curve we write down which shared state is still on its path in ext4kit
 //! and how the curve should continue on a 64-core machine — what a reader
 //! with a big machine should look for first. Written from the code as it
-//! stands (issue 20); refine them as the code changes.
+//! stands; refine them as the code changes.
 
 /// One note.
 pub struct Note {
@@ -20,7 +20,7 @@ pub struct Note {
 pub const NOTES: &[Note] = &[
     Note {
         workload: "lseek",
-        curve: "seed 000, seeks/s against threads",
+        curve: "lseek, seeks/s against threads",
         shared: "nothing written: SEEK_SET/SEEK_CUR store the open file's own atomic position; \
                  SEEK_END reads the inode's size atomically (a shared line, read-only). The \
                  i_mutex baseline shows what one lock per inode costs.",
@@ -30,7 +30,7 @@ pub const NOTES: &[Note] = &[
     },
     Note {
         workload: "storm",
-        curve: "seed 001, open/read/close of the same files against threads",
+        curve: "storm, open/read/close of the same files against threads",
         shared: "on the library, nothing when a thread opens a file it opened before: the walk \
                  borrows dentries under an epoch guard, the open counts itself on the thread's \
                  own pin (vfs::pin) and then checks by reading that the walk's dentry is still \
@@ -39,15 +39,15 @@ pub const NOTES: &[Note] = &[
                  open count, the pin registry: shared writes), as does every open of a thread \
                  cycling through more than 8 files. Through a mount, the kernel's own dentry \
                  and inode references (lockref) and the FUSE round trip are on the path.",
-        at_64: "the library's curve should follow lib:shared-nothing's (seed 000's seeks run \
-                beside it in the same rounds; the report prints the storm's scaling as a \
+        at_64: "the library's curve should follow lib:shared-nothing's (the lseek workload's \
+                seeks run beside it in the same rounds; the report prints the storm's scaling as a \
                 percentage of theirs, target 90%, and the counted shared writes per open). If it \
                 does not, look for a shared line the count misses (perf c2c where counters \
                 exist) before anything else.",
     },
     Note {
         workload: "dpath",
-        curve: "seed 001, d_path against threads with one renamer",
+        curve: "dpath, d_path against threads with one renamer",
         shared: "the rename sequence count (read by every d_path, written by every rename) and the \
                  names of the dentries on the path; a d_path that retries too often falls back to \
                  the rename lock shared (FsStats::d_path_fallbacks counts it).",
@@ -57,18 +57,18 @@ pub const NOTES: &[Note] = &[
     },
     Note {
         workload: "dd",
-        curve: "seed 002, one-byte writes",
+        curve: "dd, one-byte writes",
         shared: "an unshared descriptor table takes no atomic per call; a shared one reads the \
                  table lock-free and takes a reference only when the file must outlive the call. \
                  Each write then takes the inode's write lock and dirties the same page. Through \
                  a mount every write is a FUSE round trip (the default mount is write-through).",
         at_64: "single-threaded by nature; on many cores the shared-table cost should stay a \
                 constant few ns. Through the mount the figure is the round trip, which io_uring \
-                queues and a writeback cache (issue 20, item 2) change, not core count.",
+                queues and a writeback cache change, not core count.",
     },
     Note {
         workload: "fsync",
-        curve: "seed 003, fsync time against file size",
+        curve: "fsync, fsync time against file size",
         shared: "each inode's dirty set (so the cost is O(dirty), not O(cached)); then the one \
                  journal: a commit writes the log and waits for two device flushes.",
         at_64: "one file, one thread: flat against file size regardless of cores. Many files \
@@ -76,7 +76,7 @@ pub const NOTES: &[Note] = &[
     },
     Note {
         workload: "create",
-        curve: "seed 004, creates/s against directory size",
+        curve: "create, creates/s against directory size",
         shared: "the directory's lock (one writer per directory, as i_rwsem), the inode and block \
                  allocators' per-group locks, the journal's running transaction, and the inode \
                  and dentry cache maps, whose eviction runs on a background worker (freed \
@@ -88,7 +88,7 @@ pub const NOTES: &[Note] = &[
     },
     Note {
         workload: "lookup",
-        curve: "seed 004 read side, lookup time against directory size",
+        curve: "lookup, lookup time against directory size",
         shared: "the cached directory blocks (read-only once cached and checked) and the dentry \
                  cache's map, into which every miss inserts a new dentry.",
         at_64: "lookups of different names from many threads should scale: the htree descent \
@@ -118,7 +118,7 @@ pub const NOTES: &[Note] = &[
                  --threads server threads; untar sends about eleven requests per file.",
         at_64: "one tar is one thread; parallel untars need more server threads and FUSE \
                 parallel directory operations; io_uring's per-CPU queues remove the shared \
-                /dev/fuse queue (issue 20, item 2).",
+                /dev/fuse queue.",
     },
     Note {
         workload: "pcreate",

@@ -406,7 +406,7 @@ impl Report {
 
     fn bounds_markdown(&self, s: &mut String) {
         let Some(b) = &self.bounds else { return };
-        let _ = writeln!(s, "## What bounds the mount (issue 20's targets)\n");
+        let _ = writeln!(s, "## What bounds the mount (the mount's targets)\n");
         let mb = match b {
             Ok(mb) => mb,
             Err(why) => {
@@ -640,9 +640,9 @@ impl Report {
         s
     }
 
-    /// For the seed 000/001 curves: each peer's scaling from the first to
-    /// the last thread count, and for storm the ratio to lseek's (issue
-    /// 20: the open storm should scale as well as shared-nothing work).
+    /// For the thread curves: each peer's scaling from the first to the
+    /// last thread count, and for storm the ratio to lseek's (the target:
+    /// the open storm should scale as well as shared-nothing work).
     fn scaling_line(&self, workload: &str) -> Option<String> {
         if !matches!(workload, "lseek" | "storm" | "dpath" | "pcreate" | "fsmall") {
             return None;
@@ -685,12 +685,13 @@ impl Report {
         Some(line)
     }
 
-    /// Issue 20's figure for seed 001 on the library: the storm's 2-thread
-    /// / 1-thread throughput beside that of seed 000's shared-nothing
-    /// seeks measured in the same rounds (peer `lib:shared-nothing`), their
-    /// quotient against the 90% target, and the counted shared-line writes
-    /// per open/read/close. Ratios are taken round by round (the two ran
-    /// back to back in each) and the median reported.
+    /// The storm's scaling target on the library: the storm's 2-thread /
+    /// 1-thread throughput beside that of the lseek workload's
+    /// shared-nothing seeks measured in the same rounds (peer
+    /// `lib:shared-nothing`), their quotient against the 90% target, and the
+    /// counted shared-line writes per open/read/close. Ratios are taken
+    /// round by round (the two ran back to back in each) and the median
+    /// reported.
     fn storm_verdict(&self) -> Option<String> {
         use super::work::{STORM_SHARED, STORM_YARDSTICK};
         let row = |metric: &str, peer: &str, x: Option<f64>| {
@@ -726,7 +727,7 @@ impl Report {
         let lo = quot.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = quot.iter().copied().fold(0.0, f64::max);
         let mut v = format!(
-            "Issue 20 (lib, 2 threads / 1 thread, same rounds): the storm {:.2}×, seed 000's \
+            "Scaling target (lib, 2 threads / 1 thread, same rounds): the storm {:.2}×, the \
              shared-nothing seeks {:.2}× — the storm scales {:.0}% as well ({:.0}–{:.0}% over {} \
              rounds); target ≥ 90%: {}.",
             med(storm),

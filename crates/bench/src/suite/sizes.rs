@@ -1,4 +1,5 @@
-//! How big each workload is: the seeds' own sizes by default, and a
+//! How big each workload is: the original experiments' sizes by default,
+//! and a
 //! `--quick` preset that keeps every workload and peer but finishes in a
 //! few minutes on a 2-core machine (for CI: that it runs, not its numbers).
 
@@ -10,28 +11,28 @@ pub struct Sizes {
     /// A peer whose round of a workload takes at least this long is not
     /// repeated for that workload (fuse2fs needs minutes for some).
     pub long_run_secs: u64,
-    /// Thread counts of the seed 000/001 scaling curves.
+    /// Thread counts of the lseek and storm scaling curves.
     pub threads: Vec<usize>,
-    /// seed 000: seeks per thread.
+    /// lseek: seeks per thread.
     pub lseek_ops: usize,
-    /// seed 001: open/read/close per thread.
+    /// storm: open/read/close per thread.
     pub storm_ops: usize,
-    /// seed 001: d_path calls per thread (while one thread renames).
+    /// dpath: d_path calls per thread (while one thread renames).
     pub dpath_ops: usize,
-    /// seed 002: one-byte writes.
+    /// dd: one-byte writes.
     pub dd_count: u64,
-    /// seed 003: file sizes in 2 KiB blocks.
+    /// fsync: file sizes in 2 KiB blocks.
     pub fsync_blocks: Vec<u64>,
-    /// seed 003: write+sync operations per file size and sync kind.
+    /// fsync: write+sync operations per file size and sync kind.
     pub fsync_ops: usize,
-    /// seed 004: files created in one directory.
+    /// create: files created in one directory.
     pub create_max: u64,
-    /// seed 004: the linear peers (kernel ext2, fuse2fs, whose inserts
+    /// create: the linear peers (kernel ext2, fuse2fs, whose inserts
     /// scan the directory) stop here: their creates are O(n).
     pub create_linear_max: u64,
-    /// seed 004, read side: directory sizes for lookups.
+    /// lookup: directory sizes for lookups.
     pub lookup_sizes: Vec<usize>,
-    /// seed 004, read side: lookups measured per directory (htree).
+    /// lookup: lookups measured per directory (htree).
     pub lookup_probes: usize,
     /// Sequential write/read, MiB.
     pub seq_mib: u64,
@@ -99,8 +100,9 @@ impl Sizes {
         })
     }
 
-    /// The seeds' sizes (the full run takes over an hour on a 2-core VM,
-    /// most of it the 1,000,000-file directory through the mounts).
+    /// The sizes of the original kernel-patch experiments (the full run
+    /// takes over an hour on a 2-core VM, most of it the 1,000,000-file
+    /// directory through the mounts).
     pub fn full() -> Self {
         Sizes {
             runs: 3,

@@ -1,8 +1,8 @@
-//! The workloads of `ext4kit bench`: the five seeds' experiments as the
-//! seeds ran them, and the standard filesystem workloads, each written
-//! twice — against the library's API and against a mount point with
-//! ordinary system calls (or the programs a user runs: tar, find, rm,
-//! fio) — so that every peer does the same work.
+//! The workloads of `ext4kit bench`: the experiments of the five kernel
+//! patches behind the design principles, as those patches ran them, and the
+//! standard filesystem workloads, each written twice — against the library's
+//! API and against a mount point with ordinary system calls (or the programs
+//! a user runs: tar, find, rm, fio) — so that every peer does the same work.
 //!
 //! Each workload says which peers it applies to and what image it needs;
 //! the runner (`suite::run`) makes a fresh copy of that image for every
@@ -28,7 +28,8 @@ use crate::srctree::{tarball, TreeCounts, TreeShape};
 // ---------------------------------------------------------------------
 // Metric names the report and charts look up again: one definition.
 
-/// seed 002's figure: seconds for `count` one-byte writes.
+/// The dd workload's figure (descriptor lookup per write): seconds for
+/// `count` one-byte writes.
 pub fn dd_metric(count: u64) -> String {
     format!("{count} one-byte writes + close")
 }
@@ -56,18 +57,22 @@ pub fn untar_metric(files: usize) -> String {
 /// The tree's rm -rf figure (seconds).
 pub const RM_METRIC: &str = "rm -rf";
 
-/// seed 004's create curve (files/s per interval).
+/// The create curve (files/s per interval as one directory grows: flat
+/// when inserts descend the htree instead of scanning).
 pub const CREATE_METRIC: &str = "creates/s in the interval";
 /// The FUSE server's resident memory at the end of each create interval:
 /// the curve that shows whether it levels off at the cache budget plus a
-/// fixed overhead as the directory grows (issue 20).
+/// fixed overhead as the directory grows (the mount's memory target).
 pub const CREATE_RSS_METRIC: &str = "server RSS at this size (VmRSS)";
 
 /// One workload of the suite.
 pub struct Workload {
     /// The `--only` name.
     pub name: &'static str,
-    /// The seed whose experiment this is (`None`: a standard workload).
+    /// Which of the five kernel patches behind the design principles this
+    /// workload reproduces the experiment of ("000".."004", the `seeds`
+    /// group of `--only`; docs/history.md lists them); `None`: a standard
+    /// workload.
     pub seed: Option<&'static str>,
     /// Title line of its table.
     pub title: &'static str,
@@ -89,10 +94,10 @@ pub static WORKLOADS: [Workload; 12] = [
     Workload {
         name: "lseek",
         seed: Some("000"),
-        title: "seed 000: random SEEK_SET, each thread its own open file of one 128 MiB file",
+        title: "lock-free lseek: random SEEK_SET, each thread its own open file of one 128 MiB file",
         about: "N threads, each with its own open file of one 128 MiB file, seek to random offsets \
                 (lseek_test). The library also runs a baseline whose seek takes a per-inode lock \
-                (the i_mutex the seed removed): peer lib:i_mutex.",
+                (the i_mutex that lock-free lseek removes): peer lib:i_mutex.",
         x_label: "threads",
         peers: ALL4,
         run: w_lseek,
@@ -101,11 +106,11 @@ pub static WORKLOADS: [Workload; 12] = [
     Workload {
         name: "storm",
         seed: Some("001"),
-        title: "seed 001: open/read/close of the same 4 small files by path",
+        title: "lock-free path walk: open/read/close of the same 4 small files by path",
         about: "N threads open, read and close the same four small files by path (AIM7 misc_rtns_1): \
                 the path walk and the references on shared dentries and inodes. On the library, \
-                seed 000's shared-nothing seeks run right after it at each thread count (peer \
-                lib:shared-nothing: the yardstick of issue 20, which asks the storm to scale at \
+                the lseek workload's shared-nothing seeks run right after it at each thread count \
+                (peer lib:shared-nothing: the yardstick; the target is that the storm scale at \
                 least 90% as well), and the writes to shared cache lines an open/read/close makes \
                 are counted (ext4kit::vfs::shared).",
         x_label: "threads",
@@ -116,7 +121,7 @@ pub static WORKLOADS: [Workload; 12] = [
     Workload {
         name: "dpath",
         seed: Some("001"),
-        title: "seed 001: d_path of an open file while another thread renames its grandparent",
+        title: "d_path under renames: the full path of an open file while another thread renames its grandparent",
         about: "N threads build the full path of an open file (the library's d_path; readlink of \
                 /proc/self/fd on a mount) while one more thread renames a directory on that path \
                 back and forth: path builders must not exclude each other.",
@@ -128,7 +133,7 @@ pub static WORKLOADS: [Workload; 12] = [
     Workload {
         name: "dd",
         seed: Some("002"),
-        title: "seed 002: one-byte writes through a descriptor (dd bs=1)",
+        title: "descriptor lookup without atomics: one-byte writes through a descriptor (dd bs=1)",
         about: "COUNT one-byte write(2)s to a new file (1,048,576 in the full run), then close. The \
                 library runs it with an unshared descriptor table (lib) and a shared one \
                 (lib:shared-fd-table).",
@@ -140,7 +145,7 @@ pub static WORKLOADS: [Workload; 12] = [
     Workload {
         name: "fsync",
         seed: Some("003"),
-        title: "seed 003: 2 KiB write + fsync / fdatasync into a file of N cached 2 KiB blocks",
+        title: "O(dirty) fsync: 2 KiB write + fsync / fdatasync into a file of N cached 2 KiB blocks",
         about: "On a 2 KiB-block image, files of 5,000 and 50,000 blocks written and read once (all \
                 cached), then 1,000 x (2 KiB write at a random block + fsync), and + fdatasync, \
                 interleaved over the file sizes: the sync must cost what is dirty, not what is cached.",
@@ -152,7 +157,7 @@ pub static WORKLOADS: [Workload; 12] = [
     Workload {
         name: "create",
         seed: Some("004"),
-        title: "seed 004: creates in one directory as it grows, then stat and unlink of every name",
+        title: "htree inserts: creates in one directory as it grows, then stat and unlink of every name",
         about: "Empty files created in one directory, files/s per interval of its size (10k steps to \
                 50k, then to 1,000,000), then every name stat'ed and unlinked. Linear directories \
                 (kernel ext2 without dir_index, and fuse2fs, which never indexes a new directory) \
@@ -171,7 +176,7 @@ pub static WORKLOADS: [Workload; 12] = [
     Workload {
         name: "lookup",
         seed: Some("004"),
-        title: "seed 004, read side: one name looked up in a big directory, htree and linear",
+        title: "htree lookups: one name looked up in a big directory, htree and linear",
         about: "Directories of 1,000 / 10,000 / 50,000 names, indexed (htree) and linear (made \
                 before the image had dir_index): the median time of one lookup of a name not \
                 looked up before (a dentry-cache miss; directory blocks cached by one readdir). \
@@ -319,8 +324,9 @@ impl ImageSpec {
     }
 }
 
-/// The read-side seeds' image: a 128 MiB file (sparse: seeks read no
-/// data), four small files, and a deep path for d_path.
+/// The image of the lseek, storm and dpath workloads: a 128 MiB file
+/// (sparse: seeks read no data), four small files, and a deep path for
+/// d_path.
 fn seeds_image(_: &Sizes, _: PeerId) -> ImageSpec {
     fn populate(src: &Path, _: &Sizes) -> Result<(), String> {
         let e = |e: std::io::Error| format!("{}: {e}", src.display());
@@ -413,7 +419,8 @@ fn std_image(s: &Sizes, _: PeerId) -> ImageSpec {
     }
 }
 
-/// Seed 003's image: 2 KiB blocks, as the seed's files.
+/// The fsync workload's image: 2 KiB blocks, as in the experiment of the
+/// fsync patch it reproduces.
 fn fsync_image(s: &Sizes, _: PeerId) -> ImageSpec {
     let total: u64 = s.fsync_blocks.iter().sum::<u64>() * FSYNC_BS;
     ImageSpec {
@@ -428,8 +435,8 @@ fn fsync_image(s: &Sizes, _: PeerId) -> ImageSpec {
     }
 }
 
-/// Seed 004's image: 4 KiB blocks (with 1 KiB blocks a two-level htree
-/// is full near 250,000 names without large_dir, for the kernel too),
+/// The create workload's image: 4 KiB blocks (with 1 KiB blocks a two-level
+/// htree is full near 250,000 names without large_dir, for the kernel too),
 /// inodes for every file; ext2 without dir_index for the linear peer.
 fn create_image(s: &Sizes, p: PeerId) -> ImageSpec {
     let files = create_max(s, p);
@@ -514,7 +521,7 @@ fn random_mib(seed: u64) -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------------
-// seed 000
+// lseek: a lock-free position
 
 const SEEK_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -578,7 +585,7 @@ fn w_lseek(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
 }
 
 // ---------------------------------------------------------------------
-// seed 001
+// storm and dpath: lock-free path walk, dentry references and d_path
 
 /// The storm's loop on the library: `ops` open/read/close of the four
 /// small files by path per thread, each thread with its own descriptor
@@ -601,7 +608,7 @@ fn lib_storm(fs: &Arc<Fs>, n: usize, ops: usize) -> Result<Duration, String> {
     .1)
 }
 
-/// Seed 000's loop, the storm's yardstick: `ops` random SEEK_SETs per
+/// The lseek workload's loop, the storm's yardstick: `ops` random SEEK_SETs per
 /// thread, each thread on its own open file of `/big` — work that shares
 /// nothing, so its scaling is what this machine gives work that shares
 /// nothing at the moment it is measured.
@@ -646,7 +653,7 @@ fn shared_writes_per_open(fs: &Arc<Fs>) -> Result<Option<f64>, String> {
 }
 
 /// Metric of the storm's yardstick (peer `lib:shared-nothing`).
-pub const STORM_YARDSTICK: &str = "seed 000 SEEK_SETs beside it, all threads";
+pub const STORM_YARDSTICK: &str = "shared-nothing SEEK_SETs beside it, all threads";
 /// Metric of the storm's counted shared writes.
 pub const STORM_SHARED: &str = "shared-line writes per open/read/close (counted)";
 
@@ -680,8 +687,8 @@ fn w_storm(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
 }
 
 /// The storm on the library, with its yardstick and its shared writes.
-/// Issue 20: the storm must scale as well as work that shares nothing on
-/// the same machine. The yardstick (seed 000's seeks, peer
+/// The target: the storm must scale as well as work that shares nothing
+/// on the same machine. The yardstick (the lseek workload's seeks, peer
 /// `lib:shared-nothing`) runs right after the storm at every thread
 /// count, in the same round and for as long, so a machine busier in one
 /// round than in another moves both.
@@ -836,7 +843,7 @@ fn w_dpath(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
 }
 
 // ---------------------------------------------------------------------
-// seed 002
+// dd: descriptor lookup without atomics
 
 fn w_dd(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     let count = s.dd_count;
@@ -888,7 +895,7 @@ fn w_dd(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
 }
 
 // ---------------------------------------------------------------------
-// seed 003
+// fsync: O(dirty) fsync and a real fdatasync
 
 const FSYNC_BS: u64 = 2048;
 
@@ -1021,7 +1028,7 @@ fn w_fsync(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
 }
 
 // ---------------------------------------------------------------------
-// seed 004
+// create and lookup: htree, no linear directory scans
 
 fn create_max(s: &Sizes, p: PeerId) -> u64 {
     match p {

@@ -29,8 +29,8 @@ pub struct Args {
     /// interleaved within a round; tables show medians and min–max.
     #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
-    /// Thread counts of the seed 000/001 curves (default 1, 2, 4, … up to
-    /// the CPU count).
+    /// Thread counts of the lseek and open/read/close storm curves
+    /// (default 1, 2, 4, … up to the CPU count).
     #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
     pub threads: Option<Vec<usize>>,
     /// Images and mount points (the full run needs a few GiB of sparse
@@ -57,7 +57,7 @@ pub fn with_help(c: clap::Command) -> clap::Command {
          after its round.\n\nWORKLOADS (--only):\n",
     );
     for w in WORKLOADS.iter() {
-        let seed = w.seed.map_or(String::new(), |s| format!(" [seed {s}]"));
+        let seed = w.seed.map_or(String::new(), |_| " [group: seeds]".to_string());
         s.push_str(&format!("  {}{seed}\n      {}\n", w.name, w.about));
     }
     s.push_str("\nPEERS (--peers):\n");
@@ -67,7 +67,7 @@ pub fn with_help(c: clap::Command) -> clap::Command {
     s.push_str(
         "\nEXAMPLES:\n  sudo ext4kit bench                        the full report (over an hour on 2 cores)\n  \
          sudo ext4kit bench --quick                every workload and peer, small (a few minutes)\n  \
-         sudo ext4kit bench --only seeds --runs 5  the five seeds' experiments\n  \
+         sudo ext4kit bench --only seeds --runs 5  the five design principles' experiments\n  \
          ext4kit bench --only lseek,storm          without root: the library only\n",
     );
     c.after_long_help(s)

@@ -1,7 +1,7 @@
 //! One case — a damaged image, one operation, one frontend — and its
 //! verdict; and a campaign over many.
 //!
-//! The rule (issue 19, DESIGN.md "nothing already on disk is made
+//! The rule (the compatibility contract: "nothing already on disk is made
 //! worse"): the operation succeeds and `e2fsck -fn` finds no problem it
 //! did not find before, or it refuses and the image is byte-identical —
 //! except for the superblock's error record (`s_state`'s error bit,

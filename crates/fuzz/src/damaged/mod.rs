@@ -1,15 +1,15 @@
 //! The damaged-image corpus: write operations on images we damaged
 //! ourselves, checked against `e2fsck -fn`.
 //!
-//! DESIGN.md promises that a damaged image is never made worse. The read
-//! campaign (`crate::campaign`) checks that nothing panics or hangs; this
-//! module checks the write side: for each damaged image and each write
-//! operation (mkdir, create+write, unlink, rmdir, rename, link, symlink,
-//! truncate, setxattr — through the library and through the `ext4kit`
-//! binary) the operation either succeeds and `e2fsck -fn` reports no
-//! problem it did not report before, or it refuses and leaves the image
-//! byte-identical (apart from the superblock's error record, which the
-//! kernel's `ext4_error` also writes).
+//! The compatibility contract (ARCHITECTURE.md) promises that a damaged
+//! image is never made worse. The read campaign (`crate::campaign`) checks
+//! that nothing panics or hangs; this module checks the write side: for each
+//! damaged image and each write operation (mkdir, create+write, unlink,
+//! rmdir, rename, link, symlink, truncate, setxattr — through the library
+//! and through the `ext4kit` binary) the operation either succeeds and
+//! `e2fsck -fn` reports no problem it did not report before, or it refuses
+//! and leaves the image byte-identical (apart from the superblock's error
+//! record, which the kernel's `ext4_error` also writes).
 //!
 //! - [`corpus`]: the clean bases (ext4 with a journal, ext4 without one on
 //!   1 KiB blocks, ext2 and ext3 on 1 KiB blocks; made by `mke2fs -d` and
