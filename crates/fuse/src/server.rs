@@ -1258,8 +1258,8 @@ impl Filesystem for Ext4Fuse {
     // The one exception: a write-back of this file failed since the last
     // report (an I/O error on the image); the close returns that error.
     // Once a close got ENOSYS the kernel sends no FLUSH again, so after
-    // that only fsync reports such errors (README: "Crashes and what
-    // survives them").
+    // that only fsync reports such errors (docs/durability.md, "When
+    // write-back fails anyway").
     fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         self.busy.touch();
         let pending = Self::ino(ino)

@@ -188,7 +188,8 @@ fn populate(img: &Path) -> Result<(), BaseError> {
     Ok(())
 }
 
-/// What was damaged (the corpus' categories; README figures count these).
+/// What was damaged (the corpus' categories; the figures in
+/// docs/damaged-images.md count these).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     /// One bit flipped in the superblock.
