@@ -22,26 +22,26 @@ use std::sync::atomic::Ordering;
 impl Volume {
     /// Blocks in group `g` (the last group may be short).
     pub fn blocks_in_group(&self, g: usize) -> u64 {
-        let start = self.group_first_block(g as u64);
-        (self.blocks_count - start).min(self.blocks_per_group)
+        let start = self.geo().group_first_block(g as u64);
+        (self.geo().blocks_count() - start).min(self.geo().blocks_per_group())
     }
 
     /// The block bitmap an uninitialised group implicitly has.
     fn implied_block_bitmap(&self, g: usize) -> Result<Vec<u8>> {
-        let mut bm = vec![0u8; self.block_size];
-        let first = self.group_first_block(g as u64);
+        let mut bm = vec![0u8; self.block_size()];
+        let first = self.geo().group_first_block(g as u64);
         let n = self.blocks_in_group(g);
-        for i in n as usize..self.block_size * 8 {
+        for i in n as usize..self.block_size() * 8 {
             set_bit(&mut bm, i);
         }
         let sb = self.sb.read();
         if sb.group_has_super(g as u64) {
-            if self.has_incompat(incompat::META_BG) {
+            if self.geo().has_incompat(incompat::META_BG) {
                 return Err(Error::Unsupported(format!(
                     "initialising the block bitmap of meta_bg group {g}"
                 )));
             }
-            let per_block = self.block_size / sb.desc_size();
+            let per_block = self.block_size() / sb.desc_size();
             let gdt = self.groups.len().div_ceil(per_block) as u64;
             let meta = 1 + gdt + sb.reserved_gdt_blocks as u64;
             // Group 0 with 1 KiB blocks starts at block 1 (the superblock).
@@ -49,7 +49,8 @@ impl Volume {
                 set_bit(&mut bm, b as usize);
             }
         }
-        let itable_blocks = (self.inodes_per_group as u64 * self.inode_size as u64).div_ceil(self.block_size as u64);
+        let itable_blocks =
+            (self.geo().inodes_per_group() as u64 * self.geo().inode_size() as u64).div_ceil(self.block_size() as u64);
         for grp in &self.groups {
             let (bb, ib, it) = grp.meta;
             for (start, len) in [(bb, 1), (ib, 1), (it, itable_blocks)] {
@@ -70,7 +71,7 @@ impl Volume {
     }
 
     pub(crate) fn block_bitmap_of(&self, g: usize, gd: &GroupDesc) -> Result<(Vec<u8>, bool)> {
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
             return Ok((self.implied_block_bitmap(g)?, true));
         }
@@ -137,12 +138,12 @@ impl Volume {
     /// from the goal's onward, wrapping around.
     fn alloc_granted(&self, h: &mut Handle<'_>, goal: u64, grant: u32) -> Result<(u64, u32)> {
         let ngroups = self.groups.len();
-        let goal = goal.clamp(self.first_data_block, self.blocks_count - 1);
-        let g0 = ((goal - self.first_data_block) / self.blocks_per_group) as usize;
+        let goal = goal.clamp(self.geo().first_data_block(), self.geo().blocks_count() - 1);
+        let g0 = ((goal - self.geo().first_data_block()) / self.geo().blocks_per_group()) as usize;
         for k in 0..ngroups {
             let g = (g0 + k) % ngroups;
             let from = if k == 0 {
-                goal - self.group_first_block(g as u64)
+                goal - self.geo().group_first_block(g as u64)
             } else {
                 0
             };
@@ -174,9 +175,12 @@ impl Volume {
     /// flag per group). ENOSPC is left to the allocation itself.
     pub fn check_block_allocatable(&self, goal: u64) -> Result<()> {
         let n = self.groups.len();
-        let goal = goal.clamp(self.first_data_block, self.blocks_count.saturating_sub(1));
-        let g0 = ((goal - self.first_data_block) / self.blocks_per_group) as usize;
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let goal = goal.clamp(
+            self.geo().first_data_block(),
+            self.geo().blocks_count().saturating_sub(1),
+        );
+        let g0 = ((goal - self.geo().first_data_block()) / self.geo().blocks_per_group()) as usize;
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let mut bad = Vec::new();
         for k in 0..n {
             let g = (g0 + k) % n;
@@ -223,7 +227,7 @@ impl Volume {
         }
         let n = self.blocks_in_group(g) as usize;
         let free = (0..n).filter(|&i| !test_bit(bm, i)).count() as u64;
-        let first = self.group_first_block(g as u64);
+        let first = self.geo().group_first_block(g as u64);
         // And no bitmap, inode table or superblock copy marked free.
         let zone_free = (first..first + n as u64)
             .any(|b| !test_bit(bm, (b - first) as usize) && self.system_zone_hit(b, b + 1).is_some());
@@ -246,7 +250,7 @@ impl Volume {
             return Ok(None);
         }
         let n = self.blocks_in_group(g) as usize;
-        let first = self.group_first_block(g as u64);
+        let first = self.geo().group_first_block(g as u64);
         // Blocks freed by a transaction not yet committed look used (see
         // commit.rs): the allocator works on a copy of the bitmap with
         // them set, and sets only bits free in the real one.
@@ -327,7 +331,10 @@ impl Volume {
         self.write_group_desc(h, g, &new)?;
         *gd = new;
         self.space.free_changed(-(len as i64));
-        Ok(Some((self.group_first_block(g as u64) + start as u64, len as u32)))
+        Ok(Some((
+            self.geo().group_first_block(g as u64) + start as u64,
+            len as u32,
+        )))
     }
 
     /// Set the bitmap bits of `runs` to `used`, whatever each was, and
@@ -340,15 +347,15 @@ impl Volume {
         let mut pieces: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
         for &(mut p, mut n) in runs {
             while n > 0 {
-                if p < self.first_data_block || p >= self.blocks_count {
+                if p < self.geo().first_data_block() || p >= self.geo().blocks_count() {
                     return Err(Error::corrupt_msg(
                         format!("block {p}"),
                         "block map",
                         "a replayed extent names a block outside the filesystem",
                     ));
                 }
-                let g = (p - self.first_data_block) / self.blocks_per_group;
-                let k = n.min(self.group_first_block(g) + self.blocks_per_group - p);
+                let g = (p - self.geo().first_data_block()) / self.geo().blocks_per_group();
+                let k = n.min(self.geo().group_first_block(g) + self.geo().blocks_per_group() - p);
                 pieces.push((p, k));
                 p += k;
                 n -= k;
@@ -361,14 +368,16 @@ impl Volume {
         let mut changed = 0u64;
         let mut i = 0;
         while i < pieces.len() {
-            let g = ((pieces[i].0 - self.first_data_block) / self.blocks_per_group) as usize;
+            let g = ((pieces[i].0 - self.geo().first_data_block()) / self.geo().blocks_per_group()) as usize;
             let mut j = i;
-            while j < pieces.len() && ((pieces[j].0 - self.first_data_block) / self.blocks_per_group) as usize == g {
+            while j < pieces.len()
+                && ((pieces[j].0 - self.geo().first_data_block()) / self.geo().blocks_per_group()) as usize == g
+            {
                 j += 1;
             }
             let mut gd = self.groups[g].desc.write();
             let (mut bm, uninit) = self.block_bitmap_of(g, &gd)?;
-            let first = self.group_first_block(g as u64);
+            let first = self.geo().group_first_block(g as u64);
             let mut delta = 0i64;
             for &(s, n) in &pieces[i..j] {
                 for b in s..s + n {
@@ -412,15 +421,15 @@ impl Volume {
         let mut pieces: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
         for &(mut p, mut n) in runs {
             while n > 0 {
-                if p < self.first_data_block || p >= self.blocks_count {
+                if p < self.geo().first_data_block() || p >= self.geo().blocks_count() {
                     return Err(Error::corrupt_msg(
                         format!("block {p}"),
                         "block map",
                         "freeing a block outside the filesystem",
                     ));
                 }
-                let g = (p - self.first_data_block) / self.blocks_per_group;
-                let k = n.min(self.group_first_block(g) + self.blocks_per_group - p);
+                let g = (p - self.geo().first_data_block()) / self.geo().blocks_per_group();
+                let k = n.min(self.geo().group_first_block(g) + self.geo().blocks_per_group() - p);
                 if let Some((zs, zl, name)) = self.system_zone_hit(p, p + k) {
                     // A map naming metadata: freeing it would hand a
                     // bitmap or inode table out as data.
@@ -444,9 +453,10 @@ impl Volume {
         self.claims_on_free(&pieces)?;
         let mut i = 0;
         while i < pieces.len() {
-            let g = (pieces[i].0 - self.first_data_block) / self.blocks_per_group;
+            let g = (pieces[i].0 - self.geo().first_data_block()) / self.geo().blocks_per_group();
             let mut j = i;
-            while j < pieces.len() && (pieces[j].0 - self.first_data_block) / self.blocks_per_group == g {
+            while j < pieces.len() && (pieces[j].0 - self.geo().first_data_block()) / self.geo().blocks_per_group() == g
+            {
                 j += 1;
             }
             self.free_in_group(h, g as usize, &pieces[i..j])?;
@@ -486,14 +496,14 @@ impl Volume {
     /// Return `len` blocks from `start` to the free pool (they must lie in
     /// one group).
     pub fn free_blocks(&self, h: &mut Handle<'_>, start: u64, len: u32) -> Result<()> {
-        if start < self.first_data_block {
+        if start < self.geo().first_data_block() {
             return Err(Error::corrupt_msg(
                 format!("block {start}"),
                 "block map",
                 "before the first data block",
             ));
         }
-        let g = ((start - self.first_data_block) / self.blocks_per_group) as usize;
+        let g = ((start - self.geo().first_data_block()) / self.geo().blocks_per_group()) as usize;
         self.claims_on_free(&[(start, len as u64)])?;
         self.free_in_group(h, g, &[(start, len as u64)])?;
         self.claims_freed(&[(start, len as u64)]);
@@ -510,7 +520,7 @@ impl Volume {
             .ok_or_else(|| Error::corrupt_msg(format!("block {start}"), "block map", "outside every group"))?;
         let mut gd = grp.desc.write();
         let (mut bm, uninit) = self.block_bitmap_of(g, &gd)?;
-        let first = self.group_first_block(g as u64);
+        let first = self.geo().group_first_block(g as u64);
         let mut total = 0u32;
         for &(s, len) in runs {
             let off = (s - first) as usize;

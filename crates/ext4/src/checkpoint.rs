@@ -167,7 +167,7 @@ impl Volume {
     /// the blocks written are the committed versions, after a flush the
     /// log no longer needs them.
     pub fn checkpoint(&self) -> Result<()> {
-        if self.read_only {
+        if self.read_only() {
             return Ok(());
         }
         match &self.jbd {
@@ -223,11 +223,11 @@ impl Volume {
                 }
             }
             if let Some(&(first, _)) = run.first() {
-                let mut data = Vec::with_capacity(run.len() * self.block_size);
+                let mut data = Vec::with_capacity(run.len() * self.block_size());
                 for (_, b) in &run {
                     data.extend_from_slice(&b.data);
                 }
-                if let Err(e) = self.write_meta_raw(first, &data) {
+                if let Err(e) = self.disk().write_meta_raw(first, &data) {
                     self.dirty_meta.restore(todo[i..].iter().copied());
                     return Err(e);
                 }

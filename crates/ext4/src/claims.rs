@@ -451,11 +451,12 @@ impl Volume {
             return true;
         }
         let idx = ino - 1;
-        let g = (idx / self.inodes_per_group) as usize;
+        let g = (idx / self.geo().inodes_per_group()) as usize;
         let Some(grp) = self.groups.get(g) else { return false };
         let bm = grp.meta.1;
-        let mut buf = vec![0u8; self.block_size];
-        matches!(self.scan_read(bm, &mut buf), Ok(true)) && test_bit(&buf, (idx % self.inodes_per_group) as usize)
+        let mut buf = vec![0u8; self.block_size()];
+        matches!(self.scan_read(bm, &mut buf), Ok(true))
+            && test_bit(&buf, (idx % self.geo().inodes_per_group()) as usize)
     }
 
     /// Read `buf.len() / block_size` blocks from `start`: each block's
@@ -464,12 +465,16 @@ impl Volume {
     /// damaged pointer: the caller skips it; no corruption is raised, so a
     /// scan inside a handle never marks it as having met damage).
     fn scan_read(&self, start: u64, buf: &mut [u8]) -> Result<bool> {
-        let bs = self.block_size;
+        let bs = self.block_size();
         let n = (buf.len() / bs) as u64;
-        if start == 0 || start < self.first_data_block || start.checked_add(n).is_none_or(|e| e > self.blocks_count) {
+        if start == 0
+            || start < self.geo().first_data_block()
+            || start.checked_add(n).is_none_or(|e| e > self.geo().blocks_count())
+        {
             return Ok(false);
         }
-        self.device()
+        self.disk()
+            .device()
             .read_at(start * bs as u64, buf)
             .map_err(|e| Error::io(format!("reading blocks {start}+{n} to find their owners"), e))?;
         for i in 0..n {
@@ -498,10 +503,10 @@ impl Volume {
         }
         // The whole filesystem is the most any map can name; a map that
         // loops is cut off there.
-        let mut budget = self.blocks_count;
+        let mut budget = self.geo().blocks_count();
         let mut emit = |vol: &Volume, s: u64, l: u64, role: Role| {
-            let s2 = s.max(vol.first_data_block);
-            let e = s.saturating_add(l).min(vol.blocks_count);
+            let s2 = s.max(vol.geo().first_data_block());
+            let e = s.saturating_add(l).min(vol.geo().blocks_count());
             if s2 < e {
                 f(s2, e - s2, role);
             }
@@ -546,7 +551,7 @@ impl Volume {
             }
             return Ok(());
         }
-        let mut buf = vec![0u8; self.block_size];
+        let mut buf = vec![0u8; self.block_size()];
         for i in 0..n {
             let blk = ExtentIndex::parse_raw(slot(i)).leaf();
             if !seen.insert(blk) || *budget == 0 {
@@ -580,11 +585,11 @@ impl Volume {
         }
         *budget -= 1;
         emit(self, blk, 1, Role::Indirect);
-        let mut buf = vec![0u8; self.block_size];
+        let mut buf = vec![0u8; self.block_size()];
         if !self.scan_read(blk, &mut buf)? {
             return Ok(());
         }
-        for i in 0..self.block_size / 4 {
+        for i in 0..self.block_size() / 4 {
             let p = indirect::pointer(&buf, i) as u64;
             if p != 0 {
                 self.walk_indirect_claims(p, depth - 1, budget, emit)?;
@@ -599,10 +604,10 @@ impl Volume {
     /// is the tail of a table past both `bg_itable_unused` and the last
     /// inode its bitmap marks in use. Returns the number of records read.
     fn for_each_live_inode(&self, f: &mut dyn FnMut(u32, &Inode) -> Result<()>) -> Result<u64> {
-        let bs = self.block_size;
-        let isz = self.inode_size;
-        let ipg = self.inodes_per_group as usize;
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let bs = self.block_size();
+        let isz = self.geo().inode_size();
+        let ipg = self.geo().inodes_per_group() as usize;
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let mut records = 0u64;
         let mut ibm = vec![0u8; bs];
         const CHUNK_BLOCKS: usize = 256;
@@ -676,7 +681,11 @@ impl Volume {
     /// groups with claims, for claimed blocks marked free.
     fn scan_claims(&self) -> Result<ClaimSet> {
         let t0 = Instant::now();
-        let mut bits = ClaimBits::new(self.first_data_block, self.blocks_per_group, self.groups.len());
+        let mut bits = ClaimBits::new(
+            self.geo().first_data_block(),
+            self.geo().blocks_per_group(),
+            self.groups.len(),
+        );
         let mut dups: Vec<u64> = Vec::new();
         let mut xattr_refs: HashMap<u64, u32> = HashMap::new();
         let mut inodes = 0u64;
@@ -691,7 +700,7 @@ impl Volume {
         // An xattr block shared through its refcount is one claim.
         let mut shared_xattr = HashMap::new();
         for (&b, &n) in &xattr_refs {
-            if b >= self.first_data_block && b < self.blocks_count {
+            if b >= self.geo().first_data_block() && b < self.geo().blocks_count() {
                 bits.claim(b, 1, &mut dups);
                 if n > 1 {
                     shared_xattr.insert(b, n);
@@ -732,9 +741,9 @@ impl Volume {
         }
         // Claimed blocks the bitmaps mark free: read after the inodes, so
         // that a block allocated during the scan is already marked.
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let mut unmarked = BTreeSet::new();
-        let mut bm = vec![0u8; self.block_size];
+        let mut bm = vec![0u8; self.block_size()];
         for (g, words) in bits.groups.iter().enumerate() {
             let Some(words) = words else { continue };
             let gd = *self.groups[g].desc.read();
@@ -752,7 +761,7 @@ impl Volume {
             if !have {
                 continue;
             }
-            let first = self.group_first_block(g as u64);
+            let first = self.geo().group_first_block(g as u64);
             let n = self.blocks_in_group(g) as usize;
             for (w, &word) in words.iter().enumerate() {
                 let mut x = word;
@@ -823,7 +832,7 @@ mod tests {
             now: Timestamp::default(),
             parent: (0, 0),
         });
-        v.write_new_data(&mut h, ino, &mut rec, &vec![7u8; blocks * v.block_size])
+        v.write_new_data(&mut h, ino, &mut rec, &vec![7u8; blocks * v.block_size()])
             .unwrap();
         v.write_inode(&mut h, ino, &rec).unwrap();
         h.commit().unwrap();

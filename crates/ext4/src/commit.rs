@@ -432,7 +432,11 @@ impl Volume {
             self.release_busy(j, tid);
             // Nothing to log, but a commit request promises what was
             // written before it is durable (fsync counts on it).
-            return self.device().flush().map_err(|e| Error::io("flushing the device", e));
+            return self
+                .disk()
+                .device()
+                .flush()
+                .map_err(|e| Error::io("flushing the device", e));
         }
         let need = log.space_needed(captured.len(), revokes.len());
         if need > log.capacity() {
@@ -546,7 +550,8 @@ impl Volume {
             return Err(self.refused_after_error());
         }
         self.checkpoint_home()?;
-        self.device()
+        self.disk()
+            .device()
             .flush()
             .map_err(|e| Error::io("flushing the checkpointed blocks", e))?;
         log.checkpointed()
@@ -584,7 +589,8 @@ impl Volume {
         }
         if j.recover_flag_on_disk.load(Ordering::Acquire) {
             self.set_recover_home(false)?;
-            self.device()
+            self.disk()
+                .device()
                 .flush()
                 .map_err(|e| Error::io("flushing the superblock at close", e))?;
             j.recover_flag_on_disk.store(false, Ordering::Release);
@@ -600,7 +606,8 @@ impl Volume {
         use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
         let _g = self.sb_lock.lock();
         let mut raw = vec![0u8; Superblock::SIZE];
-        self.device()
+        self.disk()
+            .device()
             .read_at(SUPERBLOCK_OFFSET, &mut raw)
             .map_err(|e| Error::io("reading the superblock", e))?;
         let mut sb = Superblock::parse(&raw).map_err(|e| Error::corrupt("superblock at byte 1024", e))?;
@@ -609,7 +616,8 @@ impl Volume {
         } else {
             sb.feature_incompat &= !incompat::RECOVER;
         }
-        self.device()
+        self.disk()
+            .device()
             .write_at(SUPERBLOCK_OFFSET, &sb.to_bytes_with_checksum())
             .map_err(|e| Error::io("writing the superblock", e))
     }
@@ -636,13 +644,13 @@ mod tests {
     }
 
     fn replay_plan(v: &Volume) -> ext4kit_jbd2::Recovery {
-        let j = crate::journal::open_journal(v.device()).unwrap();
+        let j = crate::journal::open_journal(v.disk().device()).unwrap();
         ext4kit_jbd2::recover(&j)
     }
 
     fn home_byte(v: &Volume, blk: u64) -> u8 {
-        let mut raw = vec![0u8; v.block_size];
-        v.read_raw(blk, &mut raw).unwrap();
+        let mut raw = vec![0u8; v.block_size()];
+        v.disk().read_raw(blk, &mut raw).unwrap();
         raw[9]
     }
 
@@ -664,7 +672,7 @@ mod tests {
             "the committed block is in the log: {plan:?}"
         );
         assert_eq!(home_byte(&v, blk), before, "committed, not yet home");
-        let sb = crate::journal::read_superblock(&**v.device()).unwrap();
+        let sb = crate::journal::read_superblock(&**v.disk().device()).unwrap();
         assert!(
             sb.has_incompat(incompat::RECOVER),
             "needs_recovery is at home while the log holds a transaction"
@@ -673,7 +681,7 @@ mod tests {
         assert_eq!(home_byte(&v, blk), 0x42, "the checkpoint wrote it home");
         assert!(replay_plan(&v).replay.is_empty(), "and emptied the log");
         v.close_journal(true).unwrap();
-        let sb = crate::journal::read_superblock(&**v.device()).unwrap();
+        let sb = crate::journal::read_superblock(&**v.disk().device()).unwrap();
         assert!(
             !sb.has_incompat(incompat::RECOVER),
             "a clean close clears needs_recovery"
@@ -745,7 +753,7 @@ mod tests {
         // Allocate a block, log it as metadata, commit: it is live in the log.
         let mut h = v.begin().unwrap();
         let (blk, _) = v.alloc_blocks(&mut h, 0, 1).unwrap();
-        h.overwrite(blk, vec![7u8; v.block_size].into_boxed_slice()).unwrap();
+        h.overwrite(blk, vec![7u8; v.block_size()].into_boxed_slice()).unwrap();
         h.commit().unwrap();
         v.commit_running().unwrap();
         // Free it: busy now, revoked in the running transaction.

@@ -122,19 +122,22 @@ impl Volume {
         };
         let _g = self.sb_lock.lock();
         set(&mut self.sb.write());
-        if self.read_only {
+        if self.read_only() {
             return Ok(());
         }
         let mut raw = vec![0u8; Superblock::SIZE];
-        self.device()
+        self.disk()
+            .device()
             .read_at(SUPERBLOCK_OFFSET, &mut raw)
             .map_err(|e| Error::io("reading the superblock", e))?;
         let mut sb = Superblock::parse(&raw).map_err(|e| Error::corrupt("superblock at byte 1024", e))?;
         set(&mut sb);
-        self.device()
+        self.disk()
+            .device()
             .write_at(SUPERBLOCK_OFFSET, &sb.to_bytes_with_checksum())
             .map_err(|e| Error::io("writing the superblock", e))?;
-        self.device()
+        self.disk()
+            .device()
             .flush()
             .map_err(|e| Error::io("flushing the superblock", e))
     }
@@ -147,7 +150,7 @@ mod tests {
 
     fn home_sb(v: &Volume) -> Superblock {
         let mut raw = vec![0u8; Superblock::SIZE];
-        v.device().read_at(SUPERBLOCK_OFFSET, &mut raw).unwrap();
+        v.disk().device().read_at(SUPERBLOCK_OFFSET, &mut raw).unwrap();
         Superblock::parse(&raw).unwrap()
     }
 
@@ -157,8 +160,8 @@ mod tests {
     fn damage_met_half_way_aborts_the_journal_and_refuses_writes() {
         let v = scratch_volume();
         let blk = v.groups[0].meta.2 + 100; // unused inode-table block
-        let mut before = vec![0u8; v.block_size];
-        v.read_raw(blk, &mut before).unwrap();
+        let mut before = vec![0u8; v.block_size()];
+        v.disk().read_raw(blk, &mut before).unwrap();
         let r: Result<()> = (|| {
             let mut h = v.begin()?;
             h.modify(blk, |d| {
@@ -176,10 +179,10 @@ mod tests {
         let e = v.begin().expect_err("writes are refused").to_string();
         assert!(e.contains("run e2fsck") && e.contains("damage"), "{e}");
         assert!(v.commit_running().is_err(), "the aborted journal commits nothing");
-        let mut after = vec![0u8; v.block_size];
-        v.read_raw(blk, &mut after).unwrap();
+        let mut after = vec![0u8; v.block_size()];
+        v.disk().read_raw(blk, &mut after).unwrap();
         assert_eq!(before, after, "the half-made change never reached home");
-        let j = crate::journal::open_journal(v.device()).unwrap();
+        let j = crate::journal::open_journal(v.disk().device()).unwrap();
         let plan = ext4kit_jbd2::recover(&j);
         assert!(
             !plan.replay.contains_key(&blk),

@@ -18,7 +18,7 @@ impl Volume {
     /// How this filesystem checksums its descriptors.
     pub fn gd_csum(&self) -> GdCsum {
         let sb = self.sb.read();
-        if let Some(seed) = self.csum_seed {
+        if let Some(seed) = self.geo().csum_seed() {
             GdCsum::Crc32c { seed }
         } else if sb.gdt_csum() {
             GdCsum::Crc16 { uuid: sb.uuid }
@@ -42,8 +42,8 @@ impl Volume {
     /// Store the checksum of an inode bitmap in its descriptor
     /// (`bg_inode_bitmap_csum`: crc32c over inodes_per_group bits).
     pub fn set_inode_bitmap_csum(&self, gd: &mut GroupDesc, bitmap: &[u8]) {
-        if let Some(seed) = self.csum_seed {
-            let c = crc32c(seed, &bitmap[..(self.inodes_per_group as usize).div_ceil(8)]);
+        if let Some(seed) = self.geo().csum_seed() {
+            let c = crc32c(seed, &bitmap[..(self.geo().inodes_per_group() as usize).div_ceil(8)]);
             gd.inode_bitmap_csum_lo = c as u16;
             if self.sb.read().desc_size() >= 64 {
                 gd.inode_bitmap_csum_hi = (c >> 16) as u16;
@@ -54,8 +54,8 @@ impl Volume {
     /// Store the checksum of a block bitmap in its descriptor
     /// (`bg_block_bitmap_csum`: crc32c over clusters_per_group bits).
     pub fn set_block_bitmap_csum(&self, gd: &mut GroupDesc, bitmap: &[u8]) {
-        if let Some(seed) = self.csum_seed {
-            let c = crc32c(seed, &bitmap[..(self.blocks_per_group as usize).div_ceil(8)]);
+        if let Some(seed) = self.geo().csum_seed() {
+            let c = crc32c(seed, &bitmap[..(self.geo().blocks_per_group() as usize).div_ceil(8)]);
             gd.block_bitmap_csum_lo = c as u16;
             if self.sb.read().desc_size() >= 64 {
                 gd.block_bitmap_csum_hi = (c >> 16) as u16;
@@ -67,7 +67,7 @@ impl Volume {
     /// (the kernel keeps them in per-cpu counters and writes them the same
     /// way at sync time).
     pub fn sync_super(&self) -> Result<()> {
-        if self.jbd.is_some() && !self.read_only {
+        if self.jbd.is_some() && !self.read_only() {
             // Journaled like any metadata: the orphan chain's head lives
             // here, and must change in the same transaction as the links.
             let mut h = self.begin()?;
@@ -76,10 +76,11 @@ impl Volume {
         }
         let _g = self.sb_lock.lock();
         let bytes = self.super_bytes();
-        if self.read_only {
+        if self.read_only() {
             return Ok(());
         }
-        self.device()
+        self.disk()
+            .device()
             .write_at(ext4kit_format::superblock::SUPERBLOCK_OFFSET, &bytes)
             .map_err(|e| crate::error::Error::io("writing the superblock", e))
     }
@@ -96,11 +97,15 @@ impl Volume {
             fi += gd.free_inodes_count() as u64;
         }
         let (bb, bi) = self.count_bias;
-        let fb = (fb as i64).saturating_add(bb).clamp(0, self.blocks_count as i64) as u64;
-        let fi = (fi as i64).saturating_add(bi).clamp(0, self.inodes_count as i64) as u64;
+        let fb = (fb as i64)
+            .saturating_add(bb)
+            .clamp(0, self.geo().blocks_count() as i64) as u64;
+        let fi = (fi as i64)
+            .saturating_add(bi)
+            .clamp(0, self.geo().inodes_count() as i64) as u64;
         let mut sb = self.sb.write();
         sb.free_blocks_count_lo = fb as u32;
-        if self.has_incompat(ext4kit_format::features::incompat::BIT64) {
+        if self.geo().has_incompat(ext4kit_format::features::incompat::BIT64) {
             sb.free_blocks_count_hi = (fb >> 32) as u32;
         }
         sb.free_inodes_count = fi as u32;
@@ -129,7 +134,7 @@ impl Volume {
             let sb = self.sb.read();
             (sb.free_blocks_count() as i64, sb.free_inodes_count as i64)
         };
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let mut bias = (0, 0);
         if sb_b != fb {
             let lying = (0..self.groups.len()).any(|g| {
@@ -170,7 +175,7 @@ impl Volume {
     pub fn journal_super(&self, h: &mut crate::transaction::Handle<'_>) -> Result<()> {
         let _g = self.sb_lock.lock();
         let bytes = self.super_bytes();
-        let at = ext4kit_format::superblock::SUPERBLOCK_OFFSET as usize % self.block_size;
+        let at = ext4kit_format::superblock::SUPERBLOCK_OFFSET as usize % self.block_size();
         h.modify_superblock_block(|d| {
             d[at..at + bytes.len()].copy_from_slice(&bytes);
             Ok(())

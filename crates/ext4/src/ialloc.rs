@@ -75,7 +75,7 @@ pub fn inherited_flags(ftype: FileType, parent_flags: u32) -> u32 {
 impl Volume {
     /// Where inode `ino`'s record is: (block, byte offset in it).
     pub fn inode_location(&self, ino: u32) -> Result<(u64, usize)> {
-        if ino == 0 || ino > self.inodes_count {
+        if ino == 0 || ino > self.geo().inodes_count() {
             return Err(Error::corrupt_msg(
                 format!("inode {ino}"),
                 "inode number",
@@ -83,13 +83,13 @@ impl Volume {
             ));
         }
         let idx = ino - 1;
-        let g = (idx / self.inodes_per_group) as usize;
-        let i = idx % self.inodes_per_group;
+        let g = (idx / self.geo().inodes_per_group()) as usize;
+        let i = idx % self.geo().inodes_per_group();
         let table = self.groups[g].meta.2;
-        let off = i as u64 * self.inode_size as u64;
+        let off = i as u64 * self.geo().inode_size() as u64;
         Ok((
-            table + off / self.block_size as u64,
-            (off % self.block_size as u64) as usize,
+            table + off / self.block_size() as u64,
+            (off % self.block_size() as u64) as usize,
         ))
     }
 
@@ -110,7 +110,7 @@ impl Volume {
     /// Write inode `ino` exactly as given.
     pub(crate) fn write_inode_raw(&self, h: &mut Handle<'_>, ino: u32, inode: &Inode) -> Result<()> {
         let (blk, off) = self.inode_location(ino)?;
-        let n = self.inode_size;
+        let n = self.geo().inode_size();
         if inode.record_len() != n {
             return Err(Error::posix(
                 Errno::EINVAL,
@@ -118,7 +118,7 @@ impl Volume {
             ));
         }
         self.stats.inode_writes.fetch_add(1, Ordering::Relaxed);
-        let csum = self.csum_seed.map(|s| (ino, s));
+        let csum = self.geo().csum_seed().map(|s| (ino, s));
         h.modify(blk, |d| {
             inode.write_into(&mut d[off..off + n], csum);
             Ok(())
@@ -137,7 +137,7 @@ impl Volume {
         base.generation = GENERATION.fetch_add(1, Ordering::Relaxed);
         base.flags = inherited_flags(n.ftype, n.parent.0);
         let extents =
-            self.has_incompat(incompat::EXTENTS) && matches!(n.ftype, FileType::Regular | FileType::Directory);
+            self.geo().has_incompat(incompat::EXTENTS) && matches!(n.ftype, FileType::Regular | FileType::Directory);
         if extents {
             base.flags |= flags::EXTENTS;
             let h = ExtentHeader {
@@ -149,7 +149,7 @@ impl Volume {
             };
             h.serialize_into(&mut base.block);
         }
-        let tail_len = self.inode_size - 128;
+        let tail_len = self.geo().inode_size() - 128;
         let mut extra = InodeExtra::parse_raw(&[0u8; 32]);
         if tail_len >= 32 {
             // s_want_extra_isize is 32 on every mke2fs 1.47 image.
@@ -174,7 +174,7 @@ impl Volume {
     /// Allocate an inode number near `parent_ino`.
     pub fn alloc_inode(&self, h: &mut Handle<'_>, parent_ino: u32, dir: bool) -> Result<u32> {
         let ngroups = self.groups.len();
-        let parent_group = ((parent_ino.max(1) - 1) / self.inodes_per_group) as usize % ngroups;
+        let parent_group = ((parent_ino.max(1) - 1) / self.geo().inodes_per_group()) as usize % ngroups;
         if dir {
             for g in self.dir_group_order(parent_group) {
                 if let Some(ino) = self.alloc_inode_in(h, g, dir)? {
@@ -251,8 +251,8 @@ impl Volume {
         if gd.free_inodes_count() == 0 {
             return Ok(None);
         }
-        let ipg = self.inodes_per_group as usize;
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let ipg = self.geo().inodes_per_group() as usize;
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let uninit = csum_groups && gd.flags & BG_INODE_UNINIT != 0;
         let bm_blk = gd.inode_bitmap();
         let first = if g == 0 {
@@ -281,7 +281,7 @@ impl Volume {
                 .ok_or_else(full)?;
             set_bit(bitmap, i);
             self.set_inode_bitmap_csum(new, bitmap);
-            let per_block = (self.block_size / self.inode_size).max(1);
+            let per_block = (self.block_size() / self.geo().inode_size()).max(1);
             let start = i / per_block * per_block;
             let alone = (start..(start + per_block).min(ipg)).all(|k| k == i || !test_bit(bitmap, k));
             Ok((i, alone))
@@ -320,8 +320,8 @@ impl Volume {
         let (i, alone) = if uninit {
             // An uninitialised bitmap: no inode used; bits past the group's
             // inodes are padding and must read as set.
-            let mut b = vec![0u8; self.block_size];
-            for k in ipg..self.block_size * 8 {
+            let mut b = vec![0u8; self.block_size()];
+            for k in ipg..self.block_size() * 8 {
                 set_bit(&mut b, k);
             }
             let r = take(&mut b, &mut new)?;
@@ -380,7 +380,7 @@ impl Volume {
         if s & BITMAP_INODE_CHECKED != 0 {
             return s & BITMAP_INODE_CORRUPT == 0;
         }
-        let ipg = self.inodes_per_group as usize;
+        let ipg = self.geo().inodes_per_group() as usize;
         let free = (0..ipg).filter(|&i| !test_bit(bm, i)).count() as u64;
         let ok = free == gd.free_inodes_count() as u64;
         st.fetch_or(
@@ -411,11 +411,11 @@ impl Volume {
     /// for a new inode. A create storm otherwise reads one inode-table
     /// block from the device every 4096 / inode_size creates.
     fn fresh_itable_block(&self, h: &mut Handle<'_>, g: usize, i: usize) -> Result<()> {
-        let (blk, _) = self.inode_location((g * self.inodes_per_group as usize + i + 1) as u32)?;
+        let (blk, _) = self.inode_location((g * self.geo().inodes_per_group() as usize + i + 1) as u32)?;
         if self.bcache.contains(blk) {
             return Ok(());
         }
-        h.overwrite(blk, vec![0u8; self.block_size].into_boxed_slice())
+        h.overwrite(blk, vec![0u8; self.block_size()].into_boxed_slice())
     }
 
     /// Set inode `ino`'s bitmap bit to `used` whatever it was, moving the
@@ -425,24 +425,24 @@ impl Volume {
     /// `ext2fs_mark_inode_bitmap2`: a fast commit carries inode records
     /// but not the bitmap. Returns whether the bit changed.
     pub(crate) fn set_inode_used(&self, h: &mut Handle<'_>, ino: u32, used: bool, dir: bool) -> Result<bool> {
-        if ino == 0 || ino > self.inodes_count {
+        if ino == 0 || ino > self.geo().inodes_count() {
             return Err(Error::corrupt_msg(
                 format!("inode {ino}"),
                 "inode number",
-                format!("outside 1..={}", self.inodes_count),
+                format!("outside 1..={}", self.geo().inodes_count()),
             ));
         }
-        let ipg = self.inodes_per_group as usize;
-        let g = ((ino - 1) / self.inodes_per_group) as usize;
-        let i = ((ino - 1) % self.inodes_per_group) as usize;
+        let ipg = self.geo().inodes_per_group() as usize;
+        let g = ((ino - 1) / self.geo().inodes_per_group()) as usize;
+        let i = ((ino - 1) % self.geo().inodes_per_group()) as usize;
         let grp = &self.groups[g];
         let mut gd = grp.desc.write();
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let uninit = csum_groups && gd.flags & BG_INODE_UNINIT != 0;
         let bm_blk = gd.inode_bitmap();
         let mut bitmap = if uninit {
-            let mut b = vec![0u8; self.block_size];
-            for k in ipg..self.block_size * 8 {
+            let mut b = vec![0u8; self.block_size()];
+            for k in ipg..self.block_size() * 8 {
                 set_bit(&mut b, k);
             }
             b
@@ -497,13 +497,13 @@ impl Volume {
     /// 0 and `i_dtime` set (e2fsck expects a deleted inode to carry a
     /// deletion time). `dir` lowers the group's used-directories count.
     pub fn free_inode(&self, h: &mut Handle<'_>, ino: u32, dir: bool) -> Result<()> {
-        if ino < self.sb.read().first_ino() || ino > self.inodes_count {
+        if ino < self.sb.read().first_ino() || ino > self.geo().inodes_count() {
             return Err(Error::posix(
                 Errno::EINVAL,
                 format!("inode {ino} is reserved or out of range and cannot be freed"),
             ));
         }
-        let ipg = self.inodes_per_group;
+        let ipg = self.geo().inodes_per_group();
         let g = ((ino - 1) / ipg) as usize;
         let i = ((ino - 1) % ipg) as usize;
         let grp = &self.groups[g];
@@ -564,7 +564,7 @@ mod tests {
         // a rescan, never a "bitmap full" error or a skipped inode.
         v.free_inode(&mut h, a[10], false).unwrap();
         v.groups[0].inode_hint.store(a[199], Ordering::Relaxed);
-        let g0_inodes = v.inodes_per_group;
+        let g0_inodes = v.geo().inodes_per_group();
         while v.groups[0].desc.read().free_inodes_count() > 1 {
             assert!(v.alloc_inode(&mut h, 2, false).unwrap() <= g0_inodes);
         }

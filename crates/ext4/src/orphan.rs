@@ -93,7 +93,7 @@ impl Volume {
         // Patch the predecessor's link in place, whatever its cached record
         // says (that one is corrected whenever it is written: see above).
         let (blk, off) = self.inode_location(prev)?;
-        let (n, seed) = (self.inode_size, self.csum_seed);
+        let (n, seed) = (self.geo().inode_size(), self.geo().csum_seed());
         h.modify(blk, |d| {
             let mut rec = Inode::parse_raw(&d[off..off + n])
                 .map_err(|e| Error::corrupt(format!("inode {prev} (block {blk})"), e))?;
@@ -131,7 +131,7 @@ impl Volume {
         let mut seen = std::collections::HashSet::new();
         let mut cur = self.sb.read().last_orphan;
         while cur != 0 {
-            if cur < first_ino || cur > self.inodes_count || !seen.insert(cur) {
+            if cur < first_ino || cur > self.geo().inodes_count() || !seen.insert(cur) {
                 return Err(Error::corrupt_msg(
                     format!("inode {cur}"),
                     "orphan list",
@@ -171,11 +171,11 @@ impl Volume {
     /// every reader also honours). A block whose magic is wrong is corrupt.
     pub fn orphan_file_slots(&self) -> Result<Vec<OrphanSlot>> {
         let ino = self.sb.read().orphan_file_inum;
-        if !self.has_compat(ext4kit_format::features::compat::ORPHAN_FILE) || ino == 0 {
+        if !self.geo().has_compat(ext4kit_format::features::compat::ORPHAN_FILE) || ino == 0 {
             return Ok(Vec::new());
         }
         let inode = self.read_inode(ino)?;
-        let bs = self.block_size;
+        let bs = self.block_size();
         let nblocks = inode.size() / bs as u64;
         let runs = self.block_map(ino, &inode)?.runs(self, nblocks)?;
         let per_block = (bs - ORPHAN_TAIL) / 4;
@@ -198,7 +198,7 @@ impl Volume {
                     if o == 0 {
                         continue;
                     }
-                    if o < first_ino || o > self.inodes_count {
+                    if o < first_ino || o > self.geo().inodes_count() {
                         return Err(Error::corrupt_msg(
                             format!("orphan file inode {ino}, block {pblk}"),
                             "orphan file block",
@@ -218,8 +218,8 @@ impl Volume {
     pub fn orphan_file_clear(&self, h: &mut Handle<'_>, slots: &[OrphanSlot]) -> Result<()> {
         let ino = self.sb.read().orphan_file_inum;
         let generation = self.read_inode(ino)?.base.generation;
-        let seed = self.inode_seed(ino, generation);
-        let bs = self.block_size;
+        let seed = self.geo().inode_seed(ino, generation);
+        let bs = self.block_size();
         let per_block = (bs - ORPHAN_TAIL) / 4;
         let mut blocks: Vec<u64> = slots.iter().map(|s| s.pblk).collect();
         blocks.sort_unstable();

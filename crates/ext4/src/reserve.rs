@@ -203,7 +203,7 @@ impl crate::volume::Volume {
     /// the block map of `inode`: what a buffered write claims besides its
     /// data blocks, so that writeback finds room for the map too.
     pub fn worst_map_growth(&self, inode: &ext4kit_format::inode::Inode, n: u64) -> u64 {
-        let bs = self.block_size as u64;
+        let bs = self.block_size() as u64;
         if inode.uses_extents() {
             // ext4_extent_header + 12-byte entries.
             worst_map_blocks((bs - 12) / 12, n)

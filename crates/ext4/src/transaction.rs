@@ -55,7 +55,7 @@ impl std::fmt::Debug for Handle<'_> {
 impl Volume {
     /// Start a transaction; EROFS on a read-only volume.
     pub fn begin(&self) -> Result<Handle<'_>> {
-        if self.read_only {
+        if self.read_only() {
             return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
         }
         if self.fs_errors.failed() {
@@ -130,12 +130,12 @@ impl<'v> Handle<'v> {
     /// the one way to it.
     pub(crate) fn modify_superblock_block<R>(&mut self, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
         let vol = self.vol;
-        let blk = ext4kit_format::superblock::SUPERBLOCK_OFFSET / vol.block_size as u64;
+        let blk = ext4kit_format::superblock::SUPERBLOCK_OFFSET / vol.block_size() as u64;
         let mut g = vol.bcache.lock(blk);
         let r = vol.bcache.modify(
             &mut g,
             blk,
-            |g| vol.bcache.get_locked(g, blk, |d| vol.read_raw(blk, d)),
+            |g| vol.bcache.get_locked(g, blk, |d| vol.disk().read_raw(blk, d)),
             f,
         )?;
         self.note(blk);
@@ -145,7 +145,7 @@ impl<'v> Handle<'v> {
     /// Replace a whole block without reading it first (a freshly allocated
     /// metadata block: directory block, extent node, bitmap being initialised).
     pub fn overwrite(&mut self, block: u64, data: Box<[u8]>) -> Result<()> {
-        if data.len() != self.vol.block_size {
+        if data.len() != self.vol.block_size() {
             return Err(Error::posix(Errno::EINVAL, "overwrite with a partial block"));
         }
         let mut g = self.vol.bcache.lock(block);
@@ -258,8 +258,8 @@ mod tests {
         assert_eq!(v.dirty_meta.len(), 1, "the dropped handle's block is queued");
         v.checkpoint().unwrap();
         assert!(v.dirty_meta.is_empty());
-        let mut raw = vec![0u8; v.block_size];
-        v.read_raw(blk, &mut raw).unwrap();
+        let mut raw = vec![0u8; v.block_size()];
+        v.disk().read_raw(blk, &mut raw).unwrap();
         assert_eq!(raw[7], before ^ 0xa5, "the change reached the device");
     }
 }

@@ -19,7 +19,9 @@ use parking_lot::RwLock;
 use super::buffer::{Buffer, BufferCache, StripeGuard};
 use super::checkpoint::DirtyMeta;
 use crate::budget::MemoryBudget;
+use crate::disk::Disk;
 use crate::error::{Error, Result};
+use crate::geometry::Geometry;
 
 /// How to open an image.
 #[derive(Debug, Clone)]
@@ -114,39 +116,12 @@ pub struct Stats {
 
 /// The filesystem as the ext4 layer sees it.
 pub struct Volume {
-    dev: Arc<dyn BlockDevice>,
+    geo: Geometry,
+    disk: Disk,
     /// The primary superblock.
     pub sb: RwLock<Superblock>,
     /// Group descriptors.
     pub groups: Vec<Group>,
-    /// Bytes per block.
-    pub block_size: usize,
-    /// Bytes per inode record.
-    pub inode_size: usize,
-    /// Inodes per group.
-    pub inodes_per_group: u32,
-    /// Total inodes.
-    pub inodes_count: u32,
-    /// Total blocks.
-    pub blocks_count: u64,
-    /// First data block (1 for 1 KiB blocks, else 0).
-    pub first_data_block: u64,
-    /// Blocks per group.
-    pub blocks_per_group: u64,
-    /// Filesystem checksum seed when `metadata_csum` is on.
-    pub csum_seed: Option<u32>,
-    /// `s_feature_incompat` (constant while open).
-    pub incompat: u32,
-    /// `s_feature_ro_compat`.
-    pub ro_compat: u32,
-    /// `s_feature_compat`.
-    pub compat: u32,
-    /// `s_hash_seed`.
-    pub hash_seed: [u32; 4],
-    /// Directory hashes treat bytes as unsigned chars.
-    pub unsigned_hash: bool,
-    /// Opened without write access.
-    pub read_only: bool,
     /// Things the user should know (read-only because of a feature, journal
     /// needs recovery, ...).
     pub warnings: Vec<String>,
@@ -196,7 +171,7 @@ pub struct Volume {
 impl std::fmt::Debug for Volume {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Volume")
-            .field("block_size", &self.block_size)
+            .field("block_size", &self.geo.block_size())
             .field("groups", &self.groups.len())
             .finish()
     }
@@ -262,24 +237,10 @@ impl Volume {
                 format!("{ngroups} groups is impossible"),
             ));
         }
-        let csum_seed = sb.metadata_csum().then(|| sb.csum_seed());
+        let geo = Geometry::from_superblock(&sb);
+        let disk = Disk::new(dev, read_only, &geo);
         let budget = Arc::new(MemoryBudget::new(opts.cache_budget, block_size));
         let mut vol = Volume {
-            dev,
-            block_size,
-            inode_size: sb.inode_size() as usize,
-            inodes_per_group: sb.inodes_per_group,
-            inodes_count: sb.inodes_count,
-            blocks_count,
-            first_data_block: sb.first_data_block as u64,
-            blocks_per_group: sb.blocks_per_group as u64,
-            csum_seed,
-            incompat: sb.feature_incompat,
-            ro_compat: sb.feature_ro_compat,
-            compat: sb.feature_compat,
-            hash_seed: sb.hash_seed,
-            unsigned_hash: sb.unsigned_hash(),
-            read_only,
             warnings,
             bcache: BufferCache::new(block_size, budget.clone()),
             orphans: Default::default(),
@@ -301,6 +262,8 @@ impl Volume {
             count_bias: (0, 0),
             fs_errors: Default::default(),
             metadata_changed: Default::default(),
+            geo,
+            disk,
             sb_lock: parking_lot::Mutex::new(()),
             stats: Stats::default(),
             groups: Vec::new(),
@@ -318,10 +281,10 @@ impl Volume {
             .sum();
         let r_blocks = vol.sb.read().r_blocks_count();
         vol.space = Arc::new(super::reserve::Space::new(free, r_blocks));
-        if !vol.read_only {
+        if !vol.read_only() {
             vol.count_bias = vol.damaged_count_bias();
         }
-        if !vol.read_only && vol.has_compat(features::compat::HAS_JOURNAL) {
+        if !vol.read_only() && vol.geo.has_compat(features::compat::HAS_JOURNAL) {
             vol.start_journal()?;
             if let (Some(j), Some(i)) = (vol.jbd.as_mut(), opts.commit_interval.filter(|d| !d.is_zero())) {
                 if j.interval.is_some() {
@@ -345,7 +308,7 @@ impl Volume {
     /// volume unjournaled, with a warning.
     fn start_journal(&mut self) -> Result<()> {
         use ext4kit_format::jbd2::features as jf;
-        let dev = self.dev.clone();
+        let dev = self.disk.device().clone();
         let journal = match super::journal::open_journal(&dev) {
             Ok(j) => j,
             Err(e) => {
@@ -357,10 +320,10 @@ impl Volume {
             }
         };
         let mut want = jf::INCOMPAT_REVOKE;
-        if self.has_incompat(incompat::BIT64) {
+        if self.geo.has_incompat(incompat::BIT64) {
             want |= jf::INCOMPAT_64BIT;
         }
-        if self.csum_seed.is_some() {
+        if self.geo.csum_seed().is_some() {
             want |= jf::INCOMPAT_CSUM_V3;
         }
         match ext4kit_jbd2::Log::start(journal, want) {
@@ -379,8 +342,8 @@ impl Volume {
     fn load_groups(&self, ngroups: u32) -> Result<Vec<Group>> {
         let sb = self.sb.read();
         let dsz = sb.desc_size();
-        let per_block = self.block_size / dsz;
-        let csum = if let Some(seed) = self.csum_seed {
+        let per_block = self.geo.block_size() / dsz;
+        let csum = if let Some(seed) = self.geo.csum_seed() {
             GdCsum::Crc32c { seed }
         } else if sb.gdt_csum() {
             GdCsum::Crc16 { uuid: sb.uuid }
@@ -391,15 +354,16 @@ impl Volume {
         let first_meta_bg = sb.first_meta_bg as u64;
         let nblocks = (ngroups as usize).div_ceil(per_block);
         let mut out = Vec::with_capacity(ngroups as usize);
-        let mut buf = vec![0u8; self.block_size];
+        let mut buf = vec![0u8; self.geo.block_size()];
         for b in 0..nblocks as u64 {
             let blk = if meta_bg && b >= first_meta_bg {
                 let g = b * per_block as u64;
-                self.group_first_block(g) + u64::from(sb.group_has_super(g))
+                self.geo.group_first_block(g) + u64::from(sb.group_has_super(g))
             } else {
-                self.first_data_block + 1 + b
+                self.geo.first_data_block() + 1 + b
             };
-            self.read_raw(blk, &mut buf)
+            self.disk
+                .read_raw(blk, &mut buf)
                 .map_err(|e| annotate(e, &format!("group descriptor block {blk}")))?;
             for i in 0..per_block {
                 let g = b as usize * per_block + i;
@@ -414,7 +378,7 @@ impl Volume {
                     ("inode bitmap", gd.inode_bitmap()),
                     ("inode table", gd.inode_table()),
                 ] {
-                    if at >= self.blocks_count || at < self.first_data_block {
+                    if at >= self.geo.blocks_count() || at < self.geo.first_data_block() {
                         return Err(Error::corrupt_msg(
                             format!("group descriptor {g}"),
                             "group descriptor",
@@ -436,120 +400,40 @@ impl Volume {
         Ok(out)
     }
 
-    /// First block of group `g`.
-    pub fn group_first_block(&self, g: u64) -> u64 {
-        self.first_data_block + g * self.blocks_per_group
-    }
-
-    /// The first block of inode `ino`'s group: an allocation goal near it.
-    pub fn group_first_block_of_inode(&self, ino: u32) -> u64 {
-        let g = (ino.max(1) - 1) / self.inodes_per_group.max(1);
-        self.group_first_block(g as u64 % self.groups.len().max(1) as u64)
-    }
-
-    /// Read whole blocks starting at `block` into `buf` (a multiple of the
-    /// block size), bypassing the cache. Used for file data runs.
-    pub fn read_raw(&self, block: u64, buf: &mut [u8]) -> Result<()> {
-        let n = (buf.len() / self.block_size) as u64;
-        if block < self.first_data_block && block != 0 || block.checked_add(n).is_none_or(|e| e > self.blocks_count) {
-            return Err(Error::corrupt_msg(
-                format!("block {block}"),
-                "block map",
-                format!(
-                    "block {block}+{n} outside the filesystem ({} blocks)",
-                    self.blocks_count
-                ),
-            ));
-        }
-        self.dev
-            .read_at(block * self.block_size as u64, buf)
-            .map_err(|e| Error::io(format!("reading block {block}"), e))
-    }
-
-    /// Write whole blocks at `block` straight to the device.
-    pub fn write_raw(&self, block: u64, data: &[u8]) -> Result<()> {
-        if self.read_only {
-            return Err(Error::posix(crate::error::Errno::EROFS, "filesystem is read-only"));
-        }
-        self.write_blocks(block, data, false)
-    }
-
-    /// Write metadata blocks home (the checkpoint): like [`Self::write_raw`],
-    /// but block 0 may be among them when it holds the primary superblock
-    /// (blocks larger than 1 KiB), which a journal logs like any other
-    /// metadata block. File data never goes to block 0: a block map naming
-    /// it is corrupt, and `write_raw` refuses it.
-    pub fn write_meta_raw(&self, block: u64, data: &[u8]) -> Result<()> {
-        self.write_blocks(block, data, self.block_size > 1024)
-    }
-
-    fn write_blocks(&self, block: u64, data: &[u8], sb_block_ok: bool) -> Result<()> {
-        if self.read_only {
-            return Err(Error::posix(crate::error::Errno::EROFS, "filesystem is read-only"));
-        }
-        let n = (data.len() / self.block_size) as u64;
-        if block == 0 && !sb_block_ok || block.checked_add(n).is_none_or(|e| e > self.blocks_count) {
-            return Err(Error::corrupt_msg(
-                format!("block {block}"),
-                "block map",
-                "write outside the filesystem",
-            ));
-        }
-        self.dev
-            .write_at(block * self.block_size as u64, data)
-            .map_err(|e| Error::io(format!("writing block {block}"), e))
-    }
-
     /// A metadata block through the buffer cache.
     pub fn buffer(&self, block: u64) -> Result<Arc<Buffer>> {
-        self.check_meta_block(block)?;
-        self.bcache.get(block, |d| self.read_raw(block, d))
+        self.disk.check_meta_block(block)?;
+        self.bcache.get(block, |d| self.disk.read_raw(block, d))
     }
 
     /// [`Self::buffer`] for a caller holding the block's stripe lock.
     pub fn buffer_locked(&self, g: &mut StripeGuard<'_>, block: u64) -> Result<Arc<Buffer>> {
-        self.check_meta_block(block)?;
-        self.bcache.get_locked(g, block, |d| self.read_raw(block, d))
+        self.disk.check_meta_block(block)?;
+        self.bcache.get_locked(g, block, |d| self.disk.read_raw(block, d))
     }
 
-    pub(crate) fn check_meta_block(&self, block: u64) -> Result<()> {
-        if block == 0 || block >= self.blocks_count {
-            return Err(Error::corrupt_msg(
-                format!("block {block}"),
-                "block pointer",
-                format!(
-                    "metadata block {block} outside the filesystem ({} blocks)",
-                    self.blocks_count
-                ),
-            ));
-        }
-        Ok(())
+    /// The filesystem's sizes, counts and features.
+    #[inline]
+    pub fn geo(&self) -> &Geometry {
+        &self.geo
     }
 
-    /// Per-inode checksum seed, when metadata checksums are on.
-    pub fn inode_seed(&self, ino: u32, generation: u32) -> Option<u32> {
-        self.csum_seed
-            .map(|s| ext4kit_format::checksum::inode_csum_seed(s, ino, generation))
+    /// The device and bounded raw block I/O.
+    #[inline]
+    pub fn disk(&self) -> &Disk {
+        &self.disk
     }
 
-    /// Whether an INCOMPAT feature is on.
-    pub fn has_incompat(&self, f: u32) -> bool {
-        self.incompat & f != 0
+    /// Bytes per block (the value nearly every path needs).
+    #[inline]
+    pub fn block_size(&self) -> usize {
+        self.geo.block_size()
     }
 
-    /// Whether a RO_COMPAT feature is on.
-    pub fn has_ro_compat(&self, f: u32) -> bool {
-        self.ro_compat & f != 0
-    }
-
-    /// Whether a COMPAT feature is on.
-    pub fn has_compat(&self, f: u32) -> bool {
-        self.compat & f != 0
-    }
-
-    /// The device underneath.
-    pub fn device(&self) -> &Arc<dyn BlockDevice> {
-        &self.dev
+    /// Opened without write access.
+    #[inline]
+    pub fn read_only(&self) -> bool {
+        self.disk.read_only()
     }
 
     /// Count one directory block access (for the seed 004 assertions).

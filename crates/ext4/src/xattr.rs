@@ -31,7 +31,7 @@ impl Volume {
             let buf = self
                 .buffer(blk)
                 .map_err(|e| annotate(e, &format!("xattr block of inode {ino}")))?;
-            let seed = self.csum_seed;
+            let seed = self.geo().csum_seed();
             let (_hdr, entries) = xattr::parse_block(&buf.data, blk, seed)
                 .map_err(|e| Error::corrupt(format!("xattr block {blk} of inode {ino}"), e))?;
             out.extend(entries);

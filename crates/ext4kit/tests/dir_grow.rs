@@ -97,7 +97,7 @@ fn shape(fs: &Fs, dir: &[u8]) -> (bool, u8) {
         panic!("root is a hole")
     };
     let b = fs.vol.buffer(pblk).unwrap();
-    let root = htree::parse_root(&b.data, fs.vol.block_size, true, None).unwrap();
+    let root = htree::parse_root(&b.data, fs.vol.block_size(), true, None).unwrap();
     (true, root.info.indirect_levels)
 }
 
@@ -222,7 +222,7 @@ fn run_case(c: &Case) {
         }
         // A record that no longer matches the DirRef is refused untouched.
         let mut stale = d.inode.clone();
-        stale.base.size_lo += fs.vol.block_size as u32;
+        stale.base.size_lo += fs.vol.block_size() as u32;
         let e = fs
             .vol
             .add_link(h, d, &mut stale, b"stale", 5, FileType::Regular)
@@ -284,7 +284,7 @@ fn run_case(c: &Case) {
     // Fill the new directory past one block (an htree where dir_index is
     // on), then empty it again: still valid, and empty.
     let sub = b"/d/subdir";
-    let n_sub = fs.vol.block_size / 16 + 100;
+    let n_sub = fs.vol.block_size() / 16 + 100;
     for i in 0..n_sub {
         with_dir(&fs, sub, |h, d, new| {
             let nm = format!("tmp-{i}-{}", "y".repeat(i % 40));
@@ -302,7 +302,7 @@ fn run_case(c: &Case) {
         });
     }
     assert!(
-        fs.stat(sub).unwrap().size > fs.vol.block_size as u64,
+        fs.stat(sub).unwrap().size > fs.vol.block_size() as u64,
         "the subdirectory grew"
     );
     drop(fs);
@@ -712,7 +712,7 @@ fn collision_bits(fs: &Fs, dir: &[u8]) -> usize {
         };
         fs.vol.buffer(pblk).unwrap()
     };
-    let bs = fs.vol.block_size;
+    let bs = fs.vol.block_size();
     let root = htree::parse_root(&block(0).data, bs, true, None).unwrap();
     let mut level = vec![root.index];
     for _ in 0..root.info.indirect_levels {
@@ -758,7 +758,7 @@ fn hash_collisions_span_leaves() {
     let fs = open(&img);
     let def = fs.vol.sb.read().def_hash_version;
     let version = HashVersion {
-        unsigned: fs.vol.unsigned_hash,
+        unsigned: fs.vol.geo().unsigned_hash(),
         ..HashVersion::from_disk(def).unwrap()
     };
     let long = |s: String| format!("{s}-{}", "z".repeat(254 - s.len()));
@@ -766,7 +766,7 @@ fn hash_collisions_span_leaves() {
     let mut pairs = Vec::new();
     for i in 0..400_000 {
         let nm = long(format!("c{i:07}"));
-        let h = dx_hash(nm.as_bytes(), version, &fs.vol.hash_seed).0;
+        let h = dx_hash(nm.as_bytes(), version, &fs.vol.geo().hash_seed()).0;
         if let Some(other) = seen.insert(h, nm.clone()) {
             pairs.push((other, nm));
             if pairs.len() == 30 {

@@ -145,7 +145,7 @@ thread_local! {
 impl Ext4Fuse {
     /// Serve `fs`, read-only or not, with kernel caching `cache`.
     pub fn new(fs: Arc<Fs>, read_only: bool, cache: CacheMode) -> Self {
-        let block_size = fs.vol.block_size as u32;
+        let block_size = fs.vol.block_size() as u32;
         Ext4Fuse {
             nodes: Arc::new(Nodes::new(&fs)),
             fs,

@@ -36,7 +36,7 @@ impl Fs {
                 format!("a label has at most {LABEL_MAX} bytes, not {}", label.len()),
             ));
         }
-        if self.vol.read_only {
+        if self.vol.read_only() {
             return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
         }
         {

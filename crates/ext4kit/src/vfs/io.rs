@@ -49,14 +49,14 @@ const WRITE_CHUNK: u64 = 256;
 /// `ext4_max_bitmap_size`): the block map's reach, and `i_blocks` (counted
 /// in 512-byte sectors, 32 bits without `huge_file`, 48 with).
 pub fn max_file_size(fs: &Fs, rec: &Inode) -> u64 {
-    let bs = fs.vol.block_size as u64;
+    let bs = fs.vol.block_size() as u64;
     let map_limit = if rec.uses_extents() {
         ((1u64 << 32) - 1) * bs
     } else {
         let per = bs / 4;
         (indirect::DIRECT as u64 + per + per * per + per * per * per).saturating_mul(bs)
     };
-    let sectors = if fs.vol.has_ro_compat(ro_compat::HUGE_FILE) {
+    let sectors = if fs.vol.geo().has_ro_compat(ro_compat::HUGE_FILE) {
         1u64 << 48
     } else {
         (1u64 << 32) - 1
@@ -96,7 +96,7 @@ fn check_regular(inode: &CachedInode) -> Result<()> {
 impl Fs {
     fn check_writable(&self, inode: &CachedInode, rec: &Inode) -> Result<()> {
         check_regular(inode)?;
-        if self.vol.read_only {
+        if self.vol.read_only() {
             return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
         }
         if rec.base.flags & iflags::IMMUTABLE != 0 {
@@ -129,12 +129,13 @@ impl Fs {
         if let Some(p) = inode.pages.get(lblk) {
             return Ok(p.data.clone());
         }
-        let mut b = vec![0u8; self.vol.block_size].into_boxed_slice();
+        let mut b = vec![0u8; self.vol.block_size()].into_boxed_slice();
         if let Mapping::Mapped {
             pblk, uninit: false, ..
         } = map.map(&self.vol, lblk)?
         {
             self.vol
+                .disk()
                 .read_raw(pblk, &mut b)
                 .map_err(|e| crate::ext4::volume::annotate(e, &format!("data of inode {}", inode.ino)))?;
         }
@@ -148,13 +149,13 @@ impl Fs {
             inode,
             rec,
             at,
-            at.div_ceil(self.vol.block_size as u64) * self.vol.block_size as u64,
+            at.div_ceil(self.vol.block_size() as u64) * self.vol.block_size() as u64,
         )
     }
 
     /// Zero bytes `[from, to)`, which lie in one block, through the cache.
     fn zero_in_block(&self, inode: &CachedInode, rec: &Inode, from: u64, to: u64) -> Result<()> {
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         if from >= to {
             return Ok(());
         }
@@ -313,7 +314,7 @@ impl Fs {
         }
         let buf = &buf[..buf.len().min((max - off) as usize)];
         let end = off + buf.len() as u64;
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         // A failure after some chunks were written ends the write short
         // (write(2) reports what it wrote; the next call sees the error).
         let mut failure = None;
@@ -445,7 +446,7 @@ impl Fs {
             ));
         }
         let old = rec.size();
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         if len < old {
             let fb = len.div_ceil(bs);
             // Everything the punch will free and the tail zeroing will
@@ -540,7 +541,7 @@ impl Fs {
         if mode & FALLOC_FL_ZERO_RANGE != 0 && !rec.uses_extents() {
             return Err(bad("ZERO_RANGE needs an extent-mapped file"));
         }
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         let size = rec.size();
         if mode & FALLOC_FL_PUNCH_HOLE != 0 {
             // ext4_punch_hole: nothing past EOF; partial edge blocks zeroed
@@ -612,7 +613,7 @@ impl Fs {
         off: u64,
         end: u64,
     ) -> Result<()> {
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         let ino = inode.ino;
         if mode & FALLOC_FL_ZERO_RANGE != 0 {
             // ext4_zero_range: partial edges zeroed through the cache (bytes
@@ -638,7 +639,7 @@ impl Fs {
             // the map pointing at them commits.
             for r in runs.iter().filter(|r| r.new) {
                 let zeros = vec![0u8; (r.len * bs) as usize];
-                self.vol.write_raw(r.pblk, &zeros)?;
+                self.vol.disk().write_raw(r.pblk, &zeros)?;
             }
         }
         Ok(())
@@ -647,7 +648,7 @@ impl Fs {
     /// Zero the partial blocks at the edges of `[off, end)` through the
     /// cache (both edges may be one block).
     fn zero_range_edges(&self, inode: &CachedInode, rec: &Inode, off: u64, end: u64) -> Result<()> {
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         if off >= end {
             return Ok(());
         }
@@ -919,7 +920,7 @@ impl Fs {
                 format!("{}: immutable or append-only", what()),
             ));
         }
-        if write && self.vol.read_only && inode.ftype == FileType::Regular {
+        if write && self.vol.read_only() && inode.ftype == FileType::Regular {
             return Err(Error::posix(Errno::EROFS, format!("{}: read-only filesystem", what())));
         }
         Ok(())

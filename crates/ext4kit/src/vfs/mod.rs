@@ -91,7 +91,7 @@ impl Drop for Fs {
         if let Some(f) = &mut self.flusher {
             f.stop();
         }
-        if !self.vol.read_only {
+        if !self.vol.read_only() {
             self.write_back_at_close();
         }
         // A thread's cached pins (`vfs::pin`) keep their inodes in memory
@@ -357,7 +357,7 @@ impl Fs {
     pub fn data_layout(&self, ino: u32) -> Result<DataLayout> {
         let i = self.inode(ino)?;
         let map = i.block_map(&self.vol)?;
-        let nblocks = i.size().div_ceil(self.vol.block_size as u64);
+        let nblocks = i.size().div_ceil(self.vol.block_size() as u64);
         Ok(match &*map {
             BlockMap::Extents(ext) => DataLayout {
                 kind: "extent tree",
@@ -432,7 +432,7 @@ impl Fs {
         // 001's storm reads small cached files). Loaded after `seq`, as the
         // rechecks require.
         let mut map: Option<Arc<BlockMap>> = None;
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         let mut done = 0usize;
         while done < want {
             let pos = off + done as u64;
@@ -493,6 +493,7 @@ impl Fs {
                     let run = len.min(blocks_left).min(MAX_READ_RUN);
                     let mut raw = vec![0u8; (run * bs) as usize];
                     self.vol
+                        .disk()
                         .read_raw(pblk, &mut raw)
                         .map_err(|e| crate::ext4::volume::annotate(e, &format!("data of inode {}", inode.ino)))?;
                     // Charged before insertion, so the count never dips
@@ -577,7 +578,7 @@ impl Fs {
             self.writeback_inode(inode, SyncLevel::All)?;
         }
         let map = inode.block_map(&self.vol)?;
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         let nblocks = size.div_ceil(bs);
         if data {
             match map.next_data(&self.vol, off / bs, nblocks)? {

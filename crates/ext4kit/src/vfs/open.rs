@@ -212,7 +212,7 @@ impl Fs {
         vol.warnings.splice(0..0, warnings);
         check_root(&vol)?;
         let budget = opts.cache_budget;
-        let block_size = vol.block_size;
+        let block_size = vol.block_size();
         let pages = Arc::new(PageBudget::new(vol.budget.clone(), block_size));
         let vol = Arc::new(vol);
         let icache = Arc::new(icache::Icache::new((budget / 8 / 1024).max(1024), pages.clone()));

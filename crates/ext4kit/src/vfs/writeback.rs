@@ -114,7 +114,7 @@ impl Writer<'_> {
         level: SyncLevel,
     ) -> Result<WritebackStats> {
         let ino = inode.ino;
-        let bs = self.vol.block_size;
+        let bs = self.vol.block_size();
         let mut st = WritebackStats::default();
         let dirty = inode.pages.dirty_blocks();
         let mut h: Option<Handle<'_>> = None;
@@ -197,7 +197,7 @@ impl Writer<'_> {
                     for p in chunk {
                         buf.extend_from_slice(&p.data);
                     }
-                    if let Err(e) = self.vol.write_raw(pblk, &buf) {
+                    if let Err(e) = self.vol.disk().write_raw(pblk, &buf) {
                         failure = Some(crate::ext4::volume::annotate(e, &format!("data of inode {ino}")));
                         // Blocks allocated for data that never reached them
                         // leave the map again: committed, the map would show
@@ -374,8 +374,9 @@ impl Fs {
             // checkpoint budget, not by the file's size.
             None => self.vol.checkpoint()?,
         }
-        if !self.vol.read_only && !flushed {
+        if !self.vol.read_only() && !flushed {
             self.vol
+                .disk()
                 .device()
                 .flush()
                 .map_err(|e| Error::io("flushing the device", e))?;
