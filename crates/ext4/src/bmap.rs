@@ -231,9 +231,7 @@ fn map_indirect(vol: &Volume, root: &[u32; 15], lblk: u64) -> Result<Mapping> {
             let left = span - (lblk_offset_within(&path.levels[lvl..], vol.block_size()));
             return Ok(Mapping::Hole { len: left.max(1) });
         }
-        let buf = vol
-            .buffer(p)
-            .map_err(|e| super::volume::annotate(e, "indirect block"))?;
+        let buf = vol.buffer(p).map_err(|e| super::error::annotate(e, "indirect block"))?;
         let next = indirect::pointer(&buf.data, idx) as u64;
         if lvl + 1 == depth {
             if next == 0 {
@@ -343,7 +341,7 @@ impl Volume {
                             format!("node block {blk} referenced twice"),
                         ));
                     }
-                    let buf = self.buffer(blk).map_err(|e| super::volume::annotate(e, loc))?;
+                    let buf = self.buffer(blk).map_err(|e| super::error::annotate(e, loc))?;
                     let child = ExtentNode::parse(&buf.data)
                         .map_err(|e| Error::corrupt(format!("{loc}, node block {blk}"), e))?;
                     if child.header.depth + 1 != node.header.depth {

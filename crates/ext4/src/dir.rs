@@ -12,8 +12,9 @@ use ext4kit_format::inode::{flags, FileType, Inode};
 
 use super::bmap::{BlockMap, Mapping};
 use super::buffer::Buffer;
+use super::error::annotate;
 use super::htree::CreateLookup;
-use super::volume::{annotate, Volume};
+use super::volume::Volume;
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
@@ -106,7 +107,7 @@ impl Volume {
     /// hole or an unwritten extent is `None`), counted as a directory
     /// block read.
     fn dir_block_pblk(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<u64>> {
-        self.count_dir_block();
+        self.stats().count_dir_block();
         Ok(match dir.map.map(self, lblk)? {
             Mapping::Mapped {
                 pblk, uninit: false, ..
@@ -165,7 +166,7 @@ impl Volume {
         self.disk().check_meta_block(pblk)?;
         // A draft is not checked again: every leaf draft starts from a
         // version checked here or by `dir_leaf`, or from a leaf we built.
-        self.bcache
+        self.bcache()
             .read_newest(
                 pblk,
                 |d| self.disk().read_raw(pblk, d),

@@ -89,13 +89,13 @@ impl Volume {
     }
 
     fn hash_of(&self, name: &[u8], version: HashVersion) -> u32 {
-        dx_hash(name, version, &self.geo().hash_seed()).0
+        dx_hash(name, version, self.geo().hash_seed()).0
     }
 
     /// The hash function a new index uses: `s_def_hash_version`, with the
     /// superblock's signedness flag (kernel `make_indexed_dir`).
     fn default_hash_version(&self) -> Result<HashVersion> {
-        let v = self.sb.read().def_hash_version;
+        let v = self.sb().read().def_hash_version;
         HashVersion::from_disk(v)
             .map(|h| HashVersion {
                 unsigned: self.geo().unsigned_hash(),

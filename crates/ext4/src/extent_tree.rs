@@ -191,7 +191,7 @@ impl Volume {
 
     fn ext_load(&self, ino: u32, seed: Option<u32>, blk: u64, depth: u16) -> Result<Node> {
         let loc = || format!("extent tree of inode {ino}, node block {blk}");
-        let buf = self.buffer(blk).map_err(|e| super::volume::annotate(e, &loc()))?;
+        let buf = self.buffer(blk).map_err(|e| super::error::annotate(e, &loc()))?;
         let n = ExtentNode::parse(&buf.data).map_err(|e| Error::corrupt(loc(), e))?;
         if n.header.depth != depth {
             return Err(Error::corrupt_msg(

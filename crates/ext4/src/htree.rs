@@ -136,7 +136,7 @@ impl Volume {
                 format!("unknown hash version {}", info.hash_version),
             )
         })?;
-        let (hash, _minor) = dx_hash(name, version, &self.geo().hash_seed());
+        let (hash, _minor) = dx_hash(name, version, self.geo().hash_seed());
         let levels = info.indirect_levels as usize;
         let mut path = DxPath::new();
         let i = index.find(hash);

@@ -71,7 +71,7 @@ impl Volume {
         }
         let buf = self
             .buffer(blk)
-            .map_err(|e| super::volume::annotate(e, &format!("indirect block of inode {}", st.ino)))?;
+            .map_err(|e| super::error::annotate(e, &format!("indirect block of inode {}", st.ino)))?;
         Ok(indirect::pointer(&buf.data, i))
     }
 

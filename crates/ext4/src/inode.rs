@@ -28,14 +28,14 @@ impl Volume {
         let idx = ino - 1;
         let g = (idx / self.geo().inodes_per_group()) as usize;
         let i = idx % self.geo().inodes_per_group();
-        let group = self.groups.get(g).ok_or_else(|| {
+        let group = self.groups().get(g).ok_or_else(|| {
             Error::corrupt_msg(
                 format!("inode {ino}"),
                 "inode number",
                 format!("group {g} does not exist"),
             )
         })?;
-        let gd = *group.desc.read();
+        let gd = *group.desc().read();
         if self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM)
             && (gd.flags & BG_INODE_UNINIT != 0
                 || i >= self.geo().inodes_per_group().saturating_sub(gd.itable_unused()))
@@ -50,10 +50,8 @@ impl Volume {
         let within = (off % self.block_size() as u64) as usize;
         let buf = self
             .buffer(blk)
-            .map_err(|e| super::volume::annotate(e, &format!("inode table of group {g}")))?;
-        self.stats
-            .inode_reads
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .map_err(|e| super::error::annotate(e, &format!("inode table of group {g}")))?;
+        self.stats().count_inode_read();
         Inode::parse(
             &buf.data[within..within + self.geo().inode_size()],
             ino,

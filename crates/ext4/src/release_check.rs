@@ -204,7 +204,7 @@ impl Volume {
 
     /// The system-zone range overlapping `[start, end)`, if any.
     pub fn system_zone_hit(&self, start: u64, end: u64) -> Option<(u64, u64, &'static str)> {
-        let zone = self.system_zone.get_or_init(|| self.build_system_zone());
+        let zone = self.system_zone().get_or_init(|| self.build_system_zone());
         // Sorted by start and not overlapping: the last range starting
         // before `end` is the only candidate.
         let i = zone.partition_point(|z| z.0 < end);
@@ -216,15 +216,15 @@ impl Volume {
     /// descriptor copies (with their reserved GDT blocks) of the groups
     /// that carry them: sorted, merged where adjacent.
     fn build_system_zone(&self) -> Vec<(u64, u64, &'static str)> {
-        let sb = self.sb.read();
+        let sb = self.sb().read();
         let itb =
             (self.geo().inodes_per_group() as u64 * self.geo().inode_size() as u64).div_ceil(self.block_size() as u64);
         let mut v = Vec::new();
         let meta_bg = self.geo().has_incompat(incompat::META_BG);
         let per_block = (self.block_size() / sb.desc_size().max(1)).max(1);
-        let gdt = self.groups.len().div_ceil(per_block) as u64;
-        for (g, grp) in self.groups.iter().enumerate() {
-            let (bb, ib, it) = grp.meta;
+        let gdt = self.groups().len().div_ceil(per_block) as u64;
+        for (g, grp) in self.groups().iter().enumerate() {
+            let (bb, ib, it) = grp.meta();
             v.push((bb, 1, "a block bitmap"));
             v.push((ib, 1, "an inode bitmap"));
             v.push((it, itb, "an inode table"));

@@ -11,7 +11,8 @@
 use ext4kit_format::inode::Inode;
 use ext4kit_format::xattr::{self, XattrEntry};
 
-use super::volume::{annotate, Volume};
+use super::error::annotate;
+use super::volume::Volume;
 use crate::error::{Error, Result};
 
 /// Name index of `system.posix_acl_access`.

@@ -30,8 +30,9 @@ use ext4kit_format::features::compat;
 use ext4kit_format::inode::Inode;
 use ext4kit_format::xattr::{self, XattrEntry};
 
+use super::error::annotate;
 use super::transaction::Handle;
-use super::volume::{annotate, Volume};
+use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
 
 /// `XATTR_CREATE`: fail with EEXIST if the attribute exists.
@@ -417,9 +418,9 @@ impl Volume {
                 // held another file's old data once the log was emptied
                 // (crash harness, mix-mt seed 50). The journal's own books
                 // keep the block from its next owner (commit.rs).
-                if self.jbd.is_none() {
-                    let mut g = self.bcache.lock(nr);
-                    if let Some(b) = self.bcache.peek_locked(&mut g, nr) {
+                if self.jbd().is_none() {
+                    let mut g = self.bcache().lock(nr);
+                    if let Some(b) = self.bcache().peek_locked(&mut g, nr) {
                         b.mark_clean();
                     }
                 }

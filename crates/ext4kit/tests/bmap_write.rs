@@ -234,9 +234,9 @@ impl File {
 
 fn free_blocks(fs: &Fs) -> u64 {
     fs.vol
-        .groups
+        .groups()
         .iter()
-        .map(|g| g.desc.read().free_blocks_count() as u64)
+        .map(|g| g.desc().read().free_blocks_count() as u64)
         .sum()
 }
 
@@ -496,7 +496,7 @@ fn enospc_leaves_a_consistent_map() {
         let dir = workdir(tag);
         let img = mkimg(&dir, args, "4M");
         let fs = open_rw(&img);
-        let reserved = fs.vol.sb.read().r_blocks_count();
+        let reserved = fs.vol.sb().read().r_blocks_count();
         let mut f = File::create(&fs, "fill");
         let free0 = free_blocks(&fs);
         // One call asking for more than exists: fails, takes nothing.
@@ -808,9 +808,11 @@ fn freeing_a_free_block_frees_the_rest_and_counts_once() {
     vol.free_block_runs(&mut h, &[(p, 4)]).unwrap();
     assert_eq!(free_blocks(&fs), free + 4);
     let g = ((p - vol.geo().first_data_block()) / vol.geo().blocks_per_group()) as usize;
-    let st = vol.groups[g].bitmap_state.load(std::sync::atomic::Ordering::Relaxed);
+    let st = vol.groups()[g]
+        .bitmap_state()
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert_ne!(
-        st & ext4kit::ext4::volume::BITMAP_BLOCK_CORRUPT,
+        st & ext4kit::ext4::group::BITMAP_BLOCK_CORRUPT,
         0,
         "the group is suspect"
     );

@@ -178,11 +178,11 @@ struct Ext2 {
 
 impl Ext2 {
     fn of(fs: &Fs) -> Ext2 {
-        let g = &fs.vol.groups[0];
+        let g = &fs.vol.groups()[0];
         Ext2 {
             bs: fs.vol.block_size(),
-            bitmap: g.meta.0,
-            desc_off: g.desc_block as usize * fs.vol.block_size() + g.desc_offset,
+            bitmap: g.block_bitmap(),
+            desc_off: g.desc_block() as usize * fs.vol.block_size() + g.desc_offset(),
         }
     }
 

@@ -246,7 +246,7 @@ fn run_case(c: &Case) {
             Errno::ENOENT
         );
     });
-    let reads0 = fs.vol.stats.dir_block_reads.load(Ordering::Relaxed);
+    let reads0 = fs.vol.stats().dir_block_reads();
     for (nm, ino) in &taken {
         with_dir(&fs, b"/moved", |h, d, new| {
             let grew = fs.vol.add_link(h, d, new, nm, *ino, FileType::Regular).unwrap();
@@ -259,7 +259,7 @@ fn run_case(c: &Case) {
             );
         });
     }
-    let per_move = (fs.vol.stats.dir_block_reads.load(Ordering::Relaxed) - reads0) as f64 / taken.len().max(1) as f64;
+    let per_move = (fs.vol.stats().dir_block_reads() - reads0) as f64 / taken.len().max(1) as f64;
     eprintln!(
         "{}: {per_move:.1} directory blocks read per add_link into /moved",
         c.tag
@@ -579,14 +579,14 @@ fn ext4_4k_100k_creates_stay_flat() {
     let mut per_create = Vec::new();
     let mut names = BTreeSet::new();
     let n = 100_000;
-    let mut reads = fs.vol.stats.dir_block_reads.load(Ordering::Relaxed);
+    let mut reads = fs.vol.stats().dir_block_reads();
     let mut t = std::time::Instant::now();
     for i in 0..n {
         let nm = name(i, false);
         fs.create(format!("/d/{nm}").as_bytes(), 0o644, 0, 0).unwrap();
         names.insert(nm.into_bytes());
         if (i + 1) % 10_000 == 0 {
-            let r = fs.vol.stats.dir_block_reads.load(Ordering::Relaxed);
+            let r = fs.vol.stats().dir_block_reads();
             let per = (r - reads) as f64 / 10_000.0;
             let rate = 10_000.0 / t.elapsed().as_secs_f64();
             eprintln!("{:>6} entries: {per:.2} dir blocks/create, {rate:.0} creates/s", i + 1);
@@ -756,7 +756,7 @@ fn hash_collisions_span_leaves() {
         "64M",
     );
     let fs = open(&img);
-    let def = fs.vol.sb.read().def_hash_version;
+    let def = fs.vol.sb().read().def_hash_version;
     let version = HashVersion {
         unsigned: fs.vol.geo().unsigned_hash(),
         ..HashVersion::from_disk(def).unwrap()
@@ -766,7 +766,7 @@ fn hash_collisions_span_leaves() {
     let mut pairs = Vec::new();
     for i in 0..400_000 {
         let nm = long(format!("c{i:07}"));
-        let h = dx_hash(nm.as_bytes(), version, &fs.vol.geo().hash_seed()).0;
+        let h = dx_hash(nm.as_bytes(), version, fs.vol.geo().hash_seed()).0;
         if let Some(other) = seen.insert(h, nm.clone()) {
             pairs.push((other, nm));
             if pairs.len() == 30 {

@@ -313,12 +313,12 @@ impl Fs {
     /// live counts rather than the superblock's (which are only brought up
     /// to date by `sync`).
     pub fn statfs(&self) -> Result<StatFs> {
-        let (free_blocks, free_inodes) = self.vol.groups.iter().fold((0u64, 0u64), |(b, i), g| {
-            let d = g.desc.read();
+        let (free_blocks, free_inodes) = self.vol.groups().iter().fold((0u64, 0u64), |(b, i), g| {
+            let d = g.desc().read();
             (b + d.free_blocks_count() as u64, i + d.free_inodes_count() as u64)
         });
         let (reserved, uuid, stored_overhead, journal_ino) = {
-            let sb = self.vol.sb.read();
+            let sb = self.vol.sb().read();
             (sb.r_blocks_count(), sb.uuid, sb.overhead_clusters, sb.journal_inum)
         };
         let overhead = if stored_overhead != 0 {
@@ -334,9 +334,9 @@ impl Fs {
             // not free (`ext4_statfs`: s_freeclusters_counter minus
             // s_dirtyclusters_counter), so `df` shows what write(2) has
             // already accepted.
-            blocks_free: free_blocks.saturating_sub(self.vol.space.dirty()),
+            blocks_free: free_blocks.saturating_sub(self.vol.reservations().dirty()),
             blocks_avail: free_blocks
-                .saturating_sub(self.vol.space.dirty())
+                .saturating_sub(self.vol.reservations().dirty())
                 .saturating_sub(reserved),
             files: self.vol.geo().inodes_count() as u64,
             files_free: free_inodes,
@@ -351,11 +351,11 @@ impl Fs {
     /// bitmaps and the inode table, and the internal journal.
     fn overhead(&self, journal_ino: u32) -> Result<u64> {
         let vol = &self.vol;
-        let ngroups = vol.groups.len() as u64;
+        let ngroups = vol.groups().len() as u64;
         let itb =
             (vol.geo().inodes_per_group() as u64 * vol.geo().inode_size() as u64).div_ceil(vol.block_size() as u64);
         let (gdb, meta_bg, first_meta_bg) = {
-            let sb = vol.sb.read();
+            let sb = vol.sb().read();
             let per = (vol.block_size() / sb.desc_size()) as u64;
             (
                 ngroups.div_ceil(per),
@@ -364,7 +364,7 @@ impl Fs {
             )
         };
         let mut total = vol.geo().first_data_block() + ngroups * (itb + 2);
-        let sb = vol.sb.read();
+        let sb = vol.sb().read();
         for g in 0..ngroups {
             if sb.group_has_super(g) {
                 total += 1 + if meta_bg { first_meta_bg.min(gdb) } else { gdb };

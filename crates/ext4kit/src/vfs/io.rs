@@ -31,7 +31,7 @@ use super::namei::show;
 use super::write::now;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
-use crate::ext4::reserve::Claimant;
+use crate::ext4::reservation::Reserver;
 use crate::ext4::{BlockMap, Mapping};
 
 /// fallocate: do not change the file size.
@@ -137,7 +137,7 @@ impl Fs {
             self.vol
                 .disk()
                 .read_raw(pblk, &mut b)
-                .map_err(|e| crate::ext4::volume::annotate(e, &format!("data of inode {}", inode.ino)))?;
+                .map_err(|e| crate::ext4::error::annotate(e, &format!("data of inode {}", inode.ino)))?;
         }
         Ok(b)
     }
@@ -200,18 +200,22 @@ impl Fs {
         buf: &[u8],
         privileged: bool,
     ) -> Result<(u64, usize)> {
-        let who = if privileged { Claimant::Reserved } else { Claimant::User };
+        let who = if privileged {
+            Reserver::Privileged
+        } else {
+            Reserver::User
+        };
         self.write_claiming(inode, off, buf, privileged, who, true)
     }
 
     /// Whether a caller with `uid`/`gid` may use the blocks reserved for
     /// root (`s_r_blocks_count`): root, `s_def_resuid`, or `s_def_resgid`
     /// (`ext4_has_free_clusters`).
-    pub fn claimant(&self, uid: u32, gid: u32) -> Claimant {
-        if uid == 0 || uid == self.vol.resuid || gid == self.vol.resgid {
-            Claimant::Reserved
+    pub fn reserver(&self, uid: u32, gid: u32) -> Reserver {
+        if uid == 0 || uid == self.vol.sb().resuid() || gid == self.vol.sb().resgid() {
+            Reserver::Privileged
         } else {
-            Claimant::User
+            Reserver::User
         }
     }
 
@@ -232,7 +236,7 @@ impl Fs {
         off: Option<u64>,
         buf: &[u8],
         keep_privs: bool,
-        who: Claimant,
+        who: Reserver,
         touch_times: bool,
     ) -> Result<(u64, usize)> {
         check_regular(inode)?;
@@ -288,7 +292,7 @@ impl Fs {
         off: Option<u64>,
         buf: &[u8],
         privileged: bool,
-        who: Claimant,
+        who: Reserver,
         touch_times: bool,
     ) -> Result<(u64, usize)> {
         let mut rec = inode.disk.write();
@@ -341,8 +345,8 @@ impl Fs {
                     break;
                 }
             };
-            let meta = |n: u64| self.vol.worst_map_growth(&rec, n);
-            match inode.pages.reserve(&self.vol.space, who, &new, &meta) {
+            let meta = |n: u64| crate::ext4::reservation::worst_map_growth(self.vol.block_size(), &rec, n);
+            match inode.pages.reserve(self.vol.reservations(), who, &new, &meta) {
                 Ok(k) if k == new.len() => {}
                 Ok(k) => {
                     upto = new[k].0 - 1;

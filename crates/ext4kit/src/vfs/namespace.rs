@@ -1144,7 +1144,7 @@ impl Fs {
         }
         let chain = self.vol.orphan_chain()?;
         let slots = self.vol.orphan_file_slots()?;
-        let present = self.vol.sb.read().feature_ro_compat & ro_compat::ORPHAN_PRESENT != 0;
+        let present = self.vol.sb().read().feature_ro_compat & ro_compat::ORPHAN_PRESENT != 0;
         if chain.is_empty() && slots.is_empty() && !present {
             return Ok(0);
         }
@@ -1182,7 +1182,7 @@ impl Fs {
         }
         h.commit()?;
         {
-            let mut sb = self.vol.sb.write();
+            let mut sb = self.vol.sb().write();
             sb.last_orphan = 0;
             sb.feature_ro_compat &= !ro_compat::ORPHAN_PRESENT;
         }

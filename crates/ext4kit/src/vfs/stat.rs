@@ -128,7 +128,7 @@ pub struct FsInfo {
 impl super::Fs {
     /// Summarise the superblock.
     pub fn info(&self) -> FsInfo {
-        let sb = self.vol.sb.read();
+        let sb = self.vol.sb().read();
         let mut feats = features::names(sb.feature_compat, features::COMPAT_NAMES);
         feats.extend(features::names(sb.feature_incompat, features::INCOMPAT_NAMES));
         feats.extend(features::names(sb.feature_ro_compat, features::RO_COMPAT_NAMES));
@@ -173,7 +173,7 @@ impl super::Fs {
             wtime: time_with_hi(sb.wtime, sb.wtime_hi),
             mkfs_time: time_with_hi(sb.mkfs_time, sb.mkfs_time_hi),
             read_only: self.vol.read_only(),
-            warnings: self.vol.warnings.clone(),
+            warnings: self.vol.warnings().to_vec(),
         }
     }
 }
