@@ -22,7 +22,7 @@ impl Volume {
         if inode.size() != 0 || inode.base.blocks_lo != 0 || inode.base.blocks_high != 0 {
             return Err(Error::posix(Errno::EINVAL, format!("inode {ino} already has data")));
         }
-        let bs = self.block_size;
+        let bs = self.block_size();
         let nblocks = data.len().div_ceil(bs) as u64;
         let runs = self.map_blocks(h, ino, inode, 0, nblocks, false)?;
         // Data first (ordered mode), in one write per run.
@@ -31,7 +31,7 @@ impl Volume {
             let end = (start + r.len as usize * bs).min(data.len());
             let mut buf = data[start..end].to_vec();
             buf.resize(r.len as usize * bs, 0);
-            if let Err(e) = self.write_raw(r.pblk, &buf) {
+            if let Err(e) = self.disk().write_raw(r.pblk, &buf) {
                 self.punch_blocks(h, ino, inode, 0, u64::MAX)?;
                 return Err(e);
             }

@@ -12,46 +12,48 @@
 use ext4kit_format::features::{incompat, ro_compat};
 use ext4kit_format::group_desc::{GroupDesc, BG_BLOCK_UNINIT};
 
-use super::group::{clear_bit, set_bit, test_bit};
-use super::reserve::Claimant;
+use super::bitmap::{clear_bit, set_bit, test_bit};
+use super::group::{BITMAP_BLOCK_CHECKED, BITMAP_BLOCK_CORRUPT};
+use super::reservation::Reserver;
 use super::transaction::Handle;
-use super::volume::{Volume, BITMAP_BLOCK_CHECKED, BITMAP_BLOCK_CORRUPT};
+use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
 use std::sync::atomic::Ordering;
 
 impl Volume {
     /// Blocks in group `g` (the last group may be short).
     pub fn blocks_in_group(&self, g: usize) -> u64 {
-        let start = self.group_first_block(g as u64);
-        (self.blocks_count - start).min(self.blocks_per_group)
+        let start = self.geo().group_first_block(g as u64);
+        (self.geo().blocks_count() - start).min(self.geo().blocks_per_group())
     }
 
     /// The block bitmap an uninitialised group implicitly has.
     fn implied_block_bitmap(&self, g: usize) -> Result<Vec<u8>> {
-        let mut bm = vec![0u8; self.block_size];
-        let first = self.group_first_block(g as u64);
+        let mut bm = vec![0u8; self.block_size()];
+        let first = self.geo().group_first_block(g as u64);
         let n = self.blocks_in_group(g);
-        for i in n as usize..self.block_size * 8 {
+        for i in n as usize..self.block_size() * 8 {
             set_bit(&mut bm, i);
         }
-        let sb = self.sb.read();
+        let sb = self.sb().read();
         if sb.group_has_super(g as u64) {
-            if self.has_incompat(incompat::META_BG) {
+            if self.geo().has_incompat(incompat::META_BG) {
                 return Err(Error::Unsupported(format!(
                     "initialising the block bitmap of meta_bg group {g}"
                 )));
             }
-            let per_block = self.block_size / sb.desc_size();
-            let gdt = self.groups.len().div_ceil(per_block) as u64;
+            let per_block = self.block_size() / sb.desc_size();
+            let gdt = self.groups().len().div_ceil(per_block) as u64;
             let meta = 1 + gdt + sb.reserved_gdt_blocks as u64;
             // Group 0 with 1 KiB blocks starts at block 1 (the superblock).
             for b in 0..meta.min(n) {
                 set_bit(&mut bm, b as usize);
             }
         }
-        let itable_blocks = (self.inodes_per_group as u64 * self.inode_size as u64).div_ceil(self.block_size as u64);
-        for grp in &self.groups {
-            let (bb, ib, it) = grp.meta;
+        let itable_blocks =
+            (self.geo().inodes_per_group() as u64 * self.geo().inode_size() as u64).div_ceil(self.block_size() as u64);
+        for grp in self.groups() {
+            let (bb, ib, it) = grp.meta();
             for (start, len) in [(bb, 1), (ib, 1), (it, itable_blocks)] {
                 for b in start..start + len {
                     if b >= first && b < first + n {
@@ -70,7 +72,7 @@ impl Volume {
     }
 
     pub(crate) fn block_bitmap_of(&self, g: usize, gd: &GroupDesc) -> Result<(Vec<u8>, bool)> {
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
             return Ok((self.implied_block_bitmap(g)?, true));
         }
@@ -83,11 +85,11 @@ impl Volume {
     /// This is the unprivileged allocator: it never takes the last
     /// `s_r_blocks_count` free blocks (the root reserve), the way the
     /// kernel's `ext4_has_free_clusters` treats a caller without
-    /// CAP_SYS_RESOURCE — nor blocks that buffered writes have claimed for
-    /// data not yet written back (`reserve.rs`). Blocks the handle was
-    /// given from such claims ([`Handle::add_reserved`], writeback) are
-    /// drawn first and need no check: they were counted when the write
-    /// was accepted. Map and directory blocks of other operations go
+    /// CAP_SYS_RESOURCE — nor blocks that buffered writes have reserved
+    /// for data not yet written back (`reservation.rs`). Blocks the handle
+    /// was given from such reservations ([`Handle::add_reserved`],
+    /// writeback) are drawn first and need no check: they were counted
+    /// when the write was accepted. Map and directory blocks of other operations go
     /// through here whoever the caller is (this layer has no caller
     /// identity), so root making a directory does not dip into the
     /// reserve — stricter than the kernel, never looser. Callers that must
@@ -108,14 +110,14 @@ impl Volume {
         // Writeback of accepted data may take the reserve for what its
         // claims did not cover (see `Handle::writes_back_delayed`).
         let who = if privileged || h.writes_back_delayed() {
-            Claimant::Reserved
+            Reserver::Privileged
         } else {
-            Claimant::User
+            Reserver::User
         };
         let drawn = h.draw_reserved(want);
         let mut claimed = 0;
         if drawn < want {
-            match self.space.claim_up_to(want - drawn, who) {
+            match self.reservations().reserve_up_to(want - drawn, who) {
                 Ok(k) => claimed = k,
                 Err(e) if drawn == 0 => return Err(e),
                 Err(_) => {}
@@ -129,20 +131,20 @@ impl Volume {
         // used are now allocated blocks (the free count dropped already),
         // and an ordinary allocation's unused claim is not needed any more.
         h.return_reserved(drawn - from_drawn);
-        self.space.release(from_drawn + claimed);
+        self.reservations().release(from_drawn + claimed);
         r
     }
 
     /// Find `grant` blocks (or fewer, contiguous) near `goal`: the groups
     /// from the goal's onward, wrapping around.
     fn alloc_granted(&self, h: &mut Handle<'_>, goal: u64, grant: u32) -> Result<(u64, u32)> {
-        let ngroups = self.groups.len();
-        let goal = goal.clamp(self.first_data_block, self.blocks_count - 1);
-        let g0 = ((goal - self.first_data_block) / self.blocks_per_group) as usize;
+        let ngroups = self.groups().len();
+        let goal = goal.clamp(self.geo().first_data_block(), self.geo().blocks_count() - 1);
+        let g0 = ((goal - self.geo().first_data_block()) / self.geo().blocks_per_group()) as usize;
         for k in 0..ngroups {
             let g = (g0 + k) % ngroups;
             let from = if k == 0 {
-                goal - self.group_first_block(g as u64)
+                goal - self.geo().group_first_block(g as u64)
             } else {
                 0
             };
@@ -152,7 +154,7 @@ impl Volume {
         }
         // Space a damaged bitmap hides is not "no space": say which.
         let bad: Vec<usize> = (0..ngroups)
-            .filter(|&g| self.groups[g].bitmap_state.load(Ordering::Relaxed) & BITMAP_BLOCK_CORRUPT != 0)
+            .filter(|&g| self.groups()[g].bitmap_state().load(Ordering::Relaxed) & BITMAP_BLOCK_CORRUPT != 0)
             .collect();
         if !bad.is_empty() {
             return Err(Error::corrupt_msg(
@@ -173,18 +175,21 @@ impl Volume {
     /// of failing half-way. Cheap once each group has been checked (one
     /// flag per group). ENOSPC is left to the allocation itself.
     pub fn check_block_allocatable(&self, goal: u64) -> Result<()> {
-        let n = self.groups.len();
-        let goal = goal.clamp(self.first_data_block, self.blocks_count.saturating_sub(1));
-        let g0 = ((goal - self.first_data_block) / self.blocks_per_group) as usize;
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let n = self.groups().len();
+        let goal = goal.clamp(
+            self.geo().first_data_block(),
+            self.geo().blocks_count().saturating_sub(1),
+        );
+        let g0 = ((goal - self.geo().first_data_block()) / self.geo().blocks_per_group()) as usize;
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let mut bad = Vec::new();
         for k in 0..n {
             let g = (g0 + k) % n;
-            let gd = *self.groups[g].desc.read();
+            let gd = *self.groups()[g].desc().read();
             if gd.free_blocks_count() == 0 {
                 continue;
             }
-            let st = self.groups[g].bitmap_state.load(Ordering::Relaxed);
+            let st = self.groups()[g].bitmap_state().load(Ordering::Relaxed);
             if st & BITMAP_BLOCK_CORRUPT != 0 {
                 bad.push(g);
                 continue;
@@ -216,14 +221,14 @@ impl Volume {
     /// to a second owner; such a group is marked corrupt and skipped, as
     /// the kernel skips a group with `BBITMAP_CORRUPT`.
     pub(crate) fn block_bitmap_usable(&self, g: usize, gd: &GroupDesc, bm: &[u8]) -> bool {
-        let st = &self.groups[g].bitmap_state;
+        let st = self.groups()[g].bitmap_state();
         let s = st.load(Ordering::Relaxed);
         if s & BITMAP_BLOCK_CHECKED != 0 {
             return s & BITMAP_BLOCK_CORRUPT == 0;
         }
         let n = self.blocks_in_group(g) as usize;
         let free = (0..n).filter(|&i| !test_bit(bm, i)).count() as u64;
-        let first = self.group_first_block(g as u64);
+        let first = self.geo().group_first_block(g as u64);
         // And no bitmap, inode table or superblock copy marked free.
         let zone_free = (first..first + n as u64)
             .any(|b| !test_bit(bm, (b - first) as usize) && self.system_zone_hit(b, b + 1).is_some());
@@ -236,8 +241,8 @@ impl Volume {
     }
 
     fn alloc_in_group(&self, h: &mut Handle<'_>, g: usize, from: usize, want: u32) -> Result<Option<(u64, u32)>> {
-        let grp = &self.groups[g];
-        let mut gd = grp.desc.write();
+        let grp = &self.groups()[g];
+        let mut gd = grp.desc().write();
         if gd.free_blocks_count() == 0 {
             return Ok(None);
         }
@@ -246,31 +251,31 @@ impl Volume {
             return Ok(None);
         }
         let n = self.blocks_in_group(g) as usize;
-        let first = self.group_first_block(g as u64);
+        let first = self.geo().group_first_block(g as u64);
         // Blocks freed by a transaction not yet committed look used (see
         // commit.rs): the allocator works on a copy of the bitmap with
         // them set, and sets only bits free in the real one.
         let mut view = bm.clone();
-        if let Some(j) = &self.jbd {
+        if let Some(j) = self.jbd() {
             let runs = j.busy_in(first, first + n as u64);
             for (p, len) in &runs {
                 for b in *p..*p + *len {
                     set_bit(&mut view, (b - first) as usize);
                 }
             }
-            if !runs.is_empty() && super::group::find_zero(&view, 0, n).is_none() {
+            if !runs.is_empty() && super::bitmap::find_zero(&view, 0, n).is_none() {
                 return Ok(None);
             }
         }
         // Blocks a live inode claims though the bitmap says free (the claim
         // scan's `unmarked`, claims.rs) are never handed out.
         if let Some(c) = self.claim_set_if_built() {
-            if c.mask_unmarked(first, n, &mut view) && super::group::find_zero(&view, 0, n).is_none() {
+            if c.mask_unmarked(first, n, &mut view) && super::bitmap::find_zero(&view, 0, n).is_none() {
                 return Ok(None);
             }
         }
         // First free bit at or after the goal, else from the group start.
-        let start = super::group::find_zero(&view, from.min(n), n).or_else(|| super::group::find_zero(&view, 0, n));
+        let start = super::bitmap::find_zero(&view, from.min(n), n).or_else(|| super::bitmap::find_zero(&view, 0, n));
         let Some(start) = start else {
             return Err(Error::corrupt_msg(
                 format!("group {g}"),
@@ -280,8 +285,8 @@ impl Volume {
         };
         if let Some((zs, zl, name)) = self.system_zone_hit(first + start as u64, first + start as u64 + 1) {
             // A free bit on a bitmap or inode table: the bitmap lies.
-            self.groups[g]
-                .bitmap_state
+            self.groups()[g]
+                .bitmap_state()
                 .fetch_or(BITMAP_BLOCK_CORRUPT, Ordering::Relaxed);
             return Err(Error::corrupt_msg(
                 format!("block bitmap of group {g} (block {})", gd.block_bitmap()),
@@ -306,7 +311,7 @@ impl Volume {
             set_bit(&mut view, start + len);
             len += 1;
         }
-        if let Some(j) = &self.jbd {
+        if let Some(j) = self.jbd() {
             j.allocated(first + start as u64, len as u64);
         }
         let mut new = *gd;
@@ -322,12 +327,15 @@ impl Volume {
         })?;
         new.free_blocks_count_lo = free as u16;
         new.free_blocks_count_hi = (free >> 16) as u16;
-        self.set_block_bitmap_csum(&mut new, &bm);
+        self.groups().set_block_bitmap_csum(&mut new, &bm);
         h.overwrite(gd.block_bitmap(), bm.into_boxed_slice())?;
         self.write_group_desc(h, g, &new)?;
         *gd = new;
-        self.space.free_changed(-(len as i64));
-        Ok(Some((self.group_first_block(g as u64) + start as u64, len as u32)))
+        self.reservations().free_changed(-(len as i64));
+        Ok(Some((
+            self.geo().group_first_block(g as u64) + start as u64,
+            len as u32,
+        )))
     }
 
     /// Set the bitmap bits of `runs` to `used`, whatever each was, and
@@ -340,15 +348,15 @@ impl Volume {
         let mut pieces: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
         for &(mut p, mut n) in runs {
             while n > 0 {
-                if p < self.first_data_block || p >= self.blocks_count {
+                if p < self.geo().first_data_block() || p >= self.geo().blocks_count() {
                     return Err(Error::corrupt_msg(
                         format!("block {p}"),
                         "block map",
                         "a replayed extent names a block outside the filesystem",
                     ));
                 }
-                let g = (p - self.first_data_block) / self.blocks_per_group;
-                let k = n.min(self.group_first_block(g) + self.blocks_per_group - p);
+                let g = (p - self.geo().first_data_block()) / self.geo().blocks_per_group();
+                let k = n.min(self.geo().group_first_block(g) + self.geo().blocks_per_group() - p);
                 pieces.push((p, k));
                 p += k;
                 n -= k;
@@ -361,14 +369,16 @@ impl Volume {
         let mut changed = 0u64;
         let mut i = 0;
         while i < pieces.len() {
-            let g = ((pieces[i].0 - self.first_data_block) / self.blocks_per_group) as usize;
+            let g = ((pieces[i].0 - self.geo().first_data_block()) / self.geo().blocks_per_group()) as usize;
             let mut j = i;
-            while j < pieces.len() && ((pieces[j].0 - self.first_data_block) / self.blocks_per_group) as usize == g {
+            while j < pieces.len()
+                && ((pieces[j].0 - self.geo().first_data_block()) / self.geo().blocks_per_group()) as usize == g
+            {
                 j += 1;
             }
-            let mut gd = self.groups[g].desc.write();
+            let mut gd = self.groups()[g].desc().write();
             let (mut bm, uninit) = self.block_bitmap_of(g, &gd)?;
-            let first = self.group_first_block(g as u64);
+            let first = self.geo().group_first_block(g as u64);
             let mut delta = 0i64;
             for &(s, n) in &pieces[i..j] {
                 for b in s..s + n {
@@ -392,10 +402,11 @@ impl Volume {
                 let free = (gd.free_blocks_count() as i64 + delta).clamp(0, self.blocks_in_group(g) as i64) as u32;
                 new.free_blocks_count_lo = free as u16;
                 new.free_blocks_count_hi = (free >> 16) as u16;
-                self.set_block_bitmap_csum(&mut new, &bm);
+                self.groups().set_block_bitmap_csum(&mut new, &bm);
                 h.overwrite(gd.block_bitmap(), bm.into_boxed_slice())?;
                 self.write_group_desc(h, g, &new)?;
-                self.space.free_changed(free as i64 - gd.free_blocks_count() as i64);
+                self.reservations()
+                    .free_changed(free as i64 - gd.free_blocks_count() as i64);
                 *gd = new;
             }
             changed += delta.unsigned_abs();
@@ -412,15 +423,15 @@ impl Volume {
         let mut pieces: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
         for &(mut p, mut n) in runs {
             while n > 0 {
-                if p < self.first_data_block || p >= self.blocks_count {
+                if p < self.geo().first_data_block() || p >= self.geo().blocks_count() {
                     return Err(Error::corrupt_msg(
                         format!("block {p}"),
                         "block map",
                         "freeing a block outside the filesystem",
                     ));
                 }
-                let g = (p - self.first_data_block) / self.blocks_per_group;
-                let k = n.min(self.group_first_block(g) + self.blocks_per_group - p);
+                let g = (p - self.geo().first_data_block()) / self.geo().blocks_per_group();
+                let k = n.min(self.geo().group_first_block(g) + self.geo().blocks_per_group() - p);
                 if let Some((zs, zl, name)) = self.system_zone_hit(p, p + k) {
                     // A map naming metadata: freeing it would hand a
                     // bitmap or inode table out as data.
@@ -444,9 +455,10 @@ impl Volume {
         self.claims_on_free(&pieces)?;
         let mut i = 0;
         while i < pieces.len() {
-            let g = (pieces[i].0 - self.first_data_block) / self.blocks_per_group;
+            let g = (pieces[i].0 - self.geo().first_data_block()) / self.geo().blocks_per_group();
             let mut j = i;
-            while j < pieces.len() && (pieces[j].0 - self.first_data_block) / self.blocks_per_group == g {
+            while j < pieces.len() && (pieces[j].0 - self.geo().first_data_block()) / self.geo().blocks_per_group() == g
+            {
                 j += 1;
             }
             self.free_in_group(h, g as usize, &pieces[i..j])?;
@@ -466,18 +478,18 @@ impl Volume {
     /// no dirty version and skips the block. Most freed blocks are file
     /// data that was never cached: a miss per block.
     fn forget_freed(&self, runs: &[(u64, u64)]) {
-        if let Some(j) = &self.jbd {
+        if let Some(j) = self.jbd() {
             // Revoke what the log holds of them, and keep them from
             // reuse until the freeing transaction commits (commit.rs).
             j.freed(runs);
         }
-        let _io = self.dirty_meta.io.lock();
+        let _io = self.dirty_meta().io.lock();
         for &(p, n) in runs {
             for blk in p..p + n {
-                if self.bcache.contains(blk) {
-                    let mut g = self.bcache.lock(blk);
+                if self.bcache().contains(blk) {
+                    let mut g = self.bcache().lock(blk);
                     // Its draft (the freed block's last contents) goes too.
-                    self.bcache.forget_locked(&mut g, blk);
+                    self.bcache().forget_locked(&mut g, blk);
                 }
             }
         }
@@ -486,14 +498,14 @@ impl Volume {
     /// Return `len` blocks from `start` to the free pool (they must lie in
     /// one group).
     pub fn free_blocks(&self, h: &mut Handle<'_>, start: u64, len: u32) -> Result<()> {
-        if start < self.first_data_block {
+        if start < self.geo().first_data_block() {
             return Err(Error::corrupt_msg(
                 format!("block {start}"),
                 "block map",
                 "before the first data block",
             ));
         }
-        let g = ((start - self.first_data_block) / self.blocks_per_group) as usize;
+        let g = ((start - self.geo().first_data_block()) / self.geo().blocks_per_group()) as usize;
         self.claims_on_free(&[(start, len as u64)])?;
         self.free_in_group(h, g, &[(start, len as u64)])?;
         self.claims_freed(&[(start, len as u64)]);
@@ -505,12 +517,12 @@ impl Volume {
         self.forget_freed(runs);
         let start = runs.first().map_or(0, |r| r.0);
         let grp = self
-            .groups
+            .groups()
             .get(g)
             .ok_or_else(|| Error::corrupt_msg(format!("block {start}"), "block map", "outside every group"))?;
-        let mut gd = grp.desc.write();
+        let mut gd = grp.desc().write();
         let (mut bm, uninit) = self.block_bitmap_of(g, &gd)?;
-        let first = self.group_first_block(g as u64);
+        let first = self.geo().group_first_block(g as u64);
         let mut total = 0u32;
         for &(s, len) in runs {
             let off = (s - first) as usize;
@@ -532,8 +544,8 @@ impl Volume {
                     clear_bit(&mut bm, i);
                     total += 1;
                 } else {
-                    self.groups[g]
-                        .bitmap_state
+                    self.groups()[g]
+                        .bitmap_state()
                         .fetch_or(BITMAP_BLOCK_CORRUPT, Ordering::Relaxed);
                 }
             }
@@ -545,11 +557,52 @@ impl Volume {
         let free = gd.free_blocks_count() + total;
         new.free_blocks_count_lo = free as u16;
         new.free_blocks_count_hi = (free >> 16) as u16;
-        self.set_block_bitmap_csum(&mut new, &bm);
+        self.groups().set_block_bitmap_csum(&mut new, &bm);
         h.overwrite(gd.block_bitmap(), bm.into_boxed_slice())?;
         self.write_group_desc(h, g, &new)?;
         *gd = new;
-        self.space.free_changed(total as i64);
+        self.reservations().free_changed(total as i64);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reservation::Reserver;
+
+    /// Ordinary allocations see the reservations; a handle given reserved blocks
+    /// (writeback) draws from them without a check; the free counter stays
+    /// the sum of the group descriptors.
+    #[test]
+    fn allocations_respect_reservations_and_draw_from_the_handle() {
+        let v = crate::volume::scratch_volume();
+        let groups = |v: &crate::volume::Volume| -> u64 {
+            v.groups()
+                .iter()
+                .map(|g| g.desc().read().free_blocks_count() as u64)
+                .sum()
+        };
+        let free = v.reservations().free();
+        assert_eq!(free, groups(&v));
+        let avail = v.reservations().available(Reserver::User);
+        v.reservations().reserve(avail, Reserver::User).unwrap();
+        let mut h = v.begin().unwrap();
+        let e = v.alloc_blocks(&mut h, 0, 1).unwrap_err();
+        assert_eq!(e.errno(), Errno::ENOSPC, "{e}");
+        h.add_reserved(10);
+        let (p, n) = v.alloc_blocks(&mut h, 0, 4).unwrap();
+        assert!((1..=4).contains(&n));
+        assert_eq!(h.reserved_left(), 10 - n as u64);
+        assert_eq!(
+            v.reservations().dirty(),
+            avail - n as u64,
+            "the blocks drawn left the reservations"
+        );
+        assert_eq!(v.reservations().free(), free - n as u64);
+        assert_eq!(v.reservations().free(), groups(&v));
+        v.free_blocks(&mut h, p, n).unwrap();
+        assert_eq!(v.reservations().free(), groups(&v));
+        h.commit().unwrap();
     }
 }

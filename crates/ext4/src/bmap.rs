@@ -112,7 +112,7 @@ impl BlockMap {
                 }
             }
             BlockMap::Indirect(root) => {
-                let bs = vol.block_size;
+                let bs = vol.block_size();
                 let mut seen = HashSet::new();
                 for (slot, &p) in root.iter().enumerate() {
                     if p == 0 {
@@ -173,8 +173,8 @@ fn walk_indirect(
         ));
     }
     let buf = vol.buffer(blk)?;
-    let per = vol.block_size / 4;
-    let span = indirect::span(depth - 1, vol.block_size);
+    let per = vol.block_size() / 4;
+    let span = indirect::span(depth - 1, vol.block_size());
     for i in 0..per {
         let p = indirect::pointer(&buf.data, i) as u64;
         if p != 0 {
@@ -203,7 +203,7 @@ fn map_extents(ext: &[Extent], lblk: u64) -> Mapping {
 }
 
 fn map_indirect(vol: &Volume, root: &[u32; 15], lblk: u64) -> Result<Mapping> {
-    let Some(path) = indirect::path_for(lblk, vol.block_size) else {
+    let Some(path) = indirect::path_for(lblk, vol.block_size()) else {
         return Ok(Mapping::Hole { len: u64::MAX });
     };
     let mut p = root[path.root] as u64;
@@ -227,19 +227,17 @@ fn map_indirect(vol: &Volume, root: &[u32; 15], lblk: u64) -> Result<Mapping> {
     let depth = path.levels.len();
     for (lvl, &idx) in path.levels.iter().enumerate() {
         if p == 0 {
-            let span = indirect::span(depth - lvl, vol.block_size);
-            let left = span - (lblk_offset_within(&path.levels[lvl..], vol.block_size));
+            let span = indirect::span(depth - lvl, vol.block_size());
+            let left = span - (lblk_offset_within(&path.levels[lvl..], vol.block_size()));
             return Ok(Mapping::Hole { len: left.max(1) });
         }
-        let buf = vol
-            .buffer(p)
-            .map_err(|e| super::volume::annotate(e, "indirect block"))?;
+        let buf = vol.buffer(p).map_err(|e| super::error::annotate(e, "indirect block"))?;
         let next = indirect::pointer(&buf.data, idx) as u64;
         if lvl + 1 == depth {
             if next == 0 {
                 return Ok(Mapping::Hole { len: 1 });
             }
-            let per = vol.block_size / 4;
+            let per = vol.block_size() / 4;
             let mut len = 1;
             let mut j = idx + 1;
             while j < per && indirect::pointer(&buf.data, j) as u64 == next + len {
@@ -290,7 +288,7 @@ impl Volume {
     fn load_extents(&self, ino: u32, inode: &Inode) -> Result<Vec<Extent>> {
         let loc = format!("extent tree of inode {ino}");
         let root = ExtentNode::parse(&inode.base.block).map_err(|e| Error::corrupt(&loc, e))?;
-        let seed = self.inode_seed(ino, inode.base.generation);
+        let seed = self.geo().inode_seed(ino, inode.base.generation);
         let mut out = Vec::new();
         let mut seen = HashSet::new();
         self.walk_node(&root, seed, &loc, &mut seen, &mut out)?;
@@ -318,7 +316,7 @@ impl Volume {
             NodeEntries::Leaf(v) => {
                 for e in v {
                     let end = e.start().checked_add(e.length() as u64);
-                    if e.start() < self.first_data_block || end.is_none_or(|x| x > self.blocks_count) {
+                    if e.start() < self.geo().first_data_block() || end.is_none_or(|x| x > self.geo().blocks_count()) {
                         return Err(Error::corrupt_msg(
                             loc,
                             "extent",
@@ -343,7 +341,7 @@ impl Volume {
                             format!("node block {blk} referenced twice"),
                         ));
                     }
-                    let buf = self.buffer(blk).map_err(|e| super::volume::annotate(e, loc))?;
+                    let buf = self.buffer(blk).map_err(|e| super::error::annotate(e, loc))?;
                     let child = ExtentNode::parse(&buf.data)
                         .map_err(|e| Error::corrupt(format!("{loc}, node block {blk}"), e))?;
                     if child.header.depth + 1 != node.header.depth {

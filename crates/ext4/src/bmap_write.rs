@@ -144,15 +144,15 @@ impl Volume {
             let data: u64 = freed.iter().map(|&(_, n)| n).sum();
             // One bitmap change per group, however fragmented the range.
             self.free_block_runs(h, &freed)?;
-            add_blocks(inode, cx.meta_alloc, self.block_size);
-            sub_blocks(inode, data + cx.meta_freed, self.block_size);
+            add_blocks(inode, cx.meta_alloc, self.block_size());
+            sub_blocks(inode, data + cx.meta_freed, self.block_size());
             Ok(())
         } else {
             let mut st = self.ind_state(ino, &inode.base.block, self.inode_goal(ino));
             self.ind_punch(h, &mut st, start, end)?;
             let freed = st.data_freed + st.meta_freed;
             self.ind_finish(h, st, &mut inode.base.block)?;
-            sub_blocks(inode, freed, self.block_size);
+            sub_blocks(inode, freed, self.block_size());
             Ok(())
         }
     }
@@ -171,8 +171,8 @@ impl Volume {
             convert_leaf(leaf, lblk, end);
             Ok(())
         })?;
-        add_blocks(inode, cx.meta_alloc, self.block_size);
-        sub_blocks(inode, cx.meta_freed, self.block_size);
+        add_blocks(inode, cx.meta_alloc, self.block_size());
+        sub_blocks(inode, cx.meta_freed, self.block_size());
         Ok(())
     }
 
@@ -210,8 +210,8 @@ impl Volume {
     /// Default allocation goal: the start of the inode's group
     /// (`ext4_inode_to_goal_block` without the per-process colour).
     fn inode_goal(&self, ino: u32) -> u64 {
-        let g = ((ino.max(1) - 1) / self.inodes_per_group) as u64;
-        self.group_first_block(g)
+        let g = ((ino.max(1) - 1) / self.geo().inodes_per_group()) as u64;
+        self.geo().group_first_block(g)
     }
 
     fn map_extents(
@@ -273,8 +273,8 @@ impl Volume {
                     return self.map_unwind(h, ino, inode, &runs, e);
                 }
             };
-            add_blocks(inode, n as u64 + cx.meta_alloc, self.block_size);
-            sub_blocks(inode, cx.meta_freed, self.block_size);
+            add_blocks(inode, n as u64 + cx.meta_alloc, self.block_size());
+            sub_blocks(inode, cx.meta_freed, self.block_size());
             runs.push(MappedRun {
                 lblk: l,
                 pblk: p,
@@ -339,13 +339,13 @@ impl Volume {
             let net = st.meta_alloc + data_alloc;
             let freed = st.meta_freed + st.data_freed;
             self.ind_finish(h, st, &mut inode.base.block)?;
-            add_blocks(inode, net, self.block_size);
-            sub_blocks(inode, freed, self.block_size);
+            add_blocks(inode, net, self.block_size());
+            sub_blocks(inode, freed, self.block_size());
             return Err(e);
         }
         let alloc = st.meta_alloc + data_alloc;
         self.ind_finish(h, st, &mut inode.base.block)?;
-        add_blocks(inode, alloc, self.block_size);
+        add_blocks(inode, alloc, self.block_size());
         Ok(runs)
     }
 

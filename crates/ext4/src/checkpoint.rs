@@ -167,10 +167,10 @@ impl Volume {
     /// the blocks written are the committed versions, after a flush the
     /// log no longer needs them.
     pub fn checkpoint(&self) -> Result<()> {
-        if self.read_only {
+        if self.read_only() {
             return Ok(());
         }
-        match &self.jbd {
+        match self.jbd() {
             Some(j) => self.checkpoint_journaled(j),
             None => self.checkpoint_home(),
         }
@@ -184,11 +184,11 @@ impl Volume {
         // background worker's, or another caller's) has emptied the set
         // but not yet written what it took, and a sync that returned now
         // would flush the device before those writes.
-        let _io = self.dirty_meta.io.lock();
-        if self.dirty_meta.is_empty() {
+        let _io = self.dirty_meta().io.lock();
+        if self.dirty_meta().is_empty() {
             return Ok(());
         }
-        let todo = self.dirty_meta.take();
+        let todo = self.dirty_meta().take();
         let mut i = 0;
         while i < todo.len() {
             // One run: adjacent blocks whose current version is dirty.
@@ -202,7 +202,7 @@ impl Volume {
                     }
                 }
                 j += 1;
-                let cur = match &self.jbd {
+                let cur = match self.jbd() {
                     // The version the log holds: a newer one may carry
                     // changes of a transaction not yet committed. None
                     // when the block was freed since (never write it).
@@ -211,8 +211,8 @@ impl Volume {
                         // A draft is published here: what is written is an
                         // immutable version, and the next change starts a
                         // new draft (once per block per checkpoint).
-                        let mut g = self.bcache.lock(blk);
-                        self.bcache.peek_locked(&mut g, blk).filter(|b| b.is_dirty())
+                        let mut g = self.bcache().lock(blk);
+                        self.bcache().peek_locked(&mut g, blk).filter(|b| b.is_dirty())
                     }
                 };
                 match cur {
@@ -223,20 +223,20 @@ impl Volume {
                 }
             }
             if let Some(&(first, _)) = run.first() {
-                let mut data = Vec::with_capacity(run.len() * self.block_size);
+                let mut data = Vec::with_capacity(run.len() * self.block_size());
                 for (_, b) in &run {
                     data.extend_from_slice(&b.data);
                 }
-                if let Err(e) = self.write_meta_raw(first, &data) {
-                    self.dirty_meta.restore(todo[i..].iter().copied());
+                if let Err(e) = self.disk().write_meta_raw(first, &data) {
+                    self.dirty_meta().restore(todo[i..].iter().copied());
                     return Err(e);
                 }
                 for (blk, b) in &run {
-                    let _g = self.bcache.lock(*blk);
+                    let _g = self.bcache().lock(*blk);
                     // Only the version we wrote becomes clean; a newer one
                     // (or a draft started since) was made by a handle whose
                     // commit records it.
-                    if let Some(j) = &self.jbd {
+                    if let Some(j) = self.jbd() {
                         // The committed version is home: clean, and no
                         // longer the checkpoint's to keep.
                         b.mark_clean();
@@ -244,7 +244,7 @@ impl Volume {
                         if cv.get(blk).is_some_and(|c| Arc::ptr_eq(c, b)) {
                             cv.remove(blk);
                         }
-                    } else if self.bcache.is_current(*blk, b) {
+                    } else if self.bcache().is_current(*blk, b) {
                         b.mark_clean();
                     }
                 }
@@ -259,7 +259,7 @@ impl Volume {
     /// much again — the worker is behind — or after the worker failed, the
     /// commit does it and returns what it meets.
     pub(crate) fn commit_blocks(&self, blocks: impl IntoIterator<Item = u64>) -> Result<()> {
-        let dm = &self.dirty_meta;
+        let dm = self.dirty_meta();
         if dm.add(blocks) {
             let limit = dm.limit();
             if dm.len() > limit + limit / 2 || dm.failed.load(Ordering::Relaxed) || !crate::flusher::kick(&dm.flusher) {
@@ -275,7 +275,7 @@ impl Volume {
     /// leaves the blocks dirty (see `checkpoint`) and hands the retry,
     /// and the error, to the next commit.
     pub fn checkpoint_if_over(&self) {
-        let dm = &self.dirty_meta;
+        let dm = self.dirty_meta();
         if dm.len() > dm.limit() && self.checkpoint().is_err() {
             dm.failed.store(true, Ordering::Relaxed);
         }
@@ -316,7 +316,7 @@ mod tests {
     /// inode table, in one committed handle each (the fixture's image is
     /// thrown away: what the blocks held does not matter).
     fn commit_changes(v: &Volume, blocks: std::ops::Range<u64>) {
-        let first = v.groups[0].meta.2 + 100;
+        let first = v.groups()[0].inode_table() + 100;
         for b in blocks {
             let mut h = v.begin().unwrap();
             h.modify(first + b, |d| {
@@ -337,8 +337,8 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 // A checkpoint that has taken the set and is still writing.
-                let io = v.dirty_meta.io.lock();
-                let todo = v.dirty_meta.take();
+                let io = v.dirty_meta().io.lock();
+                let todo = v.dirty_meta().take();
                 taken_tx.send(todo.len()).unwrap();
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 done.store(true, Ordering::SeqCst);
@@ -346,7 +346,7 @@ mod tests {
             });
             assert_eq!(taken_rx.recv().unwrap(), 3);
             assert!(
-                v.dirty_meta.is_empty(),
+                v.dirty_meta().is_empty(),
                 "the set is empty while its blocks are in flight"
             );
             v.checkpoint().unwrap();
@@ -362,26 +362,26 @@ mod tests {
         let v = crate::volume::scratch_volume_unjournaled();
         // A worker that never runs: every kick is left unanswered.
         let idle = Arc::new(crate::flusher::Signal::default());
-        v.dirty_meta.flusher.set(idle).unwrap();
-        let limit = v.dirty_meta.limit() as u64;
+        v.dirty_meta().flusher.set(idle).unwrap();
+        let limit = v.dirty_meta().limit() as u64;
         commit_changes(&v, 0..limit + 1);
         assert_eq!(
-            v.dirty_meta.len() as u64,
+            v.dirty_meta().len() as u64,
             limit + 1,
             "over the limit: the worker was asked"
         );
         commit_changes(&v, limit + 1..2 * limit);
         assert!(
-            v.dirty_meta.len() as u64 <= limit + limit / 2 + 1,
+            v.dirty_meta().len() as u64 <= limit + limit / 2 + 1,
             "{} blocks dirty for a limit of {limit}: commits must checkpoint when the worker falls behind",
-            v.dirty_meta.len()
+            v.dirty_meta().len()
         );
         // A failed background pass hands the next commit the checkpoint.
-        v.dirty_meta.failed.store(true, Ordering::Relaxed);
+        v.dirty_meta().failed.store(true, Ordering::Relaxed);
         commit_changes(&v, 0..limit + 2);
-        assert!(!v.dirty_meta.failed.load(Ordering::Relaxed));
+        assert!(!v.dirty_meta().failed.load(Ordering::Relaxed));
         assert!(
-            (v.dirty_meta.len() as u64) < limit + 2,
+            (v.dirty_meta().len() as u64) < limit + 2,
             "the commit past the limit checkpointed"
         );
     }

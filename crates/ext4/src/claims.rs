@@ -1,5 +1,5 @@
 //! Who else claims a block: freeing never takes a block from under
-//! another file (issue 19, cross-linked blocks).
+//! another file (cross-linked blocks).
 //!
 //! ext4 keeps no reverse map from blocks to their owners. The kernel's
 //! `ext4_free_blocks` clears whatever bits a dying map names; when a
@@ -13,7 +13,7 @@
 //! block map — extent trees with their index blocks, indirect maps with
 //! their indirect blocks, xattr blocks, EA inodes (inodes of their own),
 //! directories, the journal, the resize inode — and derives three small
-//! sets ([`ClaimSet`]):
+//! sets ([`OwnerSets`], kept in `owners.rs`):
 //!
 //! - `multi`: blocks claimed more than once (as data, map block or xattr
 //!   block; an xattr block shared through its refcount counts once), with
@@ -35,8 +35,9 @@
 //! the sets only shrink. What the scan itself needs is temporary: one bit
 //! per block of the groups that hold claimed blocks, dropped when it ends.
 //!
-//! Concurrency (DESIGN.md's locking rules). The scan runs under
-//! `Claims::build`; every free waits for it (a free calls
+//! Concurrency (DESIGN.md's locking rules). The scan runs under the owner
+//! map's build lock ([`crate::owners::OwnerMap::get_or_build`]); every free
+//! waits for it (a free calls
 //! [`Volume::claim_set`] before changing a bitmap), so no block is freed,
 //! and none reused, while it runs — and none was freed before it in this
 //! session, since the first free is what starts it. Allocations do not
@@ -57,151 +58,18 @@
 //! change nor floods the cache with inode tables.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ext4kit_format::extent::{Extent, ExtentHeader, ExtentIndex, EXTENT_MAGIC, MAX_DEPTH};
 use ext4kit_format::features::ro_compat;
 use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use ext4kit_format::indirect;
 use ext4kit_format::inode::{FileType, Inode, GOOD_OLD_INODE_SIZE};
-use parking_lot::Mutex;
 
+use crate::bitmap::test_bit;
 use crate::error::{Error, Result};
-use crate::group::test_bit;
+use crate::owners::{OwnerSets, Role, ScanStats};
 use crate::volume::Volume;
-
-/// How an inode names a block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// File, directory or symlink data.
-    Data,
-    /// An extent tree index or leaf block.
-    ExtentNode,
-    /// An indirect block (single, double or triple).
-    Indirect,
-    /// The inode's xattr block (`i_file_acl`).
-    Xattr,
-}
-
-impl Role {
-    /// Short name for messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Data => "data",
-            Role::ExtentNode => "extent tree block",
-            Role::Indirect => "indirect block",
-            Role::Xattr => "xattr block",
-        }
-    }
-}
-
-/// What the scan found, and how long it took.
-#[derive(Debug, Clone, Default)]
-pub struct ScanStats {
-    /// Inode records read.
-    pub records: u64,
-    /// Live inodes whose maps were walked.
-    pub inodes: u64,
-    /// Blocks claimed (counted once each).
-    pub claimed: u64,
-    /// Blocks claimed more than once.
-    pub multi: usize,
-    /// Claimed blocks the bitmap marks free.
-    pub unmarked: usize,
-    /// Wall time of the scan.
-    pub elapsed: Duration,
-    /// Bytes the scan's claimed-block bitmap took at its largest.
-    pub peak_bytes: usize,
-}
-
-#[derive(Debug, Default)]
-struct Sets {
-    multi: BTreeMap<u64, Vec<(u32, Role)>>,
-    unmarked: BTreeSet<u64>,
-}
-
-impl Sets {
-    fn is_empty(&self) -> bool {
-        self.multi.is_empty() && self.unmarked.is_empty()
-    }
-}
-
-/// The blocks whose claims are not simply "one owner, marked in use" (see
-/// the module doc).
-#[derive(Debug)]
-pub struct ClaimSet {
-    sets: Mutex<Sets>,
-    /// `multi` and `unmarked` empty: the common case, answered without the
-    /// mutex.
-    clean: AtomicBool,
-    /// Xattr blocks named by more than one inode, and by how many (only
-    /// the xattr release path looks: legitimately shared blocks are common
-    /// where ACLs are, and must not slow every free).
-    shared_xattr: Mutex<HashMap<u64, u32>>,
-    /// The scan's figures.
-    pub stats: ScanStats,
-}
-
-impl ClaimSet {
-    fn is_clean(&self) -> bool {
-        self.clean.load(Ordering::Acquire)
-    }
-
-    fn update(&self, f: impl FnOnce(&mut Sets)) {
-        let mut s = self.sets.lock();
-        f(&mut s);
-        self.clean.store(s.is_empty(), Ordering::Release);
-    }
-
-    /// The multiply-claimed blocks in `[start, start + len)`, with their
-    /// claimants.
-    fn multi_in(&self, start: u64, len: u64) -> Vec<(u64, Vec<(u32, Role)>)> {
-        if self.is_clean() {
-            return Vec::new();
-        }
-        let s = self.sets.lock();
-        s.multi
-            .range(start..start.saturating_add(len))
-            .map(|(&b, c)| (b, c.clone()))
-            .collect()
-    }
-
-    /// Blocks claimed more than once (for tests and reports).
-    pub fn multi_blocks(&self) -> Vec<u64> {
-        self.sets.lock().multi.keys().copied().collect()
-    }
-
-    /// Claimed blocks the bitmap marks free (for tests and reports).
-    pub fn unmarked_blocks(&self) -> Vec<u64> {
-        self.sets.lock().unmarked.iter().copied().collect()
-    }
-
-    /// Set, in `view` (the bitmap of the `n` blocks from `first`), the bits
-    /// of blocks a live inode claims though the bitmap says free, so the
-    /// allocator passes them by. Returns whether any was set.
-    pub(crate) fn mask_unmarked(&self, first: u64, n: usize, view: &mut [u8]) -> bool {
-        if self.is_clean() {
-            return false;
-        }
-        let s = self.sets.lock();
-        let mut any = false;
-        for &b in s.unmarked.range(first..first + n as u64) {
-            crate::group::set_bit(view, (b - first) as usize);
-            any = true;
-        }
-        any
-    }
-}
-
-/// The volume's claim sets, built at the first free (see the module doc).
-#[derive(Debug, Default)]
-pub struct Claims {
-    set: OnceLock<ClaimSet>,
-    /// Held while the scan runs: frees wait here.
-    build: Mutex<()>,
-}
 
 /// One bit per block of the groups that hold claimed blocks, allocated a
 /// group at a time: the scan's memory is what the filesystem has in use,
@@ -274,21 +142,13 @@ impl ClaimBits {
 impl Volume {
     /// The claim sets, scanning every live inode the first time (see the
     /// module doc). Every free calls this before it changes a bitmap.
-    pub fn claim_set(&self) -> Result<&ClaimSet> {
-        if let Some(c) = self.claims.set.get() {
-            return Ok(c);
-        }
-        let _g = self.claims.build.lock();
-        if let Some(c) = self.claims.set.get() {
-            return Ok(c);
-        }
-        let c = self.scan_claims()?;
-        Ok(self.claims.set.get_or_init(|| c))
+    pub fn claim_set(&self) -> Result<&OwnerSets> {
+        self.owner_map().get_or_build(|| self.scan_claims())
     }
 
     /// The claim sets if the scan has run.
-    pub fn claim_set_if_built(&self) -> Option<&ClaimSet> {
-        self.claims.set.get()
+    pub fn claim_set_if_built(&self) -> Option<&OwnerSets> {
+        self.owner_map().get()
     }
 
     /// Refuse, before anything changes, to free blocks of `runs` (which
@@ -335,9 +195,7 @@ impl Volume {
                     }
                 }
                 if now.len() < 2 {
-                    set.update(|s| {
-                        s.multi.remove(&b);
-                    });
+                    set.forget_multi(b);
                     continue;
                 }
                 return Err(cross_linked(b, ino, &now));
@@ -351,16 +209,10 @@ impl Volume {
     /// A multiply-claimed block is refused.
     pub(crate) fn claims_on_free(&self, runs: &[(u64, u64)]) -> Result<()> {
         let set = self.claim_set()?;
-        if set.is_clean() {
-            return Ok(());
+        match set.first_multi_in(runs) {
+            Some((b, c)) => Err(cross_linked(b, 0, &c)),
+            None => Ok(()),
         }
-        let s = set.sets.lock();
-        for &(start, len) in runs {
-            if let Some((&b, c)) = s.multi.range(start..start.saturating_add(len)).next() {
-                return Err(cross_linked(b, 0, c));
-            }
-        }
-        Ok(())
     }
 
     /// `runs` were freed (their bitmap bits cleared, and with a journal
@@ -369,18 +221,9 @@ impl Volume {
     /// `unmarked` only now, so the allocator never sees them free before
     /// the journal does.
     pub(crate) fn claims_freed(&self, runs: &[(u64, u64)]) {
-        let Some(set) = self.claims.set.get() else { return };
-        if set.is_clean() {
-            return;
+        if let Some(set) = self.owner_map().get() {
+            set.forget_unmarked(runs);
         }
-        set.update(|s| {
-            for &(start, len) in runs {
-                let gone: Vec<u64> = s.unmarked.range(start..start.saturating_add(len)).copied().collect();
-                for b in gone {
-                    s.unmarked.remove(&b);
-                }
-            }
-        });
     }
 
     /// Refuse to change the references of xattr block `nr` (inode `ino`
@@ -394,7 +237,7 @@ impl Volume {
     /// many inodes release the block at once.
     pub fn check_xattr_refs(&self, ino: u32, nr: u64) -> Result<()> {
         self.claim_set()?;
-        let mut g = self.bcache.lock(nr);
+        let mut g = self.bcache().lock(nr);
         let buf = self.buffer_locked(&mut g, nr)?;
         self.xattr_refcount_agrees(ino, nr, ext4kit_format::bytes::le32(&buf.data, 4))
     }
@@ -404,10 +247,10 @@ impl Volume {
     /// a lock the scan may need): before the scan nothing is known, and
     /// every path that releases a reference checked first.
     pub(crate) fn xattr_refcount_agrees(&self, ino: u32, nr: u64, refcount: u32) -> Result<()> {
-        let Some(set) = self.claims.set.get() else {
+        let Some(set) = self.owner_map().get() else {
             return Ok(());
         };
-        let named = set.shared_xattr.lock().get(&nr).copied().unwrap_or(1);
+        let named = set.xattr_named(nr);
         if refcount != named {
             return Err(Error::corrupt_msg(
                 format!("xattr block {nr} (inode {ino})"),
@@ -424,14 +267,8 @@ impl Volume {
     /// One inode dropped its reference to xattr block `nr` (the refcount
     /// went down by one, under the block's lock, or the block was freed).
     pub(crate) fn claims_xattr_unref(&self, nr: u64) {
-        if let Some(set) = self.claims.set.get() {
-            let mut m = set.shared_xattr.lock();
-            if let Some(n) = m.get_mut(&nr) {
-                *n = n.saturating_sub(1);
-                if *n <= 1 {
-                    m.remove(&nr);
-                }
-            }
+        if let Some(set) = self.owner_map().get() {
+            set.xattr_unref(nr);
         }
     }
 
@@ -451,11 +288,12 @@ impl Volume {
             return true;
         }
         let idx = ino - 1;
-        let g = (idx / self.inodes_per_group) as usize;
-        let Some(grp) = self.groups.get(g) else { return false };
-        let bm = grp.meta.1;
-        let mut buf = vec![0u8; self.block_size];
-        matches!(self.scan_read(bm, &mut buf), Ok(true)) && test_bit(&buf, (idx % self.inodes_per_group) as usize)
+        let g = (idx / self.geo().inodes_per_group()) as usize;
+        let Some(grp) = self.groups().get(g) else { return false };
+        let bm = grp.inode_bitmap();
+        let mut buf = vec![0u8; self.block_size()];
+        matches!(self.scan_read(bm, &mut buf), Ok(true))
+            && test_bit(&buf, (idx % self.geo().inodes_per_group()) as usize)
     }
 
     /// Read `buf.len() / block_size` blocks from `start`: each block's
@@ -464,16 +302,20 @@ impl Volume {
     /// damaged pointer: the caller skips it; no corruption is raised, so a
     /// scan inside a handle never marks it as having met damage).
     fn scan_read(&self, start: u64, buf: &mut [u8]) -> Result<bool> {
-        let bs = self.block_size;
+        let bs = self.block_size();
         let n = (buf.len() / bs) as u64;
-        if start == 0 || start < self.first_data_block || start.checked_add(n).is_none_or(|e| e > self.blocks_count) {
+        if start == 0
+            || start < self.geo().first_data_block()
+            || start.checked_add(n).is_none_or(|e| e > self.geo().blocks_count())
+        {
             return Ok(false);
         }
-        self.device()
+        self.disk()
+            .device()
             .read_at(start * bs as u64, buf)
             .map_err(|e| Error::io(format!("reading blocks {start}+{n} to find their owners"), e))?;
         for i in 0..n {
-            if let Some(b) = self.bcache.peek(start + i) {
+            if let Some(b) = self.bcache().peek(start + i) {
                 let at = i as usize * bs;
                 buf[at..at + bs].copy_from_slice(&b.data);
             }
@@ -498,10 +340,10 @@ impl Volume {
         }
         // The whole filesystem is the most any map can name; a map that
         // loops is cut off there.
-        let mut budget = self.blocks_count;
+        let mut budget = self.geo().blocks_count();
         let mut emit = |vol: &Volume, s: u64, l: u64, role: Role| {
-            let s2 = s.max(vol.first_data_block);
-            let e = s.saturating_add(l).min(vol.blocks_count);
+            let s2 = s.max(vol.geo().first_data_block());
+            let e = s.saturating_add(l).min(vol.geo().blocks_count());
             if s2 < e {
                 f(s2, e - s2, role);
             }
@@ -546,7 +388,7 @@ impl Volume {
             }
             return Ok(());
         }
-        let mut buf = vec![0u8; self.block_size];
+        let mut buf = vec![0u8; self.block_size()];
         for i in 0..n {
             let blk = ExtentIndex::parse_raw(slot(i)).leaf();
             if !seen.insert(blk) || *budget == 0 {
@@ -580,11 +422,11 @@ impl Volume {
         }
         *budget -= 1;
         emit(self, blk, 1, Role::Indirect);
-        let mut buf = vec![0u8; self.block_size];
+        let mut buf = vec![0u8; self.block_size()];
         if !self.scan_read(blk, &mut buf)? {
             return Ok(());
         }
-        for i in 0..self.block_size / 4 {
+        for i in 0..self.block_size() / 4 {
             let p = indirect::pointer(&buf, i) as u64;
             if p != 0 {
                 self.walk_indirect_claims(p, depth - 1, budget, emit)?;
@@ -599,21 +441,21 @@ impl Volume {
     /// is the tail of a table past both `bg_itable_unused` and the last
     /// inode its bitmap marks in use. Returns the number of records read.
     fn for_each_live_inode(&self, f: &mut dyn FnMut(u32, &Inode) -> Result<()>) -> Result<u64> {
-        let bs = self.block_size;
-        let isz = self.inode_size;
-        let ipg = self.inodes_per_group as usize;
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let bs = self.block_size();
+        let isz = self.geo().inode_size();
+        let ipg = self.geo().inodes_per_group() as usize;
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let mut records = 0u64;
         let mut ibm = vec![0u8; bs];
         const CHUNK_BLOCKS: usize = 256;
         let mut chunk = Vec::new();
-        for (g, grp) in self.groups.iter().enumerate() {
-            let gd = *grp.desc.read();
+        for (g, grp) in self.groups().iter().enumerate() {
+            let gd = *grp.desc().read();
             let uninit = csum_groups && gd.flags & BG_INODE_UNINIT != 0;
             if uninit {
                 continue;
             }
-            let (_, ib, itable) = grp.meta;
+            let (_, ib, itable) = grp.meta();
             let have_bitmap = self.scan_read(ib, &mut ibm)?;
             let last_used = if have_bitmap {
                 (0..ipg.min(bs * 8))
@@ -674,9 +516,13 @@ impl Volume {
     /// bitmap, blocks met twice noted; then, only if there are any, a
     /// second pass to name their claimants; then the block bitmaps of the
     /// groups with claims, for claimed blocks marked free.
-    fn scan_claims(&self) -> Result<ClaimSet> {
+    fn scan_claims(&self) -> Result<OwnerSets> {
         let t0 = Instant::now();
-        let mut bits = ClaimBits::new(self.first_data_block, self.blocks_per_group, self.groups.len());
+        let mut bits = ClaimBits::new(
+            self.geo().first_data_block(),
+            self.geo().blocks_per_group(),
+            self.groups().len(),
+        );
         let mut dups: Vec<u64> = Vec::new();
         let mut xattr_refs: HashMap<u64, u32> = HashMap::new();
         let mut inodes = 0u64;
@@ -691,7 +537,7 @@ impl Volume {
         // An xattr block shared through its refcount is one claim.
         let mut shared_xattr = HashMap::new();
         for (&b, &n) in &xattr_refs {
-            if b >= self.first_data_block && b < self.blocks_count {
+            if b >= self.geo().first_data_block() && b < self.geo().blocks_count() {
                 bits.claim(b, 1, &mut dups);
                 if n > 1 {
                     shared_xattr.insert(b, n);
@@ -732,12 +578,12 @@ impl Volume {
         }
         // Claimed blocks the bitmaps mark free: read after the inodes, so
         // that a block allocated during the scan is already marked.
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let mut unmarked = BTreeSet::new();
-        let mut bm = vec![0u8; self.block_size];
+        let mut bm = vec![0u8; self.block_size()];
         for (g, words) in bits.groups.iter().enumerate() {
             let Some(words) = words else { continue };
-            let gd = *self.groups[g].desc.read();
+            let gd = *self.groups()[g].desc().read();
             let have = if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
                 match self.implied_block_bitmap_of(g) {
                     Some(v) => {
@@ -747,12 +593,12 @@ impl Volume {
                     None => false,
                 }
             } else {
-                self.scan_read(self.groups[g].meta.0, &mut bm)?
+                self.scan_read(self.groups()[g].block_bitmap(), &mut bm)?
             };
             if !have {
                 continue;
             }
-            let first = self.group_first_block(g as u64);
+            let first = self.geo().group_first_block(g as u64);
             let n = self.blocks_in_group(g) as usize;
             for (w, &word) in words.iter().enumerate() {
                 let mut x = word;
@@ -774,14 +620,7 @@ impl Volume {
             elapsed: t0.elapsed(),
             peak_bytes: bits.bytes,
         };
-        let sets = Sets { multi, unmarked };
-        let clean = sets.is_empty();
-        Ok(ClaimSet {
-            sets: Mutex::new(sets),
-            clean: AtomicBool::new(clean),
-            shared_xattr: Mutex::new(shared_xattr),
-            stats,
-        })
+        Ok(OwnerSets::new(multi, unmarked, shared_xattr, stats))
     }
 }
 
@@ -823,7 +662,7 @@ mod tests {
             now: Timestamp::default(),
             parent: (0, 0),
         });
-        v.write_new_data(&mut h, ino, &mut rec, &vec![7u8; blocks * v.block_size])
+        v.write_new_data(&mut h, ino, &mut rec, &vec![7u8; blocks * v.block_size()])
             .unwrap();
         v.write_inode(&mut h, ino, &rec).unwrap();
         h.commit().unwrap();
@@ -856,8 +695,8 @@ mod tests {
         let (_, _) = file(&v, 3);
         let set = v.claim_set().unwrap();
         assert!(set.is_clean());
-        assert!(set.stats.inodes >= 3, "root, lost+found, the file: {:?}", set.stats);
-        assert!(set.stats.claimed >= 3);
+        assert!(set.stats().inodes >= 3, "root, lost+found, the file: {:?}", set.stats());
+        assert!(set.stats().claimed >= 3);
     }
 
     /// A block two inodes claim is refused by the check and by the free

@@ -361,7 +361,7 @@ impl Volume {
     /// Returns once `tid`'s changes are durable in the log. A no-op
     /// without a journal.
     pub fn commit_upto(&self, tid: u32) -> Result<()> {
-        let Some(j) = &self.jbd else { return Ok(()) };
+        let Some(j) = self.jbd() else { return Ok(()) };
         j.stats.requests.fetch_add(1, Ordering::Relaxed);
         let mut log = j.log.lock();
         if let Some(c) = *j.committed.lock() {
@@ -374,17 +374,17 @@ impl Volume {
 
     /// Commit whatever the running transaction holds now.
     pub fn commit_running(&self) -> Result<()> {
-        let Some(j) = &self.jbd else { return Ok(()) };
+        let Some(j) = self.jbd() else { return Ok(()) };
         let tid = j.running_tid();
         self.commit_upto(tid)
     }
 
     /// The commit itself, with the log held.
     fn commit_locked(&self, j: &Jbd, log: &mut Log) -> Result<()> {
-        if self.fs_errors.journal_aborted() {
+        if self.errors().journal_aborted() {
             // jbd2_journal_abort: the running transaction holds a change
             // an operation could not finish (fs_errors.rs).
-            return Err(self.refused_after_error());
+            return Err(self.errors().refused_after_error());
         }
         // Close the running transaction: no handle in flight, none starting.
         let (tid, blocks, revokes, captured) = {
@@ -403,10 +403,10 @@ impl Volume {
             drop(r);
             let mut captured: Vec<(u64, Arc<Buffer>)> = Vec::with_capacity(blocks.len());
             for &b in &blocks {
-                let mut g = self.bcache.lock(b);
+                let mut g = self.bcache().lock(b);
                 // Forgotten since (freed): nothing to log; its revoke, if
                 // it needs one, is in `revokes`.
-                if let Some(v) = self.bcache.peek_locked(&mut g, b) {
+                if let Some(v) = self.bcache().peek_locked(&mut g, b) {
                     captured.push((b, v));
                 }
             }
@@ -432,7 +432,11 @@ impl Volume {
             self.release_busy(j, tid);
             // Nothing to log, but a commit request promises what was
             // written before it is durable (fsync counts on it).
-            return self.device().flush().map_err(|e| Error::io("flushing the device", e));
+            return self
+                .disk()
+                .device()
+                .flush()
+                .map_err(|e| Error::io("flushing the device", e));
         }
         let need = log.space_needed(captured.len(), revokes.len());
         if need > log.capacity() {
@@ -442,7 +446,7 @@ impl Volume {
         // may hold half as much again as its limit, no more (checkpointing
         // after this commit would be too late — its blocks are in the log
         // only once it is written, and only then may they go home).
-        let dm = &self.dirty_meta;
+        let dm = self.dirty_meta();
         if need > log.free() || dm.len() + captured.len() > dm.limit() + dm.limit() / 2 {
             self.checkpoint_with_log(j, log)?;
         }
@@ -480,9 +484,9 @@ impl Volume {
         // Committed: the blocks may now be written home. Over the
         // checkpoint budget the background worker does it; without one
         // (or far over) this commit does, its log already in hand.
-        if self.dirty_meta.add(captured.iter().map(|(b, _)| *b)) {
-            let limit = self.dirty_meta.limit();
-            if self.dirty_meta.len() > limit + limit / 2 || !crate::flusher::kick(&self.dirty_meta.flusher) {
+        if self.dirty_meta().add(captured.iter().map(|(b, _)| *b)) {
+            let limit = self.dirty_meta().limit();
+            if self.dirty_meta().len() > limit + limit / 2 || !crate::flusher::kick(&self.dirty_meta().flusher) {
                 self.checkpoint_with_log(j, log)?;
             }
         }
@@ -493,7 +497,7 @@ impl Volume {
     /// older than the commit interval or past its size limit. A failure is kept for the next
     /// caller to meet (its commit fails the same way).
     pub fn commit_if_due(&self) {
-        if let Some(j) = &self.jbd {
+        if let Some(j) = self.jbd() {
             if j.commit_due() {
                 let _ = self.commit_running();
             }
@@ -513,7 +517,7 @@ impl Volume {
             }
             j.committing.lock().clear();
         }
-        self.dirty_meta.add(captured.iter().map(|(b, _)| *b));
+        self.dirty_meta().add(captured.iter().map(|(b, _)| *b));
         *j.committed.lock() = Some(tid);
         self.release_busy(j, tid);
         self.checkpoint_with_log(j, log)
@@ -542,11 +546,12 @@ impl Volume {
     /// Write every committed block home, flush, and empty the log. The
     /// caller holds the log.
     pub(crate) fn checkpoint_with_log(&self, j: &Jbd, log: &mut Log) -> Result<()> {
-        if self.fs_errors.journal_aborted() {
-            return Err(self.refused_after_error());
+        if self.errors().journal_aborted() {
+            return Err(self.errors().refused_after_error());
         }
         self.checkpoint_home()?;
-        self.device()
+        self.disk()
+            .device()
             .flush()
             .map_err(|e| Error::io("flushing the checkpointed blocks", e))?;
         log.checkpointed()
@@ -571,7 +576,7 @@ impl Volume {
     /// keeps it, so that every superblock version a later transaction logs
     /// says so (the next commit sets it at home again first).
     pub fn close_journal(&self, last: bool) -> Result<()> {
-        let Some(j) = &self.jbd else { return Ok(()) };
+        let Some(j) = self.jbd() else { return Ok(()) };
         // All under the log: a commit slipping in between the checkpoint
         // and the flag's clearing would find the flag still "on disk",
         // skip setting it, and then lose it — a log with transactions
@@ -580,11 +585,12 @@ impl Volume {
         self.commit_locked(j, &mut log)?;
         self.checkpoint_with_log(j, &mut log)?;
         if last {
-            self.sb.write().feature_incompat &= !incompat::RECOVER;
+            self.sb().write().feature_incompat &= !incompat::RECOVER;
         }
         if j.recover_flag_on_disk.load(Ordering::Acquire) {
             self.set_recover_home(false)?;
-            self.device()
+            self.disk()
+                .device()
                 .flush()
                 .map_err(|e| Error::io("flushing the superblock at close", e))?;
             j.recover_flag_on_disk.store(false, Ordering::Release);
@@ -598,9 +604,10 @@ impl Volume {
     /// committed yet, which must not reach the disk outside the log.
     fn set_recover_home(&self, on: bool) -> Result<()> {
         use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
-        let _g = self.sb_lock.lock();
+        let _g = self.sb().update_lock();
         let mut raw = vec![0u8; Superblock::SIZE];
-        self.device()
+        self.disk()
+            .device()
             .read_at(SUPERBLOCK_OFFSET, &mut raw)
             .map_err(|e| Error::io("reading the superblock", e))?;
         let mut sb = Superblock::parse(&raw).map_err(|e| Error::corrupt("superblock at byte 1024", e))?;
@@ -609,7 +616,8 @@ impl Volume {
         } else {
             sb.feature_incompat &= !incompat::RECOVER;
         }
-        self.device()
+        self.disk()
+            .device()
             .write_at(SUPERBLOCK_OFFSET, &sb.to_bytes_with_checksum())
             .map_err(|e| Error::io("writing the superblock", e))
     }
@@ -622,7 +630,7 @@ mod tests {
 
     /// A block of the inode table past what mkfs used: free to scribble on.
     fn spare_block(v: &Volume, k: u64) -> u64 {
-        v.groups[0].meta.2 + 100 + k
+        v.groups()[0].inode_table() + 100 + k
     }
 
     fn change(v: &Volume, blk: u64, byte: u8) {
@@ -636,20 +644,20 @@ mod tests {
     }
 
     fn replay_plan(v: &Volume) -> ext4kit_jbd2::Recovery {
-        let j = crate::journal::open_journal(v.device()).unwrap();
+        let j = crate::journal::open_journal(v.disk().device()).unwrap();
         ext4kit_jbd2::recover(&j)
     }
 
     fn home_byte(v: &Volume, blk: u64) -> u8 {
-        let mut raw = vec![0u8; v.block_size];
-        v.read_raw(blk, &mut raw).unwrap();
+        let mut raw = vec![0u8; v.block_size()];
+        v.disk().read_raw(blk, &mut raw).unwrap();
         raw[9]
     }
 
     #[test]
     fn a_commit_puts_the_blocks_in_the_log_and_only_a_checkpoint_puts_them_home() {
         let v = scratch_volume();
-        assert!(v.jbd.is_some(), "the scratch volume has a journal");
+        assert!(v.jbd().is_some(), "the scratch volume has a journal");
         let blk = spare_block(&v, 0);
         let before = home_byte(&v, blk);
         change(&v, blk, 0x42);
@@ -664,7 +672,7 @@ mod tests {
             "the committed block is in the log: {plan:?}"
         );
         assert_eq!(home_byte(&v, blk), before, "committed, not yet home");
-        let sb = crate::journal::read_superblock(&**v.device()).unwrap();
+        let sb = crate::journal::read_superblock(&**v.disk().device()).unwrap();
         assert!(
             sb.has_incompat(incompat::RECOVER),
             "needs_recovery is at home while the log holds a transaction"
@@ -673,7 +681,7 @@ mod tests {
         assert_eq!(home_byte(&v, blk), 0x42, "the checkpoint wrote it home");
         assert!(replay_plan(&v).replay.is_empty(), "and emptied the log");
         v.close_journal(true).unwrap();
-        let sb = crate::journal::read_superblock(&**v.device()).unwrap();
+        let sb = crate::journal::read_superblock(&**v.disk().device()).unwrap();
         assert!(
             !sb.has_incompat(incompat::RECOVER),
             "a clean close clears needs_recovery"
@@ -718,7 +726,7 @@ mod tests {
     #[test]
     fn concurrent_commit_requests_share_commits() {
         let v = scratch_volume();
-        let j = v.jbd.as_ref().unwrap();
+        let j = v.jbd().unwrap();
         std::thread::scope(|s| {
             for t in 0..4u64 {
                 let v = &v;
@@ -741,11 +749,11 @@ mod tests {
     #[test]
     fn a_freed_block_is_busy_until_its_transaction_commits_and_its_log_copy_is_revoked() {
         let v = scratch_volume();
-        let j = v.jbd.as_ref().unwrap();
+        let j = v.jbd().unwrap();
         // Allocate a block, log it as metadata, commit: it is live in the log.
         let mut h = v.begin().unwrap();
         let (blk, _) = v.alloc_blocks(&mut h, 0, 1).unwrap();
-        h.overwrite(blk, vec![7u8; v.block_size].into_boxed_slice()).unwrap();
+        h.overwrite(blk, vec![7u8; v.block_size()].into_boxed_slice()).unwrap();
         h.commit().unwrap();
         v.commit_running().unwrap();
         // Free it: busy now, revoked in the running transaction.

@@ -12,8 +12,9 @@ use ext4kit_format::inode::{flags, FileType, Inode};
 
 use super::bmap::{BlockMap, Mapping};
 use super::buffer::Buffer;
+use super::error::annotate;
 use super::htree::CreateLookup;
-use super::volume::{annotate, Volume};
+use super::volume::Volume;
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
@@ -55,34 +56,26 @@ pub struct DirRef<'a> {
 impl DirRef<'_> {
     /// Number of directory blocks implied by `i_size`.
     pub fn nblocks(&self, vol: &Volume) -> u64 {
-        self.inode.size().div_ceil(vol.block_size as u64)
+        self.inode.size().div_ceil(vol.block_size() as u64)
     }
 
     /// Whether the directory carries an htree index we may use.
     pub fn is_indexed(&self, vol: &Volume) -> bool {
-        self.inode.base.flags & flags::INDEX != 0 && vol.has_compat(ext4kit_format::features::compat::DIR_INDEX)
+        self.inode.base.flags & flags::INDEX != 0 && vol.geo().has_compat(ext4kit_format::features::compat::DIR_INDEX)
     }
 }
 
 impl Volume {
-    /// How directory entries are encoded on this filesystem.
-    pub fn dir_format(&self) -> DirFormat {
-        DirFormat {
-            block_size: self.block_size,
-            filetype: self.has_incompat(incompat::FILETYPE),
-        }
-    }
-
     /// Largest directory size we accept (the kernel's limit is 2 GiB
     /// without largedir; a larger i_size is corruption, and refusing it keeps
     /// scans of hostile images bounded).
     fn check_dir_size(&self, dir: DirRef<'_>) -> Result<()> {
-        let max = if self.has_incompat(incompat::LARGEDIR) {
+        let max = if self.geo().has_incompat(incompat::LARGEDIR) {
             1u64 << 40
         } else {
             1u64 << 32
         };
-        if dir.inode.size() > max.min(self.blocks_count * self.block_size as u64) {
+        if dir.inode.size() > max.min(self.geo().blocks_count() * self.block_size() as u64) {
             return Err(Error::corrupt_msg(
                 format!("directory inode {}", dir.ino),
                 "inode",
@@ -114,7 +107,7 @@ impl Volume {
     /// hole or an unwritten extent is `None`), counted as a directory
     /// block read.
     fn dir_block_pblk(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<u64>> {
-        self.count_dir_block();
+        self.stats().count_dir_block();
         Ok(match dir.map.map(self, lblk)? {
             Mapping::Mapped {
                 pblk, uninit: false, ..
@@ -136,8 +129,8 @@ impl Volume {
     /// The structural check of leaf `lblk`, run once per cached version
     /// (seed 004: checked when it comes from disk, then trusted).
     fn check_leaf(&self, dir: DirRef<'_>, lblk: u64, buf: &Buffer) -> Result<()> {
-        let fmt = self.dir_format();
-        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
+        let fmt = self.geo().dir_format();
+        let seed = self.geo().inode_seed(dir.ino, dir.inode.base.generation);
         buf.check_once(|d| dirent::check_block(d, fmt, seed)).map_err(|e| {
             Error::corrupt(
                 format!("directory inode {} block {lblk} (disk block {})", dir.ino, buf.block),
@@ -170,13 +163,13 @@ impl Volume {
         let Some(pblk) = self.dir_block_pblk(dir, lblk)? else {
             return Ok(None);
         };
-        self.check_meta_block(pblk)?;
+        self.disk().check_meta_block(pblk)?;
         // A draft is not checked again: every leaf draft starts from a
         // version checked here or by `dir_leaf`, or from a leaf we built.
-        self.bcache
+        self.bcache()
             .read_newest(
                 pblk,
-                |d| self.read_raw(pblk, d),
+                |d| self.disk().read_raw(pblk, d),
                 |buf| self.check_leaf(dir, lblk, buf),
                 |d| f(pblk, d),
             )
@@ -188,13 +181,13 @@ impl Volume {
     /// the block (which is also what an empty leaf looks like without
     /// checksums — both hold no names, so readdir may skip either).
     fn looks_like_dx_node(&self, d: &[u8]) -> bool {
-        let e = dirent::entry_at(d, 0, self.dir_format());
-        e.inode == 0 && e.rec_len == self.block_size && e.name.is_empty()
+        let e = dirent::entry_at(d, 0, self.geo().dir_format());
+        e.inode == 0 && e.rec_len == self.block_size() && e.name.is_empty()
     }
 
     /// Every entry of a directory, "." and ".." included, in block order.
     pub fn read_dir(&self, dir: DirRef<'_>) -> Result<Vec<DirEntry>> {
-        let fmt = self.dir_format();
+        let fmt = self.geo().dir_format();
         let mut out = Vec::new();
         if let BlockMap::Inline(data) = dir.map {
             return self.read_inline_dir(dir, data);
@@ -223,7 +216,7 @@ impl Volume {
                         None => continue,
                     }
                 };
-                let limit = if self.csum_seed.is_some() && dirent::has_tail(&buf.data) {
+                let limit = if self.geo().csum_seed().is_some() && dirent::has_tail(&buf.data) {
                     buf.data.len() - dirent::TAIL_SIZE
                 } else {
                     buf.data.len()
@@ -308,7 +301,7 @@ impl Volume {
         name: &[u8],
         access: LeafAccess,
     ) -> Result<Option<(u32, Option<FileType>)>> {
-        let fmt = self.dir_format();
+        let fmt = self.geo().dir_format();
         let hit = self.with_leaf(dir, lblk, access, |_, d| {
             dirent::entries(d, fmt)
                 .find(|e| e.inode != 0 && dirent::same_name(e.name, name))
@@ -342,8 +335,8 @@ impl Volume {
             },
         ];
         let fmt = DirFormat {
-            block_size: self.block_size,
-            filetype: self.has_incompat(incompat::FILETYPE),
+            block_size: self.block_size(),
+            filetype: self.geo().has_incompat(incompat::FILETYPE),
         };
         let ibody_end = data.len().min(60);
         for part in [&data[4..ibody_end], &data[ibody_end..]] {

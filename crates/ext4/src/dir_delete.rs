@@ -51,7 +51,7 @@ impl Volume {
                 .flat_map(|(l, _, len)| l..l + len)
                 .collect()
         };
-        let fmt = self.dir_format();
+        let fmt = self.geo().dir_format();
         let limit = self.leaf_limit();
         // The caller holds the directory's lock and changes the record
         // next: leaves are read as a writer's (drafts stay drafts).
@@ -97,8 +97,8 @@ impl Volume {
             return Err(Error::posix(Errno::EINVAL, "cannot remove \".\" or \"..\""));
         }
         let f = self.find_record(dir, name)?.ok_or_else(|| Self::enoent(dir, name))?;
-        let fmt = self.dir_format();
-        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
+        let fmt = self.geo().dir_format();
+        let seed = self.geo().inode_seed(dir.ino, dir.inode.base.generation);
         h.modify(f.pblk, |d| {
             let e = dirent::entry_at(d, f.off, fmt);
             let (rec, nlen) = (e.rec_len, e.name.len());
@@ -131,8 +131,8 @@ impl Volume {
         ft: FileType,
     ) -> Result<u32> {
         let f = self.find_record(dir, name)?.ok_or_else(|| Self::enoent(dir, name))?;
-        let fmt = self.dir_format();
-        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
+        let fmt = self.geo().dir_format();
+        let seed = self.geo().inode_seed(dir.ino, dir.inode.base.generation);
         h.modify(f.pblk, |d| {
             d[f.off..f.off + 4].copy_from_slice(&ino.to_le_bytes());
             if fmt.filetype {
@@ -151,7 +151,7 @@ impl Volume {
         }
         // Walk blocks directly so a large directory stops at its first name.
         let indexed = dir.is_indexed(self);
-        let fmt = self.dir_format();
+        let fmt = self.geo().dir_format();
         let nblocks = dir.nblocks(self);
         for (lstart, _p, len) in dir.map.runs(self, nblocks)? {
             for lblk in lstart..lstart + len {
@@ -161,7 +161,7 @@ impl Volume {
                 if indexed {
                     if let Some(raw) = self.dir_block_raw(dir, lblk)? {
                         let e = dirent::entry_at(&raw.data, 0, fmt);
-                        if e.inode == 0 && e.rec_len == self.block_size {
+                        if e.inode == 0 && e.rec_len == self.block_size() {
                             continue; // an index node
                         }
                     }

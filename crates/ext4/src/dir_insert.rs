@@ -143,17 +143,17 @@ pub(crate) fn packed_size(recs: &[Rec]) -> usize {
 impl Volume {
     /// Usable bytes of a leaf (the block minus the checksum tail).
     pub(crate) fn leaf_limit(&self) -> usize {
-        if self.csum_seed.is_some() {
-            self.block_size - dirent::TAIL_SIZE
+        if self.geo().csum_seed().is_some() {
+            self.block_size() - dirent::TAIL_SIZE
         } else {
-            self.block_size
+            self.block_size()
         }
     }
 
     /// A fresh leaf holding `recs` packed, the last record stretched to the
     /// end (an empty leaf is one unused record spanning it), plus the tail.
     pub(crate) fn build_leaf(&self, recs: &[Rec], seed: Option<u32>) -> Result<Box<[u8]>> {
-        let fmt = self.dir_format();
+        let fmt = self.geo().dir_format();
         let limit = self.leaf_limit();
         if packed_size(recs) > limit {
             return Err(Error::posix(
@@ -161,7 +161,7 @@ impl Volume {
                 "directory leaf split produced more entries than a block holds",
             ));
         }
-        let mut b = vec![0u8; self.block_size].into_boxed_slice();
+        let mut b = vec![0u8; self.block_size()].into_boxed_slice();
         let mut off = 0;
         for (i, r) in recs.iter().enumerate() {
             let len = if i + 1 == recs.len() {
@@ -259,7 +259,7 @@ impl Volume {
                 dir.ino
             )));
         }
-        let fmt = self.dir_format();
+        let fmt = self.geo().dir_format();
         let ftb = if fmt.filetype { ft.to_dirent() } else { 0 };
         if dir.is_indexed(self) {
             return self.dx_add_entry(h, dir, new_dir, name, ino, ftb, hint);
@@ -270,7 +270,7 @@ impl Volume {
         new_dir.base.flags &= !ext4kit_format::inode::flags::INDEX;
         let need = rec_len_for(name.len());
         let limit = self.leaf_limit();
-        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
+        let seed = self.geo().inode_seed(dir.ino, dir.inode.base.generation);
         let nblocks = dir.nblocks(self);
         for (lstart, _p, len) in dir.map.runs(self, nblocks)? {
             for lblk in lstart..lstart + len {
@@ -285,7 +285,7 @@ impl Volume {
                 }
             }
         }
-        if nblocks == 1 && self.has_compat(compat::DIR_INDEX) {
+        if nblocks == 1 && self.geo().has_compat(compat::DIR_INDEX) {
             return self.make_indexed_dir(h, dir, new_dir, name, ino, ftb);
         }
         // Append a block holding just the new entry.
@@ -320,10 +320,10 @@ impl Volume {
         if let Mapping::Hole { .. } = dir.map.map(self, 0)? {
             return Err(Error::corrupt_msg(loc(), "directory block", "block 0 is a hole"));
         }
-        if dir.is_indexed(self) || dir.nblocks(self) != 1 || !self.has_compat(compat::DIR_INDEX) {
+        if dir.is_indexed(self) || dir.nblocks(self) != 1 || !self.geo().has_compat(compat::DIR_INDEX) {
             return Ok(());
         }
-        let fmt = self.dir_format();
+        let fmt = self.geo().dir_format();
         let buf = self
             .dir_leaf(dir, 0)?
             .ok_or_else(|| Error::corrupt_msg(loc(), "directory block", "block 0 is a hole"))?;
@@ -353,8 +353,8 @@ impl Volume {
     ) -> Result<Vec<u64>> {
         // Without large_dir a directory's i_size_high must stay zero (it
         // was i_dir_acl; e2fsck pass 1 insists), so 4 GiB is the end.
-        let size = (lblk + n) * self.block_size as u64;
-        if size > u32::MAX as u64 && !self.has_incompat(ext4kit_format::features::incompat::LARGEDIR) {
+        let size = (lblk + n) * self.block_size() as u64;
+        if size > u32::MAX as u64 && !self.geo().has_incompat(ext4kit_format::features::incompat::LARGEDIR) {
             return Err(Error::posix(
                 Errno::ENOSPC,
                 format!("directory inode {ino} would exceed 4 GiB without large_dir"),
@@ -381,16 +381,16 @@ impl Volume {
     /// directory's record (written by the caller through `h`); its size
     /// becomes one block.
     pub fn init_dir(&self, h: &mut Handle<'_>, ino: u32, inode: &mut Inode, parent_ino: u32) -> Result<()> {
-        let fmt = self.dir_format();
+        let fmt = self.geo().dir_format();
         let ftb = if fmt.filetype {
             FileType::Directory.to_dirent()
         } else {
             0
         };
-        let seed = self.inode_seed(ino, inode.base.generation);
+        let seed = self.geo().inode_seed(ino, inode.base.generation);
         let pblk = self.grow_dir(h, ino, inode, 0, 1)?[0];
         let limit = self.leaf_limit();
-        let mut b = vec![0u8; self.block_size].into_boxed_slice();
+        let mut b = vec![0u8; self.block_size()].into_boxed_slice();
         dirent::write_entry(&mut b, 0, ino, 12, b".", ftb, fmt);
         dirent::write_entry(&mut b, 12, parent_ino, limit - 12, b"..", ftb, fmt);
         self.finish_leaf(&mut b, seed);
@@ -413,12 +413,12 @@ impl Volume {
             let buf = self
                 .dx_root_block(dir)?
                 .ok_or_else(|| Error::corrupt_msg(loc(), "htree root", "missing"))?;
-            let large = self.has_incompat(ext4kit_format::features::incompat::LARGEDIR);
-            let root = ext4kit_format::htree::parse_root(&buf.data, self.block_size, large, None)
+            let large = self.geo().has_incompat(ext4kit_format::features::incompat::LARGEDIR);
+            let root = ext4kit_format::htree::parse_root(&buf.data, self.block_size(), large, None)
                 .map_err(|e| Error::corrupt(loc(), e))?;
             return Ok(root.dotdot_inode);
         }
-        let fmt = self.dir_format();
+        let fmt = self.geo().dir_format();
         let buf = self
             .dir_leaf(dir, 0)?
             .ok_or_else(|| Error::corrupt_msg(loc(), "directory block", "block 0 is a hole"))?;
@@ -445,16 +445,16 @@ impl Volume {
                 dir.ino
             )));
         }
-        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
-        let fmt = self.dir_format();
+        let seed = self.geo().inode_seed(dir.ino, dir.inode.base.generation);
+        let fmt = self.geo().dir_format();
         let loc = || format!("directory inode {}", dir.ino);
         if dir.is_indexed(self) {
             let buf = self
                 .dx_root_block(dir)?
                 .ok_or_else(|| Error::corrupt_msg(loc(), "htree root", "missing"))?;
             let (bs, large) = (
-                self.block_size,
-                self.has_incompat(ext4kit_format::features::incompat::LARGEDIR),
+                self.block_size(),
+                self.geo().has_incompat(ext4kit_format::features::incompat::LARGEDIR),
             );
             return h.modify(buf.block, |d| {
                 let mut root =

@@ -85,20 +85,20 @@ fn split_records(mut recs: Vec<(u32, Rec)>, new: (u32, Rec), limit: usize) -> Sp
 
 impl Volume {
     fn csum_tails(&self) -> bool {
-        self.csum_seed.is_some()
+        self.geo().csum_seed().is_some()
     }
 
     fn hash_of(&self, name: &[u8], version: HashVersion) -> u32 {
-        dx_hash(name, version, &self.hash_seed).0
+        dx_hash(name, version, self.geo().hash_seed()).0
     }
 
     /// The hash function a new index uses: `s_def_hash_version`, with the
     /// superblock's signedness flag (kernel `make_indexed_dir`).
     fn default_hash_version(&self) -> Result<HashVersion> {
-        let v = self.sb.read().def_hash_version;
+        let v = self.sb().read().def_hash_version;
         HashVersion::from_disk(v)
             .map(|h| HashVersion {
-                unsigned: self.unsigned_hash,
+                unsigned: self.geo().unsigned_hash(),
                 ..h
             })
             .ok_or_else(|| Error::Unsupported(format!("default directory hash version {v}")))
@@ -117,8 +117,8 @@ impl Volume {
         ftb: u8,
     ) -> Result<bool> {
         let loc = || format!("directory inode {}", dir.ino);
-        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
-        let fmt = self.dir_format();
+        let seed = self.geo().inode_seed(dir.ino, dir.inode.base.generation);
+        let fmt = self.geo().dir_format();
         let buf = self
             .dir_leaf(dir, 0)?
             .ok_or_else(|| Error::corrupt_msg(loc(), "directory block", "block 0 is a hole"))?;
@@ -172,14 +172,14 @@ impl Volume {
                 unused_flags: 0,
             },
             index: DxIndex {
-                limit: root_limit(self.block_size, csum),
+                limit: root_limit(self.block_size(), csum),
                 count: root_entries.len() as u16,
                 entries: root_entries,
                 count_offset: ROOT_COUNT_OFFSET,
             },
         };
-        let mut b = vec![0u8; self.block_size].into_boxed_slice();
-        htree::write_root(&mut b, &root, self.block_size, seed).map_err(|e| Error::corrupt(loc(), e))?;
+        let mut b = vec![0u8; self.block_size()].into_boxed_slice();
+        htree::write_root(&mut b, &root, self.block_size(), seed).map_err(|e| Error::corrupt(loc(), e))?;
         let pblks = self.grow_dir(h, dir.ino, new_dir, 1, built.len() as u64)?;
         for (p, l) in pblks.into_iter().zip(built) {
             h.overwrite(p, l)?;
@@ -202,8 +202,8 @@ impl Volume {
         hint: Option<InsertHint<'_>>,
     ) -> Result<bool> {
         let loc = || format!("htree of directory inode {}", dir.ino);
-        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
-        let fmt = self.dir_format();
+        let seed = self.geo().inode_seed(dir.ino, dir.inode.base.generation);
+        let fmt = self.geo().dir_format();
         let limit = self.leaf_limit();
         let need = rec_len_for(name.len());
         // The create's lookup already descended the index and walked the
@@ -267,7 +267,7 @@ impl Volume {
         // Full leaf. Count the blocks the insert needs before touching
         // anything: the new leaf, one per full level from the bottom up,
         // and one more if the root itself is full (a new level).
-        let max_levels = if self.has_incompat(incompat::LARGEDIR) {
+        let max_levels = if self.geo().has_incompat(incompat::LARGEDIR) {
             HTREE_LEVEL_LARGEDIR
         } else {
             HTREE_LEVEL_COMPAT
@@ -386,8 +386,8 @@ impl Volume {
                 new_levels += 1;
             }
         }
-        let bs = self.block_size;
-        let large = self.has_incompat(incompat::LARGEDIR);
+        let bs = self.block_size();
+        let large = self.geo().has_incompat(incompat::LARGEDIR);
         for k in 0..indexes.len() {
             if !dirty[k] {
                 continue;
@@ -422,13 +422,13 @@ impl Volume {
         csum: bool,
     ) -> Result<()> {
         let idx = DxIndex {
-            limit: node_limit(self.block_size, csum),
+            limit: node_limit(self.block_size(), csum),
             count: entries.len() as u16,
             entries,
             count_offset: NODE_COUNT_OFFSET,
         };
-        let mut b = vec![0u8; self.block_size].into_boxed_slice();
-        htree::write_node(&mut b, &idx, self.block_size, seed)
+        let mut b = vec![0u8; self.block_size()].into_boxed_slice();
+        htree::write_node(&mut b, &idx, self.block_size(), seed)
             .map_err(|e| Error::corrupt(format!("new htree node at block {pblk}"), e))?;
         h.overwrite(pblk, b)
     }

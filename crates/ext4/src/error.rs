@@ -134,3 +134,18 @@ pub fn damage_seen() -> u64 {
 
 /// Result alias for the engine.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Add location context to an error that lacks it.
+pub fn annotate(e: Error, what: &str) -> Error {
+    match e {
+        Error::Io { context, source } => Error::Io {
+            context: format!("{context} ({what})"),
+            source,
+        },
+        Error::Corrupt { location, source } => Error::Corrupt {
+            location: format!("{location} ({what})"),
+            source,
+        },
+        other => other,
+    }
+}

@@ -180,7 +180,7 @@ impl Volume {
     /// Slots in a non-root node: `(block_size - 12) / 12`
     /// (`ext4_ext_space_block`, the tail fits in what is left over).
     fn node_max(&self) -> usize {
-        (self.block_size - ExtentHeader::SIZE) / 12
+        (self.block_size() - ExtentHeader::SIZE) / 12
     }
 
     fn ext_root(&self, ino: u32, inode: &Inode) -> Result<Node> {
@@ -191,7 +191,7 @@ impl Volume {
 
     fn ext_load(&self, ino: u32, seed: Option<u32>, blk: u64, depth: u16) -> Result<Node> {
         let loc = || format!("extent tree of inode {ino}, node block {blk}");
-        let buf = self.buffer(blk).map_err(|e| super::volume::annotate(e, &loc()))?;
+        let buf = self.buffer(blk).map_err(|e| super::error::annotate(e, &loc()))?;
         let n = ExtentNode::parse(&buf.data).map_err(|e| Error::corrupt(loc(), e))?;
         if n.header.depth != depth {
             return Err(Error::corrupt_msg(
@@ -208,7 +208,7 @@ impl Volume {
     }
 
     fn ext_write(&self, h: &mut Handle<'_>, seed: Option<u32>, blk: u64, node: &Node) -> Result<()> {
-        let mut buf = vec![0u8; self.block_size];
+        let mut buf = vec![0u8; self.block_size()];
         node.to_node(self.node_max() as u16).serialize_into(&mut buf);
         if let Some(s) = seed {
             set_block_checksum(&mut buf, s);
@@ -218,7 +218,7 @@ impl Volume {
 
     /// Find what maps `lblk` (descending by index keys, as `ext4_find_extent`).
     pub(crate) fn ext_find(&self, ino: u32, inode: &Inode, lblk: u64) -> Result<Found> {
-        let seed = self.inode_seed(ino, inode.base.generation);
+        let seed = self.geo().inode_seed(ino, inode.base.generation);
         let mut node = self.ext_root(ino, inode)?;
         let mut next_bound: Option<u64> = None;
         loop {
@@ -282,7 +282,7 @@ impl Volume {
         kind: EditKind,
         f: &mut dyn FnMut(&mut Vec<Extent>) -> Result<()>,
     ) -> Result<EditCx> {
-        let seed = self.inode_seed(ino, inode.base.generation);
+        let seed = self.geo().inode_seed(ino, inode.base.generation);
         let mut root = self.ext_root(ino, inode)?;
         let mut cx = EditCx {
             ino,
@@ -570,7 +570,7 @@ impl Volume {
     /// Every node block of inode `ino`'s extent tree (not the data), in
     /// the order a depth-first walk meets them.
     pub(crate) fn ext_node_blocks(&self, ino: u32, inode: &Inode) -> Result<Vec<u64>> {
-        let seed = self.inode_seed(ino, inode.base.generation);
+        let seed = self.geo().inode_seed(ino, inode.base.generation);
         let root = self.ext_root(ino, inode)?;
         let mut out = Vec::new();
         let mut stack = vec![root];
@@ -613,7 +613,7 @@ impl Volume {
         alloc: &mut dyn FnMut(&mut Handle<'_>) -> Result<u64>,
     ) -> Result<(Vec<u64>, Vec<u64>)> {
         let old = self.ext_node_blocks(ino, inode)?;
-        let seed = self.inode_seed(ino, inode.base.generation);
+        let seed = self.geo().inode_seed(ino, inode.base.generation);
         let max = self.node_max();
         let mut level = Node {
             depth: 0,

@@ -139,11 +139,11 @@ impl Replayer<'_> {
     }
 
     fn check_ino(&self, ino: u32) -> Result<()> {
-        if ino == 0 || ino > self.vol.inodes_count {
+        if ino == 0 || ino > self.vol.geo().inodes_count() {
             return Err(Error::corrupt_msg(
                 format!("inode {ino}"),
                 "fast-commit record",
-                format!("inode number outside 1..={}", self.vol.inodes_count),
+                format!("inode number outside 1..={}", self.vol.geo().inodes_count()),
             ));
         }
         Ok(())
@@ -253,7 +253,7 @@ impl Replayer<'_> {
     fn inode(&mut self, ino: u32, raw: &[u8]) -> Result<()> {
         self.check_ino(ino)?;
         let vol = self.vol;
-        let isize = vol.inode_size;
+        let isize = vol.geo().inode_size();
         let mut len = GOOD_OLD_INODE_SIZE;
         if isize > GOOD_OLD_INODE_SIZE {
             let extra = raw.get(0x80..0x82).map_or(0, |b| u16::from_le_bytes([b[0], b[1]])) as usize;
@@ -424,5 +424,5 @@ fn set_iblocks(vol: &Volume, inode: &mut Inode, blocks: u64) {
     let total = blocks + u64::from(inode.file_acl() != 0);
     inode.base.blocks_lo = 0;
     inode.base.blocks_high = 0;
-    super::bmap_write::add_blocks(inode, total, vol.block_size);
+    super::bmap_write::add_blocks(inode, total, vol.block_size());
 }

@@ -29,14 +29,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ext4kit_format::superblock::{Superblock, STATE_ERROR, SUPERBLOCK_OFFSET};
 use parking_lot::Mutex;
 
+use crate::disk::Disk;
 use crate::error::{Error, Result};
-use crate::volume::Volume;
+use crate::superblock::SuperState;
 
 /// `EXT4_ERR_EFSCORRUPTED`: the code `s_first_error_errcode` /
 /// `s_last_error_errcode` store for corruption.
 const ERRCODE_EFSCORRUPTED: u8 = 5;
 
 /// What the volume knows of damage met while writing.
+///
+/// Locking: the flags are atomics (set once, never cleared while open);
+/// the first error's text has its own mutex, held only to read or set it.
 #[derive(Debug, Default)]
 pub struct FsErrors {
     failed: AtomicBool,
@@ -59,15 +63,10 @@ impl FsErrors {
     pub fn first(&self) -> Option<String> {
         self.first.lock().clone()
     }
-}
 
-impl Volume {
     /// The error a write meets once the volume is in the error state.
     pub fn refused_after_error(&self) -> Error {
-        let first = self
-            .fs_errors
-            .first()
-            .unwrap_or_else(|| "an operation failed part-way".into());
+        let first = self.first().unwrap_or_else(|| "an operation failed part-way".into());
         Error::corrupt_msg(
             "filesystem",
             "error state",
@@ -76,134 +75,64 @@ impl Volume {
     }
 
     /// Enter the error state because of `what` (see the module doc):
-    /// abort the journal, record the error in the superblock at home.
-    /// Returns whether this was the first error.
-    pub fn fs_error(&self, what: &str) -> bool {
-        if self.jbd.is_some() {
-            self.fs_errors.journal_aborted.store(true, Ordering::Release);
+    /// abort the journal when there is one (`journaled`), record the error
+    /// in the superblock `sup` and in its copy at home on `disk`. Returns
+    /// whether this was the first error.
+    pub fn record(&self, what: &str, journaled: bool, sup: &SuperState, disk: &Disk) -> bool {
+        if journaled {
+            self.journal_aborted.store(true, Ordering::Release);
         }
-        let first = !self.fs_errors.failed.swap(true, Ordering::AcqRel);
+        let first = !self.failed.swap(true, Ordering::AcqRel);
         {
-            let mut f = self.fs_errors.first.lock();
+            let mut f = self.first.lock();
             if f.is_none() {
                 *f = Some(what.to_string());
             }
         }
-        if let Err(e) = self.record_error_at_home() {
+        if let Err(e) = record_error_at_home(sup, disk) {
             // The error state holds in memory; the superblock could not
             // say so (a device error): nothing more to do than report.
             eprintln!("ext4kit: recording the error in the superblock failed: {e}");
         }
         first
     }
-
-    /// Set the error fields in the in-memory superblock and in the copy at
-    /// home (read, changed, written back: the home copy is the last
-    /// checkpointed one, and nothing uncommitted may reach it).
-    fn record_error_at_home(&self) -> Result<()> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let set = |sb: &mut Superblock| {
-            sb.state |= STATE_ERROR;
-            sb.error_count = sb.error_count.saturating_add(1);
-            let mut func = [0u8; 32];
-            func[..7].copy_from_slice(b"ext4kit");
-            if sb.first_error_time == 0 && sb.first_error_time_hi == 0 {
-                sb.first_error_time = now as u32;
-                sb.first_error_time_hi = (now >> 32) as u8;
-                sb.first_error_func = func;
-                sb.first_error_errcode = ERRCODE_EFSCORRUPTED;
-            }
-            sb.last_error_time = now as u32;
-            sb.last_error_time_hi = (now >> 32) as u8;
-            sb.last_error_func = func;
-            sb.last_error_errcode = ERRCODE_EFSCORRUPTED;
-        };
-        let _g = self.sb_lock.lock();
-        set(&mut self.sb.write());
-        if self.read_only {
-            return Ok(());
-        }
-        let mut raw = vec![0u8; Superblock::SIZE];
-        self.device()
-            .read_at(SUPERBLOCK_OFFSET, &mut raw)
-            .map_err(|e| Error::io("reading the superblock", e))?;
-        let mut sb = Superblock::parse(&raw).map_err(|e| Error::corrupt("superblock at byte 1024", e))?;
-        set(&mut sb);
-        self.device()
-            .write_at(SUPERBLOCK_OFFSET, &sb.to_bytes_with_checksum())
-            .map_err(|e| Error::io("writing the superblock", e))?;
-        self.device()
-            .flush()
-            .map_err(|e| Error::io("flushing the superblock", e))
-    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::volume::{scratch_volume, scratch_volume_unjournaled};
-
-    fn home_sb(v: &Volume) -> Superblock {
-        let mut raw = vec![0u8; Superblock::SIZE];
-        v.device().read_at(SUPERBLOCK_OFFSET, &mut raw).unwrap();
-        Superblock::parse(&raw).unwrap()
+/// Set the error fields in the in-memory superblock and in the copy at
+/// home (read, changed, written back: the home copy is the last
+/// checkpointed one, and nothing uncommitted may reach it).
+fn record_error_at_home(sup: &SuperState, disk: &Disk) -> Result<()> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let set = |sb: &mut Superblock| {
+        sb.state |= STATE_ERROR;
+        sb.error_count = sb.error_count.saturating_add(1);
+        let mut func = [0u8; 32];
+        func[..7].copy_from_slice(b"ext4kit");
+        if sb.first_error_time == 0 && sb.first_error_time_hi == 0 {
+            sb.first_error_time = now as u32;
+            sb.first_error_time_hi = (now >> 32) as u8;
+            sb.first_error_func = func;
+            sb.first_error_errcode = ERRCODE_EFSCORRUPTED;
+        }
+        sb.last_error_time = now as u32;
+        sb.last_error_time_hi = (now >> 32) as u8;
+        sb.last_error_func = func;
+        sb.last_error_errcode = ERRCODE_EFSCORRUPTED;
+    };
+    let _g = sup.update_lock();
+    set(&mut sup.write());
+    if disk.read_only() {
+        return Ok(());
     }
-
-    /// A handle that changed a block and then met damage: nothing of it is
-    /// committed, the error is recorded at home, later writes are refused.
-    #[test]
-    fn damage_met_half_way_aborts_the_journal_and_refuses_writes() {
-        let v = scratch_volume();
-        let blk = v.groups[0].meta.2 + 100; // unused inode-table block
-        let mut before = vec![0u8; v.block_size];
-        v.read_raw(blk, &mut before).unwrap();
-        let r: Result<()> = (|| {
-            let mut h = v.begin()?;
-            h.modify(blk, |d| {
-                d[9] ^= 0x5a;
-                Ok(())
-            })?;
-            Err(Error::corrupt_msg("block 1234", "extent index", "a made-up node"))
-        })();
-        assert!(r.is_err());
-        assert!(v.fs_errors.failed() && v.fs_errors.journal_aborted());
-        let sb = home_sb(&v);
-        assert_ne!(sb.state & STATE_ERROR, 0, "the error bit is set at home");
-        assert_eq!(sb.error_count, 1);
-        assert_eq!(&sb.first_error_func[..7], b"ext4kit");
-        let e = v.begin().expect_err("writes are refused").to_string();
-        assert!(e.contains("run e2fsck") && e.contains("damage"), "{e}");
-        assert!(v.commit_running().is_err(), "the aborted journal commits nothing");
-        let mut after = vec![0u8; v.block_size];
-        v.read_raw(blk, &mut after).unwrap();
-        assert_eq!(before, after, "the half-made change never reached home");
-        let j = crate::journal::open_journal(v.device()).unwrap();
-        let plan = ext4kit_jbd2::recover(&j);
-        assert!(
-            !plan.replay.contains_key(&blk),
-            "the half-made change is not in the log"
-        );
-    }
-
-    /// An ENOSPC (not damage) half-way keeps today's behaviour: no error
-    /// state, the handle's blocks are kept.
-    #[test]
-    fn a_handle_dropped_for_another_error_does_not_abort() {
-        let v = scratch_volume_unjournaled();
-        let blk = v.groups[0].meta.2 + 100;
-        let r: Result<()> = (|| {
-            let mut h = v.begin()?;
-            h.modify(blk, |d| {
-                d[9] ^= 0x5a;
-                Ok(())
-            })?;
-            Err(Error::posix(crate::error::Errno::ENOSPC, "full"))
-        })();
-        assert!(r.is_err());
-        assert!(!v.fs_errors.failed());
-        assert!(v.begin().is_ok());
-        assert_eq!(home_sb(&v).state & STATE_ERROR, 0);
-    }
+    let dev = disk.device();
+    let mut raw = vec![0u8; Superblock::SIZE];
+    dev.read_at(SUPERBLOCK_OFFSET, &mut raw)
+        .map_err(|e| Error::io("reading the superblock", e))?;
+    let mut sb = Superblock::parse(&raw).map_err(|e| Error::corrupt("superblock at byte 1024", e))?;
+    set(&mut sb);
+    dev.write_at(SUPERBLOCK_OFFSET, &sb.to_bytes_with_checksum())
+        .map_err(|e| Error::io("writing the superblock", e))?;
+    dev.flush().map_err(|e| Error::io("flushing the superblock", e))
 }

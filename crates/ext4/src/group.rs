@@ -1,51 +1,264 @@
-//! Block group bookkeeping on the write side: writing descriptors back
-//! (with their checksum) and the bitmap checksums they carry.
+//! The block group descriptor table (the kernel's `s_group_desc` and
+//! `ext4_group_info`): each group's descriptor behind its own lock, where
+//! its bitmaps and inode table are, what the allocators learnt of its
+//! bitmaps, and the checksums a descriptor and its bitmaps carry.
 //!
-//! Locking: callers hold the group's descriptor write lock (the group lock)
-//! across reading a bitmap, changing it, and updating the descriptor, so
-//! allocations in one group are serialised and different groups never
-//! contend.
+//! Locking: each group's descriptor `RwLock` is the group lock. Allocation
+//! in a group holds its write lock across reading a bitmap, changing it and
+//! updating the descriptor, so allocations in one group are serialised and
+//! different groups never contend. Where a group's metadata lies is fixed
+//! for the life of the filesystem, so layout questions take no lock; the
+//! hints and bitmap states are atomics read without the group lock.
+
+use std::sync::atomic::{AtomicU32, AtomicU8};
 
 use ext4kit_format::checksum::crc32c;
-use ext4kit_format::features::ro_compat;
-use ext4kit_format::group_desc::{GdCsum, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+use ext4kit_format::group_desc::{GdCsum, GroupDesc};
+use ext4kit_format::superblock::Superblock;
+use parking_lot::RwLock;
 
-use super::transaction::Handle;
-use super::volume::Volume;
-use crate::error::Result;
+use crate::disk::Disk;
+use crate::error::{annotate, Error, Result};
+use crate::geometry::Geometry;
 
-impl Volume {
-    /// How this filesystem checksums its descriptors.
-    pub fn gd_csum(&self) -> GdCsum {
-        let sb = self.sb.read();
-        if let Some(seed) = self.csum_seed {
+/// [`Group::bitmap_state`]: the block bitmap was checked.
+pub const BITMAP_BLOCK_CHECKED: u8 = 1;
+/// [`Group::bitmap_state`]: the block bitmap disagrees with the descriptor.
+pub const BITMAP_BLOCK_CORRUPT: u8 = 2;
+/// [`Group::bitmap_state`]: the inode bitmap was checked.
+pub const BITMAP_INODE_CHECKED: u8 = 4;
+/// [`Group::bitmap_state`]: the inode bitmap disagrees with the descriptor
+/// or marks a live inode free.
+pub const BITMAP_INODE_CORRUPT: u8 = 8;
+
+/// One block group's descriptor, behind its own lock (per-group locking:
+/// allocation in different groups never contends).
+#[derive(Debug)]
+pub struct Group {
+    /// The descriptor as last read or written. Its write lock is the group
+    /// lock: allocation in the group holds it while changing bitmaps.
+    desc: RwLock<GroupDesc>,
+    /// Block of the primary descriptor table that holds this descriptor.
+    desc_block: u64,
+    /// Byte offset of the descriptor in that block.
+    desc_offset: usize,
+    /// Where the group's block bitmap, inode bitmap and inode table are.
+    /// Fixed for the life of the filesystem (only an offline resize moves
+    /// them), so layout questions never take any group lock — which is
+    /// what lets one group's allocator ask about every other group's
+    /// metadata while holding its own lock without a lock-order deadlock.
+    meta: (u64, u64, u64),
+    /// No inode of the group below this index is free: the inode allocator
+    /// starts its bitmap scan here instead of at bit 0. With 32,768 inodes
+    /// in a group a scan from 0 reads up to 4 KiB of bitmap per create, a
+    /// cost that grows as the group fills (a create storm's per-create
+    /// cost grew with the group's fill). Read and written only under
+    /// `desc`'s write lock; an atomic so the struct needs no second lock. A
+    /// hint, never trusted for correctness: a scan that finds nothing above
+    /// it rescans from the start.
+    inode_hint: AtomicU32,
+    /// What the allocators learnt of this group's bitmaps (`BITMAP_*`
+    /// bits): checked once per open against the descriptor's free counts,
+    /// and found inconsistent — the kernel's
+    /// `EXT4_GROUP_INFO_BBITMAP_CORRUPT` / `IBITMAP_CORRUPT`, after which
+    /// nothing is allocated from the group until e2fsck has repaired it.
+    bitmap_state: AtomicU8,
+}
+
+impl Group {
+    /// The descriptor; its write lock is the group lock.
+    #[inline]
+    pub fn desc(&self) -> &RwLock<GroupDesc> {
+        &self.desc
+    }
+
+    /// Block of the primary descriptor table that holds this descriptor.
+    #[inline]
+    pub fn desc_block(&self) -> u64 {
+        self.desc_block
+    }
+
+    /// Byte offset of the descriptor in [`Self::desc_block`].
+    #[inline]
+    pub fn desc_offset(&self) -> usize {
+        self.desc_offset
+    }
+
+    /// Block bitmap, inode bitmap and inode table locations (fixed while
+    /// open; no lock).
+    #[inline]
+    pub fn meta(&self) -> (u64, u64, u64) {
+        self.meta
+    }
+
+    /// Where the group's block bitmap is.
+    #[inline]
+    pub fn block_bitmap(&self) -> u64 {
+        self.meta.0
+    }
+
+    /// Where the group's inode bitmap is.
+    #[inline]
+    pub fn inode_bitmap(&self) -> u64 {
+        self.meta.1
+    }
+
+    /// Where the group's inode table starts.
+    #[inline]
+    pub fn inode_table(&self) -> u64 {
+        self.meta.2
+    }
+
+    /// The first inode index that may be free (see the field's doc).
+    #[inline]
+    pub fn inode_hint(&self) -> &AtomicU32 {
+        &self.inode_hint
+    }
+
+    /// What the allocators learnt of the bitmaps (`BITMAP_*` bits).
+    #[inline]
+    pub fn bitmap_state(&self) -> &AtomicU8 {
+        &self.bitmap_state
+    }
+}
+
+/// The group descriptor table (see the module doc).
+#[derive(Debug)]
+pub struct GroupTable {
+    groups: Vec<Group>,
+    csum: GdCsum,
+    desc_size: usize,
+    csum_seed: Option<u32>,
+    inode_bitmap_bytes: usize,
+    block_bitmap_bytes: usize,
+    /// Where file inodes went last when their parent's group was full
+    /// (the search for the next one starts there; see `alloc_inode`).
+    inode_overflow: AtomicU32,
+}
+
+impl GroupTable {
+    /// Read the primary descriptor table of the filesystem `sb` describes,
+    /// checking each descriptor's checksum and that its bitmaps and inode
+    /// table lie inside the filesystem.
+    pub fn load(disk: &Disk, geo: &Geometry, sb: &Superblock) -> Result<GroupTable> {
+        let ngroups = geo.group_count();
+        let dsz = geo.desc_size();
+        let per_block = geo.block_size() / dsz;
+        let csum = if let Some(seed) = geo.csum_seed() {
             GdCsum::Crc32c { seed }
         } else if sb.gdt_csum() {
             GdCsum::Crc16 { uuid: sb.uuid }
         } else {
             GdCsum::None
+        };
+        let meta_bg = geo.has_incompat(ext4kit_format::features::incompat::META_BG);
+        let first_meta_bg = sb.first_meta_bg as u64;
+        let nblocks = (ngroups as usize).div_ceil(per_block);
+        let mut out = Vec::with_capacity(ngroups as usize);
+        let mut buf = vec![0u8; geo.block_size()];
+        for b in 0..nblocks as u64 {
+            let blk = if meta_bg && b >= first_meta_bg {
+                let g = b * per_block as u64;
+                geo.group_first_block(g) + u64::from(sb.group_has_super(g))
+            } else {
+                geo.first_data_block() + 1 + b
+            };
+            disk.read_raw(blk, &mut buf)
+                .map_err(|e| annotate(e, &format!("group descriptor block {blk}")))?;
+            for i in 0..per_block {
+                let g = b as usize * per_block + i;
+                if g >= ngroups as usize {
+                    break;
+                }
+                let raw = &buf[i * dsz..(i + 1) * dsz];
+                let gd = GroupDesc::parse(raw, dsz, g as u32, csum)
+                    .map_err(|e| Error::corrupt(format!("group descriptor {g} (block {blk})"), e))?;
+                for (what, at) in [
+                    ("block bitmap", gd.block_bitmap()),
+                    ("inode bitmap", gd.inode_bitmap()),
+                    ("inode table", gd.inode_table()),
+                ] {
+                    if at >= geo.blocks_count() || at < geo.first_data_block() {
+                        return Err(Error::corrupt_msg(
+                            format!("group descriptor {g}"),
+                            "group descriptor",
+                            format!("{what} at block {at} is outside the filesystem"),
+                        ));
+                    }
+                }
+                let meta = (gd.block_bitmap(), gd.inode_bitmap(), gd.inode_table());
+                out.push(Group {
+                    desc: RwLock::new(gd),
+                    desc_block: blk,
+                    desc_offset: i * dsz,
+                    meta,
+                    inode_hint: AtomicU32::new(0),
+                    bitmap_state: AtomicU8::new(0),
+                });
+            }
         }
+        Ok(GroupTable {
+            groups: out,
+            csum,
+            desc_size: dsz,
+            csum_seed: geo.csum_seed(),
+            inode_bitmap_bytes: (geo.inodes_per_group() as usize).div_ceil(8),
+            block_bitmap_bytes: (geo.blocks_per_group() as usize).div_ceil(8),
+            inode_overflow: AtomicU32::new(0),
+        })
     }
 
-    /// Write descriptor `g` (as `gd`) into its descriptor-table block.
-    pub fn write_group_desc(&self, h: &mut Handle<'_>, g: usize, gd: &GroupDesc) -> Result<()> {
-        let grp = &self.groups[g];
-        let dsz = self.sb.read().desc_size();
-        let csum = self.gd_csum();
-        let off = grp.desc_offset;
-        h.modify(grp.desc_block, |d| {
-            gd.write_sized_into(&mut d[off..off + dsz], g as u32, csum);
-            Ok(())
-        })
+    /// Number of groups.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Whether there are no groups (never, on an open filesystem).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Group `g`, if there is one.
+    #[inline]
+    pub fn get(&self, g: usize) -> Option<&Group> {
+        self.groups.get(g)
+    }
+
+    /// Every group, in order.
+    #[inline]
+    pub fn iter(&self) -> std::slice::Iter<'_, Group> {
+        self.groups.iter()
+    }
+
+    /// Where file inodes went last when their parent's group was full.
+    #[inline]
+    pub fn inode_overflow(&self) -> &AtomicU32 {
+        &self.inode_overflow
+    }
+
+    /// How this filesystem checksums its descriptors (fixed at open: the
+    /// seed or UUID it uses does not change while the filesystem is open).
+    #[inline]
+    pub fn gd_csum(&self) -> GdCsum {
+        self.csum
+    }
+
+    /// Encode descriptor `g` (as `gd`, with its checksum) into `block`, the
+    /// contents of its descriptor-table block ([`Group::desc_block`]).
+    pub fn encode_desc(&self, g: usize, gd: &GroupDesc, block: &mut [u8]) {
+        let off = self.groups[g].desc_offset;
+        gd.write_sized_into(&mut block[off..off + self.desc_size], g as u32, self.csum);
     }
 
     /// Store the checksum of an inode bitmap in its descriptor
     /// (`bg_inode_bitmap_csum`: crc32c over inodes_per_group bits).
     pub fn set_inode_bitmap_csum(&self, gd: &mut GroupDesc, bitmap: &[u8]) {
         if let Some(seed) = self.csum_seed {
-            let c = crc32c(seed, &bitmap[..(self.inodes_per_group as usize).div_ceil(8)]);
+            let c = crc32c(seed, &bitmap[..self.inode_bitmap_bytes]);
             gd.inode_bitmap_csum_lo = c as u16;
-            if self.sb.read().desc_size() >= 64 {
+            if self.desc_size >= 64 {
                 gd.inode_bitmap_csum_hi = (c >> 16) as u16;
             }
         }
@@ -55,208 +268,29 @@ impl Volume {
     /// (`bg_block_bitmap_csum`: crc32c over clusters_per_group bits).
     pub fn set_block_bitmap_csum(&self, gd: &mut GroupDesc, bitmap: &[u8]) {
         if let Some(seed) = self.csum_seed {
-            let c = crc32c(seed, &bitmap[..(self.blocks_per_group as usize).div_ceil(8)]);
+            let c = crc32c(seed, &bitmap[..self.block_bitmap_bytes]);
             gd.block_bitmap_csum_lo = c as u16;
-            if self.sb.read().desc_size() >= 64 {
+            if self.desc_size >= 64 {
                 gd.block_bitmap_csum_hi = (c >> 16) as u16;
             }
         }
     }
+}
 
-    /// Write the primary superblock with free counts summed from the groups
-    /// (the kernel keeps them in per-cpu counters and writes them the same
-    /// way at sync time).
-    pub fn sync_super(&self) -> Result<()> {
-        if self.jbd.is_some() && !self.read_only {
-            // Journaled like any metadata: the orphan chain's head lives
-            // here, and must change in the same transaction as the links.
-            let mut h = self.begin()?;
-            self.journal_super(&mut h)?;
-            return h.commit();
-        }
-        let _g = self.sb_lock.lock();
-        let bytes = self.super_bytes();
-        if self.read_only {
-            return Ok(());
-        }
-        self.device()
-            .write_at(ext4kit_format::superblock::SUPERBLOCK_OFFSET, &bytes)
-            .map_err(|e| crate::error::Error::io("writing the superblock", e))
+impl std::ops::Index<usize> for GroupTable {
+    type Output = Group;
+
+    #[inline]
+    fn index(&self, g: usize) -> &Group {
+        &self.groups[g]
     }
 }
 
-impl Volume {
-    /// The superblock as it would be written now: the in-memory copy with
-    /// the free counts summed from the groups (plus `count_bias`).
-    fn super_bytes(&self) -> Vec<u8> {
-        let (mut fb, mut fi) = (0u64, 0u64);
-        for grp in &self.groups {
-            let gd = grp.desc.read();
-            fb += gd.free_blocks_count() as u64;
-            fi += gd.free_inodes_count() as u64;
-        }
-        let (bb, bi) = self.count_bias;
-        let fb = (fb as i64).saturating_add(bb).clamp(0, self.blocks_count as i64) as u64;
-        let fi = (fi as i64).saturating_add(bi).clamp(0, self.inodes_count as i64) as u64;
-        let mut sb = self.sb.write();
-        sb.free_blocks_count_lo = fb as u32;
-        if self.has_incompat(ext4kit_format::features::incompat::BIT64) {
-            sb.free_blocks_count_hi = (fb >> 32) as u32;
-        }
-        sb.free_inodes_count = fi as u32;
-        sb.to_bytes_with_checksum()
-    }
+impl<'a> IntoIterator for &'a GroupTable {
+    type Item = &'a Group;
+    type IntoIter = std::slice::Iter<'a, Group>;
 
-    /// At open: how far the superblock's free counts should stay from the
-    /// groups' sums. The kernel writes the sums (its per-cpu counters are
-    /// initialised from the descriptors), and so did we; but when a
-    /// group's count is damaged — it disagrees with the group's bitmap —
-    /// the superblock's own count is the one e2fsck agrees with, and
-    /// summing would put the damage into it at the next superblock write
-    /// (a new "Free blocks count wrong" from any operation at all). So the
-    /// difference found at open is kept, and the superblock moves by what
-    /// the groups move. When every group agrees with its bitmap the
-    /// superblock is the stale one (a crash, say) and the sums are written,
-    /// as the kernel's. Reads every bitmap only when the counts differ.
-    pub(crate) fn damaged_count_bias(&self) -> (i64, i64) {
-        let (mut fb, mut fi) = (0i64, 0i64);
-        for grp in &self.groups {
-            let gd = grp.desc.read();
-            fb += gd.free_blocks_count() as i64;
-            fi += gd.free_inodes_count() as i64;
-        }
-        let (sb_b, sb_i) = {
-            let sb = self.sb.read();
-            (sb.free_blocks_count() as i64, sb.free_inodes_count as i64)
-        };
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
-        let mut bias = (0, 0);
-        if sb_b != fb {
-            let lying = (0..self.groups.len()).any(|g| {
-                let gd = *self.groups[g].desc.read();
-                if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
-                    return false;
-                }
-                match self.block_bitmap_of(g, &gd) {
-                    Ok((bm, _)) => !self.block_bitmap_usable(g, &gd, &bm),
-                    Err(_) => true,
-                }
-            });
-            if lying {
-                bias.0 = sb_b - fb;
-            }
-        }
-        if sb_i != fi {
-            let lying = (0..self.groups.len()).any(|g| {
-                let gd = *self.groups[g].desc.read();
-                if csum_groups && gd.flags & BG_INODE_UNINIT != 0 {
-                    return false;
-                }
-                match self.buffer(gd.inode_bitmap()) {
-                    Ok(bm) => !self.inode_bitmap_usable(g, &gd, &bm.data),
-                    Err(_) => true,
-                }
-            });
-            if lying {
-                bias.1 = sb_i - fi;
-            }
-        }
-        bias
-    }
-
-    /// Write the superblock through `h` (a journaled volume): bytes
-    /// 1024..2048 of the block that holds them (block 0, or block 1 with
-    /// 1 KiB blocks), so that it changes in `h`'s transaction.
-    pub fn journal_super(&self, h: &mut crate::transaction::Handle<'_>) -> Result<()> {
-        let _g = self.sb_lock.lock();
-        let bytes = self.super_bytes();
-        let at = ext4kit_format::superblock::SUPERBLOCK_OFFSET as usize % self.block_size;
-        h.modify_superblock_block(|d| {
-            d[at..at + bytes.len()].copy_from_slice(&bytes);
-            Ok(())
-        })
-    }
-}
-
-/// Test bit `i` of a bitmap.
-pub fn test_bit(bm: &[u8], i: usize) -> bool {
-    bm[i / 8] & (1 << (i % 8)) != 0
-}
-
-/// Set bit `i` of a bitmap.
-pub fn set_bit(bm: &mut [u8], i: usize) {
-    bm[i / 8] |= 1 << (i % 8);
-}
-
-/// Clear bit `i` of a bitmap.
-pub fn clear_bit(bm: &mut [u8], i: usize) {
-    bm[i / 8] &= !(1 << (i % 8));
-}
-
-/// First clear bit in `bm[from..limit]`.
-pub fn find_zero(bm: &[u8], from: usize, limit: usize) -> Option<usize> {
-    // A word at a time where whole words fit: an inode bitmap fills from
-    // the front, so a create storm scans ever further into the group, and a
-    // bit-at-a-time scan made every create pay for all its predecessors.
-    let limit = limit.min(bm.len() * 8);
-    let mut i = from;
-    while i < limit {
-        if i.is_multiple_of(64) && i + 64 <= limit {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&bm[i / 8..i / 8 + 8]);
-            let w = u64::from_le_bytes(w);
-            if w == u64::MAX {
-                i += 64;
-                continue;
-            }
-            return Some(i + (!w).trailing_zeros() as usize);
-        }
-        if !test_bit(bm, i) {
-            return Some(i);
-        }
-        i += 1;
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bits() {
-        let mut b = vec![0xffu8, 0xff, 0b1110_1111, 0];
-        assert_eq!(find_zero(&b, 0, 32), Some(20));
-        set_bit(&mut b, 20);
-        assert_eq!(find_zero(&b, 0, 24), None);
-        assert_eq!(find_zero(&b, 0, 32), Some(24));
-        clear_bit(&mut b, 3);
-        assert_eq!(find_zero(&b, 0, 32), Some(3));
-        assert!(test_bit(&b, 20));
-    }
-
-    /// The word-at-a-time scan agrees with a bit-at-a-time one for every
-    /// start, limit and fill pattern (full words, partial words, tails).
-    #[test]
-    fn find_zero_matches_bitwise_scan() {
-        let naive = |bm: &[u8], from: usize, limit: usize| (from..limit.min(bm.len() * 8)).find(|&i| !test_bit(bm, i));
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
-        for round in 0..200 {
-            let mut bm = vec![0xffu8; 40];
-            // Clear a few random bits (none in some rounds).
-            for _ in 0..round % 4 {
-                clear_bit(&mut bm, rng.random_range(0..320));
-            }
-            for from in [0, 1, 7, 63, 64, 65, 130, 319] {
-                for limit in [0, 64, 100, 128, 200, 320, 400] {
-                    assert_eq!(
-                        find_zero(&bm, from, limit),
-                        naive(&bm, from, limit),
-                        "round {round} from {from} limit {limit}"
-                    );
-                }
-            }
-        }
+    fn into_iter(self) -> Self::IntoIter {
+        self.groups.iter()
     }
 }

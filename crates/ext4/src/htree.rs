@@ -78,7 +78,7 @@ fn dx_chain_continues(path: &DxPath, hash: u32) -> bool {
 
 impl Volume {
     fn largedir(&self) -> bool {
-        self.has_incompat(incompat::LARGEDIR)
+        self.geo().has_incompat(incompat::LARGEDIR)
     }
 
     /// Block 0 of an indexed directory, validated as a dx root once.
@@ -90,8 +90,8 @@ impl Volume {
                 "block 0 is a hole",
             ));
         };
-        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
-        let (bs, large) = (self.block_size, self.largedir());
+        let seed = self.geo().inode_seed(dir.ino, dir.inode.base.generation);
+        let (bs, large) = (self.block_size(), self.largedir());
         buf.check_once(|d| htree::parse_root(d, bs, large, seed).map(|_| ()))
             .map_err(|e| {
                 Error::corrupt(
@@ -107,8 +107,8 @@ impl Volume {
         let Some(buf) = self.dir_block_raw(dir, lblk)? else {
             return Err(Error::corrupt_msg(loc(), "htree node", "points at a hole"));
         };
-        let seed = self.inode_seed(dir.ino, dir.inode.base.generation);
-        let bs = self.block_size;
+        let seed = self.geo().inode_seed(dir.ino, dir.inode.base.generation);
+        let bs = self.block_size();
         buf.check_once(|d| htree::parse_node(d, bs, seed).map(|_| ()))
             .map_err(|e| Error::corrupt(loc(), e))?;
         buf.dx_index(|d| htree::parse_node(d, bs, None).map(|i| (None, i)))
@@ -124,19 +124,19 @@ impl Volume {
         let rootbuf = self
             .dx_root_block(dir)?
             .ok_or_else(|| Error::corrupt_msg(loc(), "htree root", "missing"))?;
-        let (bs, large) = (self.block_size, self.largedir());
+        let (bs, large) = (self.block_size(), self.largedir());
         let (info, index) = rootbuf
             .dx_index(|d| htree::parse_root(d, bs, large, None).map(|r| (Some(r.info), r.index)))
             .map_err(|e| Error::corrupt(loc(), e))?;
         let info = info.ok_or_else(|| Error::corrupt_msg(loc(), "htree root", "decoded as an index node"))?;
-        let version = HashVersion::from_root(info.hash_version, self.unsigned_hash).ok_or_else(|| {
+        let version = HashVersion::from_root(info.hash_version, self.geo().unsigned_hash()).ok_or_else(|| {
             Error::corrupt_msg(
                 loc(),
                 "htree root",
                 format!("unknown hash version {}", info.hash_version),
             )
         })?;
-        let (hash, _minor) = dx_hash(name, version, &self.hash_seed);
+        let (hash, _minor) = dx_hash(name, version, self.geo().hash_seed());
         let levels = info.indirect_levels as usize;
         let mut path = DxPath::new();
         let i = index.find(hash);
@@ -237,7 +237,7 @@ impl Volume {
     /// an [`InsertHint`] for `add_link` (leaves read as a writer's).
     pub(crate) fn dx_find_for_create<'n>(&self, dir: DirRef<'_>, name: &'n [u8]) -> Result<CreateLookup<'n>> {
         let probe = self.dx_probe(dir, name)?;
-        let (limit, fmt) = (self.leaf_limit(), self.dir_format());
+        let (limit, fmt) = (self.leaf_limit(), self.geo().dir_format());
         let need = ext4kit_format::dirent::rec_len_for(name.len());
         let leaf = self.dx_child(dir, probe.path.last())?;
         let first = self.with_leaf(dir, leaf, LeafAccess::Write, |pblk, d| {

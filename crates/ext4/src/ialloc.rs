@@ -15,9 +15,10 @@ use ext4kit_format::features::{incompat, ro_compat};
 use ext4kit_format::group_desc::{GroupDesc, BG_INODE_UNINIT, BG_INODE_ZEROED};
 use ext4kit_format::inode::{flags, FileType, Inode, InodeBase, InodeExtra, TimeField, Timestamp};
 
-use super::group::{find_zero, set_bit, test_bit};
+use super::bitmap::{find_zero, set_bit, test_bit};
+use super::group::{BITMAP_INODE_CHECKED, BITMAP_INODE_CORRUPT};
 use super::transaction::Handle;
-use super::volume::{Volume, BITMAP_INODE_CHECKED, BITMAP_INODE_CORRUPT};
+use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
 
 /// Generation numbers for new inodes (distinguishes reuses of a number).
@@ -75,7 +76,7 @@ pub fn inherited_flags(ftype: FileType, parent_flags: u32) -> u32 {
 impl Volume {
     /// Where inode `ino`'s record is: (block, byte offset in it).
     pub fn inode_location(&self, ino: u32) -> Result<(u64, usize)> {
-        if ino == 0 || ino > self.inodes_count {
+        if ino == 0 || ino > self.geo().inodes_count() {
             return Err(Error::corrupt_msg(
                 format!("inode {ino}"),
                 "inode number",
@@ -83,13 +84,13 @@ impl Volume {
             ));
         }
         let idx = ino - 1;
-        let g = (idx / self.inodes_per_group) as usize;
-        let i = idx % self.inodes_per_group;
-        let table = self.groups[g].meta.2;
-        let off = i as u64 * self.inode_size as u64;
+        let g = (idx / self.geo().inodes_per_group()) as usize;
+        let i = idx % self.geo().inodes_per_group();
+        let table = self.groups()[g].inode_table();
+        let off = i as u64 * self.geo().inode_size() as u64;
         Ok((
-            table + off / self.block_size as u64,
-            (off % self.block_size as u64) as usize,
+            table + off / self.block_size() as u64,
+            (off % self.block_size() as u64) as usize,
         ))
     }
 
@@ -99,7 +100,7 @@ impl Volume {
     /// mutex so that it cannot go stale on the way.
     pub fn write_inode(&self, h: &mut Handle<'_>, ino: u32, inode: &Inode) -> Result<()> {
         if inode.base.links_count == 0 {
-            let links = self.orphans.lock();
+            let links = self.orphans().lock();
             if links.contains_key(&ino) {
                 return self.write_inode_linked(h, ino, inode, &links);
             }
@@ -110,15 +111,15 @@ impl Volume {
     /// Write inode `ino` exactly as given.
     pub(crate) fn write_inode_raw(&self, h: &mut Handle<'_>, ino: u32, inode: &Inode) -> Result<()> {
         let (blk, off) = self.inode_location(ino)?;
-        let n = self.inode_size;
+        let n = self.geo().inode_size();
         if inode.record_len() != n {
             return Err(Error::posix(
                 Errno::EINVAL,
                 format!("inode {ino}: record of {} bytes", inode.record_len()),
             ));
         }
-        self.stats.inode_writes.fetch_add(1, Ordering::Relaxed);
-        let csum = self.csum_seed.map(|s| (ino, s));
+        self.stats().count_inode_write();
+        let csum = self.geo().csum_seed().map(|s| (ino, s));
         h.modify(blk, |d| {
             inode.write_into(&mut d[off..off + n], csum);
             Ok(())
@@ -137,7 +138,7 @@ impl Volume {
         base.generation = GENERATION.fetch_add(1, Ordering::Relaxed);
         base.flags = inherited_flags(n.ftype, n.parent.0);
         let extents =
-            self.has_incompat(incompat::EXTENTS) && matches!(n.ftype, FileType::Regular | FileType::Directory);
+            self.geo().has_incompat(incompat::EXTENTS) && matches!(n.ftype, FileType::Regular | FileType::Directory);
         if extents {
             base.flags |= flags::EXTENTS;
             let h = ExtentHeader {
@@ -149,7 +150,7 @@ impl Volume {
             };
             h.serialize_into(&mut base.block);
         }
-        let tail_len = self.inode_size - 128;
+        let tail_len = self.geo().inode_size() - 128;
         let mut extra = InodeExtra::parse_raw(&[0u8; 32]);
         if tail_len >= 32 {
             // s_want_extra_isize is 32 on every mke2fs 1.47 image.
@@ -173,8 +174,8 @@ impl Volume {
 
     /// Allocate an inode number near `parent_ino`.
     pub fn alloc_inode(&self, h: &mut Handle<'_>, parent_ino: u32, dir: bool) -> Result<u32> {
-        let ngroups = self.groups.len();
-        let parent_group = ((parent_ino.max(1) - 1) / self.inodes_per_group) as usize % ngroups;
+        let ngroups = self.groups().len();
+        let parent_group = ((parent_ino.max(1) - 1) / self.geo().inodes_per_group()) as usize % ngroups;
         if dir {
             for g in self.dir_group_order(parent_group) {
                 if let Some(ino) = self.alloc_inode_in(h, g, dir)? {
@@ -192,15 +193,15 @@ impl Volume {
         if let Some(ino) = self.alloc_inode_in(h, parent_group, false)? {
             return Ok(ino);
         }
-        let hint = self.inode_overflow_group.load(Ordering::Relaxed) as usize;
+        let hint = self.groups().inode_overflow().load(Ordering::Relaxed) as usize;
         for k in 0..ngroups {
             let g = (hint + k) % ngroups;
             // Full groups are skipped under the shared lock.
-            if g == parent_group || self.groups[g].desc.read().free_inodes_count() == 0 {
+            if g == parent_group || self.groups()[g].desc().read().free_inodes_count() == 0 {
                 continue;
             }
             if let Some(ino) = self.alloc_inode_in(h, g, false)? {
-                self.inode_overflow_group.store(g as u32, Ordering::Relaxed);
+                self.groups().inode_overflow().store(g as u32, Ordering::Relaxed);
                 return Ok(ino);
             }
         }
@@ -210,8 +211,8 @@ impl Volume {
     /// ENOSPC — or, when groups were skipped for a damaged inode bitmap,
     /// the damage, which is what hides the free inodes.
     fn no_free_inodes(&self) -> Error {
-        let bad: Vec<usize> = (0..self.groups.len())
-            .filter(|&g| self.groups[g].bitmap_state.load(Ordering::Relaxed) & BITMAP_INODE_CORRUPT != 0)
+        let bad: Vec<usize> = (0..self.groups().len())
+            .filter(|&g| self.groups()[g].bitmap_state().load(Ordering::Relaxed) & BITMAP_INODE_CORRUPT != 0)
             .collect();
         if bad.is_empty() {
             return Error::posix(Errno::ENOSPC, "no free inodes left on the filesystem");
@@ -224,12 +225,12 @@ impl Volume {
     }
 
     fn dir_group_order(&self, start: usize) -> Vec<usize> {
-        let n = self.groups.len();
+        let n = self.groups().len();
         let stats: Vec<(u32, u32)> = self
-            .groups
+            .groups()
             .iter()
             .map(|g| {
-                let d = g.desc.read();
+                let d = g.desc().read();
                 (d.free_inodes_count(), d.free_blocks_count())
             })
             .collect();
@@ -246,17 +247,17 @@ impl Volume {
     }
 
     fn alloc_inode_in(&self, h: &mut Handle<'_>, g: usize, dir: bool) -> Result<Option<u32>> {
-        let grp = &self.groups[g];
-        let mut gd = grp.desc.write();
+        let grp = &self.groups()[g];
+        let mut gd = grp.desc().write();
         if gd.free_inodes_count() == 0 {
             return Ok(None);
         }
-        let ipg = self.inodes_per_group as usize;
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let ipg = self.geo().inodes_per_group() as usize;
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let uninit = csum_groups && gd.flags & BG_INODE_UNINIT != 0;
         let bm_blk = gd.inode_bitmap();
         let first = if g == 0 {
-            self.sb.read().first_ino() as usize - 1
+            self.sb().read().first_ino() as usize - 1
         } else {
             0
         };
@@ -273,15 +274,15 @@ impl Volume {
         let hint = if uninit {
             first
         } else {
-            (grp.inode_hint.load(Ordering::Relaxed) as usize).max(first)
+            (grp.inode_hint().load(Ordering::Relaxed) as usize).max(first)
         };
         let take = |bitmap: &mut [u8], new: &mut GroupDesc| -> Result<(usize, bool)> {
             let i = find_zero(bitmap, hint, ipg)
                 .or_else(|| find_zero(bitmap, first, hint))
                 .ok_or_else(full)?;
             set_bit(bitmap, i);
-            self.set_inode_bitmap_csum(new, bitmap);
-            let per_block = (self.block_size / self.inode_size).max(1);
+            self.groups().set_inode_bitmap_csum(new, bitmap);
+            let per_block = (self.block_size() / self.geo().inode_size()).max(1);
             let start = i / per_block * per_block;
             let alone = (start..(start + per_block).min(ipg)).all(|k| k == i || !test_bit(bitmap, k));
             Ok((i, alone))
@@ -303,8 +304,8 @@ impl Volume {
                 if !past_mark {
                     let ino = (g * ipg + i + 1) as u32;
                     if let Some(why) = self.live_record(ino)? {
-                        self.groups[g]
-                            .bitmap_state
+                        self.groups()[g]
+                            .bitmap_state()
                             .fetch_or(BITMAP_INODE_CORRUPT, Ordering::Relaxed);
                         return Err(Error::corrupt_msg(
                             format!("inode {ino}"),
@@ -320,8 +321,8 @@ impl Volume {
         let (i, alone) = if uninit {
             // An uninitialised bitmap: no inode used; bits past the group's
             // inodes are padding and must read as set.
-            let mut b = vec![0u8; self.block_size];
-            for k in ipg..self.block_size * 8 {
+            let mut b = vec![0u8; self.block_size()];
+            for k in ipg..self.block_size() * 8 {
                 set_bit(&mut b, k);
             }
             let r = take(&mut b, &mut new)?;
@@ -363,7 +364,7 @@ impl Volume {
         // Bits below the old hint were set (the hint's rule), and the scan
         // passed set bits from there to `i`; or the rescan from `first`
         // found `i` first. Either way nothing below `i + 1` is free.
-        grp.inode_hint.store(i as u32 + 1, Ordering::Relaxed);
+        grp.inode_hint().store(i as u32 + 1, Ordering::Relaxed);
         Ok(Some((g * ipg + i + 1) as u32))
     }
 }
@@ -375,12 +376,12 @@ impl Volume {
     /// bitmap lies about). The kernel marks such a group
     /// `EXT4_GROUP_INFO_IBITMAP_CORRUPT` and allocates elsewhere.
     pub(crate) fn inode_bitmap_usable(&self, g: usize, gd: &GroupDesc, bm: &[u8]) -> bool {
-        let st = &self.groups[g].bitmap_state;
+        let st = self.groups()[g].bitmap_state();
         let s = st.load(Ordering::Relaxed);
         if s & BITMAP_INODE_CHECKED != 0 {
             return s & BITMAP_INODE_CORRUPT == 0;
         }
-        let ipg = self.inodes_per_group as usize;
+        let ipg = self.geo().inodes_per_group() as usize;
         let free = (0..ipg).filter(|&i| !test_bit(bm, i)).count() as u64;
         let ok = free == gd.free_inodes_count() as u64;
         st.fetch_or(
@@ -411,11 +412,11 @@ impl Volume {
     /// for a new inode. A create storm otherwise reads one inode-table
     /// block from the device every 4096 / inode_size creates.
     fn fresh_itable_block(&self, h: &mut Handle<'_>, g: usize, i: usize) -> Result<()> {
-        let (blk, _) = self.inode_location((g * self.inodes_per_group as usize + i + 1) as u32)?;
-        if self.bcache.contains(blk) {
+        let (blk, _) = self.inode_location((g * self.geo().inodes_per_group() as usize + i + 1) as u32)?;
+        if self.bcache().contains(blk) {
             return Ok(());
         }
-        h.overwrite(blk, vec![0u8; self.block_size].into_boxed_slice())
+        h.overwrite(blk, vec![0u8; self.block_size()].into_boxed_slice())
     }
 
     /// Set inode `ino`'s bitmap bit to `used` whatever it was, moving the
@@ -425,24 +426,24 @@ impl Volume {
     /// `ext2fs_mark_inode_bitmap2`: a fast commit carries inode records
     /// but not the bitmap. Returns whether the bit changed.
     pub(crate) fn set_inode_used(&self, h: &mut Handle<'_>, ino: u32, used: bool, dir: bool) -> Result<bool> {
-        if ino == 0 || ino > self.inodes_count {
+        if ino == 0 || ino > self.geo().inodes_count() {
             return Err(Error::corrupt_msg(
                 format!("inode {ino}"),
                 "inode number",
-                format!("outside 1..={}", self.inodes_count),
+                format!("outside 1..={}", self.geo().inodes_count()),
             ));
         }
-        let ipg = self.inodes_per_group as usize;
-        let g = ((ino - 1) / self.inodes_per_group) as usize;
-        let i = ((ino - 1) % self.inodes_per_group) as usize;
-        let grp = &self.groups[g];
-        let mut gd = grp.desc.write();
-        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let ipg = self.geo().inodes_per_group() as usize;
+        let g = ((ino - 1) / self.geo().inodes_per_group()) as usize;
+        let i = ((ino - 1) % self.geo().inodes_per_group()) as usize;
+        let grp = &self.groups()[g];
+        let mut gd = grp.desc().write();
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let uninit = csum_groups && gd.flags & BG_INODE_UNINIT != 0;
         let bm_blk = gd.inode_bitmap();
         let mut bitmap = if uninit {
-            let mut b = vec![0u8; self.block_size];
-            for k in ipg..self.block_size * 8 {
+            let mut b = vec![0u8; self.block_size()];
+            for k in ipg..self.block_size() * 8 {
                 set_bit(&mut b, k);
             }
             b
@@ -458,7 +459,7 @@ impl Volume {
             set_bit(&mut bitmap, i);
             free.saturating_sub(1)
         } else {
-            super::group::clear_bit(&mut bitmap, i);
+            super::bitmap::clear_bit(&mut bitmap, i);
             free + 1
         };
         new.free_inodes_count_lo = free as u16;
@@ -481,12 +482,12 @@ impl Volume {
                 new.itable_unused_hi = (u >> 16) as u16;
             }
         }
-        self.set_inode_bitmap_csum(&mut new, &bitmap);
+        self.groups().set_inode_bitmap_csum(&mut new, &bitmap);
         h.overwrite(bm_blk, bitmap.into_boxed_slice())?;
         self.write_group_desc(h, g, &new)?;
         *gd = new;
         if !used {
-            grp.inode_hint.fetch_min(i as u32, Ordering::Relaxed);
+            grp.inode_hint().fetch_min(i as u32, Ordering::Relaxed);
         }
         Ok(true)
     }
@@ -497,30 +498,30 @@ impl Volume {
     /// 0 and `i_dtime` set (e2fsck expects a deleted inode to carry a
     /// deletion time). `dir` lowers the group's used-directories count.
     pub fn free_inode(&self, h: &mut Handle<'_>, ino: u32, dir: bool) -> Result<()> {
-        if ino < self.sb.read().first_ino() || ino > self.inodes_count {
+        if ino < self.sb().read().first_ino() || ino > self.geo().inodes_count() {
             return Err(Error::posix(
                 Errno::EINVAL,
                 format!("inode {ino} is reserved or out of range and cannot be freed"),
             ));
         }
-        let ipg = self.inodes_per_group;
+        let ipg = self.geo().inodes_per_group();
         let g = ((ino - 1) / ipg) as usize;
         let i = ((ino - 1) % ipg) as usize;
-        let grp = &self.groups[g];
-        let mut gd = grp.desc.write();
+        let grp = &self.groups()[g];
+        let mut gd = grp.desc().write();
         let bm_blk = gd.inode_bitmap();
         let mut bitmap = self.buffer(bm_blk)?.data.to_vec();
-        if !super::group::test_bit(&bitmap, i) {
+        if !super::bitmap::test_bit(&bitmap, i) {
             // The bitmap lied about a live inode; it is right now. Nothing
             // to clear or count (the kernel's ext4_free_inode: "bit already
             // cleared for inode", and it carries on). The group stays
             // suspect for the allocator until e2fsck.
-            grp.bitmap_state.fetch_or(BITMAP_INODE_CORRUPT, Ordering::Relaxed);
+            grp.bitmap_state().fetch_or(BITMAP_INODE_CORRUPT, Ordering::Relaxed);
             return Ok(());
         }
-        super::group::clear_bit(&mut bitmap, i);
+        super::bitmap::clear_bit(&mut bitmap, i);
         let mut new = *gd;
-        self.set_inode_bitmap_csum(&mut new, &bitmap);
+        self.groups().set_inode_bitmap_csum(&mut new, &bitmap);
         h.overwrite(bm_blk, bitmap.into_boxed_slice())?;
         let free = gd.free_inodes_count() + 1;
         new.free_inodes_count_lo = free as u16;
@@ -532,7 +533,7 @@ impl Volume {
         }
         self.write_group_desc(h, g, &new)?;
         *gd = new;
-        grp.inode_hint.fetch_min(i as u32, Ordering::Relaxed);
+        grp.inode_hint().fetch_min(i as u32, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -563,9 +564,9 @@ mod tests {
         // A hint that claims too much (as if a free had bypassed it) costs
         // a rescan, never a "bitmap full" error or a skipped inode.
         v.free_inode(&mut h, a[10], false).unwrap();
-        v.groups[0].inode_hint.store(a[199], Ordering::Relaxed);
-        let g0_inodes = v.inodes_per_group;
-        while v.groups[0].desc.read().free_inodes_count() > 1 {
+        v.groups()[0].inode_hint().store(a[199], Ordering::Relaxed);
+        let g0_inodes = v.geo().inodes_per_group();
+        while v.groups()[0].desc().read().free_inodes_count() > 1 {
             assert!(v.alloc_inode(&mut h, 2, false).unwrap() <= g0_inodes);
         }
         assert_eq!(v.alloc_inode(&mut h, 2, false).unwrap(), a[10]);

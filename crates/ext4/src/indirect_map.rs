@@ -48,7 +48,7 @@ struct Freer {
 impl Volume {
     /// Logical blocks an indirect map can address.
     pub(crate) fn ind_limit(&self) -> u64 {
-        let bs = self.block_size;
+        let bs = self.block_size();
         DIRECT as u64 + indirect::span(1, bs) + indirect::span(2, bs) + indirect::span(3, bs)
     }
 
@@ -71,7 +71,7 @@ impl Volume {
         }
         let buf = self
             .buffer(blk)
-            .map_err(|e| super::volume::annotate(e, &format!("indirect block of inode {}", st.ino)))?;
+            .map_err(|e| super::error::annotate(e, &format!("indirect block of inode {}", st.ino)))?;
         Ok(indirect::pointer(&buf.data, i))
     }
 
@@ -86,7 +86,7 @@ impl Volume {
 
     /// Physical block of `lblk` (0 for a hole).
     pub(crate) fn ind_get(&self, st: &IndState, lblk: u64) -> Result<u32> {
-        let Some(path) = indirect::path_for(lblk, self.block_size) else {
+        let Some(path) = indirect::path_for(lblk, self.block_size()) else {
             return Ok(0);
         };
         let mut p = st.root[path.root];
@@ -104,7 +104,7 @@ impl Volume {
         let (b, _) = self.ind_alloc(h, st.goal, 1)?;
         st.goal = b + 1;
         st.meta_alloc += 1;
-        st.dirty.insert(b, vec![0u8; self.block_size]);
+        st.dirty.insert(b, vec![0u8; self.block_size()]);
         Ok(b as u32)
     }
 
@@ -114,7 +114,11 @@ impl Volume {
     /// does not is given back and the goal moves to the start.
     pub(crate) fn ind_alloc(&self, h: &mut Handle<'_>, goal: u64, want: u32) -> Result<(u64, u32)> {
         const LIMIT: u64 = 1 << 32;
-        let mut goal = if goal >= LIMIT { self.first_data_block } else { goal };
+        let mut goal = if goal >= LIMIT {
+            self.geo().first_data_block()
+        } else {
+            goal
+        };
         let mut want = want;
         // At most: the goal's try, a try from the start of the
         // filesystem, and a trimmed run that ends at the limit.
@@ -128,7 +132,7 @@ impl Volume {
                 want = (LIMIT - p) as u32;
                 goal = p;
             } else {
-                goal = self.first_data_block;
+                goal = self.geo().first_data_block();
             }
         }
         Err(Error::posix(
@@ -180,7 +184,7 @@ impl Volume {
     }
 
     fn ind_path(&self, ino: u32, lblk: u64) -> Result<indirect::IndirectPath> {
-        indirect::path_for(lblk, self.block_size).ok_or_else(|| {
+        indirect::path_for(lblk, self.block_size()).ok_or_else(|| {
             Error::posix(
                 Errno::EFBIG,
                 format!("inode {ino}: logical block {lblk} is past the triple-indirect range"),
@@ -192,7 +196,7 @@ impl Volume {
     /// direct pointers): a hole piece is allocated within one of them, so
     /// the indirect block is placed before its data.
     pub(crate) fn ind_piece_cap(&self, lblk: u64) -> u64 {
-        let per = (self.block_size / 4) as u64;
+        let per = (self.block_size() / 4) as u64;
         if lblk < DIRECT as u64 {
             DIRECT as u64 - lblk
         } else {
@@ -210,7 +214,7 @@ impl Volume {
                 st.data_freed += 1;
             }
         }
-        let bs = self.block_size;
+        let bs = self.block_size();
         let mut base = DIRECT as u64;
         for (slot, depth) in [(IND, 1usize), (DIND, 2), (TIND, 3)] {
             let span = indirect::span(depth, bs);
@@ -244,7 +248,7 @@ impl Volume {
         start: u64,
         end: u64,
     ) -> Result<bool> {
-        let bs = self.block_size;
+        let bs = self.block_size();
         let per = bs / 4;
         let span = indirect::span(depth - 1, bs);
         let lo = (start.saturating_sub(base) / span) as usize;

@@ -322,7 +322,7 @@ fn load(dev: &Arc<dyn BlockDevice>, sb: &Superblock) -> std::result::Result<Jour
 /// checks: a regular file with links, at least 1024 blocks, every block up
 /// to its size mapped, inside the filesystem.
 fn journal_map(vol: &Volume, ino: u32, inode: &Inode) -> std::result::Result<(JournalMap, u32), String> {
-    let bs = vol.block_size as u64;
+    let bs = vol.block_size() as u64;
     if inode.base.links_count == 0 || inode.file_type() != Some(FileType::Regular) {
         return Err(format!("journal inode {ino} is not a regular file in use"));
     }
@@ -337,7 +337,7 @@ fn journal_map(vol: &Volume, ino: u32, inode: &Inode) -> std::result::Result<(Jo
         .and_then(|m| m.runs(vol, blocks))
         .map_err(|e| format!("journal inode {ino}: {e}"))?;
     for &(_, p, n) in &runs {
-        if p < vol.first_data_block || p.checked_add(n).is_none_or(|e| e > vol.blocks_count) {
+        if p < vol.geo().first_data_block() || p.checked_add(n).is_none_or(|e| e > vol.geo().blocks_count()) {
             return Err(format!(
                 "journal inode {ino} maps blocks {p}..{} outside the filesystem",
                 p.saturating_add(n)

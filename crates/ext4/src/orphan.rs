@@ -7,7 +7,7 @@
 //! list, so that after a crash the next mount (ours or the kernel's) or
 //! e2fsck frees it; the last close takes it off and frees it.
 //!
-//! The links live in memory too ([`OrphanLinks`], the kernel's
+//! The links live in memory too ([`crate::orphan_links::OrphanLinks`], the kernel's
 //! `NEXT_ORPHAN` kept in the in-core inode): an orphan stays open and is
 //! written back like any file, from its cached record, and that record's
 //! `i_dtime` went stale the moment the orphan after it left the list (its
@@ -31,24 +31,19 @@ use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Error, Result};
 
-/// Each orphan's successor on the chain (0 ends it). Starts empty: the
-/// chain found on disk at open is emptied by recovery before anything is
-/// added.
-pub type OrphanLinks = parking_lot::Mutex<HashMap<u32, u32>>;
-
 impl Volume {
     /// Put inode `ino` (record `inode`, written here through `h`) at the
     /// head of the orphan list. The superblock reaches the disk at the
     /// caller's next `sync_super`.
     pub fn orphan_add(&self, h: &mut Handle<'_>, ino: u32, inode: &mut Inode) -> Result<()> {
-        let mut links = self.orphans.lock();
+        let mut links = self.orphans().lock();
         {
-            let mut sb = self.sb.write();
+            let mut sb = self.sb().write();
             links.insert(ino, sb.last_orphan);
             inode.base.dtime = sb.last_orphan;
             sb.last_orphan = ino;
         }
-        if self.jbd.is_some() {
+        if self.jbd().is_some() {
             // The chain's head and the new link in one transaction.
             self.journal_super(h)?;
         }
@@ -59,7 +54,7 @@ impl Volume {
     /// in `inode`, which the caller writes). A predecessor's link is
     /// rewritten through `h`.
     pub fn orphan_remove(&self, h: &mut Handle<'_>, ino: u32, inode: &mut Inode) -> Result<()> {
-        let mut links = self.orphans.lock();
+        let mut links = self.orphans().lock();
         let Some(next) = links.remove(&ino) else {
             return Err(Error::corrupt_msg(
                 format!("inode {ino}"),
@@ -69,7 +64,7 @@ impl Volume {
         };
         inode.base.dtime = 0;
         let was_head = {
-            let mut sb = self.sb.write();
+            let mut sb = self.sb().write();
             let head = sb.last_orphan == ino;
             if head {
                 sb.last_orphan = next;
@@ -77,7 +72,7 @@ impl Volume {
             head
         };
         if was_head {
-            if self.jbd.is_some() {
+            if self.jbd().is_some() {
                 self.journal_super(h)?;
             }
             return Ok(());
@@ -93,7 +88,7 @@ impl Volume {
         // Patch the predecessor's link in place, whatever its cached record
         // says (that one is corrected whenever it is written: see above).
         let (blk, off) = self.inode_location(prev)?;
-        let (n, seed) = (self.inode_size, self.csum_seed);
+        let (n, seed) = (self.geo().inode_size(), self.geo().csum_seed());
         h.modify(blk, |d| {
             let mut rec = Inode::parse_raw(&d[off..off + n])
                 .map_err(|e| Error::corrupt(format!("inode {prev} (block {blk})"), e))?;
@@ -126,12 +121,12 @@ impl Volume {
     /// loops, leaves the inode table or names a reserved inode is reported
     /// as corrupt rather than followed.
     pub fn orphan_chain(&self) -> Result<Vec<u32>> {
-        let first_ino = self.sb.read().first_ino();
+        let first_ino = self.sb().read().first_ino();
         let mut out = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        let mut cur = self.sb.read().last_orphan;
+        let mut cur = self.sb().read().last_orphan;
         while cur != 0 {
-            if cur < first_ino || cur > self.inodes_count || !seen.insert(cur) {
+            if cur < first_ino || cur > self.geo().inodes_count() || !seen.insert(cur) {
                 return Err(Error::corrupt_msg(
                     format!("inode {cur}"),
                     "orphan list",
@@ -170,16 +165,16 @@ impl Volume {
     /// feature is on; we only ever read it (our orphans use the chain, which
     /// every reader also honours). A block whose magic is wrong is corrupt.
     pub fn orphan_file_slots(&self) -> Result<Vec<OrphanSlot>> {
-        let ino = self.sb.read().orphan_file_inum;
-        if !self.has_compat(ext4kit_format::features::compat::ORPHAN_FILE) || ino == 0 {
+        let ino = self.sb().read().orphan_file_inum;
+        if !self.geo().has_compat(ext4kit_format::features::compat::ORPHAN_FILE) || ino == 0 {
             return Ok(Vec::new());
         }
         let inode = self.read_inode(ino)?;
-        let bs = self.block_size;
+        let bs = self.block_size();
         let nblocks = inode.size() / bs as u64;
         let runs = self.block_map(ino, &inode)?.runs(self, nblocks)?;
         let per_block = (bs - ORPHAN_TAIL) / 4;
-        let first_ino = self.sb.read().first_ino();
+        let first_ino = self.sb().read().first_ino();
         let mut out = Vec::new();
         for (_, p, n) in runs {
             for pblk in p..p + n {
@@ -198,7 +193,7 @@ impl Volume {
                     if o == 0 {
                         continue;
                     }
-                    if o < first_ino || o > self.inodes_count {
+                    if o < first_ino || o > self.geo().inodes_count() {
                         return Err(Error::corrupt_msg(
                             format!("orphan file inode {ino}, block {pblk}"),
                             "orphan file block",
@@ -216,10 +211,10 @@ impl Volume {
     /// (`ext4_orphan_file_block_csum`: crc32c seeded with the orphan file
     /// inode's checksum seed, over the le64 block number, then the slots).
     pub fn orphan_file_clear(&self, h: &mut Handle<'_>, slots: &[OrphanSlot]) -> Result<()> {
-        let ino = self.sb.read().orphan_file_inum;
+        let ino = self.sb().read().orphan_file_inum;
         let generation = self.read_inode(ino)?.base.generation;
-        let seed = self.inode_seed(ino, generation);
-        let bs = self.block_size;
+        let seed = self.geo().inode_seed(ino, generation);
+        let bs = self.block_size();
         let per_block = (bs - ORPHAN_TAIL) / 4;
         let mut blocks: Vec<u64> = slots.iter().map(|s| s.pblk).collect();
         blocks.sort_unstable();

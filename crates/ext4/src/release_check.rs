@@ -138,7 +138,7 @@ impl Volume {
                 }
             }
             m @ BlockMap::Indirect(root) => {
-                let mut budget = self.blocks_count;
+                let mut budget = self.geo().blocks_count();
                 for (slot, &p) in root.iter().enumerate() {
                     let depth = indirect::slot_depth(slot);
                     self.check_indirect(ino, p as u64, depth, &mut budget, &mut out.meta)?;
@@ -168,7 +168,7 @@ impl Volume {
             )
         })?;
         let buf = self.buffer(blk)?;
-        for i in 0..self.block_size / 4 {
+        for i in 0..self.block_size() / 4 {
             let p = indirect::pointer(&buf.data, i) as u64;
             self.check_indirect(ino, p, depth - 1, budget, meta)?;
         }
@@ -180,14 +180,15 @@ impl Volume {
     pub fn check_owned_run(&self, ino: u32, what: &str, start: u64, len: u64) -> Result<()> {
         let end = start
             .checked_add(len)
-            .filter(|&e| start >= self.first_data_block && e <= self.blocks_count);
+            .filter(|&e| start >= self.geo().first_data_block() && e <= self.geo().blocks_count());
         let Some(end) = end else {
             return Err(Error::corrupt_msg(
                 format!("inode {ino}"),
                 "block map",
                 format!(
                     "{what} {start}+{len} lies outside the filesystem (blocks {}..{})",
-                    self.first_data_block, self.blocks_count
+                    self.geo().first_data_block(),
+                    self.geo().blocks_count()
                 ),
             ));
         };
@@ -203,7 +204,7 @@ impl Volume {
 
     /// The system-zone range overlapping `[start, end)`, if any.
     pub fn system_zone_hit(&self, start: u64, end: u64) -> Option<(u64, u64, &'static str)> {
-        let zone = self.system_zone.get_or_init(|| self.build_system_zone());
+        let zone = self.system_zone().get_or_init(|| self.build_system_zone());
         // Sorted by start and not overlapping: the last range starting
         // before `end` is the only candidate.
         let i = zone.partition_point(|z| z.0 < end);
@@ -215,19 +216,20 @@ impl Volume {
     /// descriptor copies (with their reserved GDT blocks) of the groups
     /// that carry them: sorted, merged where adjacent.
     fn build_system_zone(&self) -> Vec<(u64, u64, &'static str)> {
-        let sb = self.sb.read();
-        let itb = (self.inodes_per_group as u64 * self.inode_size as u64).div_ceil(self.block_size as u64);
+        let sb = self.sb().read();
+        let itb =
+            (self.geo().inodes_per_group() as u64 * self.geo().inode_size() as u64).div_ceil(self.block_size() as u64);
         let mut v = Vec::new();
-        let meta_bg = self.has_incompat(incompat::META_BG);
-        let per_block = (self.block_size / sb.desc_size().max(1)).max(1);
-        let gdt = self.groups.len().div_ceil(per_block) as u64;
-        for (g, grp) in self.groups.iter().enumerate() {
-            let (bb, ib, it) = grp.meta;
+        let meta_bg = self.geo().has_incompat(incompat::META_BG);
+        let per_block = (self.block_size() / sb.desc_size().max(1)).max(1);
+        let gdt = self.groups().len().div_ceil(per_block) as u64;
+        for (g, grp) in self.groups().iter().enumerate() {
+            let (bb, ib, it) = grp.meta();
             v.push((bb, 1, "a block bitmap"));
             v.push((ib, 1, "an inode bitmap"));
             v.push((it, itb, "an inode table"));
             if sb.group_has_super(g as u64) {
-                let first = self.group_first_block(g as u64);
+                let first = self.geo().group_first_block(g as u64);
                 let n = if meta_bg {
                     1
                 } else {

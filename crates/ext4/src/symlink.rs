@@ -15,20 +15,20 @@ impl Volume {
         if inode.has_inline_data() {
             return false;
         }
-        let huge = self.has_ro_compat(ext4kit_format::features::ro_compat::HUGE_FILE);
+        let huge = self.geo().has_ro_compat(ext4kit_format::features::ro_compat::HUGE_FILE);
         let ea_blocks = if inode.file_acl() != 0 {
-            (self.block_size / 512) as u64
+            (self.block_size() / 512) as u64
         } else {
             0
         };
-        inode.blocks_512(huge, self.block_size as u32) <= ea_blocks && inode.size() < 60
+        inode.blocks_512(huge, self.block_size() as u32) <= ea_blocks && inode.size() < 60
     }
 
     /// Read a symlink's target.
     pub fn read_link(&self, ino: u32, inode: &Inode, map: &BlockMap) -> Result<Vec<u8>> {
         let size = inode.size();
         let loc = || format!("symlink inode {ino}");
-        if size > self.block_size as u64 || size > 4096 * 16 {
+        if size > self.block_size() as u64 || size > 4096 * 16 {
             return Err(Error::corrupt_msg(
                 loc(),
                 "symlink",

@@ -18,7 +18,8 @@
 //! caller sees the difference — which is why nothing in the engine writes
 //! metadata except through a handle.
 
-use super::volume::{annotate, Volume};
+use super::error::annotate;
+use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
 
 /// An open transaction.
@@ -32,10 +33,11 @@ pub struct Handle<'v> {
     /// Membership of the running transaction (journaled volumes only):
     /// a commit cannot close the transaction while this handle is open.
     member: Option<super::commit::Membership<'v>>,
-    /// Blocks this handle's allocations may draw from claims made earlier
-    /// (delayed allocation: writeback allocates what buffered writes
-    /// claimed; see `reserve.rs`). Allocations up to it skip the free-space
-    /// check; each block drawn leaves the volume's claim count.
+    /// Blocks this handle's allocations may draw from reservations made
+    /// earlier (delayed allocation: writeback allocates what buffered
+    /// writes reserved; see `reservation.rs`). Allocations up to it skip
+    /// the free-space check; each block drawn leaves the volume's
+    /// reservation count.
     reserved: u64,
     /// Whether this handle writes back delayed data (it was handed
     /// claims): an allocation beyond them — the map grew past its
@@ -55,16 +57,16 @@ impl std::fmt::Debug for Handle<'_> {
 impl Volume {
     /// Start a transaction; EROFS on a read-only volume.
     pub fn begin(&self) -> Result<Handle<'_>> {
-        if self.read_only {
+        if self.read_only() {
             return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
         }
-        if self.fs_errors.failed() {
-            return Err(self.refused_after_error());
+        if self.errors().failed() {
+            return Err(self.errors().refused_after_error());
         }
         Ok(Handle {
             vol: self,
             dirty: smallvec::SmallVec::new(),
-            member: self.jbd.as_ref().map(|j| j.join()),
+            member: self.jbd().map(|j| j.join()),
             reserved: 0,
             delalloc: false,
             damage_at_begin: crate::error::damage_seen(),
@@ -113,8 +115,8 @@ impl<'v> Handle<'v> {
     /// draft, so it must return its error before changing anything.
     pub fn modify<R>(&mut self, block: u64, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
         let vol = self.vol;
-        let mut g = vol.bcache.lock(block);
-        let r = vol.bcache.modify(
+        let mut g = vol.bcache().lock(block);
+        let r = vol.bcache().modify(
             &mut g,
             block,
             |g| vol.buffer_locked(g, block).map_err(|e| annotate(e, "metadata update")),
@@ -130,12 +132,12 @@ impl<'v> Handle<'v> {
     /// the one way to it.
     pub(crate) fn modify_superblock_block<R>(&mut self, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
         let vol = self.vol;
-        let blk = ext4kit_format::superblock::SUPERBLOCK_OFFSET / vol.block_size as u64;
-        let mut g = vol.bcache.lock(blk);
-        let r = vol.bcache.modify(
+        let blk = ext4kit_format::superblock::SUPERBLOCK_OFFSET / vol.block_size() as u64;
+        let mut g = vol.bcache().lock(blk);
+        let r = vol.bcache().modify(
             &mut g,
             blk,
-            |g| vol.bcache.get_locked(g, blk, |d| vol.read_raw(blk, d)),
+            |g| vol.bcache().get_locked(g, blk, |d| vol.disk().read_raw(blk, d)),
             f,
         )?;
         self.note(blk);
@@ -145,11 +147,11 @@ impl<'v> Handle<'v> {
     /// Replace a whole block without reading it first (a freshly allocated
     /// metadata block: directory block, extent node, bitmap being initialised).
     pub fn overwrite(&mut self, block: u64, data: Box<[u8]>) -> Result<()> {
-        if data.len() != self.vol.block_size {
+        if data.len() != self.vol.block_size() {
             return Err(Error::posix(Errno::EINVAL, "overwrite with a partial block"));
         }
-        let mut g = self.vol.bcache.lock(block);
-        self.vol.bcache.install_draft(&mut g, block, data);
+        let mut g = self.vol.bcache().lock(block);
+        self.vol.bcache().install_draft(&mut g, block, data);
         self.note(block);
         Ok(())
     }
@@ -179,17 +181,17 @@ impl<'v> Handle<'v> {
         let dirty = std::mem::take(&mut self.dirty);
         if !dirty.is_empty() {
             self.vol
-                .metadata_changed
+                .metadata_changed()
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        match &self.vol.jbd {
+        match self.vol.jbd() {
             Some(j) => {
-                let full = j.add(dirty, self.vol.dirty_meta.limit());
+                let full = j.add(dirty, self.vol.dirty_meta().limit());
                 // Out of the transaction before any commit it may trigger.
                 self.member = None;
                 // Past its limit the background worker commits it (jbd2's
                 // kjournald); past twice that, or with no worker, we do.
-                if full == 2 || full == 1 && !crate::flusher::kick(&self.vol.dirty_meta.flusher) {
+                if full == 2 || full == 1 && !crate::flusher::kick(&self.vol.dirty_meta().flusher) {
                     self.vol.commit_running()?;
                 }
                 Ok(())
@@ -218,21 +220,21 @@ impl Drop for Handle<'_> {
         if !self.dirty.is_empty() && crate::error::damage_seen() != self.damage_at_begin {
             self.vol
                 .fs_error("an operation met damage after it had begun changing the filesystem");
-            if self.vol.jbd.is_some() {
+            if self.vol.jbd().is_some() {
                 self.dirty.clear();
                 return;
             }
         }
         if !self.dirty.is_empty() {
             self.vol
-                .metadata_changed
+                .metadata_changed()
                 .store(true, std::sync::atomic::Ordering::Relaxed);
-            match &self.vol.jbd {
+            match self.vol.jbd() {
                 Some(j) => {
-                    j.add(self.dirty.drain(..), self.vol.dirty_meta.limit());
+                    j.add(self.dirty.drain(..), self.vol.dirty_meta().limit());
                 }
                 None => {
-                    self.vol.dirty_meta.add(self.dirty.drain(..));
+                    self.vol.dirty_meta().add(self.dirty.drain(..));
                 }
             }
         }
@@ -244,7 +246,7 @@ mod tests {
     #[test]
     fn a_dropped_handle_still_gets_its_blocks_written() {
         let v = crate::volume::scratch_volume_unjournaled();
-        let blk = v.groups[0].meta.2 + 40; // in the inode table, unused
+        let blk = v.groups()[0].inode_table() + 40; // in the inode table, unused
         let before = v.buffer(blk).unwrap().data[7];
         {
             let mut h = v.begin().unwrap();
@@ -255,11 +257,11 @@ mod tests {
             .unwrap();
             // An operation failing here returns without commit.
         }
-        assert_eq!(v.dirty_meta.len(), 1, "the dropped handle's block is queued");
+        assert_eq!(v.dirty_meta().len(), 1, "the dropped handle's block is queued");
         v.checkpoint().unwrap();
-        assert!(v.dirty_meta.is_empty());
-        let mut raw = vec![0u8; v.block_size];
-        v.read_raw(blk, &mut raw).unwrap();
+        assert!(v.dirty_meta().is_empty());
+        let mut raw = vec![0u8; v.block_size()];
+        v.disk().read_raw(blk, &mut raw).unwrap();
         assert_eq!(raw[7], before ^ 0xa5, "the change reached the device");
     }
 }

@@ -1,25 +1,42 @@
-//! The opened filesystem (the kernel's `ext4_sb_info` and `super.c`): the
-//! device, the superblock, the group descriptor table, geometry derived from
-//! them, and the metadata buffer cache.
+//! The opened filesystem (the kernel's `ext4_sb_info` and `super.c`): a
+//! composition of the parts that own its state — geometry, device,
+//! superblock, group table, buffer cache, reservations, owner map, orphan
+//! links, error state, journal, counters — with accessors to them and the
+//! few operations that need several at once.
 //!
 //! Opening applies the feature rules of DESIGN.md: unknown INCOMPAT refuses,
 //! unknown RO_COMPAT forces read-only. A volume whose journal still needs
 //! recovery opens read-only: the journal is replayed before this (see
 //! `journal.rs`), so the flag is set here only when replay was skipped.
+//!
+//! Locking: the volume has no lock of its own; each part documents its
+//! own. Lock order where several are held: orphan links, then the
+//! superblock's update lock, then block (stripe) locks; a group lock is
+//! never held across another group's.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 
 use ext4kit_blockdev::BlockDevice;
-use ext4kit_format::features::{self, incompat, OpenMode};
-use ext4kit_format::group_desc::{GdCsum, GroupDesc};
+use ext4kit_format::features::{self, incompat, ro_compat, OpenMode};
+use ext4kit_format::group_desc::{GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
-use parking_lot::RwLock;
 
 use super::buffer::{Buffer, BufferCache, StripeGuard};
 use super::checkpoint::DirtyMeta;
+use super::commit::Jbd;
+use super::transaction::Handle;
 use crate::budget::MemoryBudget;
+use crate::disk::Disk;
 use crate::error::{Error, Result};
+use crate::fs_errors::FsErrors;
+use crate::geometry::Geometry;
+use crate::group::GroupTable;
+use crate::orphan_links::OrphanLinks;
+use crate::owners::OwnerMap;
+use crate::reservation::Reservations;
+use crate::stats::Stats;
+use crate::superblock::SuperState;
 
 /// How to open an image.
 #[derive(Debug, Clone)]
@@ -58,145 +75,45 @@ impl Default for OpenOptions {
     }
 }
 
-/// One block group's descriptor, behind its own lock (per-group locking:
-/// allocation in different groups never contends).
-#[derive(Debug)]
-pub struct Group {
-    /// The descriptor as last read or written. Its write lock is the group
-    /// lock: allocation in the group holds it while changing bitmaps.
-    pub desc: RwLock<GroupDesc>,
-    /// Block of the primary descriptor table that holds this descriptor.
-    pub desc_block: u64,
-    /// Byte offset of the descriptor in that block.
-    pub desc_offset: usize,
-    /// Where the group's block bitmap, inode bitmap and inode table are.
-    /// Fixed for the life of the filesystem (only an offline resize moves
-    /// them), so layout questions never take any group lock — which is
-    /// what lets one group's allocator ask about every other group's
-    /// metadata while holding its own lock without a lock-order deadlock.
-    pub meta: (u64, u64, u64),
-    /// No inode of the group below this index is free: the inode allocator
-    /// starts its bitmap scan here instead of at bit 0. With 32,768 inodes
-    /// in a group a scan from 0 reads up to 4 KiB of bitmap per create, a
-    /// cost that grows as the group fills (the seed-004 create curve).
-    /// Read and written only under `desc`'s write lock; an atomic so the
-    /// struct needs no second lock. A hint, never trusted for correctness:
-    /// a scan that finds nothing above it rescans from the start.
-    pub inode_hint: AtomicU32,
-    /// What the allocators learnt of this group's bitmaps (`BITMAP_*`
-    /// bits): checked once per open against the descriptor's free counts,
-    /// and found inconsistent — the kernel's
-    /// `EXT4_GROUP_INFO_BBITMAP_CORRUPT` / `IBITMAP_CORRUPT`, after which
-    /// nothing is allocated from the group until e2fsck has repaired it.
-    pub bitmap_state: std::sync::atomic::AtomicU8,
-}
-
-/// [`Group::bitmap_state`]: the block bitmap was checked.
-pub const BITMAP_BLOCK_CHECKED: u8 = 1;
-/// [`Group::bitmap_state`]: the block bitmap disagrees with the descriptor.
-pub const BITMAP_BLOCK_CORRUPT: u8 = 2;
-/// [`Group::bitmap_state`]: the inode bitmap was checked.
-pub const BITMAP_INODE_CHECKED: u8 = 4;
-/// [`Group::bitmap_state`]: the inode bitmap disagrees with the descriptor
-/// or marks a live inode free.
-pub const BITMAP_INODE_CORRUPT: u8 = 8;
-
-/// Counters for tests and benchmarks.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Directory blocks looked at by lookups and readdir (cached or not).
-    pub dir_block_reads: AtomicU64,
-    /// Inode records read from the device.
-    pub inode_reads: AtomicU64,
-    /// Inode records written through a handle (seed 003: fdatasync writes none).
-    pub inode_writes: AtomicU64,
-}
-
-/// The filesystem as the ext4 layer sees it.
+/// The filesystem as the ext4 layer sees it (see the module doc).
 pub struct Volume {
-    dev: Arc<dyn BlockDevice>,
-    /// The primary superblock.
-    pub sb: RwLock<Superblock>,
-    /// Group descriptors.
-    pub groups: Vec<Group>,
-    /// Bytes per block.
-    pub block_size: usize,
-    /// Bytes per inode record.
-    pub inode_size: usize,
-    /// Inodes per group.
-    pub inodes_per_group: u32,
-    /// Total inodes.
-    pub inodes_count: u32,
-    /// Total blocks.
-    pub blocks_count: u64,
-    /// First data block (1 for 1 KiB blocks, else 0).
-    pub first_data_block: u64,
-    /// Blocks per group.
-    pub blocks_per_group: u64,
-    /// Filesystem checksum seed when `metadata_csum` is on.
-    pub csum_seed: Option<u32>,
-    /// `s_feature_incompat` (constant while open).
-    pub incompat: u32,
-    /// `s_feature_ro_compat`.
-    pub ro_compat: u32,
-    /// `s_feature_compat`.
-    pub compat: u32,
-    /// `s_hash_seed`.
-    pub hash_seed: [u32; 4],
-    /// Directory hashes treat bytes as unsigned chars.
-    pub unsigned_hash: bool,
-    /// Opened without write access.
-    pub read_only: bool,
-    /// Things the user should know (read-only because of a feature, journal
-    /// needs recovery, ...).
-    pub warnings: Vec<String>,
+    geo: Geometry,
+    disk: Disk,
+    sup: SuperState,
+    groups: GroupTable,
     /// Metadata blocks, with their per-block write locks and drafts.
-    pub bcache: BufferCache,
+    bcache: BufferCache,
     /// The cache memory shared by buffers and file pages.
-    pub budget: Arc<MemoryBudget>,
-    /// The orphan chain's links (`orphan.rs`).
-    pub orphans: super::orphan::OrphanLinks,
+    budget: Arc<MemoryBudget>,
     /// Committed metadata blocks not yet written home (`checkpoint.rs`).
-    pub dirty_meta: DirtyMeta,
+    dirty_meta: DirtyMeta,
     /// The journal, when the volume is open for writing and has one
     /// (`commit.rs`): transactions go through its log.
-    pub jbd: Option<super::commit::Jbd>,
-    /// Where file inodes went last when their parent's group was full
-    /// (the search for the next one starts there; see `alloc_inode`).
-    pub inode_overflow_group: std::sync::atomic::AtomicU32,
+    jbd: Option<Jbd>,
+    /// Free blocks and delayed-allocation reservations; shared with the
+    /// page cache, whose pages give theirs back when dropped.
+    reservations: Arc<Reservations>,
+    /// Blocks claimed twice, or claimed and marked free (see `claims.rs`),
+    /// found at the first free.
+    owners: OwnerMap,
+    orphans: OrphanLinks,
+    errors: FsErrors,
+    /// The system zone (see `release_check.rs`), built on first use.
+    system_zone: OnceLock<Vec<(u64, u64, &'static str)>>,
     /// Some handle changed metadata since the open: a sync with nothing
     /// changed writes nothing (a refused command leaves the image as it
     /// was, byte for byte).
-    pub metadata_changed: std::sync::atomic::AtomicBool,
-    /// Damage met while writing (see `fs_errors.rs`).
-    pub fs_errors: crate::fs_errors::FsErrors,
-    /// The system zone (see `release_check.rs`), built on first use.
-    pub(crate) system_zone: std::sync::OnceLock<Vec<(u64, u64, &'static str)>>,
-    /// Blocks claimed twice, or claimed and marked free (see `claims.rs`),
-    /// found at the first free.
-    pub(crate) claims: crate::claims::Claims,
-    /// What the superblock's free counts (blocks, inodes) keep apart from
-    /// the groups' sums when a group's count is damaged (see
-    /// `Volume::super_bytes`); (0, 0) on a consistent filesystem.
-    pub(crate) count_bias: (i64, i64),
-    /// Serialises superblock updates (free counts are kept in the groups
-    /// and summed when the superblock is written).
-    pub sb_lock: parking_lot::Mutex<()>,
-    /// Free blocks and delayed-allocation claims (`reserve.rs`).
-    pub space: Arc<super::reserve::Space>,
-    /// `s_def_resuid` / `s_def_resgid`: besides root, who may use the
-    /// root reserve (`ext4_has_free_clusters`).
-    pub resuid: u32,
-    /// See [`Self::resuid`].
-    pub resgid: u32,
-    /// Counters.
-    pub stats: Stats,
+    metadata_changed: AtomicBool,
+    /// Things the user should know (read-only because of a feature, journal
+    /// needs recovery, ...).
+    warnings: Vec<String>,
+    stats: Stats,
 }
 
 impl std::fmt::Debug for Volume {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Volume")
-            .field("block_size", &self.block_size)
+            .field("block_size", &self.geo.block_size())
             .field("groups", &self.groups.len())
             .finish()
     }
@@ -262,27 +179,18 @@ impl Volume {
                 format!("{ngroups} groups is impossible"),
             ));
         }
-        let csum_seed = sb.metadata_csum().then(|| sb.csum_seed());
+        let geo = Geometry::from_superblock(&sb);
+        let disk = Disk::new(dev, read_only, &geo);
+        let groups = GroupTable::load(&disk, &geo, &sb)?;
+        let free: u64 = groups.iter().map(|g| g.desc().read().free_blocks_count() as u64).sum();
+        let reservations = Arc::new(Reservations::new(free, sb.r_blocks_count()));
         let budget = Arc::new(MemoryBudget::new(opts.cache_budget, block_size));
         let mut vol = Volume {
-            dev,
-            block_size,
-            inode_size: sb.inode_size() as usize,
-            inodes_per_group: sb.inodes_per_group,
-            inodes_count: sb.inodes_count,
-            blocks_count,
-            first_data_block: sb.first_data_block as u64,
-            blocks_per_group: sb.blocks_per_group as u64,
-            csum_seed,
-            incompat: sb.feature_incompat,
-            ro_compat: sb.feature_ro_compat,
-            compat: sb.feature_compat,
-            hash_seed: sb.hash_seed,
-            unsigned_hash: sb.unsigned_hash(),
-            read_only,
-            warnings,
+            geo,
+            disk,
+            sup: SuperState::new(sb),
+            groups,
             bcache: BufferCache::new(block_size, budget.clone()),
-            orphans: Default::default(),
             // Half the buffer cache may wait for a checkpoint. The more
             // blocks wait, the more changes each write carries: a create
             // storm in a directory larger than this (1,000,000 names is
@@ -295,33 +203,21 @@ impl Volume {
             // budget, which holds such a directory.
             dirty_meta: DirtyMeta::new(budget.clone(), block_size),
             budget,
-            inode_overflow_group: Default::default(),
-            system_zone: Default::default(),
-            claims: Default::default(),
-            count_bias: (0, 0),
-            fs_errors: Default::default(),
-            metadata_changed: Default::default(),
-            sb_lock: parking_lot::Mutex::new(()),
-            stats: Stats::default(),
-            groups: Vec::new(),
             jbd: None,
-            space: Default::default(),
-            resuid: sb.def_resuid as u32,
-            resgid: sb.def_resgid as u32,
-            sb: RwLock::new(sb),
+            reservations,
+            owners: OwnerMap::default(),
+            orphans: OrphanLinks::default(),
+            errors: FsErrors::default(),
+            system_zone: OnceLock::new(),
+            metadata_changed: AtomicBool::new(false),
+            warnings,
+            stats: Stats::default(),
         };
-        vol.groups = vol.load_groups(ngroups as u32)?;
-        let free: u64 = vol
-            .groups
-            .iter()
-            .map(|g| g.desc.read().free_blocks_count() as u64)
-            .sum();
-        let r_blocks = vol.sb.read().r_blocks_count();
-        vol.space = Arc::new(super::reserve::Space::new(free, r_blocks));
-        if !vol.read_only {
-            vol.count_bias = vol.damaged_count_bias();
+        if !vol.read_only() {
+            let bias = vol.damaged_count_bias();
+            vol.sup.set_count_bias(bias);
         }
-        if !vol.read_only && vol.has_compat(features::compat::HAS_JOURNAL) {
+        if !vol.read_only() && vol.geo.has_compat(features::compat::HAS_JOURNAL) {
             vol.start_journal()?;
             if let (Some(j), Some(i)) = (vol.jbd.as_mut(), opts.commit_interval.filter(|d| !d.is_zero())) {
                 if j.interval.is_some() {
@@ -345,7 +241,7 @@ impl Volume {
     /// volume unjournaled, with a warning.
     fn start_journal(&mut self) -> Result<()> {
         use ext4kit_format::jbd2::features as jf;
-        let dev = self.dev.clone();
+        let dev = self.disk.device().clone();
         let journal = match super::journal::open_journal(&dev) {
             Ok(j) => j,
             Err(e) => {
@@ -357,16 +253,16 @@ impl Volume {
             }
         };
         let mut want = jf::INCOMPAT_REVOKE;
-        if self.has_incompat(incompat::BIT64) {
+        if self.geo.has_incompat(incompat::BIT64) {
             want |= jf::INCOMPAT_64BIT;
         }
-        if self.csum_seed.is_some() {
+        if self.geo.csum_seed().is_some() {
             want |= jf::INCOMPAT_CSUM_V3;
         }
         match ext4kit_jbd2::Log::start(journal, want) {
             Ok(log) => {
-                self.sb.write().feature_incompat |= incompat::RECOVER;
-                self.jbd = Some(super::commit::Jbd::new(log));
+                self.sup.write().feature_incompat |= incompat::RECOVER;
+                self.jbd = Some(Jbd::new(log));
             }
             Err(e) => self.warnings.push(format!(
                 "the journal cannot be used for writing ({e}): changes are written without it, as on ext2; a crash \
@@ -376,200 +272,240 @@ impl Volume {
         Ok(())
     }
 
-    fn load_groups(&self, ngroups: u32) -> Result<Vec<Group>> {
-        let sb = self.sb.read();
-        let dsz = sb.desc_size();
-        let per_block = self.block_size / dsz;
-        let csum = if let Some(seed) = self.csum_seed {
-            GdCsum::Crc32c { seed }
-        } else if sb.gdt_csum() {
-            GdCsum::Crc16 { uuid: sb.uuid }
-        } else {
-            GdCsum::None
-        };
-        let meta_bg = sb.has_incompat(incompat::META_BG);
-        let first_meta_bg = sb.first_meta_bg as u64;
-        let nblocks = (ngroups as usize).div_ceil(per_block);
-        let mut out = Vec::with_capacity(ngroups as usize);
-        let mut buf = vec![0u8; self.block_size];
-        for b in 0..nblocks as u64 {
-            let blk = if meta_bg && b >= first_meta_bg {
-                let g = b * per_block as u64;
-                self.group_first_block(g) + u64::from(sb.group_has_super(g))
-            } else {
-                self.first_data_block + 1 + b
-            };
-            self.read_raw(blk, &mut buf)
-                .map_err(|e| annotate(e, &format!("group descriptor block {blk}")))?;
-            for i in 0..per_block {
-                let g = b as usize * per_block + i;
-                if g >= ngroups as usize {
-                    break;
-                }
-                let raw = &buf[i * dsz..(i + 1) * dsz];
-                let gd = GroupDesc::parse(raw, dsz, g as u32, csum)
-                    .map_err(|e| Error::corrupt(format!("group descriptor {g} (block {blk})"), e))?;
-                for (what, at) in [
-                    ("block bitmap", gd.block_bitmap()),
-                    ("inode bitmap", gd.inode_bitmap()),
-                    ("inode table", gd.inode_table()),
-                ] {
-                    if at >= self.blocks_count || at < self.first_data_block {
-                        return Err(Error::corrupt_msg(
-                            format!("group descriptor {g}"),
-                            "group descriptor",
-                            format!("{what} at block {at} is outside the filesystem"),
-                        ));
-                    }
-                }
-                let meta = (gd.block_bitmap(), gd.inode_bitmap(), gd.inode_table());
-                out.push(Group {
-                    desc: RwLock::new(gd),
-                    desc_block: blk,
-                    desc_offset: i * dsz,
-                    meta,
-                    inode_hint: AtomicU32::new(0),
-                    bitmap_state: std::sync::atomic::AtomicU8::new(0),
-                });
-            }
-        }
-        Ok(out)
+    /// The filesystem's sizes, counts and features.
+    #[inline]
+    pub fn geo(&self) -> &Geometry {
+        &self.geo
     }
 
-    /// First block of group `g`.
-    pub fn group_first_block(&self, g: u64) -> u64 {
-        self.first_data_block + g * self.blocks_per_group
+    /// The device and bounded raw block I/O.
+    #[inline]
+    pub fn disk(&self) -> &Disk {
+        &self.disk
     }
 
-    /// The first block of inode `ino`'s group: an allocation goal near it.
-    pub fn group_first_block_of_inode(&self, ino: u32) -> u64 {
-        let g = (ino.max(1) - 1) / self.inodes_per_group.max(1);
-        self.group_first_block(g as u64 % self.groups.len().max(1) as u64)
+    /// Bytes per block (the value nearly every path needs).
+    #[inline]
+    pub fn block_size(&self) -> usize {
+        self.geo.block_size()
     }
 
-    /// Read whole blocks starting at `block` into `buf` (a multiple of the
-    /// block size), bypassing the cache. Used for file data runs.
-    pub fn read_raw(&self, block: u64, buf: &mut [u8]) -> Result<()> {
-        let n = (buf.len() / self.block_size) as u64;
-        if block < self.first_data_block && block != 0 || block.checked_add(n).is_none_or(|e| e > self.blocks_count) {
-            return Err(Error::corrupt_msg(
-                format!("block {block}"),
-                "block map",
-                format!(
-                    "block {block}+{n} outside the filesystem ({} blocks)",
-                    self.blocks_count
-                ),
-            ));
-        }
-        self.dev
-            .read_at(block * self.block_size as u64, buf)
-            .map_err(|e| Error::io(format!("reading block {block}"), e))
+    /// Opened without write access.
+    #[inline]
+    pub fn read_only(&self) -> bool {
+        self.disk.read_only()
     }
 
-    /// Write whole blocks at `block` straight to the device.
-    pub fn write_raw(&self, block: u64, data: &[u8]) -> Result<()> {
-        if self.read_only {
-            return Err(Error::posix(crate::error::Errno::EROFS, "filesystem is read-only"));
-        }
-        self.write_blocks(block, data, false)
+    /// The in-memory primary superblock, its update lock and count bias.
+    #[inline]
+    pub fn sb(&self) -> &SuperState {
+        &self.sup
     }
 
-    /// Write metadata blocks home (the checkpoint): like [`Self::write_raw`],
-    /// but block 0 may be among them when it holds the primary superblock
-    /// (blocks larger than 1 KiB), which a journal logs like any other
-    /// metadata block. File data never goes to block 0: a block map naming
-    /// it is corrupt, and `write_raw` refuses it.
-    pub fn write_meta_raw(&self, block: u64, data: &[u8]) -> Result<()> {
-        self.write_blocks(block, data, self.block_size > 1024)
+    /// The group descriptor table.
+    #[inline]
+    pub fn groups(&self) -> &GroupTable {
+        &self.groups
     }
 
-    fn write_blocks(&self, block: u64, data: &[u8], sb_block_ok: bool) -> Result<()> {
-        if self.read_only {
-            return Err(Error::posix(crate::error::Errno::EROFS, "filesystem is read-only"));
-        }
-        let n = (data.len() / self.block_size) as u64;
-        if block == 0 && !sb_block_ok || block.checked_add(n).is_none_or(|e| e > self.blocks_count) {
-            return Err(Error::corrupt_msg(
-                format!("block {block}"),
-                "block map",
-                "write outside the filesystem",
-            ));
-        }
-        self.dev
-            .write_at(block * self.block_size as u64, data)
-            .map_err(|e| Error::io(format!("writing block {block}"), e))
+    /// The metadata buffer cache.
+    #[inline]
+    pub fn bcache(&self) -> &BufferCache {
+        &self.bcache
+    }
+
+    /// The cache memory shared by buffers and file pages.
+    #[inline]
+    pub fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
+    }
+
+    /// Committed metadata blocks not yet written home.
+    #[inline]
+    pub fn dirty_meta(&self) -> &DirtyMeta {
+        &self.dirty_meta
+    }
+
+    /// The journal, when the volume is open for writing and has one.
+    #[inline]
+    pub fn jbd(&self) -> Option<&Jbd> {
+        self.jbd.as_ref()
+    }
+
+    /// Free blocks and delayed-allocation reservations.
+    #[inline]
+    pub fn reservations(&self) -> &Arc<Reservations> {
+        &self.reservations
+    }
+
+    /// The block-owner sets, built at the first free.
+    #[inline]
+    pub fn owner_map(&self) -> &OwnerMap {
+        &self.owners
+    }
+
+    /// The orphan chain's links in memory.
+    #[inline]
+    pub fn orphans(&self) -> &OrphanLinks {
+        &self.orphans
+    }
+
+    /// The error state (damage met while writing).
+    #[inline]
+    pub fn errors(&self) -> &FsErrors {
+        &self.errors
+    }
+
+    /// The system zone's slot (see `release_check.rs`), filled on first use.
+    #[inline]
+    pub(crate) fn system_zone(&self) -> &OnceLock<Vec<(u64, u64, &'static str)>> {
+        &self.system_zone
+    }
+
+    /// Whether some handle changed metadata since the open (set by the
+    /// handles; a sync with nothing changed writes nothing).
+    #[inline]
+    pub fn metadata_changed(&self) -> &AtomicBool {
+        &self.metadata_changed
+    }
+
+    /// Things the user should know (read-only because of a feature,
+    /// journal needs recovery, ...).
+    #[inline]
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Put warnings found before the open (journal recovery's) ahead of
+    /// the volume's own.
+    pub fn prepend_warnings(&mut self, earlier: Vec<String>) {
+        self.warnings.splice(0..0, earlier);
+    }
+
+    /// I/O counters for tests and benchmarks.
+    #[inline]
+    pub fn stats(&self) -> &Stats {
+        &self.stats
     }
 
     /// A metadata block through the buffer cache.
     pub fn buffer(&self, block: u64) -> Result<Arc<Buffer>> {
-        self.check_meta_block(block)?;
-        self.bcache.get(block, |d| self.read_raw(block, d))
+        self.disk.check_meta_block(block)?;
+        self.bcache.get(block, |d| self.disk.read_raw(block, d))
     }
 
     /// [`Self::buffer`] for a caller holding the block's stripe lock.
     pub fn buffer_locked(&self, g: &mut StripeGuard<'_>, block: u64) -> Result<Arc<Buffer>> {
-        self.check_meta_block(block)?;
-        self.bcache.get_locked(g, block, |d| self.read_raw(block, d))
+        self.disk.check_meta_block(block)?;
+        self.bcache.get_locked(g, block, |d| self.disk.read_raw(block, d))
     }
 
-    pub(crate) fn check_meta_block(&self, block: u64) -> Result<()> {
-        if block == 0 || block >= self.blocks_count {
-            return Err(Error::corrupt_msg(
-                format!("block {block}"),
-                "block pointer",
-                format!(
-                    "metadata block {block} outside the filesystem ({} blocks)",
-                    self.blocks_count
-                ),
-            ));
+    /// Write descriptor `g` (as `gd`) into its descriptor-table block
+    /// through `h`.
+    pub fn write_group_desc(&self, h: &mut Handle<'_>, g: usize, gd: &GroupDesc) -> Result<()> {
+        h.modify(self.groups[g].desc_block(), |d| {
+            self.groups.encode_desc(g, gd, d);
+            Ok(())
+        })
+    }
+
+    /// Write the primary superblock with free counts summed from the groups
+    /// (the kernel keeps them in per-cpu counters and writes them the same
+    /// way at sync time).
+    pub fn sync_super(&self) -> Result<()> {
+        if self.jbd.is_some() && !self.read_only() {
+            // Journaled like any metadata: the orphan chain's head lives
+            // here, and must change in the same transaction as the links.
+            let mut h = self.begin()?;
+            self.journal_super(&mut h)?;
+            return h.commit();
         }
-        Ok(())
+        let _g = self.sup.update_lock();
+        let bytes = self.sup.super_bytes(&self.geo, &self.groups);
+        if self.read_only() {
+            return Ok(());
+        }
+        self.disk
+            .device()
+            .write_at(SUPERBLOCK_OFFSET, &bytes)
+            .map_err(|e| Error::io("writing the superblock", e))
     }
 
-    /// Per-inode checksum seed, when metadata checksums are on.
-    pub fn inode_seed(&self, ino: u32, generation: u32) -> Option<u32> {
-        self.csum_seed
-            .map(|s| ext4kit_format::checksum::inode_csum_seed(s, ino, generation))
+    /// Write the superblock through `h` (a journaled volume): bytes
+    /// 1024..2048 of the block that holds them (block 0, or block 1 with
+    /// 1 KiB blocks), so that it changes in `h`'s transaction.
+    pub fn journal_super(&self, h: &mut Handle<'_>) -> Result<()> {
+        let _g = self.sup.update_lock();
+        let bytes = self.sup.super_bytes(&self.geo, &self.groups);
+        let at = SUPERBLOCK_OFFSET as usize % self.geo.block_size();
+        h.modify_superblock_block(|d| {
+            d[at..at + bytes.len()].copy_from_slice(&bytes);
+            Ok(())
+        })
     }
 
-    /// Whether an INCOMPAT feature is on.
-    pub fn has_incompat(&self, f: u32) -> bool {
-        self.incompat & f != 0
+    /// Enter the error state because of `what` (see `fs_errors.rs`):
+    /// abort the journal, record the error in the superblock at home.
+    /// Returns whether this was the first error.
+    pub fn fs_error(&self, what: &str) -> bool {
+        self.errors.record(what, self.jbd.is_some(), &self.sup, &self.disk)
     }
 
-    /// Whether a RO_COMPAT feature is on.
-    pub fn has_ro_compat(&self, f: u32) -> bool {
-        self.ro_compat & f != 0
-    }
-
-    /// Whether a COMPAT feature is on.
-    pub fn has_compat(&self, f: u32) -> bool {
-        self.compat & f != 0
-    }
-
-    /// The device underneath.
-    pub fn device(&self) -> &Arc<dyn BlockDevice> {
-        &self.dev
-    }
-
-    /// Count one directory block access (for the seed 004 assertions).
-    pub fn count_dir_block(&self) {
-        self.stats.dir_block_reads.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Add location context to an error that lacks it.
-pub fn annotate(e: Error, what: &str) -> Error {
-    match e {
-        Error::Io { context, source } => Error::Io {
-            context: format!("{context} ({what})"),
-            source,
-        },
-        Error::Corrupt { location, source } => Error::Corrupt {
-            location: format!("{location} ({what})"),
-            source,
-        },
-        other => other,
+    /// At open: how far the superblock's free counts should stay from the
+    /// groups' sums. The kernel writes the sums (its per-cpu counters are
+    /// initialised from the descriptors), and so did we; but when a
+    /// group's count is damaged — it disagrees with the group's bitmap —
+    /// the superblock's own count is the one e2fsck agrees with, and
+    /// summing would put the damage into it at the next superblock write
+    /// (a new "Free blocks count wrong" from any operation at all). So the
+    /// difference found at open is kept, and the superblock moves by what
+    /// the groups move. When every group agrees with its bitmap the
+    /// superblock is the stale one (a crash, say) and the sums are written,
+    /// as the kernel's. Reads every bitmap only when the counts differ.
+    fn damaged_count_bias(&self) -> (i64, i64) {
+        let (mut fb, mut fi) = (0i64, 0i64);
+        for grp in &self.groups {
+            let gd = grp.desc().read();
+            fb += gd.free_blocks_count() as i64;
+            fi += gd.free_inodes_count() as i64;
+        }
+        let (sb_b, sb_i) = {
+            let sb = self.sup.read();
+            (sb.free_blocks_count() as i64, sb.free_inodes_count as i64)
+        };
+        let csum_groups = self.geo.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let mut bias = (0, 0);
+        if sb_b != fb {
+            let lying = (0..self.groups.len()).any(|g| {
+                let gd = *self.groups[g].desc().read();
+                if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
+                    return false;
+                }
+                match self.block_bitmap_of(g, &gd) {
+                    Ok((bm, _)) => !self.block_bitmap_usable(g, &gd, &bm),
+                    Err(_) => true,
+                }
+            });
+            if lying {
+                bias.0 = sb_b - fb;
+            }
+        }
+        if sb_i != fi {
+            let lying = (0..self.groups.len()).any(|g| {
+                let gd = *self.groups[g].desc().read();
+                if csum_groups && gd.flags & BG_INODE_UNINIT != 0 {
+                    return false;
+                }
+                match self.buffer(gd.inode_bitmap()) {
+                    Ok(bm) => !self.inode_bitmap_usable(g, &gd, &bm.data),
+                    Err(_) => true,
+                }
+            });
+            if lying {
+                bias.1 = sb_i - fi;
+            }
+        }
+        bias
     }
 }
 
@@ -602,4 +538,72 @@ fn scratch_volume_with(features: &[&str]) -> Volume {
         ..Default::default()
     };
     Volume::open(dev, &opts).expect("open the fresh volume")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ext4kit_format::superblock::STATE_ERROR;
+
+    fn home_sb(v: &Volume) -> Superblock {
+        let mut raw = vec![0u8; Superblock::SIZE];
+        v.disk().device().read_at(SUPERBLOCK_OFFSET, &mut raw).unwrap();
+        Superblock::parse(&raw).unwrap()
+    }
+
+    /// A handle that changed a block and then met damage: nothing of it is
+    /// committed, the error is recorded at home, later writes are refused.
+    #[test]
+    fn damage_met_half_way_aborts_the_journal_and_refuses_writes() {
+        let v = scratch_volume();
+        let blk = v.groups()[0].inode_table() + 100; // unused inode-table block
+        let mut before = vec![0u8; v.block_size()];
+        v.disk().read_raw(blk, &mut before).unwrap();
+        let r: Result<()> = (|| {
+            let mut h = v.begin()?;
+            h.modify(blk, |d| {
+                d[9] ^= 0x5a;
+                Ok(())
+            })?;
+            Err(Error::corrupt_msg("block 1234", "extent index", "a made-up node"))
+        })();
+        assert!(r.is_err());
+        assert!(v.errors().failed() && v.errors().journal_aborted());
+        let sb = home_sb(&v);
+        assert_ne!(sb.state & STATE_ERROR, 0, "the error bit is set at home");
+        assert_eq!(sb.error_count, 1);
+        assert_eq!(&sb.first_error_func[..7], b"ext4kit");
+        let e = v.begin().expect_err("writes are refused").to_string();
+        assert!(e.contains("run e2fsck") && e.contains("damage"), "{e}");
+        assert!(v.commit_running().is_err(), "the aborted journal commits nothing");
+        let mut after = vec![0u8; v.block_size()];
+        v.disk().read_raw(blk, &mut after).unwrap();
+        assert_eq!(before, after, "the half-made change never reached home");
+        let j = crate::journal::open_journal(v.disk().device()).unwrap();
+        let plan = ext4kit_jbd2::recover(&j);
+        assert!(
+            !plan.replay.contains_key(&blk),
+            "the half-made change is not in the log"
+        );
+    }
+
+    /// An ENOSPC (not damage) half-way keeps today's behaviour: no error
+    /// state, the handle's blocks are kept.
+    #[test]
+    fn a_handle_dropped_for_another_error_does_not_abort() {
+        let v = scratch_volume_unjournaled();
+        let blk = v.groups()[0].inode_table() + 100;
+        let r: Result<()> = (|| {
+            let mut h = v.begin()?;
+            h.modify(blk, |d| {
+                d[9] ^= 0x5a;
+                Ok(())
+            })?;
+            Err(Error::posix(crate::error::Errno::ENOSPC, "full"))
+        })();
+        assert!(r.is_err());
+        assert!(!v.errors().failed());
+        assert!(v.begin().is_ok());
+        assert_eq!(home_sb(&v).state & STATE_ERROR, 0);
+    }
 }

@@ -11,7 +11,8 @@
 use ext4kit_format::inode::Inode;
 use ext4kit_format::xattr::{self, XattrEntry};
 
-use super::volume::{annotate, Volume};
+use super::error::annotate;
+use super::volume::Volume;
 use crate::error::{Error, Result};
 
 /// Name index of `system.posix_acl_access`.
@@ -31,7 +32,7 @@ impl Volume {
             let buf = self
                 .buffer(blk)
                 .map_err(|e| annotate(e, &format!("xattr block of inode {ino}")))?;
-            let seed = self.csum_seed;
+            let seed = self.geo().csum_seed();
             let (_hdr, entries) = xattr::parse_block(&buf.data, blk, seed)
                 .map_err(|e| Error::corrupt(format!("xattr block {blk} of inode {ino}"), e))?;
             out.extend(entries);

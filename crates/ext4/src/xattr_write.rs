@@ -30,8 +30,9 @@ use ext4kit_format::features::compat;
 use ext4kit_format::inode::Inode;
 use ext4kit_format::xattr::{self, XattrEntry};
 
+use super::error::annotate;
 use super::transaction::Handle;
-use super::volume::{annotate, Volume};
+use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
 
 /// `XATTR_CREATE`: fail with EEXIST if the attribute exists.
@@ -141,7 +142,7 @@ impl Volume {
         value: Option<&[u8]>,
         flags: u32,
     ) -> Result<()> {
-        if !self.has_compat(compat::EXT_ATTR) {
+        if !self.geo().has_compat(compat::EXT_ATTR) {
             return Err(Error::posix(
                 Errno::EOPNOTSUPP,
                 "the filesystem has no ext_attr feature",
@@ -272,7 +273,7 @@ impl Volume {
             String::from_utf8_lossy(&e.full_name()),
             e.value_inum
         );
-        if self.has_incompat(ext4kit_format::features::incompat::EA_INODE) {
+        if self.geo().has_incompat(ext4kit_format::features::incompat::EA_INODE) {
             Error::Unsupported(format!("inode {ino}: {what} (ea_inode)"))
         } else {
             Error::corrupt_msg(
@@ -284,7 +285,7 @@ impl Volume {
     }
 
     fn check_block_nr(&self, ino: u32, nr: u64) -> Result<()> {
-        if nr < self.first_data_block || nr >= self.blocks_count {
+        if nr < self.geo().first_data_block() || nr >= self.geo().blocks_count() {
             return Err(Error::corrupt_msg(
                 format!("inode {ino}"),
                 "i_file_acl",
@@ -303,7 +304,7 @@ impl Volume {
         let buf = self
             .buffer(nr)
             .map_err(|e| annotate(e, &format!("xattr block of inode {ino}")))?;
-        let (hdr, entries) = xattr::parse_block(&buf.data, nr, self.csum_seed)
+        let (hdr, entries) = xattr::parse_block(&buf.data, nr, self.geo().csum_seed())
             .map_err(|e| Error::corrupt(format!("xattr block {nr} of inode {ino}"), e))?;
         if hdr.refcount == 0 {
             return Err(Error::corrupt_msg(
@@ -347,22 +348,23 @@ impl Volume {
                 Errno::ENOSPC,
                 format!(
                     "inode {ino}: attributes do not fit one {}-byte block: {why}",
-                    self.block_size
+                    self.block_size()
                 ),
             )
         };
         if had && b.refcount == 1 {
-            let bytes =
-                xattr::serialize_block(&b.entries, self.block_size, 1, b.nr, self.csum_seed).map_err(too_big)?;
+            let bytes = xattr::serialize_block(&b.entries, self.block_size(), 1, b.nr, self.geo().csum_seed())
+                .map_err(too_big)?;
             return h.overwrite(b.nr, bytes.into_boxed_slice());
         }
         // Check the fit before allocating anything.
-        xattr::serialize_block(&b.entries, self.block_size, 1, 0, None).map_err(too_big)?;
+        xattr::serialize_block(&b.entries, self.block_size(), 1, 0, None).map_err(too_big)?;
         // The kernel's goal: the first block of the inode's group.
-        let group = (ino - 1) / self.inodes_per_group;
-        let goal = self.group_first_block(group as u64);
+        let group = (ino - 1) / self.geo().inodes_per_group();
+        let goal = self.geo().group_first_block(group as u64);
         let (nr, _) = self.alloc_blocks(h, goal, 1)?;
-        let bytes = xattr::serialize_block(&b.entries, self.block_size, 1, nr, self.csum_seed).map_err(too_big)?;
+        let bytes =
+            xattr::serialize_block(&b.entries, self.block_size(), 1, nr, self.geo().csum_seed()).map_err(too_big)?;
         h.overwrite(nr, bytes.into_boxed_slice())?;
         set_file_acl(inode, nr);
         if had {
@@ -381,7 +383,7 @@ impl Volume {
     /// The last reference is released only if no other inode still names
     /// the block (`claims.rs`: a refcount that lies is damage, refused).
     fn release_xattr_block(&self, h: &mut Handle<'_>, ino: u32, nr: u64) -> Result<()> {
-        let seed = self.csum_seed;
+        let seed = self.geo().csum_seed();
         let last = h.modify(nr, |d| {
             let rc = le32(d, 4);
             // Under the block's lock, where the count of inodes naming the
@@ -416,9 +418,9 @@ impl Volume {
                 // held another file's old data once the log was emptied
                 // (crash harness, mix-mt seed 50). The journal's own books
                 // keep the block from its next owner (commit.rs).
-                if self.jbd.is_none() {
-                    let mut g = self.bcache.lock(nr);
-                    if let Some(b) = self.bcache.peek_locked(&mut g, nr) {
+                if self.jbd().is_none() {
+                    let mut g = self.bcache().lock(nr);
+                    if let Some(b) = self.bcache().peek_locked(&mut g, nr) {
                         b.mark_clean();
                     }
                 }
@@ -431,7 +433,7 @@ impl Volume {
     }
 
     fn sectors_per_block(&self) -> u64 {
-        self.block_size as u64 / 512
+        self.block_size() as u64 / 512
     }
 
     /// `i_blocks += one block` (512-byte units; inodes with the HUGE_FILE

@@ -106,7 +106,7 @@ impl File {
             ino: st.ino,
             name,
             model: Vec::new(),
-            bs: fs.vol.block_size,
+            bs: fs.vol.block_size(),
         }
     }
 
@@ -144,7 +144,7 @@ impl File {
                     } else {
                         pattern(l, self.bs, salt)
                     };
-                    vol.write_raw(r.pblk + k, &data)?;
+                    vol.disk().write_raw(r.pblk + k, &data)?;
                     let end = (l as usize + 1) * self.bs;
                     if self.model.len() < end {
                         self.model.resize(end, 0);
@@ -191,9 +191,9 @@ impl File {
             } = map.map(vol, keep - 1).unwrap()
             {
                 let mut b = vec![0u8; self.bs];
-                vol.read_raw(pblk, &mut b).unwrap();
+                vol.disk().read_raw(pblk, &mut b).unwrap();
                 b[tail..].fill(0);
-                vol.write_raw(pblk, &b).unwrap();
+                vol.disk().write_raw(pblk, &b).unwrap();
             }
         }
         vol.write_inode(&mut h, self.ino, &inode).unwrap();
@@ -210,7 +210,7 @@ impl File {
             match map.map(vol, l).unwrap() {
                 Mapping::Mapped { pblk, .. } => {
                     let d = pattern(l, self.bs, salt);
-                    vol.write_raw(pblk, &d).unwrap();
+                    vol.disk().write_raw(pblk, &d).unwrap();
                     self.model[l as usize * self.bs..(l as usize + 1) * self.bs].copy_from_slice(&d);
                 }
                 Mapping::Hole { .. } => panic!("block {l} is not mapped"),
@@ -234,9 +234,9 @@ impl File {
 
 fn free_blocks(fs: &Fs) -> u64 {
     fs.vol
-        .groups
+        .groups()
         .iter()
-        .map(|g| g.desc.read().free_blocks_count() as u64)
+        .map(|g| g.desc().read().free_blocks_count() as u64)
         .sum()
 }
 
@@ -496,7 +496,7 @@ fn enospc_leaves_a_consistent_map() {
         let dir = workdir(tag);
         let img = mkimg(&dir, args, "4M");
         let fs = open_rw(&img);
-        let reserved = fs.vol.sb.read().r_blocks_count();
+        let reserved = fs.vol.sb().read().r_blocks_count();
         let mut f = File::create(&fs, "fill");
         let free0 = free_blocks(&fs);
         // One call asking for more than exists: fails, takes nothing.
@@ -570,7 +570,7 @@ fn freed_node_blocks_are_not_written_back() {
     for r in &runs {
         for k in 0..r.len {
             let d = pattern(r.lblk + k, 1024, 17);
-            vol.write_raw(r.pblk + k, &d).unwrap();
+            vol.disk().write_raw(r.pblk + k, &d).unwrap();
             let o = (r.lblk + k) as usize * 1024;
             f.model[o..o + 1024].copy_from_slice(&d);
         }
@@ -807,10 +807,12 @@ fn freeing_a_free_block_frees_the_rest_and_counts_once() {
     // The run's last block is free already: the other three are freed, once.
     vol.free_block_runs(&mut h, &[(p, 4)]).unwrap();
     assert_eq!(free_blocks(&fs), free + 4);
-    let g = ((p - vol.first_data_block) / vol.blocks_per_group) as usize;
-    let st = vol.groups[g].bitmap_state.load(std::sync::atomic::Ordering::Relaxed);
+    let g = ((p - vol.geo().first_data_block()) / vol.geo().blocks_per_group()) as usize;
+    let st = vol.groups()[g]
+        .bitmap_state()
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert_ne!(
-        st & ext4kit::ext4::volume::BITMAP_BLOCK_CORRUPT,
+        st & ext4kit::ext4::group::BITMAP_BLOCK_CORRUPT,
         0,
         "the group is suspect"
     );

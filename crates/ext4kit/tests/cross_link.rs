@@ -48,7 +48,7 @@ fn fsck(img: &Path) -> String {
 }
 
 fn put(fs: &Fs, path: &str, blocks: usize) -> u32 {
-    let data: Vec<u8> = (0..blocks * fs.vol.block_size).map(|i| (i % 251) as u8).collect();
+    let data: Vec<u8> = (0..blocks * fs.vol.block_size()).map(|i| (i % 251) as u8).collect();
     fs.write_file(path.as_bytes(), &data, 0o644, 0, 0).unwrap().ino
 }
 
@@ -140,7 +140,7 @@ fn cross_linked_blocks_are_never_freed(tag: &str, mkfs: &[&str]) {
     // removing a file that shares nothing.
     {
         let fs = open_rw(&img);
-        truncate(&fs, "/b", fs.vol.block_size as u64).unwrap();
+        truncate(&fs, "/b", fs.vol.block_size() as u64).unwrap();
         fs.unlink(b"/c", &root).unwrap();
         fs.sync().unwrap();
     }
@@ -178,11 +178,11 @@ struct Ext2 {
 
 impl Ext2 {
     fn of(fs: &Fs) -> Ext2 {
-        let g = &fs.vol.groups[0];
+        let g = &fs.vol.groups()[0];
         Ext2 {
-            bs: fs.vol.block_size,
-            bitmap: g.meta.0,
-            desc_off: g.desc_block as usize * fs.vol.block_size + g.desc_offset,
+            bs: fs.vol.block_size(),
+            bitmap: g.block_bitmap(),
+            desc_off: g.desc_block() as usize * fs.vol.block_size() + g.desc_offset(),
         }
     }
 
@@ -299,7 +299,7 @@ fn the_scan_beside_concurrent_allocations_finds_nothing_wrong() {
                 s.spawn(move || {
                     for i in 0..40 {
                         let p = format!("/w{round}-{t}-{i}");
-                        let data = vec![t as u8; 3 * fs.vol.block_size];
+                        let data = vec![t as u8; 3 * fs.vol.block_size()];
                         fs.write_file(p.as_bytes(), &data, 0o644, 0, 0).unwrap();
                         let f = fs.open(p.as_bytes(), OpenFlags::default()).unwrap();
                         f.fsync(fs).unwrap();

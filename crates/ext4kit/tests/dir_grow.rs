@@ -97,7 +97,7 @@ fn shape(fs: &Fs, dir: &[u8]) -> (bool, u8) {
         panic!("root is a hole")
     };
     let b = fs.vol.buffer(pblk).unwrap();
-    let root = htree::parse_root(&b.data, fs.vol.block_size, true, None).unwrap();
+    let root = htree::parse_root(&b.data, fs.vol.block_size(), true, None).unwrap();
     (true, root.info.indirect_levels)
 }
 
@@ -222,7 +222,7 @@ fn run_case(c: &Case) {
         }
         // A record that no longer matches the DirRef is refused untouched.
         let mut stale = d.inode.clone();
-        stale.base.size_lo += fs.vol.block_size as u32;
+        stale.base.size_lo += fs.vol.block_size() as u32;
         let e = fs
             .vol
             .add_link(h, d, &mut stale, b"stale", 5, FileType::Regular)
@@ -246,7 +246,7 @@ fn run_case(c: &Case) {
             Errno::ENOENT
         );
     });
-    let reads0 = fs.vol.stats.dir_block_reads.load(Ordering::Relaxed);
+    let reads0 = fs.vol.stats().dir_block_reads();
     for (nm, ino) in &taken {
         with_dir(&fs, b"/moved", |h, d, new| {
             let grew = fs.vol.add_link(h, d, new, nm, *ino, FileType::Regular).unwrap();
@@ -259,7 +259,7 @@ fn run_case(c: &Case) {
             );
         });
     }
-    let per_move = (fs.vol.stats.dir_block_reads.load(Ordering::Relaxed) - reads0) as f64 / taken.len().max(1) as f64;
+    let per_move = (fs.vol.stats().dir_block_reads() - reads0) as f64 / taken.len().max(1) as f64;
     eprintln!(
         "{}: {per_move:.1} directory blocks read per add_link into /moved",
         c.tag
@@ -284,7 +284,7 @@ fn run_case(c: &Case) {
     // Fill the new directory past one block (an htree where dir_index is
     // on), then empty it again: still valid, and empty.
     let sub = b"/d/subdir";
-    let n_sub = fs.vol.block_size / 16 + 100;
+    let n_sub = fs.vol.block_size() / 16 + 100;
     for i in 0..n_sub {
         with_dir(&fs, sub, |h, d, new| {
             let nm = format!("tmp-{i}-{}", "y".repeat(i % 40));
@@ -302,7 +302,7 @@ fn run_case(c: &Case) {
         });
     }
     assert!(
-        fs.stat(sub).unwrap().size > fs.vol.block_size as u64,
+        fs.stat(sub).unwrap().size > fs.vol.block_size() as u64,
         "the subdirectory grew"
     );
     drop(fs);
@@ -579,14 +579,14 @@ fn ext4_4k_100k_creates_stay_flat() {
     let mut per_create = Vec::new();
     let mut names = BTreeSet::new();
     let n = 100_000;
-    let mut reads = fs.vol.stats.dir_block_reads.load(Ordering::Relaxed);
+    let mut reads = fs.vol.stats().dir_block_reads();
     let mut t = std::time::Instant::now();
     for i in 0..n {
         let nm = name(i, false);
         fs.create(format!("/d/{nm}").as_bytes(), 0o644, 0, 0).unwrap();
         names.insert(nm.into_bytes());
         if (i + 1) % 10_000 == 0 {
-            let r = fs.vol.stats.dir_block_reads.load(Ordering::Relaxed);
+            let r = fs.vol.stats().dir_block_reads();
             let per = (r - reads) as f64 / 10_000.0;
             let rate = 10_000.0 / t.elapsed().as_secs_f64();
             eprintln!("{:>6} entries: {per:.2} dir blocks/create, {rate:.0} creates/s", i + 1);
@@ -712,7 +712,7 @@ fn collision_bits(fs: &Fs, dir: &[u8]) -> usize {
         };
         fs.vol.buffer(pblk).unwrap()
     };
-    let bs = fs.vol.block_size;
+    let bs = fs.vol.block_size();
     let root = htree::parse_root(&block(0).data, bs, true, None).unwrap();
     let mut level = vec![root.index];
     for _ in 0..root.info.indirect_levels {
@@ -756,9 +756,9 @@ fn hash_collisions_span_leaves() {
         "64M",
     );
     let fs = open(&img);
-    let def = fs.vol.sb.read().def_hash_version;
+    let def = fs.vol.sb().read().def_hash_version;
     let version = HashVersion {
-        unsigned: fs.vol.unsigned_hash,
+        unsigned: fs.vol.geo().unsigned_hash(),
         ..HashVersion::from_disk(def).unwrap()
     };
     let long = |s: String| format!("{s}-{}", "z".repeat(254 - s.len()));
@@ -766,7 +766,7 @@ fn hash_collisions_span_leaves() {
     let mut pairs = Vec::new();
     for i in 0..400_000 {
         let nm = long(format!("c{i:07}"));
-        let h = dx_hash(nm.as_bytes(), version, &fs.vol.hash_seed).0;
+        let h = dx_hash(nm.as_bytes(), version, fs.vol.geo().hash_seed()).0;
         if let Some(other) = seen.insert(h, nm.clone()) {
             pairs.push((other, nm));
             if pairs.len() == 30 {

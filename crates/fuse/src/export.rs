@@ -41,7 +41,7 @@ pub fn generation(ino: u32, generation: u32) -> u64 {
 /// or ESTALE when no such live inode exists (see the module doc).
 pub fn lookup_self(fs: &Fs, ino: u32) -> Result<Stat, Errno> {
     let (first_ino, count) = {
-        let sb = fs.vol.sb.read();
+        let sb = fs.vol.sb().read();
         (sb.first_ino, sb.inodes_count)
     };
     if (ino < first_ino && ino != EXT4_ROOT) || ino > count {

@@ -681,7 +681,7 @@ fn open_for_mount(image: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, bool), 
         return refuse_or_warn(why);
     }
     match open(false) {
-        Ok(fs) if fs.vol.read_only => {
+        Ok(fs) if fs.vol.read_only() => {
             // The engine fell back to read-only on its own (a read-only
             // device); its warnings say why.
             let why = fs.warnings().join("; ");

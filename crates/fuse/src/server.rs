@@ -145,7 +145,7 @@ thread_local! {
 impl Ext4Fuse {
     /// Serve `fs`, read-only or not, with kernel caching `cache`.
     pub fn new(fs: Arc<Fs>, read_only: bool, cache: CacheMode) -> Self {
-        let block_size = fs.vol.block_size as u32;
+        let block_size = fs.vol.block_size() as u32;
         Ext4Fuse {
             nodes: Arc::new(Nodes::new(&fs)),
             fs,
@@ -439,7 +439,7 @@ impl Ext4Fuse {
         let append = offset.is_none();
         // Who may fill the root reserve is decided by the writer's ids, as
         // ext4_has_free_clusters does with current_fsuid().
-        let who = self.fs.claimant(req.uid(), req.gid());
+        let who = self.fs.reserver(req.uid(), req.gid());
         let (flags, mode, gid, may_have) = {
             let r = inode.disk.read();
             (r.base.flags, r.base.mode & 0o7777, r.gid(), may_have_xattrs(&r))

@@ -86,7 +86,7 @@ fn now_secs() -> i64 {
 pub fn mark_mounted(fs: &Fs, mount_point: &Path) -> ext4kit::Result<(MountState, Vec<String>)> {
     let mut warnings = Vec::new();
     let state = {
-        let mut sb = fs.vol.sb.write();
+        let mut sb = fs.vol.sb().write();
         let state = sb.state;
         // The kernel's ext4_setup_super warnings.
         if state & STATE_VALID == 0 {
@@ -103,7 +103,7 @@ pub fn mark_mounted(fs: &Fs, mount_point: &Path) -> ext4kit::Result<(MountState,
         // The kernel clears EXT2_VALID_FS while mounted only without a
         // journal (ext4_setup_super): with one, a crash leaves a journal to
         // replay, and a replayed filesystem is as valid as it was.
-        if fs.vol.jbd.is_none() {
+        if fs.vol.jbd().is_none() {
             sb.state &= !STATE_VALID;
         }
         sb.mnt_count = sb.mnt_count.wrapping_add(1);
@@ -125,7 +125,7 @@ pub fn mark_mounted(fs: &Fs, mount_point: &Path) -> ext4kit::Result<(MountState,
 pub fn mark_unmounted(fs: &Fs, m: MountState) -> ext4kit::Result<()> {
     fs.sync()?;
     {
-        let mut sb = fs.vol.sb.write();
+        let mut sb = fs.vol.sb().write();
         sb.state = m.state;
         let t = now_secs();
         sb.wtime = t as u32;

@@ -100,7 +100,7 @@ fn pop_dirs(a: &Args) -> usize {
 fn scan_stats(fs: &Fs) -> String {
     match fs.vol.claim_set_if_built() {
         Some(c) => {
-            let s = &c.stats;
+            let s = c.stats();
             format!(
                 "scan: {} records read, {} live inodes, {} blocks claimed, {} claimed twice, {} marked free; \
                  {:.3} s, {} KiB of claim bits",

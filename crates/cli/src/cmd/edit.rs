@@ -32,7 +32,7 @@ pub fn open_rw(image: &Image, budget: usize) -> Result<Arc<Fs>, String> {
     for w in fs.warnings() {
         eprintln!("ext4kit: warning: {}: {w}", image.display());
     }
-    if fs.vol.read_only {
+    if fs.vol.read_only() {
         return Err(format!(
             "{}: cannot be modified (see the warning above)",
             image.display()

@@ -289,7 +289,7 @@ impl Fs {
         let ci = self.inode(ino)?;
         let rec = ci.disk.read();
         if mask & MAY_WRITE != 0 {
-            if self.vol.read_only && matches!(ci.ftype, FileType::Regular | FileType::Directory | FileType::Symlink) {
+            if self.vol.read_only() && matches!(ci.ftype, FileType::Regular | FileType::Directory | FileType::Symlink) {
                 return Err(Error::posix(Errno::EROFS, format!("inode {ino}: read-only filesystem")));
             }
             if rec.base.flags & flags::IMMUTABLE != 0 {
@@ -313,12 +313,12 @@ impl Fs {
     /// live counts rather than the superblock's (which are only brought up
     /// to date by `sync`).
     pub fn statfs(&self) -> Result<StatFs> {
-        let (free_blocks, free_inodes) = self.vol.groups.iter().fold((0u64, 0u64), |(b, i), g| {
-            let d = g.desc.read();
+        let (free_blocks, free_inodes) = self.vol.groups().iter().fold((0u64, 0u64), |(b, i), g| {
+            let d = g.desc().read();
             (b + d.free_blocks_count() as u64, i + d.free_inodes_count() as u64)
         });
         let (reserved, uuid, stored_overhead, journal_ino) = {
-            let sb = self.vol.sb.read();
+            let sb = self.vol.sb().read();
             (sb.r_blocks_count(), sb.uuid, sb.overhead_clusters, sb.journal_inum)
         };
         let overhead = if stored_overhead != 0 {
@@ -328,17 +328,17 @@ impl Fs {
         };
         let half = |k: usize| u64::from_le_bytes(uuid[k..k + 8].try_into().unwrap_or([0; 8]));
         Ok(StatFs {
-            block_size: self.vol.block_size as u32,
-            blocks: self.vol.blocks_count.saturating_sub(overhead),
+            block_size: self.vol.block_size() as u32,
+            blocks: self.vol.geo().blocks_count().saturating_sub(overhead),
             // Blocks promised to buffered writes not yet written back are
             // not free (`ext4_statfs`: s_freeclusters_counter minus
             // s_dirtyclusters_counter), so `df` shows what write(2) has
             // already accepted.
-            blocks_free: free_blocks.saturating_sub(self.vol.space.dirty()),
+            blocks_free: free_blocks.saturating_sub(self.vol.reservations().dirty()),
             blocks_avail: free_blocks
-                .saturating_sub(self.vol.space.dirty())
+                .saturating_sub(self.vol.reservations().dirty())
                 .saturating_sub(reserved),
-            files: self.vol.inodes_count as u64,
+            files: self.vol.geo().inodes_count() as u64,
             files_free: free_inodes,
             name_max: ext4kit_format::dirent::NAME_MAX as u32,
             fsid: half(0) ^ half(8),
@@ -351,28 +351,31 @@ impl Fs {
     /// bitmaps and the inode table, and the internal journal.
     fn overhead(&self, journal_ino: u32) -> Result<u64> {
         let vol = &self.vol;
-        let ngroups = vol.groups.len() as u64;
-        let itb = (vol.inodes_per_group as u64 * vol.inode_size as u64).div_ceil(vol.block_size as u64);
+        let ngroups = vol.groups().len() as u64;
+        let itb =
+            (vol.geo().inodes_per_group() as u64 * vol.geo().inode_size() as u64).div_ceil(vol.block_size() as u64);
         let (gdb, meta_bg, first_meta_bg) = {
-            let sb = vol.sb.read();
-            let per = (vol.block_size / sb.desc_size()) as u64;
+            let sb = vol.sb().read();
+            let per = (vol.block_size() / sb.desc_size()) as u64;
             (
                 ngroups.div_ceil(per),
-                vol.has_incompat(incompat::META_BG),
+                vol.geo().has_incompat(incompat::META_BG),
                 sb.first_meta_bg as u64,
             )
         };
-        let mut total = vol.first_data_block + ngroups * (itb + 2);
-        let sb = vol.sb.read();
+        let mut total = vol.geo().first_data_block() + ngroups * (itb + 2);
+        let sb = vol.sb().read();
         for g in 0..ngroups {
             if sb.group_has_super(g) {
                 total += 1 + if meta_bg { first_meta_bg.min(gdb) } else { gdb };
             }
         }
         drop(sb);
-        if journal_ino != 0 && journal_ino != ROOT_INO && vol.has_compat(ext4kit_format::features::compat::HAS_JOURNAL)
+        if journal_ino != 0
+            && journal_ino != ROOT_INO
+            && vol.geo().has_compat(ext4kit_format::features::compat::HAS_JOURNAL)
         {
-            total += self.vol.read_inode(journal_ino)?.size() / vol.block_size as u64;
+            total += self.vol.read_inode(journal_ino)?.size() / vol.block_size() as u64;
         }
         Ok(total)
     }

@@ -20,7 +20,7 @@ pub const LABEL_MAX: usize = 16;
 impl Fs {
     /// The label: `s_volume_name` up to its first NUL (at most 16 bytes).
     pub fn fs_label(&self) -> Vec<u8> {
-        let sb = self.vol.sb.read();
+        let sb = self.vol.sb().read();
         let end = sb.volume_name.iter().position(|&b| b == 0).unwrap_or(LABEL_MAX);
         sb.volume_name[..end].to_vec()
     }
@@ -36,11 +36,11 @@ impl Fs {
                 format!("a label has at most {LABEL_MAX} bytes, not {}", label.len()),
             ));
         }
-        if self.vol.read_only {
+        if self.vol.read_only() {
             return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
         }
         {
-            let mut sb = self.vol.sb.write();
+            let mut sb = self.vol.sb().write();
             sb.volume_name = [0; LABEL_MAX];
             sb.volume_name[..label.len()].copy_from_slice(label);
         }

@@ -121,7 +121,7 @@ fn relayout_empty(fs: &Fs, ino: u32, t: FileType, rec: &mut Inode, to_extents: b
     if rec.size() != 0 || rec.base.blocks_lo != 0 || rec.base.blocks_high != 0 || rec.has_inline_data() {
         return unsupported("of a file with data");
     }
-    if to_extents && !fs.vol.has_incompat(incompat::EXTENTS) {
+    if to_extents && !fs.vol.geo().has_incompat(incompat::EXTENTS) {
         return Err(Error::posix(
             Errno::EINVAL,
             format!("inode {ino}: the filesystem has no extent feature"),
@@ -186,7 +186,7 @@ impl Fs {
     /// `FS_IOC_SETFLAGS` on inode `ino` by `cred` (see the module comment
     /// for the rules). Returns the new attributes.
     pub fn set_flags_ino(&self, ino: u32, flags: u32, cred: &Cred) -> Result<Stat> {
-        if self.vol.read_only {
+        if self.vol.read_only() {
             return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
         }
         if flags & !USER_VISIBLE != 0 {

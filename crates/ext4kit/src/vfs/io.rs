@@ -31,7 +31,7 @@ use super::namei::show;
 use super::write::now;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
-use crate::ext4::reserve::Claimant;
+use crate::ext4::reservation::Reserver;
 use crate::ext4::{BlockMap, Mapping};
 
 /// fallocate: do not change the file size.
@@ -49,14 +49,14 @@ const WRITE_CHUNK: u64 = 256;
 /// `ext4_max_bitmap_size`): the block map's reach, and `i_blocks` (counted
 /// in 512-byte sectors, 32 bits without `huge_file`, 48 with).
 pub fn max_file_size(fs: &Fs, rec: &Inode) -> u64 {
-    let bs = fs.vol.block_size as u64;
+    let bs = fs.vol.block_size() as u64;
     let map_limit = if rec.uses_extents() {
         ((1u64 << 32) - 1) * bs
     } else {
         let per = bs / 4;
         (indirect::DIRECT as u64 + per + per * per + per * per * per).saturating_mul(bs)
     };
-    let sectors = if fs.vol.has_ro_compat(ro_compat::HUGE_FILE) {
+    let sectors = if fs.vol.geo().has_ro_compat(ro_compat::HUGE_FILE) {
         1u64 << 48
     } else {
         (1u64 << 32) - 1
@@ -96,7 +96,7 @@ fn check_regular(inode: &CachedInode) -> Result<()> {
 impl Fs {
     fn check_writable(&self, inode: &CachedInode, rec: &Inode) -> Result<()> {
         check_regular(inode)?;
-        if self.vol.read_only {
+        if self.vol.read_only() {
             return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
         }
         if rec.base.flags & iflags::IMMUTABLE != 0 {
@@ -129,14 +129,15 @@ impl Fs {
         if let Some(p) = inode.pages.get(lblk) {
             return Ok(p.data.clone());
         }
-        let mut b = vec![0u8; self.vol.block_size].into_boxed_slice();
+        let mut b = vec![0u8; self.vol.block_size()].into_boxed_slice();
         if let Mapping::Mapped {
             pblk, uninit: false, ..
         } = map.map(&self.vol, lblk)?
         {
             self.vol
+                .disk()
                 .read_raw(pblk, &mut b)
-                .map_err(|e| crate::ext4::volume::annotate(e, &format!("data of inode {}", inode.ino)))?;
+                .map_err(|e| crate::ext4::error::annotate(e, &format!("data of inode {}", inode.ino)))?;
         }
         Ok(b)
     }
@@ -148,13 +149,13 @@ impl Fs {
             inode,
             rec,
             at,
-            at.div_ceil(self.vol.block_size as u64) * self.vol.block_size as u64,
+            at.div_ceil(self.vol.block_size() as u64) * self.vol.block_size() as u64,
         )
     }
 
     /// Zero bytes `[from, to)`, which lie in one block, through the cache.
     fn zero_in_block(&self, inode: &CachedInode, rec: &Inode, from: u64, to: u64) -> Result<()> {
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         if from >= to {
             return Ok(());
         }
@@ -199,18 +200,22 @@ impl Fs {
         buf: &[u8],
         privileged: bool,
     ) -> Result<(u64, usize)> {
-        let who = if privileged { Claimant::Reserved } else { Claimant::User };
+        let who = if privileged {
+            Reserver::Privileged
+        } else {
+            Reserver::User
+        };
         self.write_claiming(inode, off, buf, privileged, who, true)
     }
 
     /// Whether a caller with `uid`/`gid` may use the blocks reserved for
     /// root (`s_r_blocks_count`): root, `s_def_resuid`, or `s_def_resgid`
     /// (`ext4_has_free_clusters`).
-    pub fn claimant(&self, uid: u32, gid: u32) -> Claimant {
-        if uid == 0 || uid == self.vol.resuid || gid == self.vol.resgid {
-            Claimant::Reserved
+    pub fn reserver(&self, uid: u32, gid: u32) -> Reserver {
+        if uid == 0 || uid == self.vol.sb().resuid() || gid == self.vol.sb().resgid() {
+            Reserver::Privileged
         } else {
-            Claimant::User
+            Reserver::User
         }
     }
 
@@ -231,7 +236,7 @@ impl Fs {
         off: Option<u64>,
         buf: &[u8],
         keep_privs: bool,
-        who: Claimant,
+        who: Reserver,
         touch_times: bool,
     ) -> Result<(u64, usize)> {
         check_regular(inode)?;
@@ -287,7 +292,7 @@ impl Fs {
         off: Option<u64>,
         buf: &[u8],
         privileged: bool,
-        who: Claimant,
+        who: Reserver,
         touch_times: bool,
     ) -> Result<(u64, usize)> {
         let mut rec = inode.disk.write();
@@ -313,7 +318,7 @@ impl Fs {
         }
         let buf = &buf[..buf.len().min((max - off) as usize)];
         let end = off + buf.len() as u64;
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         // A failure after some chunks were written ends the write short
         // (write(2) reports what it wrote; the next call sees the error).
         let mut failure = None;
@@ -340,8 +345,8 @@ impl Fs {
                     break;
                 }
             };
-            let meta = |n: u64| self.vol.worst_map_growth(&rec, n);
-            match inode.pages.reserve(&self.vol.space, who, &new, &meta) {
+            let meta = |n: u64| crate::ext4::reservation::worst_map_growth(self.vol.block_size(), &rec, n);
+            match inode.pages.reserve(self.vol.reservations(), who, &new, &meta) {
                 Ok(k) if k == new.len() => {}
                 Ok(k) => {
                     upto = new[k].0 - 1;
@@ -445,7 +450,7 @@ impl Fs {
             ));
         }
         let old = rec.size();
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         if len < old {
             let fb = len.div_ceil(bs);
             // Everything the punch will free and the tail zeroing will
@@ -540,7 +545,7 @@ impl Fs {
         if mode & FALLOC_FL_ZERO_RANGE != 0 && !rec.uses_extents() {
             return Err(bad("ZERO_RANGE needs an extent-mapped file"));
         }
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         let size = rec.size();
         if mode & FALLOC_FL_PUNCH_HOLE != 0 {
             // ext4_punch_hole: nothing past EOF; partial edge blocks zeroed
@@ -612,7 +617,7 @@ impl Fs {
         off: u64,
         end: u64,
     ) -> Result<()> {
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         let ino = inode.ino;
         if mode & FALLOC_FL_ZERO_RANGE != 0 {
             // ext4_zero_range: partial edges zeroed through the cache (bytes
@@ -638,7 +643,7 @@ impl Fs {
             // the map pointing at them commits.
             for r in runs.iter().filter(|r| r.new) {
                 let zeros = vec![0u8; (r.len * bs) as usize];
-                self.vol.write_raw(r.pblk, &zeros)?;
+                self.vol.disk().write_raw(r.pblk, &zeros)?;
             }
         }
         Ok(())
@@ -647,7 +652,7 @@ impl Fs {
     /// Zero the partial blocks at the edges of `[off, end)` through the
     /// cache (both edges may be one block).
     fn zero_range_edges(&self, inode: &CachedInode, rec: &Inode, off: u64, end: u64) -> Result<()> {
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         if off >= end {
             return Ok(());
         }
@@ -919,7 +924,7 @@ impl Fs {
                 format!("{}: immutable or append-only", what()),
             ));
         }
-        if write && self.vol.read_only && inode.ftype == FileType::Regular {
+        if write && self.vol.read_only() && inode.ftype == FileType::Regular {
             return Err(Error::posix(Errno::EROFS, format!("{}: read-only filesystem", what())));
         }
         Ok(())

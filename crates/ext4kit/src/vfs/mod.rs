@@ -91,7 +91,7 @@ impl Drop for Fs {
         if let Some(f) = &mut self.flusher {
             f.stop();
         }
-        if !self.vol.read_only {
+        if !self.vol.read_only() {
             self.write_back_at_close();
         }
         // A thread's cached pins (`vfs::pin`) keep their inodes in memory
@@ -112,13 +112,13 @@ impl Fs {
         // A file that cannot be written back does not keep the rest from
         // being closed cleanly (`Fs::sync`): its error is printed below.
         let wb = self.writeback_all();
-        let r = match &self.vol.jbd {
+        let r = match self.vol.jbd() {
             // A clean close of a journaled volume: everything committed,
             // written home, the log emptied and needs_recovery cleared —
             // only if anything was ever written (an open that only read
             // leaves the image alone).
             Some(j) => {
-                if j.running_is_empty() && self.vol.dirty_meta.is_empty() && !j.recover_flag_on_disk() {
+                if j.running_is_empty() && self.vol.dirty_meta().is_empty() && !j.recover_flag_on_disk() {
                     Ok(())
                 } else {
                     let again = self.writeback_all();
@@ -129,7 +129,7 @@ impl Fs {
                 }
             }
             None => {
-                if self.vol.dirty_meta.is_empty() {
+                if self.vol.dirty_meta().is_empty() {
                     Ok(())
                 } else {
                     self.sync()
@@ -203,7 +203,7 @@ impl Fs {
     /// change), and the caller holds no lock a handle could wait for.
     pub(crate) fn retry_enospc<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
         match f() {
-            Err(e) if e.errno() == Errno::ENOSPC && self.vol.jbd.as_ref().is_some_and(|j| j.has_busy()) => {
+            Err(e) if e.errno() == Errno::ENOSPC && self.vol.jbd().is_some_and(|j| j.has_busy()) => {
                 self.vol.commit_running()?;
                 f()
             }
@@ -213,7 +213,7 @@ impl Fs {
 
     /// Warnings from opening (read-only fallbacks, journal recovery).
     pub fn warnings(&self) -> &[String] {
-        &self.vol.warnings
+        self.vol.warnings()
     }
 
     /// The in-memory inode `ino`.
@@ -225,10 +225,10 @@ impl Fs {
     pub fn stats(&self) -> FsStats {
         use std::sync::atomic::Ordering::Relaxed;
         FsStats {
-            dir_block_reads: self.vol.stats.dir_block_reads.load(Relaxed),
-            metadata_misses: self.vol.bcache.misses.load(Relaxed),
-            inode_reads: self.vol.stats.inode_reads.load(Relaxed),
-            inode_writes: self.vol.stats.inode_writes.load(Relaxed),
+            dir_block_reads: self.vol.stats().dir_block_reads(),
+            metadata_misses: self.vol.bcache().misses.load(Relaxed),
+            inode_reads: self.vol.stats().inode_reads(),
+            inode_writes: self.vol.stats().inode_writes(),
             dirty_page_bytes: self.pages.dirty_bytes(),
             cached_inodes: self.icache.len(),
             cached_dentries: self.dcache.len(),
@@ -357,7 +357,7 @@ impl Fs {
     pub fn data_layout(&self, ino: u32) -> Result<DataLayout> {
         let i = self.inode(ino)?;
         let map = i.block_map(&self.vol)?;
-        let nblocks = i.size().div_ceil(self.vol.block_size as u64);
+        let nblocks = i.size().div_ceil(self.vol.block_size() as u64);
         Ok(match &*map {
             BlockMap::Extents(ext) => DataLayout {
                 kind: "extent tree",
@@ -432,7 +432,7 @@ impl Fs {
         // 001's storm reads small cached files). Loaded after `seq`, as the
         // rechecks require.
         let mut map: Option<Arc<BlockMap>> = None;
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         let mut done = 0usize;
         while done < want {
             let pos = off + done as u64;
@@ -493,8 +493,9 @@ impl Fs {
                     let run = len.min(blocks_left).min(MAX_READ_RUN);
                     let mut raw = vec![0u8; (run * bs) as usize];
                     self.vol
+                        .disk()
                         .read_raw(pblk, &mut raw)
-                        .map_err(|e| crate::ext4::volume::annotate(e, &format!("data of inode {}", inode.ino)))?;
+                        .map_err(|e| crate::ext4::error::annotate(e, &format!("data of inode {}", inode.ino)))?;
                     // Charged before insertion, so the count never dips
                     // below what is cached while a sweep runs.
                     let over = self.pages.charge(run as usize);
@@ -550,7 +551,7 @@ impl Fs {
     pub(crate) fn shrink_pages(&self) {
         // Buffers that grew into the pages' share while file data was idle
         // give it back first (see `crate::budget`).
-        self.vol.bcache.give_back();
+        self.vol.bcache().give_back();
         let target = self.pages.limit() / 4 * 3;
         self.icache.for_each(|i| {
             let n = i.pages.sweep(&self.pages);
@@ -577,7 +578,7 @@ impl Fs {
             self.writeback_inode(inode, SyncLevel::All)?;
         }
         let map = inode.block_map(&self.vol)?;
-        let bs = self.vol.block_size as u64;
+        let bs = self.vol.block_size() as u64;
         let nblocks = size.div_ceil(bs);
         if data {
             match map.next_data(&self.vol, off / bs, nblocks)? {

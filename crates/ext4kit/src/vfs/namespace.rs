@@ -103,7 +103,7 @@ fn add_links(rec: &mut Inode, delta: i32, dir_nlink: bool) {
 
 impl Fs {
     fn dir_nlink(&self) -> bool {
-        self.vol.has_ro_compat(ro_compat::DIR_NLINK)
+        self.vol.geo().has_ro_compat(ro_compat::DIR_NLINK)
     }
 
     /// The cached inode of directory `ino` (ENOTDIR otherwise).
@@ -226,7 +226,7 @@ impl Fs {
         // name goes in after both: refuse now rather than half-way if
         // either would meet damage.
         self.vol
-            .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
+            .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
         self.vol.check_dir_insertable(dref)?;
         let t = now();
         let mut h = self.vol.begin()?;
@@ -436,7 +436,7 @@ impl Fs {
         // The directory may grow: refuse now if allocation or the
         // insertion would meet damage.
         self.vol
-            .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
+            .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
         self.vol.check_dir_insertable(dref)?;
         let t = now();
         let mut h = self.vol.begin()?;
@@ -731,7 +731,7 @@ impl Fs {
         if !flags.exchange && dst.is_none() {
             // The new name may grow its directory.
             self.vol
-                .check_block_allocatable(self.vol.group_first_block_of_inode(new_dir))?;
+                .check_block_allocatable(self.vol.geo().group_first_block_of_inode(new_dir))?;
             self.vol.check_dir_insertable(nref)?;
         }
         let t = now();
@@ -1139,12 +1139,12 @@ impl Fs {
     /// (`s_last_orphan`) and the orphan file (`orphan_file`) are read; both
     /// are empty afterwards. Returns how many inodes were freed.
     pub fn recover_orphans(&self) -> Result<usize> {
-        if self.vol.read_only {
+        if self.vol.read_only() {
             return Ok(0);
         }
         let chain = self.vol.orphan_chain()?;
         let slots = self.vol.orphan_file_slots()?;
-        let present = self.vol.sb.read().feature_ro_compat & ro_compat::ORPHAN_PRESENT != 0;
+        let present = self.vol.sb().read().feature_ro_compat & ro_compat::ORPHAN_PRESENT != 0;
         if chain.is_empty() && slots.is_empty() && !present {
             return Ok(0);
         }
@@ -1164,7 +1164,7 @@ impl Fs {
             } else {
                 // A truncate that did not finish: free what lies past the
                 // size (ext4_truncate).
-                let keep = rec.size().div_ceil(self.vol.block_size as u64);
+                let keep = rec.size().div_ceil(self.vol.block_size() as u64);
                 if matches!(
                     rec.file_type(),
                     Some(FileType::Regular | FileType::Directory | FileType::Symlink)
@@ -1182,7 +1182,7 @@ impl Fs {
         }
         h.commit()?;
         {
-            let mut sb = self.vol.sb.write();
+            let mut sb = self.vol.sb().write();
             sb.last_orphan = 0;
             sb.feature_ro_compat &= !ro_compat::ORPHAN_PRESENT;
         }

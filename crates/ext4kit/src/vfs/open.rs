@@ -209,11 +209,11 @@ impl Fs {
     /// The caches and the background worker over a recovered device.
     fn open_on(dev: Arc<dyn BlockDevice>, opts: &OpenOptions, warnings: Vec<String>) -> Result<Arc<Fs>> {
         let mut vol = Volume::open(dev, opts)?;
-        vol.warnings.splice(0..0, warnings);
+        vol.prepend_warnings(warnings);
         check_root(&vol)?;
         let budget = opts.cache_budget;
-        let block_size = vol.block_size;
-        let pages = Arc::new(PageBudget::new(vol.budget.clone(), block_size));
+        let block_size = vol.block_size();
+        let pages = Arc::new(PageBudget::new(vol.budget().clone(), block_size));
         let vol = Arc::new(vol);
         let icache = Arc::new(icache::Icache::new((budget / 8 / 1024).max(1024), pages.clone()));
         let dcache = Arc::new(dcache::Dcache::new(ROOT_INO, (budget / 8 / 256).max(4096)));
@@ -243,8 +243,8 @@ impl Fs {
         // file data dirty for longer than the commit interval and to commit
         // a running transaction older than it (none under
         // SOURCE_DATE_EPOCH: reproducible images allocate at sync).
-        let expire = vol.jbd.as_ref().and_then(|j| j.interval);
-        let tick = vol.jbd.as_ref().map(|_| std::time::Duration::from_secs(1));
+        let expire = vol.jbd().and_then(|j| j.interval);
+        let tick = vol.jbd().map(|_| std::time::Duration::from_secs(1));
         let f = crate::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {
             if let Some(e) = expire {
                 super::writeback::write_back_expired(&v, &i, &p, e);
@@ -253,13 +253,13 @@ impl Fs {
             v.checkpoint_if_over();
             i.reclaim();
             d.reclaim();
-            v.bcache.reclaim();
+            v.bcache().reclaim();
         });
         match f {
             Ok(f) => {
                 for slot in [
-                    &vol.bcache.trigger.worker,
-                    &vol.dirty_meta.flusher,
+                    &vol.bcache().trigger.worker,
+                    &vol.dirty_meta().flusher,
                     &icache.trigger.worker,
                     &dcache.trigger.worker,
                 ] {

@@ -47,7 +47,7 @@ use parking_lot::Mutex;
 
 use crate::budget::MemoryBudget;
 use crate::error::{Errno, Error};
-use crate::ext4::reserve::{Claimant, Space};
+use crate::ext4::reservation::{self, Reserver};
 
 /// One cached block of file data.
 #[derive(Debug)]
@@ -155,7 +155,7 @@ pub struct Reservations {
     claimed: u64,
     /// The volume's counters, once something was claimed (so that dropping
     /// pages or the inode gives the claims back without a caller's help).
-    space: Option<Arc<Space>>,
+    space: Option<Arc<reservation::Reservations>>,
 }
 
 impl Reservations {
@@ -199,7 +199,7 @@ impl Reservations {
         if self.claimed > target {
             space.release(self.claimed - target);
         } else {
-            space.force_claim(target - self.claimed);
+            space.force_reserve(target - self.claimed);
         }
         self.claimed = target;
     }
@@ -482,8 +482,8 @@ impl PageMap {
     /// or an ENOSPC error when not even the first fits.
     pub fn reserve(
         &self,
-        space: &Arc<Space>,
-        who: Claimant,
+        space: &Arc<reservation::Reservations>,
+        who: Reserver,
         new: &[(u64, bool)],
         meta: &dyn Fn(u64) -> u64,
     ) -> crate::error::Result<usize> {
@@ -504,7 +504,7 @@ impl PageMap {
         let mut take = new.len();
         let mut err = None;
         loop {
-            match space.claim(need(take), who) {
+            match space.reserve(need(take), who) {
                 Ok(()) => break,
                 Err(e) => {
                     err.get_or_insert(e);

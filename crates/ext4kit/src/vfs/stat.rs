@@ -68,7 +68,7 @@ impl Stat {
             ctime: i.time(TimeField::Ctime),
             crtime: i.time(TimeField::Crtime),
             has_crtime: i.has_extra(0x14),
-            blocks: i.blocks_512(vol.has_ro_compat(ro_compat::HUGE_FILE), vol.block_size as u32),
+            blocks: i.blocks_512(vol.geo().has_ro_compat(ro_compat::HUGE_FILE), vol.block_size() as u32),
             flags: i.base.flags,
             rdev,
             generation: i.base.generation,
@@ -128,7 +128,7 @@ pub struct FsInfo {
 impl super::Fs {
     /// Summarise the superblock.
     pub fn info(&self) -> FsInfo {
-        let sb = self.vol.sb.read();
+        let sb = self.vol.sb().read();
         let mut feats = features::names(sb.feature_compat, features::COMPAT_NAMES);
         feats.extend(features::names(sb.feature_incompat, features::INCOMPAT_NAMES));
         feats.extend(features::names(sb.feature_ro_compat, features::RO_COMPAT_NAMES));
@@ -172,8 +172,8 @@ impl super::Fs {
             hash_alg,
             wtime: time_with_hi(sb.wtime, sb.wtime_hi),
             mkfs_time: time_with_hi(sb.mkfs_time, sb.mkfs_time_hi),
-            read_only: self.vol.read_only,
-            warnings: self.vol.warnings.clone(),
+            read_only: self.vol.read_only(),
+            warnings: self.vol.warnings().to_vec(),
         }
     }
 }

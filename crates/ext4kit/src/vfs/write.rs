@@ -181,7 +181,7 @@ impl Fs {
         cred: &Cred,
         owner: Option<(u32, u32)>,
     ) -> Result<Stat> {
-        let bs = self.vol.block_size;
+        let bs = self.vol.block_size();
         if target.is_empty() || target.len() >= bs.min(4096) {
             return Err(Error::posix(
                 Errno::ENAMETOOLONG,
@@ -214,7 +214,7 @@ impl Fs {
                 let mut b = vec![0u8; bs];
                 b[..target.len()].copy_from_slice(target);
                 // Data before the metadata that points at it (ordered mode).
-                vol.write_raw(run.pblk, &b)
+                vol.disk().write_raw(run.pblk, &b)
             },
         )
     }
@@ -287,7 +287,7 @@ impl Fs {
         // after the inode: refuse now if allocation or the insertion would
         // meet damage (release_check.rs, dir_insert.rs).
         self.vol
-            .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
+            .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
         self.vol.check_dir_insertable(dref)?;
         let t = now();
         let mut h = self.vol.begin()?;
@@ -369,7 +369,7 @@ impl Fs {
 
     /// One attempt of [`Self::tmpfile_inode`].
     fn tmpfile_inode_once(&self, parent: u32, perm: u16, linkable: bool, cred: &Cred) -> Result<Arc<CachedInode>> {
-        if self.vol.read_only {
+        if self.vol.read_only() {
             return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
         }
         let dir = self.inode(parent)?;
@@ -469,13 +469,14 @@ impl Fs {
     /// file's failure never costs another file's metadata.
     pub fn sync(&self) -> Result<()> {
         let wb = self.writeback_all();
-        let recover = self.vol.jbd.as_ref().is_some_and(|j| j.recover_flag_on_disk());
-        if !self.vol.metadata_changed.load(std::sync::atomic::Ordering::Relaxed) && !recover {
+        let recover = self.vol.jbd().is_some_and(|j| j.recover_flag_on_disk());
+        if !self.vol.metadata_changed().load(std::sync::atomic::Ordering::Relaxed) && !recover {
             // Nothing changed since the open (every operation refused, or
             // only data overwritten in place): no superblock or journal
             // write, so a refused command leaves the image byte-identical.
-            if !self.vol.read_only {
+            if !self.vol.read_only() {
                 self.vol
+                    .disk()
                     .device()
                     .flush()
                     .map_err(|e| Error::io("flushing the device", e))?;
@@ -484,13 +485,14 @@ impl Fs {
         }
         let rest = (|| {
             self.vol.sync_super()?;
-            if self.vol.jbd.is_some() {
+            if self.vol.jbd().is_some() {
                 self.vol.close_journal(false)?;
             } else {
                 self.vol.checkpoint()?;
             }
-            if !self.vol.read_only {
+            if !self.vol.read_only() {
                 self.vol
+                    .disk()
                     .device()
                     .flush()
                     .map_err(|e| Error::io("flushing the device", e))?;

@@ -88,7 +88,7 @@ impl Writer<'_> {
         // ext4_should_retry_alloc: with a journal, blocks freed by the
         // running transaction are reused only once it commits.
         match self.writeback_inode_once(inode, level) {
-            Err(e) if e.errno() == Errno::ENOSPC && self.vol.jbd.as_ref().is_some_and(|j| j.has_busy()) => {
+            Err(e) if e.errno() == Errno::ENOSPC && self.vol.jbd().is_some_and(|j| j.has_busy()) => {
                 self.vol.commit_running()?;
                 self.writeback_inode_once(inode, level)
             }
@@ -114,7 +114,7 @@ impl Writer<'_> {
         level: SyncLevel,
     ) -> Result<WritebackStats> {
         let ino = inode.ino;
-        let bs = self.vol.block_size;
+        let bs = self.vol.block_size();
         let mut st = WritebackStats::default();
         let dirty = inode.pages.dirty_blocks();
         let mut h: Option<Handle<'_>> = None;
@@ -197,8 +197,8 @@ impl Writer<'_> {
                     for p in chunk {
                         buf.extend_from_slice(&p.data);
                     }
-                    if let Err(e) = self.vol.write_raw(pblk, &buf) {
-                        failure = Some(crate::ext4::volume::annotate(e, &format!("data of inode {ino}")));
+                    if let Err(e) = self.vol.disk().write_raw(pblk, &buf) {
+                        failure = Some(crate::ext4::error::annotate(e, &format!("data of inode {ino}")));
                         // Blocks allocated for data that never reached them
                         // leave the map again: committed, the map would show
                         // whatever they held before. The pages stay dirty
@@ -258,7 +258,7 @@ impl Writer<'_> {
         let left = h.as_ref().map_or(0, |h| h.reserved_left());
         if claims_taken {
             // Settle before the commit can fail: the claims must not leak.
-            let meta = |n: u64| self.vol.worst_map_growth(rec, n);
+            let meta = |n: u64| crate::ext4::reservation::worst_map_growth(self.vol.block_size(), rec, n);
             inode.pages.settle(written.iter().map(|w| w.0), left, &meta);
         }
         if let Some(e) = &failure {
@@ -350,7 +350,7 @@ impl Fs {
         // ends with one (after its commit block), which covers the data
         // written before it too.
         let mut flushed = false;
-        match &self.vol.jbd {
+        match self.vol.jbd() {
             // With a journal: commit the running transaction, which holds
             // the inode's metadata if anything of it changed (and whatever
             // else is running: jbd2's fsync does the same). Concurrent
@@ -374,8 +374,9 @@ impl Fs {
             // checkpoint budget, not by the file's size.
             None => self.vol.checkpoint()?,
         }
-        if !self.vol.read_only && !flushed {
+        if !self.vol.read_only() && !flushed {
             self.vol
+                .disk()
                 .device()
                 .flush()
                 .map_err(|e| Error::io("flushing the device", e))?;

@@ -5,29 +5,32 @@
 //! Why: with delayed allocation a buffered write only fills pages; blocks
 //! are chosen at writeback. Without accounting, write(2) accepts data the
 //! filesystem has no room for and the loss is discovered at writeback —
-//! at unmount, say — when nobody can be told any more (issue 19: a full
-//! disk lost everything written since the mount). So each write *claims*
-//! the blocks it will need (data plus the worst case of block-map growth)
+//! at unmount, say — when nobody can be told any more (a full disk would
+//! lose everything written since the mount). So each write *reserves* the
+//! blocks it will need (data plus the worst case of block-map growth)
 //! here, and gets ENOSPC when they are not there; writeback then draws the
-//! blocks it allocates from those claims ([`crate::transaction::Handle`]'s
-//! reservation budget) and never has to find room of its own.
+//! blocks it allocates from those reservations
+//! ([`crate::transaction::Handle`]'s reservation budget) and never has to
+//! find room of its own.
 //!
 //! Counters:
 //! - `free`: the sum of the group descriptors' free-block counts, kept in
 //!   step by the allocator (`balloc.rs`) under each group's lock, so the
 //!   check costs one atomic load instead of a walk over every group;
-//! - `dirty`: blocks claimed and not yet allocated (delayed pages' data
-//!   and map-growth reservations, and the in-flight claim of an ordinary
-//!   allocation between its check and its bitmap change).
+//! - `dirty`: blocks reserved and not yet allocated (delayed pages' data
+//!   and map-growth reservations, and the in-flight reservation of an
+//!   ordinary allocation between its check and its bitmap change).
 //!
-//! The rule (`ext4_has_free_clusters`): a claim of `n` succeeds when
+//! The rule (`ext4_has_free_clusters`): a reservation of `n` succeeds when
 //! `free >= n + dirty + r_blocks`, where the root reserve `r_blocks`
 //! (`s_r_blocks_count`) is waived for root and for `s_def_resuid` /
 //! `s_def_resgid` — the caller says whether it is one of them — and for
 //! allocations that must not fail for want of the reserve (freeing map
-//! nodes, the kernel's `EXT4_MB_USE_RESERVED`). Claims are serialised by a
-//! mutex so that two claimers never both take the last blocks; the
-//! counters themselves are atomics that readers (statfs) load freely.
+//! nodes, the kernel's `EXT4_MB_USE_RESERVED`).
+//!
+//! Locking: reservations are serialised by a mutex so that two reservers
+//! never both take the last blocks; the counters themselves are atomics
+//! that readers (statfs) load freely.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -35,43 +38,43 @@ use parking_lot::Mutex;
 
 use crate::error::{Errno, Error, Result};
 
-/// Who a claim is for, as far as the root reserve is concerned.
+/// Who a reservation is for, as far as the root reserve is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Claimant {
+pub enum Reserver {
     /// An ordinary user: the last `s_r_blocks_count` blocks are not theirs.
     User,
     /// Root, `s_def_resuid`, a member of `s_def_resgid`, or an allocation
     /// that may use the reserve (`EXT4_MB_USE_RESERVED`).
-    Reserved,
+    Privileged,
 }
 
 /// The volume's free-block and reservation counters (see the module doc).
 #[derive(Debug, Default)]
-pub struct Space {
+pub struct Reservations {
     free: AtomicI64,
     dirty: AtomicU64,
     r_blocks: AtomicU64,
-    claim: Mutex<()>,
+    reserving: Mutex<()>,
 }
 
-impl Space {
+impl Reservations {
     /// Counters for a volume whose groups hold `free` free blocks and
     /// whose root reserve is `r_blocks`.
     pub fn new(free: u64, r_blocks: u64) -> Self {
-        Space {
+        Reservations {
             free: AtomicI64::new(free as i64),
             dirty: AtomicU64::new(0),
             r_blocks: AtomicU64::new(r_blocks),
-            claim: Mutex::new(()),
+            reserving: Mutex::new(()),
         }
     }
 
-    /// Free blocks in the bitmaps (claimed ones included).
+    /// Free blocks in the bitmaps (reserved ones included).
     pub fn free(&self) -> u64 {
         self.free.load(Ordering::Acquire).max(0) as u64
     }
 
-    /// Blocks claimed and not yet allocated.
+    /// Blocks reserved and not yet allocated.
     pub fn dirty(&self) -> u64 {
         self.dirty.load(Ordering::Acquire)
     }
@@ -81,28 +84,28 @@ impl Space {
         self.r_blocks.load(Ordering::Relaxed)
     }
 
-    /// Free blocks nobody has claimed (`f_bfree` as `ext4_statfs` reports
+    /// Free blocks nobody has reserved (`f_bfree` as `ext4_statfs` reports
     /// it: free minus dirty).
-    pub fn unclaimed(&self) -> u64 {
+    pub fn unreserved(&self) -> u64 {
         self.free().saturating_sub(self.dirty())
     }
 
-    /// How many blocks `who` could claim now.
-    pub fn available(&self, who: Claimant) -> u64 {
+    /// How many blocks `who` could reserve now.
+    pub fn available(&self, who: Reserver) -> u64 {
         let rsv = match who {
-            Claimant::User => self.r_blocks(),
-            Claimant::Reserved => 0,
+            Reserver::User => self.r_blocks(),
+            Reserver::Privileged => 0,
         };
-        self.unclaimed().saturating_sub(rsv)
+        self.unreserved().saturating_sub(rsv)
     }
 
-    /// Claim `n` blocks for `who`, or ENOSPC naming what is left
+    /// Reserve `n` blocks for `who`, or ENOSPC naming what is left
     /// (`ext4_claim_free_clusters`).
-    pub fn claim(&self, n: u64, who: Claimant) -> Result<()> {
+    pub fn reserve(&self, n: u64, who: Reserver) -> Result<()> {
         if n == 0 {
             return Ok(());
         }
-        let _g = self.claim.lock();
+        let _g = self.reserving.lock();
         let avail = self.available(who);
         if avail < n {
             return Err(enospc(n, avail, who, self.r_blocks()));
@@ -111,10 +114,10 @@ impl Space {
         Ok(())
     }
 
-    /// Claim as many of `n` blocks as `who` may have, at least one
+    /// Reserve as many of `n` blocks as `who` may have, at least one
     /// (ENOSPC when none): an ordinary allocation's partial grant.
-    pub fn claim_up_to(&self, n: u64, who: Claimant) -> Result<u64> {
-        let _g = self.claim.lock();
+    pub fn reserve_up_to(&self, n: u64, who: Reserver) -> Result<u64> {
+        let _g = self.reserving.lock();
         let avail = self.available(who);
         if avail == 0 {
             return Err(enospc(n.max(1), 0, who, self.r_blocks()));
@@ -124,16 +127,16 @@ impl Space {
         Ok(got)
     }
 
-    /// Add `n` to the claims without a check: a reservation that must be
-    /// kept although its estimate was exceeded (writeback used more map
-    /// blocks than reserved and the pages left still need theirs).
-    pub fn force_claim(&self, n: u64) {
+    /// Add `n` to the reservations without a check: a reservation that
+    /// must be kept although its estimate was exceeded (writeback used more
+    /// map blocks than reserved and the pages left still need theirs).
+    pub fn force_reserve(&self, n: u64) {
         if n != 0 {
             self.dirty.fetch_add(n, Ordering::AcqRel);
         }
     }
 
-    /// Give back `n` claimed blocks (written back, truncated, or an
+    /// Give back `n` reserved blocks (written back, truncated, or an
     /// allocation done). Never below zero: an accounting slip must not
     /// turn into a wrapped counter that refuses every write.
     pub fn release(&self, n: u64) {
@@ -160,9 +163,9 @@ impl Space {
     }
 }
 
-fn enospc(want: u64, avail: u64, who: Claimant, r_blocks: u64) -> Error {
+fn enospc(want: u64, avail: u64, who: Reserver, r_blocks: u64) -> Error {
     let why = match who {
-        Claimant::User if r_blocks > 0 => format!(
+        Reserver::User if r_blocks > 0 => format!(
             "no room for {want} more block(s): {avail} free outside the {r_blocks} reserved for root and the blocks \
              already promised to data not yet written"
         ),
@@ -198,21 +201,20 @@ pub fn worst_map_blocks(per_node: u64, n: u64) -> u64 {
     total + 2
 }
 
-impl crate::volume::Volume {
-    /// Worst-case map blocks for `n` new extents (or indirect pointers) in
-    /// the block map of `inode`: what a buffered write claims besides its
-    /// data blocks, so that writeback finds room for the map too.
-    pub fn worst_map_growth(&self, inode: &ext4kit_format::inode::Inode, n: u64) -> u64 {
-        let bs = self.block_size as u64;
-        if inode.uses_extents() {
-            // ext4_extent_header + 12-byte entries.
-            worst_map_blocks((bs - 12) / 12, n)
-        } else {
-            // Indirect blocks are never split: full nodes of bs/4 pointers,
-            // and one more for the double/triple indirect block a range
-            // can cross into.
-            worst_map_blocks(bs / 2, n) + 1
-        }
+/// Worst-case map blocks for `n` new extents (or indirect pointers) in
+/// the block map of `inode` on a filesystem of `block_size`-byte blocks:
+/// what a buffered write reserves besides its data blocks, so that
+/// writeback finds room for the map too.
+pub fn worst_map_growth(block_size: usize, inode: &ext4kit_format::inode::Inode, n: u64) -> u64 {
+    let bs = block_size as u64;
+    if inode.uses_extents() {
+        // ext4_extent_header + 12-byte entries.
+        worst_map_blocks((bs - 12) / 12, n)
+    } else {
+        // Indirect blocks are never split: full nodes of bs/4 pointers,
+        // and one more for the double/triple indirect block a range
+        // can cross into.
+        worst_map_blocks(bs / 2, n) + 1
     }
 }
 
@@ -221,24 +223,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn claims_respect_dirty_and_the_root_reserve() {
-        let s = Space::new(100, 10);
-        s.claim(80, Claimant::User).unwrap();
-        assert_eq!(s.unclaimed(), 20);
-        let e = s.claim(11, Claimant::User).unwrap_err();
+    fn reservations_respect_dirty_and_the_root_reserve() {
+        let s = Reservations::new(100, 10);
+        s.reserve(80, Reserver::User).unwrap();
+        assert_eq!(s.unreserved(), 20);
+        let e = s.reserve(11, Reserver::User).unwrap_err();
         assert_eq!(e.errno(), Errno::ENOSPC);
         assert!(e.to_string().contains("10 reserved for root"), "{e}");
-        s.claim(10, Claimant::User).unwrap();
+        s.reserve(10, Reserver::User).unwrap();
         // Root may take the reserve, and nothing beyond.
-        s.claim(10, Claimant::Reserved).unwrap();
-        assert!(s.claim(1, Claimant::Reserved).is_err());
-        // An allocation of claimed blocks: free and dirty drop together.
+        s.reserve(10, Reserver::Privileged).unwrap();
+        assert!(s.reserve(1, Reserver::Privileged).is_err());
+        // An allocation of reserved blocks: free and dirty drop together.
         s.free_changed(-50);
         s.release(50);
         assert_eq!((s.free(), s.dirty()), (50, 50));
         s.release(1000);
         assert_eq!(s.dirty(), 0, "never below zero");
-        assert_eq!(s.claim_up_to(80, Claimant::User).unwrap(), 40);
+        assert_eq!(s.reserve_up_to(80, Reserver::User).unwrap(), 40);
     }
 
     #[test]
@@ -247,33 +249,5 @@ mod tests {
         assert_eq!(worst_map_blocks(84, 1), 3);
         // 1000 extents, half-full leaves of 42: 24 leaves, 1 index, +2.
         assert_eq!(worst_map_blocks(84, 1000), 24 + 1 + 2);
-    }
-
-    /// Ordinary allocations see the claims; a handle given claimed blocks
-    /// (writeback) draws from them without a check; the free counter stays
-    /// the sum of the group descriptors.
-    #[test]
-    fn allocations_respect_claims_and_draw_from_the_handle() {
-        let v = crate::volume::scratch_volume();
-        let groups = |v: &crate::volume::Volume| -> u64 {
-            v.groups.iter().map(|g| g.desc.read().free_blocks_count() as u64).sum()
-        };
-        let free = v.space.free();
-        assert_eq!(free, groups(&v));
-        let avail = v.space.available(Claimant::User);
-        v.space.claim(avail, Claimant::User).unwrap();
-        let mut h = v.begin().unwrap();
-        let e = v.alloc_blocks(&mut h, 0, 1).unwrap_err();
-        assert_eq!(e.errno(), Errno::ENOSPC, "{e}");
-        h.add_reserved(10);
-        let (p, n) = v.alloc_blocks(&mut h, 0, 4).unwrap();
-        assert!((1..=4).contains(&n));
-        assert_eq!(h.reserved_left(), 10 - n as u64);
-        assert_eq!(v.space.dirty(), avail - n as u64, "the blocks drawn left the claims");
-        assert_eq!(v.space.free(), free - n as u64);
-        assert_eq!(v.space.free(), groups(&v));
-        v.free_blocks(&mut h, p, n).unwrap();
-        assert_eq!(v.space.free(), groups(&v));
-        h.commit().unwrap();
     }
 }

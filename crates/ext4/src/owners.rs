@@ -1,0 +1,263 @@
+//! Who owns which block, as far as freeing needs to know: the sets e2fsck's
+//! pass 1 derives from reading every inode (its "multiply-claimed blocks",
+//! passes 1B-1D), built once per open by the owner scan (`claims.rs`) and
+//! consulted by every free and allocation after it.
+//!
+//! [`OwnerSets`] holds three small sets — blocks claimed by more than one
+//! inode (with their claimants), blocks a live inode claims though the
+//! bitmap says free, and xattr blocks named by several inodes — all empty
+//! on a healthy filesystem. After the scan they only shrink: the engine
+//! never makes a block claimed twice, so nothing else keeps them up to
+//! date. [`OwnerMap`] is the volume's slot for them, filled at the first
+//! free.
+//!
+//! Locking: the map's build mutex is held while the scan runs; every free
+//! waits on it ([`OwnerMap::get_or_build`]), so no block is freed while the
+//! scan reads. The sets' own mutexes are held only for a lookup or an
+//! update; `clean` answers the common case (nothing found) with one atomic
+//! load, without them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::error::Result;
+
+/// How an inode names a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// File, directory or symlink data.
+    Data,
+    /// An extent tree index or leaf block.
+    ExtentNode,
+    /// An indirect block (single, double or triple).
+    Indirect,
+    /// The inode's xattr block (`i_file_acl`).
+    Xattr,
+}
+
+impl Role {
+    /// Short name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Data => "data",
+            Role::ExtentNode => "extent tree block",
+            Role::Indirect => "indirect block",
+            Role::Xattr => "xattr block",
+        }
+    }
+}
+
+/// What the scan found, and how long it took.
+#[derive(Debug, Clone, Default)]
+pub struct ScanStats {
+    /// Inode records read.
+    pub records: u64,
+    /// Live inodes whose maps were walked.
+    pub inodes: u64,
+    /// Blocks claimed (counted once each).
+    pub claimed: u64,
+    /// Blocks claimed more than once.
+    pub multi: usize,
+    /// Claimed blocks the bitmap marks free.
+    pub unmarked: usize,
+    /// Wall time of the scan.
+    pub elapsed: Duration,
+    /// Bytes the scan's claimed-block bitmap took at its largest.
+    pub peak_bytes: usize,
+}
+
+#[derive(Debug, Default)]
+struct Sets {
+    multi: BTreeMap<u64, Vec<(u32, Role)>>,
+    unmarked: BTreeSet<u64>,
+}
+
+impl Sets {
+    fn is_empty(&self) -> bool {
+        self.multi.is_empty() && self.unmarked.is_empty()
+    }
+}
+
+/// The blocks whose owners are not simply "one inode, marked in use" (see
+/// the module doc).
+#[derive(Debug)]
+pub struct OwnerSets {
+    sets: Mutex<Sets>,
+    /// `multi` and `unmarked` empty: the common case, answered without the
+    /// mutex.
+    clean: AtomicBool,
+    /// Xattr blocks named by more than one inode, and by how many (only
+    /// the xattr release path looks: legitimately shared blocks are common
+    /// where ACLs are, and must not slow every free).
+    shared_xattr: Mutex<HashMap<u64, u32>>,
+    /// The scan's figures.
+    stats: ScanStats,
+}
+
+impl OwnerSets {
+    /// What a scan found: blocks claimed more than once with their
+    /// claimants (`multi`), claimed blocks the bitmap marks free
+    /// (`unmarked`), xattr blocks named by several inodes and by how many
+    /// (`shared_xattr`), and the scan's figures.
+    pub fn new(
+        multi: BTreeMap<u64, Vec<(u32, Role)>>,
+        unmarked: BTreeSet<u64>,
+        shared_xattr: HashMap<u64, u32>,
+        stats: ScanStats,
+    ) -> OwnerSets {
+        let sets = Sets { multi, unmarked };
+        let clean = sets.is_empty();
+        OwnerSets {
+            sets: Mutex::new(sets),
+            clean: AtomicBool::new(clean),
+            shared_xattr: Mutex::new(shared_xattr),
+            stats,
+        }
+    }
+
+    /// No block claimed twice and none claimed while marked free.
+    #[inline]
+    pub fn is_clean(&self) -> bool {
+        self.clean.load(Ordering::Acquire)
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Sets)) {
+        let mut s = self.sets.lock();
+        f(&mut s);
+        self.clean.store(s.is_empty(), Ordering::Release);
+    }
+
+    /// The scan's figures.
+    pub fn stats(&self) -> &ScanStats {
+        &self.stats
+    }
+
+    /// The multiply-claimed blocks in `[start, start + len)`, with their
+    /// claimants.
+    pub(crate) fn multi_in(&self, start: u64, len: u64) -> Vec<(u64, Vec<(u32, Role)>)> {
+        if self.is_clean() {
+            return Vec::new();
+        }
+        let s = self.sets.lock();
+        s.multi
+            .range(start..start.saturating_add(len))
+            .map(|(&b, c)| (b, c.clone()))
+            .collect()
+    }
+
+    /// The first multiply-claimed block of `runs` (in their order), with
+    /// its claimants.
+    pub(crate) fn first_multi_in(&self, runs: &[(u64, u64)]) -> Option<(u64, Vec<(u32, Role)>)> {
+        if self.is_clean() {
+            return None;
+        }
+        let s = self.sets.lock();
+        runs.iter().find_map(|&(start, len)| {
+            s.multi
+                .range(start..start.saturating_add(len))
+                .next()
+                .map(|(&b, c)| (b, c.clone()))
+        })
+    }
+
+    /// Block `b` is no longer claimed twice (a recheck of its claimants'
+    /// current maps found one claim at most).
+    pub(crate) fn forget_multi(&self, b: u64) {
+        self.update(|s| {
+            s.multi.remove(&b);
+        });
+    }
+
+    /// `runs` were freed: the blocks of them the bitmap already called free
+    /// have no owner left.
+    pub(crate) fn forget_unmarked(&self, runs: &[(u64, u64)]) {
+        if self.is_clean() {
+            return;
+        }
+        self.update(|s| {
+            for &(start, len) in runs {
+                let gone: Vec<u64> = s.unmarked.range(start..start.saturating_add(len)).copied().collect();
+                for b in gone {
+                    s.unmarked.remove(&b);
+                }
+            }
+        });
+    }
+
+    /// How many inodes name xattr block `nr` (1 unless the scan found it
+    /// shared).
+    pub(crate) fn xattr_named(&self, nr: u64) -> u32 {
+        self.shared_xattr.lock().get(&nr).copied().unwrap_or(1)
+    }
+
+    /// One inode dropped its reference to xattr block `nr`.
+    pub(crate) fn xattr_unref(&self, nr: u64) {
+        let mut m = self.shared_xattr.lock();
+        if let Some(n) = m.get_mut(&nr) {
+            *n = n.saturating_sub(1);
+            if *n <= 1 {
+                m.remove(&nr);
+            }
+        }
+    }
+
+    /// Blocks claimed more than once (for tests and reports).
+    pub fn multi_blocks(&self) -> Vec<u64> {
+        self.sets.lock().multi.keys().copied().collect()
+    }
+
+    /// Claimed blocks the bitmap marks free (for tests and reports).
+    pub fn unmarked_blocks(&self) -> Vec<u64> {
+        self.sets.lock().unmarked.iter().copied().collect()
+    }
+
+    /// Set, in `view` (the bitmap of the `n` blocks from `first`), the bits
+    /// of blocks a live inode claims though the bitmap says free, so the
+    /// allocator passes them by. Returns whether any was set.
+    pub(crate) fn mask_unmarked(&self, first: u64, n: usize, view: &mut [u8]) -> bool {
+        if self.is_clean() {
+            return false;
+        }
+        let s = self.sets.lock();
+        let mut any = false;
+        for &b in s.unmarked.range(first..first + n as u64) {
+            crate::bitmap::set_bit(view, (b - first) as usize);
+            any = true;
+        }
+        any
+    }
+}
+
+/// The volume's owner sets, built at the first free (see the module doc).
+#[derive(Debug, Default)]
+pub struct OwnerMap {
+    set: OnceLock<OwnerSets>,
+    /// Held while the scan runs: frees wait here.
+    build: Mutex<()>,
+}
+
+impl OwnerMap {
+    /// The sets if the scan has run.
+    #[inline]
+    pub fn get(&self) -> Option<&OwnerSets> {
+        self.set.get()
+    }
+
+    /// The sets, running `scan` to build them the first time; a caller
+    /// arriving while another's scan runs waits for it and uses its result.
+    pub fn get_or_build(&self, scan: impl FnOnce() -> Result<OwnerSets>) -> Result<&OwnerSets> {
+        if let Some(c) = self.set.get() {
+            return Ok(c);
+        }
+        let _g = self.build.lock();
+        if let Some(c) = self.set.get() {
+            return Ok(c);
+        }
+        let c = scan()?;
+        Ok(self.set.get_or_init(|| c))
+    }
+}
