@@ -1,5 +1,5 @@
 //! Giving an empty inode its data blocks: map the whole range through
-//! [`Volume::map_blocks`] (the one mapping path: extent trees of any depth,
+//! [`bmap_write::map_blocks`] (the one mapping path: extent trees of any depth,
 //! or indirect maps on ext2/ext3 images, which never gain the extent
 //! feature), then write the data into the new runs.
 //!
@@ -9,36 +9,46 @@
 
 use ext4kit_format::inode::Inode;
 
+use super::bmap_write::{self, MapRequest};
 use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
 
-impl Volume {
-    /// Store `data` as the contents of `inode` (number `ino`), which must
-    /// have no blocks yet. Updates size, block map and `i_blocks` in
-    /// `inode`; the caller writes the inode through the same handle. On
-    /// error no block stays allocated (see `map_blocks`).
-    pub fn write_new_data(&self, h: &mut Handle<'_>, ino: u32, inode: &mut Inode, data: &[u8]) -> Result<()> {
-        if inode.size() != 0 || inode.base.blocks_lo != 0 || inode.base.blocks_high != 0 {
-            return Err(Error::posix(Errno::EINVAL, format!("inode {ino} already has data")));
-        }
-        let bs = self.block_size();
-        let nblocks = data.len().div_ceil(bs) as u64;
-        let runs = self.map_blocks(h, ino, inode, 0, nblocks, false)?;
-        // Data first (ordered mode), in one write per run.
-        for r in &runs {
-            let start = r.lblk as usize * bs;
-            let end = (start + r.len as usize * bs).min(data.len());
-            let mut buf = data[start..end].to_vec();
-            buf.resize(r.len as usize * bs, 0);
-            if let Err(e) = self.disk().write_raw(r.pblk, &buf) {
-                self.punch_blocks(h, ino, inode, 0, u64::MAX)?;
-                return Err(e);
-            }
-        }
-        let size = data.len() as u64;
-        inode.base.size_lo = size as u32;
-        inode.base.size_high = (size >> 32) as u32;
-        Ok(())
+/// Store `data` as the contents of inode `ino` (record `rec`), which must
+/// have no blocks yet. Updates size, block map and `i_blocks` in `rec`;
+/// the caller writes the record through the same handle. On error no
+/// block stays allocated (see [`bmap_write::map_blocks`]). Public: the
+/// vfs layer's whole-file write for image building goes through it.
+pub fn store(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, data: &[u8]) -> Result<()> {
+    if rec.size() != 0 || rec.base.blocks_lo != 0 || rec.base.blocks_high != 0 {
+        return Err(Error::posix(Errno::EINVAL, format!("inode {ino} already has data")));
     }
+    let bs = vol.block_size();
+    let nblocks = data.len().div_ceil(bs) as u64;
+    let runs = bmap_write::map_blocks(
+        vol,
+        h,
+        ino,
+        rec,
+        MapRequest {
+            lblk: 0,
+            len: nblocks,
+            uninit: false,
+        },
+    )?;
+    // Data first (ordered mode), in one write per run.
+    for r in &runs {
+        let start = r.lblk as usize * bs;
+        let end = (start + r.len as usize * bs).min(data.len());
+        let mut buf = data[start..end].to_vec();
+        buf.resize(r.len as usize * bs, 0);
+        if let Err(e) = vol.disk().write_raw(r.pblk, &buf) {
+            bmap_write::punch(vol, h, ino, rec, 0..u64::MAX)?;
+            return Err(e);
+        }
+    }
+    let size = data.len() as u64;
+    rec.base.size_lo = size as u32;
+    rec.base.size_high = (size >> 32) as u32;
+    Ok(())
 }

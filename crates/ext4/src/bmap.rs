@@ -16,6 +16,7 @@ use ext4kit_format::indirect;
 use ext4kit_format::inode::Inode;
 
 use super::volume::Volume;
+use super::{inode, xattr};
 use crate::error::{Error, Result};
 
 /// How a logical block (and the run that starts there) is backed.
@@ -113,7 +114,12 @@ impl BlockMap {
             }
             BlockMap::Indirect(root) => {
                 let bs = vol.block_size();
-                let mut seen = HashSet::new();
+                let mut walk = IndirectWalk {
+                    vol,
+                    limit,
+                    seen: HashSet::new(),
+                    out,
+                };
                 for (slot, &p) in root.iter().enumerate() {
                     if p == 0 {
                         continue;
@@ -124,8 +130,9 @@ impl BlockMap {
                         indirect::DIND => (2, 12 + indirect::span(1, bs)),
                         _ => (3, 12 + indirect::span(1, bs) + indirect::span(2, bs)),
                     };
-                    walk_indirect(vol, p as u64, depth, base, limit, &mut seen, &mut out)?;
+                    walk.walk(p as u64, depth, base)?;
                 }
+                out = walk.out;
                 out.retain(|r| r.0 < limit);
                 coalesce(&mut out);
             }
@@ -149,39 +156,44 @@ fn coalesce(v: &mut Vec<(u64, u64, u64)>) {
     *v = w;
 }
 
-fn walk_indirect(
-    vol: &Volume,
-    blk: u64,
-    depth: usize,
-    base: u64,
+/// A walk of an indirect map's blocks, collecting the mapped runs below
+/// `limit`; a block met twice is a cycle (damage), not followed.
+struct IndirectWalk<'a> {
+    vol: &'a Volume,
     limit: u64,
-    seen: &mut HashSet<u64>,
-    out: &mut Vec<(u64, u64, u64)>,
-) -> Result<()> {
-    if base >= limit {
-        return Ok(());
-    }
-    if depth == 0 {
-        out.push((base, blk, 1));
-        return Ok(());
-    }
-    if !seen.insert(blk) {
-        return Err(Error::corrupt_msg(
-            format!("indirect block {blk}"),
-            "indirect map",
-            "block referenced twice (cycle)",
-        ));
-    }
-    let buf = vol.buffer(blk)?;
-    let per = vol.block_size() / 4;
-    let span = indirect::span(depth - 1, vol.block_size());
-    for i in 0..per {
-        let p = indirect::pointer(&buf.data, i) as u64;
-        if p != 0 {
-            walk_indirect(vol, p, depth - 1, base + i as u64 * span, limit, seen, out)?;
+    seen: HashSet<u64>,
+    out: Vec<(u64, u64, u64)>,
+}
+
+impl IndirectWalk<'_> {
+    /// Walk the subtree under `blk` (`depth` levels of pointer blocks above
+    /// the data; 0: `blk` is data) mapping logical blocks from `base`.
+    fn walk(&mut self, blk: u64, depth: usize, base: u64) -> Result<()> {
+        if base >= self.limit {
+            return Ok(());
         }
+        if depth == 0 {
+            self.out.push((base, blk, 1));
+            return Ok(());
+        }
+        if !self.seen.insert(blk) {
+            return Err(Error::corrupt_msg(
+                format!("indirect block {blk}"),
+                "indirect map",
+                "block referenced twice (cycle)",
+            ));
+        }
+        let buf = self.vol.buffer(blk)?;
+        let per = self.vol.block_size() / 4;
+        let span = indirect::span(depth - 1, self.vol.block_size());
+        for i in 0..per {
+            let p = indirect::pointer(&buf.data, i) as u64;
+            if p != 0 {
+                self.walk(p, depth - 1, base + i as u64 * span)?;
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 fn map_extents(ext: &[Extent], lblk: u64) -> Mapping {
@@ -264,59 +276,76 @@ fn lblk_offset_within(levels: &[usize], block_size: usize) -> u64 {
     off
 }
 
-impl Volume {
-    /// Build the block map of inode `ino`.
-    pub fn block_map(&self, ino: u32, inode: &Inode) -> Result<BlockMap> {
-        use ext4kit_format::inode::FileType;
-        if inode.has_inline_data() {
-            return Ok(BlockMap::Inline(self.inline_data(ino, inode)?));
+/// Build the block map of inode `ino` (record `rec`): extent trees are
+/// read whole and checked here, once per cached inode, so every later
+/// lookup is a binary search without I/O. Public: the vfs layer caches
+/// one per inode.
+pub fn load(vol: &Volume, ino: u32, rec: &Inode) -> Result<BlockMap> {
+    use ext4kit_format::inode::FileType;
+    if rec.has_inline_data() {
+        return Ok(BlockMap::Inline(xattr::inline_data(vol, ino, rec)?));
+    }
+    match rec.file_type() {
+        Some(FileType::CharDevice | FileType::BlockDevice | FileType::Fifo | FileType::Socket) => {
+            return Ok(BlockMap::None)
         }
-        match inode.file_type() {
-            Some(FileType::CharDevice | FileType::BlockDevice | FileType::Fifo | FileType::Socket) => {
-                return Ok(BlockMap::None)
-            }
-            Some(FileType::Symlink) if self.is_fast_symlink(inode) => return Ok(BlockMap::None),
-            _ => {}
-        }
-        if inode.uses_extents() {
-            self.load_extents(ino, inode).map(BlockMap::Extents)
-        } else {
-            Ok(BlockMap::Indirect(indirect::root_pointers(&inode.base.block)))
+        Some(FileType::Symlink) if inode::is_fast_symlink(vol, rec) => return Ok(BlockMap::None),
+        _ => {}
+    }
+    if rec.uses_extents() {
+        load_extents(vol, ino, rec).map(BlockMap::Extents)
+    } else {
+        Ok(BlockMap::Indirect(indirect::root_pointers(&rec.base.block)))
+    }
+}
+
+fn load_extents(vol: &Volume, ino: u32, rec: &Inode) -> Result<Vec<Extent>> {
+    let loc = format!("extent tree of inode {ino}");
+    let root = ExtentNode::parse(&rec.base.block).map_err(|e| Error::corrupt(&loc, e))?;
+    let mut walk = ExtentWalk {
+        vol,
+        seed: vol.geo().inode_seed(ino, rec.base.generation),
+        loc: &loc,
+        seen: HashSet::new(),
+        out: Vec::new(),
+    };
+    walk.walk(&root)?;
+    let out = walk.out;
+    for w in out.windows(2) {
+        if w[0].block as u64 + w[0].length() as u64 > w[1].block as u64 {
+            return Err(Error::corrupt_msg(
+                &loc,
+                "extent",
+                format!("extents at {} and {} overlap", w[0].block, w[1].block),
+            ));
         }
     }
+    Ok(out)
+}
 
-    fn load_extents(&self, ino: u32, inode: &Inode) -> Result<Vec<Extent>> {
-        let loc = format!("extent tree of inode {ino}");
-        let root = ExtentNode::parse(&inode.base.block).map_err(|e| Error::corrupt(&loc, e))?;
-        let seed = self.geo().inode_seed(ino, inode.base.generation);
-        let mut out = Vec::new();
-        let mut seen = HashSet::new();
-        self.walk_node(&root, seed, &loc, &mut seen, &mut out)?;
-        for w in out.windows(2) {
-            if w[0].block as u64 + w[0].length() as u64 > w[1].block as u64 {
-                return Err(Error::corrupt_msg(
-                    &loc,
-                    "extent",
-                    format!("extents at {} and {} overlap", w[0].block, w[1].block),
-                ));
-            }
-        }
-        Ok(out)
-    }
+/// A walk of an extent tree, collecting its leaves' extents in order.
+/// Defensive: a child's depth must be its parent's minus one (so the walk
+/// ends), no node block is visited twice, and every extent lies inside
+/// the filesystem.
+struct ExtentWalk<'a> {
+    vol: &'a Volume,
+    /// The inode's checksum seed (metadata_csum), for node tails.
+    seed: Option<u32>,
+    /// "extent tree of inode N", for errors.
+    loc: &'a str,
+    seen: HashSet<u64>,
+    out: Vec<Extent>,
+}
 
-    fn walk_node(
-        &self,
-        node: &ExtentNode,
-        seed: Option<u32>,
-        loc: &str,
-        seen: &mut HashSet<u64>,
-        out: &mut Vec<Extent>,
-    ) -> Result<()> {
+impl ExtentWalk<'_> {
+    fn walk(&mut self, node: &ExtentNode) -> Result<()> {
+        let loc = self.loc;
         match &node.entries {
             NodeEntries::Leaf(v) => {
+                let geo = self.vol.geo();
                 for e in v {
                     let end = e.start().checked_add(e.length() as u64);
-                    if e.start() < self.geo().first_data_block() || end.is_none_or(|x| x > self.geo().blocks_count()) {
+                    if e.start() < geo.first_data_block() || end.is_none_or(|x| x > geo.blocks_count()) {
                         return Err(Error::corrupt_msg(
                             loc,
                             "extent",
@@ -328,20 +357,20 @@ impl Volume {
                             ),
                         ));
                     }
-                    out.push(*e);
+                    self.out.push(*e);
                 }
             }
             NodeEntries::Index(v) => {
                 for idx in v {
                     let blk = idx.leaf();
-                    if !seen.insert(blk) {
+                    if !self.seen.insert(blk) {
                         return Err(Error::corrupt_msg(
                             loc,
                             "extent index",
                             format!("node block {blk} referenced twice"),
                         ));
                     }
-                    let buf = self.buffer(blk).map_err(|e| super::error::annotate(e, loc))?;
+                    let buf = self.vol.buffer(blk).map_err(|e| super::error::annotate(e, loc))?;
                     let child = ExtentNode::parse(&buf.data)
                         .map_err(|e| Error::corrupt(format!("{loc}, node block {blk}"), e))?;
                     if child.header.depth + 1 != node.header.depth {
@@ -354,11 +383,11 @@ impl Volume {
                             ),
                         ));
                     }
-                    if let Some(s) = seed {
+                    if let Some(s) = self.seed {
                         buf.check_once(|d| verify_block_checksum(d, s))
                             .map_err(|e| Error::corrupt(format!("{loc}, node block {blk}"), e))?;
                     }
-                    self.walk_node(&child, seed, loc, seen, out)?;
+                    self.walk(&child)?;
                 }
             }
         }

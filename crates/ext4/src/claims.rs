@@ -68,6 +68,7 @@ use ext4kit_format::inode::{FileType, Inode, GOOD_OLD_INODE_SIZE};
 
 use crate::bitmap::test_bit;
 use crate::error::{Error, Result};
+use crate::inode;
 use crate::owners::{OwnerSets, Role, ScanStats};
 use crate::volume::Volume;
 
@@ -173,7 +174,7 @@ impl Volume {
                     let r = if o == ino {
                         rec.clone()
                     } else {
-                        match self.read_inode(o) {
+                        match inode::read(self, o) {
                             Ok(r) => r,
                             // Unreadable now: trust what the scan saw.
                             Err(_) => {
@@ -335,7 +336,7 @@ impl Volume {
         }
         match rec.file_type() {
             Some(FileType::CharDevice | FileType::BlockDevice | FileType::Fifo | FileType::Socket) => return Ok(()),
-            Some(FileType::Symlink) if self.is_fast_symlink(rec) => return Ok(()),
+            Some(FileType::Symlink) if inode::is_fast_symlink(self, rec) => return Ok(()),
             _ => {}
         }
         // The whole filesystem is the most any map can name; a map that
@@ -647,6 +648,7 @@ mod tests {
     use super::*;
     use crate::ialloc::NewInode;
     use crate::volume::scratch_volume_unjournaled;
+    use crate::{alloc_map, bmap};
     use ext4kit_format::inode::Timestamp;
 
     /// A regular file of `blocks` blocks (not linked anywhere: the scan
@@ -662,15 +664,14 @@ mod tests {
             now: Timestamp::default(),
             parent: (0, 0),
         });
-        v.write_new_data(&mut h, ino, &mut rec, &vec![7u8; blocks * v.block_size()])
-            .unwrap();
-        v.write_inode(&mut h, ino, &rec).unwrap();
+        alloc_map::store(v, &mut h, ino, &mut rec, &vec![7u8; blocks * v.block_size()]).unwrap();
+        inode::write(v, &mut h, ino, &rec).unwrap();
         h.commit().unwrap();
         (ino, rec)
     }
 
     fn runs(v: &Volume, ino: u32, rec: &Inode) -> Vec<(u64, u64)> {
-        let m = v.block_map(ino, rec).unwrap();
+        let m = bmap::load(v, ino, rec).unwrap();
         m.runs(v, u64::MAX)
             .unwrap()
             .into_iter()
@@ -685,7 +686,7 @@ mod tests {
         b[12 + 6..12 + 8].copy_from_slice(&((target >> 32) as u16).to_le_bytes());
         b[12 + 8..12 + 12].copy_from_slice(&(target as u32).to_le_bytes());
         let mut h = v.begin().unwrap();
-        v.write_inode(&mut h, ino, rec).unwrap();
+        inode::write(v, &mut h, ino, rec).unwrap();
         h.commit().unwrap();
     }
 
@@ -742,10 +743,10 @@ mod tests {
         let (a, _) = file(&v, 1);
         let (c, crec) = file(&v, 1);
         let x = runs(&v, c, &crec)[0].0;
-        let mut arec = v.read_inode(a).unwrap();
+        let mut arec = inode::read(&v, a).unwrap();
         arec.base.file_acl_lo = x as u32;
         let mut h = v.begin().unwrap();
-        v.write_inode(&mut h, a, &arec).unwrap();
+        inode::write(&v, &mut h, a, &arec).unwrap();
         h.commit().unwrap();
         v.claim_set().unwrap();
         v.xattr_refcount_agrees(a, x, 1).unwrap();

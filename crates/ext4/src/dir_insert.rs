@@ -19,6 +19,7 @@ use ext4kit_format::features::compat;
 use ext4kit_format::inode::{FileType, Inode};
 
 use super::bmap::{BlockMap, Mapping};
+use super::bmap_write::{self, MapRequest};
 use super::dir::DirRef;
 use super::htree::InsertHint;
 use super::transaction::Handle;
@@ -360,7 +361,17 @@ impl Volume {
                 format!("directory inode {ino} would exceed 4 GiB without large_dir"),
             ));
         }
-        let runs = self.map_blocks(h, ino, new_dir, lblk, n, false)?;
+        let runs = bmap_write::map_blocks(
+            self,
+            h,
+            ino,
+            new_dir,
+            MapRequest {
+                lblk,
+                len: n,
+                uninit: false,
+            },
+        )?;
         let mut out = Vec::with_capacity(n as usize);
         for r in runs {
             out.extend(r.pblk..r.pblk + r.len);

@@ -30,6 +30,8 @@
 //! node blocks belong to this edit alone; node blocks are rewritten whole
 //! through the handle (`h.overwrite`).
 
+use std::ops::Range;
+
 use ext4kit_format::extent::{
     set_block_checksum, verify_block_checksum, Extent, ExtentHeader, ExtentIndex, ExtentNode, NodeEntries,
     EXTENT_MAGIC, MAX_DEPTH,
@@ -49,7 +51,7 @@ const ROOT_MAX: usize = 4;
 
 /// One extent tree node held in memory while it is edited.
 #[derive(Debug, Clone)]
-pub(crate) struct Node {
+struct Node {
     depth: u16,
     leaf: Vec<Extent>,
     idx: Vec<ExtentIndex>,
@@ -138,31 +140,11 @@ fn index_entry(first: u32, blk: u64) -> ExtentIndex {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Found {
     /// The extent containing the block.
-    pub cur: Option<Extent>,
+    pub(crate) cur: Option<Extent>,
     /// The nearest extent before the block in the same leaf (allocation goal).
-    pub prev: Option<Extent>,
+    pub(crate) prev: Option<Extent>,
     /// First mapped logical block after the block (bounds a hole).
-    pub next_start: Option<u64>,
-}
-
-/// State of one edit: where new node blocks come from and what happened to
-/// `i_blocks`.
-pub(crate) struct EditCx {
-    ino: u32,
-    seed: Option<u32>,
-    /// Goal for node blocks (near the data, as `ext4_ext_new_meta_block`).
-    goal: u64,
-    /// Blocks reserved for splits before the edit started.
-    pool: Vec<u64>,
-    /// Node blocks put into the tree by this edit.
-    pub meta_alloc: u64,
-    /// Node blocks removed from the tree by this edit.
-    pub meta_freed: u64,
-    /// May use the root reserve: removing or converting blocks must not
-    /// fail for want of a node block (the kernel's `EXT4_EX_NOFAIL`).
-    privileged: bool,
-    /// The edit removes entries: join siblings and collapse the root.
-    shrinking: bool,
+    pub(crate) next_start: Option<u64>,
 }
 
 /// What an edit does to the leaves (decides reservation and collapse).
@@ -176,22 +158,76 @@ pub(crate) enum EditKind {
     Convert,
 }
 
-impl Volume {
-    /// Slots in a non-root node: `(block_size - 12) / 12`
-    /// (`ext4_ext_space_block`, the tail fits in what is left over).
-    fn node_max(&self) -> usize {
-        (self.block_size() - ExtentHeader::SIZE) / 12
+/// One edit of the leaves covering logical blocks `[start, end)`.
+pub(crate) struct Edit<'f> {
+    /// Goal for new node blocks (near the data, as
+    /// `ext4_ext_new_meta_block`).
+    pub(crate) goal: u64,
+    /// First logical block the edit touches.
+    pub(crate) start: u64,
+    /// End (exclusive) of the edited range.
+    pub(crate) end: u64,
+    /// What the edit does (decides reservation and collapse).
+    pub(crate) kind: EditKind,
+    /// The change to one leaf's extent list; it may add at most two
+    /// entries to a leaf.
+    pub(crate) leaf: &'f mut dyn FnMut(&mut Vec<Extent>) -> Result<()>,
+}
+
+/// Node blocks an edit put into and took out of the tree: what `i_blocks`
+/// gains and loses besides the data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct NodeCount {
+    /// Node blocks put into the tree.
+    pub(crate) added: u64,
+    /// Node blocks removed from the tree (freed).
+    pub(crate) removed: u64,
+}
+
+/// A rebuild of a tree from its extent list ([`rebuild`]).
+pub(crate) struct Rebuild<'a> {
+    /// The new extents, sorted by logical block, not overlapping.
+    pub(crate) extents: &'a [Extent],
+    /// Where each new node block comes from.
+    pub(crate) alloc: &'a mut dyn FnMut(&mut Handle<'_>) -> Result<u64>,
+}
+
+/// Slots in a non-root node: `(block_size - 12) / 12`
+/// (`ext4_ext_space_block`, the tail fits in what is left over).
+fn node_max(block_size: usize) -> usize {
+    (block_size - ExtentHeader::SIZE) / 12
+}
+
+/// One inode's extent tree: where its nodes are read from and written to,
+/// with the inode's checksum seed for the node tails.
+struct Tree<'a> {
+    vol: &'a Volume,
+    ino: u32,
+    seed: Option<u32>,
+}
+
+impl<'a> Tree<'a> {
+    fn new(vol: &'a Volume, ino: u32, rec: &Inode) -> Tree<'a> {
+        Tree {
+            vol,
+            ino,
+            seed: vol.geo().inode_seed(ino, rec.base.generation),
+        }
     }
 
-    fn ext_root(&self, ino: u32, inode: &Inode) -> Result<Node> {
-        let n = ExtentNode::parse(&inode.base.block)
-            .map_err(|e| Error::corrupt(format!("extent tree root of inode {ino}"), e))?;
+    fn node_max(&self) -> usize {
+        node_max(self.vol.block_size())
+    }
+
+    fn root(&self, rec: &Inode) -> Result<Node> {
+        let n = ExtentNode::parse(&rec.base.block)
+            .map_err(|e| Error::corrupt(format!("extent tree root of inode {}", self.ino), e))?;
         Ok(from_parsed(n))
     }
 
-    fn ext_load(&self, ino: u32, seed: Option<u32>, blk: u64, depth: u16) -> Result<Node> {
-        let loc = || format!("extent tree of inode {ino}, node block {blk}");
-        let buf = self.buffer(blk).map_err(|e| super::error::annotate(e, &loc()))?;
+    fn load(&self, blk: u64, depth: u16) -> Result<Node> {
+        let loc = || format!("extent tree of inode {}, node block {blk}", self.ino);
+        let buf = self.vol.buffer(blk).map_err(|e| super::error::annotate(e, &loc()))?;
         let n = ExtentNode::parse(&buf.data).map_err(|e| Error::corrupt(loc(), e))?;
         if n.header.depth != depth {
             return Err(Error::corrupt_msg(
@@ -200,26 +236,30 @@ impl Volume {
                 format!("depth {} where {} was expected", n.header.depth, depth),
             ));
         }
-        if let Some(s) = seed {
+        if let Some(s) = self.seed {
             buf.check_once(|d| verify_block_checksum(d, s))
                 .map_err(|e| Error::corrupt(loc(), e))?;
         }
         Ok(from_parsed(n))
     }
 
-    fn ext_write(&self, h: &mut Handle<'_>, seed: Option<u32>, blk: u64, node: &Node) -> Result<()> {
-        let mut buf = vec![0u8; self.block_size()];
+    fn write(&self, h: &mut Handle<'_>, blk: u64, node: &Node) -> Result<()> {
+        let mut buf = vec![0u8; self.vol.block_size()];
         node.to_node(self.node_max() as u16).serialize_into(&mut buf);
-        if let Some(s) = seed {
+        if let Some(s) = self.seed {
             set_block_checksum(&mut buf, s);
         }
         h.overwrite(blk, buf.into_boxed_slice())
     }
 
+    /// Give node block `blk` back to the free space.
+    fn free(&self, h: &mut Handle<'_>, blk: u64) -> Result<()> {
+        self.vol.free_block_runs(h, &[(blk, 1)])
+    }
+
     /// Find what maps `lblk` (descending by index keys, as `ext4_find_extent`).
-    pub(crate) fn ext_find(&self, ino: u32, inode: &Inode, lblk: u64) -> Result<Found> {
-        let seed = self.geo().inode_seed(ino, inode.base.generation);
-        let mut node = self.ext_root(ino, inode)?;
+    fn find(&self, rec: &Inode, lblk: u64) -> Result<Found> {
+        let mut node = self.root(rec)?;
         let mut next_bound: Option<u64> = None;
         loop {
             if node.depth == 0 {
@@ -249,118 +289,158 @@ impl Volume {
             if let Some(n) = node.idx.get(i + 1) {
                 next_bound = Some(next_bound.map_or(n.block as u64, |b| b.min(n.block as u64)));
             }
-            node = self.ext_load(ino, seed, ent.leaf(), node.depth - 1)?;
+            node = self.load(ent.leaf(), node.depth - 1)?;
         }
     }
 
-    /// Entries in the leaf where `lblk` belongs, and the tree depth.
-    fn ext_leaf_fill(&self, ino: u32, seed: Option<u32>, root: &Node, lblk: u64) -> Result<(usize, usize, u16)> {
+    /// Entries in the leaf where `lblk` belongs, its capacity, and the tree
+    /// depth.
+    fn leaf_fill(&self, root: &Node, lblk: u64) -> Result<(usize, usize, u16)> {
         let mut node = root.clone();
         let mut max = ROOT_MAX;
         while node.depth > 0 {
             let i = node.idx.partition_point(|x| x.block as u64 <= lblk).saturating_sub(1);
             let Some(ent) = node.idx.get(i) else { break };
-            node = self.ext_load(ino, seed, ent.leaf(), node.depth - 1)?;
+            node = self.load(ent.leaf(), node.depth - 1)?;
             max = self.node_max();
         }
         Ok((node.len(), max, root.depth))
     }
 
-    /// Edit the leaves covering `[start, end)` with `f`, then store, split,
-    /// free and collapse nodes as needed and write the new root into
-    /// `inode`. `f` may add at most two entries to a leaf. `shrinking` asks
-    /// for the depth-reduction check (punch, conversion).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn ext_edit(
-        &self,
-        h: &mut Handle<'_>,
-        ino: u32,
-        inode: &mut Inode,
-        goal: u64,
-        start: u64,
-        end: u64,
-        kind: EditKind,
-        f: &mut dyn FnMut(&mut Vec<Extent>) -> Result<()>,
-    ) -> Result<EditCx> {
-        let seed = self.geo().inode_seed(ino, inode.base.generation);
-        let mut root = self.ext_root(ino, inode)?;
-        let mut cx = EditCx {
-            ino,
-            seed,
-            goal,
-            pool: Vec::new(),
-            meta_alloc: 0,
-            meta_freed: 0,
-            privileged: false,
-            shrinking: kind != EditKind::Insert,
-        };
-        // Reserve what splits could need before changing anything: a leaf
-        // near full (an edit adds at most two entries) may split, and the
-        // split may cascade to the root and grow the tree. Only inserts,
-        // punches strictly inside one extent and conversions cutting an
-        // unwritten extent add entries at all.
-        let last = end.saturating_sub(1).max(start);
-        let grows = match kind {
-            EditKind::Insert => true,
-            EditKind::Punch => self
-                .ext_find(ino, inode, start)?
-                .cur
-                .is_some_and(|e| (e.block as u64) < start && e.block as u64 + e.length() as u64 > end),
-            EditKind::Convert => {
-                let a = self.ext_find(ino, inode, start)?.cur;
-                let b = self.ext_find(ino, inode, last)?.cur;
-                a.is_some_and(|e| e.is_uninit() && (e.block as u64) < start)
-                    || b.is_some_and(|e| e.is_uninit() && e.block as u64 + e.length() as u64 > end)
+    /// Every node block (not the data), in the order a depth-first walk
+    /// meets them.
+    fn node_blocks(&self, rec: &Inode) -> Result<Vec<u64>> {
+        let root = self.root(rec)?;
+        let mut out = Vec::new();
+        let mut stack = vec![root];
+        while let Some(n) = stack.pop() {
+            if n.depth == 0 {
+                continue;
             }
-        };
-        cx.privileged = kind != EditKind::Insert;
-        // An insert fills a hole and a punch splits at most the extent at
-        // `start`: one leaf. A conversion may cut extents at both ends.
-        let (n1, max1, depth) = self.ext_leaf_fill(ino, seed, &root, start)?;
-        let (n2, max2) = if kind == EditKind::Convert {
-            let (n, m, _) = self.ext_leaf_fill(ino, seed, &root, last)?;
-            (n, m)
-        } else {
-            (0, usize::MAX)
-        };
-        if grows && (n1 + 2 > max1 || n2 + 2 > max2) {
-            if depth >= MAX_DEPTH {
-                return Err(Error::posix(
-                    Errno::EFBIG,
-                    format!("inode {ino}: extent tree would exceed depth {MAX_DEPTH}"),
-                ));
+            for e in &n.idx {
+                let blk = e.leaf();
+                if out.contains(&blk) || out.len() > 1 << 20 {
+                    return Err(Error::corrupt_msg(
+                        format!("extent tree of inode {}", self.ino),
+                        "extent index",
+                        format!("node block {blk} is reached twice"),
+                    ));
+                }
+                out.push(blk);
+                stack.push(self.load(blk, n.depth - 1)?);
             }
-            let need = 2 * (depth as u64 + 1) + 1;
-            self.reserve_pool(h, &mut cx, need)?;
         }
-        let shrinking = kind != EditKind::Insert;
-        let r = self.ext_edit_inner(h, &mut cx, inode, &mut root, start, end, shrinking, f);
-        // Unused reservations go back whatever happened.
-        let pool = std::mem::take(&mut cx.pool);
-        for b in pool {
-            self.free_run(h, b, 1)?;
-        }
-        r.map(|()| cx)
+        Ok(out)
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
-    fn ext_edit_inner(
-        &self,
-        h: &mut Handle<'_>,
-        cx: &mut EditCx,
-        inode: &mut Inode,
-        root: &mut Node,
-        start: u64,
-        end: u64,
-        shrinking: bool,
-        f: &mut dyn FnMut(&mut Vec<Extent>) -> Result<()>,
-    ) -> Result<()> {
-        self.edit_node(h, cx, root, start, end, f)?;
+/// Find what maps logical block `lblk` of inode `ino` (record `rec`).
+pub(crate) fn find(vol: &Volume, ino: u32, rec: &Inode, lblk: u64) -> Result<Found> {
+    Tree::new(vol, ino, rec).find(rec, lblk)
+}
+
+/// Edit the leaves of inode `ino`'s tree covering `[edit.start, edit.end)`
+/// with `edit.leaf`, then store, split, free and collapse nodes as needed
+/// and write the new root into `rec`. Returns the node blocks the edit
+/// added and removed (for `i_blocks`).
+pub(crate) fn edit(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, edit: Edit<'_>) -> Result<NodeCount> {
+    let Edit {
+        goal,
+        start,
+        end,
+        kind,
+        leaf,
+    } = edit;
+    let tree = Tree::new(vol, ino, rec);
+    let mut root = tree.root(rec)?;
+    // Reserve what splits could need before changing anything: a leaf
+    // near full (an edit adds at most two entries) may split, and the
+    // split may cascade to the root and grow the tree. Only inserts,
+    // punches strictly inside one extent and conversions cutting an
+    // unwritten extent add entries at all.
+    let last = end.saturating_sub(1).max(start);
+    let grows = match kind {
+        EditKind::Insert => true,
+        EditKind::Punch => tree
+            .find(rec, start)?
+            .cur
+            .is_some_and(|e| (e.block as u64) < start && e.block as u64 + e.length() as u64 > end),
+        EditKind::Convert => {
+            let a = tree.find(rec, start)?.cur;
+            let b = tree.find(rec, last)?.cur;
+            a.is_some_and(|e| e.is_uninit() && (e.block as u64) < start)
+                || b.is_some_and(|e| e.is_uninit() && e.block as u64 + e.length() as u64 > end)
+        }
+    };
+    // An insert fills a hole and a punch splits at most the extent at
+    // `start`: one leaf. A conversion may cut extents at both ends.
+    let (n1, max1, depth) = tree.leaf_fill(&root, start)?;
+    let (n2, max2) = if kind == EditKind::Convert {
+        let (n, m, _) = tree.leaf_fill(&root, last)?;
+        (n, m)
+    } else {
+        (0, usize::MAX)
+    };
+    let mut cx = EditCx {
+        tree,
+        goal,
+        pool: Vec::new(),
+        nodes: NodeCount::default(),
+        privileged: kind != EditKind::Insert,
+        shrinking: kind != EditKind::Insert,
+        start,
+        end,
+        leaf,
+    };
+    if grows && (n1 + 2 > max1 || n2 + 2 > max2) {
+        if depth >= MAX_DEPTH {
+            return Err(Error::posix(
+                Errno::EFBIG,
+                format!("inode {ino}: extent tree would exceed depth {MAX_DEPTH}"),
+            ));
+        }
+        let need = 2 * (depth as u64 + 1) + 1;
+        cx.reserve_pool(h, need)?;
+    }
+    let r = cx.run(h, rec, &mut root);
+    // Unused reservations go back whatever happened.
+    let pool = std::mem::take(&mut cx.pool);
+    for b in pool {
+        cx.tree.free(h, b)?;
+    }
+    r.map(|()| cx.nodes)
+}
+
+/// State of one edit: the range and the leaf change, where new node blocks
+/// come from, and what happened to `i_blocks`.
+struct EditCx<'a, 'f> {
+    tree: Tree<'a>,
+    /// Goal for node blocks (near the data, as `ext4_ext_new_meta_block`).
+    goal: u64,
+    /// Blocks reserved for splits before the edit started.
+    pool: Vec<u64>,
+    /// Node blocks put into and removed from the tree by this edit.
+    nodes: NodeCount,
+    /// May use the root reserve: removing or converting blocks must not
+    /// fail for want of a node block (the kernel's `EXT4_EX_NOFAIL`).
+    privileged: bool,
+    /// The edit removes entries: join siblings and collapse the root.
+    shrinking: bool,
+    start: u64,
+    end: u64,
+    leaf: &'f mut dyn FnMut(&mut Vec<Extent>) -> Result<()>,
+}
+
+impl EditCx<'_, '_> {
+    /// Edit from the root down, grow or collapse the root, and write it
+    /// into `rec`.
+    fn run(&mut self, h: &mut Handle<'_>, rec: &mut Inode, root: &mut Node) -> Result<()> {
+        self.edit_node(h, root)?;
         if root.len() > ROOT_MAX {
             // ext4_ext_grow_indepth: the root's entries move into a new
             // block one level down; the root indexes it.
-            let b = self.take_block(h, cx)?;
-            self.ext_write(h, cx.seed, b, root)?;
+            let b = self.take_block(h)?;
+            self.tree.write(h, b, root)?;
             *root = Node {
                 depth: root.depth + 1,
                 leaf: Vec::new(),
@@ -370,21 +450,21 @@ impl Volume {
         if root.depth > 0 && root.idx.is_empty() {
             *root = Node::empty_leaf();
         }
-        if shrinking {
-            self.collapse(h, cx, root)?;
+        if self.shrinking {
+            self.collapse(h, root)?;
         }
-        inode.base.block = [0; 60];
-        root.to_node(ROOT_MAX as u16).serialize_into(&mut inode.base.block);
+        rec.base.block = [0; 60];
+        root.to_node(ROOT_MAX as u16).serialize_into(&mut rec.base.block);
         Ok(())
     }
 
     /// Pull the children of the root up into it while they all fit there.
-    fn collapse(&self, h: &mut Handle<'_>, cx: &mut EditCx, root: &mut Node) -> Result<()> {
+    fn collapse(&mut self, h: &mut Handle<'_>, root: &mut Node) -> Result<()> {
         while root.depth > 0 {
             let mut total = 0;
             let mut children = Vec::with_capacity(root.idx.len());
             for ent in &root.idx {
-                let c = self.ext_load(cx.ino, cx.seed, ent.leaf(), root.depth - 1)?;
+                let c = self.tree.load(ent.leaf(), root.depth - 1)?;
                 total += c.len();
                 if total > ROOT_MAX {
                     return Ok(());
@@ -399,26 +479,19 @@ impl Volume {
             for (b, c) in children {
                 merged.leaf.extend(c.leaf);
                 merged.idx.extend(c.idx);
-                self.free_run(h, b, 1)?;
-                cx.meta_freed += 1;
+                self.tree.free(h, b)?;
+                self.nodes.removed += 1;
             }
             *root = merged;
         }
         Ok(())
     }
 
-    fn edit_node(
-        &self,
-        h: &mut Handle<'_>,
-        cx: &mut EditCx,
-        node: &mut Node,
-        start: u64,
-        end: u64,
-        f: &mut dyn FnMut(&mut Vec<Extent>) -> Result<()>,
-    ) -> Result<()> {
+    fn edit_node(&mut self, h: &mut Handle<'_>, node: &mut Node) -> Result<()> {
         if node.depth == 0 {
-            return f(&mut node.leaf);
+            return (self.leaf)(&mut node.leaf);
         }
+        let (start, end) = (self.start, self.end);
         let idx = std::mem::take(&mut node.idx);
         // Child i covers [idx[i].block, idx[i+1].block); the first child
         // also takes everything before its key.
@@ -428,15 +501,15 @@ impl Volume {
         let edited_from = out.len();
         while j < idx.len() && (j == first || (idx[j].block as u64) < end) {
             let blk = idx[j].leaf();
-            let mut child = self.ext_load(cx.ino, cx.seed, blk, node.depth - 1)?;
-            self.edit_node(h, cx, &mut child, start, end, f)?;
-            out.extend(self.store_node(h, cx, blk, &child, start)?);
+            let mut child = self.tree.load(blk, node.depth - 1)?;
+            self.edit_node(h, &mut child)?;
+            out.extend(self.store_node(h, blk, &child)?);
             j += 1;
         }
         let edited_to = out.len();
         out.extend_from_slice(&idx[j.min(idx.len())..]);
-        if cx.shrinking {
-            self.merge_siblings(h, cx, &mut out, node.depth - 1, edited_from, edited_to)?;
+        if self.shrinking {
+            self.merge_siblings(h, &mut out, node.depth - 1, edited_from..edited_to)?;
         }
         node.idx = out;
         Ok(())
@@ -445,30 +518,28 @@ impl Volume {
     /// After a shrinking edit, join each edited child with its neighbour
     /// while both fit in one node, so emptied ranges do not leave a level
     /// of half-empty blocks (what e2fsck reports as "could be narrower").
-    /// `out[from..to]` are the edited children; their neighbours on either
+    /// `out[edited]` are the edited children; their neighbours on either
     /// side are candidates too.
     fn merge_siblings(
-        &self,
+        &mut self,
         h: &mut Handle<'_>,
-        cx: &mut EditCx,
         out: &mut Vec<ExtentIndex>,
         child_depth: u16,
-        from: usize,
-        to: usize,
+        edited: Range<usize>,
     ) -> Result<()> {
-        let max = self.node_max();
-        let mut k = from.saturating_sub(1);
-        let mut stop = (to + 1).min(out.len());
+        let max = self.tree.node_max();
+        let mut k = edited.start.saturating_sub(1);
+        let mut stop = (edited.end + 1).min(out.len());
         while k + 1 < stop {
             let (a, b) = (out[k].leaf(), out[k + 1].leaf());
-            let mut left = self.ext_load(cx.ino, cx.seed, a, child_depth)?;
-            let right = self.ext_load(cx.ino, cx.seed, b, child_depth)?;
+            let mut left = self.tree.load(a, child_depth)?;
+            let right = self.tree.load(b, child_depth)?;
             if left.len() + right.len() <= max {
                 left.leaf.extend(right.leaf);
                 left.idx.extend(right.idx);
-                self.ext_write(h, cx.seed, a, &left)?;
-                self.free_run(h, b, 1)?;
-                cx.meta_freed += 1;
+                self.tree.write(h, a, &left)?;
+                self.tree.free(h, b)?;
+                self.nodes.removed += 1;
                 out.remove(k + 1);
                 stop -= 1;
             } else {
@@ -481,23 +552,16 @@ impl Volume {
     /// Write back an edited non-root node at `blk`: freed when empty, split
     /// over several blocks when over `eh_max`. Returns the index entries
     /// that now stand for it in its parent.
-    fn store_node(
-        &self,
-        h: &mut Handle<'_>,
-        cx: &mut EditCx,
-        blk: u64,
-        node: &Node,
-        start: u64,
-    ) -> Result<Vec<ExtentIndex>> {
+    fn store_node(&mut self, h: &mut Handle<'_>, blk: u64, node: &Node) -> Result<Vec<ExtentIndex>> {
         let n = node.len();
-        let max = self.node_max();
+        let max = self.tree.node_max();
         if n == 0 {
-            self.free_run(h, blk, 1)?;
-            cx.meta_freed += 1;
+            self.tree.free(h, blk)?;
+            self.nodes.removed += 1;
             return Ok(Vec::new());
         }
         if n <= max {
-            self.ext_write(h, cx.seed, blk, node)?;
+            self.tree.write(h, blk, node)?;
             return Ok(vec![index_entry(node.first_key(), blk)]);
         }
         // Split at the edit point, as ext4_ext_split does: the first entry
@@ -506,6 +570,7 @@ impl Volume {
         // Ascending inserts so fill the left node and appending keeps full
         // nodes behind it. When that would leave a side empty or
         // over-full, split evenly.
+        let start = self.start;
         let at_edit = node.keys().partition_point(|&k| (k as u64) < start);
         let cut = if at_edit + 1 < n { at_edit + 1 } else { at_edit };
         let sizes = if cut >= 1 && cut <= max && n - cut <= max {
@@ -517,12 +582,12 @@ impl Volume {
         // makes that failure a can't-happen; this keeps it harmless).
         let mut blocks = vec![blk];
         while blocks.len() < sizes.len() {
-            match self.take_block(h, cx) {
+            match self.take_block(h) {
                 Ok(b) => blocks.push(b),
                 Err(e) => {
                     for &b in &blocks[1..] {
-                        self.free_run(h, b, 1)?;
-                        cx.meta_alloc -= 1;
+                        self.tree.free(h, b)?;
+                        self.nodes.added -= 1;
                     }
                     return Err(e);
                 }
@@ -532,21 +597,21 @@ impl Volume {
         let mut at = 0;
         for (sz, b) in sizes.into_iter().zip(blocks) {
             let piece = node.slice(at, at + sz);
-            self.ext_write(h, cx.seed, b, &piece)?;
+            self.tree.write(h, b, &piece)?;
             out.push(index_entry(piece.first_key(), b));
             at += sz;
         }
         Ok(out)
     }
 
-    fn reserve_pool(&self, h: &mut Handle<'_>, cx: &mut EditCx, need: u64) -> Result<()> {
-        while (cx.pool.len() as u64) < need {
-            let want = (need - cx.pool.len() as u64) as u32;
-            match self.alloc_blocks_as(h, cx.goal, want, cx.privileged) {
-                Ok((p, n)) => cx.pool.extend((0..n as u64).map(|k| p + k)),
+    fn reserve_pool(&mut self, h: &mut Handle<'_>, need: u64) -> Result<()> {
+        while (self.pool.len() as u64) < need {
+            let want = (need - self.pool.len() as u64) as u32;
+            match self.tree.vol.alloc_blocks_as(h, self.goal, want, self.privileged) {
+                Ok((p, n)) => self.pool.extend((0..n as u64).map(|k| p + k)),
                 Err(e) => {
-                    for b in std::mem::take(&mut cx.pool) {
-                        self.free_run(h, b, 1)?;
+                    for b in std::mem::take(&mut self.pool) {
+                        self.tree.free(h, b)?;
                     }
                     return Err(e);
                 }
@@ -556,102 +621,77 @@ impl Volume {
     }
 
     /// A block for a new node: from the reservation, else freshly allocated.
-    fn take_block(&self, h: &mut Handle<'_>, cx: &mut EditCx) -> Result<u64> {
-        let b = match cx.pool.pop() {
+    fn take_block(&mut self, h: &mut Handle<'_>) -> Result<u64> {
+        let b = match self.pool.pop() {
             Some(b) => b,
-            None => self.alloc_blocks_as(h, cx.goal, 1, cx.privileged)?.0,
+            None => self.tree.vol.alloc_blocks_as(h, self.goal, 1, self.privileged)?.0,
         };
-        cx.meta_alloc += 1;
+        self.nodes.added += 1;
         Ok(b)
     }
 }
 
-impl Volume {
-    /// Every node block of inode `ino`'s extent tree (not the data), in
-    /// the order a depth-first walk meets them.
-    pub(crate) fn ext_node_blocks(&self, ino: u32, inode: &Inode) -> Result<Vec<u64>> {
-        let seed = self.geo().inode_seed(ino, inode.base.generation);
-        let root = self.ext_root(ino, inode)?;
-        let mut out = Vec::new();
-        let mut stack = vec![root];
-        while let Some(n) = stack.pop() {
-            if n.depth == 0 {
-                continue;
-            }
-            for e in &n.idx {
-                let blk = e.leaf();
-                if out.contains(&blk) || out.len() > 1 << 20 {
-                    return Err(Error::corrupt_msg(
-                        format!("extent tree of inode {ino}"),
-                        "extent index",
-                        format!("node block {blk} is reached twice"),
-                    ));
-                }
-                out.push(blk);
-                stack.push(self.ext_load(ino, seed, blk, n.depth - 1)?);
-            }
-        }
-        Ok(out)
-    }
+/// Every node block of inode `ino`'s extent tree (not the data), in the
+/// order a depth-first walk meets them.
+pub(crate) fn node_blocks(vol: &Volume, ino: u32, rec: &Inode) -> Result<Vec<u64>> {
+    Tree::new(vol, ino, rec).node_blocks(rec)
+}
 
-    /// Replace inode `ino`'s extent tree with a fresh one holding
-    /// `extents` (sorted by logical block, not overlapping), as e2fsck's
-    /// fast-commit replay rewrites a tree from its extent list
-    /// (`e2fsck_rewrite_extent_tree`): up to four extents live in the
-    /// inode; more go into full leaves under as many index levels as it
-    /// takes. New node blocks come from `alloc`; the old tree's node
-    /// blocks are *not* freed here but returned, so the caller can free
-    /// them by its own rules. The new root is written into `inode` (the
-    /// caller writes the record); returns (old node blocks, new node
-    /// blocks).
-    pub(crate) fn ext_rebuild(
-        &self,
-        h: &mut Handle<'_>,
-        ino: u32,
-        inode: &mut Inode,
-        extents: &[Extent],
-        alloc: &mut dyn FnMut(&mut Handle<'_>) -> Result<u64>,
-    ) -> Result<(Vec<u64>, Vec<u64>)> {
-        let old = self.ext_node_blocks(ino, inode)?;
-        let seed = self.geo().inode_seed(ino, inode.base.generation);
-        let max = self.node_max();
-        let mut level = Node {
-            depth: 0,
-            leaf: extents.to_vec(),
+/// Replace inode `ino`'s extent tree with a fresh one holding
+/// `req.extents`, as e2fsck's fast-commit replay rewrites a tree from its
+/// extent list (`e2fsck_rewrite_extent_tree`): up to four extents live in
+/// the inode; more go into full leaves under as many index levels as it
+/// takes. New node blocks come from `req.alloc`; the old tree's node
+/// blocks are *not* freed here but returned, so the caller can free them
+/// by its own rules. The new root is written into `rec` (the caller writes
+/// the record); returns (old node blocks, new node blocks).
+pub(crate) fn rebuild(
+    vol: &Volume,
+    h: &mut Handle<'_>,
+    ino: u32,
+    rec: &mut Inode,
+    req: Rebuild<'_>,
+) -> Result<(Vec<u64>, Vec<u64>)> {
+    let Rebuild { extents, alloc } = req;
+    let tree = Tree::new(vol, ino, rec);
+    let old = tree.node_blocks(rec)?;
+    let max = tree.node_max();
+    let mut level = Node {
+        depth: 0,
+        leaf: extents.to_vec(),
+        idx: Vec::new(),
+    };
+    let mut new = Vec::new();
+    while level.len() > ROOT_MAX {
+        if level.depth >= MAX_DEPTH {
+            return Err(Error::posix(
+                Errno::EFBIG,
+                format!(
+                    "inode {ino}: {} extents need a tree deeper than {MAX_DEPTH}",
+                    extents.len()
+                ),
+            ));
+        }
+        let mut up = Node {
+            depth: level.depth + 1,
+            leaf: Vec::new(),
             idx: Vec::new(),
         };
-        let mut new = Vec::new();
-        while level.len() > ROOT_MAX {
-            if level.depth >= MAX_DEPTH {
-                return Err(Error::posix(
-                    Errno::EFBIG,
-                    format!(
-                        "inode {ino}: {} extents need a tree deeper than {MAX_DEPTH}",
-                        extents.len()
-                    ),
-                ));
-            }
-            let mut up = Node {
-                depth: level.depth + 1,
-                leaf: Vec::new(),
-                idx: Vec::new(),
-            };
-            let mut a = 0;
-            for n in split_sizes(level.len(), max, true) {
-                let node = level.slice(a, a + n);
-                let blk = alloc(h)?;
-                new.push(blk);
-                self.ext_write(h, seed, blk, &node)?;
-                up.idx.push(index_entry(node.first_key(), blk));
-                a += n;
-            }
-            level = up;
+        let mut a = 0;
+        for n in split_sizes(level.len(), max, true) {
+            let node = level.slice(a, a + n);
+            let blk = alloc(h)?;
+            new.push(blk);
+            tree.write(h, blk, &node)?;
+            up.idx.push(index_entry(node.first_key(), blk));
+            a += n;
         }
-        let mut root = [0u8; 60];
-        level.to_node(ROOT_MAX as u16).serialize_into(&mut root);
-        inode.base.block = root;
-        Ok((old, new))
+        level = up;
     }
+    let mut root = [0u8; 60];
+    level.to_node(ROOT_MAX as u16).serialize_into(&mut root);
+    rec.base.block = root;
+    Ok((old, new))
 }
 
 fn from_parsed(n: ExtentNode) -> Node {

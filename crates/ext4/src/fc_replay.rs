@@ -44,11 +44,14 @@ use ext4kit_format::extent::{Extent, ExtentHeader, EXTENT_MAGIC};
 use ext4kit_format::fast_commit::{self, Record};
 use ext4kit_format::inode::{flags, FileType, Inode, GOOD_OLD_INODE_SIZE};
 
-use super::bmap::BlockMap;
+use super::bmap::{self, BlockMap};
+use super::bmap_write;
 use super::dir::DirRef;
-use super::extent_tree::merge;
+use super::extent_tree::{self, merge, Rebuild};
+use super::inode;
 use super::transaction::Handle;
 use super::volume::Volume;
+use super::xattr_write;
 use crate::error::{Errno, Error, Result};
 
 /// Offset of `i_block` in an inode record; everything before it is taken
@@ -154,8 +157,8 @@ impl Replayer<'_> {
     fn edit(&mut self, ino: u32, lblk: u64, len: u64, add: Option<Extent>) -> Result<()> {
         self.check_ino(ino)?;
         if self.list.as_ref().is_none_or(|l| l.ino != ino) {
-            let inode = self.vol.read_inode(ino)?;
-            let extents = match self.vol.block_map(ino, &inode)? {
+            let inode = inode::read(self.vol, ino)?;
+            let extents = match bmap::load(self.vol, ino, &inode)? {
                 BlockMap::Extents(v) => v,
                 BlockMap::None => Vec::new(),
                 _ => {
@@ -216,7 +219,7 @@ impl Replayer<'_> {
         };
         let vol = self.vol;
         let ino = list.ino;
-        let mut inode = vol.read_inode(ino)?;
+        let mut inode = inode::read(vol, ino)?;
         if !inode.uses_extents() {
             return Err(Error::posix(
                 Errno::EUCLEAN,
@@ -239,13 +242,22 @@ impl Replayer<'_> {
                 return Ok(b);
             }
         };
-        let (old, new) = vol.ext_rebuild(&mut h, ino, &mut inode, &list.extents, &mut alloc)?;
+        let (old, new) = extent_tree::rebuild(
+            vol,
+            &mut h,
+            ino,
+            &mut inode,
+            Rebuild {
+                extents: &list.extents,
+                alloc: &mut alloc,
+            },
+        )?;
         let old: Vec<(u64, u64)> = old.into_iter().map(|b| (b, 1)).collect();
         vol.set_block_runs(&mut h, &old, false)?;
         vol.set_block_runs(&mut h, &held, false)?;
         let data: u64 = mapped.iter().map(|m| m.1).sum();
         set_iblocks(vol, &mut inode, data + new.len() as u64);
-        vol.write_inode(&mut h, ino, &inode)?;
+        inode::write(vol, &mut h, ino, &inode)?;
         h.commit()
     }
 
@@ -273,7 +285,7 @@ impl Replayer<'_> {
                 format!("{} bytes where {len} are needed", raw.len()),
             ));
         }
-        let (blk, off) = vol.inode_location(ino)?;
+        let (blk, off) = inode::location(vol, ino)?;
         let mut rec = vol.buffer(blk)?.data[off..off + isize].to_vec();
         let was = Inode::parse_raw(&rec).ok().and_then(|i| i.file_type());
         rec[..I_BLOCK].copy_from_slice(&raw[..I_BLOCK]);
@@ -297,14 +309,14 @@ impl Replayer<'_> {
         }
         let mut h = vol.begin()?;
         if inode.base.flags & flags::EXTENTS != 0 {
-            let data: u64 = match vol.block_map(ino, &inode)? {
+            let data: u64 = match bmap::load(vol, ino, &inode)? {
                 BlockMap::Extents(v) => v.iter().map(|e| e.length() as u64).sum(),
                 _ => 0,
             };
-            let nodes = vol.ext_node_blocks(ino, &inode)?.len() as u64;
+            let nodes = extent_tree::node_blocks(vol, ino, &inode)?.len() as u64;
             set_iblocks(vol, &mut inode, data + nodes);
         }
-        vol.write_inode(&mut h, ino, &inode)?;
+        inode::write(vol, &mut h, ino, &inode)?;
         let dir = inode.file_type() == Some(FileType::Directory) || was == Some(FileType::Directory);
         vol.set_inode_used(&mut h, ino, inode.base.links_count != 0, dir)?;
         h.commit()
@@ -314,13 +326,13 @@ impl Replayer<'_> {
     /// `ino`.
     fn unlink(&mut self, parent: u32, ino: u32, name: &[u8]) -> Result<()> {
         let vol = self.vol;
-        let Ok(dir) = vol.read_inode(parent) else {
+        let Ok(dir) = inode::read(vol, parent) else {
             return Ok(());
         };
         if dir.file_type() != Some(FileType::Directory) || name.is_empty() {
             return Ok(());
         }
-        let map = vol.block_map(parent, &dir)?;
+        let map = bmap::load(vol, parent, &dir)?;
         let r = DirRef {
             ino: parent,
             inode: &dir,
@@ -333,12 +345,12 @@ impl Replayer<'_> {
         let mut h = vol.begin()?;
         vol.remove_link(&mut h, r, name)?;
         // __ext4_unlink: the inode loses a link; at zero it is evicted.
-        let mut inode = vol.read_inode(found)?;
+        let mut inode = inode::read(vol, found)?;
         inode.base.links_count = inode.base.links_count.saturating_sub(1);
         if inode.base.links_count == 0 && inode.file_type() != Some(FileType::Directory) {
             self.evict(&mut h, found, &mut inode)?;
         } else {
-            vol.write_inode(&mut h, found, &inode)?;
+            inode::write(vol, &mut h, found, &inode)?;
         }
         h.commit()
     }
@@ -348,17 +360,20 @@ impl Replayer<'_> {
     /// inode (links 0, deletion time set, bitmap bit cleared).
     fn evict(&mut self, h: &mut Handle<'_>, ino: u32, inode: &mut Inode) -> Result<()> {
         let vol = self.vol;
-        if matches!(vol.block_map(ino, inode)?, BlockMap::Extents(_) | BlockMap::Indirect(_)) {
-            vol.punch_blocks(h, ino, inode, 0, u64::MAX)?;
+        if matches!(
+            bmap::load(vol, ino, inode)?,
+            BlockMap::Extents(_) | BlockMap::Indirect(_)
+        ) {
+            bmap_write::punch(vol, h, ino, inode, 0..u64::MAX)?;
         }
-        vol.drop_xattrs(h, ino, inode)?;
+        xattr_write::drop_block(vol, h, ino, inode)?;
         inode.base.links_count = 0;
         inode.base.size_lo = 0;
         inode.base.size_high = 0;
         inode.base.dtime = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_secs() as u32);
-        vol.write_inode(h, ino, inode)?;
+        inode::write(vol, h, ino, inode)?;
         vol.set_inode_used(h, ino, false, false)?;
         Ok(())
     }
@@ -369,7 +384,7 @@ impl Replayer<'_> {
     fn link(&mut self, parent: u32, ino: u32, name: &[u8], create: bool) -> Result<()> {
         self.check_ino(ino)?;
         let vol = self.vol;
-        let inode = vol.read_inode(ino)?;
+        let inode = inode::read(vol, ino)?;
         let ft = inode.file_type().ok_or_else(|| {
             Error::corrupt_msg(
                 format!("inode {ino}"),
@@ -381,7 +396,7 @@ impl Replayer<'_> {
             )
         })?;
         super::dir_insert::check_name(name)?;
-        let dir = vol.read_inode(parent)?;
+        let dir = inode::read(vol, parent)?;
         if dir.file_type() != Some(FileType::Directory) {
             return Err(Error::corrupt_msg(
                 format!("inode {parent}"),
@@ -390,7 +405,7 @@ impl Replayer<'_> {
             ));
         }
         let mut h = vol.begin()?;
-        let map = vol.block_map(parent, &dir)?;
+        let map = bmap::load(vol, parent, &dir)?;
         let r = DirRef {
             ino: parent,
             inode: &dir,
@@ -402,7 +417,7 @@ impl Replayer<'_> {
         let mut new_dir = dir.clone();
         vol.add_link(&mut h, r, &mut new_dir, name, ino, ft)?;
         if new_dir != dir {
-            vol.write_inode(&mut h, parent, &new_dir)?;
+            inode::write(vol, &mut h, parent, &new_dir)?;
         }
         if ft != FileType::Directory {
             let mut inode = inode;
@@ -411,7 +426,7 @@ impl Replayer<'_> {
             } else {
                 inode.base.links_count.saturating_add(1)
             };
-            vol.write_inode(&mut h, ino, &inode)?;
+            inode::write(vol, &mut h, ino, &inode)?;
             vol.set_inode_used(&mut h, ino, true, false)?;
         }
         h.commit()
@@ -424,5 +439,5 @@ fn set_iblocks(vol: &Volume, inode: &mut Inode, blocks: u64) {
     let total = blocks + u64::from(inode.file_acl() != 0);
     inode.base.blocks_lo = 0;
     inode.base.blocks_high = 0;
-    super::bmap_write::add_blocks(inode, total, vol.block_size());
+    inode::add_blocks(inode, total, vol.block_size());
 }

@@ -1,4 +1,4 @@
-//! Inode allocation (the kernel's `ialloc.c`) and writing inode records.
+//! Inode allocation (the kernel's `ialloc.c`).
 //!
 //! Placement: a file goes in its parent's group when that group has a free
 //! inode; a directory goes to the group, from the parent's on, with the
@@ -17,6 +17,7 @@ use ext4kit_format::inode::{flags, FileType, Inode, InodeBase, InodeExtra, TimeF
 
 use super::bitmap::{find_zero, set_bit, test_bit};
 use super::group::{BITMAP_INODE_CHECKED, BITMAP_INODE_CORRUPT};
+use super::inode;
 use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
@@ -74,58 +75,6 @@ pub fn inherited_flags(ftype: FileType, parent_flags: u32) -> u32 {
 }
 
 impl Volume {
-    /// Where inode `ino`'s record is: (block, byte offset in it).
-    pub fn inode_location(&self, ino: u32) -> Result<(u64, usize)> {
-        if ino == 0 || ino > self.geo().inodes_count() {
-            return Err(Error::corrupt_msg(
-                format!("inode {ino}"),
-                "inode number",
-                "out of range",
-            ));
-        }
-        let idx = ino - 1;
-        let g = (idx / self.geo().inodes_per_group()) as usize;
-        let i = idx % self.geo().inodes_per_group();
-        let table = self.groups()[g].inode_table();
-        let off = i as u64 * self.geo().inode_size() as u64;
-        Ok((
-            table + off / self.block_size() as u64,
-            (off % self.block_size() as u64) as usize,
-        ))
-    }
-
-    /// Write inode `ino` (its checksum refreshed) through the handle. An
-    /// inode with no links may be an orphan: then its `i_dtime` is the
-    /// chain link kept in memory (`orphan.rs`), written under the links'
-    /// mutex so that it cannot go stale on the way.
-    pub fn write_inode(&self, h: &mut Handle<'_>, ino: u32, inode: &Inode) -> Result<()> {
-        if inode.base.links_count == 0 {
-            let links = self.orphans().lock();
-            if links.contains_key(&ino) {
-                return self.write_inode_linked(h, ino, inode, &links);
-            }
-        }
-        self.write_inode_raw(h, ino, inode)
-    }
-
-    /// Write inode `ino` exactly as given.
-    pub(crate) fn write_inode_raw(&self, h: &mut Handle<'_>, ino: u32, inode: &Inode) -> Result<()> {
-        let (blk, off) = self.inode_location(ino)?;
-        let n = self.geo().inode_size();
-        if inode.record_len() != n {
-            return Err(Error::posix(
-                Errno::EINVAL,
-                format!("inode {ino}: record of {} bytes", inode.record_len()),
-            ));
-        }
-        self.stats().count_inode_write();
-        let csum = self.geo().csum_seed().map(|s| (ino, s));
-        h.modify(blk, |d| {
-            inode.write_into(&mut d[off..off + n], csum);
-            Ok(())
-        })
-    }
-
     /// A fresh in-memory inode record of this filesystem's size.
     pub fn new_inode_record(&self, n: &NewInode) -> Inode {
         let mut base = InodeBase::parse_raw(&[0u8; 128]);
@@ -394,7 +343,7 @@ impl Volume {
     /// Why inode `ino`'s record is in use (a mode, links and no deletion
     /// time: what e2fsck's pass 1 counts as in use), or `None`.
     fn live_record(&self, ino: u32) -> Result<Option<String>> {
-        let (blk, off) = self.inode_location(ino)?;
+        let (blk, off) = inode::location(self, ino)?;
         let b = self.buffer(blk)?;
         let r = b
             .data
@@ -412,7 +361,7 @@ impl Volume {
     /// for a new inode. A create storm otherwise reads one inode-table
     /// block from the device every 4096 / inode_size creates.
     fn fresh_itable_block(&self, h: &mut Handle<'_>, g: usize, i: usize) -> Result<()> {
-        let (blk, _) = self.inode_location((g * self.geo().inodes_per_group() as usize + i + 1) as u32)?;
+        let (blk, _) = inode::location(self, (g * self.geo().inodes_per_group() as usize + i + 1) as u32)?;
         if self.bcache().contains(blk) {
             return Ok(());
         }

@@ -43,6 +43,7 @@ use ext4kit_format::superblock::{Superblock, STATE_ERROR, STATE_VALID, SUPERBLOC
 use ext4kit_jbd2::{Journal, JournalMap, LoadError, Recovery};
 
 use super::volume::{OpenOptions, Volume};
+use super::{bmap, inode};
 use crate::error::{Errno, Error, Result};
 
 /// `EXT3_JNL_BACKUP_BLOCKS`: `s_jnl_blocks` holds a copy of the journal
@@ -297,8 +298,7 @@ fn load(dev: &Arc<dyn BlockDevice>, sb: &Superblock) -> std::result::Result<Jour
             "has_journal is set but s_journal_inum is {ino}, not an inode"
         )));
     }
-    let from_inode = vol
-        .read_inode(ino)
+    let from_inode = inode::read(&vol, ino)
         .map_err(|e| format!("journal inode {ino}: {e}"))
         .and_then(|inode| journal_map(&vol, ino, &inode));
     let (map, len) = match from_inode {
@@ -332,8 +332,7 @@ fn journal_map(vol: &Volume, ino: u32, inode: &Inode) -> std::result::Result<(Jo
             "journal inode {ino} holds {blocks} blocks (too small or too large)"
         ));
     }
-    let runs = vol
-        .block_map(ino, inode)
+    let runs = bmap::load(vol, ino, inode)
         .and_then(|m| m.runs(vol, blocks))
         .map_err(|e| format!("journal inode {ino}: {e}"))?;
     for &(_, p, n) in &runs {

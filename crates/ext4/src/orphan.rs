@@ -15,7 +15,7 @@
 //! inode back into the chain: the FUSE stress run found "an orphan is not
 //! on the superblock's orphan chain" at a later close, and leaked blocks.
 //! Now every record written for an orphan takes its link from memory
-//! (`Volume::write_inode`), and a predecessor's link is patched in its
+//! (`inode::write`), and a predecessor's link is patched in its
 //! inode-table block in one copy-on-write step.
 //!
 //! Locking: the links' mutex serialises list changes and is held across
@@ -27,6 +27,8 @@ use std::collections::HashMap;
 
 use ext4kit_format::inode::Inode;
 
+use super::bmap;
+use super::inode;
 use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Error, Result};
@@ -87,7 +89,7 @@ impl Volume {
         links.insert(prev, next);
         // Patch the predecessor's link in place, whatever its cached record
         // says (that one is corrected whenever it is written: see above).
-        let (blk, off) = self.inode_location(prev)?;
+        let (blk, off) = inode::location(self, prev)?;
         let (n, seed) = (self.geo().inode_size(), self.geo().csum_seed());
         h.modify(blk, |d| {
             let mut rec = Inode::parse_raw(&d[off..off + n])
@@ -111,9 +113,9 @@ impl Volume {
             Some(&next) if inode.base.dtime != next => {
                 let mut rec = inode.clone();
                 rec.base.dtime = next;
-                self.write_inode_raw(h, ino, &rec)
+                inode::write_raw(self, h, ino, &rec)
             }
-            _ => self.write_inode_raw(h, ino, inode),
+            _ => inode::write_raw(self, h, ino, inode),
         }
     }
 
@@ -134,7 +136,7 @@ impl Volume {
                 ));
             }
             out.push(cur);
-            cur = self.read_inode(cur)?.base.dtime;
+            cur = inode::read(self, cur)?.base.dtime;
         }
         Ok(out)
     }
@@ -169,10 +171,10 @@ impl Volume {
         if !self.geo().has_compat(ext4kit_format::features::compat::ORPHAN_FILE) || ino == 0 {
             return Ok(Vec::new());
         }
-        let inode = self.read_inode(ino)?;
+        let inode = inode::read(self, ino)?;
         let bs = self.block_size();
         let nblocks = inode.size() / bs as u64;
-        let runs = self.block_map(ino, &inode)?.runs(self, nblocks)?;
+        let runs = bmap::load(self, ino, &inode)?.runs(self, nblocks)?;
         let per_block = (bs - ORPHAN_TAIL) / 4;
         let first_ino = self.sb().read().first_ino();
         let mut out = Vec::new();
@@ -212,7 +214,7 @@ impl Volume {
     /// inode's checksum seed, over the le64 block number, then the slots).
     pub fn orphan_file_clear(&self, h: &mut Handle<'_>, slots: &[OrphanSlot]) -> Result<()> {
         let ino = self.sb().read().orphan_file_inum;
-        let generation = self.read_inode(ino)?.base.generation;
+        let generation = inode::read(self, ino)?.base.generation;
         let seed = self.geo().inode_seed(ino, generation);
         let bs = self.block_size();
         let per_block = (bs - ORPHAN_TAIL) / 4;

@@ -28,9 +28,10 @@ use ext4kit_format::features::incompat;
 use ext4kit_format::indirect;
 use ext4kit_format::inode::Inode;
 
-use crate::bmap::BlockMap;
+use crate::bmap::{self, BlockMap};
 use crate::error::{Error, Result};
 use crate::volume::Volume;
+use crate::{extent_tree, xattr};
 
 /// What an inode's block map names, each block checked to lie inside the
 /// filesystem and outside the system zone.
@@ -54,7 +55,7 @@ impl Volume {
             self.check_owned_run(ino, "xattr block", acl, 1)?;
         }
         // Parses the body and the block; refuses an EA-inode value.
-        self.xattr_entries(ino, inode)?;
+        xattr::entries(self, ino, inode)?;
         let mut runs: Vec<(u64, u64)> = map.data.iter().map(|&(_, p, n)| (p, n)).collect();
         runs.extend(map.meta.iter().map(|&b| (b, 1)));
         if acl != 0 {
@@ -93,7 +94,7 @@ impl Volume {
     /// another inode too. Reads only.
     pub fn check_punch(&self, ino: u32, inode: &Inode, from: u64, to: u64, tail: Option<u64>) -> Result<()> {
         if !matches!(
-            self.block_map(ino, inode)?,
+            bmap::load(self, ino, inode)?,
             BlockMap::Extents(_) | BlockMap::Indirect(_)
         ) {
             return Ok(());
@@ -124,14 +125,14 @@ impl Volume {
             data: Vec::new(),
             meta: Vec::new(),
         };
-        match self.block_map(ino, inode)? {
+        match bmap::load(self, ino, inode)? {
             BlockMap::Extents(ext) => {
                 for e in &ext {
                     self.check_owned_run(ino, "extent", e.start(), e.length() as u64)?;
                     out.data.push((e.block as u64, e.start(), e.length() as u64));
                 }
                 if inode.uses_extents() {
-                    for b in self.ext_node_blocks(ino, inode)? {
+                    for b in extent_tree::node_blocks(self, ino, inode)? {
                         self.check_owned_run(ino, "extent tree node", b, 1)?;
                         out.meta.push(b);
                     }

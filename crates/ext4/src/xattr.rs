@@ -8,6 +8,7 @@
 //! way out, as the kernel does. `system.data` (inline data) is internal and
 //! not listed.
 
+use ext4kit_format::features::incompat;
 use ext4kit_format::inode::Inode;
 use ext4kit_format::xattr::{self, XattrEntry};
 
@@ -22,54 +23,76 @@ const IDX_ACL_DEFAULT: u8 = 3;
 /// Name index of `system.` (inline data's `system.data`).
 const IDX_SYSTEM: u8 = 7;
 
-impl Volume {
-    /// Raw entries (in-inode first, then the block), unconverted.
-    pub(crate) fn xattr_entries(&self, ino: u32, inode: &Inode) -> Result<Vec<XattrEntry>> {
-        let mut out = xattr::parse_ibody(inode.in_inode_xattr_area())
-            .map_err(|e| Error::corrupt(format!("in-inode xattrs of inode {ino}"), e))?;
-        let blk = inode.file_acl();
-        if blk != 0 {
-            let buf = self
-                .buffer(blk)
-                .map_err(|e| annotate(e, &format!("xattr block of inode {ino}")))?;
-            let seed = self.geo().csum_seed();
-            let (_hdr, entries) = xattr::parse_block(&buf.data, blk, seed)
-                .map_err(|e| Error::corrupt(format!("xattr block {blk} of inode {ino}"), e))?;
-            out.extend(entries);
-        }
-        if let Some(e) = out.iter().find(|e| e.value_inum != 0) {
-            return Err(self.ea_inode_value(ino, e));
-        }
-        Ok(out)
+/// Raw entries of inode `ino` (record `rec`): in-inode first, then the
+/// block, unconverted. An entry whose value lives in an EA inode is
+/// refused ([`ea_inode_error`]).
+pub(crate) fn entries(vol: &Volume, ino: u32, rec: &Inode) -> Result<Vec<XattrEntry>> {
+    let mut out = xattr::parse_ibody(rec.in_inode_xattr_area())
+        .map_err(|e| Error::corrupt(format!("in-inode xattrs of inode {ino}"), e))?;
+    let blk = rec.file_acl();
+    if blk != 0 {
+        let buf = vol
+            .buffer(blk)
+            .map_err(|e| annotate(e, &format!("xattr block of inode {ino}")))?;
+        let seed = vol.geo().csum_seed();
+        let (_hdr, entries) = xattr::parse_block(&buf.data, blk, seed)
+            .map_err(|e| Error::corrupt(format!("xattr block {blk} of inode {ino}"), e))?;
+        out.extend(entries);
     }
-
-    /// Every user-visible attribute as (full name, value).
-    pub fn xattrs(&self, ino: u32, inode: &Inode) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut out = Vec::new();
-        for e in self.xattr_entries(ino, inode)? {
-            if e.name_index == IDX_SYSTEM && e.name == b"data" {
-                continue;
-            }
-            let value = if e.name_index == IDX_ACL_ACCESS || e.name_index == IDX_ACL_DEFAULT {
-                xattr::acl_disk_to_xattr(&e.value).map_err(|err| Error::corrupt(format!("ACL of inode {ino}"), err))?
-            } else {
-                e.value.clone()
-            };
-            out.push((e.full_name(), value));
-        }
-        Ok(out)
+    if let Some(e) = out.iter().find(|e| e.value_inum != 0) {
+        return Err(ea_inode_error(vol, ino, e));
     }
+    Ok(out)
+}
 
-    /// The bytes of an inline-data inode: `i_block` then `system.data`.
-    pub(crate) fn inline_data(&self, ino: u32, inode: &Inode) -> Result<Vec<u8>> {
-        let mut data = inode.base.block.to_vec();
-        if let Some(e) = self
-            .xattr_entries(ino, inode)?
-            .into_iter()
-            .find(|e| e.name_index == IDX_SYSTEM && e.name == b"data")
-        {
-            data.extend_from_slice(&e.value);
+/// Every user-visible attribute of inode `ino` as (full name, value), ACLs
+/// in the xattr syscalls' format. Public: the vfs layer's listxattr and
+/// getxattr.
+pub fn list(vol: &Volume, ino: u32, rec: &Inode) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for e in entries(vol, ino, rec)? {
+        if e.name_index == IDX_SYSTEM && e.name == b"data" {
+            continue;
         }
-        Ok(data)
+        let value = if e.name_index == IDX_ACL_ACCESS || e.name_index == IDX_ACL_DEFAULT {
+            xattr::acl_disk_to_xattr(&e.value).map_err(|err| Error::corrupt(format!("ACL of inode {ino}"), err))?
+        } else {
+            e.value.clone()
+        };
+        out.push((e.full_name(), value));
+    }
+    Ok(out)
+}
+
+/// The bytes of an inline-data inode: `i_block` then `system.data`.
+pub(crate) fn inline_data(vol: &Volume, ino: u32, rec: &Inode) -> Result<Vec<u8>> {
+    let mut data = rec.base.block.to_vec();
+    if let Some(e) = entries(vol, ino, rec)?
+        .into_iter()
+        .find(|e| e.name_index == IDX_SYSTEM && e.name == b"data")
+    {
+        data.extend_from_slice(&e.value);
+    }
+    Ok(data)
+}
+
+/// The error for an xattr whose value lives in an EA inode: damage on an
+/// image without the `ea_inode` feature (the kernel's
+/// `ext4_xattr_inode_iget`: "ea_inode feature is not enabled"), otherwise
+/// a feature we do not write.
+pub(crate) fn ea_inode_error(vol: &Volume, ino: u32, e: &XattrEntry) -> Error {
+    let what = format!(
+        "xattr {} stores its value in inode {}",
+        String::from_utf8_lossy(&e.full_name()),
+        e.value_inum
+    );
+    if vol.geo().has_incompat(incompat::EA_INODE) {
+        Error::Unsupported(format!("inode {ino}: {what} (ea_inode)"))
+    } else {
+        Error::corrupt_msg(
+            format!("inode {ino}"),
+            "xattr entry",
+            format!("{what}, but the filesystem has no ea_inode feature"),
+        )
     }
 }

@@ -31,8 +31,10 @@ use ext4kit_format::inode::Inode;
 use ext4kit_format::xattr::{self, XattrEntry};
 
 use super::error::annotate;
+use super::inode::{add_blocks, sub_blocks};
 use super::transaction::Handle;
 use super::volume::Volume;
+use super::xattr::ea_inode_error;
 use crate::error::{Errno, Error, Result};
 
 /// `XATTR_CREATE`: fail with EEXIST if the attribute exists.
@@ -92,383 +94,339 @@ struct Block {
     entries: Vec<XattrEntry>,
 }
 
-impl Volume {
-    /// Set (`value = Some`) or remove (`None`) attribute `full_name` of
-    /// inode `ino`, converting a POSIX ACL from the Linux xattr format to
-    /// ext4's disk format. `flags` is 0, [`XATTR_CREATE`] or
-    /// [`XATTR_REPLACE`]. The caller holds the inode's write lock, and
-    /// writes `inode` (changed in place: body area, `i_file_acl`,
-    /// `i_blocks`) with [`Volume::write_inode`] before committing `h`.
-    pub fn set_xattr_named(
-        &self,
-        h: &mut Handle<'_>,
-        ino: u32,
-        inode: &mut Inode,
-        full_name: &[u8],
-        value: Option<&[u8]>,
-        flags: u32,
-    ) -> Result<()> {
-        let (index, name) = xattr_key(full_name)?;
-        if let Some(v) = value {
-            if v.len() > XATTR_SIZE_MAX {
-                return Err(Error::posix(
-                    Errno::E2BIG,
-                    format!("inode {ino}: value of {} bytes (max {XATTR_SIZE_MAX})", v.len()),
-                ));
-            }
-        }
-        let acl;
-        let value = match value {
-            Some(v) if matches!(index, xattr::INDEX_POSIX_ACL_ACCESS | xattr::INDEX_POSIX_ACL_DEFAULT) => {
-                acl = xattr::acl_xattr_to_disk(v)
-                    .map_err(|e| Error::posix(Errno::EINVAL, format!("inode {ino}: invalid POSIX ACL: {e}")))?;
-                Some(&acl[..])
-            }
-            v => v,
-        };
-        self.set_xattr(h, ino, inode, index, name, value, flags)
-    }
+/// One attribute change: set `name` to `value` (`Some`) or remove it
+/// (`None`), as the xattr syscalls ask for it.
+#[derive(Debug, Clone, Copy)]
+pub struct XattrChange<'a> {
+    /// Full name, namespace prefix included (`user.mime_type`).
+    pub name: &'a [u8],
+    /// The new value (POSIX ACLs in the Linux xattr format), or `None` to
+    /// remove the attribute.
+    pub value: Option<&'a [u8]>,
+    /// 0, [`XATTR_CREATE`] or [`XATTR_REPLACE`].
+    pub flags: u32,
+}
 
-    /// Set or remove the stored attribute (`index`, `name`) with `value` in
-    /// disk format (see [`Volume::set_xattr_named`] for the contract).
-    #[allow(clippy::too_many_arguments)]
-    pub fn set_xattr(
-        &self,
-        h: &mut Handle<'_>,
-        ino: u32,
-        inode: &mut Inode,
-        index: u8,
-        name: &[u8],
-        value: Option<&[u8]>,
-        flags: u32,
-    ) -> Result<()> {
-        if !self.geo().has_compat(compat::EXT_ATTR) {
+/// An attribute change in disk terms: name index, stored name and the
+/// value in ext4's disk format.
+struct Stored<'a> {
+    index: u8,
+    name: &'a [u8],
+    value: Option<&'a [u8]>,
+    flags: u32,
+}
+
+/// Apply `change` to inode `ino`, converting a POSIX ACL from the Linux
+/// xattr format to ext4's disk format. The caller holds the inode's write
+/// lock, and writes `rec` (changed in place: body area, `i_file_acl`,
+/// `i_blocks`) with [`super::inode::write`] before committing `h`. Public:
+/// the vfs layer's setxattr, removexattr and chmod (the access ACL).
+pub fn set(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, change: XattrChange<'_>) -> Result<()> {
+    let (index, name) = xattr_key(change.name)?;
+    if let Some(v) = change.value {
+        if v.len() > XATTR_SIZE_MAX {
             return Err(Error::posix(
-                Errno::EOPNOTSUPP,
-                "the filesystem has no ext_attr feature",
+                Errno::E2BIG,
+                format!("inode {ino}: value of {} bytes (max {XATTR_SIZE_MAX})", v.len()),
             ));
         }
-        let show = || format!("inode {ino}: attribute {}", String::from_utf8_lossy(name));
-        let mut body = self.body_entries(ino, inode)?;
-        let block = self.read_xattr_block(ino, inode)?;
-        let in_body = body.iter().position(|e| is(e, index, name));
-        let in_block = block
-            .as_ref()
-            .and_then(|b| b.entries.iter().position(|e| is(e, index, name)));
-        let exists = in_body.is_some() || in_block.is_some();
-        if exists && flags & XATTR_CREATE != 0 {
-            return Err(Error::posix(Errno::EEXIST, format!("{}: exists", show())));
+    }
+    let acl;
+    let value = match change.value {
+        Some(v) if matches!(index, xattr::INDEX_POSIX_ACL_ACCESS | xattr::INDEX_POSIX_ACL_DEFAULT) => {
+            acl = xattr::acl_xattr_to_disk(v)
+                .map_err(|e| Error::posix(Errno::EINVAL, format!("inode {ino}: invalid POSIX ACL: {e}")))?;
+            Some(&acl[..])
         }
-        if !exists && (flags & XATTR_REPLACE != 0 || value.is_none()) {
-            return Err(Error::posix(Errno::ENODATA, format!("{}: no such attribute", show())));
-        }
-        let Some(value) = value else {
-            // Removal: from the body if there, else from the block.
-            if let Some(k) = in_body {
-                body.remove(k);
-                self.store_body(ino, inode, &body)?;
-            } else if let (Some(k), Some(mut b)) = (in_block, block) {
-                b.entries.remove(k);
-                self.store_block(h, ino, inode, b)?;
-            }
-            return Ok(());
-        };
-        let new = XattrEntry::new(index, name, value);
-        // First choice: the inode body.
-        let mut body2 = body.clone();
-        match in_body {
-            Some(k) => body2[k] = new.clone(),
-            None => body2.push(new.clone()),
-        }
-        if self.body_fits(inode, &body2) {
-            self.store_body(ino, inode, &body2)?;
-            if let (Some(k), Some(mut b)) = (in_block, block) {
-                b.entries.remove(k);
-                self.store_block(h, ino, inode, b)?;
-            }
-            return Ok(());
-        }
-        // The block: replace there, or add.
-        let mut b = block.unwrap_or(Block {
-            nr: 0,
-            refcount: 0,
-            entries: Vec::new(),
-        });
-        match in_block {
-            Some(k) => b.entries[k] = new,
-            None => b.entries.push(new),
-        }
-        self.store_block(h, ino, inode, b)?;
+        v => v,
+    };
+    let stored = Stored {
+        index,
+        name,
+        value,
+        flags: change.flags,
+    };
+    set_stored(vol, h, ino, rec, &stored)
+}
+
+/// Set or remove the stored attribute with its value in disk format (see
+/// [`set`] for the contract).
+fn set_stored(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, change: &Stored<'_>) -> Result<()> {
+    let Stored {
+        index,
+        name,
+        value,
+        flags,
+    } = *change;
+    if !vol.geo().has_compat(compat::EXT_ATTR) {
+        return Err(Error::posix(
+            Errno::EOPNOTSUPP,
+            "the filesystem has no ext_attr feature",
+        ));
+    }
+    let show = || format!("inode {ino}: attribute {}", String::from_utf8_lossy(name));
+    let mut body = body_entries(ino, rec)?;
+    let block = read_block(vol, ino, rec)?;
+    let in_body = body.iter().position(|e| is(e, index, name));
+    let in_block = block
+        .as_ref()
+        .and_then(|b| b.entries.iter().position(|e| is(e, index, name)));
+    let exists = in_body.is_some() || in_block.is_some();
+    if exists && flags & XATTR_CREATE != 0 {
+        return Err(Error::posix(Errno::EEXIST, format!("{}: exists", show())));
+    }
+    if !exists && (flags & XATTR_REPLACE != 0 || value.is_none()) {
+        return Err(Error::posix(Errno::ENODATA, format!("{}: no such attribute", show())));
+    }
+    let Some(value) = value else {
+        // Removal: from the body if there, else from the block.
         if let Some(k) = in_body {
             body.remove(k);
-            self.store_body(ino, inode, &body)?;
+            store_body(ino, rec, &body)?;
+        } else if let (Some(k), Some(mut b)) = (in_block, block) {
+            b.entries.remove(k);
+            store_block(vol, h, ino, rec, b)?;
         }
-        Ok(())
+        return Ok(());
+    };
+    let new = XattrEntry::new(index, name, value);
+    // First choice: the inode body.
+    let mut body2 = body.clone();
+    match in_body {
+        Some(k) => body2[k] = new.clone(),
+        None => body2.push(new.clone()),
     }
+    if body_fits(rec, &body2) {
+        store_body(ino, rec, &body2)?;
+        if let (Some(k), Some(mut b)) = (in_block, block) {
+            b.entries.remove(k);
+            store_block(vol, h, ino, rec, b)?;
+        }
+        return Ok(());
+    }
+    // The block: replace there, or add.
+    let mut b = block.unwrap_or(Block {
+        nr: 0,
+        refcount: 0,
+        entries: Vec::new(),
+    });
+    match in_block {
+        Some(k) => b.entries[k] = new,
+        None => b.entries.push(new),
+    }
+    store_block(vol, h, ino, rec, b)?;
+    if let Some(k) = in_body {
+        body.remove(k);
+        store_body(ino, rec, &body)?;
+    }
+    Ok(())
+}
 
-    /// Release inode `ino`'s external attribute block (for inode deletion):
-    /// freed when this inode was its last user, else its refcount drops.
-    /// Clears `i_file_acl` and takes the block out of `i_blocks`; the caller
-    /// writes the inode.
-    pub fn drop_xattrs(&self, h: &mut Handle<'_>, ino: u32, inode: &mut Inode) -> Result<()> {
-        let nr = inode.file_acl();
-        if nr == 0 {
+/// Release inode `ino`'s external attribute block (for inode deletion):
+/// freed when this inode was its last user, else its refcount drops.
+/// Clears `i_file_acl` and takes the block out of `i_blocks`; the caller
+/// writes the inode. Public: the vfs layer's eviction of an unlinked inode.
+pub fn drop_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode) -> Result<()> {
+    let nr = rec.file_acl();
+    if nr == 0 {
+        return Ok(());
+    }
+    check_block_nr(vol, ino, nr)?;
+    release_block(vol, h, ino, nr)?;
+    set_file_acl(rec, 0);
+    sub_blocks(rec, 1, vol.block_size());
+    Ok(())
+}
+
+/// Entries of the inode body (empty when the inode has no body area).
+fn body_entries(ino: u32, rec: &Inode) -> Result<Vec<XattrEntry>> {
+    xattr::parse_ibody(rec.in_inode_xattr_area())
+        .map_err(|e| Error::corrupt(format!("in-inode xattrs of inode {ino}"), e))
+}
+
+/// Length of the body area (`ext4_xattr_ibody_set` refuses when
+/// `i_extra_isize` is 0 or the record is 128 bytes).
+fn body_len(rec: &Inode) -> usize {
+    if rec.tail.is_empty() || rec.extra.extra_isize == 0 {
+        0
+    } else {
+        rec.in_inode_xattr_area().len()
+    }
+}
+
+fn body_fits(rec: &Inode, entries: &[XattrEntry]) -> bool {
+    let len = body_len(rec);
+    len >= 8 && xattr::serialize_ibody(entries, len).is_ok()
+}
+
+/// Write `entries` into the body area (all zeros, magic included, when
+/// empty: the kernel clears the magic with the last attribute).
+fn store_body(ino: u32, rec: &mut Inode, entries: &[XattrEntry]) -> Result<()> {
+    let len = body_len(rec);
+    if len == 0 {
+        if entries.is_empty() {
             return Ok(());
         }
-        self.check_block_nr(ino, nr)?;
-        self.release_xattr_block(h, ino, nr)?;
-        set_file_acl(inode, 0);
-        self.sub_block(inode);
-        Ok(())
+        return Err(Error::posix(
+            Errno::ENOSPC,
+            format!("inode {ino}: no in-inode xattr space"),
+        ));
     }
+    let area = xattr::serialize_ibody(entries, len)
+        .map_err(|e| Error::posix(Errno::ENOSPC, format!("inode {ino}: in-inode xattrs: {e}")))?;
+    let start = rec.tail.len() - len;
+    rec.tail[start..].copy_from_slice(&area);
+    Ok(())
+}
 
-    /// Entries of the inode body (empty when the inode has no body area).
-    fn body_entries(&self, ino: u32, inode: &Inode) -> Result<Vec<XattrEntry>> {
-        xattr::parse_ibody(inode.in_inode_xattr_area())
-            .map_err(|e| Error::corrupt(format!("in-inode xattrs of inode {ino}"), e))
+fn check_block_nr(vol: &Volume, ino: u32, nr: u64) -> Result<()> {
+    if nr < vol.geo().first_data_block() || nr >= vol.geo().blocks_count() {
+        return Err(Error::corrupt_msg(
+            format!("inode {ino}"),
+            "i_file_acl",
+            format!("xattr block {nr} outside the filesystem"),
+        ));
     }
+    Ok(())
+}
 
-    /// Length of the body area (`ext4_xattr_ibody_set` refuses when
-    /// `i_extra_isize` is 0 or the record is 128 bytes).
-    fn body_len(inode: &Inode) -> usize {
-        if inode.tail.is_empty() || inode.extra.extra_isize == 0 {
-            0
-        } else {
-            inode.in_inode_xattr_area().len()
-        }
+fn read_block(vol: &Volume, ino: u32, rec: &Inode) -> Result<Option<Block>> {
+    let nr = rec.file_acl();
+    if nr == 0 {
+        return Ok(None);
     }
-
-    fn body_fits(&self, inode: &Inode, entries: &[XattrEntry]) -> bool {
-        let len = Self::body_len(inode);
-        len >= 8 && xattr::serialize_ibody(entries, len).is_ok()
+    check_block_nr(vol, ino, nr)?;
+    let buf = vol
+        .buffer(nr)
+        .map_err(|e| annotate(e, &format!("xattr block of inode {ino}")))?;
+    let (hdr, entries) = xattr::parse_block(&buf.data, nr, vol.geo().csum_seed())
+        .map_err(|e| Error::corrupt(format!("xattr block {nr} of inode {ino}"), e))?;
+    if hdr.refcount == 0 {
+        return Err(Error::corrupt_msg(
+            format!("xattr block {nr} of inode {ino}"),
+            "xattr block",
+            "h_refcount is 0",
+        ));
     }
-
-    /// Write `entries` into the body area (all zeros, magic included, when
-    /// empty: the kernel clears the magic with the last attribute).
-    fn store_body(&self, ino: u32, inode: &mut Inode, entries: &[XattrEntry]) -> Result<()> {
-        let len = Self::body_len(inode);
-        if len == 0 {
-            if entries.is_empty() {
-                return Ok(());
-            }
-            return Err(Error::posix(
-                Errno::ENOSPC,
-                format!("inode {ino}: no in-inode xattr space"),
-            ));
-        }
-        let area = xattr::serialize_ibody(entries, len)
-            .map_err(|e| Error::posix(Errno::ENOSPC, format!("inode {ino}: in-inode xattrs: {e}")))?;
-        let start = inode.tail.len() - len;
-        inode.tail[start..].copy_from_slice(&area);
-        Ok(())
+    if let Some(e) = entries.iter().find(|e| e.in_ea_inode()) {
+        return Err(ea_inode_error(vol, ino, e));
     }
+    Ok(Some(Block {
+        nr,
+        refcount: hdr.refcount,
+        entries,
+    }))
+}
 
-    /// The error for an xattr whose value lives in an EA inode: damage on
-    /// an image without the `ea_inode` feature (the kernel's
-    /// `ext4_xattr_inode_iget`: "ea_inode feature is not enabled"),
-    /// otherwise a feature we do not write.
-    pub(crate) fn ea_inode_value(&self, ino: u32, e: &xattr::XattrEntry) -> Error {
-        let what = format!(
-            "xattr {} stores its value in inode {}",
-            String::from_utf8_lossy(&e.full_name()),
-            e.value_inum
-        );
-        if self.geo().has_incompat(ext4kit_format::features::incompat::EA_INODE) {
-            Error::Unsupported(format!("inode {ino}: {what} (ea_inode)"))
-        } else {
-            Error::corrupt_msg(
-                format!("inode {ino}"),
-                "xattr entry",
-                format!("{what}, but the filesystem has no ea_inode feature"),
-            )
-        }
-    }
-
-    fn check_block_nr(&self, ino: u32, nr: u64) -> Result<()> {
-        if nr < self.geo().first_data_block() || nr >= self.geo().blocks_count() {
-            return Err(Error::corrupt_msg(
-                format!("inode {ino}"),
-                "i_file_acl",
-                format!("xattr block {nr} outside the filesystem"),
-            ));
-        }
-        Ok(())
-    }
-
-    fn read_xattr_block(&self, ino: u32, inode: &Inode) -> Result<Option<Block>> {
-        let nr = inode.file_acl();
-        if nr == 0 {
-            return Ok(None);
-        }
-        self.check_block_nr(ino, nr)?;
-        let buf = self
-            .buffer(nr)
-            .map_err(|e| annotate(e, &format!("xattr block of inode {ino}")))?;
-        let (hdr, entries) = xattr::parse_block(&buf.data, nr, self.geo().csum_seed())
-            .map_err(|e| Error::corrupt(format!("xattr block {nr} of inode {ino}"), e))?;
-        if hdr.refcount == 0 {
-            return Err(Error::corrupt_msg(
-                format!("xattr block {nr} of inode {ino}"),
-                "xattr block",
-                "h_refcount is 0",
-            ));
-        }
-        if let Some(e) = entries.iter().find(|e| e.in_ea_inode()) {
-            return Err(self.ea_inode_value(ino, e));
-        }
-        Ok(Some(Block {
-            nr,
-            refcount: hdr.refcount,
-            entries,
-        }))
-    }
-
-    /// Put `b.entries` on disk as inode `ino`'s block (`ext4_xattr_block_set`
-    /// after the entry edit): in place when the inode owns the block alone,
-    /// else in a new block; none at all when there are no entries.
-    fn store_block(&self, h: &mut Handle<'_>, ino: u32, inode: &mut Inode, b: Block) -> Result<()> {
-        let had = b.nr != 0;
-        if b.entries.is_empty() {
-            if had {
-                self.release_xattr_block(h, ino, b.nr)?;
-                set_file_acl(inode, 0);
-                self.sub_block(inode);
-            }
-            return Ok(());
-        }
-        let too_big = |e: ext4kit_format::FormatError| {
-            // Not damage: the new set is too big (only the reason, not the
-            // serialiser's "corrupt xattr block" wording, which would send
-            // the user to e2fsck for nothing).
-            let why = match e {
-                ext4kit_format::FormatError::Corrupt { reason, .. } => reason,
-                other => other.to_string(),
-            };
-            Error::posix(
-                Errno::ENOSPC,
-                format!(
-                    "inode {ino}: attributes do not fit one {}-byte block: {why}",
-                    self.block_size()
-                ),
-            )
-        };
-        if had && b.refcount == 1 {
-            let bytes = xattr::serialize_block(&b.entries, self.block_size(), 1, b.nr, self.geo().csum_seed())
-                .map_err(too_big)?;
-            return h.overwrite(b.nr, bytes.into_boxed_slice());
-        }
-        // Check the fit before allocating anything.
-        xattr::serialize_block(&b.entries, self.block_size(), 1, 0, None).map_err(too_big)?;
-        // The kernel's goal: the first block of the inode's group.
-        let group = (ino - 1) / self.geo().inodes_per_group();
-        let goal = self.geo().group_first_block(group as u64);
-        let (nr, _) = self.alloc_blocks(h, goal, 1)?;
-        let bytes =
-            xattr::serialize_block(&b.entries, self.block_size(), 1, nr, self.geo().csum_seed()).map_err(too_big)?;
-        h.overwrite(nr, bytes.into_boxed_slice())?;
-        set_file_acl(inode, nr);
+/// Put `b.entries` on disk as inode `ino`'s block (`ext4_xattr_block_set`
+/// after the entry edit): in place when the inode owns the block alone,
+/// else in a new block; none at all when there are no entries.
+fn store_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, b: Block) -> Result<()> {
+    let bs = vol.block_size();
+    let had = b.nr != 0;
+    if b.entries.is_empty() {
         if had {
-            // Copy-on-write of a shared block: still one block charged.
-            self.release_xattr_block(h, ino, b.nr)?;
-        } else {
-            self.add_block(inode);
+            release_block(vol, h, ino, b.nr)?;
+            set_file_acl(rec, 0);
+            sub_blocks(rec, 1, bs);
         }
+        return Ok(());
+    }
+    let too_big = |e: ext4kit_format::FormatError| {
+        // Not damage: the new set is too big (only the reason, not the
+        // serialiser's "corrupt xattr block" wording, which would send
+        // the user to e2fsck for nothing).
+        let why = match e {
+            ext4kit_format::FormatError::Corrupt { reason, .. } => reason,
+            other => other.to_string(),
+        };
+        Error::posix(
+            Errno::ENOSPC,
+            format!("inode {ino}: attributes do not fit one {bs}-byte block: {why}"),
+        )
+    };
+    if had && b.refcount == 1 {
+        let bytes = xattr::serialize_block(&b.entries, bs, 1, b.nr, vol.geo().csum_seed()).map_err(too_big)?;
+        return h.overwrite(b.nr, bytes.into_boxed_slice());
+    }
+    // Check the fit before allocating anything.
+    xattr::serialize_block(&b.entries, bs, 1, 0, None).map_err(too_big)?;
+    // The kernel's goal: the first block of the inode's group.
+    let group = (ino - 1) / vol.geo().inodes_per_group();
+    let goal = vol.geo().group_first_block(group as u64);
+    let (nr, _) = vol.alloc_blocks(h, goal, 1)?;
+    let bytes = xattr::serialize_block(&b.entries, bs, 1, nr, vol.geo().csum_seed()).map_err(too_big)?;
+    h.overwrite(nr, bytes.into_boxed_slice())?;
+    set_file_acl(rec, nr);
+    if had {
+        // Copy-on-write of a shared block: still one block charged.
+        release_block(vol, h, ino, b.nr)?;
+    } else {
+        add_blocks(rec, 1, bs);
+    }
+    Ok(())
+}
+
+/// Drop one reference to xattr block `nr` (`ext4_xattr_release_block`):
+/// refcount - 1 under the block lock, or free the block when this was
+/// the last reference. A freed block is never dirtied by this handle,
+/// so the commit cannot write stale metadata over its next owner.
+/// The last reference is released only if no other inode still names
+/// the block (`claims.rs`: a refcount that lies is damage, refused).
+fn release_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, nr: u64) -> Result<()> {
+    let seed = vol.geo().csum_seed();
+    let last = h.modify(nr, |d| {
+        let rc = le32(d, 4);
+        // Under the block's lock, where the count of inodes naming the
+        // block moves with the refcount (claims.rs).
+        vol.xattr_refcount_agrees(ino, nr, rc)?;
+        if rc <= 1 {
+            // Returning an error leaves the block out of the handle.
+            return Err(Error::posix(Errno::ENODATA, "last reference"));
+        }
+        put32(d, 4, rc - 1);
+        if let Some(s) = seed {
+            xattr::set_block_checksum(d, nr, s);
+        }
+        vol.claims_xattr_unref(nr);
         Ok(())
-    }
-
-    /// Drop one reference to xattr block `nr` (`ext4_xattr_release_block`):
-    /// refcount - 1 under the block lock, or free the block when this was
-    /// the last reference. A freed block is never dirtied by this handle,
-    /// so the commit cannot write stale metadata over its next owner.
-    /// The last reference is released only if no other inode still names
-    /// the block (`claims.rs`: a refcount that lies is damage, refused).
-    fn release_xattr_block(&self, h: &mut Handle<'_>, ino: u32, nr: u64) -> Result<()> {
-        let seed = self.geo().csum_seed();
-        let last = h.modify(nr, |d| {
-            let rc = le32(d, 4);
-            // Under the block's lock, where the count of inodes naming the
-            // block moves with the refcount (claims.rs).
-            self.xattr_refcount_agrees(ino, nr, rc)?;
-            if rc <= 1 {
-                // Returning an error leaves the block out of the handle.
-                return Err(Error::posix(Errno::ENODATA, "last reference"));
-            }
-            put32(d, 4, rc - 1);
-            if let Some(s) = seed {
-                xattr::set_block_checksum(d, nr, s);
-            }
-            self.claims_xattr_unref(nr);
-            Ok(())
-        });
-        match last {
-            Ok(()) => Ok(()),
-            Err(Error::Posix {
-                errno: Errno::ENODATA, ..
-            }) => {
-                // bforget: another handle that dropped its reference before
-                // ours may not have committed yet; without a journal its
-                // commit writes the block's *current* version, so mark that
-                // clean (under the block lock, after any write in progress)
-                // and a late commit cannot put stale xattr bytes over the
-                // block's next owner. With a journal, never: the current
-                // version may be the one the last commit logged, which the
-                // checkpoint must still write home — the committed
-                // filesystem owns the block until this free commits, and
-                // skipping it left an inode naming an xattr block whose home
-                // held another file's old data once the log was emptied
-                // (crash harness, mix-mt seed 50). The journal's own books
-                // keep the block from its next owner (commit.rs).
-                if self.jbd().is_none() {
-                    let mut g = self.bcache().lock(nr);
-                    if let Some(b) = self.bcache().peek_locked(&mut g, nr) {
-                        b.mark_clean();
-                    }
+    });
+    match last {
+        Ok(()) => Ok(()),
+        Err(Error::Posix {
+            errno: Errno::ENODATA, ..
+        }) => {
+            // bforget: another handle that dropped its reference before
+            // ours may not have committed yet; without a journal its
+            // commit writes the block's *current* version, so mark that
+            // clean (under the block lock, after any write in progress)
+            // and a late commit cannot put stale xattr bytes over the
+            // block's next owner. With a journal, never: the current
+            // version may be the one the last commit logged, which the
+            // checkpoint must still write home — the committed
+            // filesystem owns the block until this free commits, and
+            // skipping it left an inode naming an xattr block whose home
+            // held another file's old data once the log was emptied
+            // (found by the crash harness's multi-threaded mix). The
+            // journal's own books keep the block from its next owner
+            // (commit.rs).
+            if vol.jbd().is_none() {
+                let mut g = vol.bcache().lock(nr);
+                if let Some(b) = vol.bcache().peek_locked(&mut g, nr) {
+                    b.mark_clean();
                 }
-                self.free_blocks(h, nr, 1)?;
-                self.claims_xattr_unref(nr);
-                Ok(())
             }
-            Err(e) => Err(e),
+            vol.free_blocks(h, nr, 1)?;
+            vol.claims_xattr_unref(nr);
+            Ok(())
         }
-    }
-
-    fn sectors_per_block(&self) -> u64 {
-        self.block_size() as u64 / 512
-    }
-
-    /// `i_blocks += one block` (512-byte units; inodes with the HUGE_FILE
-    /// flag count in blocks).
-    fn add_block(&self, inode: &mut Inode) {
-        let unit = self.i_blocks_unit(inode);
-        set_i_blocks(inode, i_blocks(inode) + unit);
-    }
-
-    fn sub_block(&self, inode: &mut Inode) {
-        let unit = self.i_blocks_unit(inode);
-        set_i_blocks(inode, i_blocks(inode).saturating_sub(unit));
-    }
-
-    fn i_blocks_unit(&self, inode: &Inode) -> u64 {
-        if inode.base.flags & ext4kit_format::inode::flags::HUGE_FILE != 0 {
-            1
-        } else {
-            self.sectors_per_block()
-        }
+        Err(e) => Err(e),
     }
 }
 
-fn i_blocks(inode: &Inode) -> u64 {
-    (inode.base.blocks_high as u64) << 32 | inode.base.blocks_lo as u64
-}
-
-fn set_i_blocks(inode: &mut Inode, n: u64) {
-    inode.base.blocks_lo = n as u32;
-    inode.base.blocks_high = (n >> 32) as u16;
-}
-
-fn set_file_acl(inode: &mut Inode, nr: u64) {
-    inode.base.file_acl_lo = nr as u32;
-    inode.base.file_acl_high = (nr >> 32) as u16;
+fn set_file_acl(rec: &mut Inode, nr: u64) {
+    rec.base.file_acl_lo = nr as u32;
+    rec.base.file_acl_high = (nr >> 32) as u16;
 }
 
 #[cfg(test)]

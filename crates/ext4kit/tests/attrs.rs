@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use ext4kit::ext4::xattr_write::{XATTR_CREATE, XATTR_REPLACE};
+use ext4kit::ext4::inode;
+use ext4kit::ext4::xattr_write::{self, XATTR_CREATE, XATTR_REPLACE};
 use ext4kit::{Cred, Errno, Fs, OpenOptions, SetAttr, TimeSet, Timestamp};
 
 fn sh(cmd: &mut Command) -> String {
@@ -417,7 +418,7 @@ fn shared_block_copy_on_write() {
         m.unmount().unwrap();
     }
 
-    // drop_xattrs (what inode deletion calls) on c frees the last reference.
+    // xattr_write::drop_block (what inode deletion calls) on c frees the last reference.
     let fs = open_rw(&img);
     let c = fs.lstat(b"/c").unwrap();
     {
@@ -425,8 +426,8 @@ fn shared_block_copy_on_write() {
         let mut rec = ci.disk.write();
         let mut new = rec.clone();
         let mut h = fs.vol.begin().unwrap();
-        fs.vol.drop_xattrs(&mut h, c.ino, &mut new).unwrap();
-        fs.vol.write_inode(&mut h, c.ino, &new).unwrap();
+        xattr_write::drop_block(&fs.vol, &mut h, c.ino, &mut new).unwrap();
+        inode::write(&fs.vol, &mut h, c.ino, &new).unwrap();
         h.commit().unwrap();
         *rec = new;
     }

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use ext4kit::ext4::Mapping;
+use ext4kit::ext4::bmap_write::{self, MapRequest};
+use ext4kit::ext4::{bmap, inode, Mapping};
 use ext4kit::{Errno, Error, Fs, OpenFlags, OpenOptions};
 
 fn workdir(tag: &str) -> PathBuf {
@@ -121,13 +122,13 @@ impl File {
     fn map(&mut self, fs: &Fs, lblk: u64, len: u64, uninit: bool, salt: u8) -> ext4kit::Result<()> {
         let vol = &fs.vol;
         let mut h = vol.begin()?;
-        let mut inode = vol.read_inode(self.ino)?;
-        let runs = match vol.map_blocks(&mut h, self.ino, &mut inode, lblk, len, uninit) {
+        let mut inode = inode::read(vol, self.ino)?;
+        let runs = match bmap_write::map_blocks(vol, &mut h, self.ino, &mut inode, MapRequest { lblk, len, uninit }) {
             Ok(r) => r,
             Err(e) => {
                 // The map is as before the call: commit what changed (the
                 // allocations given back) and report.
-                vol.write_inode(&mut h, self.ino, &inode)?;
+                inode::write(vol, &mut h, self.ino, &inode)?;
                 h.commit()?;
                 return Err(e);
             }
@@ -158,34 +159,34 @@ impl File {
         assert_eq!(covered, len, "map_blocks covers the whole range");
         let end = ((lblk + len) as usize * self.bs).max(self.model.len()) as u64;
         self.set_size(&mut inode, end);
-        vol.write_inode(&mut h, self.ino, &inode)?;
+        inode::write(vol, &mut h, self.ino, &inode)?;
         h.commit()
     }
 
     fn punch(&mut self, fs: &Fs, start: u64, end: u64) {
         let vol = &fs.vol;
         let mut h = vol.begin().unwrap();
-        let mut inode = vol.read_inode(self.ino).unwrap();
-        vol.punch_blocks(&mut h, self.ino, &mut inode, start, end).unwrap();
+        let mut inode = inode::read(vol, self.ino).unwrap();
+        bmap_write::punch(vol, &mut h, self.ino, &mut inode, start..end).unwrap();
         let s = (start as usize * self.bs).min(self.model.len());
         let e = (end.saturating_mul(self.bs as u64)).min(self.model.len() as u64) as usize;
         self.model[s..e].fill(0);
-        vol.write_inode(&mut h, self.ino, &inode).unwrap();
+        inode::write(vol, &mut h, self.ino, &inode).unwrap();
         h.commit().unwrap();
     }
 
     fn truncate(&mut self, fs: &Fs, size: u64) {
         let vol = &fs.vol;
         let mut h = vol.begin().unwrap();
-        let mut inode = vol.read_inode(self.ino).unwrap();
+        let mut inode = inode::read(vol, self.ino).unwrap();
         let keep = size.div_ceil(self.bs as u64);
-        vol.punch_blocks(&mut h, self.ino, &mut inode, keep, u64::MAX).unwrap();
+        bmap_write::punch(vol, &mut h, self.ino, &mut inode, keep..u64::MAX).unwrap();
         self.set_size(&mut inode, size);
         // Zero the kept partial block past the size, as the vfs does
         // (block_truncate_page), so a later extension reads zeros there.
         let tail = size as usize % self.bs;
         if tail != 0 {
-            let map = vol.block_map(self.ino, &inode).unwrap();
+            let map = bmap::load(vol, self.ino, &inode).unwrap();
             if let Mapping::Mapped {
                 pblk, uninit: false, ..
             } = map.map(vol, keep - 1).unwrap()
@@ -196,7 +197,7 @@ impl File {
                 vol.disk().write_raw(pblk, &b).unwrap();
             }
         }
-        vol.write_inode(&mut h, self.ino, &inode).unwrap();
+        inode::write(vol, &mut h, self.ino, &inode).unwrap();
         h.commit().unwrap();
     }
 
@@ -204,8 +205,8 @@ impl File {
     fn write_unwritten(&mut self, fs: &Fs, lblk: u64, len: u64, salt: u8) {
         let vol = &fs.vol;
         let mut h = vol.begin().unwrap();
-        let mut inode = vol.read_inode(self.ino).unwrap();
-        let map = vol.block_map(self.ino, &inode).unwrap();
+        let mut inode = inode::read(vol, self.ino).unwrap();
+        let map = bmap::load(vol, self.ino, &inode).unwrap();
         for l in lblk..lblk + len {
             match map.map(vol, l).unwrap() {
                 Mapping::Mapped { pblk, .. } => {
@@ -216,18 +217,18 @@ impl File {
                 Mapping::Hole { .. } => panic!("block {l} is not mapped"),
             }
         }
-        vol.mark_written(&mut h, self.ino, &mut inode, lblk, len).unwrap();
-        vol.write_inode(&mut h, self.ino, &inode).unwrap();
+        bmap_write::mark_written(vol, &mut h, self.ino, &mut inode, lblk..lblk + len).unwrap();
+        inode::write(vol, &mut h, self.ino, &inode).unwrap();
         h.commit().unwrap();
     }
 
     fn depth(&self, fs: &Fs) -> u16 {
-        let inode = fs.vol.read_inode(self.ino).unwrap();
+        let inode = inode::read(&fs.vol, self.ino).unwrap();
         u16::from_le_bytes([inode.base.block[6], inode.base.block[7]])
     }
 
     fn sectors(&self, fs: &Fs) -> u64 {
-        let inode = fs.vol.read_inode(self.ino).unwrap();
+        let inode = inode::read(&fs.vol, self.ino).unwrap();
         (inode.base.blocks_high as u64) << 32 | inode.base.blocks_lo as u64
     }
 }
@@ -386,8 +387,8 @@ fn sequential_maps_are_contiguous() {
     for k in 0..64u64 {
         f.map(&fs, 16 * k, 16, false, 6).unwrap();
     }
-    let inode = fs.vol.read_inode(f.ino).unwrap();
-    let map = fs.vol.block_map(f.ino, &inode).unwrap();
+    let inode = inode::read(&fs.vol, f.ino).unwrap();
+    let map = bmap::load(&fs.vol, f.ino, &inode).unwrap();
     let runs = map.runs(&fs.vol, u64::MAX).unwrap();
     assert_eq!(runs.len(), 1, "16 sequential maps give one extent: {runs:?}");
     assert_eq!(f.depth(&fs), 0);
@@ -414,8 +415,8 @@ fn unwritten_extents_read_as_zeros_until_written() {
     verify(&fs, &img, &[&f]);
     // Everything written: merges back into one extent in the root.
     f.write_unwritten(&fs, 0, 600, 10);
-    let inode = fs.vol.read_inode(f.ino).unwrap();
-    let map = fs.vol.block_map(f.ino, &inode).unwrap();
+    let inode = inode::read(&fs.vol, f.ino).unwrap();
+    let map = bmap::load(&fs.vol, f.ino, &inode).unwrap();
     let runs = map.runs(&fs.vol, u64::MAX).unwrap();
     // Neighbours merge within each leaf (as the kernel's
     // ext4_ext_try_to_merge): one written extent per leaf, physically one run.
@@ -461,7 +462,7 @@ fn indirect_scenario(fstype: &str) {
     assert_eq!(free_blocks(&fs), free0);
     verify(&fs, &img, &[&f, &g]);
     assert_eq!(features(&img), feats, "the feature set is unchanged");
-    let inode = fs.vol.read_inode(f.ino).unwrap();
+    let inode = inode::read(&fs.vol, f.ino).unwrap();
     assert!(!inode.uses_extents());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -558,13 +559,46 @@ fn freed_node_blocks_are_not_written_back() {
     assert_eq!(f.depth(&fs), 1);
     let vol = &fs.vol;
     let mut h = vol.begin().unwrap();
-    let mut inode = vol.read_inode(f.ino).unwrap();
+    let mut inode = inode::read(vol, f.ino).unwrap();
     // Dirty both leaves in this handle, then free them.
-    vol.map_blocks(&mut h, f.ino, &mut inode, 1, 1, false).unwrap();
-    vol.map_blocks(&mut h, f.ino, &mut inode, 299, 1, false).unwrap();
-    vol.punch_blocks(&mut h, f.ino, &mut inode, 0, u64::MAX).unwrap();
+    bmap_write::map_blocks(
+        vol,
+        &mut h,
+        f.ino,
+        &mut inode,
+        MapRequest {
+            lblk: 1,
+            len: 1,
+            uninit: false,
+        },
+    )
+    .unwrap();
+    bmap_write::map_blocks(
+        vol,
+        &mut h,
+        f.ino,
+        &mut inode,
+        MapRequest {
+            lblk: 299,
+            len: 1,
+            uninit: false,
+        },
+    )
+    .unwrap();
+    bmap_write::punch(vol, &mut h, f.ino, &mut inode, 0..u64::MAX).unwrap();
     assert_eq!(inode.base.blocks_lo, 0);
-    let runs = vol.map_blocks(&mut h, f.ino, &mut inode, 0, 400, false).unwrap();
+    let runs = bmap_write::map_blocks(
+        vol,
+        &mut h,
+        f.ino,
+        &mut inode,
+        MapRequest {
+            lblk: 0,
+            len: 400,
+            uninit: false,
+        },
+    )
+    .unwrap();
     f.model.clear();
     f.model.resize(400 * 1024, 0);
     for r in &runs {
@@ -576,7 +610,7 @@ fn freed_node_blocks_are_not_written_back() {
         }
     }
     f.set_size(&mut inode, 400 * 1024);
-    vol.write_inode(&mut h, f.ino, &inode).unwrap();
+    inode::write(vol, &mut h, f.ino, &inode).unwrap();
     h.commit().unwrap();
     verify(&fs, &img, &[&f]);
     let _ = std::fs::remove_dir_all(&dir);
@@ -663,11 +697,22 @@ fn fast_symlinks_are_not_block_maps() {
         .unwrap();
     let vol = &fs.vol;
     let mut h = vol.begin().unwrap();
-    let mut inode = vol.read_inode(st.ino).unwrap();
+    let mut inode = inode::read(vol, st.ino).unwrap();
     let before = inode.base.block;
-    vol.punch_blocks(&mut h, st.ino, &mut inode, 0, u64::MAX).unwrap();
+    bmap_write::punch(vol, &mut h, st.ino, &mut inode, 0..u64::MAX).unwrap();
     assert_eq!(inode.base.block, before);
-    let e = vol.map_blocks(&mut h, st.ino, &mut inode, 0, 1, false).unwrap_err();
+    let e = bmap_write::map_blocks(
+        vol,
+        &mut h,
+        st.ino,
+        &mut inode,
+        MapRequest {
+            lblk: 0,
+            len: 1,
+            uninit: false,
+        },
+    )
+    .unwrap_err();
     assert_eq!(e.errno(), Errno::EINVAL);
     h.commit().unwrap();
     assert_eq!(free_blocks(&fs), free0);
@@ -694,25 +739,47 @@ fn mapping_throughput() {
     let g = File::create(&fs, "mapped-only");
     let t = std::time::Instant::now();
     let mut h = fs.vol.begin().unwrap();
-    let mut inode = fs.vol.read_inode(g.ino).unwrap();
-    let runs = fs.vol.map_blocks(&mut h, g.ino, &mut inode, 0, 65536, true).unwrap();
+    let mut inode = inode::read(&fs.vol, g.ino).unwrap();
+    let runs = bmap_write::map_blocks(
+        &fs.vol,
+        &mut h,
+        g.ino,
+        &mut inode,
+        MapRequest {
+            lblk: 0,
+            len: 65536,
+            uninit: true,
+        },
+    )
+    .unwrap();
     h.commit().unwrap();
     let map_only = t.elapsed();
     println!("map_blocks 65536 blocks: {map_only:?} in {} runs", runs.len());
     let mut h = fs.vol.begin().unwrap();
-    fs.vol.punch_blocks(&mut h, g.ino, &mut inode, 0, u64::MAX).unwrap();
-    fs.vol.write_inode(&mut h, g.ino, &inode).unwrap();
+    bmap_write::punch(&fs.vol, &mut h, g.ino, &mut inode, 0..u64::MAX).unwrap();
+    inode::write(&fs.vol, &mut h, g.ino, &inode).unwrap();
     h.commit().unwrap();
     let mut f = File::create(&fs, "frag");
     let vol = &fs.vol;
     let t = std::time::Instant::now();
     let mut h = vol.begin().unwrap();
-    let mut inode = vol.read_inode(f.ino).unwrap();
+    let mut inode = inode::read(vol, f.ino).unwrap();
     for k in 0..20_000u64 {
-        vol.map_blocks(&mut h, f.ino, &mut inode, 2 * k, 1, true).unwrap();
+        bmap_write::map_blocks(
+            vol,
+            &mut h,
+            f.ino,
+            &mut inode,
+            MapRequest {
+                lblk: 2 * k,
+                len: 1,
+                uninit: true,
+            },
+        )
+        .unwrap();
     }
     f.set_size(&mut inode, 40_000 * 4096);
-    vol.write_inode(&mut h, f.ino, &inode).unwrap();
+    inode::write(vol, &mut h, f.ino, &inode).unwrap();
     h.commit().unwrap();
     let frag = t.elapsed();
     assert_eq!(f.depth(&fs), 2);

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use ext4kit::ext4::{bmap, inode};
 use ext4kit::{Access, Cred, Fs, OpenFlags, OpenOptions};
 use ext4kit_testkit::Scratch;
 
@@ -69,7 +70,7 @@ fn truncate(fs: &Fs, path: &str, len: u64) -> ext4kit::Result<()> {
 /// pointer), through a handle.
 fn cross_link(fs: &Fs, ino: u32, target: u64) {
     let vol = &fs.vol;
-    let mut rec = vol.read_inode(ino).unwrap();
+    let mut rec = inode::read(vol, ino).unwrap();
     let b = &mut rec.base.block;
     if rec.base.flags & ext4kit_format::inode::flags::EXTENTS != 0 {
         // Depth-0 root: the first leaf entry's ee_len (one block, so that
@@ -82,13 +83,13 @@ fn cross_link(fs: &Fs, ino: u32, target: u64) {
         b[0..4].copy_from_slice(&(target as u32).to_le_bytes());
     }
     let mut h = vol.begin().unwrap();
-    vol.write_inode(&mut h, ino, &rec).unwrap();
+    inode::write(vol, &mut h, ino, &rec).unwrap();
     h.commit().unwrap();
 }
 
 fn first_block(fs: &Fs, ino: u32) -> u64 {
-    let rec = fs.vol.read_inode(ino).unwrap();
-    match fs.vol.block_map(ino, &rec).unwrap().map(&fs.vol, 0).unwrap() {
+    let rec = inode::read(&fs.vol, ino).unwrap();
+    match bmap::load(&fs.vol, ino, &rec).unwrap().map(&fs.vol, 0).unwrap() {
         ext4kit::ext4::Mapping::Mapped { pblk, .. } => pblk,
         m => panic!("inode {ino} block 0: {m:?}"),
     }
@@ -209,8 +210,8 @@ fn a_claimed_block_the_bitmap_calls_free_is_never_handed_out() {
         let a = put(&fs, "/a", 8);
         put(&fs, "/c", 1);
         fs.sync().unwrap();
-        let rec = fs.vol.read_inode(a).unwrap();
-        let runs = fs.vol.block_map(a, &rec).unwrap().runs(&fs.vol, u64::MAX).unwrap();
+        let rec = inode::read(&fs.vol, a).unwrap();
+        let runs = bmap::load(&fs.vol, a, &rec).unwrap().runs(&fs.vol, u64::MAX).unwrap();
         let blocks: Vec<u64> = runs.iter().flat_map(|&(_, p, n)| p..p + n).collect();
         (blocks, Ext2::of(&fs))
     };
@@ -233,8 +234,8 @@ fn a_claimed_block_the_bitmap_calls_free_is_never_handed_out() {
         let set = fs.vol.claim_set_if_built().expect("the scan ran");
         assert_eq!(set.unmarked_blocks(), a_blocks);
         let d = put(&fs, "/d", 20);
-        let rec = fs.vol.read_inode(d).unwrap();
-        for (_, p, n) in fs.vol.block_map(d, &rec).unwrap().runs(&fs.vol, u64::MAX).unwrap() {
+        let rec = inode::read(&fs.vol, d).unwrap();
+        for (_, p, n) in bmap::load(&fs.vol, d, &rec).unwrap().runs(&fs.vol, u64::MAX).unwrap() {
             for blk in p..p + n {
                 assert!(!a_blocks.contains(&blk), "block {blk} of /a was handed to /d");
             }

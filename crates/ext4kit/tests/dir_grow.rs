@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
 
-use ext4kit::ext4::{DirRef, Mapping};
+use ext4kit::ext4::{inode, DirRef, Mapping};
 use ext4kit::{Errno, FileType, Fs, OpenOptions};
 use ext4kit_format::htree;
 
@@ -146,7 +146,7 @@ fn with_dir<R>(
         };
         f(&mut h, dref, &mut new)
     };
-    fs.vol.write_inode(&mut h, st.ino, &new).unwrap();
+    inode::write(&fs.vol, &mut h, st.ino, &new).unwrap();
     h.commit().unwrap();
     ci.size.store(new.size(), Ordering::Release);
     *rec = new;
@@ -276,7 +276,7 @@ fn run_case(c: &Case) {
             parent: (0, 0),
         });
         fs.vol.init_dir(h, ino, &mut rec, d_ino).unwrap();
-        fs.vol.write_inode(h, ino, &rec).unwrap();
+        inode::write(&fs.vol, h, ino, &rec).unwrap();
         fs.vol.add_link(h, d, new, b"subdir", ino, FileType::Directory).unwrap();
         new.base.links_count += 1;
         ino
@@ -500,7 +500,7 @@ fn fill_with_links(fs: &Fs, stop: impl Fn(u8) -> bool) -> (usize, bool) {
     let mut rec = ci.disk.write();
     rec.base.links_count = 1 + added as u16;
     let mut h = fs.vol.begin().unwrap();
-    fs.vol.write_inode(&mut h, target, &rec).unwrap();
+    inode::write(&fs.vol, &mut h, target, &rec).unwrap();
     h.commit().unwrap();
     drop(rec);
     fs.sync().unwrap();

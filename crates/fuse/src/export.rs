@@ -22,6 +22,7 @@
 //! reply naming node 1 with another generation would make it think the
 //! root was replaced and mark it bad (`fuse_stale_inode`).
 
+use ext4kit::ext4::inode;
 use ext4kit::{Fs, Stat};
 use fuser::Errno;
 
@@ -54,7 +55,7 @@ pub fn lookup_self(fs: &Fs, ino: u32) -> Result<Stat, Errno> {
         ext4kit::Errno::EIO => Errno::EIO,
         _ => Errno::ESTALE,
     };
-    let rec = fs.vol.read_inode(ino).map_err(stale)?;
+    let rec = inode::read(&fs.vol, ino).map_err(stale)?;
     if rec.base.links_count == 0 || rec.base.mode == 0 {
         return Err(Errno::ESTALE);
     }

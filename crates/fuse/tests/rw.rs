@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use ext4kit::ext4::inode;
 use ext4kit_testkit::{build_source_tree, compare_trees, e2fsck_clean, CompareOpts, LoopMount, TreeOpts};
 use rustix::fs::{FallocateFlags, RenameFlags};
 
@@ -738,7 +739,7 @@ fn an_unlinked_open_file_is_freed_at_its_last_close() {
         },
     )
     .unwrap();
-    let rec = fs.vol.read_inode(ino).unwrap();
+    let rec = inode::read(&fs.vol, ino).unwrap();
     assert_eq!(rec.base.links_count, 0);
     assert_ne!(rec.base.dtime, 0);
     assert_eq!(fs.vol.sb().read().last_orphan, 0, "orphan list empty");

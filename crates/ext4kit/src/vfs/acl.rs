@@ -2,7 +2,7 @@
 //!
 //! Values here are in the Linux xattr format (`posix_acl_xattr_header`
 //! version 2, then 8-byte entries {tag u16, perm u16, id u32}), as
-//! [`crate::ext4::Volume::xattrs`] returns them; the ext4 disk format
+//! [`crate::ext4::xattr::list`] returns them; the ext4 disk format
 //! conversion happens in the ext4 layer.
 
 use ext4kit_format::inode::Inode;
@@ -11,6 +11,7 @@ use ext4kit_format::xattr::acl_tag;
 use super::cred::Cred;
 use super::Fs;
 use crate::error::Result;
+use crate::ext4::xattr;
 
 /// Name of the access ACL attribute.
 pub(crate) const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
@@ -113,7 +114,9 @@ impl Fs {
         if cred.is_root() || cred.uid == inode.uid() || inode.base.mode & 0o070 == 0 {
             return Ok(cred.may(inode, mask));
         }
-        let acl = self.vol.xattrs(ino, inode)?.into_iter().find(|(n, _)| n == ACL_ACCESS);
+        let acl = xattr::list(&self.vol, ino, inode)?
+            .into_iter()
+            .find(|(n, _)| n == ACL_ACCESS);
         match acl.and_then(|(_, v)| acl_permission(&v, inode, cred, mask as u16 & 7)) {
             Some(ok) => Ok(ok),
             None => Ok(cred.may(inode, mask)),

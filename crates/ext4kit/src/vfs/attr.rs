@@ -33,8 +33,9 @@ use super::namei::with_path;
 use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
-use crate::ext4::xattr_write::XATTR_REPLACE;
+use crate::ext4::xattr_write::{self, XattrChange, XATTR_REPLACE};
 use crate::ext4::ROOT_INO;
+use crate::ext4::{inode, xattr};
 
 const S_ISUID: u16 = 0o4000;
 const S_ISGID: u16 = 0o2000;
@@ -212,14 +213,25 @@ impl Fs {
         let mut h = self.vol.begin()?;
         if attr.mode.is_some() {
             // posix_acl_chmod: an access ACL follows the new bits.
-            let acl = self.vol.xattrs(ino, &new)?.into_iter().find(|(n, _)| n == ACL_ACCESS);
+            let acl = xattr::list(&self.vol, ino, &new)?
+                .into_iter()
+                .find(|(n, _)| n == ACL_ACCESS);
             if let Some((_, mut x)) = acl {
                 acl_chmod(&mut x, mode);
-                self.vol
-                    .set_xattr_named(&mut h, ino, &mut new, ACL_ACCESS, Some(&x), XATTR_REPLACE)?;
+                xattr_write::set(
+                    &self.vol,
+                    &mut h,
+                    ino,
+                    &mut new,
+                    XattrChange {
+                        name: ACL_ACCESS,
+                        value: Some(&x),
+                        flags: XATTR_REPLACE,
+                    },
+                )?;
             }
         }
-        self.vol.write_inode(&mut h, ino, &new)?;
+        inode::write(&self.vol, &mut h, ino, &new)?;
         h.commit()?;
         *rec = new;
         Ok(Stat::from_inode(&self.vol, ino, &rec))
@@ -375,7 +387,7 @@ impl Fs {
             && journal_ino != ROOT_INO
             && vol.geo().has_compat(ext4kit_format::features::compat::HAS_JOURNAL)
         {
-            total += self.vol.read_inode(journal_ino)?.size() / vol.block_size() as u64;
+            total += inode::read(&self.vol, journal_ino)?.size() / vol.block_size() as u64;
         }
         Ok(total)
     }

@@ -51,7 +51,7 @@ use parking_lot::RwLock;
 use super::pagecache::{PageBudget, PageMap};
 use crate::clock::{Clock, Visit};
 use crate::error::{Errno, Error, Result};
-use crate::ext4::{BlockMap, Volume};
+use crate::ext4::{bmap, inode, BlockMap, Volume};
 
 /// Only timestamps differ from the record on disk (`I_DIRTY` in seed 003).
 pub const DIRTY_TIME: u8 = 1;
@@ -156,7 +156,7 @@ impl CachedInode {
         if let Some(m) = slot.load_full() {
             return Ok(m);
         }
-        let m = Arc::new(vol.block_map(self.ino, rec)?);
+        let m = Arc::new(bmap::load(vol, self.ino, rec)?);
         slot.store(Some(m.clone()));
         Ok(m)
     }
@@ -242,7 +242,7 @@ impl Icache {
 
     /// The in-memory inode `ino`, reading it from disk on a miss.
     pub fn get(&self, vol: &Volume, ino: u32) -> Result<Arc<CachedInode>> {
-        self.get_or_read(ino, || vol.read_inode(ino))
+        self.get_or_read(ino, || inode::read(vol, ino))
     }
 
     /// The address of the cached inode `ino`, if cached — no reference

@@ -46,6 +46,7 @@ use super::cred::Cred;
 use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
+use crate::ext4::inode;
 
 /// `EXT4_FL_USER_VISIBLE`: the flags `FS_IOC_GETFLAGS` shows.
 pub const USER_VISIBLE: u32 = 0x725B_DFFF;
@@ -237,7 +238,7 @@ impl Fs {
         new.base.flags = (old & !USER_MODIFIABLE) | flags;
         new.set_time(TimeField::Ctime, now());
         let mut h = self.vol.begin()?;
-        self.vol.write_inode(&mut h, ino, &new)?;
+        inode::write(&self.vol, &mut h, ino, &new)?;
         h.commit()?;
         *rec = new;
         if changed & fl::EXTENTS != 0 {

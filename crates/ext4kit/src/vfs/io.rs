@@ -31,8 +31,9 @@ use super::namei::show;
 use super::write::now;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
+use crate::ext4::bmap_write::{self, MapRequest};
 use crate::ext4::reservation::Reserver;
-use crate::ext4::{BlockMap, Mapping};
+use crate::ext4::{inode, BlockMap, Mapping};
 
 /// fallocate: do not change the file size.
 pub const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
@@ -462,7 +463,7 @@ impl Fs {
             // Readers that looked at the old map must not trust blocks we
             // free from here on (PageMap's `seq`).
             inode.pages.bump();
-            self.vol.punch_blocks(&mut h, inode.ino, &mut rec, fb, u64::MAX)?;
+            bmap_write::punch(&self.vol, &mut h, inode.ino, &mut rec, fb..u64::MAX)?;
             set_size(inode, &mut rec, len);
             let (pages, dirty) = inode.pages.remove_range(fb, u64::MAX, &self.pages);
             self.pages.release(pages);
@@ -478,7 +479,7 @@ impl Fs {
             touch_mtime(inode, &mut rec);
             // Freed blocks and the map that no longer holds them go to disk
             // in one handle, so the record is written now.
-            self.vol.write_inode(&mut h, inode.ino, &rec)?;
+            inode::write(&self.vol, &mut h, inode.ino, &rec)?;
             h.commit()?;
             inode.clear_dirty();
             tail?;
@@ -563,13 +564,13 @@ impl Fs {
             if fb < lb {
                 let mut h = self.vol.begin()?;
                 inode.pages.bump();
-                self.vol.punch_blocks(&mut h, ino, &mut rec, fb, lb)?;
+                bmap_write::punch(&self.vol, &mut h, ino, &mut rec, fb..lb)?;
                 let (pages, dirty) = inode.pages.remove_range(fb, lb, &self.pages);
                 self.pages.release(pages);
                 self.pages.release_dirty(dirty);
                 inode.reset_block_map();
                 touch_mtime(inode, &mut rec);
-                self.vol.write_inode(&mut h, ino, &rec)?;
+                inode::write(&self.vol, &mut h, ino, &rec)?;
                 h.commit()?;
                 inode.clear_dirty();
             } else {
@@ -601,7 +602,7 @@ impl Fs {
         }
         // ext4_fallocate updates the times like a write does.
         touch_mtime(inode, &mut rec);
-        self.vol.write_inode(&mut h, ino, &rec)?;
+        inode::write(&self.vol, &mut h, ino, &rec)?;
         h.commit()?;
         inode.clear_dirty();
         r
@@ -627,17 +628,37 @@ impl Fs {
             let (fb, lb) = (off.div_ceil(bs), end / bs);
             if fb < lb {
                 inode.pages.bump();
-                self.vol.punch_blocks(h, ino, rec, fb, lb)?;
+                bmap_write::punch(&self.vol, h, ino, rec, fb..lb)?;
                 let (pages, dirty) = inode.pages.remove_range(fb, lb, &self.pages);
                 self.pages.release(pages);
                 self.pages.release_dirty(dirty);
-                self.vol.map_blocks(h, ino, rec, fb, lb - fb, true)?;
+                bmap_write::map_blocks(
+                    &self.vol,
+                    h,
+                    ino,
+                    rec,
+                    MapRequest {
+                        lblk: fb,
+                        len: lb - fb,
+                        uninit: true,
+                    },
+                )?;
             }
             return Ok(());
         }
         let extents = rec.uses_extents();
         let (a, b) = (off / bs, end.div_ceil(bs));
-        let runs = self.vol.map_blocks(h, ino, rec, a, b - a, extents)?;
+        let runs = bmap_write::map_blocks(
+            &self.vol,
+            h,
+            ino,
+            rec,
+            MapRequest {
+                lblk: a,
+                len: b - a,
+                uninit: extents,
+            },
+        )?;
         if !extents {
             // No unwritten state: new blocks must hold zeros on disk before
             // the map pointing at them commits.

@@ -57,7 +57,7 @@ pub use stat::{FsInfo, Stat};
 pub use writeback::{SyncLevel, WritebackStats};
 
 use crate::error::{Errno, Error, Result};
-use crate::ext4::{BlockMap, DirEntry, DirRef, Mapping, Volume};
+use crate::ext4::{symlink, xattr, BlockMap, DirEntry, DirRef, Mapping, Volume};
 use namei::show;
 use pagecache::{Page, PageBudget};
 
@@ -328,7 +328,7 @@ impl Fs {
         }
         let map = i.block_map(&self.vol)?;
         let disk = i.disk.read();
-        self.vol.read_link(ino, &disk, &map)
+        symlink::read(&self.vol, ino, &disk, &map)
     }
 
     /// Every extended attribute of `path` (not following a final symlink).
@@ -341,7 +341,7 @@ impl Fs {
     pub fn xattrs_ino(&self, ino: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let i = self.inode(ino)?;
         let disk = i.disk.read();
-        self.vol.xattrs(ino, &disk)
+        xattr::list(&self.vol, ino, &disk)
     }
 
     /// One attribute's value (ENODATA when absent).

@@ -35,7 +35,7 @@ use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::ialloc::NewInode;
-use crate::ext4::{BlockMap, DirRef};
+use crate::ext4::{bmap, bmap_write, inode, xattr_write, BlockMap, DirRef};
 
 /// The most links an inode may have (`EXT4_LINK_MAX`). A directory with
 /// `dir_nlink` goes to a link count of 1 ("many") past it.
@@ -248,7 +248,7 @@ impl Fs {
             h.commit()?;
             return Err(e);
         }
-        self.vol.write_inode(&mut h, ino, &rec)?;
+        inode::write(&self.vol, &mut h, ino, &rec)?;
         let mut newd = drec.clone();
         let grew = match self
             .vol
@@ -268,7 +268,7 @@ impl Fs {
         }
         newd.set_time(TimeField::Mtime, t);
         newd.set_time(TimeField::Ctime, t);
-        self.vol.write_inode(&mut h, parent, &newd)?;
+        inode::write(&self.vol, &mut h, parent, &newd)?;
         h.commit()?;
         let newsize = newd.size();
         *drec = newd;
@@ -357,7 +357,7 @@ impl Fs {
         }
         newd.set_time(TimeField::Mtime, t);
         newd.set_time(TimeField::Ctime, t);
-        self.vol.write_inode(&mut h, parent, &newd)?;
+        inode::write(&self.vol, &mut h, parent, &newd)?;
         let mut newv = vrec.clone();
         newv.set_time(TimeField::Ctime, t);
         if is_dir {
@@ -444,14 +444,14 @@ impl Fs {
         let grew = self.vol.add_link(&mut h, dref, &mut newd, name, ino, target.ftype)?;
         newd.set_time(TimeField::Mtime, t);
         newd.set_time(TimeField::Ctime, t);
-        self.vol.write_inode(&mut h, parent, &newd)?;
+        inode::write(&self.vol, &mut h, parent, &newd)?;
         let mut newt = trec.clone();
         if first {
             self.vol.orphan_remove(&mut h, ino, &mut newt)?;
         }
         newt.base.links_count += 1;
         newt.set_time(TimeField::Ctime, t);
-        self.vol.write_inode(&mut h, ino, &newt)?;
+        inode::write(&self.vol, &mut h, ino, &newt)?;
         h.commit()?;
         if first {
             // The chain's head, when it was the head, without a journal.
@@ -677,7 +677,7 @@ impl Fs {
             ));
         }
         if let (false, Some(t), true) = (flags.exchange, &trec, d_dir) {
-            let tm = self.vol.block_map(t_ino(&dst), t)?;
+            let tm = bmap::load(&self.vol, t_ino(&dst), t)?;
             let r = DirRef {
                 ino: t_ino(&dst),
                 inode: t,
@@ -715,7 +715,7 @@ impl Fs {
             ];
             for (is_dir, ino, rec) in moved {
                 let (true, Some(rec)) = (is_dir, rec) else { continue };
-                let m = self.vol.block_map(ino, rec)?;
+                let m = bmap::load(&self.vol, ino, rec)?;
                 self.vol.dotdot(DirRef {
                     ino,
                     inode: rec,
@@ -761,7 +761,7 @@ impl Fs {
                     )?;
                 }
                 if let (true, Some(tr)) = (d_dir, trec.as_deref()) {
-                    let tm = self.vol.block_map(tino, tr)?;
+                    let tm = bmap::load(&self.vol, tino, tr)?;
                     self.vol.set_dotdot(
                         &mut h,
                         DirRef {
@@ -814,7 +814,7 @@ impl Fs {
             // grown it: look the name up through the updated record.
             if !cross && o_grew {
                 // The cached map is the pre-growth one: parse the grown record.
-                let m = self.vol.block_map(old_dir, &new_o)?;
+                let m = bmap::load(&self.vol, old_dir, &new_o)?;
                 self.vol.remove_link(
                     &mut h,
                     DirRef {
@@ -857,13 +857,13 @@ impl Fs {
             r.set_time(TimeField::Mtime, t);
             r.set_time(TimeField::Ctime, t);
         }
-        self.vol.write_inode(&mut h, old_dir, &new_o)?;
+        inode::write(&self.vol, &mut h, old_dir, &new_o)?;
         if let Some(n) = &new_n {
-            self.vol.write_inode(&mut h, new_dir, n)?;
+            inode::write(&self.vol, &mut h, new_dir, n)?;
         }
-        self.vol.write_inode(&mut h, sino, &new_s)?;
+        inode::write(&self.vol, &mut h, sino, &new_s)?;
         if let (Some(tr), Death::Alive) = (&new_t, death) {
-            self.vol.write_inode(&mut h, t_ino(&dst), tr)?;
+            inode::write(&self.vol, &mut h, t_ino(&dst), tr)?;
         }
         h.commit()?;
         if death == Death::Orphaned {
@@ -911,7 +911,7 @@ impl Fs {
         t: Timestamp,
     ) -> Result<Death> {
         if rec.base.links_count > 0 {
-            self.vol.write_inode(h, inode.ino, rec)?;
+            inode::write(&self.vol, h, inode.ino, rec)?;
             return Ok(Death::Alive);
         }
         // Flag first, then revoke the idle pins, then count: a close that
@@ -960,17 +960,17 @@ impl Fs {
     ) -> Result<()> {
         let is_dir = rec.file_type() == Some(FileType::Directory);
         if matches!(
-            self.vol.block_map(ino, rec)?,
+            bmap::load(&self.vol, ino, rec)?,
             BlockMap::Extents(_) | BlockMap::Indirect(_)
         ) {
-            self.vol.punch_blocks(h, ino, rec, 0, u64::MAX)?;
+            bmap_write::punch(&self.vol, h, ino, rec, 0..u64::MAX)?;
         }
-        self.vol.drop_xattrs(h, ino, rec)?;
+        xattr_write::drop_block(&self.vol, h, ino, rec)?;
         rec.base.links_count = 0;
         rec.base.size_lo = 0;
         rec.base.size_high = 0;
         rec.base.dtime = t.sec as u32;
-        self.vol.write_inode(h, ino, rec)?;
+        inode::write(&self.vol, h, ino, rec)?;
         self.vol.free_inode(h, ino, is_dir)
     }
 
@@ -1156,7 +1156,7 @@ impl Fs {
             if !seen.insert(ino) {
                 continue;
             }
-            let mut rec = self.vol.read_inode(ino)?;
+            let mut rec = inode::read(&self.vol, ino)?;
             rec.base.dtime = 0;
             if rec.base.links_count == 0 {
                 self.destroy(&mut h, ino, &mut rec, t)?;
@@ -1169,12 +1169,12 @@ impl Fs {
                     rec.file_type(),
                     Some(FileType::Regular | FileType::Directory | FileType::Symlink)
                 ) && matches!(
-                    self.vol.block_map(ino, &rec)?,
+                    bmap::load(&self.vol, ino, &rec)?,
                     BlockMap::Extents(_) | BlockMap::Indirect(_)
                 ) {
-                    self.vol.punch_blocks(&mut h, ino, &mut rec, keep, u64::MAX)?;
+                    bmap_write::punch(&self.vol, &mut h, ino, &mut rec, keep..u64::MAX)?;
                 }
-                self.vol.write_inode(&mut h, ino, &rec)?;
+                inode::write(&self.vol, &mut h, ino, &rec)?;
             }
         }
         if !slots.is_empty() {

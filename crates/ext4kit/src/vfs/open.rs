@@ -24,7 +24,7 @@ use ext4kit_format::inode::FileType;
 use super::{dcache, icache, Fs};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::journal::{self, has_orphans};
-use crate::ext4::{OpenOptions, Volume, ROOT_INO};
+use crate::ext4::{inode, OpenOptions, Volume, ROOT_INO};
 use crate::vfs::pagecache::PageBudget;
 
 /// If `dev` holds no ext superblock at its start but a partition table, the
@@ -74,7 +74,7 @@ fn partitioned_disk(dev: &dyn BlockDevice) -> Option<Error> {
 /// itself included, answered ENOENT.
 fn check_root(vol: &Volume) -> Result<()> {
     let loc = "inode 2 (the root directory)";
-    let root = vol.read_inode(ROOT_INO).map_err(|e| match e {
+    let root = inode::read(vol, ROOT_INO).map_err(|e| match e {
         Error::Corrupt { location, source } => Error::Corrupt {
             location: format!("{loc}: {location}"),
             source,

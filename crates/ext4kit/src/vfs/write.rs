@@ -19,10 +19,11 @@ use super::icache::CachedInode;
 use super::namei::{show, with_path};
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
+use crate::ext4::bmap_write::{self, MapRequest};
 use crate::ext4::htree::CreateLookup;
 use crate::ext4::ialloc::NewInode;
 use crate::ext4::transaction::Handle;
-use crate::ext4::DirRef;
+use crate::ext4::{alloc_map, bmap, inode, DirRef};
 
 /// The current time as an ext4 timestamp (honours `SOURCE_DATE_EPOCH` for
 /// reproducible images).
@@ -206,7 +207,17 @@ impl Fs {
                 }
                 // Map while the size is still 0: a symlink with a size and
                 // no blocks counts as fast, which has no block map to extend.
-                let runs = vol.map_blocks(h, ino, rec, 0, 1, false)?;
+                let runs = bmap_write::map_blocks(
+                    vol,
+                    h,
+                    ino,
+                    rec,
+                    MapRequest {
+                        lblk: 0,
+                        len: 1,
+                        uninit: false,
+                    },
+                )?;
                 rec.base.size_lo = target.len() as u32;
                 let run = runs
                     .first()
@@ -305,7 +316,7 @@ impl Fs {
         });
         let mut new_dir = dir_rec.clone();
         let linked = init(&self.vol, &mut h, ino, &mut rec)
-            .and_then(|()| self.vol.write_inode(&mut h, ino, &rec))
+            .and_then(|()| inode::write(&self.vol, &mut h, ino, &rec))
             .and_then(|()| {
                 self.vol
                     .add_link_hinted(&mut h, dref, &mut new_dir, name, ino, ftype, hint)
@@ -315,14 +326,14 @@ impl Fs {
             Err(e) => {
                 // Logical undo: blocks the init mapped and the inode go back.
                 if matches!(
-                    self.vol.block_map(ino, &rec),
+                    bmap::load(&self.vol, ino, &rec),
                     Ok(crate::ext4::BlockMap::Extents(_) | crate::ext4::BlockMap::Indirect(_))
                 ) {
-                    self.vol.punch_blocks(&mut h, ino, &mut rec, 0, u64::MAX)?;
+                    bmap_write::punch(&self.vol, &mut h, ino, &mut rec, 0..u64::MAX)?;
                 }
                 rec.base.links_count = 0;
                 rec.base.dtime = t.sec as u32;
-                self.vol.write_inode(&mut h, ino, &rec)?;
+                inode::write(&self.vol, &mut h, ino, &rec)?;
                 self.vol.free_inode(&mut h, ino, false)?;
                 h.commit()?;
                 return Err(e);
@@ -330,7 +341,7 @@ impl Fs {
         };
         new_dir.set_time(TimeField::Mtime, t);
         new_dir.set_time(TimeField::Ctime, t);
-        self.vol.write_inode(&mut h, parent, &new_dir)?;
+        inode::write(&self.vol, &mut h, parent, &new_dir)?;
         h.commit()?;
         *dir_rec = new_dir;
         if grew {
@@ -442,8 +453,8 @@ impl Fs {
             let mut rec = inode.disk.write();
             let mut new = rec.clone();
             let mut h = self.vol.begin()?;
-            self.vol.write_new_data(&mut h, st.ino, &mut new, data)?;
-            self.vol.write_inode(&mut h, st.ino, &new)?;
+            alloc_map::store(&self.vol, &mut h, st.ino, &mut new, data)?;
+            inode::write(&self.vol, &mut h, st.ino, &new)?;
             h.commit()?;
             inode.size.store(new.size(), std::sync::atomic::Ordering::Release);
             inode.reset_block_map();

@@ -45,8 +45,9 @@ use super::icache::{CachedInode, DIRTY_DATA};
 use super::pagecache::{Page, PageBudget};
 use super::Fs;
 use crate::error::{Errno, Error, Result};
+use crate::ext4::bmap_write::{self, MapRequest};
 use crate::ext4::transaction::Handle;
-use crate::ext4::{Mapping, Volume};
+use crate::ext4::{inode, Mapping, Volume};
 
 /// Longest run written with one device write (blocks).
 pub const MAX_RUN: u64 = 1024;
@@ -175,7 +176,17 @@ impl Writer<'_> {
                             claims_taken = true;
                             hh.add_reserved(inode.pages.take_claims());
                         }
-                        match self.vol.map_blocks(hh, ino, rec, l, n, false) {
+                        match bmap_write::map_blocks(
+                            self.vol,
+                            hh,
+                            ino,
+                            rec,
+                            MapRequest {
+                                lblk: l,
+                                len: n,
+                                uninit: false,
+                            },
+                        ) {
                             Ok(rs) => {
                                 map_changed = true;
                                 rs.into_iter()
@@ -211,7 +222,7 @@ impl Writer<'_> {
                             .collect();
                         if let Some(hh) = hh {
                             for (ul, un) in unmap {
-                                if let Err(e2) = self.vol.punch_blocks(hh, ino, rec, ul, ul + un) {
+                                if let Err(e2) = bmap_write::punch(self.vol, hh, ino, rec, ul..ul + un) {
                                     eprintln!(
                                         "ext4kit: inode {ino}: unmapping blocks {ul}..{} after a failed data write: {e2}",
                                         ul + un
@@ -225,7 +236,7 @@ impl Writer<'_> {
                     st.data_writes += 1;
                     if uninit {
                         let hh = h.as_mut().expect("uninit extents come from map_blocks");
-                        if let Err(e) = self.vol.mark_written(hh, ino, rec, sl, n) {
+                        if let Err(e) = bmap_write::mark_written(self.vol, hh, ino, rec, sl..sl + n) {
                             failure = Some(e);
                             break 'runs;
                         }
@@ -253,7 +264,7 @@ impl Writer<'_> {
             if h.is_none() {
                 h = Some(self.vol.begin()?);
             }
-            self.vol.write_inode(h.as_mut().expect("just begun"), ino, rec)?;
+            inode::write(self.vol, h.as_mut().expect("just begun"), ino, rec)?;
         }
         let left = h.as_ref().map_or(0, |h| h.reserved_left());
         if claims_taken {

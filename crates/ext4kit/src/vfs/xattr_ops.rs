@@ -32,7 +32,8 @@ use super::namei::{show, with_path};
 use super::write::now;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
-use crate::ext4::xattr_write::{xattr_key, XATTR_REPLACE};
+use crate::ext4::xattr_write::{self, xattr_key, XattrChange, XATTR_REPLACE};
+use crate::ext4::{inode, xattr};
 
 const S_ISGID: u16 = 0o2000;
 
@@ -147,7 +148,7 @@ impl Fs {
         // nothing has changed (release_check.rs).
         self.vol.check_xattr_block_change(ino, &new)?;
         let mut h = self.vol.begin()?;
-        match self.vol.set_xattr_named(&mut h, ino, &mut new, name, value, flags) {
+        match xattr_write::set(&self.vol, &mut h, ino, &mut new, XattrChange { name, value, flags }) {
             // Dropping an ACL that is not there (an equivalent or empty ACL).
             Err(Error::Posix {
                 errno: Errno::ENODATA, ..
@@ -155,7 +156,7 @@ impl Fs {
             r => r?,
         }
         new.set_time(TimeField::Ctime, now());
-        self.vol.write_inode(&mut h, ino, &new)?;
+        inode::write(&self.vol, &mut h, ino, &new)?;
         h.commit()?;
         *rec = new;
         Ok(())
@@ -168,8 +169,7 @@ impl Fs {
         let ci = self.inode(ino)?;
         let rec = ci.disk.read();
         self.xattr_permission(&ci, &rec, index, false, cred)?;
-        self.vol
-            .xattrs(ino, &rec)?
+        xattr::list(&self.vol, ino, &rec)?
             .into_iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v)
