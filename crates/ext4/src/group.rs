@@ -44,10 +44,7 @@ impl Volume {
     pub fn set_inode_bitmap_csum(&self, gd: &mut GroupDesc, bitmap: &[u8]) {
         if let Some(seed) = self.csum_seed {
             let c = crc32c(seed, &bitmap[..(self.inodes_per_group as usize).div_ceil(8)]);
-            gd.inode_bitmap_csum_lo = c as u16;
-            if self.sb.read().desc_size() >= 64 {
-                gd.inode_bitmap_csum_hi = (c >> 16) as u16;
-            }
+            gd.set_inode_bitmap_csum(c, self.sb.read().desc_size() >= 64);
         }
     }
 
@@ -56,10 +53,7 @@ impl Volume {
     pub fn set_block_bitmap_csum(&self, gd: &mut GroupDesc, bitmap: &[u8]) {
         if let Some(seed) = self.csum_seed {
             let c = crc32c(seed, &bitmap[..(self.blocks_per_group as usize).div_ceil(8)]);
-            gd.block_bitmap_csum_lo = c as u16;
-            if self.sb.read().desc_size() >= 64 {
-                gd.block_bitmap_csum_hi = (c >> 16) as u16;
-            }
+            gd.set_block_bitmap_csum(c, self.sb.read().desc_size() >= 64);
         }
     }
 
@@ -99,10 +93,7 @@ impl Volume {
         let fb = (fb as i64).saturating_add(bb).clamp(0, self.blocks_count as i64) as u64;
         let fi = (fi as i64).saturating_add(bi).clamp(0, self.inodes_count as i64) as u64;
         let mut sb = self.sb.write();
-        sb.free_blocks_count_lo = fb as u32;
-        if self.has_incompat(ext4kit_format::features::incompat::BIT64) {
-            sb.free_blocks_count_hi = (fb >> 32) as u32;
-        }
+        sb.set_free_blocks_count(fb, self.has_incompat(ext4kit_format::features::incompat::BIT64));
         sb.free_inodes_count = fi as u32;
         sb.to_bytes_with_checksum()
     }
