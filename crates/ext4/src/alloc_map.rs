@@ -48,7 +48,6 @@ pub fn store(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, data: 
         }
     }
     let size = data.len() as u64;
-    rec.base.size_lo = size as u32;
-    rec.base.size_high = (size >> 32) as u32;
+    rec.base.set_size(size);
     Ok(())
 }

@@ -744,7 +744,7 @@ mod tests {
         let (c, crec) = file(&v, 1);
         let x = runs(&v, c, &crec)[0].0;
         let mut arec = inode::read(&v, a).unwrap();
-        arec.base.file_acl_lo = x as u32;
+        arec.base.set_file_acl(x);
         let mut h = v.begin().unwrap();
         inode::write(&v, &mut h, a, &arec).unwrap();
         h.commit().unwrap();

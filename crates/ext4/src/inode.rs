@@ -137,14 +137,14 @@ pub(crate) fn is_fast_symlink(vol: &Volume, rec: &Inode) -> bool {
 /// inodes that have it. `blocks_high` only has a meaning with the
 /// huge_file feature, which is the only way a file reaches 2^32 sectors.
 pub(crate) fn add_blocks(rec: &mut Inode, n: u64, bs: usize) {
-    let cur = i_blocks(rec);
-    set_i_blocks(rec, cur + n * block_unit(rec, bs));
+    let cur = rec.base.blocks();
+    rec.base.set_blocks(cur + n * block_unit(rec, bs));
 }
 
 /// `i_blocks -= n` filesystem blocks (see [`add_blocks`]), never below 0.
 pub(crate) fn sub_blocks(rec: &mut Inode, n: u64, bs: usize) {
-    let cur = i_blocks(rec);
-    set_i_blocks(rec, cur.saturating_sub(n * block_unit(rec, bs)));
+    let cur = rec.base.blocks();
+    rec.base.set_blocks(cur.saturating_sub(n * block_unit(rec, bs)));
 }
 
 /// One filesystem block in `i_blocks` units.
@@ -154,13 +154,4 @@ fn block_unit(rec: &Inode, bs: usize) -> u64 {
     } else {
         bs as u64 / 512
     }
-}
-
-fn i_blocks(rec: &Inode) -> u64 {
-    (rec.base.blocks_high as u64) << 32 | rec.base.blocks_lo as u64
-}
-
-fn set_i_blocks(rec: &mut Inode, units: u64) {
-    rec.base.blocks_lo = units as u32;
-    rec.base.blocks_high = (units >> 32) as u16;
 }

@@ -233,7 +233,7 @@ pub fn drop_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode) -
     }
     check_block_nr(vol, ino, nr)?;
     release_block(vol, h, ino, nr)?;
-    set_file_acl(rec, 0);
+    rec.base.set_file_acl(0);
     sub_blocks(rec, 1, vol.block_size());
     Ok(())
 }
@@ -327,7 +327,7 @@ fn store_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, b: B
     if b.entries.is_empty() {
         if had {
             release_block(vol, h, ino, b.nr)?;
-            set_file_acl(rec, 0);
+            rec.base.set_file_acl(0);
             sub_blocks(rec, 1, bs);
         }
         return Ok(());
@@ -357,7 +357,7 @@ fn store_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, b: B
     let (nr, _) = vol.alloc_blocks(h, goal, 1)?;
     let bytes = xattr::serialize_block(&b.entries, bs, 1, nr, vol.geo().csum_seed()).map_err(too_big)?;
     h.overwrite(nr, bytes.into_boxed_slice())?;
-    set_file_acl(rec, nr);
+    rec.base.set_file_acl(nr);
     if had {
         // Copy-on-write of a shared block: still one block charged.
         release_block(vol, h, ino, b.nr)?;
@@ -422,11 +422,6 @@ fn release_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, nr: u64) -> Result<
         }
         Err(e) => Err(e),
     }
-}
-
-fn set_file_acl(rec: &mut Inode, nr: u64) {
-    rec.base.file_acl_lo = nr as u32;
-    rec.base.file_acl_high = (nr >> 32) as u16;
 }
 
 #[cfg(test)]

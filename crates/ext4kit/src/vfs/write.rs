@@ -202,7 +202,7 @@ impl Fs {
                     rec.base.flags &= !ext4kit_format::inode::flags::EXTENTS;
                     rec.base.block = [0; 60];
                     rec.base.block[..target.len()].copy_from_slice(target);
-                    rec.base.size_lo = target.len() as u32;
+                    rec.base.set_size(target.len() as u64);
                     return Ok(());
                 }
                 // Map while the size is still 0: a symlink with a size and
@@ -218,7 +218,7 @@ impl Fs {
                         uninit: false,
                     },
                 )?;
-                rec.base.size_lo = target.len() as u32;
+                rec.base.set_size(target.len() as u64);
                 let run = runs
                     .first()
                     .ok_or_else(|| Error::posix(Errno::EIO, "no block mapped for a symlink"))?;
