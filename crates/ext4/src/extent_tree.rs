@@ -187,12 +187,6 @@ pub(crate) struct Rebuild<'a> {
     pub(crate) alloc: &'a mut dyn FnMut(&mut Handle<'_>) -> Result<u64>,
 }
 
-/// Slots in a non-root node: `(block_size - 12) / 12`
-/// (`ext4_ext_space_block`, the tail fits in what is left over).
-fn node_max(block_size: usize) -> usize {
-    (block_size - ExtentHeader::SIZE) / 12
-}
-
 /// One inode's extent tree: where its nodes are read from and written to,
 /// with the inode's checksum seed for the node tails.
 struct Tree<'a> {
@@ -210,8 +204,10 @@ impl<'a> Tree<'a> {
         }
     }
 
+    /// Slots in a non-root node: `(block_size - 12) / 12`
+    /// (`ext4_ext_space_block`, the tail fits in what is left over).
     fn node_max(&self) -> usize {
-        node_max(self.vol.block_size())
+        (self.vol.block_size() - ExtentHeader::SIZE) / 12
     }
 
     fn root(&self, rec: &Inode) -> Result<Node> {
