@@ -11,9 +11,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use ext4kit::ext4::mkfs::{mkfs, FsType, MkfsOptions, MkfsReport};
 use ext4kit::{Fs, OpenOptions};
 use ext4kit_blockdev::FileDevice;
+use ext4kit_mkfs::{mkfs, FsType, MkfsOptions, MkfsReport};
 
 const UUID: [u8; 16] = [
     0x6c, 0x1f, 0x2b, 0x4a, 0x88, 0x01, 0x4e, 0x3d, 0x9a, 0x7b, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66,

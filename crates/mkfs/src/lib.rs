@@ -69,7 +69,9 @@ use ext4kit_format::inode::{flags as iflags, mode, Inode, TimeField, Timestamp};
 use ext4kit_format::jbd2::{self, JournalSuperblock};
 use ext4kit_format::superblock::{Superblock, CHECKSUM_TYPE_CRC32C, EXT4_MAGIC, FLAGS_SIGNED_HASH, STATE_VALID};
 
-use crate::error::{Errno, Error, Result};
+mod error;
+
+pub use error::{MkfsError, Result};
 
 /// Which member of the family to make; selects the default features.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,8 +213,8 @@ const LOG_GROUPS_PER_FLEX: u8 = 4;
 /// `s_jnl_backup_type`: `s_jnl_blocks` holds a copy of the journal's i_block.
 const JNL_BACKUP_BLOCKS: u8 = 1;
 
-fn einval(msg: impl Into<String>) -> Error {
-    Error::posix(Errno::EINVAL, msg)
+fn einval(msg: impl Into<String>) -> MkfsError {
+    MkfsError::invalid(msg)
 }
 
 /// Feature words.
@@ -273,7 +275,7 @@ impl Features {
         if clear {
             *word.0 &= !word.1;
         } else if !ok {
-            return Err(Error::Unsupported(format!(
+            return Err(MkfsError::Unsupported(format!(
                 "making a filesystem with feature \"{name}\" is not supported"
             )));
         } else {
@@ -530,10 +532,9 @@ impl Alloc {
                 }
             }
         }
-        Err(Error::posix(
-            Errno::ENOSPC,
-            format!("filesystem too small: no room for {n} contiguous free blocks"),
-        ))
+        Err(MkfsError::NoSpace(format!(
+            "filesystem too small: no room for {n} contiguous free blocks"
+        )))
     }
     /// One free block at or after `*cursor` (wrapping to `from`).
     fn next(&mut self, cursor: &mut u64, from: u64) -> Result<u64> {
@@ -612,7 +613,7 @@ fn map_file(al: &mut Alloc, g: &Geometry, n: u64, goal: u64, extents: bool, seed
         } else {
             let max = ((g.bs - 12) / 12) as u16;
             if runs.len() > max as usize {
-                return Err(Error::posix(Errno::ENOSPC, "free space too fragmented for the journal"));
+                return Err(MkfsError::NoSpace("free space too fragmented for the journal".into()));
             }
             let leaf = al.next(&mut cursor, g.fdb)?;
             let mut blk = vec![0u8; g.bs as usize];
@@ -753,7 +754,7 @@ impl Writer<'_> {
             let buf = &zeros[..(k * self.bs) as usize];
             self.dev
                 .write_at(b * self.bs, buf)
-                .map_err(|e| Error::io(format!("zeroing blocks {b}..{}", b + k), e))?;
+                .map_err(|e| MkfsError::io(format!("zeroing blocks {b}..{}", b + k), e))?;
             self.written += buf.len() as u64;
             b += k;
         }
@@ -764,7 +765,7 @@ impl Writer<'_> {
     fn write_now(&mut self, b: u64, data: &[u8]) -> Result<()> {
         self.dev
             .write_at(b * self.bs, data)
-            .map_err(|e| Error::io(format!("writing block {b}"), e))?;
+            .map_err(|e| MkfsError::io(format!("writing block {b}"), e))?;
         self.written += data.len() as u64;
         Ok(())
     }
@@ -781,7 +782,7 @@ fn random_bytes() -> Result<[u8; 16]> {
     let mut b = [0u8; 16];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| Error::io("reading /dev/urandom for a UUID", e))?;
+        .map_err(|e| MkfsError::io("reading /dev/urandom for a UUID", e))?;
     Ok(b)
 }
 
@@ -813,7 +814,10 @@ fn random_uuid() -> Result<[u8; 16]> {
 
 /// A fresh inode record of `isz` bytes with every timestamp `t`.
 fn new_inode(isz: usize, mode_bits: u16, links: u16, t: i64, large: bool) -> Result<Inode> {
-    let mut ino = Inode::parse_raw(&vec![0u8; isz]).map_err(|e| Error::corrupt("new inode", e))?;
+    let mut ino = Inode::parse_raw(&vec![0u8; isz]).map_err(|source| MkfsError::Format {
+        context: "a new inode".into(),
+        source,
+    })?;
     ino.base.mode = mode_bits;
     ino.base.links_count = links;
     if large && isz >= LARGE_INODE as usize {
@@ -877,7 +881,7 @@ pub fn dry_run(size_bytes: u64, opts: &MkfsOptions) -> Result<MkfsReport> {
 /// start of `dev`.
 pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Result<MkfsReport> {
     if dev.read_only() {
-        return Err(Error::posix(Errno::EROFS, "device is read-only"));
+        return Err(MkfsError::ReadOnly);
     }
     if size_bytes > dev.size() {
         return Err(einval(format!(
@@ -1435,7 +1439,7 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         blk[off..off + 1024].copy_from_slice(&s.to_bytes_with_checksum());
         w.write_now(g.group_first(grp), &blk)?;
     }
-    w.dev.flush().map_err(|e| Error::io("flushing the device", e))?;
+    w.dev.flush().map_err(|e| MkfsError::io("flushing the device", e))?;
 
     Ok(MkfsReport {
         block_size: bs as u32,
