@@ -121,13 +121,7 @@ fn map_extents(al: &mut Alloc, g: &Geometry, req: &FileMapRequest) -> Result<Fil
             extent::set_block_checksum(&mut blk, s);
         }
         header(1, EXTENTS_IN_INODE as u16, 1).serialize_into(&mut i_block);
-        ExtentIndex {
-            block: 0,
-            leaf_lo: leaf as u32,
-            leaf_hi: (leaf >> 32) as u16,
-            unused: 0,
-        }
-        .serialize_into(&mut i_block[12..]);
+        ExtentIndex::new(0, leaf).serialize_into(&mut i_block[12..]);
         meta.push((leaf, blk));
     }
     Ok(FileMap { i_block, meta, data })

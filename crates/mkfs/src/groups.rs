@@ -148,18 +148,12 @@ impl Groups<'_> {
         );
         let dirs = self.usage.dirs(i);
         let mut d = GroupDesc::parse_raw(&[0u8; 64]);
-        d.block_bitmap_lo = bb as u32;
-        d.block_bitmap_hi = (bb >> 32) as u32;
-        d.inode_bitmap_lo = ib as u32;
-        d.inode_bitmap_hi = (ib >> 32) as u32;
-        d.inode_table_lo = it as u32;
-        d.inode_table_hi = (it >> 32) as u32;
-        d.free_blocks_count_lo = st.free_blocks as u16;
-        d.free_blocks_count_hi = (st.free_blocks >> 16) as u16;
-        d.free_inodes_count_lo = st.free_inodes as u16;
-        d.free_inodes_count_hi = (st.free_inodes >> 16) as u16;
-        d.used_dirs_count_lo = dirs as u16;
-        d.used_dirs_count_hi = (dirs >> 16) as u16;
+        d.set_block_bitmap(bb);
+        d.set_inode_bitmap(ib);
+        d.set_inode_table(it);
+        d.set_free_blocks_count(st.free_blocks as u32);
+        d.set_free_inodes_count(st.free_inodes as u32);
+        d.set_used_dirs_count(dirs as u32);
         d.flags = BG_INODE_ZEROED;
         if st.block_uninit {
             d.flags |= BG_BLOCK_UNINIT;
@@ -170,22 +164,15 @@ impl Groups<'_> {
         let sums = self.plan.checksums();
         if sums.descriptors() {
             let unused = g.inodes_per_group() - self.usage.high_water(i);
-            d.itable_unused_lo = unused as u16;
-            d.itable_unused_hi = (unused >> 16) as u16;
+            d.set_itable_unused(unused as u32);
         }
         if sums.metadata() && !st.block_uninit {
             let bc = crc32c(sums.fs_seed(), &st.block_bitmap[..(g.blocks_per_group() / 8) as usize]);
-            d.block_bitmap_csum_lo = bc as u16;
-            if g.desc_size() >= 64 {
-                d.block_bitmap_csum_hi = (bc >> 16) as u16;
-            }
+            d.set_block_bitmap_csum(bc, g.desc_size() >= 64);
         }
         if sums.metadata() && !st.inode_uninit {
             let ic = crc32c(sums.fs_seed(), &st.inode_bitmap[..(g.inodes_per_group() / 8) as usize]);
-            d.inode_bitmap_csum_lo = ic as u16;
-            if g.desc_size() >= 64 {
-                d.inode_bitmap_csum_hi = (ic >> 16) as u16;
-            }
+            d.set_inode_bitmap_csum(ic, g.desc_size() >= 64);
         }
         d
     }

@@ -64,14 +64,11 @@ pub(crate) fn is_large(inode_size: u64) -> bool {
 
 /// `i_size_lo` / `i_size_high`.
 pub(crate) fn set_size(ino: &mut Inode, size: u64) {
-    ino.base.size_lo = size as u32;
-    ino.base.size_high = (size >> 32) as u32;
+    ino.base.set_size(size);
 }
 
 /// `i_blocks`: 512-byte sectors (no `HUGE_FILE` scaling: nothing mkfs
 /// makes comes near 2^32 sectors).
 pub(crate) fn set_blocks(ino: &mut Inode, fs_blocks: u64, bs: u64) {
-    let sectors = fs_blocks * (bs / 512);
-    ino.base.blocks_lo = sectors as u32;
-    ino.base.blocks_high = (sectors >> 32) as u16;
+    ino.base.set_blocks(fs_blocks * (bs / 512));
 }

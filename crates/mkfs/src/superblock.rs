@@ -47,12 +47,12 @@ pub(crate) fn build(plan: &Plan, c: &SuperblockCounts) -> Superblock {
     let mut sb = Superblock::parse_raw(&[0u8; 1024]);
     let r_blocks = (g.blocks() as f64 * plan.reserved_percent() / 100.0) as u64;
     sb.inodes_count = (g.inodes_per_group() * g.groups()) as u32;
-    sb.blocks_count_lo = g.blocks() as u32;
-    sb.blocks_count_hi = (g.blocks() >> 32) as u32;
-    sb.r_blocks_count_lo = r_blocks as u32;
-    sb.r_blocks_count_hi = (r_blocks >> 32) as u32;
-    sb.free_blocks_count_lo = c.free_blocks as u32;
-    sb.free_blocks_count_hi = (c.free_blocks >> 32) as u32;
+    // The high words count only with 64bit, which geometry requires past
+    // 2^32 - 1 blocks.
+    let bit64 = f.has_incompat(incompat::BIT64);
+    sb.set_blocks_count(g.blocks(), bit64);
+    sb.set_r_blocks_count(r_blocks, bit64);
+    sb.set_free_blocks_count(c.free_blocks, bit64);
     sb.free_inodes_count = c.free_inodes as u32;
     sb.first_data_block = g.first_data_block() as u32;
     sb.log_block_size = bs.trailing_zeros() - 10;
@@ -60,14 +60,12 @@ pub(crate) fn build(plan: &Plan, c: &SuperblockCounts) -> Superblock {
     sb.blocks_per_group = g.blocks_per_group() as u32;
     sb.clusters_per_group = g.blocks_per_group() as u32;
     sb.inodes_per_group = g.inodes_per_group() as u32;
-    sb.wtime = now as u32;
-    sb.wtime_hi = (now >> 32) as u8;
+    sb.set_wtime(now);
     sb.max_mnt_count = NO_MAX_MOUNT_COUNT;
     sb.magic = EXT4_MAGIC;
     sb.state = STATE_VALID;
     sb.errors = ERRORS_CONTINUE;
-    sb.lastcheck = now as u32;
-    sb.lastcheck_hi = (now >> 32) as u8;
+    sb.set_lastcheck(now);
     sb.rev_level = DYNAMIC_REV;
     sb.first_ino = FIRST_INO;
     sb.inode_size = g.inode_size() as u16;
@@ -92,8 +90,7 @@ pub(crate) fn build(plan: &Plan, c: &SuperblockCounts) -> Superblock {
         sb.desc_size = g.desc_size() as u16;
     }
     sb.default_mount_opts = DEFAULT_MOUNT_OPTS;
-    sb.mkfs_time = now as u32;
-    sb.mkfs_time_hi = (now >> 32) as u8;
+    sb.set_mkfs_time(now);
     if inode::is_large(g.inode_size()) {
         sb.min_extra_isize = 32;
         sb.want_extra_isize = 32;
