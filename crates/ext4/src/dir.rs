@@ -33,6 +33,19 @@ fn looks_like_dx_node(vol: &Volume, d: &[u8]) -> bool {
     e.inode == 0 && e.rec_len == vol.block_size() && e.name.is_empty()
 }
 
+/// Append the live records of `d` (inode not 0) to `out`, in order.
+fn push_live(out: &mut Vec<DirEntry>, d: &[u8], fmt: DirFormat) {
+    for e in dirent::entries(d, fmt) {
+        if e.inode != 0 {
+            out.push(DirEntry {
+                ino: e.inode,
+                name: e.name.to_vec(),
+                file_type: FileType::from_dirent(e.file_type),
+            });
+        }
+    }
+}
+
 /// Every entry of a directory, "." and ".." included, in block order.
 pub fn readdir(vol: &Volume, dir: DirRef<'_>) -> Result<Vec<DirEntry>> {
     let fmt = vol.geo().dir_format();
@@ -69,15 +82,7 @@ pub fn readdir(vol: &Volume, dir: DirRef<'_>) -> Result<Vec<DirEntry>> {
             } else {
                 buf.data.len()
             };
-            for e in dirent::entries(&buf.data[..limit], fmt) {
-                if e.inode != 0 {
-                    out.push(DirEntry {
-                        ino: e.inode,
-                        name: e.name.to_vec(),
-                        file_type: FileType::from_dirent(e.file_type),
-                    });
-                }
-            }
+            push_live(&mut out, &buf.data[..limit], fmt);
         }
     }
     Ok(out)
@@ -255,15 +260,7 @@ fn read_inline(vol: &Volume, dir: DirRef<'_>, data: &[u8]) -> Result<Vec<DirEntr
             continue;
         }
         dirent::check_block(part, fmt, None).map_err(|e| Error::corrupt(loc(), e))?;
-        for e in dirent::entries(part, fmt) {
-            if e.inode != 0 {
-                out.push(DirEntry {
-                    ino: e.inode,
-                    name: e.name.to_vec(),
-                    file_type: FileType::from_dirent(e.file_type),
-                });
-            }
-        }
+        push_live(&mut out, part, fmt);
     }
     Ok(out)
 }

@@ -166,19 +166,7 @@ pub fn check_insertable(vol: &Volume, dir: DirRef<'_>) -> Result<()> {
     if dir.is_indexed(vol) || dir.nblocks(vol) != 1 || !vol.geo().has_compat(compat::DIR_INDEX) {
         return Ok(());
     }
-    let fmt = vol.geo().dir_format();
-    let buf = dirblock::read_leaf(vol, dir, 0)?
-        .ok_or_else(|| Error::corrupt_msg(loc(), "directory block", "block 0 is a hole"))?;
-    let first = dirent::entry_at(&buf.data, 0, fmt);
-    let second = dirent::entry_at(&buf.data, first.rec_len.min(buf.data.len() - 8), fmt);
-    if first.name != b"." || second.name != b".." || first.rec_len != 12 {
-        return Err(Error::corrupt_msg(
-            loc(),
-            "directory block",
-            "block 0 does not start with \".\" (rec_len 12) and \"..\"",
-        ));
-    }
-    Ok(())
+    dx_split::read_dot_block(vol, dir).map(|_| ())
 }
 
 /// Give a new directory inode its first block holding "." and ".."

@@ -33,6 +33,8 @@
 //! spans two leaves and the index entry gets [`HASH_COLLISION_BIT`], telling
 //! lookups to continue into the next leaf (`ext4_htree_next_block`).
 
+use std::sync::Arc;
+
 use ext4kit_format::dirent::{self, rec_len_for};
 use ext4kit_format::features::incompat;
 use ext4kit_format::hash::{dx_hash, HashVersion};
@@ -42,6 +44,7 @@ use ext4kit_format::htree::{
 };
 use ext4kit_format::inode::{flags, Inode};
 
+use super::buffer::Buffer;
 use super::dir_leaf::{self, packed_size, LeafLayout, NewRec, Rec};
 use super::dirblock::{self, DirRef, LeafAccess};
 use super::htree::{self, DxPath, DxProbe, InsertHint};
@@ -120,6 +123,40 @@ fn default_hash_version(vol: &Volume) -> Result<HashVersion> {
         .ok_or_else(|| Error::Unsupported(format!("default directory hash version {v}")))
 }
 
+/// Block 0 of a one-block linear directory about to become an htree, and
+/// the inodes of its "." and "..": it must start with "." (rec_len 12)
+/// and "..", whose places the dx root keeps (`make_indexed_dir` checks the
+/// same before it moves anything).
+pub(crate) struct DotBlock {
+    buf: Arc<Buffer>,
+    dot: u32,
+    dotdot: u32,
+}
+
+/// Read and check block 0 as [`DotBlock`] says.
+pub(crate) fn read_dot_block(vol: &Volume, dir: DirRef<'_>) -> Result<DotBlock> {
+    let loc = || format!("directory inode {}", dir.ino);
+    let fmt = vol.geo().dir_format();
+    let buf = dirblock::read_leaf(vol, dir, 0)?
+        .ok_or_else(|| Error::corrupt_msg(loc(), "directory block", "block 0 is a hole"))?;
+    let first = dirent::entry_at(&buf.data, 0, fmt);
+    let second = dirent::entry_at(&buf.data, first.rec_len.min(buf.data.len() - 8), fmt);
+    if first.name != b"." || second.name != b".." || first.rec_len != 12 {
+        return Err(Error::corrupt_msg(
+            loc(),
+            "directory block",
+            "block 0 does not start with \".\" (rec_len 12) and \"..\"",
+        ));
+    }
+    let (dot, dotdot) = (first.inode, second.inode);
+    Ok(DotBlock { buf, dot, dotdot })
+}
+
+/// The records with their hashes under the directory's hash function.
+fn hash_records(vol: &Volume, recs: Vec<Rec>, version: HashVersion) -> Vec<(u32, Rec)> {
+    recs.into_iter().map(|r| (hash_of(vol, &r.name, version), r)).collect()
+}
+
 /// Turn a full one-block linear directory into an htree while adding
 /// `rec` (`make_indexed_dir`): block 0 becomes the dx root, its records
 /// move to two new leaves split by hash.
@@ -134,20 +171,9 @@ pub(crate) fn make_indexed_dir(
     let seed = dir.csum_seed(vol);
     let layout = LeafLayout::of(vol.geo());
     let fmt = layout.fmt();
-    let buf = dirblock::read_leaf(vol, dir, 0)?
-        .ok_or_else(|| Error::corrupt_msg(loc(), "directory block", "block 0 is a hole"))?;
-    let first = dirent::entry_at(&buf.data, 0, fmt);
-    let second = dirent::entry_at(&buf.data, first.rec_len.min(buf.data.len() - 8), fmt);
-    if first.name != b"." || second.name != b".." || first.rec_len != 12 {
-        return Err(Error::corrupt_msg(
-            loc(),
-            "directory block",
-            "block 0 does not start with \".\" (rec_len 12) and \"..\"",
-        ));
-    }
+    let DotBlock { buf, dot, dotdot } = read_dot_block(vol, dir)?;
     let version = default_hash_version(vol)?;
-    let recs = layout.records(&buf.data, true);
-    let hashed: Vec<(u32, Rec)> = recs.into_iter().map(|r| (hash_of(vol, &r.name, version), r)).collect();
+    let hashed = hash_records(vol, layout.records(&buf.data, true), version);
     let new = (hash_of(vol, rec.name, version), rec.to_rec());
     let root_entries;
     let leaves: Vec<Vec<Rec>>;
@@ -175,8 +201,8 @@ pub(crate) fn make_indexed_dir(
         .collect::<Result<Vec<_>>>()?;
     let csum = vol.geo().csum_seed().is_some();
     let root = DxRoot {
-        dot_inode: first.inode,
-        dotdot_inode: second.inode,
+        dot_inode: dot,
+        dotdot_inode: dotdot,
         file_type: if fmt.filetype { FT_DIR } else { 0 },
         info: DxInfo {
             hash_version: version.to_root(),
@@ -415,10 +441,7 @@ fn split_leaf(
     leaf_lblk: u64,
     recs: Vec<Rec>,
 ) -> Result<LeafSplit> {
-    let hashed: Vec<(u32, Rec)> = recs
-        .into_iter()
-        .map(|r| (hash_of(vol, &r.name, probe.version), r))
-        .collect();
+    let hashed = hash_records(vol, recs, probe.version);
     // Packed, the records overflow with the new one: there are at least
     // two of them (one record of at most 263 bytes plus another always
     // fit a 1 KiB leaf), so the split below has two sides.
