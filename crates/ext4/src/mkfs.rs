@@ -638,13 +638,7 @@ fn map_file(al: &mut Alloc, g: &Geometry, n: u64, goal: u64, extents: bool, seed
                 generation: 0,
             }
             .serialize_into(&mut i_block);
-            ExtentIndex {
-                block: 0,
-                leaf_lo: leaf as u32,
-                leaf_hi: (leaf >> 32) as u16,
-                unused: 0,
-            }
-            .serialize_into(&mut i_block[12..]);
+            ExtentIndex::new(0, leaf).serialize_into(&mut i_block[12..]);
             meta.push((leaf, blk));
         }
         let total = n + meta.len() as u64;
@@ -827,14 +821,12 @@ fn new_inode(isz: usize, mode_bits: u16, links: u16, t: i64, large: bool) -> Res
 }
 
 fn set_size(ino: &mut Inode, size: u64) {
-    ino.base.size_lo = size as u32;
-    ino.base.size_high = (size >> 32) as u32;
+    ino.base.set_size(size);
 }
 
 fn set_blocks(ino: &mut Inode, fs_blocks: u64, bs: u64) {
     let sectors = fs_blocks * (bs / 512);
-    ino.base.blocks_lo = sectors as u32;
-    ino.base.blocks_high = (sectors >> 32) as u16;
+    ino.base.set_blocks(sectors);
 }
 
 /// A device that accepts every write and keeps nothing: what [`dry_run`]
@@ -1280,18 +1272,12 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         free_blocks_total += free_b;
         free_inodes_total += free_i;
         let mut d = GroupDesc::parse_raw(&[0u8; 64]);
-        d.block_bitmap_lo = bb[i] as u32;
-        d.block_bitmap_hi = (bb[i] >> 32) as u32;
-        d.inode_bitmap_lo = ib[i] as u32;
-        d.inode_bitmap_hi = (ib[i] >> 32) as u32;
-        d.inode_table_lo = it[i] as u32;
-        d.inode_table_hi = (it[i] >> 32) as u32;
-        d.free_blocks_count_lo = free_b as u16;
-        d.free_blocks_count_hi = (free_b >> 16) as u16;
-        d.free_inodes_count_lo = free_i as u16;
-        d.free_inodes_count_hi = (free_i >> 16) as u16;
-        d.used_dirs_count_lo = dirs[i] as u16;
-        d.used_dirs_count_hi = (dirs[i] >> 16) as u16;
+        d.set_block_bitmap(bb[i]);
+        d.set_inode_bitmap(ib[i]);
+        d.set_inode_table(it[i]);
+        d.set_free_blocks_count(free_b as u32);
+        d.set_free_inodes_count(free_i as u32);
+        d.set_used_dirs_count(dirs[i] as u32);
         // mke2fs marks zeroed tables even without descriptor checksums.
         d.flags = BG_INODE_ZEROED;
         if block_uninit {
@@ -1302,24 +1288,17 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         }
         if gd_csum_any {
             let unused = g.ipg - last_used[i];
-            d.itable_unused_lo = unused as u16;
-            d.itable_unused_hi = (unused >> 16) as u16;
+            d.set_itable_unused(unused as u32);
         }
         // Uninitialised bitmaps are neither written nor checksummed (the
         // checksum is computed when the kernel first initialises them).
         if csum && !block_uninit {
             let bc = crc32c(fs_seed, &bmap[..(g.bpg / 8) as usize]);
-            d.block_bitmap_csum_lo = bc as u16;
-            if g.desc_size >= 64 {
-                d.block_bitmap_csum_hi = (bc >> 16) as u16;
-            }
+            d.set_block_bitmap_csum(bc, g.desc_size >= 64);
         }
         if csum && !inode_uninit {
             let ic = crc32c(fs_seed, &imap[..(g.ipg / 8) as usize]);
-            d.inode_bitmap_csum_lo = ic as u16;
-            if g.desc_size >= 64 {
-                d.inode_bitmap_csum_hi = (ic >> 16) as u16;
-            }
+            d.set_inode_bitmap_csum(ic, g.desc_size >= 64);
         }
         if !block_uninit {
             w.write_now(bb[i], &bmap)?;
@@ -1341,12 +1320,10 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
     let r_blocks = (g.blocks as f64 * opts.reserved_percent / 100.0) as u64;
     let inodes_count = g.ipg * g.groups;
     sb.inodes_count = inodes_count as u32;
-    sb.blocks_count_lo = g.blocks as u32;
-    sb.blocks_count_hi = (g.blocks >> 32) as u32;
-    sb.r_blocks_count_lo = r_blocks as u32;
-    sb.r_blocks_count_hi = (r_blocks >> 32) as u32;
-    sb.free_blocks_count_lo = free_blocks_total as u32;
-    sb.free_blocks_count_hi = (free_blocks_total >> 32) as u32;
+    let bit64 = f.has_incompat(incompat::BIT64);
+    sb.set_blocks_count(g.blocks, bit64);
+    sb.set_r_blocks_count(r_blocks, bit64);
+    sb.set_free_blocks_count(free_blocks_total, bit64);
     sb.free_inodes_count = free_inodes_total as u32;
     sb.first_data_block = g.fdb as u32;
     sb.log_block_size = bs.trailing_zeros() - 10;
@@ -1354,14 +1331,12 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
     sb.blocks_per_group = g.bpg as u32;
     sb.clusters_per_group = g.bpg as u32;
     sb.inodes_per_group = g.ipg as u32;
-    sb.wtime = now as u32;
-    sb.wtime_hi = (now >> 32) as u8;
+    sb.set_wtime(now);
     sb.max_mnt_count = 0xffff;
     sb.magic = EXT4_MAGIC;
     sb.state = STATE_VALID;
     sb.errors = 1;
-    sb.lastcheck = now as u32;
-    sb.lastcheck_hi = (now >> 32) as u8;
+    sb.set_lastcheck(now);
     sb.rev_level = 1;
     sb.first_ino = FIRST_INO;
     sb.inode_size = g.isz as u16;
@@ -1389,8 +1364,7 @@ pub fn mkfs(dev: &dyn BlockDevice, size_bytes: u64, opts: &MkfsOptions) -> Resul
         sb.desc_size = g.desc_size as u16;
     }
     sb.default_mount_opts = DEFAULT_MOUNT_OPTS;
-    sb.mkfs_time = now as u32;
-    sb.mkfs_time_hi = (now >> 32) as u8;
+    sb.set_mkfs_time(now);
     if large {
         sb.min_extra_isize = 32;
         sb.want_extra_isize = 32;
