@@ -45,7 +45,6 @@ pub mod ialloc;
 pub mod indirect_map;
 pub mod inode;
 pub mod journal;
-pub mod mkfs;
 pub mod orphan;
 pub mod orphan_links;
 pub mod owners;
