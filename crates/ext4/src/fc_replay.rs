@@ -46,7 +46,10 @@ use ext4kit_format::inode::{flags, FileType, Inode, GOOD_OLD_INODE_SIZE};
 
 use super::bmap::{self, BlockMap};
 use super::bmap_write;
-use super::dir::DirRef;
+use super::dir;
+use super::dir_delete;
+use super::dir_insert::{self, NewEntry};
+use super::dirblock::DirRef;
 use super::extent_tree::{self, merge, Rebuild};
 use super::inode;
 use super::transaction::Handle;
@@ -333,12 +336,12 @@ impl Replayer<'_> {
             inode: &dir,
             map: &map,
         };
-        let found = match vol.lookup(r, name)? {
+        let found = match dir::lookup(vol, r, name)? {
             Some((found, _)) if found == ino || ino == 0 => found,
             _ => return Ok(()),
         };
         let mut h = vol.begin()?;
-        vol.remove_link(&mut h, r, name)?;
+        dir_delete::remove_link(vol, &mut h, r, name)?;
         // __ext4_unlink: the inode loses a link; at zero it is evicted.
         let mut inode = inode::read(vol, found)?;
         inode.base.links_count = inode.base.links_count.saturating_sub(1);
@@ -389,7 +392,7 @@ impl Replayer<'_> {
                 ),
             )
         })?;
-        super::dir_insert::check_name(name)?;
+        dir_insert::check_name(name)?;
         let dir = inode::read(vol, parent)?;
         if dir.file_type() != Some(FileType::Directory) {
             return Err(Error::corrupt_msg(
@@ -405,11 +408,11 @@ impl Replayer<'_> {
             inode: &dir,
             map: &map,
         };
-        if vol.lookup(r, name)?.is_some() {
-            vol.remove_link(&mut h, r, name)?;
+        if dir::lookup(vol, r, name)?.is_some() {
+            dir_delete::remove_link(vol, &mut h, r, name)?;
         }
         let mut new_dir = dir.clone();
-        vol.add_link(&mut h, r, &mut new_dir, name, ino, ft)?;
+        dir_insert::add_link(vol, &mut h, r, &mut new_dir, NewEntry::new(name, ino, ft))?;
         if new_dir != dir {
             inode::write(vol, &mut h, parent, &new_dir)?;
         }
