@@ -31,6 +31,11 @@
 //!
 //! Fast commits and orphans are recovered by the ext4 code itself, one
 //! layer up (`Fs::open_device`), on the device this module returns.
+//!
+//! After recovery, [`open_volume`] opens the volume and starts its journal
+//! for writing (the kernel's `ext4_load_journal` at the end of the same
+//! path): the journal inode is read through the opened volume, and the
+//! log it maps is handed to the volume's jbd2 journal.
 
 use std::sync::Arc;
 
@@ -244,6 +249,18 @@ pub fn recover(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Recovere
     }
     out.dev = target;
     finish_state(out, sb, read_only, error_state, rec.failure.is_some())
+}
+
+/// Open the filesystem on `dev` — recovered already (see [`recover`]) —
+/// with its journal started for writing when the open is read-write and
+/// the filesystem has one: the one way a library user gets a volume whose
+/// changes go through the log.
+pub fn open_volume(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Volume> {
+    let mut vol = Volume::open(dev.clone(), opts)?;
+    if !vol.read_only() && vol.geo().has_compat(compat::HAS_JOURNAL) {
+        vol.start_journal(open_journal(&dev), opts.commit_interval);
+    }
+    Ok(vol)
 }
 
 /// The journal of the filesystem on `dev`, loaded for inspection

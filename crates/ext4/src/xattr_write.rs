@@ -418,7 +418,7 @@ impl Volume {
                 // held another file's old data once the log was emptied
                 // (crash harness, mix-mt seed 50). The journal's own books
                 // keep the block from its next owner (commit.rs).
-                if self.jbd().is_none() {
+                if !self.jbd().is_journaled() {
                     let mut g = self.bcache().lock(nr);
                     if let Some(b) = self.bcache().peek_locked(&mut g, nr) {
                         b.mark_clean();
