@@ -24,7 +24,7 @@ pub type Journal = ext4kit_jbd2::Jbd<Buffer>;
 
 /// The volume's parts a metadata change and its journal go through.
 #[derive(Clone, Copy)]
-pub struct MetaIo<'v> {
+pub(crate) struct MetaIo<'v> {
     bcache: &'v BufferCache,
     disk: &'v Disk,
     sup: &'v SuperState,
