@@ -2,10 +2,11 @@
 //! kit's command runner and loop mounts (so peers and ext4kit see the very
 //! same bytes), and statistics helpers (medians: these machines are noisy).
 //!
-//! [`suite`] is `ext4kit bench`: every workload of the programs in
-//! `src/bin` on every peer, in one run, with a report and charts. The
-//! library sets no global allocator, so the `ext4kit` binary can link it;
-//! each program here sets the one the `ext4kit` binary ships with.
+//! [`suite`] is `ext4kit bench` (the `ext4kit-bench` program, which the
+//! `ext4kit` binary runs): every workload of the programs in `src/bin` on
+//! every peer, in one run, with a report and charts. The library sets no
+//! global allocator; each program here sets the one the `ext4kit` binary
+//! ships with.
 
 pub mod peers;
 pub mod session;

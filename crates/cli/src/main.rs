@@ -273,11 +273,22 @@ enum Command {
         /// The image file.
         image: PathBuf,
     },
-    /// Benchmark: every workload (the experiments behind the five design
-    /// principles, and the standard ones) on the library, the ext4kit mount,
-    /// fuse2fs and the kernel's ext4, with a report, JSON, CSV and SVG
-    /// charts. Run as root for the mounts; `--help` lists the workloads and
-    /// peers.
+    /// Benchmark: every workload on the library, the ext4kit mount,
+    /// fuse2fs and the kernel's ext4, with a report and charts (runs
+    /// ext4kit-bench, built on its own: `cargo build --release -p
+    /// ext4kit-bench`).
+    ///
+    /// Every workload (the experiments behind the five design principles, and the standard ones)
+    /// on the library, the ext4kit mount, fuse2fs and the kernel's ext4,
+    /// with a report, JSON, CSV and SVG charts. Run as root for the
+    /// mounts; `ext4kit bench --help` lists the workloads and peers.
+    ///
+    /// The suite is the program ext4kit-bench, found beside this binary or
+    /// on PATH, built on its own so that this binary carries no benchmark
+    /// instrumentation: `cargo build --release -p ext4kit-bench`, in a
+    /// cargo command of its own (built in one command with ext4kit-cli,
+    /// cargo would compile the library's shared-write counting into this
+    /// binary too).
     Bench(cmd::bench::Args),
 }
 
@@ -307,10 +318,7 @@ fn parse_mode(s: &str) -> Result<u16, String> {
 
 fn main() -> ExitCode {
     ext4kit_alloc::tune();
-    // `bench --help` lists the workloads and peers from the suite itself.
-    let matches = Cli::command()
-        .mut_subcommand("bench", cmd::bench::with_help)
-        .get_matches();
+    let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A command that only prints (`ext4kit ls img / | head`) ends quietly
     // when its reader goes away, as coreutils do: Rust ignores SIGPIPE, so
@@ -347,7 +355,10 @@ fn main() -> ExitCode {
         Command::Mkfs(args) => cmd::mkfs::run(&args, sel),
         Command::Mount(args) => cmd::mount::run(&args, sel, budget),
         Command::Umount(args) => cmd::mount::umount(&args),
-        Command::Bench(args) => cmd::bench::run(&args, budget),
+        Command::Bench(args) => {
+            let given = matches.value_source("cache_mib") == Some(clap::parser::ValueSource::CommandLine);
+            cmd::bench::run(&args, given.then_some(cli.cache_mib))
+        }
         Command::Put { srcs, target } => cmd::put::run(&srcs, &target, sel, budget),
         Command::Mkdir {
             parents,

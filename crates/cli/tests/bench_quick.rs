@@ -8,6 +8,11 @@
 //! In CI (the `CI` variable set; .ci/run runs as root and installs fuse2fs,
 //! fuse3 and fio) every peer must run: a missing one fails the test with the
 //! reason. Elsewhere the peers this machine cannot run are only named.
+//!
+//! `ext4kit bench` runs the suite's own program, ext4kit-bench, which is
+//! built on its own (the `ext4kit` binary carries no benchmark
+//! instrumentation); the test builds it first, beside the binary under
+//! test, with a cargo command of its own as a user does.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -74,6 +79,38 @@ fn csv_fields(line: &str) -> Vec<String> {
     out
 }
 
+/// Build ext4kit-bench, as the bench's help says, into the directory of
+/// the `ext4kit` binary under test (same target directory and profile), so
+/// the command finds it beside itself and it is never stale.
+fn build_bench_program() {
+    let bin_dir = Path::new(BIN).parent().expect("the binary's directory");
+    let profile = match bin_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev",
+        Some(p) => p,
+        None => panic!("no profile directory above {BIN}"),
+    };
+    let target_dir = bin_dir.parent().expect("the target directory");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "-p",
+            "ext4kit-bench",
+            "--bin",
+            "ext4kit-bench",
+            "--profile",
+            profile,
+        ])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .stdin(Stdio::null())
+        .status()
+        .expect("run cargo build -p ext4kit-bench");
+    assert!(status.success(), "cargo build -p ext4kit-bench failed ({status})");
+    let program = bin_dir.join("ext4kit-bench");
+    assert!(program.is_file(), "{} was not built", program.display());
+}
+
 fn workdir() -> PathBuf {
     let w = std::env::temp_dir().join(format!("ext4kit-bench-quick-{}", std::process::id()));
     let _ = Command::new("umount").arg("-l").arg(w.join("work/mnt")).output();
@@ -93,6 +130,7 @@ fn bench_quick_covers_every_workload_and_peer() {
     for m in &missing {
         eprintln!("bench_quick: not checked on this machine: {m}");
     }
+    build_bench_program();
     let w = workdir();
     let (out, work) = (w.join("out"), w.join("work"));
     let t = Instant::now();
@@ -174,6 +212,19 @@ fn bench_quick_covers_every_workload_and_peer() {
         }
     }
     assert!(repeated > 0, "no figure has two rounds: the rounds are not repeated");
+    // The storm's shared-line writes per open are counted: the suite's
+    // program builds the library with its count.
+    let counted = results.iter().find(|r| {
+        r["workload"] == "storm"
+            && r["peer"] == "lib"
+            && r["metric"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("shared-line writes per open"))
+    });
+    assert!(
+        counted.is_some_and(|r| r["median"].as_f64().is_some_and(|v| v.is_finite() && v >= 0.0)),
+        "the storm's counted shared-line writes per open are missing: {counted:?}"
+    );
     assert_eq!(
         json["errors"].as_array().map(Vec::len),
         Some(0),

@@ -37,8 +37,7 @@ impl Volume {
             }
         }
         let size = data.len() as u64;
-        inode.base.size_lo = size as u32;
-        inode.base.size_high = (size >> 32) as u32;
+        inode.base.set_size(size);
         Ok(())
     }
 }

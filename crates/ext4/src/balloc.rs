@@ -323,8 +323,7 @@ impl Volume {
                 "free block count below the bitmap's",
             )
         })?;
-        new.free_blocks_count_lo = free as u16;
-        new.free_blocks_count_hi = (free >> 16) as u16;
+        new.set_free_blocks_count(free);
         self.groups().set_block_bitmap_csum(&mut new, &bm);
         h.overwrite(gd.block_bitmap(), bm.into_boxed_slice())?;
         self.write_group_desc(h, g, &new)?;
@@ -398,8 +397,7 @@ impl Volume {
                     new.flags &= !BG_BLOCK_UNINIT;
                 }
                 let free = (gd.free_blocks_count() as i64 + delta).clamp(0, self.blocks_in_group(g) as i64) as u32;
-                new.free_blocks_count_lo = free as u16;
-                new.free_blocks_count_hi = (free >> 16) as u16;
+                new.set_free_blocks_count(free);
                 self.groups().set_block_bitmap_csum(&mut new, &bm);
                 h.overwrite(gd.block_bitmap(), bm.into_boxed_slice())?;
                 self.write_group_desc(h, g, &new)?;
@@ -552,8 +550,7 @@ impl Volume {
             new.flags &= !BG_BLOCK_UNINIT;
         }
         let free = gd.free_blocks_count() + total;
-        new.free_blocks_count_lo = free as u16;
-        new.free_blocks_count_hi = (free >> 16) as u16;
+        new.set_free_blocks_count(free);
         self.groups().set_block_bitmap_csum(&mut new, &bm);
         h.overwrite(gd.block_bitmap(), bm.into_boxed_slice())?;
         self.write_group_desc(h, g, &new)?;

@@ -424,13 +424,13 @@ fn push_run(runs: &mut Vec<MappedRun>, lblk: u64, pblk: u64, len: u64, new: bool
 /// meaning with the huge_file feature, which is the only way a file reaches
 /// 2^32 sectors.
 pub(crate) fn add_blocks(inode: &mut Inode, n: u64, bs: usize) {
-    let cur = (inode.base.blocks_high as u64) << 32 | inode.base.blocks_lo as u64;
-    set_units(inode, cur + n * unit(inode, bs));
+    let cur = inode.base.blocks();
+    inode.base.set_blocks(cur + n * unit(inode, bs));
 }
 
 pub(crate) fn sub_blocks(inode: &mut Inode, n: u64, bs: usize) {
-    let cur = (inode.base.blocks_high as u64) << 32 | inode.base.blocks_lo as u64;
-    set_units(inode, cur.saturating_sub(n * unit(inode, bs)));
+    let cur = inode.base.blocks();
+    inode.base.set_blocks(cur.saturating_sub(n * unit(inode, bs)));
 }
 
 fn unit(inode: &Inode, bs: usize) -> u64 {
@@ -439,9 +439,4 @@ fn unit(inode: &Inode, bs: usize) -> u64 {
     } else {
         bs as u64 / 512
     }
-}
-
-fn set_units(inode: &mut Inode, s: u64) {
-    inode.base.blocks_lo = s as u32;
-    inode.base.blocks_high = (s >> 32) as u16;
 }

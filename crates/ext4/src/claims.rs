@@ -743,7 +743,7 @@ mod tests {
         let (c, crec) = file(&v, 1);
         let x = runs(&v, c, &crec)[0].0;
         let mut arec = v.read_inode(a).unwrap();
-        arec.base.file_acl_lo = x as u32;
+        arec.base.set_file_acl(x);
         let mut h = v.begin().unwrap();
         v.write_inode(&mut h, a, &arec).unwrap();
         h.commit().unwrap();

@@ -371,8 +371,7 @@ impl Volume {
                 format!("directory inode {ino}: mapped {} of {n} new blocks", out.len()),
             ));
         }
-        new_dir.base.size_lo = size as u32;
-        new_dir.base.size_high = (size >> 32) as u32;
+        new_dir.base.set_size(size);
         Ok(out)
     }
 

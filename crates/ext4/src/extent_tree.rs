@@ -126,12 +126,7 @@ impl Node {
 }
 
 fn index_entry(first: u32, blk: u64) -> ExtentIndex {
-    ExtentIndex {
-        block: first,
-        leaf_lo: blk as u32,
-        leaf_hi: (blk >> 32) as u16,
-        unused: 0,
-    }
+    ExtentIndex::new(first, blk)
 }
 
 /// What a lookup found around a logical block.

@@ -97,12 +97,7 @@ fn end(e: &Extent) -> u64 {
 }
 
 fn extent(lblk: u64, pblk: u64, len: u64, uninit: bool) -> Extent {
-    Extent {
-        block: lblk as u32,
-        len: if uninit { len as u16 + 32768 } else { len as u16 },
-        start_hi: (pblk >> 32) as u16,
-        start_lo: pblk as u32,
-    }
+    Extent::new(lblk as u32, len as u32, pblk, uninit)
 }
 
 impl Replayer<'_> {
@@ -353,8 +348,7 @@ impl Replayer<'_> {
         }
         vol.drop_xattrs(h, ino, inode)?;
         inode.base.links_count = 0;
-        inode.base.size_lo = 0;
-        inode.base.size_high = 0;
+        inode.base.set_size(0);
         inode.base.dtime = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_secs() as u32);
@@ -422,7 +416,6 @@ impl Replayer<'_> {
 /// plus the xattr block if the inode has one.
 fn set_iblocks(vol: &Volume, inode: &mut Inode, blocks: u64) {
     let total = blocks + u64::from(inode.file_acl() != 0);
-    inode.base.blocks_lo = 0;
-    inode.base.blocks_high = 0;
+    inode.base.set_blocks(0);
     super::bmap_write::add_blocks(inode, total, vol.block_size());
 }

@@ -101,14 +101,12 @@ fn record_error_at_home(sup: &SuperState, disk: &Disk) -> Result<()> {
         sb.error_count = sb.error_count.saturating_add(1);
         let mut func = [0u8; 32];
         func[..7].copy_from_slice(b"ext4kit");
-        if sb.first_error_time == 0 && sb.first_error_time_hi == 0 {
-            sb.first_error_time = now as u32;
-            sb.first_error_time_hi = (now >> 32) as u8;
+        if sb.first_error_time() == 0 {
+            sb.set_first_error_time(now as i64);
             sb.first_error_func = func;
             sb.first_error_errcode = ERRCODE_EFSCORRUPTED;
         }
-        sb.last_error_time = now as u32;
-        sb.last_error_time_hi = (now >> 32) as u8;
+        sb.set_last_error_time(now as i64);
         sb.last_error_func = func;
         sb.last_error_errcode = ERRCODE_EFSCORRUPTED;
     };

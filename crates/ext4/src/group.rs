@@ -257,10 +257,7 @@ impl GroupTable {
     pub fn set_inode_bitmap_csum(&self, gd: &mut GroupDesc, bitmap: &[u8]) {
         if let Some(seed) = self.csum_seed {
             let c = crc32c(seed, &bitmap[..self.inode_bitmap_bytes]);
-            gd.inode_bitmap_csum_lo = c as u16;
-            if self.desc_size >= 64 {
-                gd.inode_bitmap_csum_hi = (c >> 16) as u16;
-            }
+            gd.set_inode_bitmap_csum(c, self.desc_size >= 64);
         }
     }
 
@@ -269,10 +266,7 @@ impl GroupTable {
     pub fn set_block_bitmap_csum(&self, gd: &mut GroupDesc, bitmap: &[u8]) {
         if let Some(seed) = self.csum_seed {
             let c = crc32c(seed, &bitmap[..self.block_bitmap_bytes]);
-            gd.block_bitmap_csum_lo = c as u16;
-            if self.desc_size >= 64 {
-                gd.block_bitmap_csum_hi = (c >> 16) as u16;
-            }
+            gd.set_block_bitmap_csum(c, self.desc_size >= 64);
         }
     }
 }

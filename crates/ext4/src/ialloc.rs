@@ -130,10 +130,8 @@ impl Volume {
     pub fn new_inode_record(&self, n: &NewInode) -> Inode {
         let mut base = InodeBase::parse_raw(&[0u8; 128]);
         base.mode = n.ftype.mode_bits() | (n.perm & 0o7777);
-        base.uid = n.uid as u16;
-        base.uid_high = (n.uid >> 16) as u16;
-        base.gid = n.gid as u16;
-        base.gid_high = (n.gid >> 16) as u16;
+        base.set_uid(n.uid);
+        base.set_gid(n.gid);
         base.links_count = if n.ftype == FileType::Directory { 2 } else { 1 };
         base.generation = GENERATION.fetch_add(1, Ordering::Relaxed);
         base.flags = inherited_flags(n.ftype, n.parent.0);
@@ -337,12 +335,10 @@ impl Volume {
             self.fresh_itable_block(h, g, i)?;
         }
         let free = gd.free_inodes_count() - 1;
-        new.free_inodes_count_lo = free as u16;
-        new.free_inodes_count_hi = (free >> 16) as u16;
+        new.set_free_inodes_count(free);
         if dir {
             let u = new.used_dirs_count() + 1;
-            new.used_dirs_count_lo = u as u16;
-            new.used_dirs_count_hi = (u >> 16) as u16;
+            new.set_used_dirs_count(u);
         }
         if csum_groups {
             if uninit {
@@ -351,8 +347,7 @@ impl Volume {
             let unused = new.itable_unused() as usize;
             if i >= ipg - unused {
                 let u = (ipg - i - 1) as u32;
-                new.itable_unused_lo = u as u16;
-                new.itable_unused_hi = (u >> 16) as u16;
+                new.set_itable_unused(u);
             }
             if new.flags & BG_INODE_ZEROED == 0 {
                 // The table past the old high-water mark may hold garbage;
@@ -462,24 +457,21 @@ impl Volume {
             super::bitmap::clear_bit(&mut bitmap, i);
             free + 1
         };
-        new.free_inodes_count_lo = free as u16;
-        new.free_inodes_count_hi = (free >> 16) as u16;
+        new.set_free_inodes_count(free);
         if dir {
             let u = if used {
                 new.used_dirs_count() + 1
             } else {
                 new.used_dirs_count().saturating_sub(1)
             };
-            new.used_dirs_count_lo = u as u16;
-            new.used_dirs_count_hi = (u >> 16) as u16;
+            new.set_used_dirs_count(u);
         }
         if csum_groups && used {
             new.flags &= !BG_INODE_UNINIT;
             let unused = if uninit { ipg } else { new.itable_unused() as usize };
             if i >= ipg.saturating_sub(unused) {
                 let u = (ipg - i - 1) as u32;
-                new.itable_unused_lo = u as u16;
-                new.itable_unused_hi = (u >> 16) as u16;
+                new.set_itable_unused(u);
             }
         }
         self.groups().set_inode_bitmap_csum(&mut new, &bitmap);
@@ -524,12 +516,10 @@ impl Volume {
         self.groups().set_inode_bitmap_csum(&mut new, &bitmap);
         h.overwrite(bm_blk, bitmap.into_boxed_slice())?;
         let free = gd.free_inodes_count() + 1;
-        new.free_inodes_count_lo = free as u16;
-        new.free_inodes_count_hi = (free >> 16) as u16;
+        new.set_free_inodes_count(free);
         if dir {
             let u = new.used_dirs_count().saturating_sub(1);
-            new.used_dirs_count_lo = u as u16;
-            new.used_dirs_count_hi = (u >> 16) as u16;
+            new.set_used_dirs_count(u);
         }
         self.write_group_desc(h, g, &new)?;
         *gd = new;

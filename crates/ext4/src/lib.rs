@@ -44,7 +44,6 @@ pub mod indirect_map;
 pub mod inode;
 pub mod journal;
 pub mod journal_io;
-pub mod mkfs;
 pub mod orphan;
 pub mod orphan_links;
 pub mod owners;

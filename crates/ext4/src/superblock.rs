@@ -101,10 +101,7 @@ impl SuperState {
         let fb = (fb as i64).saturating_add(bb).clamp(0, geo.blocks_count() as i64) as u64;
         let fi = (fi as i64).saturating_add(bi).clamp(0, geo.inodes_count() as i64) as u64;
         let mut sb = self.sb.write();
-        sb.free_blocks_count_lo = fb as u32;
-        if geo.has_incompat(ext4kit_format::features::incompat::BIT64) {
-            sb.free_blocks_count_hi = (fb >> 32) as u32;
-        }
+        sb.set_free_blocks_count(fb, geo.has_incompat(ext4kit_format::features::incompat::BIT64));
         sb.free_inodes_count = fi as u32;
         sb.to_bytes_with_checksum()
     }

@@ -611,11 +611,11 @@ pub(crate) fn scratch_volume_unjournaled() -> Volume {
 #[cfg(test)]
 fn scratch_volume_with(features: &[&str]) -> Volume {
     let dev = Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
-    let mk = super::mkfs::MkfsOptions {
+    let mk = ext4kit_mkfs::MkfsOptions {
         features: features.iter().map(|f| f.to_string()).collect(),
         ..Default::default()
     };
-    super::mkfs::mkfs(&*dev, 8 << 20, &mk).expect("mkfs on a memory device");
+    ext4kit_mkfs::mkfs(&*dev, 8 << 20, &mk).expect("mkfs on a memory device");
     let opts = OpenOptions {
         read_only: false,
         cache_budget: 8 << 20,

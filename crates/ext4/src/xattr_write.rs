@@ -217,7 +217,7 @@ impl Volume {
         }
         self.check_block_nr(ino, nr)?;
         self.release_xattr_block(h, ino, nr)?;
-        set_file_acl(inode, 0);
+        inode.base.set_file_acl(0);
         self.sub_block(inode);
         Ok(())
     }
@@ -331,7 +331,7 @@ impl Volume {
         if b.entries.is_empty() {
             if had {
                 self.release_xattr_block(h, ino, b.nr)?;
-                set_file_acl(inode, 0);
+                inode.base.set_file_acl(0);
                 self.sub_block(inode);
             }
             return Ok(());
@@ -366,7 +366,7 @@ impl Volume {
         let bytes =
             xattr::serialize_block(&b.entries, self.block_size(), 1, nr, self.geo().csum_seed()).map_err(too_big)?;
         h.overwrite(nr, bytes.into_boxed_slice())?;
-        set_file_acl(inode, nr);
+        inode.base.set_file_acl(nr);
         if had {
             // Copy-on-write of a shared block: still one block charged.
             self.release_xattr_block(h, ino, b.nr)?;
@@ -440,12 +440,12 @@ impl Volume {
     /// flag count in blocks).
     fn add_block(&self, inode: &mut Inode) {
         let unit = self.i_blocks_unit(inode);
-        set_i_blocks(inode, i_blocks(inode) + unit);
+        inode.base.set_blocks(inode.base.blocks() + unit);
     }
 
     fn sub_block(&self, inode: &mut Inode) {
         let unit = self.i_blocks_unit(inode);
-        set_i_blocks(inode, i_blocks(inode).saturating_sub(unit));
+        inode.base.set_blocks(inode.base.blocks().saturating_sub(unit));
     }
 
     fn i_blocks_unit(&self, inode: &Inode) -> u64 {
@@ -455,20 +455,6 @@ impl Volume {
             self.sectors_per_block()
         }
     }
-}
-
-fn i_blocks(inode: &Inode) -> u64 {
-    (inode.base.blocks_high as u64) << 32 | inode.base.blocks_lo as u64
-}
-
-fn set_i_blocks(inode: &mut Inode, n: u64) {
-    inode.base.blocks_lo = n as u32;
-    inode.base.blocks_high = (n >> 32) as u16;
-}
-
-fn set_file_acl(inode: &mut Inode, nr: u64) {
-    inode.base.file_acl_lo = nr as u32;
-    inode.base.file_acl_high = (nr >> 32) as u16;
 }
 
 #[cfg(test)]

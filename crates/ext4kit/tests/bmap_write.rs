@@ -111,8 +111,7 @@ impl File {
     }
 
     fn set_size(&mut self, inode: &mut ext4kit_format::inode::Inode, size: u64) {
-        inode.base.size_lo = size as u32;
-        inode.base.size_high = (size >> 32) as u32;
+        inode.base.set_size(size);
         self.model.resize(size as usize, 0);
     }
 
@@ -228,7 +227,7 @@ impl File {
 
     fn sectors(&self, fs: &Fs) -> u64 {
         let inode = fs.vol.read_inode(self.ino).unwrap();
-        (inode.base.blocks_high as u64) << 32 | inode.base.blocks_lo as u64
+        inode.base.blocks()
     }
 }
 

@@ -35,6 +35,10 @@ crate::layout! {
         leaf_hi: u16 = 0x8,
         unused: u16 = 0xA,
     }
+    split {
+        /// Physical block of the child node.
+        leaf / set_leaf: u64 = leaf_lo + leaf_hi,
+    }
 }
 
 crate::layout! {
@@ -45,21 +49,28 @@ crate::layout! {
         start_hi: u16 = 0x6,
         start_lo: u32 = 0x8,
     }
+    split {
+        /// Physical block of the first block of the extent.
+        start / set_start: u64 = start_lo + start_hi,
+    }
 }
 
 impl ExtentIndex {
-    /// Physical block of the child node.
-    pub fn leaf(&self) -> u64 {
-        (self.leaf_hi as u64) << 32 | self.leaf_lo as u64
+    /// An index entry: the child node at physical block `leaf` covers the
+    /// logical blocks from `block`.
+    pub fn new(block: u32, leaf: u64) -> Self {
+        let mut i = ExtentIndex {
+            block,
+            leaf_lo: 0,
+            leaf_hi: 0,
+            unused: 0,
+        };
+        i.set_leaf(leaf);
+        i
     }
 }
 
 impl Extent {
-    /// Physical block of the first block of the extent.
-    pub fn start(&self) -> u64 {
-        (self.start_hi as u64) << 32 | self.start_lo as u64
-    }
-
     /// Number of blocks covered.
     pub fn length(&self) -> u32 {
         if self.len > MAX_INIT_LEN {
@@ -77,12 +88,14 @@ impl Extent {
     /// Build an extent (encoding `uninit` in the length as the kernel does).
     pub fn new(block: u32, len: u32, start: u64, uninit: bool) -> Self {
         let l = if uninit { len as u16 + MAX_INIT_LEN } else { len as u16 };
-        Extent {
+        let mut e = Extent {
             block,
             len: l,
-            start_hi: (start >> 32) as u16,
-            start_lo: start as u32,
-        }
+            start_hi: 0,
+            start_lo: 0,
+        };
+        e.set_start(start);
+        e
     }
 }
 
@@ -239,7 +252,8 @@ mod tests {
             let mut ext = Vec::new();
             for (gap, len, start) in raw {
                 let len = if len == MAX_INIT_LEN { 1 } else { len };
-                let e = Extent { block: block + gap, len, start_hi: (start >> 32) as u16, start_lo: start as u32 };
+                let mut e = Extent { block: block + gap, len, start_hi: 0, start_lo: 0 };
+                e.set_start(start);
                 block = block + gap + e.length();
                 ext.push(e);
             }

@@ -41,6 +41,32 @@ crate::layout! {
         inode_bitmap_csum_hi: u16 = 0x3A,
         reserved: u32 = 0x3C,
     }
+    split {
+        /// Block number of the block bitmap.
+        block_bitmap / set_block_bitmap: u64 = block_bitmap_lo + block_bitmap_hi,
+        /// Block number of the inode bitmap.
+        inode_bitmap / set_inode_bitmap: u64 = inode_bitmap_lo + inode_bitmap_hi,
+        /// First block of the inode table.
+        inode_table / set_inode_table: u64 = inode_table_lo + inode_table_hi,
+        /// Free blocks in the group.
+        free_blocks_count / set_free_blocks_count: u32 = free_blocks_count_lo + free_blocks_count_hi,
+        /// Free inodes in the group.
+        free_inodes_count / set_free_inodes_count: u32 = free_inodes_count_lo + free_inodes_count_hi,
+        /// Directories in the group.
+        used_dirs_count / set_used_dirs_count: u32 = used_dirs_count_lo + used_dirs_count_hi,
+        /// Inodes at the end of the table never used.
+        itable_unused / set_itable_unused: u32 = itable_unused_lo + itable_unused_hi,
+        /// Block number of the snapshot exclude bitmap.
+        exclude_bitmap / set_exclude_bitmap: u64 = exclude_bitmap_lo + exclude_bitmap_hi,
+        /// `bg_block_bitmap_csum`: crc32c of the block bitmap; `wide` is
+        /// `s_desc_size >= 64`, the descriptors that hold the high half (the
+        /// kernel's `ext4_block_bitmap_csum_set`).
+        set_block_bitmap_csum: u32 = block_bitmap_csum_lo + block_bitmap_csum_hi if wide,
+        /// `bg_inode_bitmap_csum`: crc32c of the inode bitmap; `wide` is
+        /// `s_desc_size >= 64`, the descriptors that hold the high half (the
+        /// kernel's `ext4_inode_bitmap_csum_set`).
+        set_inode_bitmap_csum: u32 = inode_bitmap_csum_lo + inode_bitmap_csum_hi if wide,
+    }
 }
 
 /// Offset of `bg_checksum` within a descriptor.
@@ -147,35 +173,6 @@ impl GroupDesc {
         if let Some(c) = Self::compute_checksum(out, group, csum) {
             out[CSUM_OFF..CSUM_OFF + 2].copy_from_slice(&c.to_le_bytes());
         }
-    }
-
-    /// Block number of the block bitmap.
-    pub fn block_bitmap(&self) -> u64 {
-        (self.block_bitmap_hi as u64) << 32 | self.block_bitmap_lo as u64
-    }
-    /// Block number of the inode bitmap.
-    pub fn inode_bitmap(&self) -> u64 {
-        (self.inode_bitmap_hi as u64) << 32 | self.inode_bitmap_lo as u64
-    }
-    /// First block of the inode table.
-    pub fn inode_table(&self) -> u64 {
-        (self.inode_table_hi as u64) << 32 | self.inode_table_lo as u64
-    }
-    /// Free blocks in the group.
-    pub fn free_blocks_count(&self) -> u32 {
-        (self.free_blocks_count_hi as u32) << 16 | self.free_blocks_count_lo as u32
-    }
-    /// Free inodes in the group.
-    pub fn free_inodes_count(&self) -> u32 {
-        (self.free_inodes_count_hi as u32) << 16 | self.free_inodes_count_lo as u32
-    }
-    /// Directories in the group.
-    pub fn used_dirs_count(&self) -> u32 {
-        (self.used_dirs_count_hi as u32) << 16 | self.used_dirs_count_lo as u32
-    }
-    /// Inodes at the end of the table never used.
-    pub fn itable_unused(&self) -> u32 {
-        (self.itable_unused_hi as u32) << 16 | self.itable_unused_lo as u32
     }
 }
 

@@ -154,6 +154,21 @@ crate::layout! {
         checksum_lo: u16 = 0x7C,
         reserved: u16 = 0x7E,
     }
+    split {
+        /// File size in bytes (`i_size_high` is used for every type; it was
+        /// `i_dir_acl` on very old revisions but is zero there).
+        size / set_size: u64 = size_lo + size_high,
+        /// `i_blocks` as stored: 512-byte sectors, or filesystem blocks when
+        /// the inode has the HUGE_FILE flag; `i_blocks_high` counts only
+        /// with the `huge_file` feature (see [`Inode::blocks_512`]).
+        blocks / set_blocks: u64 = blocks_lo + blocks_high,
+        /// Block of the external xattr block (0 if none).
+        file_acl / set_file_acl: u64 = file_acl_lo + file_acl_high,
+        /// Owner uid (32-bit: `i_uid` and `l_i_uid_high`).
+        uid / set_uid: u32 = uid + uid_high,
+        /// Owner gid (32-bit: `i_gid` and `l_i_gid_high`).
+        gid / set_gid: u32 = gid + gid_high,
+    }
 }
 
 crate::layout! {
@@ -375,25 +390,24 @@ impl Inode {
         self.base.mode & 0o7777
     }
 
-    /// File size in bytes (`i_size_high` is used for every type; it was
-    /// `i_dir_acl` on very old revisions but is zero there).
+    /// File size in bytes ([`InodeBase::size`]).
     pub fn size(&self) -> u64 {
-        (self.base.size_high as u64) << 32 | self.base.size_lo as u64
+        self.base.size()
     }
 
-    /// Owner uid (32-bit).
+    /// Owner uid, 32-bit ([`InodeBase::uid`]).
     pub fn uid(&self) -> u32 {
-        (self.base.uid_high as u32) << 16 | self.base.uid as u32
+        self.base.uid()
     }
 
-    /// Owner gid (32-bit).
+    /// Owner gid, 32-bit ([`InodeBase::gid`]).
     pub fn gid(&self) -> u32 {
-        (self.base.gid_high as u32) << 16 | self.base.gid as u32
+        self.base.gid()
     }
 
-    /// Block of the external xattr block (0 if none).
+    /// Block of the external xattr block, 0 if none ([`InodeBase::file_acl`]).
     pub fn file_acl(&self) -> u64 {
-        (self.base.file_acl_high as u64) << 32 | self.base.file_acl_lo as u64
+        self.base.file_acl()
     }
 
     /// Space used, in 512-byte sectors. `huge_file` enables the high word and
@@ -402,7 +416,7 @@ impl Inode {
         if !huge_file_feature {
             return self.base.blocks_lo as u64;
         }
-        let n = (self.base.blocks_high as u64) << 32 | self.base.blocks_lo as u64;
+        let n = self.base.blocks();
         if self.base.flags & flags::HUGE_FILE != 0 {
             n * (block_size as u64 / 512)
         } else {

@@ -134,6 +134,28 @@ crate::layout! {
         reserved: [u32; 94] = 0x284,
         checksum: u32 = 0x3FC,
     }
+    split {
+        /// Total blocks; `bit64` is the 64bit feature, without which the
+        /// high word is not part of the count (the getter is
+        /// [`Superblock::blocks_count`], which reads the feature itself).
+        set_blocks_count: u64 = blocks_count_lo + blocks_count_hi if bit64,
+        /// Blocks reserved for root; `bit64` as for `set_blocks_count`.
+        set_r_blocks_count: u64 = r_blocks_count_lo + r_blocks_count_hi if bit64,
+        /// Free blocks; `bit64` as for `set_blocks_count`.
+        set_free_blocks_count: u64 = free_blocks_count_lo + free_blocks_count_hi if bit64,
+        /// Last mount time, seconds since the epoch (`s_mtime`, `s_mtime_hi`).
+        mtime / set_mtime: i64 = mtime + mtime_hi,
+        /// Last write time, seconds since the epoch (`s_wtime`, `s_wtime_hi`).
+        wtime / set_wtime: i64 = wtime + wtime_hi,
+        /// Creation time, seconds since the epoch (`s_mkfs_time`, `s_mkfs_time_hi`).
+        mkfs_time / set_mkfs_time: i64 = mkfs_time + mkfs_time_hi,
+        /// Last check time, seconds since the epoch (`s_lastcheck`, `s_lastcheck_hi`).
+        lastcheck / set_lastcheck: i64 = lastcheck + lastcheck_hi,
+        /// First recorded error's time (`s_first_error_time`, `_hi`; 0: none).
+        first_error_time / set_first_error_time: i64 = first_error_time + first_error_time_hi,
+        /// Last recorded error's time (`s_last_error_time`, `_hi`).
+        last_error_time / set_last_error_time: i64 = last_error_time + last_error_time_hi,
+    }
 }
 
 /// Offset of `s_checksum`: the superblock checksum covers the bytes before it.
@@ -249,11 +271,8 @@ impl Superblock {
     }
 
     fn lo_hi(&self, lo: u32, hi: u32) -> u64 {
-        if self.has_incompat(incompat::BIT64) {
-            (hi as u64) << 32 | lo as u64
-        } else {
-            lo as u64
-        }
+        let hi = if self.has_incompat(incompat::BIT64) { hi } else { 0 };
+        crate::bytes::join(lo, hi)
     }
 
     /// Number of block groups.
@@ -358,11 +377,6 @@ impl Superblock {
         }
         is_power(group, 3) || is_power(group, 5) || is_power(group, 7)
     }
-}
-
-/// Decode an ext4 32-bit timestamp plus its `_hi` byte into seconds.
-pub fn time_with_hi(lo: u32, hi: u8) -> i64 {
-    lo as i64 | (hi as i64) << 32
 }
 
 #[cfg(test)]

@@ -64,7 +64,7 @@ pub fn lookup_self(fs: &Fs, ino: u32) -> Result<Stat, Errno> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ext4kit::ext4::mkfs::{mkfs, MkfsOptions};
+    use ext4kit_mkfs::{mkfs, MkfsOptions};
 
     #[test]
     fn handles_name_live_inodes_only() {

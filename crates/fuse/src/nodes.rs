@@ -134,7 +134,7 @@ mod tests {
 
     #[test]
     fn counts_are_kept_by_number_until_forgotten() {
-        use ext4kit::ext4::mkfs::{mkfs, MkfsOptions};
+        use ext4kit_mkfs::{mkfs, MkfsOptions};
         let dev = std::sync::Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
         mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
         let fs = ext4kit::Fs::open_device(

@@ -108,8 +108,7 @@ pub fn mark_mounted(fs: &Fs, mount_point: &Path) -> ext4kit::Result<(MountState,
         }
         sb.mnt_count = sb.mnt_count.wrapping_add(1);
         let t = now_secs();
-        sb.mtime = t as u32;
-        sb.mtime_hi = (t >> 32) as u8;
+        sb.set_mtime(t);
         let mp = mount_point.as_os_str().as_encoded_bytes();
         let n = mp.len().min(sb.last_mounted.len() - 1);
         sb.last_mounted = [0; 64];
@@ -128,8 +127,7 @@ pub fn mark_unmounted(fs: &Fs, m: MountState) -> ext4kit::Result<()> {
         let mut sb = fs.vol.sb().write();
         sb.state = m.state;
         let t = now_secs();
-        sb.wtime = t as u32;
-        sb.wtime_hi = (t >> 32) as u8;
+        sb.set_wtime(t);
     }
     fs.sync()
 }

@@ -30,7 +30,9 @@
 use std::collections::BTreeMap;
 
 use ext4kit_format::fast_commit::{self, Record};
-use ext4kit_format::jbd2::{be32, put_be32, tag_data_checksum, tag_flags, BlockTag, BLOCK_TAIL_SIZE, JBD2_MAGIC};
+use ext4kit_format::jbd2::{
+    be32, put_be32, tag_data_checksum, tag_flags, BlockTag, BlockType, BLOCK_TAIL_SIZE, JBD2_MAGIC,
+};
 
 use crate::journal::Journal;
 use crate::revoke::{tid_geq, RevokeTable};
@@ -225,208 +227,325 @@ fn read(journal: &Journal, lblk: u32, buf: &mut [u8]) -> Result<(), Failure> {
         .map_err(|e| Failure::Io(format!("JBD2: IO error recovering block {lblk} in log: {e}")))
 }
 
-fn do_one_pass(journal: &Journal, info: &mut Recovery, revokes: &mut RevokeTable, pass: Pass) -> Result<(), Failure> {
-    let bs = journal.block_size;
-    let mut next_commit_id = journal.sb.sequence;
-    let mut next_log_block = journal.sb.start;
-    if pass == Pass::Scan {
-        info.start_transaction = next_commit_id;
-    }
-    let mut crc32_sum: u32 = !0;
-    let mut block_error = false;
-    let mut success: Option<Failure> = None;
-    let mut need_check_commit_time = false;
-    let mut last_trans_commit_time: u64 = 0;
-    let mut bh = vec![0u8; bs];
-    let mut obh = vec![0u8; bs];
-    // A log longer than the journal means the walk is going round a
-    // corrupt log: the kernel would loop too; we stop.
-    let mut steps: u64 = 0;
-    let step_limit = 2 * journal.total_len as u64 + 16;
+/// What a pass does after one log block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Read the next block.
+    Next,
+    /// The log ends here (`goto done` / `break` out of the walk).
+    End,
+}
 
-    'walk: loop {
-        steps += 1;
-        if steps > step_limit {
+/// One pass's walk along the log: `do_one_pass`'s position and the state
+/// its block handlers share.
+struct LogWalk<'j> {
+    journal: &'j Journal,
+    pass: Pass,
+    /// The transaction the next block must belong to.
+    next_commit_id: u32,
+    /// The next journal block to read.
+    next_log_block: u32,
+    /// Checksum v1: the running crc32_be of the transaction's blocks.
+    crc32_sum: u32,
+    /// A descriptor or revoke block failed its checksum in the scan: the
+    /// next commit's time tells a damaged transaction from an older log's
+    /// leftovers.
+    need_check_commit_time: bool,
+    /// Commit time of the last good commit the scan passed.
+    last_trans_commit_time: u64,
+    /// A data block failed its tag checksum: recovery fails at the end.
+    block_error: bool,
+    /// The latest failure that does not stop the walk (the kernel's
+    /// `success`): the pass returns it at the end.
+    failure: Option<Failure>,
+    /// Blocks walked; a log longer than the journal goes round in circles.
+    steps: u64,
+    /// Buffer for the blocks a descriptor describes.
+    obh: Vec<u8>,
+}
+
+/// One pass over the log (`do_one_pass`): read block after block from
+/// `s_start` while each carries the journal magic and the expected
+/// transaction's sequence, and hand it to its type's handler.
+fn do_one_pass(journal: &Journal, info: &mut Recovery, revokes: &mut RevokeTable, pass: Pass) -> Result<(), Failure> {
+    let mut walk = LogWalk::new(journal, pass);
+    if pass == Pass::Scan {
+        info.start_transaction = walk.next_commit_id;
+    }
+    let mut bh = vec![0u8; journal.block_size];
+    loop {
+        walk.count_step()?;
+        if pass != Pass::Scan && tid_geq(walk.next_commit_id, info.end_transaction) {
+            break;
+        }
+        let Some((blocktype, sequence)) = walk.next_block(&mut bh)? else {
+            break;
+        };
+        let step = match BlockType::from_u32(blocktype) {
+            Some(BlockType::Descriptor) => walk.descriptor_block(&bh, sequence, info, revokes)?,
+            Some(BlockType::Commit) => walk.commit_block(&bh, info)?,
+            Some(BlockType::Revoke) => walk.revoke_block(&bh, info, revokes)?,
+            _ => Step::End,
+        };
+        if step == Step::End {
+            break;
+        }
+    }
+    walk.finish(info)
+}
+
+impl<'j> LogWalk<'j> {
+    fn new(journal: &'j Journal, pass: Pass) -> Self {
+        LogWalk {
+            journal,
+            pass,
+            next_commit_id: journal.sb.sequence,
+            next_log_block: journal.sb.start,
+            crc32_sum: !0,
+            need_check_commit_time: false,
+            last_trans_commit_time: 0,
+            block_error: false,
+            failure: None,
+            steps: 0,
+            obh: vec![0u8; journal.block_size],
+        }
+    }
+
+    /// A log longer than the journal means the walk is going round a
+    /// corrupt log: the kernel would loop too; we stop.
+    fn count_step(&mut self) -> Result<(), Failure> {
+        self.steps += 1;
+        let limit = 2 * self.journal.total_len as u64 + 16;
+        if self.steps > limit {
             return Err(Failure::Corrupt(format!(
-                "JBD2: the log does not end after {step_limit} blocks (corrupt log)"
+                "JBD2: the log does not end after {limit} blocks (corrupt log)"
             )));
         }
-        if pass != Pass::Scan && tid_geq(next_commit_id, info.end_transaction) {
-            break;
-        }
-        read(journal, next_log_block, &mut bh)?;
-        next_log_block = journal.wrap(next_log_block + 1);
+        Ok(())
+    }
 
-        if be32(&bh, 0) != JBD2_MAGIC {
-            break;
+    /// Read the next log block into `bh`: its block type and sequence, or
+    /// `None` where the log ends — a block without the journal magic, or
+    /// of another transaction than the one expected.
+    fn next_block(&mut self, bh: &mut [u8]) -> Result<Option<(u32, u32)>, Failure> {
+        read(self.journal, self.next_log_block, bh)?;
+        self.next_log_block = self.journal.wrap(self.next_log_block + 1);
+        if be32(bh, 0) != JBD2_MAGIC || be32(bh, 8) != self.next_commit_id {
+            return Ok(None);
         }
-        let blocktype = be32(&bh, 4);
-        let sequence = be32(&bh, 8);
-        if sequence != next_commit_id {
-            break;
-        }
+        Ok(Some((be32(bh, 4), be32(bh, 8))))
+    }
 
-        match blocktype {
-            1 => {
-                // Descriptor.
-                if !tail_ok(journal, &bh) {
-                    if pass != Pass::Scan {
-                        return Err(Failure::BadChecksum(format!(
-                            "JBD2: Invalid checksum recovering block {next_log_block} in log"
-                        )));
-                    }
-                    need_check_commit_time = true;
-                }
-                let tags = descriptor_tags(journal, &bh);
-                if pass != Pass::Replay {
-                    if pass == Pass::Scan
-                        && journal.v1_checksum()
-                        && !need_check_commit_time
-                        && info.end_transaction == 0
-                    {
-                        // calc_chksums: the transaction's crc32 covers the
-                        // descriptor and every block it describes.
-                        // A read error leaves the switch (C's `break`
-                        // inside `case`), not the walk.
-                        crc32_sum = crc32_be(crc32_sum, &bh);
-                        for _ in 0..tags.len() {
-                            let io_block = next_log_block;
-                            next_log_block = journal.wrap(next_log_block + 1);
-                            if let Err(e) = read(journal, io_block, &mut obh) {
-                                info.problems.push(e.to_string());
-                                break;
-                            }
-                            crc32_sum = crc32_be(crc32_sum, &obh);
-                        }
-                        continue;
-                    }
-                    next_log_block = journal.wrap(next_log_block + tags.len() as u32);
-                    continue;
-                }
-                for tag in &tags {
-                    let io_block = next_log_block;
-                    next_log_block = journal.wrap(next_log_block + 1);
-                    if let Err(e) = read(journal, io_block, &mut obh) {
-                        info.problems.push(e.to_string());
-                        success = Some(e);
-                        continue;
-                    }
-                    let blocknr = tag.blocknr;
-                    if revokes.test(blocknr, next_commit_id) {
-                        info.nr_revoke_hits += 1;
-                        continue;
-                    }
-                    if !tag_ok(journal, tag, &obh, sequence) {
-                        let msg = format!("JBD2: Invalid checksum recovering data block {blocknr} in log");
-                        info.problems.push(msg.clone());
-                        success = Some(Failure::BadChecksum(msg));
-                        block_error = true;
-                        continue;
-                    }
-                    info.replay.insert(
-                        blocknr,
-                        Logged {
-                            log_block: io_block,
-                            sequence,
-                            escaped: tag.flags & tag_flags::ESCAPE != 0,
-                        },
-                    );
-                    info.nr_replays += 1;
-                }
-                continue;
+    /// A descriptor block and the blocks it describes: summed by the
+    /// scan of a checksum v1 journal, replayed by the replay pass, skipped
+    /// otherwise.
+    fn descriptor_block(
+        &mut self,
+        bh: &[u8],
+        sequence: u32,
+        info: &mut Recovery,
+        revokes: &RevokeTable,
+    ) -> Result<Step, Failure> {
+        self.check_descriptor_tail(bh)?;
+        let tags = descriptor_tags(self.journal, bh);
+        match self.pass {
+            Pass::Replay => self.replay_tags(&tags, sequence, info, revokes),
+            Pass::Scan if self.journal.v1_checksum() && !self.need_check_commit_time && info.end_transaction == 0 => {
+                self.calc_chksums(bh, tags.len(), info)
             }
-            2 => {
-                // Commit.
-                let commit_time = u64::from_be_bytes(bh[0x30..0x38].try_into().unwrap_or([0; 8]));
-                if need_check_commit_time {
-                    if commit_time >= last_trans_commit_time {
-                        return Err(Failure::BadChecksum(format!(
-                            "JBD2: Invalid checksum found in transaction {next_commit_id}"
-                        )));
-                    }
-                    // Stale blocks of an older log: end the scan here.
-                    break 'walk;
-                }
-                // In recovery.c the `break`s below leave the `switch`, not
-                // the walk: the next block is read with the same expected
-                // sequence (and normally ends the walk by not matching).
-                let mut chksum_error = false;
-                if pass == Pass::Scan && journal.v1_checksum() {
-                    let found = be32(&bh, 0x10);
-                    if info.end_transaction != 0 {
-                        info.failed_commit = Some(info.end_transaction);
-                        continue;
-                    }
-                    let (ctype, csize) = (bh[0xC], bh[0xD]);
-                    let matches =
-                        (crc32_sum == found && ctype == 1 && csize == 4) || (ctype == 0 && csize == 0 && found == 0);
-                    if !matches {
-                        chksum_error = true;
-                    }
-                    crc32_sum = !0;
-                }
-                if chksum_error || (pass == Pass::Scan && !commit_ok(journal, &bh)) {
-                    if commit_time < last_trans_commit_time {
-                        // ignore_crc_mismatch: an older journal's block.
-                        break 'walk;
-                    }
-                    info.end_transaction = next_commit_id;
-                    if !journal.async_commit() {
-                        info.failed_commit = Some(next_commit_id);
-                        continue;
-                    }
-                }
-                if pass == Pass::Scan {
-                    last_trans_commit_time = commit_time;
-                }
-                next_commit_id = next_commit_id.wrapping_add(1);
-                continue;
+            _ => self.next_log_block = self.journal.wrap(self.next_log_block + tags.len() as u32),
+        }
+        Ok(Step::Next)
+    }
+
+    /// `jbd2_descriptor_block_csum_verify`: a descriptor whose tail
+    /// checksum fails during the scan may be a block of an older log left
+    /// past the end, which the next commit's time decides; in a later pass
+    /// (the scan accepted it) it fails recovery with -EFSBADCRC.
+    fn check_descriptor_tail(&mut self, bh: &[u8]) -> Result<(), Failure> {
+        if tail_ok(self.journal, bh) {
+            return Ok(());
+        }
+        if self.pass != Pass::Scan {
+            return Err(Failure::BadChecksum(format!(
+                "JBD2: Invalid checksum recovering block {} in log",
+                self.next_log_block
+            )));
+        }
+        self.need_check_commit_time = true;
+        Ok(())
+    }
+
+    /// `calc_chksums`: checksum v1's crc32_be of a transaction covers its
+    /// descriptors and every block they describe; the commit block holds
+    /// the sum. A read error ends this descriptor's sum (C's `break`
+    /// inside the `case`), not the walk.
+    fn calc_chksums(&mut self, bh: &[u8], count: usize, info: &mut Recovery) {
+        self.crc32_sum = crc32_be(self.crc32_sum, bh);
+        for _ in 0..count {
+            let io_block = self.next_log_block;
+            self.next_log_block = self.journal.wrap(self.next_log_block + 1);
+            if let Err(e) = read(self.journal, io_block, &mut self.obh) {
+                info.problems.push(e.to_string());
+                break;
             }
-            5 => {
-                // Revoke.
-                if pass == Pass::Scan && !tail_ok(journal, &bh) {
-                    need_check_commit_time = true;
-                }
-                if pass != Pass::Revoke {
-                    continue;
-                }
-                scan_revoke_records(journal, &bh, next_commit_id, info, revokes)?;
-                continue;
-            }
-            _ => break 'walk,
+            self.crc32_sum = crc32_be(self.crc32_sum, &self.obh);
         }
     }
 
-    // done:
-    if pass == Pass::Scan {
-        if info.end_transaction == 0 {
-            info.end_transaction = next_commit_id;
-        }
-    } else if info.end_transaction != next_commit_id {
-        let msg = format!(
-            "JBD2: recovery pass {} ended at transaction {next_commit_id}, expected {}",
-            pass as u8, info.end_transaction
-        );
-        info.problems.push(msg.clone());
-        if success.is_none() {
-            success = Some(Failure::Corrupt(msg));
+    /// The replay pass's write, as a plan: each described block's copy
+    /// becomes the newest one of its filesystem block, unless a revoke
+    /// record of this or a later transaction covers it
+    /// (`jbd2_journal_test_revoke`). A copy that cannot be read, or whose
+    /// tag checksum fails (`jbd2_block_tag_csum_verify`), is skipped and
+    /// fails recovery once the pass ends.
+    fn replay_tags(&mut self, tags: &[BlockTag], sequence: u32, info: &mut Recovery, revokes: &RevokeTable) {
+        for tag in tags {
+            let io_block = self.next_log_block;
+            self.next_log_block = self.journal.wrap(self.next_log_block + 1);
+            if let Err(e) = read(self.journal, io_block, &mut self.obh) {
+                info.problems.push(e.to_string());
+                self.failure = Some(e);
+                continue;
+            }
+            let blocknr = tag.blocknr;
+            if revokes.test(blocknr, self.next_commit_id) {
+                info.nr_revoke_hits += 1;
+                continue;
+            }
+            if !tag_ok(self.journal, tag, &self.obh, sequence) {
+                let msg = format!("JBD2: Invalid checksum recovering data block {blocknr} in log");
+                info.problems.push(msg.clone());
+                self.failure = Some(Failure::BadChecksum(msg));
+                self.block_error = true;
+                continue;
+            }
+            let escaped = tag.flags & tag_flags::ESCAPE != 0;
+            let logged = Logged {
+                log_block: io_block,
+                sequence,
+                escaped,
+            };
+            info.replay.insert(blocknr, logged);
+            info.nr_replays += 1;
         }
     }
-    if journal.fast_commit() && pass != Pass::Revoke {
-        if let Err(f) = fc_do_one_pass(journal, info, pass) {
-            info.problems.push(f.to_string());
-            success = Some(f);
+
+    /// A commit block closes the expected transaction: the walk moves on
+    /// to the next sequence unless its checksum fails. In recovery.c the
+    /// `break`s of this case leave the `switch`, not the walk: after a
+    /// failed commit the next block is read with the same expected
+    /// sequence (and normally ends the walk by not matching).
+    fn commit_block(&mut self, bh: &[u8], info: &mut Recovery) -> Result<Step, Failure> {
+        let commit_time = u64::from_be_bytes(bh[0x30..0x38].try_into().unwrap_or([0; 8]));
+        if self.need_check_commit_time {
+            return self.check_commit_time(commit_time);
         }
+        let mut chksum_error = false;
+        if self.pass == Pass::Scan && self.journal.v1_checksum() {
+            if info.end_transaction != 0 {
+                info.failed_commit = Some(info.end_transaction);
+                return Ok(Step::Next);
+            }
+            chksum_error = !self.commit_v1_sum_ok(bh);
+        }
+        if chksum_error || (self.pass == Pass::Scan && !commit_ok(self.journal, bh)) {
+            if commit_time < self.last_trans_commit_time {
+                // ignore_crc_mismatch: an older journal's block.
+                return Ok(Step::End);
+            }
+            info.end_transaction = self.next_commit_id;
+            if !self.journal.async_commit() {
+                info.failed_commit = Some(self.next_commit_id);
+                return Ok(Step::Next);
+            }
+        }
+        if self.pass == Pass::Scan {
+            self.last_trans_commit_time = commit_time;
+        }
+        self.next_commit_id = self.next_commit_id.wrapping_add(1);
+        Ok(Step::Next)
     }
-    if block_error && success.is_none() {
-        success = Some(Failure::Io("JBD2: data block checksum errors".into()));
+
+    /// After a descriptor or revoke block whose checksum failed in the
+    /// scan, the commit's time decides: no older than the last good
+    /// commit, the transaction is damaged (-EFSBADCRC); older, the blocks
+    /// are a previous log's leftovers and the log ends here.
+    fn check_commit_time(&self, commit_time: u64) -> Result<Step, Failure> {
+        if commit_time >= self.last_trans_commit_time {
+            return Err(Failure::BadChecksum(format!(
+                "JBD2: Invalid checksum found in transaction {}",
+                self.next_commit_id
+            )));
+        }
+        Ok(Step::End)
     }
-    match success {
-        Some(f) => Err(f),
-        None => Ok(()),
+
+    /// Checksum v1: the commit's `h_chksum[0]` equals the transaction's
+    /// crc32_be sum (`h_chksum_type` 1, `h_chksum_size` 4), or the commit
+    /// carries no checksum at all (type, size and value zero). The sum
+    /// starts afresh for the next transaction.
+    fn commit_v1_sum_ok(&mut self, bh: &[u8]) -> bool {
+        let found = be32(bh, 0x10);
+        let (ctype, csize) = (bh[0xC], bh[0xD]);
+        let ok = (self.crc32_sum == found && ctype == 1 && csize == 4) || (ctype == 0 && csize == 0 && found == 0);
+        self.crc32_sum = !0;
+        ok
+    }
+
+    /// A revoke block: its checksum is checked by the scan (a failure
+    /// makes the next commit's time decide, as for descriptors); its
+    /// records are collected by the revoke pass.
+    fn revoke_block(&mut self, bh: &[u8], info: &mut Recovery, revokes: &mut RevokeTable) -> Result<Step, Failure> {
+        if self.pass == Pass::Scan && !tail_ok(self.journal, bh) {
+            self.need_check_commit_time = true;
+        }
+        if self.pass == Pass::Revoke {
+            scan_revoke_records(self.journal, bh, self.next_commit_id, info, revokes)?;
+        }
+        Ok(Step::Next)
+    }
+
+    /// The end of a pass (`done:`): the scan fixes where the log ends; a
+    /// later pass must end at the same transaction. Then the fast-commit
+    /// area (scan and replay passes), and the pass's deferred failure.
+    fn finish(mut self, info: &mut Recovery) -> Result<(), Failure> {
+        let pass = self.pass;
+        if pass == Pass::Scan {
+            if info.end_transaction == 0 {
+                info.end_transaction = self.next_commit_id;
+            }
+        } else if info.end_transaction != self.next_commit_id {
+            let msg = format!(
+                "JBD2: recovery pass {} ended at transaction {}, expected {}",
+                pass as u8, self.next_commit_id, info.end_transaction
+            );
+            info.problems.push(msg.clone());
+            if self.failure.is_none() {
+                self.failure = Some(Failure::Corrupt(msg));
+            }
+        }
+        if self.journal.fast_commit() && pass != Pass::Revoke {
+            if let Err(f) = fc_do_one_pass(self.journal, info, pass) {
+                info.problems.push(f.to_string());
+                self.failure = Some(f);
+            }
+        }
+        if self.block_error && self.failure.is_none() {
+            self.failure = Some(Failure::Io("JBD2: data block checksum errors".into()));
+        }
+        match self.failure {
+            Some(f) => Err(f),
+            None => Ok(()),
+        }
     }
 }
 
+/// `scan_revoke_records`: a revoke block holds `r_count` bytes of records
+/// after its 16-byte header, each a filesystem block number (8 bytes with
+/// 64bit, else 4) whose copies in this and earlier transactions must not
+/// be replayed. A count past the block (less its checksum tail) is a
+/// corrupt log.
 fn scan_revoke_records(
     journal: &Journal,
     bh: &[u8],

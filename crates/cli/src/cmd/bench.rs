@@ -1,112 +1,75 @@
-//! `ext4kit bench`: the whole benchmark suite in one command (the
-//! workloads, peers and report live in `ext4kit_bench::suite`; this is
-//! only the command line).
+//! `ext4kit bench`: runs the benchmark suite, `ext4kit-bench`, a program
+//! built on its own.
+//!
+//! The suite measures shared-line writes with the library's
+//! `count-shared` instrumentation and drives loop mounts through the test
+//! kit; linked into this binary, both would ship to every user (Cargo
+//! unifies features: the mount server would count writes on its hot
+//! paths). So this binary carries none of it: the command finds the
+//! suite's program beside this executable (or on PATH) and hands it the
+//! arguments and this binary's path, whose mount the suite measures.
 
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
-use ext4kit_bench::suite::{self, PeerId, WORKLOADS};
+/// The suite's program.
+const PROGRAM: &str = "ext4kit-bench";
 
-/// Arguments of `ext4kit bench`.
+/// How to build the suite's program: in a cargo command of its own (in
+/// one command with ext4kit-cli, cargo would compile the counting into
+/// the `ext4kit` binary too).
+const BUILD: &str = "cargo build --release -p ext4kit-bench (a cargo command of its own: \
+                         built in one command with ext4kit-cli, the ext4kit binary would count too)";
+
+/// Arguments of `ext4kit bench`: everything goes to the suite's program
+/// (`--help` included, which lists the workloads and peers).
 #[derive(clap::Args, Debug)]
+#[command(disable_help_flag = true)]
 pub struct Args {
-    /// Small sizes: every workload on every peer in a few minutes (what CI
-    /// runs; the numbers are only indicative).
-    #[arg(long)]
-    pub quick: bool,
-    /// Where the report goes: report.md (the tables and scaling notes),
-    /// results.json, results.csv and the SVG charts.
-    #[arg(long, value_name = "DIR", default_value = "target/bench-report")]
-    pub out: PathBuf,
-    /// Only these workloads (names below, or the groups "seeds" and
-    /// "standard"), comma-separated or repeated.
-    #[arg(long, value_name = "NAME", value_delimiter = ',', num_args = 1..)]
-    pub only: Vec<String>,
-    /// Only these peers (lib, ext4kit-mount, fuse2fs, kernel-ext4,
-    /// kernel-ext2); the others are listed as skipped.
-    #[arg(long, value_name = "PEER", value_delimiter = ',')]
-    pub peers: Vec<String>,
-    /// Rounds per workload and peer (default 3; --quick 2). Peers are
-    /// interleaved within a round; tables show medians and min–max.
-    #[arg(long, value_name = "N")]
-    pub runs: Option<usize>,
-    /// Thread counts of the lseek and open/read/close storm curves
-    /// (default 1, 2, 4, … up to the CPU count).
-    #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
-    pub threads: Option<Vec<usize>>,
-    /// Images and mount points (the full run needs a few GiB of sparse
-    /// space; each image is removed after its round unless e2fsck
-    /// complains).
-    #[arg(long, value_name = "DIR", default_value = "target/bench-work")]
-    pub work: PathBuf,
-    /// FUSE server threads of the ext4kit mount (`ext4kit mount --threads`).
-    #[arg(long, value_name = "N", default_value_t = 2)]
-    pub server_threads: usize,
-    /// No progress bar (per-round lines still go to standard error).
-    #[arg(long)]
-    pub no_progress: bool,
+    /// The benchmark's options (`ext4kit bench --help` lists them).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+    pub args: Vec<OsString>,
 }
 
-/// The long help's list of workloads and peers, from the suite itself so
-/// it cannot drift from what runs.
-pub fn with_help(c: clap::Command) -> clap::Command {
-    let mut s = String::from(
-        "Makes fresh images, runs each workload on every peer that can run here, interleaved \
-         round by round so machine drift hits all alike, and reports medians, min–max and \
-         speed ratios to the kernel's ext4. A peer that cannot run (no root, no FUSE, no \
-         fuse2fs) is named as skipped with the reason. Every image is checked with e2fsck -fn \
-         after its round.\n\nWORKLOADS (--only):\n",
-    );
-    for w in WORKLOADS.iter() {
-        let seed = w.seed.map_or(String::new(), |_| " [group: seeds]".to_string());
-        s.push_str(&format!("  {}{seed}\n      {}\n", w.name, w.about));
-    }
-    s.push_str("\nPEERS (--peers):\n");
-    for p in PeerId::ALL {
-        s.push_str(&format!("  {}\n      {}\n", p.name(), p.about()));
-    }
-    s.push_str(
-        "\nEXAMPLES:\n  sudo ext4kit bench                        the full report (over an hour on 2 cores)\n  \
-         sudo ext4kit bench --quick                every workload and peer, small (a few minutes)\n  \
-         sudo ext4kit bench --only seeds --runs 5  the five design principles' experiments\n  \
-         ext4kit bench --only lseek,storm          without root: the library only\n",
-    );
-    c.after_long_help(s)
+/// Where the suite's program is: beside this executable (both built into
+/// one target directory, or installed into one bin directory), else on
+/// PATH.
+fn find_program(exe: &std::path::Path) -> Option<PathBuf> {
+    let beside = exe.parent().map(|d| d.join(PROGRAM)).filter(|p| p.is_file());
+    beside.or_else(|| {
+        std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join(PROGRAM))
+                .find(|p| p.is_file())
+        })
+    })
 }
 
-/// Run the suite; an error if a round failed or an image was not clean
-/// (the report is written either way).
-pub fn run(a: &Args, budget: usize) -> Result<(), String> {
-    let mut peers = Vec::new();
-    for p in &a.peers {
-        peers.push(PeerId::parse(p).ok_or_else(|| {
-            let names: Vec<&str> = PeerId::ALL.iter().map(|p| p.name()).collect();
-            format!("unknown peer {p:?}; known: {}", names.join(", "))
-        })?);
+/// Replace this process with the suite's program; returns only on error.
+/// `cache_mib` is the global `--cache-mib` when the user gave it.
+pub fn run(a: &Args, cache_mib: Option<usize>) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("where is this ext4kit binary: {e}"))?;
+    let program = find_program(&exe).ok_or_else(|| {
+        format!(
+            "bench: {PROGRAM} not found beside {} nor on PATH. The benchmark suite is a program \
+             of its own, so this binary carries no benchmark instrumentation; build it with: {BUILD}",
+            exe.display()
+        )
+    })?;
+    if ext4kit::vfs::shared::count().is_some() {
+        eprintln!(
+            "ext4kit: warning: this ext4kit binary was built with the library's count-shared \
+             feature (cargo built it in one command with ext4kit-bench or the tests), so its \
+             mount's figures include the counting; for the binary users run: cargo build \
+             --release -p ext4kit-cli"
+        );
     }
-    if a.threads.as_ref().is_some_and(|t| t.is_empty() || t.contains(&0)) {
-        return Err("--threads: give thread counts of at least 1".into());
+    let mut cmd = std::process::Command::new(&program);
+    cmd.arg("--ext4kit").arg(&exe);
+    if let Some(mib) = cache_mib {
+        cmd.arg("--cache-mib").arg(mib.to_string());
     }
-    let opts = suite::Options {
-        quick: a.quick,
-        out: a.out.clone(),
-        work: a.work.clone(),
-        only: a.only.clone(),
-        peers,
-        runs: a.runs,
-        threads: a.threads.clone(),
-        ext4kit_bin: std::env::current_exe().map_err(|e| format!("where is this ext4kit binary: {e}"))?,
-        server_threads: a.server_threads.max(1),
-        cache_budget: budget,
-        progress: !a.no_progress,
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-    };
-    let report = suite::run(&opts)?;
-    if report.ok() {
-        Ok(())
-    } else {
-        Err(format!(
-            "some rounds failed or left an image e2fsck does not accept (see {})",
-            a.out.join("report.md").display()
-        ))
-    }
+    let err = cmd.args(&a.args).exec();
+    Err(format!("bench: {}: {err}", program.display()))
 }

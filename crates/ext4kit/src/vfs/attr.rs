@@ -194,12 +194,10 @@ impl Fs {
         }
         new.base.mode = mode;
         if let Some(u) = attr.uid {
-            new.base.uid = u as u16;
-            new.base.uid_high = (u >> 16) as u16;
+            new.base.set_uid(u);
         }
         if let Some(g) = attr.gid {
-            new.base.gid = g as u16;
-            new.base.gid_high = (g >> 16) as u16;
+            new.base.set_gid(g);
         }
         for (which, set) in [(TimeField::Atime, attr.atime), (TimeField::Mtime, attr.mtime)] {
             match set {

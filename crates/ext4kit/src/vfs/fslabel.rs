@@ -50,7 +50,7 @@ impl Fs {
 
 #[cfg(test)]
 mod tests {
-    use crate::ext4::mkfs::{mkfs, MkfsOptions};
+    use ext4kit_mkfs::{mkfs, MkfsOptions};
 
     #[test]
     fn label_round_trips_and_long_labels_are_refused() {

@@ -561,7 +561,7 @@ mod tests {
         let mut r = Inode::parse_raw(&[0u8; 256]).unwrap();
         r.base.mode = 0o100644;
         r.base.links_count = 1;
-        r.base.size_lo = size;
+        r.base.set_size(size.into());
         r
     }
 

@@ -67,8 +67,7 @@ pub fn max_file_size(fs: &Fs, rec: &Inode) -> u64 {
 }
 
 fn set_size(inode: &CachedInode, rec: &mut Inode, size: u64) {
-    rec.base.size_lo = size as u32;
-    rec.base.size_high = (size >> 32) as u32;
+    rec.base.set_size(size);
     inode.size.store(size, Ordering::Release);
 }
 

@@ -34,7 +34,7 @@ pub mod xattr_ops;
 #[cfg(test)]
 pub(crate) fn mem_fs() -> std::sync::Arc<Fs> {
     let dev = std::sync::Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
-    crate::ext4::mkfs::mkfs(&*dev, 8 << 20, &crate::ext4::mkfs::MkfsOptions::default()).unwrap();
+    ext4kit_mkfs::mkfs(&*dev, 8 << 20, &ext4kit_mkfs::MkfsOptions::default()).unwrap();
     let opts = crate::OpenOptions {
         read_only: false,
         cache_budget: 8 << 20,

@@ -967,8 +967,7 @@ impl Fs {
         }
         self.vol.drop_xattrs(h, ino, rec)?;
         rec.base.links_count = 0;
-        rec.base.size_lo = 0;
-        rec.base.size_high = 0;
+        rec.base.set_size(0);
         rec.base.dtime = t.sec as u32;
         self.vol.write_inode(h, ino, rec)?;
         self.vol.free_inode(h, ino, is_dir)

@@ -88,7 +88,7 @@ fn check_root(vol: &Volume) -> Result<()> {
         ))
     } else if root.file_type() != Some(FileType::Directory) {
         Some(format!("not a directory (i_mode {:o})", root.base.mode))
-    } else if root.size() == 0 || (!root.has_inline_data() && root.base.blocks_lo == 0 && root.base.blocks_high == 0) {
+    } else if root.size() == 0 || (!root.has_inline_data() && root.base.blocks() == 0) {
         Some(format!(
             "an empty directory record (i_size {}, i_blocks {})",
             root.size(),

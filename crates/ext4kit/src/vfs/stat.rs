@@ -2,7 +2,7 @@
 
 use ext4kit_format::features::{self, ro_compat};
 use ext4kit_format::inode::{FileType, Inode, TimeField, Timestamp};
-use ext4kit_format::superblock::{time_with_hi, STATE_ERROR, STATE_VALID};
+use ext4kit_format::superblock::{STATE_ERROR, STATE_VALID};
 
 use crate::ext4::Volume;
 
@@ -170,8 +170,8 @@ impl super::Fs {
             features: feats,
             state,
             hash_alg,
-            wtime: time_with_hi(sb.wtime, sb.wtime_hi),
-            mkfs_time: time_with_hi(sb.mkfs_time, sb.mkfs_time_hi),
+            wtime: sb.wtime(),
+            mkfs_time: sb.mkfs_time(),
             read_only: self.vol.read_only(),
             warnings: self.vol.warnings().to_vec(),
         }

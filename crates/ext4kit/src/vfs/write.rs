@@ -201,13 +201,13 @@ impl Fs {
                     rec.base.flags &= !ext4kit_format::inode::flags::EXTENTS;
                     rec.base.block = [0; 60];
                     rec.base.block[..target.len()].copy_from_slice(target);
-                    rec.base.size_lo = target.len() as u32;
+                    rec.base.set_size(target.len() as u64);
                     return Ok(());
                 }
                 // Map while the size is still 0: a symlink with a size and
                 // no blocks counts as fast, which has no block map to extend.
                 let runs = vol.map_blocks(h, ino, rec, 0, 1, false)?;
-                rec.base.size_lo = target.len() as u32;
+                rec.base.set_size(target.len() as u64);
                 let run = runs
                     .first()
                     .ok_or_else(|| Error::posix(Errno::EIO, "no block mapped for a symlink"))?;

@@ -2,8 +2,10 @@
 //! ext3 and ext4 at every block size and several sizes (including a partial
 //! last group and a 1 GiB sparse image); our own reader opens the result and
 //! sees lost+found; `dumpe2fs -h` reports the features asked for; the kernel
-//! mounts it, takes a new file, and leaves it e2fsck-clean; fixed UUID, hash
-//! seed and time give identical bytes.
+//! mounts it, takes a new file, and leaves it e2fsck-clean; the option
+//! variants (-O, -N, -I, -m) are as clean, over fresh and over old bytes;
+//! fixed UUID, hash seed and time give identical bytes, and mke2fs's but
+//! for `s_kbytes_written` and the journal superblock's feature bits.
 //!
 //! Needs e2fsprogs (`e2fsck`, `dumpe2fs`); the mount test needs root and a
 //! loop device and fails loudly without them.
@@ -11,9 +13,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use ext4kit::ext4::mkfs::{mkfs, FsType, MkfsOptions, MkfsReport};
 use ext4kit::{Fs, OpenOptions};
 use ext4kit_blockdev::FileDevice;
+use ext4kit_mkfs::{dry_run, mkfs, FsType, MkfsOptions, MkfsReport};
 
 const UUID: [u8; 16] = [
     0x6c, 0x1f, 0x2b, 0x4a, 0x88, 0x01, 0x4e, 0x3d, 0x9a, 0x7b, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66,
@@ -194,6 +196,86 @@ fn writes_over_old_contents() {
     fsck_clean(&p);
     reads_back(&p);
     let _ = std::fs::remove_file(&p);
+}
+
+/// The option variants beyond the type defaults, each over a fresh
+/// (sparse, zero-reading) file and over one full of old bytes: e2fsck
+/// finds nothing to fix, our reader sees lost+found, and `dry_run`
+/// reports what `mkfs` made.
+#[test]
+fn option_variants_e2fsck_clean() {
+    /// (type, size, block size, -O items, name)
+    type Variant = (FsType, u64, Option<u32>, &'static [&'static str], &'static str);
+    let variants: &[Variant] = &[
+        (FsType::Ext4, 64 << 20, None, &["^flex_bg"], "noflex"),
+        (FsType::Ext4, 64 << 20, None, &["^64bit"], "no64"),
+        (
+            FsType::Ext4,
+            64 << 20,
+            Some(4096),
+            &["^metadata_csum,uninit_bg"],
+            "crc16",
+        ),
+        (FsType::Ext4, 64 << 20, None, &["^metadata_csum"], "nocsum"),
+        (FsType::Ext4, 64 << 20, None, &["^sparse_super"], "nosparse"),
+        (
+            FsType::Ext4,
+            64 << 20,
+            Some(2048),
+            &["^resize_inode", "metadata_csum_seed"],
+            "seed",
+        ),
+        (FsType::Ext4, 64 << 20, None, &["^flex_bg,^64bit,^extent"], "ext3like"),
+        (FsType::Ext3, 64 << 20, Some(4096), &["extent"], "ext3extent"),
+        (FsType::Ext2, 64 << 20, None, &["uninit_bg"], "ext2crc16"),
+        (FsType::Ext4, 3 << 20, None, &[], "floppy"),
+    ];
+    for &(t, size, bs, feats, label) in variants {
+        let mut o = opts(t, bs);
+        o.features = feats.iter().map(|f| f.to_string()).collect();
+        for old_bytes in [false, true] {
+            let p = tmp(&format!("variant-{label}-{old_bytes}.img"));
+            let r = if old_bytes {
+                std::fs::write(&p, vec![0xa5u8; size as usize]).unwrap();
+                let dev = FileDevice::open(&p, true).unwrap();
+                let o = MkfsOptions {
+                    device_zeroed: false,
+                    ..o.clone()
+                };
+                mkfs(&dev, size, &o).unwrap_or_else(|e| panic!("mkfs {label}: {e}"))
+            } else {
+                make(&p, size, &o)
+            };
+            assert_eq!(dry_run(size, &o).unwrap(), r, "{label}: dry_run differs");
+            fsck_clean(&p);
+            reads_back(&p);
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+    // -N, -I and -m as mke2fs takes them.
+    for (inodes, inode_size, reserved, label) in [
+        (Some(100), 256, 0.0, "n100"),
+        (Some(50_000), 128, 10.0, "n50k-i128"),
+        (None, 1024, 2.5, "i1024"),
+    ] {
+        let mut o = opts(FsType::Ext4, None);
+        o.inodes = inodes;
+        o.inode_size = inode_size;
+        o.reserved_percent = reserved;
+        let p = tmp(&format!("variant-{label}.img"));
+        let r = make(&p, 64 << 20, &o);
+        fsck_clean(&p);
+        reads_back(&p);
+        let d = dumpe2fs_h(&p);
+        assert_eq!(field(&d, "Inode size"), inode_size.to_string(), "{label}");
+        assert_eq!(field(&d, "Inode count"), r.inodes_count.to_string(), "{label}");
+        assert_eq!(
+            field(&d, "Reserved block count"),
+            ((r.blocks_count as f64 * reserved / 100.0) as u64).to_string(),
+            "{label}"
+        );
+        let _ = std::fs::remove_file(&p);
+    }
 }
 
 #[test]
