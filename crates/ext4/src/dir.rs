@@ -1,22 +1,18 @@
-//! Directories: linear blocks, inline directories, and the entry point for
-//! lookups (which go through the htree when the directory is indexed, see
-//! `htree.rs`).
-//!
-//! Seed 004: every directory block is structurally checked (and its
-//! checksum verified) the first time it is read from disk — the verdict is
-//! kept with the cached buffer — and scanned afterwards without re-checking.
+//! Reading directories: listing (`ext4_readdir`), lookup by name — through
+//! the htree when the directory is indexed (`htree.rs`), else by scanning
+//! its leaves — the parent recorded in "..", and the emptiness test rmdir
+//! needs (`ext4_empty_dir`). Linear and inline directories both.
 
 use ext4kit_format::dirent::{self, DirFormat};
 use ext4kit_format::features::incompat;
-use ext4kit_format::inode::{flags, FileType, Inode};
+use ext4kit_format::inode::FileType;
 
-use super::bmap::{BlockMap, Mapping};
-use super::buffer::Buffer;
-use super::error::annotate;
-use super::htree::CreateLookup;
+use super::bmap::BlockMap;
+use super::dir_leaf::LeafLayout;
+use super::dirblock::{self, DirRef, LeafAccess};
+use super::htree::{self, CreateLookup};
 use super::volume::Volume;
 use crate::error::{Error, Result};
-use std::sync::Arc;
 
 /// One name in a directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,331 +25,242 @@ pub struct DirEntry {
     pub file_type: Option<FileType>,
 }
 
-/// How a directory operation reads leaf blocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LeafAccess {
-    /// A reader: a leaf's draft is published first (readers only ever see
-    /// immutable versions, see `buffer.rs`).
-    Read,
-    /// A writer that holds the directory's lock for writing and is about
-    /// to change it (create, link, unlink, rename): a leaf's draft is read
-    /// in place and stays a draft, so the change edits it instead of
-    /// copying the block (see `BufferCache::read_newest`).
-    Write,
+/// Whether a block is an htree interior node: one empty record spanning
+/// the block (which is also what an empty leaf looks like without
+/// checksums — both hold no names, so readdir may skip either).
+fn looks_like_dx_node(vol: &Volume, d: &[u8]) -> bool {
+    let e = dirent::entry_at(d, 0, vol.geo().dir_format());
+    e.inode == 0 && e.rec_len == vol.block_size() && e.name.is_empty()
 }
 
-/// A directory as needed for reading: its inode, number, and block map.
-#[derive(Debug, Clone, Copy)]
-pub struct DirRef<'a> {
-    /// Inode number.
-    pub ino: u32,
-    /// The inode.
-    pub inode: &'a Inode,
-    /// Its block map.
-    pub map: &'a BlockMap,
-}
-
-impl DirRef<'_> {
-    /// Number of directory blocks implied by `i_size`.
-    pub fn nblocks(&self, vol: &Volume) -> u64 {
-        self.inode.size().div_ceil(vol.block_size() as u64)
-    }
-
-    /// Whether the directory carries an htree index we may use.
-    pub fn is_indexed(&self, vol: &Volume) -> bool {
-        self.inode.base.flags & flags::INDEX != 0 && vol.geo().has_compat(ext4kit_format::features::compat::DIR_INDEX)
-    }
-}
-
-impl Volume {
-    /// Largest directory size we accept (the kernel's limit is 2 GiB
-    /// without largedir; a larger i_size is corruption, and refusing it keeps
-    /// scans of hostile images bounded).
-    fn check_dir_size(&self, dir: DirRef<'_>) -> Result<()> {
-        let max = if self.geo().has_incompat(incompat::LARGEDIR) {
-            1u64 << 40
-        } else {
-            1u64 << 32
-        };
-        if dir.inode.size() > max.min(self.geo().blocks_count() * self.block_size() as u64) {
-            return Err(Error::corrupt_msg(
-                format!("directory inode {}", dir.ino),
-                "inode",
-                format!("directory size {} is impossible", dir.inode.size()),
-            ));
+/// Append the live records of `d` (inode not 0) to `out`, in order.
+fn push_live(out: &mut Vec<DirEntry>, d: &[u8], fmt: DirFormat) {
+    for e in dirent::entries(d, fmt) {
+        if e.inode != 0 {
+            out.push(DirEntry {
+                ino: e.inode,
+                name: e.name.to_vec(),
+                file_type: FileType::from_dirent(e.file_type),
+            });
         }
-        Ok(())
     }
+}
 
-    /// A directory whose map sends two logical blocks to one physical block
-    /// is corrupt — and on a hostile image would make a scan revisit the
-    /// same entries without bound — so refuse it.
-    fn check_distinct(&self, dir: DirRef<'_>, runs: &[(u64, u64, u64)]) -> Result<()> {
-        let mut r: Vec<(u64, u64)> = runs.iter().map(|&(_, p, n)| (p, n)).collect();
-        r.sort_unstable();
-        for w in r.windows(2) {
-            if w[0].0 + w[0].1 > w[1].0 {
-                return Err(Error::corrupt_msg(
-                    format!("directory inode {}", dir.ino),
-                    "block map",
-                    format!("physical block {} is mapped twice", w[1].0),
-                ));
+/// Every entry of a directory, "." and ".." included, in block order.
+pub fn readdir(vol: &Volume, dir: DirRef<'_>) -> Result<Vec<DirEntry>> {
+    let fmt = vol.geo().dir_format();
+    let mut out = Vec::new();
+    if let BlockMap::Inline(data) = dir.map {
+        return read_inline(vol, dir, data);
+    }
+    dirblock::check_size(vol, dir)?;
+    let indexed = dir.is_indexed(vol);
+    let nblocks = dir.nblocks(vol);
+    let runs = dir.map.runs(vol, nblocks)?;
+    dirblock::check_distinct(dir, &runs)?;
+    for (lstart, _p, len) in runs {
+        for lblk in lstart..lstart + len {
+            let buf = if indexed && lblk == 0 {
+                match htree::root_block(vol, dir)? {
+                    Some(b) => b,
+                    None => continue,
+                }
+            } else {
+                let Some(raw) = dirblock::read_raw(vol, dir, lblk)? else {
+                    continue;
+                };
+                if indexed && looks_like_dx_node(vol, &raw.data) {
+                    continue;
+                }
+                match dirblock::read_leaf(vol, dir, lblk)? {
+                    Some(b) => b,
+                    None => continue,
+                }
+            };
+            let limit = if vol.geo().csum_seed().is_some() && dirent::has_tail(&buf.data) {
+                buf.data.len() - dirent::TAIL_SIZE
+            } else {
+                buf.data.len()
+            };
+            push_live(&mut out, &buf.data[..limit], fmt);
+        }
+    }
+    Ok(out)
+}
+
+/// Find `name` in a directory: through the htree when indexed, else by
+/// scanning. Returns the entry's inode number and type.
+pub fn lookup(vol: &Volume, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
+    lookup_as(vol, dir, name, LeafAccess::Read)
+}
+
+/// [`lookup`] for a caller that holds the directory's lock for writing and
+/// is about to change it (the lookups of create, link, unlink and rename):
+/// leaves are read as a writer's, so the change edits the leaf's draft in
+/// place instead of copying the block.
+pub fn lookup_for_write(vol: &Volume, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
+    lookup_as(vol, dir, name, LeafAccess::Write)
+}
+
+/// [`lookup_for_write`] for a create: the entry if `name` is present, else
+/// (in an indexed directory) where `add_link` will put it — found by the
+/// same descent and leaf walk (see [`htree::InsertHint`]).
+pub fn lookup_for_create<'n>(vol: &Volume, dir: DirRef<'_>, name: &'n [u8]) -> Result<CreateLookup<'n>> {
+    let plain = |found: Option<(u32, Option<FileType>)>| match found {
+        Some(_) => CreateLookup::Exists,
+        None => CreateLookup::Absent(None),
+    };
+    if matches!(dir.map, BlockMap::Inline(_)) || name == b"." || name == b".." || !dir.is_indexed(vol) {
+        return Ok(plain(lookup_for_write(vol, dir, name)?));
+    }
+    dirblock::check_size(vol, dir)?;
+    htree::find_for_create(vol, dir, name)
+}
+
+fn lookup_as(
+    vol: &Volume,
+    dir: DirRef<'_>,
+    name: &[u8],
+    access: LeafAccess,
+) -> Result<Option<(u32, Option<FileType>)>> {
+    if let BlockMap::Inline(data) = dir.map {
+        return Ok(read_inline(vol, dir, data)?
+            .into_iter()
+            .find(|e| e.name == name)
+            .map(|e| (e.ino, e.file_type)));
+    }
+    dirblock::check_size(vol, dir)?;
+    if dir.is_indexed(vol) {
+        // "." and ".." live in the dx root, outside every hash bucket.
+        match name {
+            b"." => return Ok(Some((dir.ino, Some(FileType::Directory)))),
+            b".." => return Ok(Some((dotdot(vol, dir)?, Some(FileType::Directory)))),
+            _ => return htree::lookup(vol, dir, name, access),
+        }
+    }
+    let nblocks = dir.nblocks(vol);
+    let runs = dir.map.runs(vol, nblocks)?;
+    dirblock::check_distinct(dir, &runs)?;
+    for (lstart, _p, len) in runs {
+        for lblk in lstart..lstart + len {
+            if let Some(hit) = dirblock::search_leaf(vol, dir, lblk, name, access)? {
+                return Ok(Some(hit));
             }
         }
-        Ok(())
     }
+    Ok(None)
+}
 
-    /// Physical block of directory block `lblk` when it holds data (a
-    /// hole or an unwritten extent is `None`), counted as a directory
-    /// block read.
-    fn dir_block_pblk(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<u64>> {
-        self.stats().count_dir_block();
-        Ok(match dir.map.map(self, lblk)? {
-            Mapping::Mapped {
-                pblk, uninit: false, ..
-            } => Some(pblk),
-            _ => None,
-        })
+/// The parent directory recorded in `dir`'s ".." entry. An indexed
+/// directory keeps "." and ".." in its dx root, where hash lookups never
+/// look, so this reads them from block 0 directly.
+pub fn dotdot(vol: &Volume, dir: DirRef<'_>) -> Result<u32> {
+    let loc = || format!("directory inode {}", dir.ino);
+    if let BlockMap::Inline(data) = dir.map {
+        // Inline directories store the parent as the first 4 bytes.
+        return data
+            .get(0..4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(|| Error::corrupt_msg(loc(), "inline directory", "too short for a parent"));
     }
-
-    /// Read logical block `lblk` of a directory as a raw buffer (no checks).
-    pub(crate) fn dir_block_raw(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<Arc<Buffer>>> {
-        let Some(pblk) = self.dir_block_pblk(dir, lblk)? else {
-            return Ok(None);
-        };
-        self.buffer(pblk)
-            .map(Some)
-            .map_err(|e| annotate(e, &format!("directory inode {} block {lblk}", dir.ino)))
+    if dir.is_indexed(vol) {
+        let buf = htree::root_block(vol, dir)?.ok_or_else(|| Error::corrupt_msg(loc(), "htree root", "missing"))?;
+        let large = vol.geo().has_incompat(incompat::LARGEDIR);
+        let root = ext4kit_format::htree::parse_root(&buf.data, vol.block_size(), large, None)
+            .map_err(|e| Error::corrupt(loc(), e))?;
+        return Ok(root.dotdot_inode);
     }
-
-    /// The structural check of leaf `lblk`, run once per cached version
-    /// (seed 004: checked when it comes from disk, then trusted).
-    fn check_leaf(&self, dir: DirRef<'_>, lblk: u64, buf: &Buffer) -> Result<()> {
-        let fmt = self.geo().dir_format();
-        let seed = self.geo().inode_seed(dir.ino, dir.inode.base.generation);
-        buf.check_once(|d| dirent::check_block(d, fmt, seed)).map_err(|e| {
-            Error::corrupt(
-                format!("directory inode {} block {lblk} (disk block {})", dir.ino, buf.block),
-                e,
-            )
-        })
+    let fmt = vol.geo().dir_format();
+    let buf = dirblock::read_leaf(vol, dir, 0)?
+        .ok_or_else(|| Error::corrupt_msg(loc(), "directory block", "block 0 is a hole"))?;
+    let first = dirent::entry_at(&buf.data, 0, fmt);
+    let second = (first.rec_len + dirent::DIRENT_HEADER <= buf.data.len())
+        .then(|| dirent::entry_at(&buf.data, first.rec_len, fmt));
+    match second {
+        Some(e) if first.name == b"." && e.name == b".." => Ok(e.inode),
+        _ => Err(Error::corrupt_msg(
+            loc(),
+            "directory block",
+            "block 0 does not start with \".\" and \"..\"",
+        )),
     }
+}
 
-    /// Read logical block `lblk` of a directory as a leaf, checked once.
-    pub(crate) fn dir_leaf(&self, dir: DirRef<'_>, lblk: u64) -> Result<Option<Arc<Buffer>>> {
-        let Some(buf) = self.dir_block_raw(dir, lblk)? else {
-            return Ok(None);
-        };
-        self.check_leaf(dir, lblk, &buf)?;
-        Ok(Some(buf))
+/// Whether the directory holds nothing but "." and ".." (may scan).
+pub fn is_empty(vol: &Volume, dir: DirRef<'_>) -> Result<bool> {
+    if let BlockMap::Inline(_) = dir.map {
+        return Ok(readdir(vol, dir)?.iter().all(|e| e.name == b"." || e.name == b".."));
     }
-
-    /// Run `f` on leaf `lblk` (its physical block and bytes), read as
-    /// `access` says and checked once as a leaf; `None` for a hole.
-    pub(crate) fn with_leaf<R>(
-        &self,
-        dir: DirRef<'_>,
-        lblk: u64,
-        access: LeafAccess,
-        f: impl FnOnce(u64, &[u8]) -> R,
-    ) -> Result<Option<R>> {
-        if access == LeafAccess::Read {
-            return Ok(self.dir_leaf(dir, lblk)?.map(|b| f(b.block, &b.data)));
-        }
-        let Some(pblk) = self.dir_block_pblk(dir, lblk)? else {
-            return Ok(None);
-        };
-        self.disk().check_meta_block(pblk)?;
-        // A draft is not checked again: every leaf draft starts from a
-        // version checked here or by `dir_leaf`, or from a leaf we built.
-        self.bcache()
-            .read_newest(
-                pblk,
-                |d| self.disk().read_raw(pblk, d),
-                |buf| self.check_leaf(dir, lblk, buf),
-                |d| f(pblk, d),
-            )
-            .map(Some)
-            .map_err(|e| annotate(e, &format!("directory inode {} block {lblk}", dir.ino)))
-    }
-
-    /// Whether a block is an htree interior node: one empty record spanning
-    /// the block (which is also what an empty leaf looks like without
-    /// checksums — both hold no names, so readdir may skip either).
-    fn looks_like_dx_node(&self, d: &[u8]) -> bool {
-        let e = dirent::entry_at(d, 0, self.geo().dir_format());
-        e.inode == 0 && e.rec_len == self.block_size() && e.name.is_empty()
-    }
-
-    /// Every entry of a directory, "." and ".." included, in block order.
-    pub fn read_dir(&self, dir: DirRef<'_>) -> Result<Vec<DirEntry>> {
-        let fmt = self.geo().dir_format();
-        let mut out = Vec::new();
-        if let BlockMap::Inline(data) = dir.map {
-            return self.read_inline_dir(dir, data);
-        }
-        self.check_dir_size(dir)?;
-        let indexed = dir.is_indexed(self);
-        let nblocks = dir.nblocks(self);
-        let runs = dir.map.runs(self, nblocks)?;
-        self.check_distinct(dir, &runs)?;
-        for (lstart, _p, len) in runs {
-            for lblk in lstart..lstart + len {
-                let buf = if indexed && lblk == 0 {
-                    match self.dx_root_block(dir)? {
-                        Some(b) => b,
-                        None => continue,
-                    }
-                } else {
-                    let Some(raw) = self.dir_block_raw(dir, lblk)? else {
-                        continue;
-                    };
-                    if indexed && self.looks_like_dx_node(&raw.data) {
-                        continue;
-                    }
-                    match self.dir_leaf(dir, lblk)? {
-                        Some(b) => b,
-                        None => continue,
-                    }
-                };
-                let limit = if self.geo().csum_seed().is_some() && dirent::has_tail(&buf.data) {
-                    buf.data.len() - dirent::TAIL_SIZE
-                } else {
-                    buf.data.len()
-                };
-                for e in dirent::entries(&buf.data[..limit], fmt) {
-                    if e.inode != 0 {
-                        out.push(DirEntry {
-                            ino: e.inode,
-                            name: e.name.to_vec(),
-                            file_type: FileType::from_dirent(e.file_type),
-                        });
+    // Walk blocks directly so a large directory stops at its first name.
+    let indexed = dir.is_indexed(vol);
+    let fmt = vol.geo().dir_format();
+    let nblocks = dir.nblocks(vol);
+    for (lstart, _p, len) in dir.map.runs(vol, nblocks)? {
+        for lblk in lstart..lstart + len {
+            if indexed && lblk == 0 {
+                continue; // the root holds only "." and ".." as names
+            }
+            if indexed {
+                if let Some(raw) = dirblock::read_raw(vol, dir, lblk)? {
+                    let e = dirent::entry_at(&raw.data, 0, fmt);
+                    if e.inode == 0 && e.rec_len == vol.block_size() {
+                        continue; // an index node
                     }
                 }
             }
-        }
-        Ok(out)
-    }
-
-    /// Find `name` in a directory: through the htree when indexed, else by
-    /// scanning. Returns the entry's inode number and type.
-    pub fn lookup(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
-        self.lookup_as(dir, name, LeafAccess::Read)
-    }
-
-    /// [`Self::lookup`] for a caller that holds the directory's lock for
-    /// writing and is about to change it (the lookups of create, link,
-    /// unlink and rename): leaves are read with `LeafAccess::Write`.
-    pub fn lookup_for_write(&self, dir: DirRef<'_>, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
-        self.lookup_as(dir, name, LeafAccess::Write)
-    }
-
-    /// [`Self::lookup_for_write`] for a create: the entry if `name` is
-    /// present, else (in an indexed directory) where `add_link` will put it
-    /// — found by the same descent and leaf walk (see `htree::InsertHint`).
-    pub fn lookup_for_create<'n>(&self, dir: DirRef<'_>, name: &'n [u8]) -> Result<CreateLookup<'n>> {
-        let plain = |found: Option<(u32, Option<FileType>)>| match found {
-            Some(_) => CreateLookup::Exists,
-            None => CreateLookup::Absent(None),
-        };
-        if matches!(dir.map, BlockMap::Inline(_)) || name == b"." || name == b".." || !dir.is_indexed(self) {
-            return Ok(plain(self.lookup_for_write(dir, name)?));
-        }
-        self.check_dir_size(dir)?;
-        self.dx_find_for_create(dir, name)
-    }
-
-    fn lookup_as(&self, dir: DirRef<'_>, name: &[u8], access: LeafAccess) -> Result<Option<(u32, Option<FileType>)>> {
-        if let BlockMap::Inline(data) = dir.map {
-            return Ok(self
-                .read_inline_dir(dir, data)?
-                .into_iter()
-                .find(|e| e.name == name)
-                .map(|e| (e.ino, e.file_type)));
-        }
-        self.check_dir_size(dir)?;
-        if dir.is_indexed(self) {
-            // "." and ".." live in the dx root, outside every hash bucket.
-            match name {
-                b"." => return Ok(Some((dir.ino, Some(FileType::Directory)))),
-                b".." => return Ok(Some((self.dotdot(dir)?, Some(FileType::Directory)))),
-                _ => return self.dx_lookup(dir, name, access),
-            }
-        }
-        let nblocks = dir.nblocks(self);
-        let runs = dir.map.runs(self, nblocks)?;
-        self.check_distinct(dir, &runs)?;
-        for (lstart, _p, len) in runs {
-            for lblk in lstart..lstart + len {
-                if let Some(hit) = self.search_leaf(dir, lblk, name, access)? {
-                    return Ok(Some(hit));
-                }
-            }
-        }
-        Ok(None)
-    }
-
-    /// Scan one leaf block for `name`.
-    pub(crate) fn search_leaf(
-        &self,
-        dir: DirRef<'_>,
-        lblk: u64,
-        name: &[u8],
-        access: LeafAccess,
-    ) -> Result<Option<(u32, Option<FileType>)>> {
-        let fmt = self.geo().dir_format();
-        let hit = self.with_leaf(dir, lblk, access, |_, d| {
-            dirent::entries(d, fmt)
-                .find(|e| e.inode != 0 && dirent::same_name(e.name, name))
-                .map(|e| (e.inode, FileType::from_dirent(e.file_type)))
-        })?;
-        Ok(hit.flatten())
-    }
-
-    /// Entries of an inline directory: `i_block[0..4]` is the parent inode,
-    /// records fill the rest of `i_block` and continue in `system.data`.
-    fn read_inline_dir(&self, dir: DirRef<'_>, data: &[u8]) -> Result<Vec<DirEntry>> {
-        let loc = || format!("inline directory inode {}", dir.ino);
-        if data.len() < 4 {
-            return Err(Error::corrupt_msg(
-                loc(),
-                "inline directory",
-                "shorter than its parent pointer",
-            ));
-        }
-        let parent = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
-        let mut out = vec![
-            DirEntry {
-                ino: dir.ino,
-                name: b".".to_vec(),
-                file_type: Some(FileType::Directory),
-            },
-            DirEntry {
-                ino: parent,
-                name: b"..".to_vec(),
-                file_type: Some(FileType::Directory),
-            },
-        ];
-        let fmt = DirFormat {
-            block_size: self.block_size(),
-            filetype: self.geo().has_incompat(incompat::FILETYPE),
-        };
-        let ibody_end = data.len().min(60);
-        for part in [&data[4..ibody_end], &data[ibody_end..]] {
-            if part.is_empty() {
+            let Some(buf) = dirblock::read_leaf(vol, dir, lblk)? else {
                 continue;
-            }
-            dirent::check_block(part, fmt, None).map_err(|e| Error::corrupt(loc(), e))?;
-            for e in dirent::entries(part, fmt) {
-                if e.inode != 0 {
-                    out.push(DirEntry {
-                        ino: e.inode,
-                        name: e.name.to_vec(),
-                        file_type: FileType::from_dirent(e.file_type),
-                    });
+            };
+            let limit = LeafLayout::of(vol.geo()).limit().min(buf.data.len());
+            let mut first = true;
+            for e in dirent::entries(&buf.data[..limit], fmt) {
+                let dot = !indexed && lblk == 0 && first && e.name == b".";
+                let dotdot = !indexed && lblk == 0 && e.name == b"..";
+                first = false;
+                if e.inode != 0 && !dot && !dotdot {
+                    return Ok(false);
                 }
             }
         }
-        Ok(out)
     }
+    Ok(true)
+}
+
+/// Entries of an inline directory: `i_block[0..4]` is the parent inode,
+/// records fill the rest of `i_block` and continue in `system.data`.
+fn read_inline(vol: &Volume, dir: DirRef<'_>, data: &[u8]) -> Result<Vec<DirEntry>> {
+    let loc = || format!("inline directory inode {}", dir.ino);
+    if data.len() < 4 {
+        return Err(Error::corrupt_msg(
+            loc(),
+            "inline directory",
+            "shorter than its parent pointer",
+        ));
+    }
+    let parent = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
+    let mut out = vec![
+        DirEntry {
+            ino: dir.ino,
+            name: b".".to_vec(),
+            file_type: Some(FileType::Directory),
+        },
+        DirEntry {
+            ino: parent,
+            name: b"..".to_vec(),
+            file_type: Some(FileType::Directory),
+        },
+    ];
+    let fmt = DirFormat {
+        block_size: vol.block_size(),
+        filetype: vol.geo().has_incompat(incompat::FILETYPE),
+    };
+    let ibody_end = data.len().min(60);
+    for part in [&data[4..ibody_end], &data[ibody_end..]] {
+        if part.is_empty() {
+            continue;
+        }
+        dirent::check_block(part, fmt, None).map_err(|e| Error::corrupt(loc(), e))?;
+        push_live(&mut out, part, fmt);
+    }
+    Ok(out)
 }

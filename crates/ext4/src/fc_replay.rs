@@ -45,7 +45,10 @@ use ext4kit_format::fast_commit::{self, Record};
 use ext4kit_format::inode::{flags, FileType, Inode, GOOD_OLD_INODE_SIZE};
 
 use super::bmap::BlockMap;
-use super::dir::DirRef;
+use super::dir;
+use super::dir_delete;
+use super::dir_insert::{self, NewEntry};
+use super::dirblock::DirRef;
 use super::extent_tree::merge;
 use super::transaction::Handle;
 use super::volume::Volume;
@@ -321,12 +324,12 @@ impl Replayer<'_> {
             inode: &dir,
             map: &map,
         };
-        let found = match vol.lookup(r, name)? {
+        let found = match dir::lookup(vol, r, name)? {
             Some((found, _)) if found == ino || ino == 0 => found,
             _ => return Ok(()),
         };
         let mut h = vol.begin()?;
-        vol.remove_link(&mut h, r, name)?;
+        dir_delete::remove_link(vol, &mut h, r, name)?;
         // __ext4_unlink: the inode loses a link; at zero it is evicted.
         let mut inode = vol.read_inode(found)?;
         inode.base.links_count = inode.base.links_count.saturating_sub(1);
@@ -374,7 +377,7 @@ impl Replayer<'_> {
                 ),
             )
         })?;
-        super::dir_insert::check_name(name)?;
+        dir_insert::check_name(name)?;
         let dir = vol.read_inode(parent)?;
         if dir.file_type() != Some(FileType::Directory) {
             return Err(Error::corrupt_msg(
@@ -390,11 +393,11 @@ impl Replayer<'_> {
             inode: &dir,
             map: &map,
         };
-        if vol.lookup(r, name)?.is_some() {
-            vol.remove_link(&mut h, r, name)?;
+        if dir::lookup(vol, r, name)?.is_some() {
+            dir_delete::remove_link(vol, &mut h, r, name)?;
         }
         let mut new_dir = dir.clone();
-        vol.add_link(&mut h, r, &mut new_dir, name, ino, ft)?;
+        dir_insert::add_link(vol, &mut h, r, &mut new_dir, NewEntry::new(name, ino, ft))?;
         if new_dir != dir {
             vol.write_inode(&mut h, parent, &new_dir)?;
         }

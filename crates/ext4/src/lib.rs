@@ -32,6 +32,8 @@ pub mod claims;
 pub mod dir;
 pub mod dir_delete;
 pub mod dir_insert;
+pub mod dir_leaf;
+pub mod dirblock;
 pub mod disk;
 pub mod dx_split;
 pub mod extent_tree;
@@ -58,7 +60,8 @@ pub mod xattr;
 pub mod xattr_write;
 
 pub use bmap::{BlockMap, Mapping};
-pub use dir::{DirEntry, DirRef};
+pub use dir::DirEntry;
+pub use dirblock::DirRef;
 pub use error::{Errno, Error, Result};
 pub use inode::ROOT_INO;
 pub use volume::{OpenOptions, Volume};

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
 
-use ext4kit::ext4::{DirRef, Mapping};
+use ext4kit::ext4::dir_insert::{self, NewEntry};
+use ext4kit::ext4::{dir, dir_delete, DirRef, Mapping};
 use ext4kit::{Errno, FileType, Fs, OpenOptions};
 use ext4kit_format::htree;
 
@@ -212,7 +213,7 @@ fn run_case(c: &Case) {
     with_dir(&fs, b"/d", |h, d, _new| {
         for (i, nm) in all.iter().enumerate() {
             if i % 2 == 1 {
-                let (ino, ft) = fs.vol.remove_link(h, d, nm).unwrap();
+                let (ino, ft) = dir_delete::remove_link(&fs.vol, h, d, nm).unwrap();
                 assert_eq!(ft, Some(FileType::Regular));
                 taken.push((nm.clone(), ino));
                 moved.insert(nm.clone());
@@ -223,24 +224,27 @@ fn run_case(c: &Case) {
         // A record that no longer matches the DirRef is refused untouched.
         let mut stale = d.inode.clone();
         stale.base.size_lo += fs.vol.block_size() as u32;
-        let e = fs
-            .vol
-            .add_link(h, d, &mut stale, b"stale", 5, FileType::Regular)
-            .unwrap_err();
+        let e =
+            dir_insert::add_link(&fs.vol, h, d, &mut stale, NewEntry::new(b"stale", 5, FileType::Regular)).unwrap_err();
         assert_eq!(e.errno(), Errno::EINVAL);
-        let e = fs.vol.remove_link(h, d, &all[1]).unwrap_err();
+        let e = dir_delete::remove_link(&fs.vol, h, d, &all[1]).unwrap_err();
         assert_eq!(e.errno(), Errno::ENOENT);
-        assert!(!fs.vol.dir_is_empty(d).unwrap());
+        assert!(!dir::is_empty(&fs.vol, d).unwrap());
         // Swap the first two kept names' inodes.
         let (a, b) = (&all[0], &all[2]);
-        let ia = fs.vol.lookup(d, a).unwrap().unwrap().0;
-        let ib = fs.vol.lookup(d, b).unwrap().unwrap().0;
-        assert_eq!(fs.vol.replace_link(h, d, a, ib, FileType::Regular).unwrap(), ia);
-        assert_eq!(fs.vol.replace_link(h, d, b, ia, FileType::Regular).unwrap(), ib);
-        assert_eq!(fs.vol.lookup(d, a).unwrap().unwrap().0, ib);
+        let ia = dir::lookup(&fs.vol, d, a).unwrap().unwrap().0;
+        let ib = dir::lookup(&fs.vol, d, b).unwrap().unwrap().0;
         assert_eq!(
-            fs.vol
-                .replace_link(h, d, b"absent", 5, FileType::Regular)
+            dir_delete::replace_link(&fs.vol, h, d, a, ib, FileType::Regular).unwrap(),
+            ia
+        );
+        assert_eq!(
+            dir_delete::replace_link(&fs.vol, h, d, b, ia, FileType::Regular).unwrap(),
+            ib
+        );
+        assert_eq!(dir::lookup(&fs.vol, d, a).unwrap().unwrap().0, ib);
+        assert_eq!(
+            dir_delete::replace_link(&fs.vol, h, d, b"absent", 5, FileType::Regular)
                 .unwrap_err()
                 .errno(),
             Errno::ENOENT
@@ -249,7 +253,7 @@ fn run_case(c: &Case) {
     let reads0 = fs.vol.stats().dir_block_reads();
     for (nm, ino) in &taken {
         with_dir(&fs, b"/moved", |h, d, new| {
-            let grew = fs.vol.add_link(h, d, new, nm, *ino, FileType::Regular).unwrap();
+            let grew = dir_insert::add_link(&fs.vol, h, d, new, NewEntry::new(nm, *ino, FileType::Regular)).unwrap();
             // Room in the leaf: exactly one block changes. A split or a new
             // block: the leaves, the index path and the allocator's blocks.
             let touched = h.dirty_blocks().count();
@@ -275,9 +279,9 @@ fn run_case(c: &Case) {
             now: ext4kit::Timestamp { sec: 1, nsec: 0 },
             parent: (0, 0),
         });
-        fs.vol.init_dir(h, ino, &mut rec, d_ino).unwrap();
+        dir_insert::init_dir(&fs.vol, h, ino, &mut rec, d_ino).unwrap();
         fs.vol.write_inode(h, ino, &rec).unwrap();
-        fs.vol.add_link(h, d, new, b"subdir", ino, FileType::Directory).unwrap();
+        dir_insert::add_link(&fs.vol, h, d, new, NewEntry::new(b"subdir", ino, FileType::Directory)).unwrap();
         new.base.links_count += 1;
         ino
     });
@@ -288,17 +292,22 @@ fn run_case(c: &Case) {
     for i in 0..n_sub {
         with_dir(&fs, sub, |h, d, new| {
             let nm = format!("tmp-{i}-{}", "y".repeat(i % 40));
-            fs.vol
-                .add_link(h, d, new, nm.as_bytes(), d_ino, FileType::Directory)
-                .unwrap();
+            dir_insert::add_link(
+                &fs.vol,
+                h,
+                d,
+                new,
+                NewEntry::new(nm.as_bytes(), d_ino, FileType::Directory),
+            )
+            .unwrap();
         });
     }
     assert_eq!(listing(&fs, sub).len(), n_sub);
     for i in (0..n_sub).rev() {
         with_dir(&fs, sub, |h, d, _new| {
             let nm = format!("tmp-{i}-{}", "y".repeat(i % 40));
-            assert_eq!(fs.vol.remove_link(h, d, nm.as_bytes()).unwrap().0, d_ino);
-            assert_eq!(fs.vol.dir_is_empty(d).unwrap(), i == 0);
+            assert_eq!(dir_delete::remove_link(&fs.vol, h, d, nm.as_bytes()).unwrap().0, d_ino);
+            assert_eq!(dir::is_empty(&fs.vol, d).unwrap(), i == 0);
         });
     }
     assert!(
@@ -312,15 +321,20 @@ fn run_case(c: &Case) {
     assert!(fs.read_dir_ino(sub_ino).unwrap().len() == 2);
     with_dir(&fs, b"/d", |h, d, new| {
         assert_eq!(
-            fs.vol.remove_link(h, d, b"subdir").unwrap(),
+            dir_delete::remove_link(&fs.vol, h, d, b"subdir").unwrap(),
             (sub_ino, Some(FileType::Directory))
         );
         new.base.links_count -= 1;
     });
     with_dir(&fs, b"/moved", |h, d, new| {
-        fs.vol
-            .add_link(h, d, new, b"subdir", sub_ino, FileType::Directory)
-            .unwrap();
+        dir_insert::add_link(
+            &fs.vol,
+            h,
+            d,
+            new,
+            NewEntry::new(b"subdir", sub_ino, FileType::Directory),
+        )
+        .unwrap();
         new.base.links_count += 1;
     });
     {
@@ -332,9 +346,9 @@ fn run_case(c: &Case) {
             inode: &rec,
             map: &map,
         };
-        assert!(fs.vol.dir_is_empty(d).unwrap());
+        assert!(dir::is_empty(&fs.vol, d).unwrap());
         let mut h = fs.vol.begin().unwrap();
-        fs.vol.set_dotdot(&mut h, d, moved_ino).unwrap();
+        dir_insert::set_dotdot(&fs.vol, &mut h, d, moved_ino).unwrap();
         h.commit().unwrap();
     }
     fs.sync().unwrap();
@@ -479,7 +493,13 @@ fn fill_with_links(fs: &Fs, stop: impl Fn(u8) -> bool) -> (usize, bool) {
         let nm = name(added, true);
         let r = with_dir(fs, b"/d", |h, d, new| {
             let before = new.clone();
-            let r = fs.vol.add_link(h, d, new, nm.as_bytes(), target, FileType::Regular);
+            let r = dir_insert::add_link(
+                &fs.vol,
+                h,
+                d,
+                new,
+                NewEntry::new(nm.as_bytes(), target, FileType::Regular),
+            );
             if r.is_err() {
                 assert_eq!(h.dirty_blocks().count(), 0, "a failed add_link changed blocks");
                 assert_eq!(new.size(), before.size());
@@ -823,11 +843,11 @@ fn hash_collisions_span_leaves() {
     let mut moved = BTreeSet::new();
     for (a, b) in &pairs {
         for nm in [b, a] {
-            let (ino, _) = with_dir(&fs, b"/d", |h, d, _| fs.vol.remove_link(h, d, nm.as_bytes()).unwrap());
+            let (ino, _) = with_dir(&fs, b"/d", |h, d, _| {
+                dir_delete::remove_link(&fs.vol, h, d, nm.as_bytes()).unwrap()
+            });
             with_dir(&fs, b"/moved", |h, d, new| {
-                fs.vol
-                    .add_link(h, d, new, nm.as_bytes(), ino, FileType::Regular)
-                    .unwrap()
+                dir_insert::add_link(&fs.vol, h, d, new, NewEntry::new(nm.as_bytes(), ino, FileType::Regular)).unwrap()
             });
             names.remove(nm.as_bytes());
             moved.insert(nm.as_bytes().to_vec());

@@ -57,7 +57,7 @@ pub use stat::{FsInfo, Stat};
 pub use writeback::{SyncLevel, WritebackStats};
 
 use crate::error::{Errno, Error, Result};
-use crate::ext4::{BlockMap, DirEntry, DirRef, Mapping, Volume};
+use crate::ext4::{dir, BlockMap, DirEntry, DirRef, Mapping, Volume};
 use namei::show;
 use pagecache::{Page, PageBudget};
 
@@ -293,11 +293,14 @@ impl Fs {
         }
         let inode = dir.disk.read(); // held for the listing, not copied
         let map = dir.block_map_locked(&self.vol, &inode)?; // in step with the record
-        let mut v = self.vol.read_dir(DirRef {
-            ino,
-            inode: &inode,
-            map: &map,
-        })?;
+        let mut v = dir::readdir(
+            &self.vol,
+            DirRef {
+                ino,
+                inode: &inode,
+                map: &map,
+            },
+        )?;
         drop(inode);
         // Entries without a type (no `filetype` feature) get it from the inode.
         for e in v.iter_mut().filter(|e| e.file_type.is_none()) {

@@ -21,6 +21,7 @@ use ext4kit_format::inode::FileType;
 use super::dcache::{DcacheGuard, Dentry};
 use super::Fs;
 use crate::error::{Errno, Error, Result};
+use crate::ext4::dir;
 
 /// Most symlinks followed in one walk (Linux `MAXSYMLINKS`).
 pub const MAX_SYMLINKS: usize = 40;
@@ -171,7 +172,8 @@ impl Fs {
         // map together under the writer side.
         let inode = dir.disk.read();
         let map = dir.block_map_locked(&self.vol, &inode)?;
-        let hit = self.vol.lookup(
+        let hit = dir::lookup(
+            &self.vol,
             crate::ext4::DirRef {
                 ino: dir_ino,
                 inode: &inode,

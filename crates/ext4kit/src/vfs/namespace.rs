@@ -34,8 +34,9 @@ use super::namei::{show, with_path};
 use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
+use crate::ext4::dir_insert::{self, NewEntry};
 use crate::ext4::ialloc::NewInode;
-use crate::ext4::{BlockMap, DirRef};
+use crate::ext4::{dir, dir_delete, BlockMap, DirRef};
 
 /// The most links an inode may have (`EXT4_LINK_MAX`). A directory with
 /// `dir_nlink` goes to a link count of 1 ("many") past it.
@@ -209,7 +210,7 @@ impl Fs {
             inode: &drec,
             map: &map,
         };
-        if self.vol.lookup_for_write(dref, name)?.is_some() {
+        if dir::lookup_for_write(&self.vol, dref, name)?.is_some() {
             return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name))));
         }
         if drec.base.links_count >= LINK_MAX && !self.dir_nlink() {
@@ -227,7 +228,7 @@ impl Fs {
         // either would meet damage.
         self.vol
             .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
-        self.vol.check_dir_insertable(dref)?;
+        dir_insert::check_insertable(&self.vol, dref)?;
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, true)?;
@@ -243,17 +244,20 @@ impl Fs {
             parent: (drec.base.flags, drec.extra.projid),
         });
         rec.base.links_count = 2;
-        if let Err(e) = self.vol.init_dir(&mut h, ino, &mut rec, parent) {
+        if let Err(e) = dir_insert::init_dir(&self.vol, &mut h, ino, &mut rec, parent) {
             self.vol.free_inode(&mut h, ino, true)?;
             h.commit()?;
             return Err(e);
         }
         self.vol.write_inode(&mut h, ino, &rec)?;
         let mut newd = drec.clone();
-        let grew = match self
-            .vol
-            .add_link(&mut h, dref, &mut newd, name, ino, FileType::Directory)
-        {
+        let grew = match dir_insert::add_link(
+            &self.vol,
+            &mut h,
+            dref,
+            &mut newd,
+            NewEntry::new(name, ino, FileType::Directory),
+        ) {
             Ok(g) => g,
             Err(e) => {
                 // Undo: the new directory's block and inode go back.
@@ -313,7 +317,7 @@ impl Fs {
             inode: &drec,
             map: &map,
         };
-        let Some((ino, _)) = self.vol.lookup_for_write(dref, name)? else {
+        let Some((ino, _)) = dir::lookup_for_write(&self.vol, dref, name)? else {
             return Err(Error::posix(
                 Errno::ENOENT,
                 format!("{}: no such file or directory", show(name)),
@@ -336,7 +340,7 @@ impl Fs {
                 inode: &vrec,
                 map: &vmap,
             };
-            if !self.vol.dir_is_empty(vref)? {
+            if !dir::is_empty(&self.vol, vref)? {
                 return Err(Error::posix(
                     Errno::ENOTEMPTY,
                     format!("{}: directory not empty", show(name)),
@@ -350,7 +354,7 @@ impl Fs {
         }
         let t = now();
         let mut h = self.vol.begin()?;
-        self.vol.remove_link(&mut h, dref, name)?;
+        dir_delete::remove_link(&self.vol, &mut h, dref, name)?;
         let mut newd = drec.clone();
         if is_dir {
             add_links(&mut newd, -1, self.dir_nlink());
@@ -406,7 +410,7 @@ impl Fs {
             inode: &drec,
             map: &map,
         };
-        if self.vol.lookup_for_write(dref, name)?.is_some() {
+        if dir::lookup_for_write(&self.vol, dref, name)?.is_some() {
             return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name))));
         }
         let target = self.inode(ino)?;
@@ -437,11 +441,17 @@ impl Fs {
         // insertion would meet damage.
         self.vol
             .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
-        self.vol.check_dir_insertable(dref)?;
+        dir_insert::check_insertable(&self.vol, dref)?;
         let t = now();
         let mut h = self.vol.begin()?;
         let mut newd = drec.clone();
-        let grew = self.vol.add_link(&mut h, dref, &mut newd, name, ino, target.ftype)?;
+        let grew = dir_insert::add_link(
+            &self.vol,
+            &mut h,
+            dref,
+            &mut newd,
+            NewEntry::new(name, ino, target.ftype),
+        )?;
         newd.set_time(TimeField::Mtime, t);
         newd.set_time(TimeField::Ctime, t);
         self.vol.write_inode(&mut h, parent, &newd)?;
@@ -499,7 +509,7 @@ impl Fs {
                 inode: &rec,
                 map: &map,
             };
-            dir = self.vol.dotdot(r)?;
+            dir = dir::dotdot(&self.vol, r)?;
             chain.push(dir);
         }
         Ok(chain)
@@ -586,13 +596,13 @@ impl Fs {
         if orec.base.links_count == 0 || nref.inode.base.links_count == 0 {
             return Err(Error::posix(Errno::ENOENT, "rename in a removed directory"));
         }
-        let Some((sino, _)) = self.vol.lookup_for_write(oref, old_name)? else {
+        let Some((sino, _)) = dir::lookup_for_write(&self.vol, oref, old_name)? else {
             return Err(Error::posix(
                 Errno::ENOENT,
                 format!("{}: no such file or directory", show(old_name)),
             ));
         };
-        let tgt = self.vol.lookup_for_write(nref, new_name)?.map(|(i, _)| i);
+        let tgt = dir::lookup_for_write(&self.vol, nref, new_name)?.map(|(i, _)| i);
         if flags.exchange && tgt.is_none() {
             return Err(Error::posix(
                 Errno::ENOENT,
@@ -683,7 +693,7 @@ impl Fs {
                 inode: t,
                 map: &tm,
             };
-            if !self.vol.dir_is_empty(r)? {
+            if !dir::is_empty(&self.vol, r)? {
                 return Err(Error::posix(
                     Errno::ENOTEMPTY,
                     format!("{}: directory not empty", show(new_name)),
@@ -716,11 +726,14 @@ impl Fs {
             for (is_dir, ino, rec) in moved {
                 let (true, Some(rec)) = (is_dir, rec) else { continue };
                 let m = self.vol.block_map(ino, rec)?;
-                self.vol.dotdot(DirRef {
-                    ino,
-                    inode: rec,
-                    map: &m,
-                })?;
+                dir::dotdot(
+                    &self.vol,
+                    DirRef {
+                        ino,
+                        inode: rec,
+                        map: &m,
+                    },
+                )?;
             }
         }
         if let (false, Some(tr)) = (flags.exchange, trec.as_deref()) {
@@ -732,7 +745,7 @@ impl Fs {
             // The new name may grow its directory.
             self.vol
                 .check_block_allocatable(self.vol.geo().group_first_block_of_inode(new_dir))?;
-            self.vol.check_dir_insertable(nref)?;
+            dir_insert::check_insertable(&self.vol, nref)?;
         }
         let t = now();
         let mut h = self.vol.begin()?;
@@ -745,12 +758,13 @@ impl Fs {
         let mut death = Death::Alive;
         if flags.exchange {
             let (tino, tft) = (t_ino(&dst), dst.as_ref().map_or(FileType::Regular, |d| d.ftype));
-            self.vol.replace_link(&mut h, oref, old_name, tino, tft)?;
-            self.vol.replace_link(&mut h, nref, new_name, sino, src.ftype)?;
+            dir_delete::replace_link(&self.vol, &mut h, oref, old_name, tino, tft)?;
+            dir_delete::replace_link(&self.vol, &mut h, nref, new_name, sino, src.ftype)?;
             if cross {
                 if s_dir {
                     let sm = self.locked_map(&src, &srec)?;
-                    self.vol.set_dotdot(
+                    dir_insert::set_dotdot(
+                        &self.vol,
                         &mut h,
                         DirRef {
                             ino: sino,
@@ -762,7 +776,8 @@ impl Fs {
                 }
                 if let (true, Some(tr)) = (d_dir, trec.as_deref()) {
                     let tm = self.vol.block_map(tino, tr)?;
-                    self.vol.set_dotdot(
+                    dir_insert::set_dotdot(
+                        &self.vol,
                         &mut h,
                         DirRef {
                             ino: tino,
@@ -789,7 +804,7 @@ impl Fs {
             }
         } else {
             if let Some(dd) = &dst {
-                self.vol.replace_link(&mut h, nref, new_name, sino, src.ftype)?;
+                dir_delete::replace_link(&self.vol, &mut h, nref, new_name, sino, src.ftype)?;
                 let tr = new_t.as_mut().expect("target record locked with the target");
                 tr.set_time(TimeField::Ctime, t);
                 if d_dir {
@@ -803,7 +818,7 @@ impl Fs {
                 death = self.drop_link(&mut h, dd, tr, t)?;
             } else {
                 let n = new_n.as_mut().unwrap_or(&mut new_o);
-                let grew = self.vol.add_link(&mut h, nref, n, new_name, sino, src.ftype)?;
+                let grew = dir_insert::add_link(&self.vol, &mut h, nref, n, NewEntry::new(new_name, sino, src.ftype))?;
                 if cross {
                     n_grew = grew;
                 } else {
@@ -815,7 +830,8 @@ impl Fs {
             if !cross && o_grew {
                 // The cached map is the pre-growth one: parse the grown record.
                 let m = self.vol.block_map(old_dir, &new_o)?;
-                self.vol.remove_link(
+                dir_delete::remove_link(
+                    &self.vol,
                     &mut h,
                     DirRef {
                         ino: old_dir,
@@ -825,7 +841,7 @@ impl Fs {
                     old_name,
                 )?;
             } else {
-                self.vol.remove_link(&mut h, oref, old_name)?;
+                dir_delete::remove_link(&self.vol, &mut h, oref, old_name)?;
             }
             // Link counts as ext4_rename keeps them: the old directory loses
             // a subdirectory when the source moves away or a directory
@@ -834,7 +850,8 @@ impl Fs {
             if s_dir {
                 if cross {
                     let sm = self.locked_map(&src, &srec)?;
-                    self.vol.set_dotdot(
+                    dir_insert::set_dotdot(
+                        &self.vol,
                         &mut h,
                         DirRef {
                             ino: sino,

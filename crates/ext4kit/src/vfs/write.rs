@@ -19,10 +19,11 @@ use super::icache::CachedInode;
 use super::namei::{show, with_path};
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
+use crate::ext4::dir_insert::{self, NewEntry};
 use crate::ext4::htree::CreateLookup;
 use crate::ext4::ialloc::NewInode;
 use crate::ext4::transaction::Handle;
-use crate::ext4::DirRef;
+use crate::ext4::{dir, DirRef};
 
 /// The current time as an ext4 timestamp (honours `SOURCE_DATE_EPOCH` for
 /// reproducible images).
@@ -274,7 +275,7 @@ impl Fs {
             map: &map,
         };
         // The lookup that proves the name absent also finds where it goes.
-        let hint = match self.vol.lookup_for_create(dref, name)? {
+        let hint = match dir::lookup_for_create(&self.vol, dref, name)? {
             CreateLookup::Exists => return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name)))),
             CreateLookup::Absent(hint) => hint,
         };
@@ -288,7 +289,7 @@ impl Fs {
         // meet damage (release_check.rs, dir_insert.rs).
         self.vol
             .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
-        self.vol.check_dir_insertable(dref)?;
+        dir_insert::check_insertable(&self.vol, dref)?;
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, false)?;
@@ -307,8 +308,18 @@ impl Fs {
         let linked = init(&self.vol, &mut h, ino, &mut rec)
             .and_then(|()| self.vol.write_inode(&mut h, ino, &rec))
             .and_then(|()| {
-                self.vol
-                    .add_link_hinted(&mut h, dref, &mut new_dir, name, ino, ftype, hint)
+                dir_insert::add_link(
+                    &self.vol,
+                    &mut h,
+                    dref,
+                    &mut new_dir,
+                    NewEntry {
+                        name,
+                        ino,
+                        ft: ftype,
+                        hint,
+                    },
+                )
             });
         let grew = match linked {
             Ok(g) => g,
