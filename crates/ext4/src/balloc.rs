@@ -253,11 +253,11 @@ impl Volume {
         let n = self.blocks_in_group(g) as usize;
         let first = self.geo().group_first_block(g as u64);
         // Blocks freed by a transaction not yet committed look used (see
-        // commit.rs): the allocator works on a copy of the bitmap with
+        // busy.rs): the allocator works on a copy of the bitmap with
         // them set, and sets only bits free in the real one.
         let mut view = bm.clone();
-        if let Some(j) = self.jbd() {
-            let runs = j.busy_in(first, first + n as u64);
+        if self.jbd().is_journaled() {
+            let runs = self.busy().busy_in(self.jbd(), first, first + n as u64);
             for (p, len) in &runs {
                 for b in *p..*p + *len {
                     set_bit(&mut view, (b - first) as usize);
@@ -311,9 +311,7 @@ impl Volume {
             set_bit(&mut view, start + len);
             len += 1;
         }
-        if let Some(j) = self.jbd() {
-            j.allocated(first + start as u64, len as u64);
-        }
+        self.busy().allocated(self.jbd(), first + start as u64, len as u64);
         let mut new = *gd;
         if uninit {
             new.flags &= !BG_BLOCK_UNINIT;
@@ -476,12 +474,11 @@ impl Volume {
     /// no dirty version and skips the block. Most freed blocks are file
     /// data that was never cached: a miss per block.
     fn forget_freed(&self, runs: &[(u64, u64)]) {
-        if let Some(j) = self.jbd() {
-            // Revoke what the log holds of them, and keep them from
-            // reuse until the freeing transaction commits (commit.rs).
-            j.freed(runs);
-        }
-        let _io = self.dirty_meta().io.lock();
+        // Revoke what the log holds of them, and keep them from reuse
+        // until the freeing transaction commits (busy.rs).
+        self.jbd().forget(runs);
+        self.busy().freed(self.jbd(), runs);
+        let _io = self.jbd().hold_checkpoint();
         for &(p, n) in runs {
             for blk in p..p + n {
                 if self.bcache().contains(blk) {

@@ -13,7 +13,8 @@
 //!   code — as the kernel's `__ext4_error` → `ext4_commit_super` does, so
 //!   that `e2fsck -p` checks the filesystem at the next boot ("contains a
 //!   file system with errors");
-//! - aborts the journal (`jbd2_journal_abort`): the running transaction,
+//! - aborts the journal (`jbd2_journal_abort`, the journal's own state:
+//!   the caller aborts it before recording here): the running transaction,
 //!   which holds the failed operation's half-made change, is never
 //!   committed, and nothing more is checkpointed, so the disk keeps the
 //!   last committed, consistent state (the log replays at the next open);
@@ -39,12 +40,11 @@ const ERRCODE_EFSCORRUPTED: u8 = 5;
 
 /// What the volume knows of damage met while writing.
 ///
-/// Locking: the flags are atomics (set once, never cleared while open);
+/// Locking: the flag is an atomic (set once, never cleared while open);
 /// the first error's text has its own mutex, held only to read or set it.
 #[derive(Debug, Default)]
 pub struct FsErrors {
     failed: AtomicBool,
-    journal_aborted: AtomicBool,
     first: Mutex<Option<String>>,
 }
 
@@ -52,11 +52,6 @@ impl FsErrors {
     /// Whether writes are refused.
     pub fn failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
-    }
-
-    /// Whether the journal was aborted (no commit, no checkpoint).
-    pub fn journal_aborted(&self) -> bool {
-        self.journal_aborted.load(Ordering::Acquire)
     }
 
     /// The first error recorded.
@@ -75,13 +70,9 @@ impl FsErrors {
     }
 
     /// Enter the error state because of `what` (see the module doc):
-    /// abort the journal when there is one (`journaled`), record the error
-    /// in the superblock `sup` and in its copy at home on `disk`. Returns
-    /// whether this was the first error.
-    pub fn record(&self, what: &str, journaled: bool, sup: &SuperState, disk: &Disk) -> bool {
-        if journaled {
-            self.journal_aborted.store(true, Ordering::Release);
-        }
+    /// record the error in the superblock `sup` and in its copy at home on
+    /// `disk`. Returns whether this was the first error.
+    pub fn record(&self, what: &str, sup: &SuperState, disk: &Disk) -> bool {
         let first = !self.failed.swap(true, Ordering::AcqRel);
         {
             let mut f = self.first.lock();

@@ -31,6 +31,11 @@
 //!
 //! Fast commits and orphans are recovered by the ext4 code itself, one
 //! layer up (`Fs::open_device`), on the device this module returns.
+//!
+//! After recovery, [`open_volume`] opens the volume and starts its journal
+//! for writing (the kernel's `ext4_load_journal` at the end of the same
+//! path): the journal inode is read through the opened volume, and the
+//! log it maps is handed to the volume's jbd2 journal.
 
 use std::sync::Arc;
 
@@ -87,7 +92,9 @@ pub fn has_orphans(sb: &Superblock) -> bool {
 }
 
 /// Recover the journal of the filesystem on `dev` if it needs it, as the
-/// module doc describes; return the device to open.
+/// module doc describes; return the device to open. The steps as e2fsck's
+/// `e2fsck_run_ext3_journal` takes them: whether to replay at all, load
+/// the journal, run recovery and judge its outcome, replay.
 pub fn recover(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Recovered> {
     let sb = read_superblock(&*dev)?;
     let read_only = opts.read_only || dev.read_only();
@@ -98,8 +105,34 @@ pub fn recover(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Recovere
         warnings: Vec::new(),
         replayed: false,
     };
+    match what_to_do(&sb, opts, read_only, &mut out.warnings)? {
+        Todo::Nothing => return Ok(out),
+        Todo::Discard => return discard(out, dev, sb, read_only),
+        Todo::Replay => {}
+    }
+    let Some(journal) = load_for_replay(&dev, &sb, read_only, &mut out.warnings)? else {
+        return discard(out, dev, sb, read_only);
+    };
+    let rec = ext4kit_jbd2::recover(&journal);
+    judge(&rec, read_only, &mut out.warnings)?;
+    replay(out, &journal, &rec, &sb, read_only)
+}
+
+/// What recovery does with a filesystem.
+enum Todo {
+    /// Nothing: no recovery needed, or replay skipped on purpose.
+    Nothing,
+    /// Clear `needs_recovery` without replaying (there is no journal).
+    Discard,
+    /// Load the journal and replay it.
+    Replay,
+}
+
+/// Whether the filesystem with superblock `sb` is to be replayed; what the
+/// user should know goes to `warnings`.
+fn what_to_do(sb: &Superblock, opts: &OpenOptions, read_only: bool, warnings: &mut Vec<String>) -> Result<Todo> {
     if !sb.has_incompat(incompat::RECOVER) {
-        return Ok(out);
+        return Ok(Todo::Nothing);
     }
     if opts.no_replay {
         if !read_only {
@@ -108,19 +141,18 @@ pub fn recover(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Recovere
                 "the journal needs recovery: a read-write open must replay it (no_replay is for read-only opens)",
             ));
         }
-        out.warnings.push(
+        warnings.push(
             "the journal needs recovery and was not replayed (no-replay): showing the home locations as they are, \
              without the transactions the journal holds"
                 .to_string(),
         );
-        return Ok(out);
+        return Ok(Todo::Nothing);
     }
     if !sb.has_compat(compat::HAS_JOURNAL) {
         // needs_recovery without a journal: e2fsck clears the flag
         // (PR_0_JOURNAL_RECOVER_SET); there is nothing to replay.
-        out.warnings
-            .push("needs_recovery is set but the filesystem has no journal: nothing to replay".to_string());
-        return discard(out, dev, sb, read_only);
+        warnings.push("needs_recovery is set but the filesystem has no journal: nothing to replay".to_string());
+        return Ok(Todo::Discard);
     }
     if sb.journal_uuid != [0; 16] {
         return Err(Error::Unsupported(format!(
@@ -130,12 +162,22 @@ pub fn recover(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Recovere
             uuid_string(&sb.journal_uuid)
         )));
     }
-    let journal = match load(&dev, &sb) {
+    Ok(Todo::Replay)
+}
+
+/// The journal to replay; `None` when it cannot be replayed and a
+/// read-only open shows the filesystem without it (e2fsck -y discards such
+/// a journal: nothing is replayed and the filesystem is marked not clean).
+fn load_for_replay(
+    dev: &Arc<dyn BlockDevice>,
+    sb: &Superblock,
+    read_only: bool,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Journal>> {
+    let journal = match load(dev, sb) {
         Ok(j) => j,
         Err(JournalTrouble::Io(e)) => return Err(e),
         Err(JournalTrouble::Bad(why)) => {
-            // e2fsck -y discards such a journal: nothing is replayed and the
-            // filesystem is marked not clean.
             if !read_only {
                 return Err(Error::posix(
                     Errno::EUCLEAN,
@@ -145,17 +187,24 @@ pub fn recover(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Recovere
                     ),
                 ));
             }
-            out.warnings.push(format!(
+            warnings.push(format!(
                 "the journal needs recovery but cannot be replayed: {why}; showing the filesystem without it, as \
                  e2fsck leaves it after discarding the journal; run e2fsck"
             ));
-            return discard(out, dev, sb, read_only);
+            return Ok(None);
         }
     };
     for n in &journal.notes {
-        out.warnings.push(format!("journal: {n}"));
+        warnings.push(format!("journal: {n}"));
     }
-    let rec = ext4kit_jbd2::recover(&journal);
+    Ok(Some(journal))
+}
+
+/// Judge recovery's outcome: a failure or a corrupt commit refuses a
+/// read-write open, as the kernel's mount does (`jbd2_journal_load` fails
+/// with -EFSCORRUPTED); a read-only open shows what can be replayed, with
+/// warnings.
+fn judge(rec: &Recovery, read_only: bool, warnings: &mut Vec<String>) -> Result<()> {
     if let Some(f) = &rec.failure {
         if !read_only {
             return Err(Error::posix(
@@ -166,39 +215,51 @@ pub fn recover(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Recovere
                 ),
             ));
         }
-        out.warnings.push(format!(
+        warnings.push(format!(
             "journal recovery failed ({f}): showing what could be replayed, as e2fsck would leave it; run e2fsck"
         ));
         for p in rec.problems.iter().filter(|p| **p != f.to_string()) {
-            out.warnings.push(format!("journal: {p}"));
+            warnings.push(format!("journal: {p}"));
         }
     }
-    if let (Some(t), false) = (rec.failed_commit, read_only) {
-        // jbd2_journal_load fails the mount here (-EFSCORRUPTED).
-        return Err(Error::posix(
-            Errno::EUCLEAN,
-            format!(
-                "journal transaction {t} is corrupt (its commit checksum fails); nothing was written. Run e2fsck \
-                 (it replays the transactions before it), or open read-only to see that result"
-            ),
-        ));
-    }
     if let Some(t) = rec.failed_commit {
-        out.warnings.push(format!(
+        if !read_only {
+            return Err(Error::posix(
+                Errno::EUCLEAN,
+                format!(
+                    "journal transaction {t} is corrupt (its commit checksum fails); nothing was written. Run e2fsck \
+                     (it replays the transactions before it), or open read-only to see that result"
+                ),
+            ));
+        }
+        warnings.push(format!(
             "journal transaction {t} was corrupt, replay was aborted there (the filesystem is marked as having errors; \
              run e2fsck)"
         ));
     }
+    Ok(())
+}
+
+/// Replay `rec` of `journal`: home on a read-write open, into an overlay
+/// on a read-only one; then the journal superblock and the filesystem's
+/// state as e2fsck leaves them.
+fn replay(
+    mut out: Recovered,
+    journal: &Journal,
+    rec: &Recovery,
+    sb: &Superblock,
+    read_only: bool,
+) -> Result<Recovered> {
     let target: Arc<dyn BlockDevice> = if read_only {
-        let o = Arc::new(OverlayDevice::new(dev.clone(), sb.block_size() as u64));
+        let o = Arc::new(OverlayDevice::new(out.dev.clone(), sb.block_size() as u64));
         out.overlay = Some(o.clone());
         o
     } else {
-        dev.clone()
+        out.dev.clone()
     };
     apply(
-        &journal,
-        &rec,
+        journal,
+        rec,
         &*target,
         out.overlay.as_deref(),
         sb.blocks_count(),
@@ -245,6 +306,18 @@ pub fn recover(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Recovere
     }
     out.dev = target;
     finish_state(out, sb, read_only, error_state, rec.failure.is_some())
+}
+
+/// Open the filesystem on `dev` — recovered already (see [`recover`]) —
+/// with its journal started for writing when the open is read-write and
+/// the filesystem has one: the one way a library user gets a volume whose
+/// changes go through the log.
+pub fn open_volume(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Volume> {
+    let mut vol = Volume::open(dev.clone(), opts)?;
+    if !vol.read_only() && vol.geo().has_compat(compat::HAS_JOURNAL) {
+        vol.start_journal(open_journal(&dev), opts.commit_interval);
+    }
+    Ok(vol)
 }
 
 /// The journal of the filesystem on `dev`, loaded for inspection

@@ -1,7 +1,8 @@
 //! The ext4 layer of ext4kit: ext4 semantics over a block device —
 //! superblock and groups, inodes, block maps, directories and htree,
-//! xattrs, symlinks, orphans, the metadata buffer cache, transactions and
-//! checkpoints, journal recovery at open and fast-commit replay.
+//! xattrs, symlinks, orphans, the metadata buffer cache and what the
+//! journal (jbd2's) sees of it, transaction handles, journal recovery at
+//! open and fast-commit replay.
 //!
 //! It knows nothing of open files, paths or the page cache: the vfs layer
 //! (the `ext4kit` crate) calls down into it, and this crate cannot call up
@@ -26,9 +27,8 @@ pub mod bitmap;
 pub mod bmap;
 pub mod bmap_write;
 pub mod buffer;
-pub mod checkpoint;
+pub mod busy;
 pub mod claims;
-pub mod commit;
 pub mod dir;
 pub mod dir_delete;
 pub mod dir_insert;
@@ -45,6 +45,7 @@ pub mod ialloc;
 pub mod indirect_map;
 pub mod inode;
 pub mod journal;
+pub mod journal_io;
 pub mod orphan;
 pub mod orphan_links;
 pub mod owners;

@@ -45,7 +45,7 @@ impl Volume {
             inode.base.dtime = sb.last_orphan;
             sb.last_orphan = ino;
         }
-        if self.jbd().is_some() {
+        if self.jbd().is_journaled() {
             // The chain's head and the new link in one transaction.
             self.journal_super(h)?;
         }
@@ -74,7 +74,7 @@ impl Volume {
             head
         };
         if was_head {
-            if self.jbd().is_some() {
+            if self.jbd().is_journaled() {
                 self.journal_super(h)?;
             }
             return Ok(());

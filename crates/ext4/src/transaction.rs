@@ -7,32 +7,34 @@
 //! block, and wait for a writer only to publish its draft. A writer reads
 //! an uncached block under the stripe lock, so no other writer's change to
 //! it can land between the read and the draft.
-//! `commit` hands the handle's blocks to the checkpoint (`checkpoint.rs`),
-//! which writes them home in block order at sync, fsync or over budget.
 //!
-//! With a journal (a read-write volume with `has_journal`), a committed
-//! handle's blocks join the running transaction instead (`commit.rs`),
-//! which is written to the log before anything of it goes home; a handle
-//! is a member of that transaction from `begin` to `commit`. Without one
-//! (ext2, `^has_journal`) they go straight to the checkpoint set. No
-//! caller sees the difference — which is why nothing in the engine writes
-//! metadata except through a handle.
+//! The handle wraps jbd2's ([`ext4kit_jbd2::Handle`]), which notes the
+//! blocks and holds the handle's membership of the running transaction:
+//! `commit` stops it, and the blocks join the running transaction, which
+//! is written to the log before anything of it goes home (see jbd2's
+//! commit.rs); without a journal (ext2, `^has_journal`) they go straight
+//! to the checkpoint set. No caller sees the difference — which is why
+//! nothing in the engine writes metadata except through a handle. What
+//! this wrapper adds is ext4's: the delayed-allocation reservations a
+//! handle may draw from, and the damage rule of its drop.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::error::annotate;
-use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
+use crate::fs_errors::FsErrors;
+use crate::journal_io::{Journal, MetaIo};
 
 /// An open transaction.
 pub struct Handle<'v> {
-    vol: &'v Volume,
-    /// Blocks changed, each once (a handle changes a handful: a small
-    /// vector beats a tree, which allocated a node per handle, and eight
-    /// inline cover a create — bitmap, descriptor, inode-table block,
-    /// leaf, the directory's own inode — without allocating at all).
-    dirty: smallvec::SmallVec<[u64; 8]>,
-    /// Membership of the running transaction (journaled volumes only):
-    /// a commit cannot close the transaction while this handle is open.
-    member: Option<super::commit::Membership<'v>>,
+    io: MetaIo<'v>,
+    jbd: &'v Journal,
+    /// jbd2's handle: the blocks changed, and the membership of the
+    /// running transaction.
+    jh: ext4kit_jbd2::Handle<'v, crate::buffer::Buffer>,
+    errors: &'v FsErrors,
+    /// The volume's "some handle changed metadata" flag.
+    changed: &'v AtomicBool,
     /// Blocks this handle's allocations may draw from reservations made
     /// earlier (delayed allocation: writeback allocates what buffered
     /// writes reserved; see `reservation.rs`). Allocations up to it skip
@@ -50,31 +52,28 @@ pub struct Handle<'v> {
 
 impl std::fmt::Debug for Handle<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Handle").field("dirty", &self.dirty).finish()
-    }
-}
-
-impl Volume {
-    /// Start a transaction; EROFS on a read-only volume.
-    pub fn begin(&self) -> Result<Handle<'_>> {
-        if self.read_only() {
-            return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
-        }
-        if self.errors().failed() {
-            return Err(self.errors().refused_after_error());
-        }
-        Ok(Handle {
-            vol: self,
-            dirty: smallvec::SmallVec::new(),
-            member: self.jbd().map(|j| j.join()),
-            reserved: 0,
-            delalloc: false,
-            damage_at_begin: crate::error::damage_seen(),
-        })
+        f.debug_struct("Handle").field("jh", &self.jh).finish()
     }
 }
 
 impl<'v> Handle<'v> {
+    /// Start a transaction over the volume's parts: `io` to change blocks
+    /// through, the journal `jbd`, its error state and "metadata changed"
+    /// flag. The caller (`Volume::begin`) has checked that writes are
+    /// allowed.
+    pub(crate) fn begin(io: MetaIo<'v>, jbd: &'v Journal, errors: &'v FsErrors, changed: &'v AtomicBool) -> Self {
+        Handle {
+            io,
+            jbd,
+            jh: jbd.begin(),
+            errors,
+            changed,
+            reserved: 0,
+            delalloc: false,
+            damage_at_begin: crate::error::damage_seen(),
+        }
+    }
+
     /// Let this handle's allocations draw `n` more blocks from the
     /// volume's claims (the caller holds that many claimed blocks and hands
     /// them over; what is left afterwards is [`Self::reserved_left`]).
@@ -105,24 +104,19 @@ impl<'v> Handle<'v> {
         k
     }
 
-    /// The volume this handle changes.
-    pub fn volume(&self) -> &'v Volume {
-        self.vol
-    }
-
     /// Change metadata block `block` through `f`, under the block's lock.
     /// `f` sees the current bytes and edits them in place — in the block's
     /// draft, so it must return its error before changing anything.
     pub fn modify<R>(&mut self, block: u64, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
-        let vol = self.vol;
-        let mut g = vol.bcache().lock(block);
-        let r = vol.bcache().modify(
+        let io = self.io;
+        let mut g = io.bcache().lock(block);
+        let r = io.bcache().modify(
             &mut g,
             block,
-            |g| vol.buffer_locked(g, block).map_err(|e| annotate(e, "metadata update")),
+            |g| io.buffer_locked(g, block).map_err(|e| annotate(e, "metadata update")),
             f,
         )?;
-        self.note(block);
+        self.jh.note(block);
         Ok(r)
     }
 
@@ -131,83 +125,51 @@ impl<'v> Handle<'v> {
     /// pointers never name block 0, so [`Self::modify`] refuses it; this is
     /// the one way to it.
     pub(crate) fn modify_superblock_block<R>(&mut self, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
-        let vol = self.vol;
-        let blk = ext4kit_format::superblock::SUPERBLOCK_OFFSET / vol.block_size() as u64;
-        let mut g = vol.bcache().lock(blk);
-        let r = vol.bcache().modify(
+        let io = self.io;
+        let blk = ext4kit_format::superblock::SUPERBLOCK_OFFSET / io.block_size() as u64;
+        let mut g = io.bcache().lock(blk);
+        let r = io.bcache().modify(
             &mut g,
             blk,
-            |g| vol.bcache().get_locked(g, blk, |d| vol.disk().read_raw(blk, d)),
+            |g| io.bcache().get_locked(g, blk, |d| io.disk().read_raw(blk, d)),
             f,
         )?;
-        self.note(blk);
+        self.jh.note(blk);
         Ok(r)
     }
 
     /// Replace a whole block without reading it first (a freshly allocated
     /// metadata block: directory block, extent node, bitmap being initialised).
     pub fn overwrite(&mut self, block: u64, data: Box<[u8]>) -> Result<()> {
-        if data.len() != self.vol.block_size() {
+        if data.len() != self.io.block_size() {
             return Err(Error::posix(Errno::EINVAL, "overwrite with a partial block"));
         }
-        let mut g = self.vol.bcache().lock(block);
-        self.vol.bcache().install_draft(&mut g, block, data);
-        self.note(block);
+        let mut g = self.io.bcache().lock(block);
+        self.io.bcache().install_draft(&mut g, block, data);
+        self.jh.note(block);
         Ok(())
-    }
-
-    fn note(&mut self, block: u64) {
-        if !self.dirty.contains(&block) {
-            self.dirty.push(block);
-        }
     }
 
     /// Blocks this handle has changed.
     pub fn dirty_blocks(&self) -> impl Iterator<Item = u64> + '_ {
-        self.dirty.iter().copied()
+        self.jh.blocks()
     }
 
     /// Commit: the handle's changes are complete and consistent. Its blocks
-    /// join the volume's dirty-metadata set and reach the disk at the next
-    /// checkpoint (over budget, sync, fsync: see `checkpoint`).
-    ///
-    /// What a checkpoint writes is each block's *current* version, not the
-    /// version this handle installed: another handle may have changed the
-    /// same block since (two allocations in one bitmap), and writing our
-    /// older snapshot after its newer one would undo its change on disk.
-    /// This is jbd2's rule too — a buffer belongs to the running
-    /// transaction, not to one handle.
+    /// join the running transaction (see [`ext4kit_jbd2::Jbd::stop`]), or
+    /// without a journal the checkpoint set, and reach home at a later
+    /// checkpoint (over budget, sync, fsync).
     pub fn commit(mut self) -> Result<()> {
-        let dirty = std::mem::take(&mut self.dirty);
-        if !dirty.is_empty() {
-            self.vol
-                .metadata_changed()
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+        if !self.jh.is_empty() {
+            self.changed.store(true, Ordering::Relaxed);
         }
-        match self.vol.jbd() {
-            Some(j) => {
-                let full = j.add(dirty, self.vol.dirty_meta().limit());
-                // Out of the transaction before any commit it may trigger.
-                self.member = None;
-                // Past its limit the background worker commits it (jbd2's
-                // kjournald); past twice that, or with no worker, we do.
-                if full == 2 || full == 1 && !crate::flusher::kick(&self.vol.dirty_meta().flusher) {
-                    self.vol.commit_running()?;
-                }
-                Ok(())
-            }
-            None => self.vol.commit_blocks(dirty),
-        }
+        self.jbd.stop(&mut self.jh, &self.io)
     }
 }
 
 /// A handle dropped without `commit` (an operation that failed part-way,
 /// past what its undo could reach: a device error, say) still hands its
-/// blocks to the checkpoint. Its drafts are already what readers see and
-/// what the next writer of each block builds on; left out of the dirty
-/// set they would be written only if some later handle happened to touch
-/// the same block, and until then stay pinned in the cache as dirty. jbd2
-/// likewise keeps a failed handle's buffers in the running transaction.
+/// blocks over (jbd2's handle does, see there).
 ///
 /// Except when the handle failed because of damage (a corruption error was
 /// raised on this thread since `begin`): its half-made change must not be
@@ -217,27 +179,24 @@ impl<'v> Handle<'v> {
 /// every later write is refused until e2fsck.
 impl Drop for Handle<'_> {
     fn drop(&mut self) {
-        if !self.dirty.is_empty() && crate::error::damage_seen() != self.damage_at_begin {
-            self.vol
-                .fs_error("an operation met damage after it had begun changing the filesystem");
-            if self.vol.jbd().is_some() {
-                self.dirty.clear();
+        if self.jh.is_empty() {
+            return;
+        }
+        if crate::error::damage_seen() != self.damage_at_begin {
+            // The journal first: nothing of the half-made change may commit
+            // while the error is being recorded.
+            let journaled = self.jh.abort();
+            self.errors.record(
+                "an operation met damage after it had begun changing the filesystem",
+                self.io.sup(),
+                self.io.disk(),
+            );
+            if journaled {
                 return;
             }
         }
-        if !self.dirty.is_empty() {
-            self.vol
-                .metadata_changed()
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-            match self.vol.jbd() {
-                Some(j) => {
-                    j.add(self.dirty.drain(..), self.vol.dirty_meta().limit());
-                }
-                None => {
-                    self.vol.dirty_meta().add(self.dirty.drain(..));
-                }
-            }
-        }
+        self.changed.store(true, Ordering::Relaxed);
+        // jbd2's handle hands the blocks over as it drops.
     }
 }
 
@@ -257,9 +216,9 @@ mod tests {
             .unwrap();
             // An operation failing here returns without commit.
         }
-        assert_eq!(v.dirty_meta().len(), 1, "the dropped handle's block is queued");
+        assert_eq!(v.jbd().checkpoint_len(), 1, "the dropped handle's block is queued");
         v.checkpoint().unwrap();
-        assert!(v.dirty_meta().is_empty());
+        assert_eq!(v.jbd().checkpoint_len(), 0);
         let mut raw = vec![0u8; v.block_size()];
         v.disk().read_raw(blk, &mut raw).unwrap();
         assert_eq!(raw[7], before ^ 0xa5, "the change reached the device");

@@ -8,6 +8,15 @@
 //! unknown RO_COMPAT forces read-only. A volume whose journal still needs
 //! recovery opens read-only: the journal is replayed before this (see
 //! `journal.rs`), so the flag is set here only when replay was skipped.
+//! The journal is started for writing after the open (`journal.rs`'s
+//! `open_volume`, which reads the journal inode through the open volume);
+//! until then, and on a filesystem without one, handles' blocks go
+//! straight to the checkpoint set.
+//!
+//! The journal is jbd2's ([`ext4kit_jbd2::Jbd`]), over the buffer cache
+//! (`journal_io.rs`); the compositions here — `begin`, the commit and
+//! checkpoint entry points, `close_journal` — hand it the parts it writes
+//! through.
 //!
 //! Locking: the volume has no lock of its own; each part documents its
 //! own. Lock order where several are held: orphan links, then the
@@ -23,15 +32,15 @@ use ext4kit_format::group_desc::{GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 
 use super::buffer::{Buffer, BufferCache, StripeGuard};
-use super::checkpoint::DirtyMeta;
-use super::commit::Jbd;
 use super::transaction::Handle;
 use crate::budget::MemoryBudget;
+use crate::busy::BusyExtents;
 use crate::disk::Disk;
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::fs_errors::FsErrors;
 use crate::geometry::Geometry;
 use crate::group::GroupTable;
+use crate::journal_io::{Journal, MetaIo};
 use crate::orphan_links::OrphanLinks;
 use crate::owners::OwnerMap;
 use crate::reservation::Reservations;
@@ -59,7 +68,7 @@ pub struct OpenOptions {
     /// worker commits it (the kernel's `commit=` mount option; 5 s when
     /// `None`; a zero duration means the default too, as in the kernel).
     /// Everything older than this survives a crash. Ignored without a
-    /// journal, and under `SOURCE_DATE_EPOCH` (see `commit.rs`).
+    /// journal, and under `SOURCE_DATE_EPOCH` (see jbd2's `commit.rs`).
     pub commit_interval: Option<std::time::Duration>,
 }
 
@@ -85,11 +94,12 @@ pub struct Volume {
     bcache: BufferCache,
     /// The cache memory shared by buffers and file pages.
     budget: Arc<MemoryBudget>,
-    /// Committed metadata blocks not yet written home (`checkpoint.rs`).
-    dirty_meta: DirtyMeta,
-    /// The journal, when the volume is open for writing and has one
-    /// (`commit.rs`): transactions go through its log.
-    jbd: Option<Jbd>,
+    /// The journal: handles, the running transaction and its log when the
+    /// volume is open for writing and has one, and the checkpoint set of
+    /// committed blocks not yet written home.
+    jbd: Journal,
+    /// Freed blocks not to reuse before their transaction commits.
+    busy: BusyExtents,
     /// Free blocks and delayed-allocation reservations; shared with the
     /// page cache, whose pages give theirs back when dropped.
     reservations: Arc<Reservations>,
@@ -191,19 +201,9 @@ impl Volume {
             sup: SuperState::new(sb),
             groups,
             bcache: BufferCache::new(block_size, budget.clone()),
-            // Half the buffer cache may wait for a checkpoint. The more
-            // blocks wait, the more changes each write carries: a create
-            // storm in a directory larger than this (1,000,000 names is
-            // ~8,700 leaf blocks, dirtied in hash order) writes about one
-            // leaf per create at any threshold below the directory's size,
-            // and the threshold sets how many creates share one. More than
-            // half would leave too little room for clean blocks (dirty
-            // ones are never evicted). Half of the buffer cache's current
-            // limit: with file pages idle, that is 96 MiB of a 256 MiB
-            // budget, which holds such a directory.
-            dirty_meta: DirtyMeta::new(budget.clone(), block_size),
             budget,
-            jbd: None,
+            jbd: Journal::unjournaled(),
+            busy: BusyExtents::default(),
             reservations,
             owners: OwnerMap::default(),
             orphans: OrphanLinks::default(),
@@ -217,39 +217,36 @@ impl Volume {
             let bias = vol.damaged_count_bias();
             vol.sup.set_count_bias(bias);
         }
-        if !vol.read_only() && vol.geo.has_compat(features::compat::HAS_JOURNAL) {
-            vol.start_journal()?;
-            if let (Some(j), Some(i)) = (vol.jbd.as_mut(), opts.commit_interval.filter(|d| !d.is_zero())) {
-                if j.interval.is_some() {
-                    j.interval = Some(i);
-                }
-            }
-        }
         Ok(vol)
     }
 
-    /// Open the journal for writing (a read-write volume with
-    /// `has_journal`): its log must be empty — recovery ran before the
-    /// volume opened. Our journal superblock asks for what the kernel
-    /// sets at mount (revoke, 64-bit tags on a 64bit filesystem, checksum
-    /// v3 with metadata_csum); nothing is written until the first commit,
-    /// so an open that only reads leaves the image's bytes alone.
+    /// Start the journal for writing (a read-write volume with
+    /// `has_journal`), from `journal` as `journal::open_journal` loaded
+    /// it: its log must be empty — recovery ran before the volume opened.
+    /// Our journal superblock asks for what the kernel sets at mount
+    /// (revoke, 64-bit tags on a 64bit filesystem, checksum v3 with
+    /// metadata_csum); nothing is written until the first commit, so an
+    /// open that only reads leaves the image's bytes alone.
     /// `needs_recovery` is kept set in the in-memory superblock while the
     /// journal is in use, so every version of the superblock the log or a
-    /// checkpoint writes says so (`commit.rs`). A journal we cannot write
-    /// (an external one, a version 1 superblock, a corrupt one) leaves the
-    /// volume unjournaled, with a warning.
-    fn start_journal(&mut self) -> Result<()> {
+    /// checkpoint writes says so. A journal we cannot write (an external
+    /// one, a version 1 superblock, a corrupt one) leaves the volume
+    /// unjournaled, with a warning. `commit_interval` as in
+    /// [`OpenOptions`].
+    pub(crate) fn start_journal(
+        &mut self,
+        journal: Result<ext4kit_jbd2::Journal>,
+        commit_interval: Option<std::time::Duration>,
+    ) {
         use ext4kit_format::jbd2::features as jf;
-        let dev = self.disk.device().clone();
-        let journal = match super::journal::open_journal(&dev) {
+        let journal = match journal {
             Ok(j) => j,
             Err(e) => {
                 self.warnings.push(format!(
                     "the journal cannot be used for writing ({e}): changes are written without it, as on ext2; \
                      a crash may need e2fsck"
                 ));
-                return Ok(());
+                return;
             }
         };
         let mut want = jf::INCOMPAT_REVOKE;
@@ -262,14 +259,13 @@ impl Volume {
         match ext4kit_jbd2::Log::start(journal, want) {
             Ok(log) => {
                 self.sup.write().feature_incompat |= incompat::RECOVER;
-                self.jbd = Some(Jbd::new(log));
+                self.jbd = Journal::journaled(log, commit_interval);
             }
             Err(e) => self.warnings.push(format!(
                 "the journal cannot be used for writing ({e}): changes are written without it, as on ext2; a crash \
                  may need e2fsck"
             )),
         }
-        Ok(())
     }
 
     /// The filesystem's sizes, counts and features.
@@ -320,16 +316,23 @@ impl Volume {
         &self.budget
     }
 
-    /// Committed metadata blocks not yet written home.
+    /// The journal (jbd2's): whether there is a log, the running
+    /// transaction, the checkpoint set, counters.
     #[inline]
-    pub fn dirty_meta(&self) -> &DirtyMeta {
-        &self.dirty_meta
+    pub fn jbd(&self) -> &Journal {
+        &self.jbd
     }
 
-    /// The journal, when the volume is open for writing and has one.
+    /// Freed blocks waiting for their transaction to commit.
     #[inline]
-    pub fn jbd(&self) -> Option<&Jbd> {
-        self.jbd.as_ref()
+    pub fn busy(&self) -> &BusyExtents {
+        &self.busy
+    }
+
+    /// The parts a metadata change and the journal write through.
+    #[inline]
+    pub(crate) fn meta_io(&self) -> MetaIo<'_> {
+        MetaIo::new(&self.bcache, &self.disk, &self.sup, &self.budget, self.geo.block_size())
     }
 
     /// Free blocks and delayed-allocation reservations.
@@ -396,8 +399,88 @@ impl Volume {
 
     /// [`Self::buffer`] for a caller holding the block's stripe lock.
     pub fn buffer_locked(&self, g: &mut StripeGuard<'_>, block: u64) -> Result<Arc<Buffer>> {
-        self.disk.check_meta_block(block)?;
-        self.bcache.get_locked(g, block, |d| self.disk.read_raw(block, d))
+        self.meta_io().buffer_locked(g, block)
+    }
+
+    /// Start a transaction; EROFS on a read-only volume, and the error
+    /// state's refusal once damage was met half-way (`fs_errors.rs`).
+    pub fn begin(&self) -> Result<Handle<'_>> {
+        if self.read_only() {
+            return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
+        }
+        if self.errors.failed() {
+            return Err(self.errors.refused_after_error());
+        }
+        Ok(Handle::begin(
+            self.meta_io(),
+            &self.jbd,
+            &self.errors,
+            &self.metadata_changed,
+        ))
+    }
+
+    /// Commit the running transaction if transaction `tid` (or an earlier
+    /// one) has not been committed yet: the group commit behind fsync.
+    /// Returns once `tid`'s changes are durable in the log. A no-op
+    /// without a journal.
+    pub fn commit_upto(&self, tid: u32) -> Result<()> {
+        self.jbd.commit_upto(tid, &self.meta_io())
+    }
+
+    /// Commit whatever the running transaction holds now.
+    pub fn commit_running(&self) -> Result<()> {
+        self.jbd.commit_running(&self.meta_io())
+    }
+
+    /// The background worker's commit: the running transaction, if it is
+    /// older than the commit interval or past its size limit.
+    pub fn commit_if_due(&self) {
+        self.jbd.commit_if_due(&self.meta_io());
+    }
+
+    /// Write every committed metadata block home, in block order, adjacent
+    /// blocks together; with a journal, flush and empty the log afterwards.
+    /// On a device error the unwritten blocks stay dirty, so nothing is
+    /// lost and the next sync tries again. Durability where it is promised:
+    /// sync(2), fsync and fdatasync write every dirty metadata block (with
+    /// a journal, commit the running transaction) before the device flush.
+    pub fn checkpoint(&self) -> Result<()> {
+        if self.read_only() {
+            return Ok(());
+        }
+        self.jbd.checkpoint(&self.meta_io())
+    }
+
+    /// The background worker's pass: checkpoint if over budget.
+    pub fn checkpoint_if_over(&self) {
+        self.jbd.checkpoint_if_over(&self.meta_io());
+    }
+
+    /// Blocks the checkpoint set may hold before it is written home.
+    pub fn checkpoint_limit(&self) -> usize {
+        ext4kit_jbd2::Buffers::checkpoint_limit(&self.meta_io())
+    }
+
+    /// Quiesce the journal: commit, write everything home, empty the log,
+    /// clear `needs_recovery` at home and flush (jbd2_journal_destroy +
+    /// ext4_put_super, or a freeze). After this the image file needs no
+    /// recovery and is complete on its own. With `last` (the volume is
+    /// closing) the in-memory superblock loses the flag too; otherwise it
+    /// keeps it, so that every superblock version a later transaction logs
+    /// says so (the next commit sets it at home again first).
+    pub fn close_journal(&self, last: bool) -> Result<()> {
+        self.jbd.close(&self.meta_io())?;
+        if last && self.jbd.is_journaled() {
+            self.sup.write().feature_incompat &= !incompat::RECOVER;
+        }
+        Ok(())
+    }
+
+    /// Whether freed blocks wait for their transaction to commit: an
+    /// ENOSPC is then worth a commit and one more try (the kernel's
+    /// `ext4_should_retry_alloc`).
+    pub fn has_busy_blocks(&self) -> bool {
+        self.busy.any(&self.jbd)
     }
 
     /// Write descriptor `g` (as `gd`) into its descriptor-table block
@@ -413,7 +496,7 @@ impl Volume {
     /// (the kernel keeps them in per-cpu counters and writes them the same
     /// way at sync time).
     pub fn sync_super(&self) -> Result<()> {
-        if self.jbd.is_some() && !self.read_only() {
+        if self.jbd.is_journaled() && !self.read_only() {
             // Journaled like any metadata: the orphan chain's head lives
             // here, and must change in the same transaction as the links.
             let mut h = self.begin()?;
@@ -448,7 +531,8 @@ impl Volume {
     /// abort the journal, record the error in the superblock at home.
     /// Returns whether this was the first error.
     pub fn fs_error(&self, what: &str) -> bool {
-        self.errors.record(what, self.jbd.is_some(), &self.sup, &self.disk)
+        self.jbd.abort();
+        self.errors.record(what, &self.sup, &self.disk)
     }
 
     /// At open: how far the superblock's free counts should stay from the
@@ -537,7 +621,7 @@ fn scratch_volume_with(features: &[&str]) -> Volume {
         cache_budget: 8 << 20,
         ..Default::default()
     };
-    Volume::open(dev, &opts).expect("open the fresh volume")
+    super::journal::open_volume(dev, &opts).expect("open the fresh volume")
 }
 
 #[cfg(test)]
@@ -568,7 +652,7 @@ mod tests {
             Err(Error::corrupt_msg("block 1234", "extent index", "a made-up node"))
         })();
         assert!(r.is_err());
-        assert!(v.errors().failed() && v.errors().journal_aborted());
+        assert!(v.errors().failed() && v.jbd().is_aborted());
         let sb = home_sb(&v);
         assert_ne!(sb.state & STATE_ERROR, 0, "the error bit is set at home");
         assert_eq!(sb.error_count, 1);

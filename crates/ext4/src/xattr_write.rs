@@ -410,7 +410,7 @@ fn release_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, nr: u64) -> Result<
             // (found by the crash harness's multi-threaded mix). The
             // journal's own books keep the block from its next owner
             // (commit.rs).
-            if vol.jbd().is_none() {
+            if !vol.jbd().is_journaled() {
                 let mut g = vol.bcache().lock(nr);
                 if let Some(b) = vol.bcache().peek_locked(&mut g, nr) {
                     b.mark_clean();

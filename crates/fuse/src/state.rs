@@ -103,7 +103,7 @@ pub fn mark_mounted(fs: &Fs, mount_point: &Path) -> ext4kit::Result<(MountState,
         // The kernel clears EXT2_VALID_FS while mounted only without a
         // journal (ext4_setup_super): with one, a crash leaves a journal to
         // replay, and a replayed filesystem is as valid as it was.
-        if fs.vol.jbd().is_none() {
+        if !fs.vol.jbd().is_journaled() {
             sb.state &= !STATE_VALID;
         }
         sb.mnt_count = sb.mnt_count.wrapping_add(1);

@@ -74,6 +74,22 @@ pub struct Committed {
     pub blocks: u32,
 }
 
+/// The log blocks of a transaction being laid out: where the next one
+/// goes, and the (log block, bytes) pairs so far.
+struct LogBlocks {
+    pos: u32,
+    blocks: Vec<(u32, Vec<u8>)>,
+}
+
+impl LogBlocks {
+    /// The position of the next log block.
+    fn next(&mut self) -> u32 {
+        let p = self.pos;
+        self.pos += 1;
+        p
+    }
+}
+
 impl Log {
     /// Start writing `journal`, whose log must be empty (cleanly unmounted
     /// or just recovered). The first transaction gets id `s_sequence`.
@@ -203,6 +219,7 @@ impl Log {
     /// logged copies must not be replayed, `time` the commit time
     /// (seconds, nanoseconds). Returns once the commit block is durable.
     /// The caller has checked [`Log::free`] against [`Log::space_needed`].
+    /// The steps are the module doc's, in its order.
     pub fn commit(&mut self, blocks: &[(u64, &[u8])], revokes: &[u64], time: (u64, u32)) -> io::Result<Committed> {
         let need = self.space_needed(blocks.len(), revokes.len());
         if need > self.free() {
@@ -215,36 +232,57 @@ impl Log {
             ));
         }
         let tid = self.next_tid;
-        let bs = self.journal.block_size;
-        let fmt = self.journal.fmt;
-        let seed = self.journal.seed;
-        let v1 = self.journal.v1_checksum();
-        let start = self.head;
         if self.empty_on_disk {
             // Recovery must find this transaction: point the superblock at
             // it before anything of it can be durable (the flush below
             // covers the superblock too).
-            self.write_superblock(start)?;
+            self.write_superblock(self.head)?;
         }
-        let mut out: Vec<(u32, Vec<u8>)> = Vec::with_capacity(need as usize);
-        let mut pos = self.head;
         // Never past `last`: `need <= free()` was checked above.
-        let next = |pos: &mut u32| {
-            let p = *pos;
-            *pos += 1;
-            p
+        let mut out = LogBlocks {
+            pos: self.head,
+            blocks: Vec::with_capacity(need as usize),
         };
-        let mut crc32 = !0u32;
+        self.revoke_records(tid, revokes, &mut out)?;
+        let crc32 = self.metadata_blocks(tid, blocks, &mut out)?;
+        self.write_blocks(&out.blocks)?;
+        // Everything but the commit block durable before the commit block
+        // is written: a commit block can never be durable without them.
+        self.journal.device().flush()?;
+        let commit_at = out.next();
+        self.write_blocks(&[(commit_at, self.commit_block(tid, time, crc32))])?;
+        self.journal.device().flush()?;
+        self.head = out.pos;
+        self.next_tid = tid.wrapping_add(1);
+        Ok(Committed { tid, blocks: need })
+    }
+
+    /// The revoke blocks of transaction `tid`.
+    fn revoke_records(&self, tid: u32, revokes: &[u64], out: &mut LogBlocks) -> io::Result<()> {
+        let bs = self.journal.block_size;
         for chunk in revokes.chunks(self.revokes_per_block().max(1)) {
             let mut b = vec![0u8; bs];
             RevokeBlock {
                 sequence: tid,
                 blocks: chunk.to_vec(),
             }
-            .serialize_into(&mut b, fmt, seed)
+            .serialize_into(&mut b, self.journal.fmt, self.journal.seed)
             .map_err(io::Error::other)?;
-            out.push((next(&mut pos), b));
+            let at = out.next();
+            out.blocks.push((at, b));
         }
+        Ok(())
+    }
+
+    /// The descriptor blocks of transaction `tid`, each followed by the
+    /// copies its tags name (escaped where they begin with the journal's
+    /// magic). Returns the checksum v1 crc32 of all of them (only used
+    /// when the journal has checksum v1).
+    fn metadata_blocks(&self, tid: u32, blocks: &[(u64, &[u8])], out: &mut LogBlocks) -> io::Result<u32> {
+        let bs = self.journal.block_size;
+        let seed = self.journal.seed;
+        let v1 = self.journal.v1_checksum();
+        let mut crc32 = !0u32;
         for chunk in blocks.chunks(self.tags_per_descriptor().max(1)) {
             let mut copies = Vec::with_capacity(chunk.len());
             let mut tags = Vec::with_capacity(chunk.len());
@@ -271,7 +309,7 @@ impl Log {
                 header: JournalHeader::new(BlockType::Descriptor, tid),
                 tags,
             }
-            .serialize_into(&mut d, fmt, seed)
+            .serialize_into(&mut d, self.journal.fmt, seed)
             .map_err(io::Error::other)?;
             if v1 {
                 crc32 = crate::recovery::crc32_be(crc32, &d);
@@ -279,14 +317,20 @@ impl Log {
                     crc32 = crate::recovery::crc32_be(crc32, c);
                 }
             }
-            out.push((next(&mut pos), d));
+            let at = out.next();
+            out.blocks.push((at, d));
             for c in copies {
-                out.push((next(&mut pos), c));
+                let at = out.next();
+                out.blocks.push((at, c));
             }
         }
-        self.write_blocks(&out)?;
-        self.journal.device().flush()?;
-        let mut c = vec![0u8; bs];
+        Ok(crc32)
+    }
+
+    /// The commit block of transaction `tid` (with the v1 checksum `crc32`
+    /// when the journal has checksum v1).
+    fn commit_block(&self, tid: u32, time: (u64, u32), crc32: u32) -> Vec<u8> {
+        let mut c = vec![0u8; self.journal.block_size];
         let mut hdr = CommitHeader {
             h_magic: JBD2_MAGIC,
             h_blocktype: BlockType::Commit as u32,
@@ -298,18 +342,13 @@ impl Log {
             commit_sec: time.0,
             commit_nsec: time.1,
         };
-        if v1 {
+        if self.journal.v1_checksum() {
             hdr.chksum_type = ext4kit_format::jbd2::CHECKSUM_CRC32;
             hdr.chksum_size = 4;
             hdr.chksum[0] = crc32;
         }
-        hdr.serialize_block(&mut c, seed);
-        let commit_at = next(&mut pos);
-        self.write_blocks(&[(commit_at, c)])?;
-        self.journal.device().flush()?;
-        self.head = pos;
-        self.next_tid = tid.wrapping_add(1);
-        Ok(Committed { tid, blocks: need })
+        hdr.serialize_block(&mut c, self.journal.seed);
+        c
     }
 
     /// Everything committed has been written home and flushed by the

@@ -98,8 +98,8 @@ fn run_lib(img: &Path, threads: usize, files: usize, size: usize) -> Result<Samp
         fs.mkdir(format!("/t{t}").as_bytes(), 0o755, &root)
             .map_err(|e| e.to_string())?;
     }
-    let jbd = fs.vol.jbd().ok_or("the library volume has no journal")?;
-    let before = jbd.stats.commits.load(std::sync::atomic::Ordering::Relaxed);
+    let jbd = fs.vol.jbd().stats().ok_or("the library volume has no journal")?;
+    let before = jbd.commits();
     let data = vec![0xa5u8; size];
     let start = Instant::now();
     let lat: Vec<Vec<f64>> = std::thread::scope(|s| {
@@ -135,7 +135,7 @@ fn run_lib(img: &Path, threads: usize, files: usize, size: usize) -> Result<Samp
             .collect::<Result<Vec<_>, String>>()
     })?;
     let el = start.elapsed();
-    let commits = jbd.stats.commits.load(std::sync::atomic::Ordering::Relaxed) - before;
+    let commits = jbd.commits() - before;
     drop(fs);
     let mut all: Vec<f64> = lat.into_iter().flatten().collect();
     let n = all.len();

@@ -112,13 +112,14 @@ impl Fs {
         // A file that cannot be written back does not keep the rest from
         // being closed cleanly (`Fs::sync`): its error is printed below.
         let wb = self.writeback_all();
-        let r = match self.vol.jbd() {
+        let j = self.vol.jbd();
+        let r = match j.is_journaled() {
             // A clean close of a journaled volume: everything committed,
             // written home, the log emptied and needs_recovery cleared —
             // only if anything was ever written (an open that only read
             // leaves the image alone).
-            Some(j) => {
-                if j.running_is_empty() && self.vol.dirty_meta().is_empty() && !j.recover_flag_on_disk() {
+            true => {
+                if j.running_is_empty() && j.checkpoint_len() == 0 && !j.needs_recovery_on_disk() {
                     Ok(())
                 } else {
                     let again = self.writeback_all();
@@ -128,8 +129,8 @@ impl Fs {
                         .and(again)
                 }
             }
-            None => {
-                if self.vol.dirty_meta().is_empty() {
+            false => {
+                if j.checkpoint_len() == 0 {
                     Ok(())
                 } else {
                     self.sync()
@@ -203,7 +204,7 @@ impl Fs {
     /// change), and the caller holds no lock a handle could wait for.
     pub(crate) fn retry_enospc<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
         match f() {
-            Err(e) if e.errno() == Errno::ENOSPC && self.vol.jbd().is_some_and(|j| j.has_busy()) => {
+            Err(e) if e.errno() == Errno::ENOSPC && self.vol.has_busy_blocks() => {
                 self.vol.commit_running()?;
                 f()
             }

@@ -208,7 +208,7 @@ impl Fs {
 
     /// The caches and the background worker over a recovered device.
     fn open_on(dev: Arc<dyn BlockDevice>, opts: &OpenOptions, warnings: Vec<String>) -> Result<Arc<Fs>> {
-        let mut vol = Volume::open(dev, opts)?;
+        let mut vol = journal::open_volume(dev, opts)?;
         vol.prepend_warnings(warnings);
         check_root(&vol)?;
         let budget = opts.cache_budget;
@@ -243,8 +243,8 @@ impl Fs {
         // file data dirty for longer than the commit interval and to commit
         // a running transaction older than it (none under
         // SOURCE_DATE_EPOCH: reproducible images allocate at sync).
-        let expire = vol.jbd().and_then(|j| j.interval);
-        let tick = vol.jbd().map(|_| std::time::Duration::from_secs(1));
+        let expire = vol.jbd().commit_interval();
+        let tick = vol.jbd().is_journaled().then(|| std::time::Duration::from_secs(1));
         let f = crate::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {
             if let Some(e) = expire {
                 super::writeback::write_back_expired(&v, &i, &p, e);
@@ -259,12 +259,13 @@ impl Fs {
             Ok(f) => {
                 for slot in [
                     &vol.bcache().trigger.worker,
-                    &vol.dirty_meta().flusher,
                     &icache.trigger.worker,
                     &dcache.trigger.worker,
                 ] {
                     let _ = slot.set(f.signal().clone());
                 }
+                let signal = f.signal().clone();
+                vol.jbd().set_worker(Box::new(move || signal.kick()));
                 Some(f)
             }
             Err(e) => {

@@ -491,7 +491,7 @@ impl Fs {
     /// file's failure never costs another file's metadata.
     pub fn sync(&self) -> Result<()> {
         let wb = self.writeback_all();
-        let recover = self.vol.jbd().is_some_and(|j| j.recover_flag_on_disk());
+        let recover = self.vol.jbd().needs_recovery_on_disk();
         if !self.vol.metadata_changed().load(std::sync::atomic::Ordering::Relaxed) && !recover {
             // Nothing changed since the open (every operation refused, or
             // only data overwritten in place): no superblock or journal
@@ -507,7 +507,7 @@ impl Fs {
         }
         let rest = (|| {
             self.vol.sync_super()?;
-            if self.vol.jbd().is_some() {
+            if self.vol.jbd().is_journaled() {
                 self.vol.close_journal(false)?;
             } else {
                 self.vol.checkpoint()?;

@@ -89,7 +89,7 @@ impl Writer<'_> {
         // ext4_should_retry_alloc: with a journal, blocks freed by the
         // running transaction are reused only once it commits.
         match self.writeback_inode_once(inode, level) {
-            Err(e) if e.errno() == Errno::ENOSPC && self.vol.jbd().is_some_and(|j| j.has_busy()) => {
+            Err(e) if e.errno() == Errno::ENOSPC && self.vol.has_busy_blocks() => {
                 self.vol.commit_running()?;
                 self.writeback_inode_once(inode, level)
             }
@@ -361,7 +361,7 @@ impl Fs {
         // ends with one (after its commit block), which covers the data
         // written before it too.
         let mut flushed = false;
-        match self.vol.jbd() {
+        match self.vol.jbd().is_journaled() {
             // With a journal: commit the running transaction, which holds
             // the inode's metadata if anything of it changed (and whatever
             // else is running: jbd2's fsync does the same). Concurrent
@@ -375,7 +375,7 @@ impl Fs {
             // commit ends would promise what the disk does not hold yet.
             // `commit_running` waits for it (the log lock), and an empty
             // transaction costs just the flush the data needs anyway.
-            Some(_) => {
+            true => {
                 self.vol.commit_running()?;
                 flushed = true;
             }
@@ -383,7 +383,7 @@ impl Fs {
             // directory entry and the bitmaps) is only durable once written
             // home; writing all dirty metadata is bounded by the
             // checkpoint budget, not by the file's size.
-            None => self.vol.checkpoint()?,
+            false => self.vol.checkpoint()?,
         }
         if !self.vol.read_only() && !flushed {
             self.vol
