@@ -30,6 +30,7 @@ use ext4kit_blockdev::BlockDevice;
 use ext4kit_format::features::{self, incompat, ro_compat, OpenMode};
 use ext4kit_format::group_desc::{GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+use ext4kit_format::time::Clock;
 
 use super::buffer::{Buffer, BufferCache, StripeGuard};
 use super::transaction::Handle;
@@ -68,8 +69,14 @@ pub struct OpenOptions {
     /// worker commits it (the kernel's `commit=` mount option; 5 s when
     /// `None`; a zero duration means the default too, as in the kernel).
     /// Everything older than this survives a crash. Ignored without a
-    /// journal, and under `SOURCE_DATE_EPOCH` (see jbd2's `commit.rs`).
+    /// journal, and under a fixed clock (see jbd2's `commit.rs`).
     pub commit_interval: Option<std::time::Duration>,
+    /// Where every time the filesystem stamps comes from: inode times, the
+    /// superblock's mount, write and error times, `i_dtime`, the journal's
+    /// commit blocks. The default is the clock `SOURCE_DATE_EPOCH` asks for
+    /// ([`Clock::from_source_date_epoch`]; a value that is not a number is
+    /// ignored here, the frontends report it), else the system clock.
+    pub clock: Clock,
 }
 
 impl Default for OpenOptions {
@@ -80,6 +87,7 @@ impl Default for OpenOptions {
             no_replay: false,
             location: ext4kit_blockdev::Location::Whole,
             commit_interval: None,
+            clock: Clock::from_source_date_epoch().unwrap_or_default(),
         }
     }
 }
@@ -108,6 +116,8 @@ pub struct Volume {
     owners: OwnerMap,
     orphans: OrphanLinks,
     errors: FsErrors,
+    /// Where the times the filesystem stamps come from.
+    clock: Clock,
     /// The system zone (see `release_check.rs`), built on first use.
     system_zone: OnceLock<Vec<(u64, u64, &'static str)>>,
     /// Some handle changed metadata since the open: a sync with nothing
@@ -207,7 +217,8 @@ impl Volume {
             reservations,
             owners: OwnerMap::default(),
             orphans: OrphanLinks::default(),
-            errors: FsErrors::default(),
+            errors: FsErrors::new(opts.clock),
+            clock: opts.clock,
             system_zone: OnceLock::new(),
             metadata_changed: AtomicBool::new(false),
             warnings,
@@ -232,7 +243,7 @@ impl Volume {
     /// checkpoint writes says so. A journal we cannot write (an external
     /// one, a version 1 superblock, a corrupt one) leaves the volume
     /// unjournaled, with a warning. `commit_interval` as in
-    /// [`OpenOptions`].
+    /// [`OpenOptions`]; commit blocks carry the volume's clock's time.
     pub(crate) fn start_journal(
         &mut self,
         journal: Result<ext4kit_jbd2::Journal>,
@@ -259,7 +270,7 @@ impl Volume {
         match ext4kit_jbd2::Log::start(journal, want) {
             Ok(log) => {
                 self.sup.write().feature_incompat |= incompat::RECOVER;
-                self.jbd = Journal::journaled(log, commit_interval);
+                self.jbd = Journal::journaled(log, commit_interval, self.clock);
             }
             Err(e) => self.warnings.push(format!(
                 "the journal cannot be used for writing ({e}): changes are written without it, as on ext2; a crash \
@@ -290,6 +301,13 @@ impl Volume {
     #[inline]
     pub fn read_only(&self) -> bool {
         self.disk.read_only()
+    }
+
+    /// Where the times this filesystem stamps come from
+    /// ([`OpenOptions::clock`]).
+    #[inline]
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// The in-memory primary superblock, its update lock and count bias.

@@ -653,6 +653,7 @@ fn open_for_mount(image: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, bool), 
                 no_replay: opts.no_replay,
                 location: opts.location,
                 commit_interval: opts.commit_interval,
+                ..OpenOptions::default()
             },
         )
         .map_err(|e| format!("{}: {e}", image.display()))

@@ -30,7 +30,6 @@ use ext4kit_format::inode::{flags, FileType, Inode, TimeField, Timestamp};
 use super::acl::{acl_chmod, ACL_ACCESS};
 use super::cred::{Cred, MAY_WRITE};
 use super::namei::with_path;
-use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::xattr_write::{self, XattrChange, XATTR_REPLACE};
@@ -176,7 +175,7 @@ impl Fs {
         }
 
         let mut new = old.clone();
-        let t = now();
+        let t = self.now();
         let mut mode = old.base.mode;
         if let Some(m) = attr.mode {
             mode = (mode & 0o170000) | (m & 0o7777);

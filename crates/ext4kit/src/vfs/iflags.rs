@@ -43,7 +43,6 @@ use ext4kit_format::inode::{flags as fl, FileType, Inode, TimeField};
 
 use super::attr::owner_or_root;
 use super::cred::Cred;
-use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::inode;
@@ -236,7 +235,7 @@ impl Fs {
             relayout_empty(self, ino, ci.ftype, &mut new, flags & fl::EXTENTS != 0)?;
         }
         new.base.flags = (old & !USER_MODIFIABLE) | flags;
-        new.set_time(TimeField::Ctime, now());
+        new.set_time(TimeField::Ctime, self.now());
         let mut h = self.vol.begin()?;
         inode::write(&self.vol, &mut h, ino, &new)?;
         h.commit()?;

@@ -22,13 +22,12 @@ use std::sync::Arc;
 
 use ext4kit_format::features::ro_compat;
 use ext4kit_format::indirect;
-use ext4kit_format::inode::{flags as iflags, FileType, Inode, TimeField};
+use ext4kit_format::inode::{flags as iflags, FileType, Inode, TimeField, Timestamp};
 
 use super::cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::file::{File, OpenFlags};
 use super::icache::{CachedInode, DIRTY_DATA, DIRTY_TIME};
 use super::namei::show;
-use super::write::now;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::bmap_write::{self, MapRequest};
@@ -72,8 +71,8 @@ fn set_size(inode: &CachedInode, rec: &mut Inode, size: u64) {
     inode.size.store(size, Ordering::Release);
 }
 
-fn touch_mtime(inode: &CachedInode, rec: &mut Inode) {
-    let t = now();
+/// A data change's mtime and ctime (`file_update_time`), at `t`.
+fn touch_mtime(inode: &CachedInode, rec: &mut Inode, t: Timestamp) {
     rec.set_time(TimeField::Mtime, t);
     rec.set_time(TimeField::Ctime, t);
     inode.mark_dirty(DIRTY_TIME);
@@ -417,7 +416,7 @@ impl Fs {
             }
         }
         if touch_times {
-            touch_mtime(inode, &mut rec);
+            touch_mtime(inode, &mut rec, self.now());
         }
         let m = rec.base.mode;
         if !privileged && (m & 0o4000 != 0 || m & 0o2010 == 0o2010) {
@@ -475,7 +474,7 @@ impl Fs {
             } else {
                 self.zero_block_tail(inode, &rec, len)
             };
-            touch_mtime(inode, &mut rec);
+            touch_mtime(inode, &mut rec, self.now());
             // Freed blocks and the map that no longer holds them go to disk
             // in one handle, so the record is written now.
             inode::write(&self.vol, &mut h, inode.ino, &rec)?;
@@ -490,7 +489,7 @@ impl Fs {
                 set_size(inode, &mut rec, len);
                 inode.mark_dirty(DIRTY_DATA);
             }
-            touch_mtime(inode, &mut rec);
+            touch_mtime(inode, &mut rec, self.now());
         }
         Ok(())
     }
@@ -568,12 +567,12 @@ impl Fs {
                 self.pages.release(pages);
                 self.pages.release_dirty(dirty);
                 inode.reset_block_map();
-                touch_mtime(inode, &mut rec);
+                touch_mtime(inode, &mut rec, self.now());
                 inode::write(&self.vol, &mut h, ino, &rec)?;
                 h.commit()?;
                 inode.clear_dirty();
             } else {
-                touch_mtime(inode, &mut rec);
+                touch_mtime(inode, &mut rec, self.now());
             }
             return Ok(());
         }
@@ -600,7 +599,7 @@ impl Fs {
             }
         }
         // ext4_fallocate updates the times like a write does.
-        touch_mtime(inode, &mut rec);
+        touch_mtime(inode, &mut rec, self.now());
         inode::write(&self.vol, &mut h, ino, &rec)?;
         h.commit()?;
         inode.clear_dirty();

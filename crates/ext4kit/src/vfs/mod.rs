@@ -45,7 +45,7 @@ pub(crate) fn mem_fs() -> std::sync::Arc<Fs> {
 
 use std::sync::Arc;
 
-use ext4kit_format::inode::FileType;
+use ext4kit_format::inode::{FileType, Timestamp};
 
 pub use attr::{SetAttr, StatFs, TimeSet};
 pub use cred::Cred;
@@ -210,6 +210,13 @@ impl Fs {
             }
             r => r,
         }
+    }
+
+    /// The current time, from the clock the filesystem was opened with
+    /// ([`crate::OpenOptions::clock`]): what every time this layer stamps
+    /// (inode times, `i_dtime`, the superblock's mount times) reads.
+    pub(crate) fn now(&self) -> Timestamp {
+        self.vol.clock().now()
     }
 
     /// Warnings from opening (read-only fallbacks, journal recovery).

@@ -31,7 +31,6 @@ use parking_lot::RwLockWriteGuard;
 use super::cred::{Cred, MAY_EXEC, MAY_WRITE};
 use super::icache::CachedInode;
 use super::namei::{show, with_path};
-use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::dir_insert::{self, NewEntry};
@@ -229,7 +228,7 @@ impl Fs {
         self.vol
             .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
         dir_insert::check_insertable(&self.vol, dref)?;
-        let t = now();
+        let t = self.now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, true)?;
         // A cached inode of this number is a dead predecessor whose freer
@@ -352,7 +351,7 @@ impl Fs {
             // the name is still there to refuse with (release_check.rs).
             self.vol.check_release(ino, &vrec)?;
         }
-        let t = now();
+        let t = self.now();
         let mut h = self.vol.begin()?;
         dir_delete::remove_link(&self.vol, &mut h, dref, name)?;
         let mut newd = drec.clone();
@@ -442,7 +441,7 @@ impl Fs {
         self.vol
             .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
         dir_insert::check_insertable(&self.vol, dref)?;
-        let t = now();
+        let t = self.now();
         let mut h = self.vol.begin()?;
         let mut newd = drec.clone();
         let grew = dir_insert::add_link(
@@ -747,7 +746,7 @@ impl Fs {
                 .check_block_allocatable(self.vol.geo().group_first_block_of_inode(new_dir))?;
             dir_insert::check_insertable(&self.vol, nref)?;
         }
-        let t = now();
+        let t = self.now();
         let mut h = self.vol.begin()?;
         let mut new_o = orec.clone();
         let mut new_n = nrec.as_deref().cloned();
@@ -1004,7 +1003,7 @@ impl Fs {
         if inode.opens.load(Ordering::SeqCst) != 0 || self.holds.is_held(inode.ino) {
             return Ok(());
         }
-        let t = now();
+        let t = self.now();
         let mut h = self.vol.begin()?;
         let mut new = rec.clone();
         self.discard_pages(inode);
@@ -1164,7 +1163,7 @@ impl Fs {
         if chain.is_empty() && slots.is_empty() && !present {
             return Ok(0);
         }
-        let t = now();
+        let t = self.now();
         let mut h = self.vol.begin()?;
         let mut freed = 0;
         let mut seen = std::collections::HashSet::new();

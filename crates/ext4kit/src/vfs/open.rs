@@ -241,8 +241,8 @@ impl Fs {
         let (v, i, d, p) = (vol.clone(), icache.clone(), dcache.clone(), pages.clone());
         // With a journal the worker also wakes once a second to write back
         // file data dirty for longer than the commit interval and to commit
-        // a running transaction older than it (none under
-        // SOURCE_DATE_EPOCH: reproducible images allocate at sync).
+        // a running transaction older than it (none under a fixed clock:
+        // reproducible images allocate at sync).
         let expire = vol.jbd().commit_interval();
         let tick = vol.jbd().is_journaled().then(|| std::time::Duration::from_secs(1));
         let f = crate::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {

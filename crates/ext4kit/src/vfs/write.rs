@@ -7,10 +7,9 @@
 //! commit, and only then publish the new name in the dentry cache.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use ext4kit_format::dirent::NAME_MAX;
-use ext4kit_format::inode::{FileType, TimeField, Timestamp};
+use ext4kit_format::inode::{FileType, TimeField};
 
 use ext4kit_format::inode::Inode;
 
@@ -25,22 +24,6 @@ use crate::ext4::htree::CreateLookup;
 use crate::ext4::ialloc::NewInode;
 use crate::ext4::transaction::Handle;
 use crate::ext4::{alloc_map, bmap, dir, inode, DirRef};
-
-/// The current time as an ext4 timestamp (honours `SOURCE_DATE_EPOCH` for
-/// reproducible images).
-pub fn now() -> Timestamp {
-    if let Some(s) = std::env::var("SOURCE_DATE_EPOCH")
-        .ok()
-        .and_then(|v| v.parse::<i64>().ok())
-    {
-        return Timestamp { sec: s, nsec: 0 };
-    }
-    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    Timestamp {
-        sec: d.as_secs() as i64,
-        nsec: d.subsec_nanos(),
-    }
-}
 
 /// Split "/a/b/c" into ("/a/b", "c"); trailing slashes ignored.
 fn split_parent(path: &[u8]) -> Result<(&[u8], &[u8])> {
@@ -301,7 +284,7 @@ impl Fs {
         self.vol
             .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
         dir_insert::check_insertable(&self.vol, dref)?;
-        let t = now();
+        let t = self.now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, false)?;
         // A cached inode of this number is a dead predecessor whose freer
@@ -422,7 +405,7 @@ impl Fs {
         } else {
             cred.gid
         };
-        let t = now();
+        let t = self.now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, false)?;
         // A cached inode of this number is a dead predecessor (see `create_at`).

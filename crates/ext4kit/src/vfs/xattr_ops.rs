@@ -29,7 +29,6 @@ use super::attr::owner_or_root;
 use super::cred::{Cred, MAY_READ, MAY_WRITE};
 use super::icache::CachedInode;
 use super::namei::{show, with_path};
-use super::write::now;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::xattr_write::{self, xattr_key, XattrChange, XATTR_REPLACE};
@@ -155,7 +154,7 @@ impl Fs {
             }) if flags & XATTR_REPLACE == 0 && value.is_none() => {}
             r => r?,
         }
-        new.set_time(TimeField::Ctime, now());
+        new.set_time(TimeField::Ctime, self.now());
         inode::write(&self.vol, &mut h, ino, &new)?;
         h.commit()?;
         *rec = new;
