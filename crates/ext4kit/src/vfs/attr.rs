@@ -112,11 +112,6 @@ fn eperm(ino: u32, what: &str) -> Error {
     Error::posix(Errno::EPERM, format!("inode {ino}: {what}: operation not permitted"))
 }
 
-/// Whether `cred` owns `inode` or is root (`inode_owner_or_capable`).
-pub(crate) fn owner_or_root(cred: &Cred, inode: &Inode) -> bool {
-    cred.is_root() || cred.uid == inode.uid()
-}
-
 impl Fs {
     /// Change attributes of inode `ino` on behalf of `cred` (see the module
     /// comment for the rules). Returns the new attributes.
@@ -134,7 +129,7 @@ impl Fs {
         let ci = self.inode(ino)?;
         let mut rec = ci.disk.write();
         let old = &*rec;
-        let owner = owner_or_root(cred, old);
+        let owner = cred.owner_or_root(old);
         let immutable = old.base.flags & flags::IMMUTABLE != 0;
         let append = old.base.flags & flags::APPEND != 0;
         // utimensat(NOW, NOW) (or NULL times) is ATTR_TOUCH; any other

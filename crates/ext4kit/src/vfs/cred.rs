@@ -56,6 +56,13 @@ impl Cred {
         self.gid == gid || self.groups.contains(&gid)
     }
 
+    /// Whether the caller owns `inode` or is root: the kernel's
+    /// `inode_owner_or_capable` (CAP_FOWNER), which guards chmod, explicit
+    /// times, inode flags and trusted/system xattrs.
+    pub fn owner_or_root(&self, inode: &Inode) -> bool {
+        self.is_root() || self.uid == inode.uid()
+    }
+
     /// Whether the caller may access `inode` for `mask` (MAY_* bits).
     pub fn may(&self, inode: &Inode, mask: u8) -> bool {
         let mode = inode.base.mode;

@@ -41,7 +41,6 @@
 use ext4kit_format::features::incompat;
 use ext4kit_format::inode::{flags as fl, FileType, Inode, TimeField};
 
-use super::attr::owner_or_root;
 use super::cred::Cred;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
@@ -199,7 +198,7 @@ impl Fs {
         let ci = self.inode(ino)?;
         let mut rec = ci.disk.write();
         let old = rec.base.flags;
-        if !owner_or_root(cred, &rec) {
+        if !cred.owner_or_root(&rec) {
             return Err(eperm(ino, "only the owner may change flags"));
         }
         let changed = (flags ^ old) & USER_MODIFIABLE;

@@ -25,7 +25,6 @@ use ext4kit_format::xattr::{
 };
 
 use super::acl::acl_mode;
-use super::attr::owner_or_root;
 use super::cred::{Cred, MAY_READ, MAY_WRITE};
 use super::icache::CachedInode;
 use super::namei::{show, with_path};
@@ -60,7 +59,7 @@ impl Fs {
                 if ci.ftype == FileType::Symlink {
                     return deny(Errno::EOPNOTSUPP, "symbolic links have no ACLs");
                 }
-                if !owner_or_root(cred, inode) {
+                if !cred.owner_or_root(inode) {
                     return deny(Errno::EPERM, "only the owner may change ACLs");
                 }
                 Ok(())
@@ -77,7 +76,7 @@ impl Fs {
                 if write
                     && ci.ftype == FileType::Directory
                     && inode.base.mode & 0o1000 != 0
-                    && !owner_or_root(cred, inode)
+                    && !cred.owner_or_root(inode)
                 {
                     return deny(Errno::EPERM, "sticky directory");
                 }
