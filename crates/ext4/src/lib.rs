@@ -56,6 +56,7 @@ pub mod superblock;
 pub mod symlink;
 pub mod transaction;
 pub mod volume;
+pub mod write_access;
 pub mod xattr;
 pub mod xattr_write;
 

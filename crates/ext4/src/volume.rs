@@ -4,8 +4,8 @@
 //! links, error state, journal, counters — with accessors to them and the
 //! few operations that need several at once.
 //!
-//! Opening applies the feature rules of DESIGN.md: unknown INCOMPAT refuses,
-//! unknown RO_COMPAT forces read-only. A volume whose journal still needs
+//! Opening applies the feature rules of `write_access.rs`: unknown INCOMPAT
+//! refuses, unknown RO_COMPAT and `mmp` force read-only. A volume whose journal still needs
 //! recovery opens read-only: the journal is replayed before this (see
 //! `journal.rs`), so the flag is set here only when replay was skipped.
 //! The journal is started for writing after the open (`journal.rs`'s
@@ -27,7 +27,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 use ext4kit_blockdev::BlockDevice;
-use ext4kit_format::features::{self, incompat, ro_compat, OpenMode};
+use ext4kit_format::features::{incompat, ro_compat};
 use ext4kit_format::group_desc::{GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 use ext4kit_format::time::Clock;
@@ -47,6 +47,7 @@ use crate::owners::OwnerMap;
 use crate::reservation::Reservations;
 use crate::stats::Stats;
 use crate::superblock::SuperState;
+use crate::write_access::{self, Access};
 
 /// How to open an image.
 #[derive(Debug, Clone)]
@@ -77,6 +78,13 @@ pub struct OpenOptions {
     /// ([`Clock::from_source_date_epoch`]; a value that is not a number is
     /// ignored here, the frontends report it), else the system clock.
     pub clock: Clock,
+    /// Every change durable when its call returns (the kernel's `-o sync`,
+    /// `SB_SYNCHRONOUS`): applied by the vfs layer, as for an inode with
+    /// the synchronous flag.
+    pub sync: bool,
+    /// Directory changes durable when their call returns (`-o dirsync`),
+    /// as for a directory with the dirsync flag.
+    pub dirsync: bool,
 }
 
 impl Default for OpenOptions {
@@ -88,6 +96,8 @@ impl Default for OpenOptions {
             location: ext4kit_blockdev::Location::Whole,
             commit_interval: None,
             clock: Clock::from_source_date_epoch().unwrap_or_default(),
+            sync: false,
+            dirsync: false,
         }
     }
 }
@@ -148,23 +158,15 @@ impl Volume {
         let sb = Superblock::parse(&raw).map_err(|e| Error::corrupt("superblock at byte 1024", e))?;
         let mut warnings = Vec::new();
         let mut read_only = opts.read_only || dev.read_only();
-        match features::open_mode(sb.feature_compat, sb.feature_incompat, sb.feature_ro_compat) {
-            OpenMode::Refuse(names) => {
-                return Err(Error::Unsupported(format!(
-                    "image uses incompatible feature(s) ext4kit does not implement: {}",
-                    names.join(", ")
-                )))
-            }
-            OpenMode::ReadOnly(names) => {
+        match write_access::access(&sb) {
+            Access::Refused(why) => return Err(Error::Unsupported(why)),
+            Access::ReadOnly(why) => {
                 if !read_only {
-                    warnings.push(format!(
-                        "opened read-only: unsupported read-only-compatible feature(s) {}",
-                        names.join(", ")
-                    ));
+                    warnings.push(format!("opened read-only: {why}"));
                 }
                 read_only = true;
             }
-            OpenMode::ReadWrite => {}
+            Access::ReadWrite => {}
         }
         if sb.has_incompat(incompat::RECOVER) {
             // Recovery (`journal::recover`) clears the flag before the

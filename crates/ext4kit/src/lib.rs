@@ -18,10 +18,19 @@
 //!
 //! Layers (data flows down): [`vfs`] (caches, path walk, open files) →
 //! [`ext4`] (ext4 semantics) → `ext4kit-format` (bytes) → `ext4kit-blockdev`.
+//! The engine applies every filesystem rule itself (permissions, immutable
+//! and append-only, the setuid/setgid/capability kill, default ACLs,
+//! synchronous inodes and directories, the mount state): a frontend
+//! translates its requests onto [`Fs`] and needs nothing else. [`device`],
+//! [`mkfs`] and [`journal`] give it the rest of what it needs: devices and
+//! partitions, making a filesystem, looking at a journal.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod device;
+pub mod journal;
+pub mod mkfs;
 pub mod vfs;
 
 /// The ext4 layer below (its own crate, so nothing in it can reach up into
@@ -29,11 +38,15 @@ pub mod vfs;
 pub use ext4kit_ext4 as ext4;
 pub use ext4kit_ext4::{budget, cachemap, clock, error, flusher};
 
+pub use device::Location;
 pub use error::{Errno, Error, Result};
 pub use ext4::{DirEntry, OpenOptions};
-pub use ext4kit_blockdev::Location;
 pub use ext4kit_format::inode::{FileType, Timestamp};
 pub use ext4kit_format::time::Clock;
+pub use vfs::acl_inherit::CreateMode;
+pub use vfs::cred::Caller;
+pub use vfs::io::{Fallocate, WriteAt, WriteRequest, Written};
+pub use vfs::mount::MountRecord;
 pub use vfs::namespace::RenameFlags;
 pub use vfs::{Access, Cred, DataLayout, Fd, File, Fs, FsInfo, FsStats, OpenFlags, Process, Run, Stat, Whence};
 pub use vfs::{SetAttr, StatFs, TimeSet};

@@ -691,7 +691,7 @@ fn readers_never_see_stale_or_torn_blocks() {
                                 .map(|x| x.physical + (l - x.logical));
                             let disk = pblk.map(|p| {
                                 let mut d = vec![0u8; 4096];
-                                fs.vol.disk().read_raw(p, &mut d).unwrap();
+                                fs.volume().disk().read_raw(p, &mut d).unwrap();
                                 d[0]
                             });
                             let mut again = vec![0u8; 4096];

@@ -240,7 +240,7 @@ pub mod lifecycle;
 pub mod nodes;
 pub mod readahead;
 pub mod server;
-pub mod state;
+
 pub mod statfs;
 mod sys;
 

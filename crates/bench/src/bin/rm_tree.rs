@@ -98,7 +98,7 @@ fn pop_dirs(a: &Args) -> usize {
 
 /// What the scan found (where the claim scan exists).
 fn scan_stats(fs: &Fs) -> String {
-    match fs.vol.claim_set_if_built() {
+    match fs.volume().claim_set_if_built() {
         Some(c) => {
             let s = c.stats();
             format!(

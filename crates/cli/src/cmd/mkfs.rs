@@ -18,10 +18,9 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ext4kit::device::{open_location, partitions, probe_ext, BlockDevice, FileDevice, WindowDevice};
+use ext4kit::mkfs::{dry_run, mkfs, FsType, MkfsOptions};
 use ext4kit::Location;
-use ext4kit_blockdev::partition::{partitions, probe_ext};
-use ext4kit_blockdev::{open_location, BlockDevice, FileDevice, WindowDevice};
-use ext4kit_mkfs::{dry_run, mkfs, FsType, MkfsOptions};
 
 use super::Image;
 use crate::image::ImageArgs;

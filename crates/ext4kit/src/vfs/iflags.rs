@@ -46,6 +46,10 @@ use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::inode;
 
+/// The `EXT4_*_FL` bits themselves (the values `FS_IOC_GETFLAGS` and
+/// `FS_IOC_SETFLAGS` use).
+pub use ext4kit_format::inode::flags;
+
 /// `EXT4_FL_USER_VISIBLE`: the flags `FS_IOC_GETFLAGS` shows.
 pub const USER_VISIBLE: u32 = 0x725B_DFFF;
 /// `EXT4_FL_USER_MODIFIABLE`: the flags `FS_IOC_SETFLAGS` may change.
@@ -242,7 +246,12 @@ impl Fs {
         if changed & fl::EXTENTS != 0 {
             ci.reset_block_map();
         }
-        Ok(Stat::from_inode(&self.vol, ino, &rec))
+        let st = Stat::from_inode(&self.vol, ino, &rec);
+        // ext4_ioctl_setflags: a synchronous inode (before or after the
+        // change) has it durable now.
+        drop(rec);
+        self.sync_if_needed(&ci, old | flags)?;
+        Ok(st)
     }
 
     /// `FS_IOC_FSSETXATTR`: set the `FS_XFLAG_*` flags `xflags` on inode

@@ -24,10 +24,11 @@ use ext4kit_format::features::ro_compat;
 use ext4kit_format::indirect;
 use ext4kit_format::inode::{flags as iflags, FileType, Inode, TimeField, Timestamp};
 
-use super::cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
+use super::cred::{Caller, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::file::{File, OpenFlags};
 use super::icache::{CachedInode, DIRTY_DATA, DIRTY_TIME};
 use super::namei::show;
+use super::writeback::SyncLevel;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::bmap_write::{self, MapRequest};
@@ -40,6 +41,78 @@ pub const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
 pub const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
 /// fallocate: make the range read as zeros, keeping it allocated.
 pub const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
+
+/// One fallocate(2) call's arguments ([`Fs::fallocate_inode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fallocate {
+    /// `FALLOC_FL_*` bits (0: allocate and extend the size).
+    pub mode: u32,
+    /// Start of the range.
+    pub off: u64,
+    /// Length of the range (0 is EINVAL).
+    pub len: u64,
+}
+
+/// Where a write goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteAt {
+    /// At this offset (`pwrite`). An append-only inode refuses it (EPERM):
+    /// only an O_APPEND opener may write one.
+    Offset(u64),
+    /// At the end of file, read under the inode's lock, so concurrent
+    /// appends never overlap (O_APPEND).
+    End,
+    /// At this offset, which a caller that keeps a page cache of its own
+    /// in front of the engine chose for an O_APPEND writer or for its own
+    /// write-back (FUSE's write-back cache: the kernel positions appends
+    /// and checked append-only at open). Accepted on an append-only inode.
+    Placed(u64),
+}
+
+/// One buffered write ([`Fs::write_inode`]).
+#[derive(Debug, Clone, Copy)]
+pub struct WriteRequest<'a> {
+    /// The bytes to write.
+    pub data: &'a [u8],
+    /// Where.
+    pub at: WriteAt,
+    /// Who writes: whether setuid/setgid survive, the root reserve.
+    pub caller: Caller<'a>,
+    /// Stamp mtime and ctime (`file_update_time`). False for a caller that
+    /// owns them: FUSE's write-back cache stamps them at write(2) and sends
+    /// them in a SETATTR (`fuse_flush_times`); the data it writes back
+    /// later must not stamp a later time over them.
+    pub stamp_times: bool,
+    /// The open file's O_SYNC ([`SyncLevel::All`]) or O_DSYNC
+    /// ([`SyncLevel::Data`]): durable before the call returns.
+    pub sync: Option<SyncLevel>,
+}
+
+impl<'a> WriteRequest<'a> {
+    /// `data` at the end of file by `caller`, times stamped, no sync asked.
+    pub fn new(data: &'a [u8], caller: Caller<'a>) -> Self {
+        WriteRequest {
+            data,
+            at: WriteAt::End,
+            caller,
+            stamp_times: true,
+            sync: None,
+        }
+    }
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Where it wrote (the end of file for an append).
+    pub offset: u64,
+    /// Bytes written (short only when the filesystem is full or an error
+    /// came after some of them).
+    pub len: usize,
+    /// setuid/setgid were cleared (a frontend caching attributes must drop
+    /// them: the kernel keeps a FUSE inode's mode across a WRITE).
+    pub privs_cleared: bool,
+}
 
 /// Pages filled per step of a large write before the dirty budget is
 /// checked (so one huge write cannot dirty unbounded memory).
@@ -183,28 +256,25 @@ impl Fs {
     }
 
     /// Buffered write of `buf` at `off` (`None`: at the end of file, read
-    /// under the lock — O_APPEND). Returns (offset written at, bytes).
+    /// under the lock — O_APPEND) by root. Returns (offset written at,
+    /// bytes). See [`Self::write_inode`] for the rules.
     pub fn write_at(&self, inode: &CachedInode, off: Option<u64>, buf: &[u8]) -> Result<(u64, usize)> {
-        self.write_as(inode, off, buf, true)
+        let w = self.write_inode(
+            inode,
+            &WriteRequest {
+                at: off.map_or(WriteAt::End, WriteAt::Offset),
+                ..WriteRequest::new(buf, Caller::root())
+            },
+        )?;
+        Ok((w.offset, w.len))
     }
 
-    /// [`Self::write_at`] by a caller that is `privileged` (CAP_FSETID) or
-    /// not: an unprivileged write clears setuid, and setgid when group
-    /// execute is set (`file_remove_privs`). A privileged caller (root)
-    /// may also fill the root reserve; see [`Self::write_claiming`].
-    pub fn write_as(
-        &self,
-        inode: &CachedInode,
-        off: Option<u64>,
-        buf: &[u8],
-        privileged: bool,
-    ) -> Result<(u64, usize)> {
-        let who = if privileged {
-            Reserver::Privileged
-        } else {
-            Reserver::User
-        };
-        self.write_claiming(inode, off, buf, privileged, who, true)
+    /// The error of a background write-back of `inode` that failed since
+    /// the last report (an I/O error on the image: memory pressure or the
+    /// periodic flush wrote its pages), taken: the kernel's
+    /// `filemap_check_errors` at close, which reports it once.
+    pub fn take_writeback_error(&self, inode: &CachedInode) -> Option<Error> {
+        inode.pages.take_wb_error()
     }
 
     /// Whether a caller with `uid`/`gid` may use the blocks reserved for
@@ -218,26 +288,23 @@ impl Fs {
         }
     }
 
-    /// The buffered write itself: `keep_privs` as `privileged` in
-    /// [`Self::write_as`]; `who` says whether the root reserve may be
-    /// used. Before a byte is accepted, the blocks it will need at
-    /// writeback are claimed (delayed allocation's accounting, see
-    /// `ext4::reserve`): with no room the write is short, or ENOSPC when
-    /// nothing fits — never a loss discovered at writeback.
+    /// The buffered write (`ext4_buffered_write_iter`): the data of `req`
+    /// into the page cache, with the rules of the kernel's write path —
+    /// immutable inodes refuse (EPERM); an append-only inode takes appends
+    /// only ([`WriteAt::End`]; a write at an offset is EPERM, the rule
+    /// `may_open` enforces for the kernel); setuid/setgid and a file
+    /// capability are cleared first as `file_remove_privs` says
+    /// (`vfs::killpriv`); mtime and ctime move; and the data is durable
+    /// before the call returns when the open asked (O_SYNC, O_DSYNC), the
+    /// inode is synchronous (`chattr +S`) or the filesystem was opened
+    /// `sync` (`generic_write_sync`).
     ///
-    /// `touch_times` false leaves mtime and ctime alone: for a caller that
-    /// owns them, as FUSE's write-back cache does (the kernel stamps them
-    /// at write(2) and sends them in a SETATTR, `fuse_flush_times`; the
-    /// data it writes back later must not stamp a later time over them).
-    pub fn write_claiming(
-        &self,
-        inode: &CachedInode,
-        off: Option<u64>,
-        buf: &[u8],
-        keep_privs: bool,
-        who: Reserver,
-        touch_times: bool,
-    ) -> Result<(u64, usize)> {
+    /// Before a byte is accepted, the blocks it will need at writeback are
+    /// claimed (delayed allocation's accounting, see `ext4::reservation`):
+    /// with no room the write is short, or ENOSPC when nothing fits — never
+    /// a loss discovered at writeback. The root reserve is for the callers
+    /// [`Self::reserver`] names.
+    pub fn write_inode(&self, inode: &CachedInode, req: &WriteRequest<'_>) -> Result<Written> {
         check_regular(inode)?;
         // Past the dirty budget because write-back keeps failing (a dying
         // device): refuse more data rather than hold it in memory without
@@ -250,14 +317,28 @@ impl Fs {
                 }
             }
         }
-        let r = self.write_locked(inode, off, buf, keep_privs, who, touch_times);
+        let r = self.write_locked(inode, req);
         // Memory pressure is handled with no inode lock held. Its failure
         // is not this write's (the data is accepted and stays dirty): it
         // is kept on the inode that failed for its next fsync.
         if r.is_ok() {
             let _ = self.balance_dirty(inode);
         }
-        r
+        let (written, inode_sync) = r?;
+        // generic_write_sync: O_SYNC writes back everything (fsync); O_DSYNC
+        // and a synchronous inode or filesystem what the data needs
+        // (fdatasync: the size, the block map).
+        let level = match req.sync {
+            Some(l) => Some(l),
+            None if inode_sync || self.sync_mount().sync => Some(SyncLevel::Data),
+            None => None,
+        };
+        if let Some(l) = level {
+            if written.len > 0 {
+                self.fsync_inode(inode, l == SyncLevel::Data)?;
+            }
+        }
+        Ok(written)
     }
 
     /// The blocks of `[first, upto]` that need a claim before they can be
@@ -285,27 +366,37 @@ impl Fs {
         Ok(out)
     }
 
-    fn write_locked(
-        &self,
-        inode: &CachedInode,
-        off: Option<u64>,
-        buf: &[u8],
-        privileged: bool,
-        who: Reserver,
-        touch_times: bool,
-    ) -> Result<(u64, usize)> {
+    /// The write under the inode's lock. Returns what was written and
+    /// whether the inode is synchronous (`chattr +S`).
+    fn write_locked(&self, inode: &CachedInode, req: &WriteRequest<'_>) -> Result<(Written, bool)> {
+        let buf = req.data;
+        let who = self.reserver(req.caller.cred.uid, req.caller.cred.gid);
         let mut rec = inode.disk.write();
         self.check_writable(inode, &rec)?;
         let old_size = rec.size();
-        // An append-only inode is written only at its end (the open check
-        // demands O_APPEND; pwrite on O_APPEND appends).
-        let off = if rec.base.flags & iflags::APPEND != 0 {
-            old_size
-        } else {
-            off.unwrap_or(old_size)
+        let append_only = rec.base.flags & iflags::APPEND != 0;
+        let off = match req.at {
+            WriteAt::End => old_size,
+            // Only an O_APPEND opener may write an append-only inode
+            // (`may_open`, and fcntl's F_SETFL refuses to drop O_APPEND).
+            WriteAt::Offset(_) if append_only => {
+                return Err(Error::posix(
+                    Errno::EPERM,
+                    format!("inode {}: append-only: writes must append", inode.ino),
+                ))
+            }
+            WriteAt::Offset(o) | WriteAt::Placed(o) => o,
         };
+        let inode_sync = rec.base.flags & iflags::SYNC != 0;
         if buf.is_empty() {
-            return Ok((off, 0));
+            return Ok((
+                Written {
+                    offset: off,
+                    len: 0,
+                    privs_cleared: false,
+                },
+                inode_sync,
+            ));
         }
         // generic_write_check_limits: past the limit EFBIG, up to it a short write.
         let max = max_file_size(self, &rec);
@@ -315,6 +406,8 @@ impl Fs {
                 format!("inode {}: offset {off} is past the largest file size {max}", inode.ino),
             ));
         }
+        // ext4_write_checks → file_modified: privileges go before the data.
+        let privs_cleared = self.remove_privs(inode, &mut rec, &req.caller)?;
         let buf = &buf[..buf.len().min((max - off) as usize)];
         let end = off + buf.len() as u64;
         let bs = self.vol.block_size() as u64;
@@ -415,28 +508,39 @@ impl Fs {
                 return Err(e);
             }
         }
-        if touch_times {
+        if req.stamp_times {
             touch_mtime(inode, &mut rec, self.now());
         }
-        let m = rec.base.mode;
-        if !privileged && (m & 0o4000 != 0 || m & 0o2010 == 0o2010) {
-            rec.base.mode = m & !(if m & 0o0010 != 0 { 0o6000 } else { 0o4000 });
-            // A mode change is metadata fdatasync need not write; fsync does.
-            inode.mark_dirty(DIRTY_TIME);
+        Ok((
+            Written {
+                offset: off,
+                len: (pos - off) as usize,
+                privs_cleared,
+            },
+            inode_sync,
+        ))
+    }
+
+    /// Set the size of `inode` to `len` (truncate/ftruncate) on behalf of
+    /// `caller`. Shrinking frees every whole block past the new end and
+    /// zeroes the tail of the last partial block; growing only changes the
+    /// size (the new range is a hole). As `do_truncate`: mtime and ctime
+    /// are updated, setuid/setgid and a file capability cleared
+    /// (`vfs::killpriv`); append-only and immutable inodes refuse (EPERM);
+    /// a synchronous inode or filesystem commits before the return
+    /// (`ext4_truncate`'s `ext4_handle_sync`). Returns whether
+    /// setuid/setgid were cleared.
+    pub fn truncate_inode(&self, inode: &CachedInode, len: u64, caller: &Caller<'_>) -> Result<bool> {
+        let (cleared, sync) = self.retry_enospc(|| self.truncate_inode_once(inode, len, caller))?;
+        if sync {
+            self.commit_for(inode)?;
         }
-        Ok((off, (pos - off) as usize))
+        Ok(cleared)
     }
 
-    /// Set the size of `inode` to `len` (truncate/ftruncate). Shrinking
-    /// frees every whole block past the new end and zeroes the tail of the
-    /// last partial block; growing only changes the size (the new range is
-    /// a hole). mtime and ctime are updated, as Linux does.
-    pub fn truncate_inode(&self, inode: &CachedInode, len: u64) -> Result<()> {
-        self.retry_enospc(|| self.truncate_inode_once(inode, len))
-    }
-
-    /// One attempt of [`Self::truncate_inode`].
-    fn truncate_inode_once(&self, inode: &CachedInode, len: u64) -> Result<()> {
+    /// One attempt of [`Self::truncate_inode`]: whether setuid/setgid were
+    /// cleared, and whether the change must be durable now.
+    fn truncate_inode_once(&self, inode: &CachedInode, len: u64, caller: &Caller<'_>) -> Result<(bool, bool)> {
         check_regular(inode)?;
         let mut rec = inode.disk.write();
         self.check_writable(inode, &rec)?;
@@ -448,6 +552,8 @@ impl Fs {
                 format!("inode {}: size {len} is past the largest file size {max}", inode.ino),
             ));
         }
+        let cleared = self.remove_privs(inode, &mut rec, caller)?;
+        let sync = self.is_sync(rec.base.flags);
         let old = rec.size();
         let bs = self.vol.block_size() as u64;
         if len < old {
@@ -491,7 +597,7 @@ impl Fs {
             }
             touch_mtime(inode, &mut rec, self.now());
         }
-        Ok(())
+        Ok((cleared, sync))
     }
 
     /// fallocate(2) on `inode`: `mode` 0 (allocate, extend the size),
@@ -505,12 +611,23 @@ impl Fs {
     /// largest file size. On indirect-mapped files plain allocation is done
     /// by writing zeros into the new blocks (what glibc's posix_fallocate
     /// emulation does), hole punching works as on extent files.
-    pub fn fallocate_inode(&self, inode: &CachedInode, mode: u32, off: u64, len: u64) -> Result<()> {
-        self.retry_enospc(|| self.fallocate_inode_once(inode, mode, off, len))
+    ///
+    /// On behalf of `caller`: setuid/setgid and a file capability are
+    /// cleared first, for every mode (`ext4_fallocate` → `file_modified`),
+    /// and a synchronous inode or filesystem commits before the return.
+    /// Returns whether setuid/setgid were cleared.
+    pub fn fallocate_inode(&self, inode: &CachedInode, req: Fallocate, caller: &Caller<'_>) -> Result<bool> {
+        let (cleared, sync) = self.retry_enospc(|| self.fallocate_inode_once(inode, req, caller))?;
+        if sync {
+            self.commit_for(inode)?;
+        }
+        Ok(cleared)
     }
 
-    /// One attempt of [`Self::fallocate_inode`].
-    fn fallocate_inode_once(&self, inode: &CachedInode, mode: u32, off: u64, len: u64) -> Result<()> {
+    /// One attempt of [`Self::fallocate_inode`]: whether setuid/setgid
+    /// were cleared, and whether the change must be durable now.
+    fn fallocate_inode_once(&self, inode: &CachedInode, req: Fallocate, caller: &Caller<'_>) -> Result<(bool, bool)> {
+        let Fallocate { mode, off, len } = req;
         let ino = inode.ino;
         let bad = |why: &str| Error::posix(Errno::EOPNOTSUPP, format!("fallocate on inode {ino}: {why}"));
         if len == 0 {
@@ -544,15 +661,17 @@ impl Fs {
         if mode & FALLOC_FL_ZERO_RANGE != 0 && !rec.uses_extents() {
             return Err(bad("ZERO_RANGE needs an extent-mapped file"));
         }
+        let sync = self.is_sync(rec.base.flags);
         let bs = self.vol.block_size() as u64;
         let size = rec.size();
         if mode & FALLOC_FL_PUNCH_HOLE != 0 {
-            // ext4_punch_hole: nothing past EOF; partial edge blocks zeroed
-            // in the cache, whole blocks freed.
+            // ext4_punch_hole: nothing past EOF (not even file_modified);
+            // partial edge blocks zeroed in the cache, whole blocks freed.
             let end = end.min(size);
             if off >= end {
-                return Ok(());
+                return Ok((false, false));
             }
+            let cleared = self.remove_privs(inode, &mut rec, caller)?;
             let (fb, lb) = (off.div_ceil(bs), end / bs);
             if fb < lb {
                 // What the punch frees is checked while nothing has changed.
@@ -574,8 +693,9 @@ impl Fs {
             } else {
                 touch_mtime(inode, &mut rec, self.now());
             }
-            return Ok(());
+            return Ok((cleared, sync));
         }
+        let cleared = self.remove_privs(inode, &mut rec, caller)?;
         if mode & FALLOC_FL_ZERO_RANGE != 0 {
             // ZERO_RANGE punches the whole blocks before mapping them
             // unwritten: what it frees is checked while nothing has changed.
@@ -603,7 +723,7 @@ impl Fs {
         inode::write(&self.vol, &mut h, ino, &rec)?;
         h.commit()?;
         inode.clear_dirty();
-        r
+        r.map(|()| (cleared, sync))
     }
 
     /// The block-map part of fallocate's allocate and ZERO_RANGE modes.
@@ -871,7 +991,7 @@ impl Fs {
             self.may_open(&inode, flags, cred, !created, &|| show(path).to_string())
                 .and_then(|()| {
                     if flags.trunc && inode.ftype == FileType::Regular && !created {
-                        self.truncate_inode(&inode, 0)?;
+                        self.truncate_inode(&inode, 0, &Caller::new(cred))?;
                     }
                     Ok(())
                 })
@@ -883,7 +1003,7 @@ impl Fs {
             return Err(e);
         }
         let mut file = File::new(inode, flags);
-        file.privileged = cred.is_root();
+        file.opener = cred.clone();
         Ok(Arc::new(file))
     }
 

@@ -16,7 +16,9 @@ pub mod holds;
 pub mod icache;
 pub mod iflags;
 pub mod io;
+pub mod killpriv;
 pub mod lookup;
+pub mod mount;
 pub mod namei;
 pub mod namespace;
 mod open;
@@ -24,6 +26,7 @@ pub mod pagecache;
 pub mod pin;
 pub mod shared;
 mod stat;
+pub mod syncmode;
 pub mod whiteout;
 pub mod write;
 pub mod writeback;
@@ -53,7 +56,7 @@ pub use dcache::Dentry;
 pub use fdtable::{Fd, Process};
 pub use file::{Access, File, OpenFlags, Whence};
 pub use icache::CachedInode;
-pub use stat::{FsInfo, Stat};
+pub use stat::{statx_attributes, FsInfo, Stat};
 pub use writeback::{SyncLevel, WritebackStats};
 
 use crate::error::{Errno, Error, Result};
@@ -62,21 +65,30 @@ use namei::show;
 use pagecache::{Page, PageBudget};
 
 /// An open filesystem. `Send + Sync`: share it between threads with `Arc`.
+///
+/// Every filesystem rule is applied by its methods — permissions,
+/// immutable and append-only, the setuid/setgid/capability kill, ACL
+/// inheritance, synchronous inodes and directories, the mount state — so
+/// a program calling it gets what the FUSE mount gives.
 #[derive(Debug)]
 pub struct Fs {
     /// The ext4 layer below (shared with the background worker).
-    pub vol: Arc<Volume>,
+    pub(crate) vol: Arc<Volume>,
     /// In-memory inodes.
-    pub icache: Arc<icache::Icache>,
+    pub(crate) icache: Arc<icache::Icache>,
     /// Dentries.
-    pub dcache: Arc<dcache::Dcache>,
+    pub(crate) dcache: Arc<dcache::Dcache>,
     /// Page-cache memory accounting.
-    pub pages: Arc<PageBudget>,
+    pub(crate) pages: Arc<PageBudget>,
     /// Frontend holds by inode number ([`Fs::hold_inode`], `vfs::holds`).
     pub(crate) holds: Arc<holds::Holds>,
     /// Reclaim and checkpoints off the callers' threads (`crate::flusher`);
     /// none when no thread could be started (the caches then work inline).
     pub(crate) flusher: Option<crate::flusher::Flusher>,
+    /// The `sync` / `dirsync` open options (`vfs::syncmode`).
+    pub(crate) sync_mount: syncmode::SyncMount,
+    /// Why a read-write open became read-only (`vfs::mount`).
+    pub(crate) read_only_reason: Option<String>,
 }
 
 /// Dropping the last handle writes back what is dirty, as an unmount does:
@@ -210,6 +222,20 @@ impl Fs {
             }
             r => r,
         }
+    }
+
+    /// The ext4 layer under this filesystem, for tools that inspect the
+    /// on-disk structures: tests, benchmarks, the crash harness. A
+    /// frontend needs none of it — every filesystem rule is applied by
+    /// `Fs`'s own methods, and a change made on the volume directly
+    /// bypasses both the rules and the caches above it.
+    pub fn volume(&self) -> &Volume {
+        &self.vol
+    }
+
+    /// Bytes per block (what `st_blksize` advertises).
+    pub fn block_size(&self) -> u32 {
+        self.vol.block_size() as u32
     }
 
     /// The current time, from the clock the filesystem was opened with

@@ -28,6 +28,7 @@ use ext4kit_format::features::ro_compat;
 use ext4kit_format::inode::{FileType, Inode, TimeField, Timestamp};
 use parking_lot::RwLockWriteGuard;
 
+use super::acl_inherit::CreateMode;
 use super::cred::{Cred, MAY_EXEC, MAY_WRITE};
 use super::icache::CachedInode;
 use super::namei::{show, with_path};
@@ -163,8 +164,9 @@ impl Fs {
         }
     }
 
-    /// Create directory `name` in directory `parent`.
-    pub fn mkdir_at(&self, parent: u32, name: &[u8], perm: u16, cred: &Cred) -> Result<Stat> {
+    /// Create directory `name` in directory `parent` (the mode as for
+    /// [`Fs::mknod_at`]: a umask, or the parent's default ACL).
+    pub fn mkdir_at(&self, parent: u32, name: &[u8], perm: impl Into<CreateMode>, cred: &Cred) -> Result<Stat> {
         self.mkdir_owned(parent, name, perm, cred, None)
     }
 
@@ -174,11 +176,14 @@ impl Fs {
         &self,
         parent: u32,
         name: &[u8],
-        perm: u16,
+        perm: impl Into<CreateMode>,
         cred: &Cred,
         owner: Option<(u32, u32)>,
     ) -> Result<Stat> {
-        self.retry_enospc(|| self.mkdir_owned_once(parent, name, perm, cred, owner))
+        let mode = perm.into();
+        let st = self.retry_enospc(|| self.mkdir_owned_once(parent, name, mode, cred, owner))?;
+        self.dirsync(&[parent])?;
+        Ok(st)
     }
 
     /// One attempt of [`Self::mkdir_owned`].
@@ -186,7 +191,7 @@ impl Fs {
         &self,
         parent: u32,
         name: &[u8],
-        perm: u16,
+        mode: CreateMode,
         cred: &Cred,
         owner: Option<(u32, u32)>,
     ) -> Result<Stat> {
@@ -218,9 +223,10 @@ impl Fs {
                 format!("directory inode {parent} has {LINK_MAX} subdirectories (no dir_nlink)"),
             ));
         }
+        let acl = self.acl_for_new(parent, &drec, FileType::Directory, mode)?;
         let (uid, gid, perm) = match owner {
-            Some((u, g)) => (u, g, perm & 0o7777),
-            None => self.new_owner(&drec, cred, FileType::Directory, perm & 0o7777),
+            Some((u, g)) => (u, g, acl.mode),
+            None => self.new_owner(&drec, cred, FileType::Directory, acl.mode),
         };
         // The directory's first block is allocated after its inode, and the
         // name goes in after both: refuse now rather than half-way if
@@ -245,6 +251,12 @@ impl Fs {
         rec.base.links_count = 2;
         if let Err(e) = dir_insert::init_dir(&self.vol, &mut h, ino, &mut rec, parent) {
             self.vol.free_inode(&mut h, ino, true)?;
+            h.commit()?;
+            return Err(e);
+        }
+        if let Err(e) = self.store_inherited_acl(&mut h, ino, &mut rec, &acl) {
+            // ext4_init_acl failing fails the mkdir: nothing is left.
+            self.destroy(&mut h, ino, &mut rec, t)?;
             h.commit()?;
             return Err(e);
         }
@@ -292,7 +304,8 @@ impl Fs {
         if is_dot(name) {
             return Err(Error::posix(Errno::EISDIR, format!("{}: is a directory", show(name))));
         }
-        self.remove_at(parent, name, false, cred)
+        self.remove_at(parent, name, false, cred)?;
+        self.dirsync(&[parent])
     }
 
     /// Remove the empty directory `name` from directory `parent`.
@@ -304,7 +317,8 @@ impl Fs {
         if name == b".." {
             return Err(Error::posix(Errno::ENOTEMPTY, "rmdir of \"..\""));
         }
-        self.remove_at(parent, name, true, cred)
+        self.remove_at(parent, name, true, cred)?;
+        self.dirsync(&[parent])
     }
 
     fn remove_at(&self, parent: u32, name: &[u8], want_dir: bool, cred: &Cred) -> Result<()> {
@@ -391,7 +405,9 @@ impl Fs {
 
     /// Give inode `ino` (not a directory) another name: `name` in `parent`.
     pub fn link_at(&self, ino: u32, parent: u32, name: &[u8], cred: &Cred) -> Result<Stat> {
-        self.retry_enospc(|| self.link_at_once(ino, parent, name, cred))
+        let st = self.retry_enospc(|| self.link_at_once(ino, parent, name, cred))?;
+        self.dirsync(&[parent])?;
+        Ok(st)
     }
 
     /// One attempt of [`Self::link_at`].
@@ -524,7 +540,8 @@ impl Fs {
         flags: RenameFlags,
         cred: &Cred,
     ) -> Result<()> {
-        self.retry_enospc(|| self.rename_at_once(old_dir, old_name, new_dir, new_name, flags, cred))
+        self.retry_enospc(|| self.rename_at_once(old_dir, old_name, new_dir, new_name, flags, cred))?;
+        self.dirsync(&[old_dir, new_dir])
     }
 
     /// One attempt of [`Self::rename_at`].
@@ -1208,7 +1225,7 @@ impl Fs {
     // ---- path wrappers ----
 
     /// `mkdir(2)`.
-    pub fn mkdir(&self, path: &[u8], perm: u16, cred: &Cred) -> Result<Stat> {
+    pub fn mkdir(&self, path: &[u8], perm: impl Into<CreateMode>, cred: &Cred) -> Result<Stat> {
         let (p, name) = split(path)?;
         let parent = self.resolve(p, true)?;
         self.mkdir_at(parent.ino, name, perm, cred)

@@ -157,7 +157,10 @@ impl Fs {
         inode::write(&self.vol, &mut h, ino, &new)?;
         h.commit()?;
         *rec = new;
-        Ok(())
+        let flags = rec.base.flags;
+        drop(rec);
+        // ext4_xattr_set: a synchronous inode's change is durable now.
+        self.sync_if_needed(&ci, flags)
     }
 
     /// The value of attribute `name` of inode `ino` (ENODATA if absent;
