@@ -426,8 +426,8 @@ fn shared_block_copy_on_write() {
         let mut rec = ci.disk.write();
         let mut new = rec.clone();
         let mut h = fs.volume().begin().unwrap();
-        xattr_write::drop_block(&fs.volume(), &mut h, c.ino, &mut new).unwrap();
-        inode::write(&fs.volume(), &mut h, c.ino, &new).unwrap();
+        xattr_write::drop_block(fs.volume(), &mut h, c.ino, &mut new).unwrap();
+        inode::write(fs.volume(), &mut h, c.ino, &new).unwrap();
         h.commit().unwrap();
         *rec = new;
     }

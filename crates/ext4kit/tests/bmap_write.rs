@@ -222,12 +222,12 @@ impl File {
     }
 
     fn depth(&self, fs: &Fs) -> u16 {
-        let inode = inode::read(&fs.volume(), self.ino).unwrap();
+        let inode = inode::read(fs.volume(), self.ino).unwrap();
         u16::from_le_bytes([inode.base.block[6], inode.base.block[7]])
     }
 
     fn sectors(&self, fs: &Fs) -> u64 {
-        let inode = inode::read(&fs.volume(), self.ino).unwrap();
+        let inode = inode::read(fs.volume(), self.ino).unwrap();
         inode.base.blocks()
     }
 }
@@ -386,9 +386,9 @@ fn sequential_maps_are_contiguous() {
     for k in 0..64u64 {
         f.map(&fs, 16 * k, 16, false, 6).unwrap();
     }
-    let inode = inode::read(&fs.volume(), f.ino).unwrap();
-    let map = bmap::load(&fs.volume(), f.ino, &inode).unwrap();
-    let runs = map.runs(&fs.volume(), u64::MAX).unwrap();
+    let inode = inode::read(fs.volume(), f.ino).unwrap();
+    let map = bmap::load(fs.volume(), f.ino, &inode).unwrap();
+    let runs = map.runs(fs.volume(), u64::MAX).unwrap();
     assert_eq!(runs.len(), 1, "16 sequential maps give one extent: {runs:?}");
     assert_eq!(f.depth(&fs), 0);
     verify(&fs, &img, &[&f]);
@@ -414,9 +414,9 @@ fn unwritten_extents_read_as_zeros_until_written() {
     verify(&fs, &img, &[&f]);
     // Everything written: merges back into one extent in the root.
     f.write_unwritten(&fs, 0, 600, 10);
-    let inode = inode::read(&fs.volume(), f.ino).unwrap();
-    let map = bmap::load(&fs.volume(), f.ino, &inode).unwrap();
-    let runs = map.runs(&fs.volume(), u64::MAX).unwrap();
+    let inode = inode::read(fs.volume(), f.ino).unwrap();
+    let map = bmap::load(fs.volume(), f.ino, &inode).unwrap();
+    let runs = map.runs(fs.volume(), u64::MAX).unwrap();
     // Neighbours merge within each leaf (as the kernel's
     // ext4_ext_try_to_merge): one written extent per leaf, physically one run.
     assert!(runs.len() <= 8, "{runs:?}");
@@ -461,7 +461,7 @@ fn indirect_scenario(fstype: &str) {
     assert_eq!(free_blocks(&fs), free0);
     verify(&fs, &img, &[&f, &g]);
     assert_eq!(features(&img), feats, "the feature set is unchanged");
-    let inode = inode::read(&fs.volume(), f.ino).unwrap();
+    let inode = inode::read(fs.volume(), f.ino).unwrap();
     assert!(!inode.uses_extents());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -738,9 +738,9 @@ fn mapping_throughput() {
     let g = File::create(&fs, "mapped-only");
     let t = std::time::Instant::now();
     let mut h = fs.volume().begin().unwrap();
-    let mut inode = inode::read(&fs.volume(), g.ino).unwrap();
+    let mut inode = inode::read(fs.volume(), g.ino).unwrap();
     let runs = bmap_write::map_blocks(
-        &fs.volume(),
+        fs.volume(),
         &mut h,
         g.ino,
         &mut inode,
@@ -755,8 +755,8 @@ fn mapping_throughput() {
     let map_only = t.elapsed();
     println!("map_blocks 65536 blocks: {map_only:?} in {} runs", runs.len());
     let mut h = fs.volume().begin().unwrap();
-    bmap_write::punch(&fs.volume(), &mut h, g.ino, &mut inode, 0..u64::MAX).unwrap();
-    inode::write(&fs.volume(), &mut h, g.ino, &inode).unwrap();
+    bmap_write::punch(fs.volume(), &mut h, g.ino, &mut inode, 0..u64::MAX).unwrap();
+    inode::write(fs.volume(), &mut h, g.ino, &inode).unwrap();
     h.commit().unwrap();
     let mut f = File::create(&fs, "frag");
     let vol = &fs.volume();

@@ -90,12 +90,8 @@ fn cross_link(fs: &Fs, ino: u32, target: u64) {
 }
 
 fn first_block(fs: &Fs, ino: u32) -> u64 {
-    let rec = inode::read(&fs.volume(), ino).unwrap();
-    match bmap::load(&fs.volume(), ino, &rec)
-        .unwrap()
-        .map(&fs.volume(), 0)
-        .unwrap()
-    {
+    let rec = inode::read(fs.volume(), ino).unwrap();
+    match bmap::load(fs.volume(), ino, &rec).unwrap().map(fs.volume(), 0).unwrap() {
         ext4kit::ext4::Mapping::Mapped { pblk, .. } => pblk,
         m => panic!("inode {ino} block 0: {m:?}"),
     }
@@ -216,10 +212,10 @@ fn a_claimed_block_the_bitmap_calls_free_is_never_handed_out() {
         let a = put(&fs, "/a", 8);
         put(&fs, "/c", 1);
         fs.sync().unwrap();
-        let rec = inode::read(&fs.volume(), a).unwrap();
-        let runs = bmap::load(&fs.volume(), a, &rec)
+        let rec = inode::read(fs.volume(), a).unwrap();
+        let runs = bmap::load(fs.volume(), a, &rec)
             .unwrap()
-            .runs(&fs.volume(), u64::MAX)
+            .runs(fs.volume(), u64::MAX)
             .unwrap();
         let blocks: Vec<u64> = runs.iter().flat_map(|&(_, p, n)| p..p + n).collect();
         (blocks, Ext2::of(&fs))
@@ -243,10 +239,10 @@ fn a_claimed_block_the_bitmap_calls_free_is_never_handed_out() {
         let set = fs.volume().claim_set_if_built().expect("the scan ran");
         assert_eq!(set.unmarked_blocks(), a_blocks);
         let d = put(&fs, "/d", 20);
-        let rec = inode::read(&fs.volume(), d).unwrap();
-        for (_, p, n) in bmap::load(&fs.volume(), d, &rec)
+        let rec = inode::read(fs.volume(), d).unwrap();
+        for (_, p, n) in bmap::load(fs.volume(), d, &rec)
             .unwrap()
-            .runs(&fs.volume(), u64::MAX)
+            .runs(fs.volume(), u64::MAX)
             .unwrap()
         {
             for blk in p..p + n {

@@ -93,8 +93,8 @@ fn shape(fs: &Fs, dir: &[u8]) -> (bool, u8) {
         return (false, 0);
     }
     let ci = fs.inode(st.ino).unwrap();
-    let map = ci.block_map(&fs.volume()).unwrap();
-    let Mapping::Mapped { pblk, .. } = map.map(&fs.volume(), 0).unwrap() else {
+    let map = ci.block_map(fs.volume()).unwrap();
+    let Mapping::Mapped { pblk, .. } = map.map(fs.volume(), 0).unwrap() else {
         panic!("root is a hole")
     };
     let b = fs.volume().buffer(pblk).unwrap();
@@ -135,7 +135,7 @@ fn with_dir<R>(
 ) -> R {
     let st = fs.stat(path).unwrap();
     let ci = fs.inode(st.ino).unwrap();
-    let map = ci.block_map(&fs.volume()).unwrap();
+    let map = ci.block_map(fs.volume()).unwrap();
     let mut rec = ci.disk.write();
     let mut new = rec.clone();
     let mut h = fs.volume().begin().unwrap();
@@ -147,7 +147,7 @@ fn with_dir<R>(
         };
         f(&mut h, dref, &mut new)
     };
-    inode::write(&fs.volume(), &mut h, st.ino, &new).unwrap();
+    inode::write(fs.volume(), &mut h, st.ino, &new).unwrap();
     h.commit().unwrap();
     ci.size.store(new.size(), Ordering::Release);
     *rec = new;
@@ -213,7 +213,7 @@ fn run_case(c: &Case) {
     with_dir(&fs, b"/d", |h, d, _new| {
         for (i, nm) in all.iter().enumerate() {
             if i % 2 == 1 {
-                let (ino, ft) = dir_delete::remove_link(&fs.volume(), h, d, nm).unwrap();
+                let (ino, ft) = dir_delete::remove_link(fs.volume(), h, d, nm).unwrap();
                 assert_eq!(ft, Some(FileType::Regular));
                 taken.push((nm.clone(), ino));
                 moved.insert(nm.clone());
@@ -225,7 +225,7 @@ fn run_case(c: &Case) {
         let mut stale = d.inode.clone();
         stale.base.size_lo += fs.volume().block_size() as u32;
         let e = dir_insert::add_link(
-            &fs.volume(),
+            fs.volume(),
             h,
             d,
             &mut stale,
@@ -233,24 +233,24 @@ fn run_case(c: &Case) {
         )
         .unwrap_err();
         assert_eq!(e.errno(), Errno::EINVAL);
-        let e = dir_delete::remove_link(&fs.volume(), h, d, &all[1]).unwrap_err();
+        let e = dir_delete::remove_link(fs.volume(), h, d, &all[1]).unwrap_err();
         assert_eq!(e.errno(), Errno::ENOENT);
-        assert!(!dir::is_empty(&fs.volume(), d).unwrap());
+        assert!(!dir::is_empty(fs.volume(), d).unwrap());
         // Swap the first two kept names' inodes.
         let (a, b) = (&all[0], &all[2]);
-        let ia = dir::lookup(&fs.volume(), d, a).unwrap().unwrap().0;
-        let ib = dir::lookup(&fs.volume(), d, b).unwrap().unwrap().0;
+        let ia = dir::lookup(fs.volume(), d, a).unwrap().unwrap().0;
+        let ib = dir::lookup(fs.volume(), d, b).unwrap().unwrap().0;
         assert_eq!(
-            dir_delete::replace_link(&fs.volume(), h, d, a, ib, FileType::Regular).unwrap(),
+            dir_delete::replace_link(fs.volume(), h, d, a, ib, FileType::Regular).unwrap(),
             ia
         );
         assert_eq!(
-            dir_delete::replace_link(&fs.volume(), h, d, b, ia, FileType::Regular).unwrap(),
+            dir_delete::replace_link(fs.volume(), h, d, b, ia, FileType::Regular).unwrap(),
             ib
         );
-        assert_eq!(dir::lookup(&fs.volume(), d, a).unwrap().unwrap().0, ib);
+        assert_eq!(dir::lookup(fs.volume(), d, a).unwrap().unwrap().0, ib);
         assert_eq!(
-            dir_delete::replace_link(&fs.volume(), h, d, b"absent", 5, FileType::Regular)
+            dir_delete::replace_link(fs.volume(), h, d, b"absent", 5, FileType::Regular)
                 .unwrap_err()
                 .errno(),
             Errno::ENOENT
@@ -260,7 +260,7 @@ fn run_case(c: &Case) {
     for (nm, ino) in &taken {
         with_dir(&fs, b"/moved", |h, d, new| {
             let grew =
-                dir_insert::add_link(&fs.volume(), h, d, new, NewEntry::new(nm, *ino, FileType::Regular)).unwrap();
+                dir_insert::add_link(fs.volume(), h, d, new, NewEntry::new(nm, *ino, FileType::Regular)).unwrap();
             // Room in the leaf: exactly one block changes. A split or a new
             // block: the leaves, the index path and the allocator's blocks.
             let touched = h.dirty_blocks().count();
@@ -286,10 +286,10 @@ fn run_case(c: &Case) {
             now: ext4kit::Timestamp { sec: 1, nsec: 0 },
             parent: (0, 0),
         });
-        dir_insert::init_dir(&fs.volume(), h, ino, &mut rec, d_ino).unwrap();
-        inode::write(&fs.volume(), h, ino, &rec).unwrap();
+        dir_insert::init_dir(fs.volume(), h, ino, &mut rec, d_ino).unwrap();
+        inode::write(fs.volume(), h, ino, &rec).unwrap();
         dir_insert::add_link(
-            &fs.volume(),
+            fs.volume(),
             h,
             d,
             new,
@@ -307,7 +307,7 @@ fn run_case(c: &Case) {
         with_dir(&fs, sub, |h, d, new| {
             let nm = format!("tmp-{i}-{}", "y".repeat(i % 40));
             dir_insert::add_link(
-                &fs.volume(),
+                fs.volume(),
                 h,
                 d,
                 new,
@@ -321,10 +321,10 @@ fn run_case(c: &Case) {
         with_dir(&fs, sub, |h, d, _new| {
             let nm = format!("tmp-{i}-{}", "y".repeat(i % 40));
             assert_eq!(
-                dir_delete::remove_link(&fs.volume(), h, d, nm.as_bytes()).unwrap().0,
+                dir_delete::remove_link(fs.volume(), h, d, nm.as_bytes()).unwrap().0,
                 d_ino
             );
-            assert_eq!(dir::is_empty(&fs.volume(), d).unwrap(), i == 0);
+            assert_eq!(dir::is_empty(fs.volume(), d).unwrap(), i == 0);
         });
     }
     assert!(
@@ -338,14 +338,14 @@ fn run_case(c: &Case) {
     assert!(fs.read_dir_ino(sub_ino).unwrap().len() == 2);
     with_dir(&fs, b"/d", |h, d, new| {
         assert_eq!(
-            dir_delete::remove_link(&fs.volume(), h, d, b"subdir").unwrap(),
+            dir_delete::remove_link(fs.volume(), h, d, b"subdir").unwrap(),
             (sub_ino, Some(FileType::Directory))
         );
         new.base.links_count -= 1;
     });
     with_dir(&fs, b"/moved", |h, d, new| {
         dir_insert::add_link(
-            &fs.volume(),
+            fs.volume(),
             h,
             d,
             new,
@@ -356,16 +356,16 @@ fn run_case(c: &Case) {
     });
     {
         let ci = fs.inode(sub_ino).unwrap();
-        let map = ci.block_map(&fs.volume()).unwrap();
+        let map = ci.block_map(fs.volume()).unwrap();
         let rec = ci.disk.read();
         let d = DirRef {
             ino: sub_ino,
             inode: &rec,
             map: &map,
         };
-        assert!(dir::is_empty(&fs.volume(), d).unwrap());
+        assert!(dir::is_empty(fs.volume(), d).unwrap());
         let mut h = fs.volume().begin().unwrap();
-        dir_insert::set_dotdot(&fs.volume(), &mut h, d, moved_ino).unwrap();
+        dir_insert::set_dotdot(fs.volume(), &mut h, d, moved_ino).unwrap();
         h.commit().unwrap();
     }
     fs.sync().unwrap();
@@ -511,7 +511,7 @@ fn fill_with_links(fs: &Fs, stop: impl Fn(u8) -> bool) -> (usize, bool) {
         let r = with_dir(fs, b"/d", |h, d, new| {
             let before = new.clone();
             let r = dir_insert::add_link(
-                &fs.volume(),
+                fs.volume(),
                 h,
                 d,
                 new,
@@ -537,7 +537,7 @@ fn fill_with_links(fs: &Fs, stop: impl Fn(u8) -> bool) -> (usize, bool) {
     let mut rec = ci.disk.write();
     rec.base.links_count = 1 + added as u16;
     let mut h = fs.volume().begin().unwrap();
-    inode::write(&fs.volume(), &mut h, target, &rec).unwrap();
+    inode::write(fs.volume(), &mut h, target, &rec).unwrap();
     h.commit().unwrap();
     drop(rec);
     fs.sync().unwrap();
@@ -742,9 +742,9 @@ fn ext4_64k_blocks_no_csum() {
 fn collision_bits(fs: &Fs, dir: &[u8]) -> usize {
     let st = fs.stat(dir).unwrap();
     let ci = fs.inode(st.ino).unwrap();
-    let map = ci.block_map(&fs.volume()).unwrap();
+    let map = ci.block_map(fs.volume()).unwrap();
     let block = |l: u64| {
-        let Mapping::Mapped { pblk, .. } = map.map(&fs.volume(), l).unwrap() else {
+        let Mapping::Mapped { pblk, .. } = map.map(fs.volume(), l).unwrap() else {
             panic!("hole at {l}")
         };
         fs.volume().buffer(pblk).unwrap()
@@ -861,11 +861,11 @@ fn hash_collisions_span_leaves() {
     for (a, b) in &pairs {
         for nm in [b, a] {
             let (ino, _) = with_dir(&fs, b"/d", |h, d, _| {
-                dir_delete::remove_link(&fs.volume(), h, d, nm.as_bytes()).unwrap()
+                dir_delete::remove_link(fs.volume(), h, d, nm.as_bytes()).unwrap()
             });
             with_dir(&fs, b"/moved", |h, d, new| {
                 dir_insert::add_link(
-                    &fs.volume(),
+                    fs.volume(),
                     h,
                     d,
                     new,

@@ -1534,8 +1534,7 @@ impl Filesystem for Ext4Fuse {
     ) {
         self.busy.touch();
         // By inode: flags and the label do not depend on the open file.
-        let r = Self::ino(ino)
-            .and_then(|i| crate::ioctl::ioctl(&self.fs, i, cmd, in_data, &Self::cred(req), self.read_only));
+        let r = Self::ino(ino).and_then(|i| crate::ioctl::ioctl(&self.fs, i, cmd, in_data, &Self::cred(req)));
         match r {
             Ok(mut out) => {
                 // A flag change moves ctime (ext4_ioctl_setflags), which the

@@ -739,7 +739,7 @@ fn an_unlinked_open_file_is_freed_at_its_last_close() {
         },
     )
     .unwrap();
-    let rec = inode::read(&fs.volume(), ino).unwrap();
+    let rec = inode::read(fs.volume(), ino).unwrap();
     assert_eq!(rec.base.links_count, 0);
     assert_ne!(rec.base.dtime, 0);
     assert_eq!(fs.volume().sb().read().last_orphan, 0, "orphan list empty");
