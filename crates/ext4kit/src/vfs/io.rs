@@ -11,7 +11,7 @@
 //! and marks them dirty; blocks are allocated at writeback. Size growth is
 //! data-relevant dirtiness ([`DIRTY_DATA`]); the mtime/ctime update of a
 //! write that does not change the size is timestamps-only ([`DIRTY_TIME`]),
-//! so fdatasync leaves the record alone (seed 003).
+//! so fdatasync leaves the record alone (fdatasync costs O(dirty)).
 //!
 //! On-disk rule kept throughout: the bytes of the last block past `i_size`
 //! are zero (the kernel zeroes them at writeout and in
@@ -835,7 +835,8 @@ impl Fs {
     fn open_once(&self, path: &[u8], flags: OpenFlags, mode: u16, cred: &Cred) -> Result<Option<Arc<File>>> {
         let follow = !(flags.nofollow || (flags.create && flags.excl));
         if !flags.create && !flags.trunc {
-            // The common open (seed 001): walk, find the thread's pin on
+            // The common open (a lock-free open that writes no shared
+            // line): walk, find the thread's pin on
             // (inode, dentry), check the dentry is still cached, done —
             // nothing shared is written when this thread opened the file
             // before (see `vfs::pin`).
@@ -925,7 +926,7 @@ impl Fs {
     /// open takes effect there, and never opens a freed inode, its
     /// number's next owner, or what a name renamed over used to be once
     /// the rename has completed. The check is reads only (a map lookup
-    /// and two arc-swap guards, the thread's own debt slots): seed 001's
+    /// and two arc-swap guards, the thread's own debt slots): the common
     /// open still writes no shared line. It runs on the thread's cached
     /// pin too, though that pin was checked when it was made (so its inode
     /// is `d`'s) — the same rule on both paths costs one map probe.
@@ -1036,7 +1037,7 @@ impl Fs {
         // and write anything; open never asks for exec), immutable and
         // append-only for a write or truncation. A read-only open by root
         // takes no lock: a reader lock is a write to the lock word, which
-        // every opener of the inode shares (seed 001).
+        // every opener of the inode shares (opens write no shared line).
         if !write && (!check_perm || cred.is_root()) {
             return Ok(());
         }
