@@ -53,8 +53,7 @@ pub use vfs::{SetAttr, StatFs, TimeSet};
 
 /// `Fs` is shared between threads by design; `File` and `Dentry` travel
 /// between them; `Process` moves but is not shared (the unshared
-/// descriptor table's lock-free fast path relies on it). Checked at
-/// compile time.
+/// descriptor table's lookup without atomics relies on it). Checked at compile time.
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     const fn send<T: Send>() {}
