@@ -181,9 +181,7 @@ impl Fs {
         owner: Option<(u32, u32)>,
     ) -> Result<Stat> {
         let mode = perm.into();
-        let st = self.retry_enospc(|| self.mkdir_owned_once(parent, name, mode, cred, owner))?;
-        self.dirsync(&[parent])?;
-        Ok(st)
+        self.retry_enospc(|| self.mkdir_owned_once(parent, name, mode, cred, owner))
     }
 
     /// One attempt of [`Self::mkdir_owned`].
@@ -293,7 +291,9 @@ impl Fs {
         }
         // Under the directory's lock (see `create_at`).
         self.dcache.added(parent, name, ino, FileType::Directory);
+        let flags = drec.base.flags;
         drop(drec);
+        self.dirsync_after(&dir, flags)?;
         self.stat_ino(ino)
     }
 
@@ -304,8 +304,7 @@ impl Fs {
         if is_dot(name) {
             return Err(Error::posix(Errno::EISDIR, format!("{}: is a directory", show(name))));
         }
-        self.remove_at(parent, name, false, cred)?;
-        self.dirsync(&[parent])
+        self.remove_at(parent, name, false, cred)
     }
 
     /// Remove the empty directory `name` from directory `parent`.
@@ -317,8 +316,7 @@ impl Fs {
         if name == b".." {
             return Err(Error::posix(Errno::ENOTEMPTY, "rmdir of \"..\""));
         }
-        self.remove_at(parent, name, true, cred)?;
-        self.dirsync(&[parent])
+        self.remove_at(parent, name, true, cred)
     }
 
     fn remove_at(&self, parent: u32, name: &[u8], want_dir: bool, cred: &Cred) -> Result<()> {
@@ -396,18 +394,17 @@ impl Fs {
         *drec = newd;
         *vrec = newv;
         drop(vrec);
+        let flags = drec.base.flags;
         drop(drec);
         if died == Death::Freed {
             self.icache.forget_if(&victim);
         }
-        Ok(())
+        self.dirsync_after(&dir, flags)
     }
 
     /// Give inode `ino` (not a directory) another name: `name` in `parent`.
     pub fn link_at(&self, ino: u32, parent: u32, name: &[u8], cred: &Cred) -> Result<Stat> {
-        let st = self.retry_enospc(|| self.link_at_once(ino, parent, name, cred))?;
-        self.dirsync(&[parent])?;
-        Ok(st)
+        self.retry_enospc(|| self.link_at_once(ino, parent, name, cred))
     }
 
     /// One attempt of [`Self::link_at`].
@@ -497,7 +494,9 @@ impl Fs {
         // Under the directory's lock (see `create_at`).
         self.dcache.added(parent, name, ino, target.ftype);
         drop(trec);
+        let flags = drec.base.flags;
         drop(drec);
+        self.dirsync_after(&dir, flags)?;
         self.stat_ino(ino)
     }
 

@@ -57,10 +57,19 @@ impl Fs {
         self.fsync_inode(inode, false).map(|_| ())
     }
 
-    /// After a change of the entries of directories `dirs`: commit it if
-    /// one of them is `IS_DIRSYNC` (the kernel makes such a handle
-    /// synchronous). The directories are cached (the change just used
-    /// them), so this costs a flag test when nothing is synchronous.
+    /// After a change of the entries of directory `dir`, whose flags were
+    /// `flags` under its lock: commit it if the directory is `IS_DIRSYNC`
+    /// (the kernel makes such a handle synchronous). Called with no lock
+    /// held; costs a flag test when nothing is synchronous.
+    pub(crate) fn dirsync_after(&self, dir: &CachedInode, flags: u32) -> Result<()> {
+        if self.is_dirsync(flags) {
+            self.commit_for(dir)?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::dirsync_after`] for directories `dirs` the caller no longer
+    /// holds (a rename's two): their flags are read again.
     pub(crate) fn dirsync(&self, dirs: &[u32]) -> Result<()> {
         for &d in dirs {
             let dir = self.inode(d)?;

@@ -110,9 +110,7 @@ impl Fs {
         owner: Option<(u32, u32)>,
     ) -> Result<Stat> {
         let mode = perm.into();
-        let st = self.retry_enospc(|| self.mknod_owned_once(parent, name, ftype, mode, rdev, cred, owner))?;
-        self.dirsync(&[parent])?;
-        Ok(st)
+        self.retry_enospc(|| self.mknod_owned_once(parent, name, ftype, mode, rdev, cred, owner))
     }
 
     /// One attempt of [`Self::mknod_owned`].
@@ -163,9 +161,7 @@ impl Fs {
         cred: &Cred,
         owner: Option<(u32, u32)>,
     ) -> Result<Stat> {
-        let st = self.retry_enospc(|| self.symlink_owned_once(parent, name, target, cred, owner))?;
-        self.dirsync(&[parent])?;
-        Ok(st)
+        self.retry_enospc(|| self.symlink_owned_once(parent, name, target, cred, owner))
     }
 
     /// One attempt of [`Self::symlink_owned`].
@@ -367,9 +363,11 @@ impl Fs {
         // of the same name could run first and ours would overwrite its
         // entry with a stale one (a dead inode, or a name that is gone).
         self.dcache.added(parent, name, ino, ftype);
+        let flags = dir_rec.base.flags;
         drop(dir_rec);
         let inode = self.icache.insert_new(ino, rec)?;
         let st = Stat::from_inode(&self.vol, ino, &inode.disk.read());
+        self.dirsync_after(&dir, flags)?;
         Ok(st)
     }
 
@@ -394,9 +392,7 @@ impl Fs {
         linkable: bool,
         cred: &Cred,
     ) -> Result<Arc<CachedInode>> {
-        let inode = self.retry_enospc(|| self.tmpfile_inode_once(parent, mode, linkable, cred))?;
-        self.dirsync(&[parent])?;
-        Ok(inode)
+        self.retry_enospc(|| self.tmpfile_inode_once(parent, mode, linkable, cred))
     }
 
     /// One attempt of [`Self::tmpfile_inode`].
@@ -452,6 +448,7 @@ impl Fs {
             now: t,
             parent: (dir_rec.base.flags, dir_rec.extra.projid),
         });
+        let dir_flags = dir_rec.base.flags;
         drop(dir_rec);
         if let Err(e) = self.store_inherited_acl(&mut h, ino, &mut rec, &acl) {
             // The creation fails whole (ext4_init_acl): the inode and an
@@ -478,6 +475,7 @@ impl Fs {
         // gives it one first.
         inode.unlinked.store(true, std::sync::atomic::Ordering::SeqCst);
         inode.linkable.store(linkable, std::sync::atomic::Ordering::SeqCst);
+        self.dirsync_after(&dir, dir_flags)?;
         Ok(inode)
     }
 
