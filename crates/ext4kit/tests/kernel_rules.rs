@@ -22,7 +22,7 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 
 use ext4kit::device::{BlockDevice, MemDevice};
@@ -32,8 +32,8 @@ use ext4kit::vfs::iflags::flags as fl;
 use ext4kit::vfs::killpriv::CAPABILITY;
 use ext4kit::{Caller, CreateMode, Cred, FileType, Fs, OpenFlags, OpenOptions, SetAttr, WriteAt, WriteRequest};
 use ext4kit_blockdev::RecordingDevice;
-use ext4kit_testkit::mountpeer::mkfs_ext4;
-use ext4kit_testkit::{e2fsck_clean, kernel_available, run_ok, LoopMount};
+use ext4kit_testkit::mountpeer::{assert_same_observations, mkfs_ext4};
+use ext4kit_testkit::{e2fsck_clean, kernel_available, run_ok, sh_as, LoopMount};
 
 /// Observations of one scenario, one line each: the kernel's and the
 /// library's must be equal.
@@ -77,48 +77,32 @@ fn fsck_clean(img: &Path) {
     e2fsck_clean(img).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Compare the two logs line by line (`EXT4KIT_RULES_SHOW=1` prints the
-/// kernel's).
-fn same(tag: &str, kernel: &Log, ours: &Log) {
-    if std::env::var_os("EXT4KIT_RULES_SHOW").is_some() {
-        eprintln!("{tag}, the kernel's observations:\n  {}", kernel.join("\n  "));
-    }
-    let diff: Vec<String> = kernel
-        .iter()
-        .zip(ours.iter().chain(std::iter::repeat(&String::new())))
-        .filter(|(k, o)| k != o)
-        .map(|(k, o)| format!("  kernel:  {k}\n  ext4kit: {o}"))
-        .collect();
-    assert!(
-        diff.is_empty() && kernel.len() == ours.len(),
-        "{tag}: the library differs from the kernel's ext4:\n{}\n(kernel {} observations, library {})",
-        diff.join("\n"),
-        kernel.len(),
-        ours.len()
-    );
-}
-
-/// Run `script` with `sh -c` in `dir` as `uid` (root directly; others
-/// through `setpriv` with no supplementary groups). Returns the exit code.
-fn sh_as(uid: u32, dir: &Path, script: &str) -> i32 {
-    let mut c = if uid == 0 {
-        Command::new("sh")
-    } else {
-        let mut c = Command::new("setpriv");
-        c.args([
-            &format!("--reuid={uid}"),
-            &format!("--regid={uid}"),
-            "--clear-groups",
-            "sh",
-        ]);
-        c
+/// Run `kernel` on a kernel loop mount of a fresh image (given the mount
+/// point) and `ours` on the library over an identical image, and require
+/// the same observations and an e2fsck-clean image from the library
+/// (`EXT4KIT_RULES_SHOW=1` prints the kernel's).
+fn same_as_kernel(tag: &str, kernel: impl FnOnce(&Path) -> Log, ours: impl FnOnce(&Fs) -> Log) {
+    need_kernel();
+    let work = workdir(tag);
+    let kimg = work.join("kernel.img");
+    image(&kimg);
+    let k = {
+        let m = LoopMount::mount(&kimg, &work.join("mnt"), "ext4", false).unwrap();
+        let log = kernel(m.path());
+        m.unmount().unwrap();
+        log
     };
-    c.args(["-c", script])
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    c.status().unwrap().code().unwrap_or(-1)
+    let img = work.join("ext4kit.img");
+    image(&img);
+    let o = {
+        let fs = open_rw(&img);
+        let log = ours(&fs);
+        fs.sync().unwrap();
+        log
+    };
+    fsck_clean(&img);
+    assert_same_observations(tag, &k, &o, "EXT4KIT_RULES_SHOW");
+    let _ = fs::remove_dir_all(&work);
 }
 
 /// One attribute of `p` through the kernel (`None`: it has none).
@@ -193,27 +177,22 @@ fn capability() -> Vec<u8> {
 /// with group execute, or (0o2767) for a writer outside the file's group.
 const START_MODES: [u32; 4] = [0o6777, 0o4777, 0o2777, 0o2767];
 
+/// The changes of the killpriv scenario: a non-owner's (or root's) write
+/// and truncation, as the shell makes them on the kernel's side.
+const CHANGES: [(&str, &str); 2] = [("write", "printf x >> f"), ("truncate", "truncate -s 1 f")];
+
 #[test]
 fn a_non_owner_write_or_truncation_clears_setuid_and_capabilities_like_the_kernel() {
-    need_kernel();
-    let work = workdir("killpriv");
-    let ops = [("write", "printf x >> f"), ("truncate", "truncate -s 1 f")];
-
-    // The kernel's ext4.
-    let kimg = work.join("kernel.img");
-    image(&kimg);
-    let mut kernel = Log::new();
-    {
-        let m = LoopMount::mount(&kimg, &work.join("mnt"), "ext4", false).unwrap();
-        let d = m.path();
-        for (op, script) in ops {
+    let kernel = |d: &Path| {
+        let mut log = Log::new();
+        for (op, script) in CHANGES {
             for start in START_MODES {
                 for uid in [NOBODY, 0] {
                     let f = d.join("f");
                     fs::write(&f, vec![1u8; 6000]).unwrap();
                     fs::set_permissions(&f, fs::Permissions::from_mode(start)).unwrap();
                     let code = sh_as(uid, d, script);
-                    kernel.push(format!(
+                    log.push(format!(
                         "{op} as {uid} on {start:o}: exit {code}, mode {:o}",
                         perm_of(&f)
                     ));
@@ -226,33 +205,31 @@ fn a_non_owner_write_or_truncation_clears_setuid_and_capabilities_like_the_kerne
                 fs::set_permissions(&c, fs::Permissions::from_mode(0o666)).unwrap();
                 set_kernel_xattr(&c, "security.capability", &capability());
                 let code = sh_as(uid, d, script);
-                kernel.push(format!(
+                log.push(format!(
                     "{op} as {uid} of a file with a capability: exit {code}, capability {}",
                     hex(kernel_xattr(&c, "security.capability"))
                 ));
                 fs::remove_file(&c).unwrap();
             }
         }
-        m.unmount().unwrap();
-    }
-
-    // The library, on an identical image, with the same callers.
-    let img = work.join("ext4kit.img");
-    image(&img);
-    let mut ours = Log::new();
-    {
-        let fs = open_rw(&img);
+        log
+    };
+    // The library, with the same callers: an open by them, then the file's
+    // write or ftruncate.
+    let ours = |fs: &Fs| {
+        let mut log = Log::new();
         let root = Cred::root();
-        for (op, _) in ops {
+        for (op, _) in CHANGES {
             let change = |cred: &Cred| -> ext4kit::Result<()> {
                 let f = fs.open_as(b"/f", OpenFlags::from_bits(O_WRONLY | O_APPEND), 0, cred)?;
                 let r = match op {
-                    "write" => f.write(&fs, b"x").map(drop),
-                    _ => f.ftruncate(&fs, 1),
+                    "write" => f.write(fs, b"x").map(drop),
+                    _ => f.ftruncate(fs, 1),
                 };
                 fs.close_file(f)?;
                 r
             };
+            let code = |r: ext4kit::Result<()>| if r.is_ok() { 0 } else { 1 };
             for start in START_MODES {
                 for uid in [NOBODY, 0] {
                     let st = fs.write_file(b"/f", &[1u8; 6000], 0o644, 0, 0).unwrap();
@@ -261,67 +238,53 @@ fn a_non_owner_write_or_truncation_clears_setuid_and_capabilities_like_the_kerne
                         ..SetAttr::default()
                     };
                     fs.setattr_ino(st.ino, &mode, &root).unwrap();
-                    let r = change(&Cred::user(uid, uid));
-                    let code = if r.is_ok() { 0 } else { 1 };
+                    let code = code(change(&Cred::user(uid, uid)));
                     let now = fs.stat(b"/f").unwrap().perm();
-                    ours.push(format!("{op} as {uid} on {start:o}: exit {code}, mode {now:o}"));
+                    log.push(format!("{op} as {uid} on {start:o}: exit {code}, mode {now:o}"));
                     fs.unlink(b"/f", &root).unwrap();
                 }
             }
             for uid in [NOBODY, 0] {
                 let st = fs.write_file(b"/f", b"data", 0o666, 0, 0).unwrap();
                 fs.setxattr_ino(st.ino, CAPABILITY, &capability(), 0, &root).unwrap();
-                let r = change(&Cred::user(uid, uid));
-                let code = if r.is_ok() { 0 } else { 1 };
+                let code = code(change(&Cred::user(uid, uid)));
                 let cap = fs.getxattr_ino(st.ino, CAPABILITY, &root).ok();
-                ours.push(format!(
+                log.push(format!(
                     "{op} as {uid} of a file with a capability: exit {code}, capability {}",
                     hex(cap)
                 ));
                 fs.unlink(b"/f", &root).unwrap();
             }
         }
-        fs.sync().unwrap();
-    }
-    fsck_clean(&img);
-    same("killpriv", &kernel, &ours);
-    let _ = fs::remove_dir_all(&work);
+        log
+    };
+    same_as_kernel("killpriv", kernel, ours);
 }
 
 #[test]
 fn an_append_only_file_refuses_an_overwrite_but_takes_appends_like_the_kernel() {
-    need_kernel();
-    let work = workdir("append");
-
-    let kimg = work.join("kernel.img");
-    image(&kimg);
-    let mut kernel = Log::new();
-    {
-        let m = LoopMount::mount(&kimg, &work.join("mnt"), "ext4", false).unwrap();
-        let f = m.path().join("f");
+    let kernel = |d: &Path| {
+        let mut log = Log::new();
+        let f = d.join("f");
         fs::write(&f, b"abc").unwrap();
         run_ok(Command::new("chattr").arg("+a").arg(&f), &[0]).unwrap();
         // An overwrite needs an opener without O_APPEND: refused at open.
-        kernel.push(format!(
+        log.push(format!(
             "overwrite: {}",
             errno_of(fs::OpenOptions::new().write(true).open(&f))
         ));
         let a = fs::OpenOptions::new().append(true).open(&f).unwrap();
-        kernel.push(format!("append: {}", errno_of((&a).write_all(b"def"))));
+        log.push(format!("append: {}", errno_of((&a).write_all(b"def"))));
         // pwrite on an O_APPEND file appends on Linux.
-        kernel.push(format!("positioned append: {}", errno_of(a.write_at(b"g", 0))));
-        kernel.push(format!("truncate: {}", errno_of(a.set_len(1))));
+        log.push(format!("positioned append: {}", errno_of(a.write_at(b"g", 0))));
+        log.push(format!("truncate: {}", errno_of(a.set_len(1))));
         drop(a);
-        kernel.push(format!("contents: {}", String::from_utf8_lossy(&fs::read(&f).unwrap())));
+        log.push(format!("contents: {}", String::from_utf8_lossy(&fs::read(&f).unwrap())));
         run_ok(Command::new("chattr").arg("-a").arg(&f), &[0]).unwrap();
-        m.unmount().unwrap();
-    }
-
-    let img = work.join("ext4kit.img");
-    image(&img);
-    let mut ours = Log::new();
-    {
-        let fs = open_rw(&img);
+        log
+    };
+    let ours = |fs: &Fs| {
+        let mut log = Log::new();
         let root = Cred::root();
         let st = fs.write_file(b"/f", b"abc", 0o644, 0, 0).unwrap();
         let flags = fs.get_flags_ino(st.ino).unwrap();
@@ -335,30 +298,28 @@ fn an_append_only_file_refuses_an_overwrite_but_takes_appends_like_the_kernel() 
                 ..WriteRequest::new(b"x", Caller::root())
             },
         );
-        ours.push(format!("overwrite: {}", lib_errno(over)));
+        log.push(format!("overwrite: {}", lib_errno(over)));
         let a = fs
             .open_as(b"/f", OpenFlags::from_bits(O_WRONLY | O_APPEND), 0, &root)
             .unwrap();
-        ours.push(format!("append: {}", lib_errno(a.write(&fs, b"def"))));
-        ours.push(format!("positioned append: {}", lib_errno(a.pwrite(&fs, 0, b"g"))));
-        ours.push(format!("truncate: {}", lib_errno(a.ftruncate(&fs, 1))));
+        log.push(format!("append: {}", lib_errno(a.write(fs, b"def"))));
+        log.push(format!("positioned append: {}", lib_errno(a.pwrite(fs, 0, b"g"))));
+        log.push(format!("truncate: {}", lib_errno(a.ftruncate(fs, 1))));
         fs.close_file(a).unwrap();
         let mut buf = vec![0u8; 64];
         let n = fs
             .open(b"/f", OpenFlags::default())
             .unwrap()
-            .read(&fs, &mut buf)
+            .read(fs, &mut buf)
             .unwrap();
-        ours.push(format!("contents: {}", String::from_utf8_lossy(&buf[..n])));
+        log.push(format!("contents: {}", String::from_utf8_lossy(&buf[..n])));
         // The open refuses what the kernel's open refuses.
         let e = fs.open_as(b"/f", OpenFlags::from_bits(O_WRONLY), 0, &root);
         assert_eq!(lib_errno(e), "errno 1", "a non-appending open of an append-only file");
         fs.set_flags_ino(st.ino, flags, &root).unwrap();
-        fs.sync().unwrap();
-    }
-    fsck_clean(&img);
-    same("append-only", &kernel, &ours);
-    let _ = fs::remove_dir_all(&work);
+        log
+    };
+    same_as_kernel("append-only", kernel, ours);
 }
 
 /// The crash image a power cut leaves right after `op` returned: every
@@ -535,7 +496,7 @@ fn a_synchronous_file_write_and_dirsync_mkdir_are_durable_at_return_like_the_ker
     // running transaction) — the test can tell the difference.
     let lazy = crash_image_after(&base, |fs| setup(fs, 0), op, check);
     assert_eq!(lazy, "0 false false", "without +S/+D nothing is durable at the return");
-    same("sync/dirsync", &kernel, &ours);
+    assert_same_observations("sync/dirsync", &kernel, &ours, "EXT4KIT_RULES_SHOW");
     let _ = fs::remove_dir_all(&work);
 }
 
@@ -560,8 +521,6 @@ fn default_acl() -> Vec<u8> {
 
 #[test]
 fn a_default_acl_is_inherited_at_create_like_the_kernel() {
-    need_kernel();
-    let work = workdir("acl");
     // (what, parent, name, umask); created by `: > NAME` (0666) or
     // `mkdir NAME` (0777).
     let made = [
@@ -577,17 +536,13 @@ fn a_default_acl_is_inherited_at_create_like_the_kernel() {
             hex(default)
         )
     };
-
-    let kimg = work.join("kernel.img");
-    image(&kimg);
-    let mut kernel = Log::new();
-    {
-        let m = LoopMount::mount(&kimg, &work.join("mnt"), "ext4", false).unwrap();
-        let d = m.path().join("d");
+    let kernel = |m: &Path| {
+        let mut log = Log::new();
+        let d = m.join("d");
         fs::create_dir(&d).unwrap();
         set_kernel_xattr(&d, "system.posix_acl_default", &default_acl());
         for (what, parent, name, umask) in made {
-            let dir = m.path().join(parent);
+            let dir = m.join(parent);
             let make = if what == "file" {
                 format!(": > {name}")
             } else {
@@ -595,7 +550,7 @@ fn a_default_acl_is_inherited_at_create_like_the_kernel() {
             };
             assert_eq!(sh_as(0, &dir, &format!("umask {umask:o}; {make}")), 0);
             let p = dir.join(name);
-            kernel.push(show(
+            log.push(show(
                 what,
                 name,
                 perm_of(&p),
@@ -603,14 +558,10 @@ fn a_default_acl_is_inherited_at_create_like_the_kernel() {
                 kernel_xattr(&p, "system.posix_acl_default"),
             ));
         }
-        m.unmount().unwrap();
-    }
-
-    let img = work.join("ext4kit.img");
-    image(&img);
-    let mut ours = Log::new();
-    {
-        let fs = open_rw(&img);
+        log
+    };
+    let ours = |fs: &Fs| {
+        let mut log = Log::new();
         let root = Cred::root();
         let d = fs.mkdir(b"/d", 0o755, &root).unwrap();
         fs.setxattr_ino(d.ino, ACL_DEFAULT_NAME, &default_acl(), 0, &root)
@@ -625,7 +576,7 @@ fn a_default_acl_is_inherited_at_create_like_the_kernel() {
                 fs.mkdir_at(p, name.as_bytes(), CreateMode { perm: 0o777, umask }, &root)
             }
             .unwrap();
-            ours.push(show(
+            log.push(show(
                 what,
                 name,
                 u32::from(st.perm()),
@@ -633,9 +584,7 @@ fn a_default_acl_is_inherited_at_create_like_the_kernel() {
                 fs.getxattr_ino(st.ino, ACL_DEFAULT_NAME, &root).ok(),
             ));
         }
-        fs.sync().unwrap();
-    }
-    fsck_clean(&img);
-    same("default ACL", &kernel, &ours);
-    let _ = fs::remove_dir_all(&work);
+        log
+    };
+    same_as_kernel("default-acl", kernel, ours);
 }
