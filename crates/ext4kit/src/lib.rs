@@ -33,7 +33,7 @@ pub use error::{Errno, Error, Result};
 pub use ext4::{DirEntry, OpenOptions};
 pub use ext4kit_blockdev::Location;
 pub use ext4kit_format::inode::{FileType, Timestamp};
-pub use vfs::namespace::RenameFlags;
+pub use vfs::rename::RenameFlags;
 pub use vfs::{Access, Cred, DataLayout, Fd, File, Fs, FsInfo, FsStats, OpenFlags, Process, Run, Stat, Whence};
 pub use vfs::{SetAttr, StatFs, TimeSet};
 

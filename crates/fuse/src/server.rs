@@ -935,7 +935,7 @@ impl Filesystem for Ext4Fuse {
                 ))?;
                 return self.dir_sync(&[from, to]);
             }
-            let f = ext4kit::vfs::namespace::RenameFlags {
+            let f = ext4kit::RenameFlags {
                 noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
                 exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
             };

@@ -22,6 +22,7 @@ pub mod namespace;
 mod open;
 pub mod pagecache;
 pub mod pin;
+pub mod rename;
 pub mod shared;
 mod stat;
 pub mod whiteout;
