@@ -9,6 +9,7 @@ pub mod attr;
 pub mod by_ino;
 pub mod cred;
 pub mod dcache;
+mod evict;
 pub mod fdtable;
 pub mod file;
 pub mod fslabel;

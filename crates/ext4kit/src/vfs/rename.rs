@@ -46,9 +46,10 @@ use ext4kit_format::inode::{FileType, Inode, TimeField, Timestamp};
 use parking_lot::RwLockWriteGuard;
 
 use super::cred::{Cred, MAY_WRITE};
+use super::evict::Death;
 use super::icache::CachedInode;
 use super::namei::{show, with_path};
-use super::namespace::{add_links, check_name, is_dot, split, Death, LINK_MAX};
+use super::namespace::{add_links, check_name, is_dot, split, LINK_MAX};
 use super::write::now;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
