@@ -13,7 +13,7 @@ use std::error::Error;
 use std::io::Read;
 use std::path::PathBuf;
 
-use ext4kit::{Access, Cred, Fs, OpenFlags, OpenOptions};
+use ext4kit::{Access, Cred, OpenFlags};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<_> = std::env::args_os().skip(1).collect();
@@ -34,13 +34,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         _ => return Err("usage: copy_in [HOST_FILE IMAGE /path/in/image]".into()),
     };
 
-    let fs = Fs::open_image(
-        &image,
-        &OpenOptions {
-            read_only: false,
-            ..Default::default()
-        },
-    )?;
+    // `Fs::open_image` with `OpenOptions { read_only: false, .. }`.
+    let fs = common::open_writable(&image)?;
 
     // The parent directory, if missing (`mkdir -p` of one level).
     let parent = match dest.iter().rposition(|&b| b == b'/') {

@@ -17,7 +17,7 @@ use std::error::Error;
 use std::path::Path;
 use std::sync::Arc;
 
-use ext4kit::{Access, Fs, OpenFlags, OpenOptions};
+use ext4kit::{Access, OpenFlags};
 // The device type and the log walk are not re-exported by `ext4kit` yet.
 use ext4kit_blockdev::{BlockDevice, FileDevice};
 use ext4kit_jbd2::listing::{list, End};
@@ -30,13 +30,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     let dir = common::scratch_dir("list_journal")?;
     let image = dir.join("demo.img");
     common::make_empty_image(&image, 32 << 20)?;
-    let fs = Fs::open_image(
-        &image,
-        &OpenOptions {
-            read_only: false,
-            ..Default::default()
-        },
-    )?;
+    // `Fs::open_image` with `OpenOptions { read_only: false, .. }`.
+    let fs = common::open_writable(&image)?;
     let flags = OpenFlags {
         access: Access::WriteOnly,
         create: true,

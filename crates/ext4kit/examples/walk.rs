@@ -85,13 +85,7 @@ fn print_entry(fs: &Fs, path: &[u8]) -> Result<(), Box<dyn Error>> {
 /// A small tree to walk when no image is given.
 fn make_demo(image: &std::path::Path) -> Result<(), Box<dyn Error>> {
     common::make_empty_image(image, 16 << 20)?;
-    let fs = Fs::open_image(
-        image,
-        &OpenOptions {
-            read_only: false,
-            ..Default::default()
-        },
-    )?;
+    let fs = common::open_writable(image)?;
     let root = Cred::root();
     fs.mkdir(b"/etc", 0o755, &root)?;
     fs.write_file(b"/etc/hostname", b"demo\n", 0o644, 0, 0)?;

@@ -3,8 +3,11 @@
 //! the image `build_image` writes is checked by `e2fsck -fn`, then walked,
 //! listed and copied into by the others (their argument forms).
 //!
-//! `cargo test` builds the examples before running tests; a run that
-//! selects only this test (`--test examples`) builds them here if missing.
+//! `cargo test` builds the examples before running tests. A run that
+//! selects only this test (`--test examples`) does not: here an example
+//! whose binary is missing or older than its source is built first (a
+//! change to the library alone is not seen that way: run `cargo test`, or
+//! `cargo build --examples`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,8 +26,8 @@ fn examples_dir() -> PathBuf {
 /// Run example `name` with `args`; its stdout, after checking it exited 0.
 fn run(name: &str, args: &[&std::ffi::OsStr]) -> String {
     let bin = examples_dir().join(name);
-    if !bin.exists() {
-        build_examples();
+    if is_stale(&bin, name) {
+        build_example(name);
     }
     let out = Command::new(&bin)
         .args(args)
@@ -40,8 +43,20 @@ fn run(name: &str, args: &[&std::ffi::OsStr]) -> String {
     stdout
 }
 
-/// `cargo build --examples` for this test's profile.
-fn build_examples() {
+/// Whether example `name`'s binary `bin` is missing or older than its
+/// sources.
+fn is_stale(bin: &Path, name: &str) -> bool {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let Some(built) = modified(bin) else { return true };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    [src.join(format!("{name}.rs")), src.join("common/mod.rs")]
+        .iter()
+        .any(|s| modified(s).is_some_and(|t| t > built))
+}
+
+/// `cargo build --example NAME` for this test's profile and features (so
+/// it builds what `cargo test` would have, and nothing else).
+fn build_example(name: &str) {
     let dir = examples_dir();
     let profile_dir = dir.parent().expect("examples dir has a parent");
     let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
@@ -51,20 +66,23 @@ fn build_examples() {
     };
     let target_dir = profile_dir.parent().expect("profile dir has a parent");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let st = Command::new(cargo)
-        .args([
-            "build",
-            "-p",
-            "ext4kit",
-            "--examples",
-            "--profile",
-            &profile,
-            "--target-dir",
-        ])
-        .arg(target_dir)
-        .status()
-        .expect("running cargo build --examples");
-    assert!(st.success(), "cargo build --examples failed");
+    let mut c = Command::new(cargo);
+    c.args([
+        "build",
+        "-p",
+        "ext4kit",
+        "--example",
+        name,
+        "--profile",
+        &profile,
+        "--target-dir",
+    ])
+    .arg(target_dir);
+    if cfg!(feature = "count-shared") {
+        c.args(["--features", "count-shared"]);
+    }
+    let st = c.status().expect("running cargo build --example");
+    assert!(st.success(), "cargo build --example {name} failed");
 }
 
 fn lines_with(out: &str, needle: &str) -> usize {

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use ext4kit_blockdev::FileDevice;
 use ext4kit_mkfs::{mkfs, MkfsOptions};
 
+use ext4kit::{Fs, OpenOptions};
+
 /// A new, empty directory under the system's temporary directory, named
 /// for the example and this process. The caller removes it when done.
 pub fn scratch_dir(example: &str) -> std::io::Result<PathBuf> {
@@ -34,4 +36,14 @@ pub fn make_image(path: &Path, size: u64, opts: &MkfsOptions) -> Result<(), Box<
 /// [`make_image`] with the default options.
 pub fn make_empty_image(path: &Path, size: u64) -> Result<(), Box<dyn Error>> {
     make_image(path, size, &MkfsOptions::default())
+}
+
+/// Open the image at `path` for writing (`OpenOptions::default()` is
+/// read-only).
+pub fn open_writable(path: &Path) -> ext4kit::Result<std::sync::Arc<Fs>> {
+    let opts = OpenOptions {
+        read_only: false,
+        ..Default::default()
+    };
+    Fs::open_image(path, &opts)
 }

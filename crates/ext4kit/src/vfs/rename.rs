@@ -556,6 +556,18 @@ impl Fs {
         dir_insert::set_dotdot(&self.vol, h, dir, parent)
     }
 
+    /// [`Self::rename_dir_finish`] for the source directory, moving into
+    /// the new parent (through its cached block map).
+    fn rename_dir_finish_source(&self, h: &mut Handle<'_>, r: &Renaming<'_>) -> Result<()> {
+        let map = self.locked_map(r.src_inode, &r.src)?;
+        let moved = DirRef {
+            ino: r.old.ino(),
+            inode: &r.src,
+            map: &map,
+        };
+        self.rename_dir_finish(h, moved, r.new.dir)
+    }
+
     /// `ext4_rename_delete`: take the old name out. Within one directory
     /// the new name may have grown it; the name is then looked up through
     /// the grown record, whose map the cached one is not (as the kernel
@@ -653,13 +665,7 @@ impl Fs {
         self.rename_delete(&mut h, &r, &recs, grew)?;
         if old.is_dir {
             if cross {
-                let map = self.locked_map(r.src_inode, &r.src)?;
-                let moved = DirRef {
-                    ino: old.ino(),
-                    inode: &r.src,
-                    map: &map,
-                };
-                self.rename_dir_finish(&mut h, moved, new.dir)?;
+                self.rename_dir_finish_source(&mut h, &r)?;
             }
             let dir_nlink = self.dir_nlink();
             update_dir_count(old, &mut recs.old_dir, dir_nlink);
@@ -696,13 +702,7 @@ impl Fs {
         dir_delete::replace_link(&self.vol, &mut h, r.dirs.new_dir(), new.name, old.ino(), old.ftype())?;
         if cross {
             if old.is_dir {
-                let map = self.locked_map(r.src_inode, &r.src)?;
-                let moved = DirRef {
-                    ino: old.ino(),
-                    inode: &r.src,
-                    map: &map,
-                };
-                self.rename_dir_finish(&mut h, moved, new.dir)?;
+                self.rename_dir_finish_source(&mut h, &r)?;
             }
             if let (true, Some(tr)) = (new.is_dir, r.dst.as_deref()) {
                 let map = bmap::load(&self.vol, new.ino(), tr)?;
