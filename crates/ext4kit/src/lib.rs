@@ -47,7 +47,7 @@ pub use vfs::acl_inherit::CreateMode;
 pub use vfs::cred::Caller;
 pub use vfs::io::{Fallocate, WriteAt, WriteRequest, Written};
 pub use vfs::mount::MountRecord;
-pub use vfs::namespace::RenameFlags;
+pub use vfs::rename::RenameFlags;
 pub use vfs::{Access, Cred, DataLayout, Fd, File, Fs, FsInfo, FsStats, OpenFlags, Process, Run, Stat, Whence};
 pub use vfs::{SetAttr, StatFs, TimeSet};
 

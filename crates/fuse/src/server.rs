@@ -857,7 +857,7 @@ impl Filesystem for Ext4Fuse {
                     &Self::cred(req),
                 ));
             }
-            let f = ext4kit::vfs::namespace::RenameFlags {
+            let f = ext4kit::RenameFlags {
                 noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
                 exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
             };

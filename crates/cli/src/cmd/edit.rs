@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use ext4kit::vfs::namespace::RenameFlags;
+use ext4kit::RenameFlags;
 use ext4kit::{Cred, Errno, FileType, Fs, OpenOptions};
 
 use super::Image;

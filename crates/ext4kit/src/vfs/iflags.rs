@@ -429,7 +429,7 @@ mod tests {
             fs.set_flags_ino(f.ino, old | flag, &root).unwrap();
             assert_eq!(errno(fs.unlink_at(2, b"f", &root)), Errno::EPERM);
             assert_eq!(errno(fs.link_at(f.ino, 2, b"g", &root)), Errno::EPERM);
-            let rf = super::super::namespace::RenameFlags::default();
+            let rf = super::super::rename::RenameFlags::default();
             assert_eq!(errno(fs.rename_at(2, b"f", 2, b"h", rf, &root)), Errno::EPERM);
             fs.set_flags_ino(f.ino, old, &root).unwrap();
         }

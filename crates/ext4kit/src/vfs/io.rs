@@ -500,7 +500,9 @@ impl Fs {
             if pos < end && self.pages.dirty_over() {
                 // The data is accepted; a failure to write it back now is
                 // the inode's to report at fsync (kept by writeback).
-                let _ = self.writeback_locked(inode, &mut rec, super::writeback::SyncLevel::All);
+                let _ = self
+                    .writer()
+                    .writeback_locked(inode, &mut rec, super::writeback::SyncLevel::All);
             }
         }
         if pos == off {
