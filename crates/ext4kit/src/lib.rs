@@ -45,9 +45,9 @@ pub use ext4kit_format::inode::{FileType, Timestamp};
 pub use ext4kit_format::time::Clock;
 pub use vfs::acl_inherit::CreateMode;
 pub use vfs::cred::Caller;
-pub use vfs::io::{Fallocate, WriteAt, WriteRequest, Written};
 pub use vfs::mount::MountRecord;
 pub use vfs::rename::RenameFlags;
+pub use vfs::request::{Fallocate, WriteAt, WriteRequest, Written};
 pub use vfs::{Access, Cred, DataLayout, Fd, File, Fs, FsInfo, FsStats, OpenFlags, Process, Run, Stat, Whence};
 pub use vfs::{SetAttr, StatFs, TimeSet};
 

@@ -220,7 +220,7 @@
 //! mount, which is the only user of the image); ioctls other than the
 //! flag and label ones (FIEMAP, ...) answer ENOTTY and `bmap` ENOSYS.
 //! statx's attributes (immutable, append-only, nodump...): FUSE_STATX
-//! answers them as `ext4_getattr` does ([`attr::statx_attributes`]), but
+//! answers them as `ext4_getattr` does (`Stat::statx_attributes`), but
 //! the kernel's FUSE (6.18) copies only the birth time out of the reply
 //! (`fuse_do_statx`), so statx through the mount shows none of them;
 //! lsattr's ioctl does. Inode flags are not

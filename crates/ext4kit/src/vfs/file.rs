@@ -20,8 +20,8 @@ use ext4kit_format::inode::FileType;
 
 use super::cred::{Caller, Cred};
 use super::dcache::Dentry;
-use super::io::{Fallocate, WriteAt, WriteRequest};
 use super::pin::OpenRef;
+use super::request::{Fallocate, WriteAt, WriteRequest};
 use super::writeback::SyncLevel;
 use super::Fs;
 use crate::error::{Errno, Error, Result};

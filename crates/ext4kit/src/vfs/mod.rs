@@ -26,6 +26,7 @@ mod open;
 pub mod pagecache;
 pub mod pin;
 pub mod rename;
+pub mod request;
 pub mod shared;
 mod stat;
 pub mod syncmode;
