@@ -175,7 +175,7 @@ fn read_file(fs: &Fs, path: &[u8], size: u64) -> Data {
     let mut buf = vec![0u8; size as usize];
     let mut at = 0;
     while at < buf.len() {
-        match f.pread(fs, at as u64, &mut buf[at..]) {
+        match fs.pread(&f, at as u64, &mut buf[at..]) {
             Ok(0) => {
                 return Data::Unreadable(format!("short read: {at} of {size} bytes"));
             }

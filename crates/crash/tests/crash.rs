@@ -222,7 +222,7 @@ fn damage_is_caught() {
             )
             .unwrap();
         let b = file.content.as_ref().unwrap().get(5).unwrap();
-        f.pwrite(fs, 5, &[b ^ 0x55]).unwrap();
+        fs.pwrite(&f, 5, &[b ^ 0x55]).unwrap();
     });
     assert!(kinds(&rec, &cut, &bad).contains(&FailKind::FsyncData));
 

@@ -67,13 +67,13 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         let mut done = 0;
         while done < n {
-            done += file.write(&fs, &buf[done..n])?;
+            done += fs.write(&file, &buf[done..n])?;
         }
         copied += n as u64;
     }
     // fsync: the data, then the journal commit of the inode and the
     // directory entry; after it returns the copy survives a crash.
-    file.fsync(&fs)?;
+    fs.fsync(&file)?;
     fs.close_file(file)?;
     println!(
         "copied {copied} bytes from {} to {} (fsync'd)",
@@ -85,7 +85,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let file = fs.open(&dest, OpenFlags::default())?;
     let mut back = Vec::new();
     loop {
-        let n = file.read(&fs, &mut buf)?;
+        let n = fs.read(&file, &mut buf)?;
         if n == 0 {
             break;
         }

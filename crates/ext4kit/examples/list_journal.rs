@@ -38,8 +38,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     };
     for name in [&b"/one"[..], b"/two", b"/three"] {
         let f = fs.open(name, flags)?;
-        f.write(&fs, b"hello, journal\n")?;
-        f.fsync(&fs)?; // one committed transaction each
+        fs.write(&f, b"hello, journal\n")?;
+        fs.fsync(&f)?; // one committed transaction each
         fs.close_file(f)?;
     }
     println!("== with the filesystem open, after three fsyncs");

@@ -12,7 +12,7 @@
 //! }
 //! let f = fs.open(b"/etc/hostname", OpenFlags::default())?;
 //! let mut buf = vec![0; 4096];
-//! let n = f.read(&fs, &mut buf)?;
+//! let n = fs.read(&f, &mut buf)?;
 //! # Ok::<(), ext4kit::Error>(())
 //! ```
 //!

@@ -257,7 +257,7 @@ fn verify_with(fs: &Fs, img: &Path, files: &[&File], narrow_ok: bool) {
         let mut buf = vec![0u8; f.model.len()];
         let mut got = 0;
         while got < buf.len() {
-            let n = h.pread(&fresh, got as u64, &mut buf[got..]).unwrap();
+            let n = fresh.pread(&h, got as u64, &mut buf[got..]).unwrap();
             assert!(n > 0, "{}: short read at {got}", f.name);
             got += n;
         }

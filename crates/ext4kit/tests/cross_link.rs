@@ -312,7 +312,7 @@ fn the_scan_beside_concurrent_allocations_finds_nothing_wrong() {
                         let data = vec![t as u8; 3 * fs.volume().block_size()];
                         fs.write_file(p.as_bytes(), &data, 0o644, 0, 0).unwrap();
                         let f = fs.open(p.as_bytes(), OpenFlags::default()).unwrap();
-                        f.fsync(fs).unwrap();
+                        fs.fsync(&f).unwrap();
                         fs.close_file(f).unwrap();
                     }
                 });

@@ -79,7 +79,7 @@ fn read_all(fs: &Fs, path: &str) -> Vec<u8> {
     let mut v = vec![0xAAu8; size + 100];
     let mut got = 0;
     loop {
-        let n = f.pread(fs, got as u64, &mut v[got..]).unwrap();
+        let n = fs.pread(&f, got as u64, &mut v[got..]).unwrap();
         if n == 0 {
             break;
         }
@@ -144,7 +144,7 @@ fn round_trips(tag: &str, mkfs: &[&str]) {
     while off < 300_000 {
         let n = [1usize, 7, 511, 1000, 4095, 4097, 12_345][k as usize % 7];
         let data = pattern(n, k);
-        assert_eq!(f.write(&fs, &data).unwrap(), n);
+        assert_eq!(fs.write(&f, &data).unwrap(), n);
         write_model(&mut model, off, &data);
         off += n;
         k += 1;
@@ -152,19 +152,19 @@ fn round_trips(tag: &str, mkfs: &[&str]) {
     assert_eq!(f.position(), off as u64);
     assert_eq!(fs.stat(b"/f").unwrap().size, off as u64);
     assert!(read_all(&fs, "/f") == model);
-    f.fsync(&fs).unwrap();
+    fs.fsync(&f).unwrap();
     for i in 0..200u64 {
         // Within the file: gaps past EOF would add extents (interim map limit).
         let o = (i * 7919 + 13) as usize % model.len();
         let n = (i as usize * 37) % 9000 + 1;
         let data = pattern(n, 1000 + i);
-        assert_eq!(f.pwrite(&fs, o as u64, &data).unwrap(), n);
+        assert_eq!(fs.pwrite(&f, o as u64, &data).unwrap(), n);
         write_model(&mut model, o, &data);
         if i % 50 == 0 {
-            f.fdatasync(&fs).unwrap();
+            fs.fdatasync(&f).unwrap();
         }
         let mut buf = vec![0u8; n + 10];
-        let got = f.pread(&fs, o as u64, &mut buf).unwrap();
+        let got = fs.pread(&f, o as u64, &mut buf).unwrap();
         assert_eq!(&buf[..got], &model[o..(o + n + 10).min(model.len())]);
     }
     assert!(read_all(&fs, "/f") == model);
@@ -177,7 +177,7 @@ fn round_trips(tag: &str, mkfs: &[&str]) {
         (12_345, 70_000),
     ] {
         let mut buf = vec![0u8; n];
-        let got = f.pread(&fs, o as u64, &mut buf).unwrap();
+        let got = fs.pread(&f, o as u64, &mut buf).unwrap();
         assert_eq!(&buf[..got], &model[o..(o + n).min(model.len())]);
     }
     drop(f);
@@ -212,9 +212,9 @@ fn append_and_trunc() {
         let f = if i % 2 == 0 { &a } else { &b };
         if i % 3 == 0 {
             // pwrite on an O_APPEND description appends too (Linux).
-            f.pwrite(&fs, 0, &d).unwrap();
+            fs.pwrite(&f, 0, &d).unwrap();
         } else {
-            f.write(&fs, &d).unwrap();
+            fs.write(&f, &d).unwrap();
         }
         model.extend_from_slice(&d);
     }
@@ -227,7 +227,7 @@ fn append_and_trunc() {
             s.spawn(move || {
                 let f = fs.open(b"/log", flags(O_WRONLY | O_APPEND)).unwrap();
                 for _ in 0..50 {
-                    f.write(fs, &[t + b'a'; 100]).unwrap();
+                    fs.write(&f, &[t + b'a'; 100]).unwrap();
                 }
             });
         }
@@ -242,15 +242,15 @@ fn append_and_trunc() {
     drop((a, b));
     // O_TRUNC empties the file; O_CREAT|O_EXCL on it fails.
     let t = fs.open(b"/log2", flags(O_CREAT | O_WRONLY)).unwrap();
-    t.write(&fs, &pattern(50_000, 9)).unwrap();
-    t.fsync(&fs).unwrap();
+    fs.write(&t, &pattern(50_000, 9)).unwrap();
+    fs.fsync(&t).unwrap();
     drop(t);
     let blocks_before = fs.stat(b"/log2").unwrap().blocks;
     assert!(blocks_before >= 98, "{blocks_before} sectors");
     let t = fs.open(b"/log2", flags(O_TRUNC | O_RDWR)).unwrap();
     assert_eq!(fs.stat(b"/log2").unwrap().size, 0);
     assert_eq!(fs.stat(b"/log2").unwrap().blocks, 0);
-    t.write(&fs, b"fresh").unwrap();
+    fs.write(&t, b"fresh").unwrap();
     assert_eq!(
         fs.open(b"/log2", flags(O_CREAT | O_EXCL | O_RDWR)).unwrap_err().errno(),
         Errno::EEXIST
@@ -265,43 +265,43 @@ fn ftruncate_shrink_and_grow() {
     let fs = rw(&img.path);
     let f = fs.open(b"/t", flags(O_CREAT | O_RDWR)).unwrap();
     let mut model = pattern(100_000, 5);
-    f.write(&fs, &model).unwrap();
-    f.fsync(&fs).unwrap();
+    fs.write(&f, &model).unwrap();
+    fs.fsync(&f).unwrap();
     let st0 = fs.stat(b"/t").unwrap();
     // Shrink to a partial block, with the tail block cached and dirty.
-    f.pwrite(&fs, 40_000, &[1u8; 3000]).unwrap();
+    fs.pwrite(&f, 40_000, &[1u8; 3000]).unwrap();
     write_model(&mut model, 40_000, &[1u8; 3000]);
-    f.ftruncate(&fs, 41_500).unwrap();
+    fs.ftruncate(&f, 41_500).unwrap();
     model.truncate(41_500);
     assert_eq!(fs.stat(b"/t").unwrap().size, 41_500);
     assert!(fs.stat(b"/t").unwrap().blocks < st0.blocks);
     assert!(read_all(&fs, "/t") == model);
     // Grow: the new range reads as zeros, including the old last block's tail.
-    f.ftruncate(&fs, 70_000).unwrap();
+    fs.ftruncate(&f, 70_000).unwrap();
     model.resize(70_000, 0);
     assert!(read_all(&fs, "/t") == model);
-    f.fsync(&fs).unwrap();
+    fs.fsync(&f).unwrap();
     // Shrink with the tail block not cached (fresh Fs), then grow by a write.
     drop(f);
     fs.sync().unwrap();
     drop(fs);
     let fs = rw(&img.path);
     let f = fs.open(b"/t", flags(O_RDWR)).unwrap();
-    f.ftruncate(&fs, 30_001).unwrap();
+    fs.ftruncate(&f, 30_001).unwrap();
     model.truncate(30_001);
-    f.pwrite(&fs, 50_000, b"end").unwrap();
+    fs.pwrite(&f, 50_000, b"end").unwrap();
     model.resize(50_000, 0);
     model.extend_from_slice(b"end");
     assert!(read_all(&fs, "/t") == model);
     // Truncate to zero and to the same size.
     let g = fs.open(b"/z", flags(O_CREAT | O_RDWR)).unwrap();
-    g.write(&fs, &pattern(5000, 1)).unwrap();
-    g.ftruncate(&fs, 0).unwrap();
-    g.ftruncate(&fs, 0).unwrap();
+    fs.write(&g, &pattern(5000, 1)).unwrap();
+    fs.ftruncate(&g, 0).unwrap();
+    fs.ftruncate(&g, 0).unwrap();
     assert_eq!(fs.stat(b"/z").unwrap().size, 0);
     // Read-only descriptions cannot truncate (EINVAL, as Linux).
     let r = fs.open(b"/t", flags(O_RDONLY)).unwrap();
-    assert_eq!(r.ftruncate(&fs, 0).unwrap_err().errno(), Errno::EINVAL);
+    assert_eq!(fs.ftruncate(&r, 0).unwrap_err().errno(), Errno::EINVAL);
     drop((f, g, r));
     verify(fs, &img.path, &[("/t", &model), ("/z", b"")]);
 }
@@ -314,8 +314,8 @@ fn holes_and_delayed_allocation() {
     // Data far out, nothing allocated yet: reads see the dirty pages even
     // though the block map is still all hole.
     let far = 10 << 20;
-    f.pwrite(&fs, far, b"far away").unwrap();
-    f.pwrite(&fs, 5000, b"near").unwrap();
+    fs.pwrite(&f, far, b"far away").unwrap();
+    fs.pwrite(&f, 5000, b"near").unwrap();
     let ino = fs.stat(b"/sparse").unwrap().ino;
     assert!(
         fs.data_layout(ino).unwrap().runs.is_empty(),
@@ -326,13 +326,13 @@ fn holes_and_delayed_allocation() {
     model.extend_from_slice(b"far away");
     assert!(read_all(&fs, "/sparse") == model);
     // SEEK_DATA / SEEK_HOLE see the data (they write back first).
-    assert_eq!(f.lseek(&fs, 0, Whence::Data).unwrap(), 4096);
-    assert_eq!(f.lseek(&fs, 4096, Whence::Hole).unwrap(), 8192);
-    assert_eq!(f.lseek(&fs, 8192, Whence::Data).unwrap(), far / 4096 * 4096);
+    assert_eq!(fs.lseek(&f, 0, Whence::Data).unwrap(), 4096);
+    assert_eq!(fs.lseek(&f, 4096, Whence::Hole).unwrap(), 8192);
+    assert_eq!(fs.lseek(&f, 8192, Whence::Data).unwrap(), far / 4096 * 4096);
     // Before the start of the file there is nothing to find: ENXIO, as
     // at or past its end (iomap_seek_data; xfstests generic/448).
     for w in [Whence::Data, Whence::Hole] {
-        assert_eq!(f.lseek(&fs, -1, w).unwrap_err().errno(), ext4kit::Errno::ENXIO);
+        assert_eq!(fs.lseek(&f, -1, w).unwrap_err().errno(), ext4kit::Errno::ENXIO);
     }
     let runs = fs.data_layout(ino).unwrap().runs;
     assert_eq!(runs.len(), 2, "{runs:?}");
@@ -340,9 +340,9 @@ fn holes_and_delayed_allocation() {
     // A contiguous dirty range becomes one contiguous allocation.
     let g = fs.open(b"/dense", flags(O_CREAT | O_RDWR)).unwrap();
     for i in 0..64u64 {
-        g.pwrite(&fs, (63 - i) * 4096, &pattern(4096, i)).unwrap();
+        fs.pwrite(&g, (63 - i) * 4096, &pattern(4096, i)).unwrap();
     }
-    g.fsync(&fs).unwrap();
+    fs.fsync(&g).unwrap();
     let dense: Vec<u8> = (0..64u64).flat_map(|b| pattern(4096, 63 - b)).collect();
     assert!(read_all(&fs, "/dense") == dense);
     let gino = fs.stat(b"/dense").unwrap().ino;
@@ -360,27 +360,27 @@ fn fallocate_modes() {
     let f = fs.open(b"/fa", flags(O_CREAT | O_RDWR)).unwrap();
     // Default mode: size grows, range reads as zeros, blocks allocated
     // unwritten (SEEK_DATA treats them as a hole, like reads do).
-    f.fallocate(&fs, 0, 0, 1 << 20).unwrap();
+    fs.fallocate(&f, 0, 0, 1 << 20).unwrap();
     let st = fs.stat(b"/fa").unwrap();
     assert_eq!(st.size, 1 << 20);
     assert_eq!(st.blocks, (1 << 20) / 512);
     let mut model = vec![0u8; 1 << 20];
     assert!(read_all(&fs, "/fa") == model);
     assert!(fs.data_layout(st.ino).unwrap().runs.iter().all(|r| r.uninit));
-    assert_eq!(f.lseek(&fs, 0, Whence::Hole).unwrap(), 0);
+    assert_eq!(fs.lseek(&f, 0, Whence::Hole).unwrap(), 0);
     // KEEP_SIZE past EOF: blocks but no size.
-    f.fallocate(&fs, FALLOC_FL_KEEP_SIZE, 1 << 20, 1 << 20).unwrap();
+    fs.fallocate(&f, FALLOC_FL_KEEP_SIZE, 1 << 20, 1 << 20).unwrap();
     let st = fs.stat(b"/fa").unwrap();
     assert_eq!(st.size, 1 << 20);
     assert_eq!(st.blocks, (2 << 20) / 512);
     // Writing into unwritten extents converts them at writeback.
-    f.pwrite(&fs, 10_000, &pattern(20_000, 1)).unwrap();
+    fs.pwrite(&f, 10_000, &pattern(20_000, 1)).unwrap();
     write_model(&mut model, 10_000, &pattern(20_000, 1));
-    f.fsync(&fs).unwrap();
+    fs.fsync(&f).unwrap();
     assert!(read_all(&fs, "/fa") == model);
-    assert_eq!(f.lseek(&fs, 0, Whence::Data).unwrap(), 8192);
+    assert_eq!(fs.lseek(&f, 0, Whence::Data).unwrap(), 8192);
     // Punch a hole across the written data: zeros, fewer blocks.
-    f.fallocate(&fs, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 12_000, 10_000)
+    fs.fallocate(&f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 12_000, 10_000)
         .unwrap();
     model[12_000..22_000].fill(0);
     assert!(read_all(&fs, "/fa") == model);
@@ -392,10 +392,10 @@ fn fallocate_modes() {
     // four extents, the interim map limit).
     let z = fs.open(b"/fz", flags(O_CREAT | O_RDWR)).unwrap();
     let mut zmodel = pattern(150_000, 2);
-    z.write(&fs, &zmodel).unwrap();
-    z.fsync(&fs).unwrap();
+    fs.write(&z, &zmodel).unwrap();
+    fs.fsync(&z).unwrap();
     let zblocks = fs.stat(b"/fz").unwrap().blocks;
-    z.fallocate(&fs, FALLOC_FL_ZERO_RANGE, 110_000, 30_000).unwrap();
+    fs.fallocate(&z, FALLOC_FL_ZERO_RANGE, 110_000, 30_000).unwrap();
     zmodel[110_000..140_000].fill(0);
     assert!(read_all(&fs, "/fz") == zmodel);
     assert_eq!(
@@ -404,7 +404,7 @@ fn fallocate_modes() {
         "ZERO_RANGE keeps the blocks allocated"
     );
     // Past EOF ZERO_RANGE without KEEP_SIZE extends the size.
-    z.fallocate(&fs, FALLOC_FL_ZERO_RANGE, 149_000, 5000).unwrap();
+    fs.fallocate(&z, FALLOC_FL_ZERO_RANGE, 149_000, 5000).unwrap();
     zmodel[149_000..].fill(0);
     zmodel.resize(154_000, 0);
     assert_eq!(fs.stat(b"/fz").unwrap().size, 154_000);
@@ -412,21 +412,21 @@ fn fallocate_modes() {
     drop(z);
     // Bad modes and ranges.
     let e = |r: ext4kit::Result<()>| r.unwrap_err().errno();
-    assert_eq!(e(f.fallocate(&fs, 0, 0, 0)), Errno::EINVAL);
-    assert_eq!(e(f.fallocate(&fs, FALLOC_FL_PUNCH_HOLE, 0, 10)), Errno::EOPNOTSUPP);
+    assert_eq!(e(fs.fallocate(&f, 0, 0, 0)), Errno::EINVAL);
+    assert_eq!(e(fs.fallocate(&f, FALLOC_FL_PUNCH_HOLE, 0, 10)), Errno::EOPNOTSUPP);
     assert_eq!(
-        e(f.fallocate(
-            &fs,
+        e(fs.fallocate(
+            &f,
             FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
             0,
             10
         )),
         Errno::EOPNOTSUPP
     );
-    assert_eq!(e(f.fallocate(&fs, 0x8, 0, 10)), Errno::EOPNOTSUPP);
-    assert_eq!(e(f.fallocate(&fs, 0, u64::MAX - 5, 10)), Errno::EFBIG);
+    assert_eq!(e(fs.fallocate(&f, 0x8, 0, 10)), Errno::EOPNOTSUPP);
+    assert_eq!(e(fs.fallocate(&f, 0, u64::MAX - 5, 10)), Errno::EFBIG);
     let r = fs.open(b"/fa", OpenFlags::default()).unwrap();
-    assert_eq!(e(r.fallocate(&fs, 0, 0, 10)), Errno::EBADF);
+    assert_eq!(e(fs.fallocate(&r, 0, 0, 10)), Errno::EBADF);
     drop((f, r));
     verify(fs, &img.path, &[("/fa", &model), ("/fz", &zmodel)]);
 }
@@ -436,18 +436,18 @@ fn fallocate_on_indirect_files() {
     let img = image("falloc2", &["-t", "ext2", "-b", "4096"]);
     let fs = rw(&img.path);
     let f = fs.open(b"/ind", flags(O_CREAT | O_RDWR)).unwrap();
-    f.write(&fs, &pattern(10_000, 3)).unwrap();
+    fs.write(&f, &pattern(10_000, 3)).unwrap();
     let mut model = pattern(10_000, 3);
     // Default mode: blocks written with zeros (no unwritten state).
-    f.fallocate(&fs, 0, 0, 200_000).unwrap();
+    fs.fallocate(&f, 0, 0, 200_000).unwrap();
     model.resize(200_000, 0);
     assert_eq!(fs.stat(b"/ind").unwrap().size, 200_000);
     assert!(read_all(&fs, "/ind") == model);
     assert_eq!(
-        f.fallocate(&fs, FALLOC_FL_ZERO_RANGE, 0, 100).unwrap_err().errno(),
+        fs.fallocate(&f, FALLOC_FL_ZERO_RANGE, 0, 100).unwrap_err().errno(),
         Errno::EOPNOTSUPP
     );
-    f.fallocate(&fs, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096, 8192)
+    fs.fallocate(&f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096, 8192)
         .unwrap();
     model[4096..12288].fill(0);
     assert!(read_all(&fs, "/ind") == model);
@@ -461,36 +461,36 @@ fn fdatasync_writes_no_inode_when_size_is_unchanged() {
     let fs = rw(&img.path);
     let f = fs.open(b"/db", flags(O_CREAT | O_RDWR)).unwrap();
     let mut model = pattern(64 * 2048, 7);
-    f.write(&fs, &model).unwrap();
-    f.fsync(&fs).unwrap();
+    fs.write(&f, &model).unwrap();
+    fs.fsync(&f).unwrap();
     let w = || fs.stats().inode_writes;
     let before = w();
     for i in 0..20u64 {
         let d = pattern(100, i);
         let o = (i * 6151) as usize % (model.len() - 100);
-        f.pwrite(&fs, o as u64, &d).unwrap();
+        fs.pwrite(&f, o as u64, &d).unwrap();
         write_model(&mut model, o, &d);
-        f.fdatasync(&fs).unwrap();
+        fs.fdatasync(&f).unwrap();
     }
     assert_eq!(w(), before, "fdatasync wrote the inode although only times changed");
     // The times are still dirty: fsync writes the record once.
-    f.fsync(&fs).unwrap();
+    fs.fsync(&f).unwrap();
     assert_eq!(w(), before + 1);
     // fsync with nothing dirty writes nothing.
-    f.fsync(&fs).unwrap();
+    fs.fsync(&f).unwrap();
     assert_eq!(w(), before + 1);
     // Every fsync after a write writes it (timestamps changed).
     for i in 0..5u64 {
-        f.pwrite(&fs, i * 3000, b"x").unwrap();
+        fs.pwrite(&f, i * 3000, b"x").unwrap();
         model[i as usize * 3000] = b'x';
-        f.fsync(&fs).unwrap();
+        fs.fsync(&f).unwrap();
     }
     assert_eq!(w(), before + 6);
     // Growing the file is data-relevant: fdatasync must write the inode.
-    f.write(&fs, b"grow").unwrap();
+    fs.write(&f, b"grow").unwrap();
     let pos = f.position() as usize;
     write_model(&mut model, pos - 4, b"grow");
-    f.fdatasync(&fs).unwrap();
+    fs.fdatasync(&f).unwrap();
     assert_eq!(w(), before + 7);
     // A fresh Fs sees the size fdatasync made durable.
     let fresh = Fs::open_image(&img.path, &OpenOptions::default()).unwrap();
@@ -554,7 +554,7 @@ fn dirty_budget_forces_writeback() {
     let f = fs.open(b"/big", flags(O_CREAT | O_WRONLY)).unwrap();
     let data = pattern(4 << 20, 11);
     for c in data.chunks(100_000) {
-        f.write(&fs, c).unwrap();
+        fs.write(&f, c).unwrap();
         assert!(
             fs.stats().dirty_page_bytes <= 256 << 10,
             "{}",
@@ -575,17 +575,17 @@ fn errno_semantics() {
     let fs = rw(&img.path);
     let e = |r: ext4kit::Result<usize>| r.unwrap_err().errno();
     let f = fs.open(b"/e", flags(O_CREAT | O_WRONLY)).unwrap();
-    f.write(&fs, b"data").unwrap();
-    assert_eq!(f.read(&fs, &mut [0u8; 4]).unwrap_err().errno(), Errno::EBADF);
+    fs.write(&f, b"data").unwrap();
+    assert_eq!(fs.read(&f, &mut [0u8; 4]).unwrap_err().errno(), Errno::EBADF);
     let r = fs.open(b"/e", flags(O_RDONLY)).unwrap();
-    assert_eq!(e(r.write(&fs, b"x")), Errno::EBADF);
-    assert_eq!(e(r.pwrite(&fs, 0, b"x")), Errno::EBADF);
+    assert_eq!(e(fs.write(&r, b"x")), Errno::EBADF);
+    assert_eq!(e(fs.pwrite(&r, 0, b"x")), Errno::EBADF);
     assert_eq!(fs.open(b"/", flags(O_RDWR)).unwrap_err().errno(), Errno::EISDIR);
     assert_eq!(
         fs.open(b"/", flags(O_WRONLY | O_TRUNC)).unwrap_err().errno(),
         Errno::EISDIR
     );
-    assert_eq!(e(f.pwrite(&fs, 1 << 50, b"x")), Errno::EFBIG);
+    assert_eq!(e(fs.pwrite(&f, 1 << 50, b"x")), Errno::EFBIG);
     assert_eq!(
         fs.open(b"/nope/x", flags(O_CREAT | O_RDWR)).unwrap_err().errno(),
         Errno::ENOENT
@@ -612,7 +612,7 @@ fn errno_semantics() {
     let w = fs
         .open_as(b"/mine-ro", flags(O_CREAT | O_RDWR), 0o400, &Cred::root())
         .unwrap();
-    w.write(&fs, b"ok").unwrap();
+    fs.write(&w, b"ok").unwrap();
     assert_eq!(w.flags.access, Access::ReadWrite);
     // Read-only filesystem.
     drop((f, r, w));
@@ -660,8 +660,8 @@ fn readers_never_see_stale_or_torn_blocks() {
     let fs = rw_budget(&img.path, 1 << 20);
     const BLOCKS: usize = 256;
     let f = fs.open(b"/r", flags(O_CREAT | O_RDWR)).unwrap();
-    f.write(&fs, &vec![1u8; BLOCKS * 4096]).unwrap();
-    f.fsync(&fs).unwrap();
+    fs.write(&f, &vec![1u8; BLOCKS * 4096]).unwrap();
+    fs.fsync(&f).unwrap();
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         for t in 0..2u64 {
@@ -674,7 +674,7 @@ fn readers_never_see_stale_or_torn_blocks() {
                 let mut reads = 0;
                 while !done.load(std::sync::atomic::Ordering::Relaxed) || reads < 100 {
                     let b = rng.below((BLOCKS - 2) as u64) as usize;
-                    assert_eq!(r.pread(fs, (b * 4096) as u64, &mut buf).unwrap(), buf.len());
+                    assert_eq!(fs.pread(&r, (b * 4096) as u64, &mut buf).unwrap(), buf.len());
                     for k in 0..3 {
                         let blk = &buf[k * 4096..(k + 1) * 4096];
                         assert!(blk.iter().all(|&c| c == blk[0]), "block {} torn", b + k);
@@ -695,7 +695,7 @@ fn readers_never_see_stale_or_torn_blocks() {
                                 d[0]
                             });
                             let mut again = vec![0u8; 4096];
-                            r.pread(fs, l * 4096, &mut again).unwrap();
+                            fs.pread(&r, l * 4096, &mut again).unwrap();
                             panic!(
                                 "block {l} went back from {} to {}: cached page {page:?}, pblk {pblk:?}, disk {disk:?}, \
                                  read again {}, runs {:?}",
@@ -724,10 +724,10 @@ fn readers_never_see_stale_or_torn_blocks() {
             .unwrap_or(40);
         for g in 2..=gens {
             for c in 0..BLOCKS / 16 {
-                f.pwrite(&fs, (c * 16 * 4096) as u64, &vec![g; 16 * 4096]).unwrap();
+                fs.pwrite(&f, (c * 16 * 4096) as u64, &vec![g; 16 * 4096]).unwrap();
             }
             if g % 3 == 0 {
-                f.fsync(&fs).unwrap();
+                fs.fsync(&f).unwrap();
             }
         }
     });
@@ -774,7 +774,7 @@ fn immutable_and_append_only_inodes() {
     let fs = rw(&img.path);
     for p in ["/imm", "/app"] {
         let f = fs.open(p.as_bytes(), flags(O_CREAT | O_WRONLY)).unwrap();
-        f.write(&fs, b"base").unwrap();
+        fs.write(&f, b"base").unwrap();
     }
     fs.sync().unwrap();
     drop(fs);
@@ -800,15 +800,15 @@ fn immutable_and_append_only_inodes() {
     );
     fs.open(b"/imm", flags(O_RDONLY)).unwrap();
     let a = fs.open(b"/app", flags(O_WRONLY | O_APPEND)).unwrap();
-    a.pwrite(&fs, 0, b"+more").unwrap();
-    assert_eq!(a.ftruncate(&fs, 0).unwrap_err().errno(), Errno::EPERM);
+    fs.pwrite(&a, 0, b"+more").unwrap();
+    assert_eq!(fs.ftruncate(&a, 0).unwrap_err().errno(), Errno::EPERM);
     assert_eq!(
-        a.fallocate(&fs, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 2)
+        fs.fallocate(&a, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 2)
             .unwrap_err()
             .errno(),
         Errno::EPERM
     );
-    a.fallocate(&fs, FALLOC_FL_KEEP_SIZE, 0, 100_000).unwrap();
+    fs.fallocate(&a, FALLOC_FL_KEEP_SIZE, 0, 100_000).unwrap();
     drop(a);
     verify(fs, &img.path, &[("/imm", b"base"), ("/app", b"base+more")]);
 }
@@ -824,19 +824,13 @@ fn unprivileged_writes_clear_setuid() {
     fs.create(b"/g", 0o2644, 1000, 1000).unwrap();
     fs.create(b"/r", 0o6755, 1000, 1000).unwrap();
     let mode = |p: &[u8]| fs.stat(p).unwrap().mode & 0o7777;
-    fs.open_as(b"/s", flags(O_WRONLY), 0, &user)
-        .unwrap()
-        .write(&fs, b"x")
+    fs.write(&fs.open_as(b"/s", flags(O_WRONLY), 0, &user).unwrap(), b"x")
         .unwrap();
     assert_eq!(mode(b"/s"), 0o755);
-    fs.open_as(b"/g", flags(O_WRONLY), 0, &user)
-        .unwrap()
-        .write(&fs, b"x")
+    fs.write(&fs.open_as(b"/g", flags(O_WRONLY), 0, &user).unwrap(), b"x")
         .unwrap();
     assert_eq!(mode(b"/g"), 0o2644, "setgid without group exec is not a privilege");
-    fs.open_as(b"/r", flags(O_WRONLY), 0, &Cred::root())
-        .unwrap()
-        .write(&fs, b"x")
+    fs.write(&fs.open_as(b"/r", flags(O_WRONLY), 0, &Cred::root()).unwrap(), b"x")
         .unwrap();
     assert_eq!(mode(b"/r"), 0o6755);
     verify(fs, &img.path, &[("/s", b"x"), ("/g", b"x"), ("/r", b"x")]);
@@ -861,18 +855,18 @@ fn fragmented_and_large_layouts() {
             // Every other 3 KiB stretch written: a hole between each run.
             let o = (i * 6144) as usize;
             let d = pattern(3072, i);
-            f.pwrite(&fs, o as u64, &d).unwrap();
+            fs.pwrite(&f, o as u64, &d).unwrap();
             write_model(&mut model, o, &d);
             if i % 7 == 0 {
-                f.fdatasync(&fs).unwrap();
+                fs.fdatasync(&f).unwrap();
             }
         }
         // Past single indirect on 1 KiB ext2 (12 + 256 blocks).
         let big = pattern(3 << 20, 77);
         let g = fs.open(b"/big", flags(O_CREAT | O_RDWR)).unwrap();
-        g.write(&fs, &big).unwrap();
-        g.fsync(&fs).unwrap();
-        g.ftruncate(&fs, 1 << 20).unwrap();
+        fs.write(&g, &big).unwrap();
+        fs.fsync(&g).unwrap();
+        fs.ftruncate(&g, 1 << 20).unwrap();
         let models: Vec<Vec<u8>> = (0..4u64).map(|t| pattern(200_000, t)).collect();
         std::thread::scope(|s| {
             for (t, m) in models.iter().enumerate() {
@@ -880,9 +874,9 @@ fn fragmented_and_large_layouts() {
                 s.spawn(move || {
                     let f = fs.open(format!("/c{t}").as_bytes(), flags(O_CREAT | O_WRONLY)).unwrap();
                     for (k, c) in m.chunks(3000).enumerate() {
-                        f.write(fs, c).unwrap();
+                        fs.write(&f, c).unwrap();
                         if k % 5 == 0 {
-                            f.fdatasync(fs).unwrap();
+                            fs.fdatasync(&f).unwrap();
                         }
                     }
                 });
@@ -917,9 +911,9 @@ fn files_past_4_gib_with_far_apart_extents() {
         let fs = rw(&img.path);
         let f = fs.open(b"/sparse", flags(O_CREAT | O_RDWR)).unwrap();
         for (k, &o) in offsets.iter().enumerate() {
-            f.pwrite(&fs, o, &pattern(100_000, k as u64)).unwrap();
+            fs.pwrite(&f, o, &pattern(100_000, k as u64)).unwrap();
         }
-        f.fsync(&fs).unwrap();
+        fs.fsync(&f).unwrap();
         let size = offsets.last().unwrap() + 100_000;
         assert_eq!(fs.stat(b"/sparse").unwrap().size, size);
         // Only the written blocks are allocated.
@@ -932,11 +926,11 @@ fn files_past_4_gib_with_far_apart_extents() {
         let f = fresh.open(b"/sparse", OpenFlags::default()).unwrap();
         for (k, &o) in offsets.iter().enumerate() {
             let mut b = vec![0u8; 100_000];
-            assert_eq!(f.pread(&fresh, o, &mut b).unwrap(), b.len());
+            assert_eq!(fresh.pread(&f, o, &mut b).unwrap(), b.len());
             assert!(b == pattern(100_000, k as u64), "{tag}: data at {o}");
             let mut z = vec![1u8; 4096];
             if o > 4096 {
-                f.pread(&fresh, o - 4096, &mut z).unwrap();
+                fresh.pread(&f, o - 4096, &mut z).unwrap();
                 assert!(z.iter().all(|&x| x == 0), "{tag}: hole before {o}");
             }
         }

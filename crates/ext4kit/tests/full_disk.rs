@@ -76,7 +76,7 @@ fn fill(fs: &Fs, path: &[u8], salt: u64, cred: &Cred) -> (u64, ext4kit::Error) {
     let mut done = 0u64;
     loop {
         let data = chunk(salt, done, 64 << 10);
-        match f.write(fs, &data) {
+        match fs.write(&f, &data) {
             Ok(0) => panic!("write returned 0 at {done}"),
             Ok(n) => done += n as u64,
             Err(e) => return (done, e),
@@ -93,7 +93,7 @@ fn check_file(fs: &Fs, path: &[u8], salt: u64, len: u64) {
     let mut off = 0u64;
     let mut buf = vec![0u8; 1 << 20];
     while off < len {
-        let n = f.pread(fs, off, &mut buf).unwrap();
+        let n = fs.pread(&f, off, &mut buf).unwrap();
         assert!(n > 0, "short file at {off}");
         if buf[..n] != chunk(salt, off, n)[..] {
             let i = (0..n).find(|&i| buf[i] != pattern(salt, off + i as u64)).unwrap_or(0);
@@ -143,7 +143,7 @@ fn full_disk_keeps_every_accepted_byte() {
     assert_eq!(fs.stat(b"/dir").unwrap().ftype, ext4kit::FileType::Directory);
     let f = fs.open(b"/keep", OpenFlags::default()).unwrap();
     let mut b = [0u8; 16];
-    let n = f.pread(&fs, 0, &mut b).unwrap();
+    let n = fs.pread(&f, 0, &mut b).unwrap();
     assert_eq!(&b[..n], b"keep\n");
     check_file(&fs, b"/big", 1, accepted);
     // Once written back, what is free is what the claims did not use.
@@ -213,11 +213,11 @@ fn truncate_and_unlink_release_claims() {
         let f = fs.open_as(b"/a", wflags(), 0o644, &root).unwrap();
         // 2 MiB: under the dirty budget (4 MiB here), so none of it is
         // written back before the truncate.
-        f.write(&fs, &chunk(4, 0, 2 << 20)).unwrap();
+        fs.write(&f, &chunk(4, 0, 2 << 20)).unwrap();
         let claimed = fs.volume().reservations().dirty();
         assert!(claimed >= 2048, "2 MiB of 1 KiB blocks claimed: {claimed}");
         assert_eq!(fs.statfs().unwrap().blocks_free, free - claimed);
-        f.ftruncate(&fs, 256 << 10).unwrap();
+        fs.ftruncate(&f, 256 << 10).unwrap();
         let after = fs.volume().reservations().dirty();
         assert!(
             after <= claimed - 1792,
@@ -317,9 +317,9 @@ fn writeback_io_error_reaches_fsync_and_costs_nothing_else() {
         let fs = Fs::open_device(dev.clone(), &rw()).unwrap();
         dev.armed.store(true, Ordering::SeqCst);
         let f = fs.open(b"/big", OpenFlags::from_bits(libc_o::O_WRONLY)).unwrap();
-        let n = f.write(&fs, &chunk(7, 0, 2 << 20)).unwrap();
+        let n = fs.write(&f, &chunk(7, 0, 2 << 20)).unwrap();
         assert_eq!(n, 2 << 20, "the write is accepted: there is room");
-        let e = f.fsync(&fs).unwrap_err();
+        let e = fs.fsync(&f).unwrap_err();
         assert_eq!(e.errno(), Errno::EIO, "{e}");
         assert!(e.to_string().contains("injected"), "{e}");
         // No block of the failed write stays mapped (it would show
@@ -333,7 +333,7 @@ fn writeback_io_error_reaches_fsync_and_costs_nothing_else() {
         let mut more = 0u64;
         let err = loop {
             let at = (2 << 20) + more;
-            match f.pwrite(&fs, at, &chunk(7, at, 64 << 10)) {
+            match fs.pwrite(&f, at, &chunk(7, at, 64 << 10)) {
                 Ok(n) => more += n as u64,
                 Err(e) => break e,
             }
@@ -354,7 +354,7 @@ fn writeback_io_error_reaches_fsync_and_costs_nothing_else() {
     let fs = Fs::open_image(&img, &OpenOptions::default()).unwrap();
     let k = fs.open(b"/keep", OpenFlags::default()).unwrap();
     let mut b = [0u8; 16];
-    let n = k.pread(&fs, 0, &mut b).unwrap();
+    let n = fs.pread(&k, 0, &mut b).unwrap();
     assert_eq!(&b[..n], b"keep\n");
     check_file(&fs, b"/dir/f", 6, 3000);
     assert_eq!(
@@ -386,7 +386,7 @@ fn dirty_data_older_than_the_commit_interval_is_written_back() {
         panic!("no commit interval (SOURCE_DATE_EPOCH set?): this test needs one");
     }
     let f = fs.open(b"/late", wflags()).unwrap();
-    f.write(&fs, &chunk(8, 0, 300_000)).unwrap();
+    fs.write(&f, &chunk(8, 0, 300_000)).unwrap();
     assert!(fs.stats().dirty_page_bytes > 0, "the write is buffered");
     let t = std::time::Instant::now();
     while fs.stats().dirty_page_bytes > 0 || !fs.volume().jbd().running_is_empty() {

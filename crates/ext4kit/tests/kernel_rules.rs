@@ -223,8 +223,8 @@ fn a_non_owner_write_or_truncation_clears_setuid_and_capabilities_like_the_kerne
             let change = |cred: &Cred| -> ext4kit::Result<()> {
                 let f = fs.open_as(b"/f", OpenFlags::from_bits(O_WRONLY | O_APPEND), 0, cred)?;
                 let r = match op {
-                    "write" => f.write(fs, b"x").map(drop),
-                    _ => f.ftruncate(fs, 1),
+                    "write" => fs.write(&f, b"x").map(drop),
+                    _ => fs.ftruncate(&f, 1),
                 };
                 fs.close_file(f)?;
                 r
@@ -302,15 +302,13 @@ fn an_append_only_file_refuses_an_overwrite_but_takes_appends_like_the_kernel() 
         let a = fs
             .open_as(b"/f", OpenFlags::from_bits(O_WRONLY | O_APPEND), 0, &root)
             .unwrap();
-        log.push(format!("append: {}", lib_errno(a.write(fs, b"def"))));
-        log.push(format!("positioned append: {}", lib_errno(a.pwrite(fs, 0, b"g"))));
-        log.push(format!("truncate: {}", lib_errno(a.ftruncate(fs, 1))));
+        log.push(format!("append: {}", lib_errno(fs.write(&a, b"def"))));
+        log.push(format!("positioned append: {}", lib_errno(fs.pwrite(&a, 0, b"g"))));
+        log.push(format!("truncate: {}", lib_errno(fs.ftruncate(&a, 1))));
         fs.close_file(a).unwrap();
         let mut buf = vec![0u8; 64];
         let n = fs
-            .open(b"/f", OpenFlags::default())
-            .unwrap()
-            .read(fs, &mut buf)
+            .read(&fs.open(b"/f", OpenFlags::default()).unwrap(), &mut buf)
             .unwrap();
         log.push(format!("contents: {}", String::from_utf8_lossy(&buf[..n])));
         // The open refuses what the kernel's open refuses.
@@ -470,7 +468,7 @@ fn a_synchronous_file_write_and_dirsync_mkdir_are_durable_at_return_like_the_ker
         let f = fs
             .open_as(b"/f", OpenFlags::from_bits(O_WRONLY), 0, &Cred::root())
             .unwrap();
-        assert_eq!(f.write(fs, &data).unwrap(), data.len());
+        assert_eq!(fs.write(&f, &data).unwrap(), data.len());
         fs.close_file(f).unwrap();
         let d = fs.stat(b"/d").unwrap().ino;
         fs.mkdir_at(d, b"sub", 0o755, &Cred::root()).unwrap();
@@ -479,9 +477,7 @@ fn a_synchronous_file_write_and_dirsync_mkdir_are_durable_at_return_like_the_ker
         let st = fs.stat(b"/f").unwrap();
         let mut buf = vec![0u8; data.len() + 1];
         let n = fs
-            .open(b"/f", OpenFlags::default())
-            .unwrap()
-            .read(fs, &mut buf)
+            .read(&fs.open(b"/f", OpenFlags::default()).unwrap(), &mut buf)
             .unwrap();
         let sub = fs.stat(b"/d/sub").is_ok();
         format!("{} {} {sub}", st.size, buf[..n] == data[..])

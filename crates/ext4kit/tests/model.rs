@@ -290,7 +290,7 @@ fn walk(fs: &Fs, dir: &str, out: &mut BTreeMap<String, (Node, u64)>) {
             _ => {
                 let f = fs.open(p.as_bytes(), Default::default()).unwrap();
                 let mut b = vec![0u8; st.size as usize];
-                assert_eq!(f.pread(fs, 0, &mut b).unwrap(), b.len());
+                assert_eq!(fs.pread(&f, 0, &mut b).unwrap(), b.len());
                 Node::File(b)
             }
         };

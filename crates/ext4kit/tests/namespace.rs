@@ -63,7 +63,7 @@ fn walk_ours(fs: &Fs, dir: &str, out: &mut Tree) {
             FileType::Regular => {
                 let f = fs.open(p.as_bytes(), Default::default()).unwrap();
                 let mut b = vec![0u8; st.size as usize];
-                assert_eq!(f.pread(fs, 0, &mut b).unwrap(), b.len());
+                assert_eq!(fs.pread(&f, 0, &mut b).unwrap(), b.len());
                 b
             }
             FileType::Symlink => fs.read_link(p.as_bytes()).unwrap(),

@@ -279,7 +279,7 @@ fn idle_pins_never_keep_an_unlinked_inode() {
     fs.unlink(b"/b", &root).unwrap();
     assert_eq!(fs.statfs().unwrap().files_free, free0 - 1, "/b is open: kept");
     let mut buf = [0u8; 8];
-    assert_eq!(fb.pread(&fs, 0, &mut buf).unwrap(), 4);
+    assert_eq!(fs.pread(&fb, 0, &mut buf).unwrap(), 4);
     fs.close_file(fb).unwrap();
     assert_eq!(fs.statfs().unwrap().files_free, free0, "/b freed at its last close");
     go.send(()).unwrap();

@@ -70,7 +70,7 @@ fn reads_files_holes_and_symlinks() {
     let mut all = Vec::new();
     let mut buf = vec![0u8; 7000]; // not a block multiple: exercises partial pages
     loop {
-        let n = f.read(&fs, &mut buf).unwrap();
+        let n = fs.read(&f, &mut buf).unwrap();
         if n == 0 {
             break;
         }
@@ -81,19 +81,19 @@ fn reads_files_holes_and_symlinks() {
     // Through the symlink, and pread in the middle.
     let l = fs.open(b"/link", OpenFlags::default()).unwrap();
     let mut b = [0u8; 10];
-    assert_eq!(l.pread(&fs, 4095, &mut b).unwrap(), 10);
+    assert_eq!(fs.pread(&l, 4095, &mut b).unwrap(), 10);
     assert_eq!(&b[..], &want[4095..4105]);
     // Holes read as zeros; SEEK_DATA / SEEK_HOLE find them.
     let s = fs.open(b"/sparse", OpenFlags::default()).unwrap();
     let mut hole = vec![1u8; 5000];
-    assert_eq!(s.pread(&fs, 4096, &mut hole).unwrap(), 5000);
+    assert_eq!(fs.pread(&s, 4096, &mut hole).unwrap(), 5000);
     assert!(hole.iter().all(|&x| x == 0));
-    assert_eq!(s.lseek(&fs, 0, Whence::Hole).unwrap(), 4096);
-    assert_eq!(s.lseek(&fs, 4096, Whence::Data).unwrap(), (1 << 20) + 8192);
+    assert_eq!(fs.lseek(&s, 0, Whence::Hole).unwrap(), 4096);
+    assert_eq!(fs.lseek(&s, 4096, Whence::Data).unwrap(), (1 << 20) + 8192);
     let end = (1u64 << 20) + 8192 + 4;
-    assert_eq!(s.lseek(&fs, (1 << 20) + 8192, Whence::Hole).unwrap(), end);
+    assert_eq!(fs.lseek(&s, (1 << 20) + 8192, Whence::Hole).unwrap(), end);
     assert_eq!(
-        s.lseek(&fs, end as i64, Whence::Data).unwrap_err().errno(),
+        fs.lseek(&s, end as i64, Whence::Data).unwrap_err().errno(),
         Errno::ENXIO
     );
     assert_eq!(fs.read_link(b"/link").unwrap(), b"d/big");
@@ -117,7 +117,7 @@ fn unwritten_extents_read_as_zeros() {
     assert!(layout.runs.iter().any(|r| r.uninit), "no unwritten extent: {layout:?}");
     let f = fs.open(b"/small", OpenFlags::default()).unwrap();
     let mut b = vec![7u8; 90000];
-    assert_eq!(f.pread(&fs, 0, &mut b).unwrap(), 90000);
+    assert_eq!(fs.pread(&f, 0, &mut b).unwrap(), 90000);
     assert_eq!(&b[..6], b"hello\n");
     assert!(b[6..].iter().all(|&x| x == 0));
 }
@@ -127,18 +127,18 @@ fn lseek_follows_posix() {
     let t = tmpdir("lseek");
     let fs = open(&image(&t.0, &["-t", "ext4"]));
     let f = fs.open(b"/small", OpenFlags::default()).unwrap();
-    assert_eq!(f.lseek(&fs, 3, Whence::Set).unwrap(), 3);
-    assert_eq!(f.lseek(&fs, 2, Whence::Cur).unwrap(), 5);
-    assert_eq!(f.lseek(&fs, -1, Whence::End).unwrap(), 5);
-    assert_eq!(f.lseek(&fs, -7, Whence::Cur).unwrap_err().errno(), Errno::EINVAL);
+    assert_eq!(fs.lseek(&f, 3, Whence::Set).unwrap(), 3);
+    assert_eq!(fs.lseek(&f, 2, Whence::Cur).unwrap(), 5);
+    assert_eq!(fs.lseek(&f, -1, Whence::End).unwrap(), 5);
+    assert_eq!(fs.lseek(&f, -7, Whence::Cur).unwrap_err().errno(), Errno::EINVAL);
     assert_eq!(f.position(), 5, "a failed lseek leaves the position alone");
     assert_eq!(
-        f.lseek(&fs, 100, Whence::End).unwrap(),
+        fs.lseek(&f, 100, Whence::End).unwrap(),
         106,
         "seeking past the end is allowed"
     );
     let mut b = [0u8; 4];
-    assert_eq!(f.read(&fs, &mut b).unwrap(), 0);
+    assert_eq!(fs.read(&f, &mut b).unwrap(), 0);
     // Many threads seeking one shared open file: every result is a value
     // some thread set (the position is one atomic, never torn).
     std::thread::scope(|s| {
@@ -146,7 +146,7 @@ fn lseek_follows_posix() {
             let (fs, f) = (&fs, &f);
             s.spawn(move || {
                 for i in 0..10_000i64 {
-                    let p = f.lseek(fs, k * 1_000_000 + i, Whence::Set).unwrap();
+                    let p = fs.lseek(&f, k * 1_000_000 + i, Whence::Set).unwrap();
                     assert_eq!(p, (k * 1_000_000 + i) as u64);
                     let c = f.position();
                     assert!(c % 1_000_000 < 10_000 && c / 1_000_000 < 4);

@@ -113,7 +113,7 @@ fn exercise(img: &Path, htree_expected: bool) -> usize {
             .open(format!("/data-{i}").as_bytes(), ext4kit::OpenFlags::default())
             .unwrap();
         let mut got = vec![0u8; n + 10];
-        assert_eq!(f.pread(&fs, 0, &mut got).unwrap(), n);
+        assert_eq!(fs.pread(&f, 0, &mut got).unwrap(), n);
         assert!(got[..n] == content(n, i)[..], "data-{i} differs");
     }
     assert_eq!(fs.read_dir(b"/big").unwrap().len(), 2 + 400 + made.len());
@@ -233,7 +233,7 @@ fn allocation_spills_into_uninitialised_groups() {
     let fs = Fs::open_image(&img, &OpenOptions::default()).unwrap();
     let f = fs.open(b"/twelve-mib", ext4kit::OpenFlags::default()).unwrap();
     let mut got = vec![0u8; data.len()];
-    assert_eq!(f.pread(&fs, 0, &mut got).unwrap(), data.len());
+    assert_eq!(fs.pread(&f, 0, &mut got).unwrap(), data.len());
     assert!(got == data);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -287,7 +287,7 @@ fn concurrent_creates_stay_consistent() {
             let f = fs.open(p.as_bytes(), ext4kit::OpenFlags::default()).unwrap();
             let n = 3000 + i * 97;
             let mut got = vec![0u8; n];
-            assert_eq!(f.pread(&fs, 0, &mut got).unwrap(), n);
+            assert_eq!(fs.pread(&f, 0, &mut got).unwrap(), n);
             assert!(got == content(n, t), "{p} differs");
         }
     }

@@ -1050,7 +1050,7 @@ impl Filesystem for Ext4Fuse {
             }
             let buf = &mut buf[..size as usize];
             let r = self.handles.with(fh.0, |h| match h {
-                Handle::File(f) => f.file().pread(&self.fs, offset, buf),
+                Handle::File(f) => self.fs.pread(f.file(), offset, buf),
                 Handle::Dir(_) => Err(ext4kit::Error::posix(ext4kit::Errno::EISDIR, "read of a directory")),
             });
             // No handle (fh 0): opened without OPEN (see `init`); read by inode.
@@ -1500,7 +1500,7 @@ impl Filesystem for Ext4Fuse {
             _ => return reply.error(Errno::EINVAL),
         };
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => f.file().lseek(&self.fs, offset, whence).map_err(|e| errno(&e)),
+            Handle::File(f) => self.fs.lseek(f.file(), offset, whence).map_err(|e| errno(&e)),
             Handle::Dir(_) => Err(Errno::EINVAL),
         });
         // Opened without OPEN: a transient open file answers the question.
@@ -1511,7 +1511,7 @@ impl Filesystem for Ext4Fuse {
             let i = to_ext4(ino)?;
             Some(
                 res(self.fs.open_ino(i, EngineOpen::default()))
-                    .and_then(|f| f.lseek(&self.fs, offset, whence).map_err(|e| errno(&e))),
+                    .and_then(|f| self.fs.lseek(&f, offset, whence).map_err(|e| errno(&e))),
             )
         });
         match r {

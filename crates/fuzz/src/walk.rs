@@ -331,7 +331,7 @@ impl Walker<'_> {
         for off in [0, size.saturating_sub(1)] {
             if off < size {
                 let n = self.buf.len().min(4096);
-                match f.pread(fs, off, &mut self.buf[..n]) {
+                match fs.pread(&f, off, &mut self.buf[..n]) {
                     Ok(k) if k > n => self.rep.violation(format!("pread of {n} at {off} returned {k} (inode {ino})")),
                     Ok(0) => self.rep.violation(format!("pread at {off} < size {size} returned 0 (inode {ino})")),
                     Ok(_) => {}
@@ -348,7 +348,7 @@ impl Walker<'_> {
                 break;
             }
             steps += 1;
-            let data = match f.lseek(fs, off as i64, Whence::Data) {
+            let data = match fs.lseek(&f, off as i64, Whence::Data) {
                 Ok(d) => d,
                 Err(e) if e.errno() == Errno::ENXIO => break,
                 Err(e) => {
@@ -360,7 +360,7 @@ impl Walker<'_> {
                 self.rep.violation(format!("SEEK_DATA from {off} returned {data} (size {size}, inode {ino})"));
                 break;
             }
-            let hole = match f.lseek(fs, data as i64, Whence::Hole) {
+            let hole = match fs.lseek(&f, data as i64, Whence::Hole) {
                 Ok(x) if x <= data || x > size => {
                     self.rep
                         .violation(format!("SEEK_HOLE from data at {data} returned {x} (size {size}, inode {ino})"));
@@ -376,7 +376,7 @@ impl Walker<'_> {
             let mut pos = data;
             while pos < end {
                 let n = ((end - pos) as usize).min(self.buf.len());
-                match f.pread(fs, pos, &mut self.buf[..n]) {
+                match fs.pread(&f, pos, &mut self.buf[..n]) {
                     Ok(0) => {
                         self.rep.violation(format!("pread at {pos} < size {size} returned 0 (inode {ino})"));
                         break;

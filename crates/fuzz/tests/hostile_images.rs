@@ -40,7 +40,7 @@ fn read_all(fs: &Fs, path: &[u8], off: u64, len: usize) -> Vec<u8> {
     let f =
         fs.open(path, OpenFlags::default()).unwrap_or_else(|e| panic!("open {}: {e}", String::from_utf8_lossy(path)));
     let mut buf = vec![0u8; len];
-    let n = f.pread(fs, off, &mut buf).unwrap();
+    let n = fs.pread(&f, off, &mut buf).unwrap();
     buf.truncate(n);
     buf
 }
@@ -78,8 +78,8 @@ fn unmutated_bases_walk_cleanly() {
         assert_eq!(read_all(&fs, b"/sparse.bin", 5 << 30, 1), b"D", "{name}: sparse tail");
         assert_eq!(read_all(&fs, b"/sparse.bin", 3 << 30, 2), [0, 0], "{name}: sparse hole");
         let first_hole = 4096.max(b.map.block_size as i64);
-        assert_eq!(sparse.lseek(&fs, first_hole, Whence::Data).unwrap(), 1 << 20, "{name}: SEEK_DATA over a hole");
-        assert_eq!(sparse.lseek(&fs, 0, Whence::Hole).unwrap(), first_hole as u64, "{name}: SEEK_HOLE");
+        assert_eq!(fs.lseek(&sparse, first_hole, Whence::Data).unwrap(), 1 << 20, "{name}: SEEK_DATA over a hole");
+        assert_eq!(fs.lseek(&sparse, 0, Whence::Hole).unwrap(), first_hole as u64, "{name}: SEEK_HOLE");
         let x = fs.xattrs(b"/xattr-big").unwrap();
         assert!(x.iter().any(|(n, v)| n == b"user.big" && v.len() == 700), "{name}: block xattr: {x:?}");
         let x = fs.xattrs(b"/xattr-small").unwrap();

@@ -101,10 +101,10 @@ fn ours_ops(fs: &Fs, f: &File, window: u64, ops: usize, how: Sync, x: &mut u64, 
     for _ in 0..ops {
         let off = (xorshift(x) % window) * BS;
         let t = Instant::now();
-        f.pwrite(fs, off, &block).expect("pwrite");
+        fs.pwrite(&f, off, &block).expect("pwrite");
         match how {
-            Sync::Fsync => f.fsync(fs).expect("fsync"),
-            Sync::Fdatasync => f.fdatasync(fs).expect("fdatasync"),
+            Sync::Fsync => fs.fsync(&f).expect("fsync"),
+            Sync::Fdatasync => fs.fdatasync(&f).expect("fdatasync"),
             Sync::WritebackOnly => {
                 fs.writeback_inode(&f.inode, SyncLevel::Data).expect("writeback");
             }
@@ -168,11 +168,11 @@ fn main() -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         let data = fill(n, 1);
         for c in data.chunks(1 << 20) {
-            f.write(&fs, c).map_err(|e| e.to_string())?;
+            fs.write(&f, c).map_err(|e| e.to_string())?;
         }
-        f.fsync(&fs).map_err(|e| e.to_string())?;
+        fs.fsync(&f).map_err(|e| e.to_string())?;
         let mut back = vec![0u8; data.len()];
-        f.pread(&fs, 0, &mut back).map_err(|e| e.to_string())?;
+        fs.pread(&f, 0, &mut back).map_err(|e| e.to_string())?;
         if back != data {
             return Err(format!("{path}: read back differs"));
         }

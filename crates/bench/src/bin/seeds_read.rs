@@ -147,7 +147,7 @@ fn seek_storm(fs: &Fs, files: &[Arc<ext4kit::File>], ops: usize) -> (Duration, f
         let mut x = SmallRng::seed_from_u64(0x9E37_79B9_7F4A_7C15 ^ i as u64);
         for _ in 0..ops {
             let off = x.random_range(0..128i64 << 20);
-            std::hint::black_box(files[i].lseek(fs, off, Whence::Set).unwrap());
+            std::hint::black_box(fs.lseek(&files[i], off, Whence::Set).unwrap());
         }
     })
 }
@@ -324,7 +324,7 @@ fn main() -> Result<(), String> {
                 for _ in 0..ops {
                     let off = x.random_range(0..128i64 << 20);
                     let _g = inode_lock.lock().unwrap();
-                    std::hint::black_box(files[i].lseek(&fs, off, Whence::Set).unwrap());
+                    std::hint::black_box(fs.lseek(&files[i], off, Whence::Set).unwrap());
                 }
             })
         });

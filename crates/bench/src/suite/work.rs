@@ -542,7 +542,7 @@ fn w_lseek(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                     let mut r = SmallRng::seed_from_u64(SEEK_SEED ^ i as u64);
                     for _ in 0..ops {
                         let off = r.random_range(0..span);
-                        std::hint::black_box(files[i].lseek(fs, off, Whence::Set).map_err(io("lseek"))?);
+                        std::hint::black_box(fs.lseek(&files[i], off, Whence::Set).map_err(io("lseek"))?);
                     }
                     Ok(())
                 })?;
@@ -554,7 +554,7 @@ fn w_lseek(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                     for _ in 0..ops {
                         let off = r.random_range(0..span);
                         let _g = inode_lock.lock().unwrap_or_else(|p| p.into_inner());
-                        std::hint::black_box(files[i].lseek(fs, off, Whence::Set).map_err(io("lseek"))?);
+                        std::hint::black_box(fs.lseek(&files[i], off, Whence::Set).map_err(io("lseek"))?);
                     }
                     Ok(())
                 })?;
@@ -617,7 +617,7 @@ fn lib_seeks(fs: &Fs, files: &[Arc<ext4kit::File>], ops: usize) -> Result<Durati
         let mut r = SmallRng::seed_from_u64(SEEK_SEED ^ i as u64);
         for _ in 0..ops {
             let off = r.random_range(0..128i64 << 20);
-            std::hint::black_box(files[i].lseek(fs, off, Whence::Set).map_err(io("lseek"))?);
+            std::hint::black_box(fs.lseek(&files[i], off, Whence::Set).map_err(io("lseek"))?);
         }
         Ok(())
     })?
@@ -926,11 +926,11 @@ fn w_fsync(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                     .map_err(io("create"))?;
                 let data = fill(n);
                 for c in data.chunks(1 << 20) {
-                    f.write(fs, c).map_err(io("write"))?;
+                    fs.write(&f, c).map_err(io("write"))?;
                 }
-                f.fsync(fs).map_err(io("fsync"))?;
+                fs.fsync(&f).map_err(io("fsync"))?;
                 let mut back = vec![0u8; data.len()];
-                f.pread(fs, 0, &mut back).map_err(io("read"))?;
+                fs.pread(&f, 0, &mut back).map_err(io("read"))?;
                 if back != data {
                     return Err(format!("{path}: read back differs"));
                 }
@@ -943,11 +943,11 @@ fn w_fsync(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                         for _ in 0..per_round {
                             let off = rng.below(n) * FSYNC_BS;
                             let t = Instant::now();
-                            files[i].pwrite(fs, off, &block).map_err(io("pwrite"))?;
+                            fs.pwrite(&files[i], off, &block).map_err(io("pwrite"))?;
                             if data_only {
-                                files[i].fdatasync(fs).map_err(io("fdatasync"))?;
+                                fs.fdatasync(&files[i]).map_err(io("fdatasync"))?;
                             } else {
-                                files[i].fsync(fs).map_err(io("fsync"))?;
+                                fs.fsync(&files[i]).map_err(io("fsync"))?;
                             }
                             per_op[i * 2 + usize::from(data_only)].push(t.elapsed().as_secs_f64() * 1e6);
                         }
@@ -1234,10 +1234,10 @@ fn w_seq(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                 chunk[..8].copy_from_slice(&i.to_le_bytes());
                 let mut off = 0;
                 while off < chunk.len() {
-                    off += f.write(fs, &chunk[off..]).map_err(io("write"))?;
+                    off += fs.write(&f, &chunk[off..]).map_err(io("write"))?;
                 }
             }
-            f.fsync(fs).map_err(io("fsync"))?;
+            fs.fsync(&f).map_err(io("fsync"))?;
             drop(f);
             t.elapsed().as_secs_f64()
         }
@@ -1261,7 +1261,7 @@ fn w_seq(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
         let mut got = 0;
         while got < buf.len() {
             let k = match (&target, &lib_file, &mut std_file) {
-                (Target::Lib(fs), Some(f), _) => f.read(fs, &mut buf[got..]).map_err(io("read"))?,
+                (Target::Lib(fs), Some(f), _) => fs.read(&f, &mut buf[got..]).map_err(io("read"))?,
                 (_, _, Some(f)) => f.read(&mut buf[got..]).map_err(io("read"))?,
                 _ => return Err("seq: no file open".into()),
             };
@@ -1315,10 +1315,10 @@ fn w_fio(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
             for _ in 0..s.fio_mib {
                 let mut off = 0;
                 while off < chunk.len() {
-                    off += f.write(fs, &chunk[off..]).map_err(io("write"))?;
+                    off += fs.write(&f, &chunk[off..]).map_err(io("write"))?;
                 }
             }
-            f.fsync(fs).map_err(io("fsync"))?;
+            fs.fsync(&f).map_err(io("fsync"))?;
             drop(f);
             (lib_random(fs, s, false)?, lib_random(fs, s, true)?)
         }
@@ -1349,9 +1349,9 @@ fn lib_random(fs: &Arc<Fs>, s: &Sizes, write: bool) -> Result<f64, String> {
             for _ in 0..64 {
                 let off = r.random_range(0..blocks) * 4096;
                 if write {
-                    f.pwrite(fs, off, &buf).map_err(io("pwrite"))?;
+                    fs.pwrite(&f, off, &buf).map_err(io("pwrite"))?;
                 } else {
-                    f.pread(fs, off, &mut buf).map_err(io("pread"))?;
+                    fs.pread(&f, off, &mut buf).map_err(io("pread"))?;
                 }
                 n += 1;
             }
@@ -1435,7 +1435,7 @@ impl crate::srctree::TreeSink for LibSink<'_> {
             .map_err(eio)?;
         let mut off = 0;
         while off < data.len() {
-            off += f.write(self.fs, &data[off..]).map_err(eio)?;
+            off += self.fs.write(&f, &data[off..]).map_err(eio)?;
         }
         Ok(())
     }
@@ -1490,7 +1490,7 @@ fn lib_read_all(fs: &Fs, dir: &[u8]) -> Result<u64, String> {
         } else if ft == ext4kit::FileType::Regular {
             let f = fs.open(&path, OpenFlags::default()).map_err(io("open"))?;
             loop {
-                let n = f.read(fs, &mut buf).map_err(io("read"))?;
+                let n = fs.read(&f, &mut buf).map_err(io("read"))?;
                 if n == 0 {
                     break;
                 }

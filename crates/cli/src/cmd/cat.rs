@@ -18,7 +18,7 @@ pub fn run(image: &Image, path: &str, budget: usize) -> Result<(), String> {
     let mut out = out.lock();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f.read(&fs, &mut buf).map_err(|e| super::err(image, path, e))?;
+        let n = fs.read(&f, &mut buf).map_err(|e| super::err(image, path, e))?;
         if n == 0 {
             break;
         }

@@ -48,8 +48,8 @@ pub fn run(budget: usize) -> Result<(), String> {
         .open(b"/README.txt", OpenFlags::default())
         .map_err(|e| format!("embedded sample image: {e}"))?;
     let mut buf = vec![0u8; 64 * 1024];
-    let n = f
-        .read(&fs, &mut buf)
+    let n = fs
+        .read(&f, &mut buf)
         .map_err(|e| format!("embedded sample image: {e}"))?;
     print!("{}", String::from_utf8_lossy(&buf[..n]));
     Ok(())

@@ -376,19 +376,19 @@ impl Ctx<'_> {
         let mut buf = vec![0u8; 1 << 20];
         let mut off = 0u64;
         while off < st.size {
-            let data = match f.lseek(&fs, off as i64, Whence::Data) {
+            let data = match fs.lseek(&f, off as i64, Whence::Data) {
                 Ok(d) => d,
                 Err(e) if e.errno() == ext4kit::Errno::ENXIO => break,
                 Err(e) => return Err(CopyError::Read(e)),
             };
-            let hole = f
-                .lseek(&fs, data as i64, Whence::Hole)
+            let hole = fs
+                .lseek(&f, data as i64, Whence::Hole)
                 .map_err(CopyError::Read)?
                 .min(st.size);
             let mut pos = data;
             while pos < hole {
                 let want = ((hole - pos) as usize).min(buf.len());
-                let n = f.pread(&fs, pos, &mut buf[..want]).map_err(CopyError::Read)?;
+                let n = fs.pread(&f, pos, &mut buf[..want]).map_err(CopyError::Read)?;
                 if n == 0 {
                     break;
                 }

@@ -9,7 +9,7 @@ use ext4kit_format::inode::Inode;
 use ext4kit_format::xattr::acl_tag;
 
 use super::cred::Cred;
-use super::Fs;
+use super::super_block::SuperBlock;
 use crate::error::Result;
 use crate::ext4::xattr;
 
@@ -104,23 +104,17 @@ pub(crate) fn acl_permission(x: &[u8], inode: &Inode, cred: &Cred, want: u16) ->
     Some(false)
 }
 
-impl Fs {
-    /// `generic_permission` with ACLs: whether `cred` may access inode
-    /// `ino` (record `inode`, which the caller has locked) for `mask`
-    /// (MAY_* bits). Root and the owner are decided by the mode alone; for
-    /// others, an access ACL replaces the group class when the mode has
-    /// group bits (`acl_permission_check`).
-    pub fn permission(&self, ino: u32, inode: &Inode, mask: u8, cred: &Cred) -> Result<bool> {
-        if cred.is_root() || cred.uid == inode.uid() || inode.base.mode & 0o070 == 0 {
-            return Ok(cred.may(inode, mask));
-        }
-        let acl = xattr::list(&self.vol, ino, inode)?
-            .into_iter()
-            .find(|(n, _)| n == ACL_ACCESS);
-        match acl.and_then(|(_, v)| acl_permission(&v, inode, cred, mask as u16 & 7)) {
-            Some(ok) => Ok(ok),
-            None => Ok(cred.may(inode, mask)),
-        }
+/// The work of [`Fs::permission`](crate::Fs::permission).
+pub(crate) fn permission(sb: &SuperBlock, ino: u32, inode: &Inode, mask: u8, cred: &Cred) -> Result<bool> {
+    if cred.is_root() || cred.uid == inode.uid() || inode.base.mode & 0o070 == 0 {
+        return Ok(cred.may(inode, mask));
+    }
+    let acl = xattr::list(sb.vol(), ino, inode)?
+        .into_iter()
+        .find(|(n, _)| n == ACL_ACCESS);
+    match acl.and_then(|(_, v)| acl_permission(&v, inode, cred, mask as u16 & 7)) {
+        Some(ok) => Ok(ok),
+        None => Ok(cred.may(inode, mask)),
     }
 }
 

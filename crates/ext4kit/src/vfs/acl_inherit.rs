@@ -25,7 +25,7 @@
 use ext4kit_format::inode::{FileType, Inode};
 use ext4kit_format::xattr::acl_tag;
 
-use super::Fs;
+use super::super_block::SuperBlock;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::transaction::Handle;
 use crate::ext4::xattr;
@@ -113,70 +113,74 @@ pub fn create_masq(acl: &mut [u8], mode: u16) -> Option<(u16, bool)> {
     Some((new, equiv))
 }
 
-impl Fs {
-    /// What an inode of type `ftype` created in directory `parent` (its
-    /// record `dir`, which the caller holds locked) with `mode` gets (see
-    /// the module comment).
-    pub(crate) fn acl_for_new(&self, parent: u32, dir: &Inode, ftype: FileType, mode: CreateMode) -> Result<AclCreate> {
-        let perm = mode.perm & 0o7777;
-        let plain = |m| AclCreate {
-            mode: m,
-            access: None,
-            default: None,
-        };
-        if ftype == FileType::Symlink {
-            return Ok(plain(perm));
-        }
-        let default = xattr::list(&self.vol, parent, dir)?
-            .into_iter()
-            .find(|(n, _)| n == ACL_DEFAULT_NAME)
-            .map(|(_, v)| v)
-            .filter(|v| v.len() > 4);
-        let Some(default) = default else {
-            return Ok(plain(perm & !(mode.umask & 0o777)));
-        };
-        let mut access = default.clone();
-        let (new_mode, equiv) = create_masq(&mut access, perm).ok_or_else(|| {
-            Error::posix(
-                Errno::EIO,
-                format!("inode {parent}: the default ACL is malformed; run e2fsck"),
-            )
-        })?;
-        Ok(AclCreate {
-            mode: new_mode,
-            access: (!equiv).then_some(access),
-            default: (ftype == FileType::Directory).then_some(default),
-        })
+/// What an inode of type `ftype` created in directory `parent` (its
+/// record `dir`, which the caller holds locked) with `mode` gets (see
+/// the module comment).
+pub(crate) fn acl_for_new(
+    sb: &SuperBlock,
+    parent: u32,
+    dir: &Inode,
+    ftype: FileType,
+    mode: CreateMode,
+) -> Result<AclCreate> {
+    let perm = mode.perm & 0o7777;
+    let plain = |m| AclCreate {
+        mode: m,
+        access: None,
+        default: None,
+    };
+    if ftype == FileType::Symlink {
+        return Ok(plain(perm));
     }
+    let default = xattr::list(sb.vol(), parent, dir)?
+        .into_iter()
+        .find(|(n, _)| n == ACL_DEFAULT_NAME)
+        .map(|(_, v)| v)
+        .filter(|v| v.len() > 4);
+    let Some(default) = default else {
+        return Ok(plain(perm & !(mode.umask & 0o777)));
+    };
+    let mut access = default.clone();
+    let (new_mode, equiv) = create_masq(&mut access, perm).ok_or_else(|| {
+        Error::posix(
+            Errno::EIO,
+            format!("inode {parent}: the default ACL is malformed; run e2fsck"),
+        )
+    })?;
+    Ok(AclCreate {
+        mode: new_mode,
+        access: (!equiv).then_some(access),
+        default: (ftype == FileType::Directory).then_some(default),
+    })
+}
 
-    /// `ext4_init_acl`: store the ACLs [`Fs::acl_for_new`] computed on the
-    /// new inode `ino` (record `rec`, not yet written) in the creating
-    /// handle `h`. The access ACL is stored as it is (the mode already
-    /// matches it).
-    pub(crate) fn store_inherited_acl(
-        &self,
-        h: &mut Handle<'_>,
-        ino: u32,
-        rec: &mut Inode,
-        acl: &AclCreate,
-    ) -> Result<()> {
-        for (name, value) in [(ACL_DEFAULT_NAME, &acl.default), (ACL_ACCESS_NAME, &acl.access)] {
-            if let Some(v) = value {
-                xattr_write::set(
-                    &self.vol,
-                    h,
-                    ino,
-                    rec,
-                    XattrChange {
-                        name,
-                        value: Some(v),
-                        flags: 0,
-                    },
-                )?;
-            }
+/// `ext4_init_acl`: store the ACLs [`acl_for_new`] computed on the
+/// new inode `ino` (record `rec`, not yet written) in the creating
+/// handle `h`. The access ACL is stored as it is (the mode already
+/// matches it).
+pub(crate) fn store_inherited_acl(
+    sb: &SuperBlock,
+    h: &mut Handle<'_>,
+    ino: u32,
+    rec: &mut Inode,
+    acl: &AclCreate,
+) -> Result<()> {
+    for (name, value) in [(ACL_DEFAULT_NAME, &acl.default), (ACL_ACCESS_NAME, &acl.access)] {
+        if let Some(v) = value {
+            xattr_write::set(
+                sb.vol(),
+                h,
+                ino,
+                rec,
+                XattrChange {
+                    name,
+                    value: Some(v),
+                    flags: 0,
+                },
+            )?;
         }
-        Ok(())
     }
+    Ok(())
 }
 
 #[cfg(test)]

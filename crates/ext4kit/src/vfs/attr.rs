@@ -28,11 +28,16 @@
 use ext4kit_format::features::incompat;
 use ext4kit_format::inode::{flags, FileType, Inode, TimeField, Timestamp};
 
+use super::acl;
 use super::acl::{acl_chmod, ACL_ACCESS};
 use super::cred::{Cred, MAY_WRITE};
+use super::killpriv;
 use super::killpriv::chown_drops;
+use super::namei;
 use super::namei::with_path;
-use super::{Fs, Stat};
+use super::stat;
+use super::super_block::SuperBlock;
+use super::Stat;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::xattr_write::{self, XattrChange, XATTR_REPLACE};
 use crate::ext4::ROOT_INO;
@@ -112,276 +117,276 @@ fn eperm(ino: u32, what: &str) -> Error {
     Error::posix(Errno::EPERM, format!("inode {ino}: {what}: operation not permitted"))
 }
 
-impl Fs {
-    /// Change attributes of inode `ino` on behalf of `cred` (see the module
-    /// comment for the rules). Returns the new attributes.
-    pub fn setattr_ino(&self, ino: u32, attr: &SetAttr, cred: &Cred) -> Result<Stat> {
-        for t in [attr.atime, attr.mtime].into_iter().flatten() {
-            if let TimeSet::Set(ts) = t {
-                if ts.nsec >= 1_000_000_000 {
-                    return Err(Error::posix(
-                        Errno::EINVAL,
-                        format!("inode {ino}: {} nanoseconds", ts.nsec),
-                    ));
-                }
-            }
-        }
-        let ci = self.inode(ino)?;
-        let mut rec = ci.disk.write();
-        let old = &*rec;
-        let owner = cred.owner_or_root(old);
-        let immutable = old.base.flags & flags::IMMUTABLE != 0;
-        let append = old.base.flags & flags::APPEND != 0;
-        // utimensat(NOW, NOW) (or NULL times) is ATTR_TOUCH; any other
-        // time argument is ATTR_TIMES_SET.
-        let touch = attr.atime == Some(TimeSet::Now) && attr.mtime == Some(TimeSet::Now);
-        let times_set = !touch && (attr.atime.is_some() || attr.mtime.is_some());
-        // may_setattr
-        if (attr.mode.is_some() || attr.uid.is_some() || attr.gid.is_some() || times_set) && (immutable || append) {
-            return Err(eperm(ino, "immutable or append-only inode"));
-        }
-        if touch {
-            if immutable {
-                return Err(eperm(ino, "immutable inode"));
-            }
-            if !owner && !self.permission(ino, old, MAY_WRITE, cred)? {
+/// The work of [`Fs::setattr_ino`](crate::Fs::setattr_ino).
+pub(crate) fn setattr_ino(sb: &SuperBlock, ino: u32, attr: &SetAttr, cred: &Cred) -> Result<Stat> {
+    for t in [attr.atime, attr.mtime].into_iter().flatten() {
+        if let TimeSet::Set(ts) = t {
+            if ts.nsec >= 1_000_000_000 {
                 return Err(Error::posix(
-                    Errno::EACCES,
-                    format!("inode {ino}: setting times to now needs write permission"),
+                    Errno::EINVAL,
+                    format!("inode {ino}: {} nanoseconds", ts.nsec),
                 ));
             }
         }
-        // setattr_prepare
-        if let Some(u) = attr.uid {
-            if !(cred.is_root() || (cred.uid == old.uid() && u == old.uid())) {
-                return Err(eperm(ino, "changing the owner"));
-            }
+    }
+    let ci = sb.inode(ino)?;
+    let mut rec = ci.disk.write();
+    let old = &*rec;
+    let owner = cred.owner_or_root(old);
+    let immutable = old.base.flags & flags::IMMUTABLE != 0;
+    let append = old.base.flags & flags::APPEND != 0;
+    // utimensat(NOW, NOW) (or NULL times) is ATTR_TOUCH; any other
+    // time argument is ATTR_TIMES_SET.
+    let touch = attr.atime == Some(TimeSet::Now) && attr.mtime == Some(TimeSet::Now);
+    let times_set = !touch && (attr.atime.is_some() || attr.mtime.is_some());
+    // may_setattr
+    if (attr.mode.is_some() || attr.uid.is_some() || attr.gid.is_some() || times_set) && (immutable || append) {
+        return Err(eperm(ino, "immutable or append-only inode"));
+    }
+    if touch {
+        if immutable {
+            return Err(eperm(ino, "immutable inode"));
         }
-        if let Some(g) = attr.gid {
-            if !(cred.is_root() || (cred.uid == old.uid() && (g == old.gid() || cred.in_group(g)))) {
-                return Err(eperm(ino, "changing the group"));
-            }
+        if !owner && !acl::permission(sb, ino, old, MAY_WRITE, cred)? {
+            return Err(Error::posix(
+                Errno::EACCES,
+                format!("inode {ino}: setting times to now needs write permission"),
+            ));
         }
-        if attr.mode.is_some() && !owner {
-            return Err(eperm(ino, "changing the mode"));
+    }
+    // setattr_prepare
+    if let Some(u) = attr.uid {
+        if !(cred.is_root() || (cred.uid == old.uid() && u == old.uid())) {
+            return Err(eperm(ino, "changing the owner"));
         }
-        if times_set && !owner {
-            return Err(eperm(ino, "setting explicit times"));
+    }
+    if let Some(g) = attr.gid {
+        if !(cred.is_root() || (cred.uid == old.uid() && (g == old.gid() || cred.in_group(g)))) {
+            return Err(eperm(ino, "changing the group"));
         }
-
-        let mut new = old.clone();
-        let t = self.now();
-        let mut mode = old.base.mode;
-        if let Some(m) = attr.mode {
-            mode = (mode & 0o170000) | (m & 0o7777);
-            let group = attr.gid.unwrap_or(old.gid());
-            if !cred.is_root() && !cred.in_group(group) {
-                mode &= !S_ISGID;
-            }
-        }
-        // chown_common: a non-directory loses setuid, setgid by the group
-        // rule, and its file capability (ATTR_KILL_SUID, ATTR_KILL_PRIV).
-        let chown = (attr.uid.is_some() || attr.gid.is_some()) && ci.ftype != FileType::Directory;
-        if chown {
-            mode &= !chown_drops(old.base.mode, old.gid(), cred);
-        }
-        new.base.mode = mode;
-        if let Some(u) = attr.uid {
-            new.base.set_uid(u);
-        }
-        if let Some(g) = attr.gid {
-            new.base.set_gid(g);
-        }
-        for (which, set) in [(TimeField::Atime, attr.atime), (TimeField::Mtime, attr.mtime)] {
-            match set {
-                Some(TimeSet::Now) => new.set_time(which, clamp_time(&new, t)),
-                Some(TimeSet::Set(ts)) => new.set_time(which, clamp_time(&new, ts)),
-                None => {}
-            }
-        }
-        new.set_time(TimeField::Ctime, clamp_time(&new, t));
-        let mut h = self.vol.begin()?;
-        if chown {
-            self.drop_capability(&mut h, ino, &mut new)?;
-        }
-        if attr.mode.is_some() {
-            // posix_acl_chmod: an access ACL follows the new bits.
-            let acl = xattr::list(&self.vol, ino, &new)?
-                .into_iter()
-                .find(|(n, _)| n == ACL_ACCESS);
-            if let Some((_, mut x)) = acl {
-                acl_chmod(&mut x, mode);
-                xattr_write::set(
-                    &self.vol,
-                    &mut h,
-                    ino,
-                    &mut new,
-                    XattrChange {
-                        name: ACL_ACCESS,
-                        value: Some(&x),
-                        flags: XATTR_REPLACE,
-                    },
-                )?;
-            }
-        }
-        inode::write(&self.vol, &mut h, ino, &new)?;
-        h.commit()?;
-        *rec = new;
-        Ok(Stat::from_inode(&self.vol, ino, &rec))
+    }
+    if attr.mode.is_some() && !owner {
+        return Err(eperm(ino, "changing the mode"));
+    }
+    if times_set && !owner {
+        return Err(eperm(ino, "setting explicit times"));
     }
 
-    /// `chmod(2)`: set the permission bits of `path` (following symlinks).
-    pub fn chmod(&self, path: &[u8], mode: u16, cred: &Cred) -> Result<Stat> {
-        let d = self.resolve(path, true)?;
-        self.setattr_ino(
-            d.ino,
-            &SetAttr {
-                mode: Some(mode),
-                ..Default::default()
-            },
-            cred,
+    let mut new = old.clone();
+    let t = sb.now();
+    let mut mode = old.base.mode;
+    if let Some(m) = attr.mode {
+        mode = (mode & 0o170000) | (m & 0o7777);
+        let group = attr.gid.unwrap_or(old.gid());
+        if !cred.is_root() && !cred.in_group(group) {
+            mode &= !S_ISGID;
+        }
+    }
+    // chown_common: a non-directory loses setuid, setgid by the group
+    // rule, and its file capability (ATTR_KILL_SUID, ATTR_KILL_PRIV).
+    let chown = (attr.uid.is_some() || attr.gid.is_some()) && ci.ftype != FileType::Directory;
+    if chown {
+        mode &= !chown_drops(old.base.mode, old.gid(), cred);
+    }
+    new.base.mode = mode;
+    if let Some(u) = attr.uid {
+        new.base.set_uid(u);
+    }
+    if let Some(g) = attr.gid {
+        new.base.set_gid(g);
+    }
+    for (which, set) in [(TimeField::Atime, attr.atime), (TimeField::Mtime, attr.mtime)] {
+        match set {
+            Some(TimeSet::Now) => new.set_time(which, clamp_time(&new, t)),
+            Some(TimeSet::Set(ts)) => new.set_time(which, clamp_time(&new, ts)),
+            None => {}
+        }
+    }
+    new.set_time(TimeField::Ctime, clamp_time(&new, t));
+    let mut h = sb.vol().begin()?;
+    if chown {
+        killpriv::drop_capability(sb, &mut h, ino, &mut new)?;
+    }
+    if attr.mode.is_some() {
+        // posix_acl_chmod: an access ACL follows the new bits.
+        let acl = xattr::list(sb.vol(), ino, &new)?
+            .into_iter()
+            .find(|(n, _)| n == ACL_ACCESS);
+        if let Some((_, mut x)) = acl {
+            acl_chmod(&mut x, mode);
+            xattr_write::set(
+                sb.vol(),
+                &mut h,
+                ino,
+                &mut new,
+                XattrChange {
+                    name: ACL_ACCESS,
+                    value: Some(&x),
+                    flags: XATTR_REPLACE,
+                },
+            )?;
+        }
+    }
+    inode::write(sb.vol(), &mut h, ino, &new)?;
+    h.commit()?;
+    *rec = new;
+    Ok(Stat::from_inode(sb.vol(), ino, &rec))
+}
+
+/// The work of [`Fs::chmod`](crate::Fs::chmod).
+pub(crate) fn chmod(sb: &SuperBlock, path: &[u8], mode: u16, cred: &Cred) -> Result<Stat> {
+    let d = namei::resolve(sb, path, true)?;
+    setattr_ino(
+        sb,
+        d.ino,
+        &SetAttr {
+            mode: Some(mode),
+            ..Default::default()
+        },
+        cred,
+    )
+    .map_err(|e| with_path(e, path))
+}
+
+/// The work of [`Fs::chown`](crate::Fs::chown).
+pub(crate) fn chown(
+    sb: &SuperBlock,
+    path: &[u8],
+    uid: Option<u32>,
+    gid: Option<u32>,
+    follow: bool,
+    cred: &Cred,
+) -> Result<Stat> {
+    let d = namei::resolve(sb, path, follow)?;
+    setattr_ino(
+        sb,
+        d.ino,
+        &SetAttr {
+            uid,
+            gid,
+            ..Default::default()
+        },
+        cred,
+    )
+    .map_err(|e| with_path(e, path))
+}
+
+/// The work of [`Fs::utimens`](crate::Fs::utimens).
+pub(crate) fn utimens(
+    sb: &SuperBlock,
+    path: &[u8],
+    atime: Option<TimeSet>,
+    mtime: Option<TimeSet>,
+    follow: bool,
+    cred: &Cred,
+) -> Result<Stat> {
+    let d = namei::resolve(sb, path, follow)?;
+    if atime.is_none() && mtime.is_none() {
+        // Both UTIME_OMIT: nothing to do, no check, ctime untouched.
+        return stat::stat_ino(sb, d.ino);
+    }
+    setattr_ino(
+        sb,
+        d.ino,
+        &SetAttr {
+            atime,
+            mtime,
+            ..Default::default()
+        },
+        cred,
+    )
+    .map_err(|e| with_path(e, path))
+}
+
+/// The work of [`Fs::access_ino`](crate::Fs::access_ino).
+pub(crate) fn access_ino(sb: &SuperBlock, ino: u32, mask: u8, cred: &Cred) -> Result<()> {
+    let ci = sb.inode(ino)?;
+    let rec = ci.disk.read();
+    if mask & MAY_WRITE != 0 {
+        if sb.vol().read_only() && matches!(ci.ftype, FileType::Regular | FileType::Directory | FileType::Symlink) {
+            return Err(Error::posix(Errno::EROFS, format!("inode {ino}: read-only filesystem")));
+        }
+        if rec.base.flags & flags::IMMUTABLE != 0 {
+            return Err(eperm(ino, "write access to an immutable inode"));
+        }
+    }
+    if acl::permission(sb, ino, &rec, mask, cred)? {
+        Ok(())
+    } else {
+        Err(Error::posix(Errno::EACCES, format!("inode {ino}: permission denied")))
+    }
+}
+
+/// The work of [`Fs::access`](crate::Fs::access).
+pub(crate) fn access(sb: &SuperBlock, path: &[u8], mask: u8, cred: &Cred) -> Result<()> {
+    let d = namei::resolve(sb, path, true)?;
+    access_ino(sb, d.ino, mask, cred).map_err(|e| with_path(e, path))
+}
+
+/// The work of [`Fs::statfs`](crate::Fs::statfs).
+pub(crate) fn statfs(sb: &SuperBlock) -> Result<StatFs> {
+    let (free_blocks, free_inodes) = sb.vol().groups().iter().fold((0u64, 0u64), |(b, i), g| {
+        let d = g.desc().read();
+        (b + d.free_blocks_count() as u64, i + d.free_inodes_count() as u64)
+    });
+    let (reserved, uuid, stored_overhead, journal_ino) = {
+        let s = sb.vol().sb().read();
+        (s.r_blocks_count(), s.uuid, s.overhead_clusters, s.journal_inum)
+    };
+    let overhead = if stored_overhead != 0 {
+        stored_overhead as u64
+    } else {
+        overhead(sb, journal_ino)?
+    };
+    let half = |k: usize| u64::from_le_bytes(uuid[k..k + 8].try_into().unwrap_or([0; 8]));
+    Ok(StatFs {
+        block_size: sb.vol().block_size() as u32,
+        blocks: sb.vol().geo().blocks_count().saturating_sub(overhead),
+        // Blocks promised to buffered writes not yet written back are
+        // not free (`ext4_statfs`: s_freeclusters_counter minus
+        // s_dirtyclusters_counter), so `df` shows what write(2) has
+        // already accepted.
+        blocks_free: free_blocks.saturating_sub(sb.vol().reservations().dirty()),
+        blocks_avail: free_blocks
+            .saturating_sub(sb.vol().reservations().dirty())
+            .saturating_sub(reserved),
+        files: sb.vol().geo().inodes_count() as u64,
+        files_free: free_inodes,
+        name_max: ext4kit_format::dirent::NAME_MAX as u32,
+        fsid: half(0) ^ half(8),
+    })
+}
+
+/// `ext4_calculate_overhead`: blocks before `s_first_data_block`, per
+/// group the superblock copy and descriptor blocks where there is a
+/// backup (reserved GDT blocks are not counted, as in the kernel), two
+/// bitmaps and the inode table, and the internal journal.
+fn overhead(sb: &SuperBlock, journal_ino: u32) -> Result<u64> {
+    let vol = sb.vol();
+    let ngroups = vol.groups().len() as u64;
+    let itb = (vol.geo().inodes_per_group() as u64 * vol.geo().inode_size() as u64).div_ceil(vol.block_size() as u64);
+    let (gdb, meta_bg, first_meta_bg) = {
+        let s = vol.sb().read();
+        let per = (vol.block_size() / s.desc_size()) as u64;
+        (
+            ngroups.div_ceil(per),
+            vol.geo().has_incompat(incompat::META_BG),
+            s.first_meta_bg as u64,
         )
-        .map_err(|e| with_path(e, path))
-    }
-
-    /// `chown(2)` (`follow`) or `lchown(2)` (`!follow`): `None` leaves the
-    /// owner or group unchanged (the syscalls' -1).
-    pub fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>, follow: bool, cred: &Cred) -> Result<Stat> {
-        let d = self.resolve(path, follow)?;
-        self.setattr_ino(
-            d.ino,
-            &SetAttr {
-                uid,
-                gid,
-                ..Default::default()
-            },
-            cred,
-        )
-        .map_err(|e| with_path(e, path))
-    }
-
-    /// `utimensat(2)`: `None` is `UTIME_OMIT`; `follow` false is
-    /// `AT_SYMLINK_NOFOLLOW`.
-    pub fn utimens(
-        &self,
-        path: &[u8],
-        atime: Option<TimeSet>,
-        mtime: Option<TimeSet>,
-        follow: bool,
-        cred: &Cred,
-    ) -> Result<Stat> {
-        let d = self.resolve(path, follow)?;
-        if atime.is_none() && mtime.is_none() {
-            // Both UTIME_OMIT: nothing to do, no check, ctime untouched.
-            return self.stat_ino(d.ino);
-        }
-        self.setattr_ino(
-            d.ino,
-            &SetAttr {
-                atime,
-                mtime,
-                ..Default::default()
-            },
-            cred,
-        )
-        .map_err(|e| with_path(e, path))
-    }
-
-    /// `access(2)` on inode `ino`: `mask` is MAY_* bits (0 checks
-    /// existence only). EACCES when refused; EROFS for a write check on a
-    /// read-only filesystem (regular files, directories, symlinks).
-    pub fn access_ino(&self, ino: u32, mask: u8, cred: &Cred) -> Result<()> {
-        let ci = self.inode(ino)?;
-        let rec = ci.disk.read();
-        if mask & MAY_WRITE != 0 {
-            if self.vol.read_only() && matches!(ci.ftype, FileType::Regular | FileType::Directory | FileType::Symlink) {
-                return Err(Error::posix(Errno::EROFS, format!("inode {ino}: read-only filesystem")));
-            }
-            if rec.base.flags & flags::IMMUTABLE != 0 {
-                return Err(eperm(ino, "write access to an immutable inode"));
-            }
-        }
-        if self.permission(ino, &rec, mask, cred)? {
-            Ok(())
-        } else {
-            Err(Error::posix(Errno::EACCES, format!("inode {ino}: permission denied")))
+    };
+    let mut total = vol.geo().first_data_block() + ngroups * (itb + 2);
+    let s = vol.sb().read();
+    for g in 0..ngroups {
+        if s.group_has_super(g) {
+            total += 1 + if meta_bg { first_meta_bg.min(gdb) } else { gdb };
         }
     }
-
-    /// `access(2)` on `path` (following symlinks).
-    pub fn access(&self, path: &[u8], mask: u8, cred: &Cred) -> Result<()> {
-        let d = self.resolve(path, true)?;
-        self.access_ino(d.ino, mask, cred).map_err(|e| with_path(e, path))
+    drop(s);
+    if journal_ino != 0
+        && journal_ino != ROOT_INO
+        && vol.geo().has_compat(ext4kit_format::features::compat::HAS_JOURNAL)
+    {
+        total += inode::read(vol, journal_ino)?.size() / vol.block_size() as u64;
     }
-
-    /// Filesystem-wide counts (`statfs(2)`), from the group descriptors'
-    /// live counts rather than the superblock's (which are only brought up
-    /// to date by `sync`).
-    pub fn statfs(&self) -> Result<StatFs> {
-        let (free_blocks, free_inodes) = self.vol.groups().iter().fold((0u64, 0u64), |(b, i), g| {
-            let d = g.desc().read();
-            (b + d.free_blocks_count() as u64, i + d.free_inodes_count() as u64)
-        });
-        let (reserved, uuid, stored_overhead, journal_ino) = {
-            let sb = self.vol.sb().read();
-            (sb.r_blocks_count(), sb.uuid, sb.overhead_clusters, sb.journal_inum)
-        };
-        let overhead = if stored_overhead != 0 {
-            stored_overhead as u64
-        } else {
-            self.overhead(journal_ino)?
-        };
-        let half = |k: usize| u64::from_le_bytes(uuid[k..k + 8].try_into().unwrap_or([0; 8]));
-        Ok(StatFs {
-            block_size: self.vol.block_size() as u32,
-            blocks: self.vol.geo().blocks_count().saturating_sub(overhead),
-            // Blocks promised to buffered writes not yet written back are
-            // not free (`ext4_statfs`: s_freeclusters_counter minus
-            // s_dirtyclusters_counter), so `df` shows what write(2) has
-            // already accepted.
-            blocks_free: free_blocks.saturating_sub(self.vol.reservations().dirty()),
-            blocks_avail: free_blocks
-                .saturating_sub(self.vol.reservations().dirty())
-                .saturating_sub(reserved),
-            files: self.vol.geo().inodes_count() as u64,
-            files_free: free_inodes,
-            name_max: ext4kit_format::dirent::NAME_MAX as u32,
-            fsid: half(0) ^ half(8),
-        })
-    }
-
-    /// `ext4_calculate_overhead`: blocks before `s_first_data_block`, per
-    /// group the superblock copy and descriptor blocks where there is a
-    /// backup (reserved GDT blocks are not counted, as in the kernel), two
-    /// bitmaps and the inode table, and the internal journal.
-    fn overhead(&self, journal_ino: u32) -> Result<u64> {
-        let vol = &self.vol;
-        let ngroups = vol.groups().len() as u64;
-        let itb =
-            (vol.geo().inodes_per_group() as u64 * vol.geo().inode_size() as u64).div_ceil(vol.block_size() as u64);
-        let (gdb, meta_bg, first_meta_bg) = {
-            let sb = vol.sb().read();
-            let per = (vol.block_size() / sb.desc_size()) as u64;
-            (
-                ngroups.div_ceil(per),
-                vol.geo().has_incompat(incompat::META_BG),
-                sb.first_meta_bg as u64,
-            )
-        };
-        let mut total = vol.geo().first_data_block() + ngroups * (itb + 2);
-        let sb = vol.sb().read();
-        for g in 0..ngroups {
-            if sb.group_has_super(g) {
-                total += 1 + if meta_bg { first_meta_bg.min(gdb) } else { gdb };
-            }
-        }
-        drop(sb);
-        if journal_ino != 0
-            && journal_ino != ROOT_INO
-            && vol.geo().has_compat(ext4kit_format::features::compat::HAS_JOURNAL)
-        {
-            total += inode::read(&self.vol, journal_ino)?.size() / vol.block_size() as u64;
-        }
-        Ok(total)
-    }
+    Ok(total)
 }

@@ -194,55 +194,55 @@ impl Process {
     /// Read from `fd` at its position.
     pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize> {
         let fs = &self.fs;
-        self.with_file(fd, |f| f.read(fs, buf))
+        self.with_file(fd, |f| fs.read(f, buf))
     }
 
     /// Read from `fd` at `off`.
     pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
         let fs = &self.fs;
-        self.with_file(fd, |f| f.pread(fs, off, buf))
+        self.with_file(fd, |f| fs.pread(f, off, buf))
     }
 
     /// Reposition `fd`.
     pub fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64> {
         let fs = &self.fs;
-        self.with_file(fd, |f| f.lseek(fs, off, whence))
+        self.with_file(fd, |f| fs.lseek(f, off, whence))
     }
 
     /// Write to `fd` at its position (at the end for O_APPEND).
     pub fn write(&self, fd: Fd, buf: &[u8]) -> Result<usize> {
         let fs = &self.fs;
-        self.with_file(fd, |f| f.write(fs, buf))
+        self.with_file(fd, |f| fs.write(f, buf))
     }
 
     /// Write to `fd` at `off`.
     pub fn pwrite(&self, fd: Fd, buf: &[u8], off: u64) -> Result<usize> {
         let fs = &self.fs;
-        self.with_file(fd, |f| f.pwrite(fs, off, buf))
+        self.with_file(fd, |f| fs.pwrite(f, off, buf))
     }
 
     /// Set the size of the file behind `fd`.
     pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {
         let fs = &self.fs;
-        self.with_file(fd, |f| f.ftruncate(fs, len))
+        self.with_file(fd, |f| fs.ftruncate(f, len))
     }
 
     /// fallocate(2) on `fd` (modes: `vfs::io::FALLOC_FL_*`).
     pub fn fallocate(&self, fd: Fd, mode: u32, off: u64, len: u64) -> Result<()> {
         let fs = &self.fs;
-        self.with_file(fd, |f| f.fallocate(fs, mode, off, len))
+        self.with_file(fd, |f| fs.fallocate(f, mode, off, len))
     }
 
     /// fsync(2).
     pub fn fsync(&self, fd: Fd) -> Result<()> {
         let fs = &self.fs;
-        self.with_file(fd, |f| f.fsync(fs))
+        self.with_file(fd, |f| fs.fsync(f))
     }
 
     /// fdatasync(2).
     pub fn fdatasync(&self, fd: Fd) -> Result<()> {
         let fs = &self.fs;
-        self.with_file(fd, |f| f.fdatasync(fs))
+        self.with_file(fd, |f| fs.fdatasync(f))
     }
 
     /// Duplicate `fd` onto the lowest free number (shares the position).

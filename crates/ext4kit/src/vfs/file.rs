@@ -10,8 +10,8 @@
 //! others read or write the inode.
 //!
 //! The access mode is checked here (EBADF for a write through a read-only
-//! description and vice versa); the data work is in `io.rs` and
-//! `writeback.rs`.
+//! description and vice versa); the calls on a description are in
+//! `read_write.rs`, the data work in `read.rs`, `io.rs` and `writeback.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,9 +21,8 @@ use ext4kit_format::inode::FileType;
 use super::cred::{Caller, Cred};
 use super::dcache::Dentry;
 use super::pin::OpenRef;
-use super::request::{Fallocate, WriteAt, WriteRequest};
+use super::request::{WriteAt, WriteRequest};
 use super::writeback::SyncLevel;
-use super::Fs;
 use crate::error::{Errno, Error, Result};
 
 /// `lseek` origins.
@@ -165,13 +164,19 @@ impl File {
         }
     }
 
-    /// A write of `buf` at `at` through this file, by its opener.
-    fn write_req<'a>(&'a self, buf: &'a [u8], at: WriteAt) -> WriteRequest<'a> {
+    /// A write of `buf` at `at` through this file, by its opener, with
+    /// its O_SYNC / O_DSYNC.
+    pub(crate) fn write_req<'a>(&'a self, buf: &'a [u8], at: WriteAt) -> WriteRequest<'a> {
         WriteRequest {
             at,
             sync: self.flags.sync,
             ..WriteRequest::new(buf, Caller::new(&self.opener))
         }
+    }
+
+    /// Who opened it, as the caller of what is done through it.
+    pub(crate) fn caller(&self) -> Caller<'_> {
+        Caller::new(&self.opener)
     }
 
     /// The name it was opened through (`None` when opened by inode number).
@@ -184,25 +189,14 @@ impl File {
         self.pos.load(Ordering::Relaxed)
     }
 
-    /// Read at the current position and advance it. Concurrent `read`s on
-    /// one description may overlap (POSIX leaves that unspecified for
-    /// threads); each is atomic with respect to the data it returns.
-    pub fn read(&self, fs: &Fs, buf: &mut [u8]) -> Result<usize> {
-        self.check_read()?;
-        let pos = self.pos.load(Ordering::Relaxed);
-        let n = fs.read_at(&self.inode, pos, buf)?;
-        self.pos.store(pos + n as u64, Ordering::Relaxed);
-        Ok(n)
+    /// Move the position to `p` (after a read or write through it).
+    pub(crate) fn set_position(&self, p: u64) {
+        self.pos.store(p, Ordering::Relaxed);
     }
 
-    /// Read at `off` without touching the position.
-    pub fn pread(&self, fs: &Fs, off: u64, buf: &mut [u8]) -> Result<usize> {
-        self.check_read()?;
-        fs.read_at(&self.inode, off, buf)
-    }
-
-    /// Move the position (lock-free: no lock for SET/CUR, the atomic size for END).
-    pub fn lseek(&self, fs: &Fs, off: i64, whence: Whence) -> Result<u64> {
+    /// lseek(2) on the position (lock-free: no lock for SET/CUR, the atomic
+    /// size for END); SEEK_DATA / SEEK_HOLE ask `find(offset, data)`.
+    pub(crate) fn seek(&self, off: i64, whence: Whence, find: impl FnOnce(u64, bool) -> Result<u64>) -> Result<u64> {
         let einval = || Error::posix(Errno::EINVAL, format!("lseek to offset {off} is invalid"));
         let to_pos = |base: u64| -> Result<u64> {
             let p = (base as i128) + off as i128;
@@ -242,7 +236,7 @@ impl File {
                         format!("SEEK_DATA/SEEK_HOLE at negative offset {off}"),
                     ));
                 }
-                fs.seek_data_hole(&self.inode, off as u64, whence == Whence::Data)?
+                find(off as u64, whence == Whence::Data)?
             }
         };
         self.pos.store(new, Ordering::Relaxed);
@@ -254,7 +248,8 @@ impl File {
         self.inode.ftype == FileType::Directory
     }
 
-    fn check_read(&self) -> Result<()> {
+    /// EBADF unless open for reading.
+    pub(crate) fn check_read(&self) -> Result<()> {
         if self.flags.access.reads() {
             Ok(())
         } else {
@@ -262,65 +257,12 @@ impl File {
         }
     }
 
-    fn check_write(&self) -> Result<()> {
+    /// EBADF unless open for writing.
+    pub(crate) fn check_write(&self) -> Result<()> {
         if self.flags.access.writes() {
             Ok(())
         } else {
             Err(Error::posix(Errno::EBADF, "file not open for writing"))
         }
-    }
-
-    /// Write at the current position (at the end of file, atomically, for
-    /// O_APPEND) and advance the position past what was written.
-    pub fn write(&self, fs: &Fs, buf: &[u8]) -> Result<usize> {
-        self.check_write()?;
-        let at = if self.flags.append {
-            WriteAt::End
-        } else {
-            WriteAt::Offset(self.pos.load(Ordering::Relaxed))
-        };
-        let w = fs.write_inode(&self.inode, &self.write_req(buf, at))?;
-        self.pos.store(w.offset + w.len as u64, Ordering::Relaxed);
-        Ok(w.len)
-    }
-
-    /// Write at `off` without touching the position. As on Linux, an
-    /// O_APPEND description appends whatever `off` says.
-    pub fn pwrite(&self, fs: &Fs, off: u64, buf: &[u8]) -> Result<usize> {
-        self.check_write()?;
-        let at = if self.flags.append {
-            WriteAt::End
-        } else {
-            WriteAt::Offset(off)
-        };
-        Ok(fs.write_inode(&self.inode, &self.write_req(buf, at))?.len)
-    }
-
-    /// ftruncate(2): EINVAL unless open for writing (as Linux).
-    pub fn ftruncate(&self, fs: &Fs, len: u64) -> Result<()> {
-        if !self.flags.access.writes() {
-            return Err(Error::posix(Errno::EINVAL, "ftruncate: file not open for writing"));
-        }
-        fs.truncate_inode(&self.inode, len, &Caller::new(&self.opener))
-            .map(|_| ())
-    }
-
-    /// fallocate(2) (see [`Fs::fallocate_inode`] for modes and errors).
-    pub fn fallocate(&self, fs: &Fs, mode: u32, off: u64, len: u64) -> Result<()> {
-        self.check_write()?;
-        fs.fallocate_inode(&self.inode, Fallocate { mode, off, len }, &Caller::new(&self.opener))
-            .map(|_| ())
-    }
-
-    /// fsync(2): dirty pages, then the inode record if dirty at any level,
-    /// then a device flush.
-    pub fn fsync(&self, fs: &Fs) -> Result<()> {
-        fs.fsync_inode(&self.inode, false).map(|_| ())
-    }
-
-    /// fdatasync(2): dirty pages, the inode record only if data-relevant
-    /// fields changed (size, block map), then a device flush.
-    pub fn fdatasync(&self, fs: &Fs) -> Result<()> {
-        fs.fsync_inode(&self.inode, true).map(|_| ())
     }
 }

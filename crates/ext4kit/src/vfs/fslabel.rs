@@ -12,45 +12,41 @@
 //! (root).
 
 use super::cred::Cred;
-use super::Fs;
+use super::super_block::SuperBlock;
 use crate::error::{Errno, Error, Result};
 
 /// Longest ext4 label (`EXT4_LABEL_MAX`).
 pub const LABEL_MAX: usize = 16;
 
-impl Fs {
-    /// The label: `s_volume_name` up to its first NUL (at most 16 bytes).
-    pub fn fs_label(&self) -> Vec<u8> {
-        let sb = self.vol.sb().read();
-        let end = sb.volume_name.iter().position(|&b| b == 0).unwrap_or(LABEL_MAX);
-        sb.volume_name[..end].to_vec()
-    }
+/// The work of [`Fs::fs_label`](crate::Fs::fs_label).
+pub(crate) fn fs_label(sb: &SuperBlock) -> Vec<u8> {
+    let s = sb.vol().sb().read();
+    let end = s.volume_name.iter().position(|&b| b == 0).unwrap_or(LABEL_MAX);
+    s.volume_name[..end].to_vec()
+}
 
-    /// Set the label to `label` (up to its first NUL) for `cred`, in
-    /// `ext4_ioctl_setlabel`'s order: EPERM unless root (CAP_SYS_ADMIN),
-    /// EINVAL if longer than 16 bytes, EROFS on a read-only filesystem.
-    pub fn set_fs_label(&self, label: &[u8], cred: &Cred) -> Result<()> {
-        if !cred.is_root() {
-            return Err(Error::posix(Errno::EPERM, "setting the label needs CAP_SYS_ADMIN"));
-        }
-        let end = label.iter().position(|&b| b == 0).unwrap_or(label.len());
-        let label = &label[..end];
-        if label.len() > LABEL_MAX {
-            return Err(Error::posix(
-                Errno::EINVAL,
-                format!("a label has at most {LABEL_MAX} bytes, not {}", label.len()),
-            ));
-        }
-        if self.vol.read_only() {
-            return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
-        }
-        {
-            let mut sb = self.vol.sb().write();
-            sb.volume_name = [0; LABEL_MAX];
-            sb.volume_name[..label.len()].copy_from_slice(label);
-        }
-        self.vol.sync_super()
+/// The work of [`Fs::set_fs_label`](crate::Fs::set_fs_label).
+pub(crate) fn set_fs_label(sb: &SuperBlock, label: &[u8], cred: &Cred) -> Result<()> {
+    if !cred.is_root() {
+        return Err(Error::posix(Errno::EPERM, "setting the label needs CAP_SYS_ADMIN"));
     }
+    let end = label.iter().position(|&b| b == 0).unwrap_or(label.len());
+    let label = &label[..end];
+    if label.len() > LABEL_MAX {
+        return Err(Error::posix(
+            Errno::EINVAL,
+            format!("a label has at most {LABEL_MAX} bytes, not {}", label.len()),
+        ));
+    }
+    if sb.vol().read_only() {
+        return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
+    }
+    {
+        let mut s = sb.vol().sb().write();
+        s.volume_name = [0; LABEL_MAX];
+        s.volume_name[..label.len()].copy_from_slice(label);
+    }
+    sb.vol().sync_super()
 }
 
 #[cfg(test)]

@@ -249,8 +249,8 @@ mod tests {
 
     /// Inodes on the orphan list (the classic chain and the orphan file).
     fn orphans(fs: &Fs) -> Vec<u32> {
-        let mut v = fs.vol.orphan_chain().unwrap();
-        v.extend(fs.vol.orphan_file_slots().unwrap().iter().map(|s| s.ino));
+        let mut v = fs.volume().orphan_chain().unwrap();
+        v.extend(fs.volume().orphan_file_slots().unwrap().iter().map(|s| s.ino));
         v
     }
 
@@ -260,8 +260,8 @@ mod tests {
         crate::vfs::pin::drop_cached();
         fs.sync().unwrap();
         for _ in 0..50 {
-            fs.icache.evict_unused();
-            if fs.icache.peek(ino).is_none() {
+            fs.sb().icache().evict_unused();
+            if fs.sb().icache().peek(ino).is_none() {
                 return true;
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
@@ -367,7 +367,7 @@ mod tests {
                 let (fs, stop) = (fs.clone(), stop.clone());
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
-                        fs.icache.evict_unused();
+                        fs.sb().icache().evict_unused();
                     }
                 })
             };
@@ -380,7 +380,8 @@ mod tests {
                             let Ok(i) = fs.inode(ino) else { continue };
                             // The reference we hold is the cached inode
                             // (or a dead one the unlink dropped).
-                            let ok = fs.icache.peek(ino) == Some(Arc::as_ptr(&i)) || i.unlinked.load(Ordering::SeqCst);
+                            let ok = fs.sb().icache().peek(ino) == Some(Arc::as_ptr(&i))
+                                || i.unlinked.load(Ordering::SeqCst);
                             assert!(ok, "round {round}: a second copy of inode {ino}");
                             if fs.hold_inode(&i).is_ok() {
                                 drop(i);

@@ -42,7 +42,9 @@ use ext4kit_format::features::incompat;
 use ext4kit_format::inode::{flags as fl, FileType, Inode, TimeField};
 
 use super::cred::Cred;
-use super::{Fs, Stat};
+use super::super_block::SuperBlock;
+use super::syncmode;
+use super::Stat;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::inode;
 
@@ -111,7 +113,7 @@ pub fn from_xflags(old: u32, xflags: u32) -> Option<u32> {
 /// (`to_extents`) or to a block-map array: an empty extent header
 /// (`ext4_ext_tree_init`) or 60 zero bytes. Anything with data, inline
 /// data or on a filesystem without the extent feature: EOPNOTSUPP / EINVAL.
-fn relayout_empty(fs: &Fs, ino: u32, t: FileType, rec: &mut Inode, to_extents: bool) -> Result<()> {
+fn relayout_empty(sb: &SuperBlock, ino: u32, t: FileType, rec: &mut Inode, to_extents: bool) -> Result<()> {
     let unsupported = |why: &str| {
         Err(Error::posix(
             Errno::EOPNOTSUPP,
@@ -124,7 +126,7 @@ fn relayout_empty(fs: &Fs, ino: u32, t: FileType, rec: &mut Inode, to_extents: b
     if rec.size() != 0 || rec.base.blocks_lo != 0 || rec.base.blocks_high != 0 || rec.has_inline_data() {
         return unsupported("of a file with data");
     }
-    if to_extents && !fs.vol.geo().has_incompat(incompat::EXTENTS) {
+    if to_extents && !sb.vol().geo().has_incompat(incompat::EXTENTS) {
         return Err(Error::posix(
             Errno::EINVAL,
             format!("inode {ino}: the filesystem has no extent feature"),
@@ -178,118 +180,110 @@ pub(crate) fn check_link(inode: &Inode, what: &[u8]) -> Result<()> {
     Ok(())
 }
 
-impl Fs {
-    /// `FS_IOC_GETFLAGS`: inode `ino`'s user-visible flags.
-    pub fn get_flags_ino(&self, ino: u32) -> Result<u32> {
-        let ci = self.inode(ino)?;
-        let rec = ci.disk.read();
-        Ok(rec.base.flags & USER_VISIBLE)
-    }
+/// The work of [`Fs::get_flags_ino`](crate::Fs::get_flags_ino).
+pub(crate) fn get_flags_ino(sb: &SuperBlock, ino: u32) -> Result<u32> {
+    let ci = sb.inode(ino)?;
+    let rec = ci.disk.read();
+    Ok(rec.base.flags & USER_VISIBLE)
+}
 
-    /// `FS_IOC_SETFLAGS` on inode `ino` by `cred` (see the module comment
-    /// for the rules). Returns the new attributes.
-    pub fn set_flags_ino(&self, ino: u32, flags: u32, cred: &Cred) -> Result<Stat> {
-        if self.vol.read_only() {
-            return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
-        }
-        if flags & !USER_VISIBLE != 0 {
-            return Err(Error::posix(
-                Errno::EOPNOTSUPP,
-                format!("inode {ino}: flags {:#x} are not ext4 flags", flags & !USER_VISIBLE),
-            ));
-        }
-        let flags = flags & USER_MODIFIABLE;
-        let ci = self.inode(ino)?;
-        let mut rec = ci.disk.write();
-        let old = rec.base.flags;
-        if !cred.owner_or_root(&rec) {
-            return Err(eperm(ino, "only the owner may change flags"));
-        }
-        let changed = (flags ^ old) & USER_MODIFIABLE;
-        if changed & (fl::APPEND | fl::IMMUTABLE) != 0 && !cred.is_root() {
-            return Err(eperm(
-                ino,
-                "changing append-only or immutable needs CAP_LINUX_IMMUTABLE",
-            ));
-        }
-        if changed & fl::JOURNAL_DATA != 0 && !cred.is_root() {
-            return Err(eperm(ino, "changing data journaling needs CAP_SYS_RESOURCE"));
-        }
-        if mask_for(ci.ftype, flags) != flags {
-            return Err(Error::posix(
-                Errno::EOPNOTSUPP,
-                format!("inode {ino}: flags {flags:#x} do not apply to this file type"),
-            ));
-        }
-        if old & fl::IMMUTABLE != 0 && flags & fl::IMMUTABLE != 0 && old & !fl::IMMUTABLE != flags & !fl::IMMUTABLE {
-            return Err(eperm(ino, "immutable inode"));
-        }
-        if changed & UNSUPPORTED_CHANGES != 0 {
-            return Err(Error::posix(
-                Errno::EOPNOTSUPP,
-                format!(
-                    "inode {ino}: changing flags {:#x} (extents, data journaling or case folding) is not supported",
-                    changed & UNSUPPORTED_CHANGES
-                ),
-            ));
-        }
-        let mut new = rec.clone();
-        if changed & fl::EXTENTS != 0 {
-            relayout_empty(self, ino, ci.ftype, &mut new, flags & fl::EXTENTS != 0)?;
-        }
-        new.base.flags = (old & !USER_MODIFIABLE) | flags;
-        new.set_time(TimeField::Ctime, self.now());
-        let mut h = self.vol.begin()?;
-        inode::write(&self.vol, &mut h, ino, &new)?;
-        h.commit()?;
-        *rec = new;
-        if changed & fl::EXTENTS != 0 {
-            ci.reset_block_map();
-        }
-        let st = Stat::from_inode(&self.vol, ino, &rec);
-        // ext4_ioctl_setflags: a synchronous inode (before or after the
-        // change) has it durable now.
-        drop(rec);
-        self.sync_if_needed(&ci, old | flags)?;
-        Ok(st)
+/// The work of [`Fs::set_flags_ino`](crate::Fs::set_flags_ino).
+pub(crate) fn set_flags_ino(sb: &SuperBlock, ino: u32, flags: u32, cred: &Cred) -> Result<Stat> {
+    if sb.vol().read_only() {
+        return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
     }
+    if flags & !USER_VISIBLE != 0 {
+        return Err(Error::posix(
+            Errno::EOPNOTSUPP,
+            format!("inode {ino}: flags {:#x} are not ext4 flags", flags & !USER_VISIBLE),
+        ));
+    }
+    let flags = flags & USER_MODIFIABLE;
+    let ci = sb.inode(ino)?;
+    let mut rec = ci.disk.write();
+    let old = rec.base.flags;
+    if !cred.owner_or_root(&rec) {
+        return Err(eperm(ino, "only the owner may change flags"));
+    }
+    let changed = (flags ^ old) & USER_MODIFIABLE;
+    if changed & (fl::APPEND | fl::IMMUTABLE) != 0 && !cred.is_root() {
+        return Err(eperm(
+            ino,
+            "changing append-only or immutable needs CAP_LINUX_IMMUTABLE",
+        ));
+    }
+    if changed & fl::JOURNAL_DATA != 0 && !cred.is_root() {
+        return Err(eperm(ino, "changing data journaling needs CAP_SYS_RESOURCE"));
+    }
+    if mask_for(ci.ftype, flags) != flags {
+        return Err(Error::posix(
+            Errno::EOPNOTSUPP,
+            format!("inode {ino}: flags {flags:#x} do not apply to this file type"),
+        ));
+    }
+    if old & fl::IMMUTABLE != 0 && flags & fl::IMMUTABLE != 0 && old & !fl::IMMUTABLE != flags & !fl::IMMUTABLE {
+        return Err(eperm(ino, "immutable inode"));
+    }
+    if changed & UNSUPPORTED_CHANGES != 0 {
+        return Err(Error::posix(
+            Errno::EOPNOTSUPP,
+            format!(
+                "inode {ino}: changing flags {:#x} (extents, data journaling or case folding) is not supported",
+                changed & UNSUPPORTED_CHANGES
+            ),
+        ));
+    }
+    let mut new = rec.clone();
+    if changed & fl::EXTENTS != 0 {
+        relayout_empty(sb, ino, ci.ftype, &mut new, flags & fl::EXTENTS != 0)?;
+    }
+    new.base.flags = (old & !USER_MODIFIABLE) | flags;
+    new.set_time(TimeField::Ctime, sb.now());
+    let mut h = sb.vol().begin()?;
+    inode::write(sb.vol(), &mut h, ino, &new)?;
+    h.commit()?;
+    *rec = new;
+    if changed & fl::EXTENTS != 0 {
+        ci.reset_block_map();
+    }
+    let st = Stat::from_inode(sb.vol(), ino, &rec);
+    // ext4_ioctl_setflags: a synchronous inode (before or after the
+    // change) has it durable now.
+    drop(rec);
+    syncmode::sync_if_needed(sb, &ci, old | flags)?;
+    Ok(st)
+}
 
-    /// `FS_IOC_FSGETXATTR`: inode `ino`'s flags as a `struct fsxattr`
-    /// (extent-size hints, extent count and project id 0: what ext4
-    /// reports without the project feature).
-    pub fn get_xattr_flags_ino(&self, ino: u32) -> Result<FsXattr> {
-        Ok(FsXattr {
-            xflags: to_xflags(self.get_flags_ino(ino)?),
-            ..FsXattr::default()
-        })
-    }
+/// The work of [`Fs::get_xattr_flags_ino`](crate::Fs::get_xattr_flags_ino).
+pub(crate) fn get_xattr_flags_ino(sb: &SuperBlock, ino: u32) -> Result<FsXattr> {
+    Ok(FsXattr {
+        xflags: to_xflags(get_flags_ino(sb, ino)?),
+        ..FsXattr::default()
+    })
+}
 
-    /// `FS_IOC_FSSETXATTR`: set the `FS_XFLAG_*` flags of `fa` on inode
-    /// `ino` (`ext4_fileattr_set`). Extent-size hints are not ext4's
-    /// (EINVAL), nor a project id without the project feature
-    /// (EOPNOTSUPP); the flags as [`Fs::set_flags_ino`].
-    pub fn set_xflags_ino(&self, ino: u32, fa: &FsXattr, cred: &Cred) -> Result<Stat> {
-        if fa.extsize != 0 || fa.cowextsize != 0 {
-            return Err(Error::posix(
-                Errno::EINVAL,
-                format!("inode {ino}: ext4 has no extent-size hints"),
-            ));
-        }
-        if fa.projid != 0 {
-            return Err(Error::posix(
-                Errno::EOPNOTSUPP,
-                format!("inode {ino}: project ids need the project feature"),
-            ));
-        }
-        let old = self.get_flags_ino(ino)?;
-        let flags = from_xflags(old, fa.xflags).ok_or_else(|| {
-            Error::posix(
-                Errno::EOPNOTSUPP,
-                format!("inode {ino}: FS_XFLAG bits {:#x} are not supported by ext4", fa.xflags),
-            )
-        })?;
-        self.set_flags_ino(ino, flags, cred)
+/// The work of [`Fs::set_xflags_ino`](crate::Fs::set_xflags_ino).
+pub(crate) fn set_xflags_ino(sb: &SuperBlock, ino: u32, fa: &FsXattr, cred: &Cred) -> Result<Stat> {
+    if fa.extsize != 0 || fa.cowextsize != 0 {
+        return Err(Error::posix(
+            Errno::EINVAL,
+            format!("inode {ino}: ext4 has no extent-size hints"),
+        ));
     }
+    if fa.projid != 0 {
+        return Err(Error::posix(
+            Errno::EOPNOTSUPP,
+            format!("inode {ino}: project ids need the project feature"),
+        ));
+    }
+    let old = get_flags_ino(sb, ino)?;
+    let flags = from_xflags(old, fa.xflags).ok_or_else(|| {
+        Error::posix(
+            Errno::EOPNOTSUPP,
+            format!("inode {ino}: FS_XFLAG bits {:#x} are not supported by ext4", fa.xflags),
+        )
+    })?;
+    set_flags_ino(sb, ino, flags, cred)
 }
 
 /// `struct fsxattr`, what `FS_IOC_FSGETXATTR` / `FS_IOC_FSSETXATTR` pass

@@ -25,7 +25,7 @@ use ext4kit_format::xattr::XATTR_MAGIC;
 
 use super::cred::{Caller, Cred};
 use super::icache::{CachedInode, DIRTY_TIME};
-use super::Fs;
+use super::super_block::SuperBlock;
 use crate::error::Result;
 use crate::ext4::transaction::Handle;
 use crate::ext4::xattr_write::{self, XattrChange, XATTR_REPLACE};
@@ -78,64 +78,62 @@ fn may_have_xattrs(rec: &Inode) -> bool {
     rec.file_acl() != 0 || area.get(..4) == Some(&XATTR_MAGIC.to_le_bytes()[..])
 }
 
-impl Fs {
-    /// Whether inode `ino` (record `rec`) has a file capability.
-    fn has_capability(&self, ino: u32, rec: &Inode) -> Result<bool> {
-        if !may_have_xattrs(rec) {
-            return Ok(false);
-        }
-        Ok(xattr::list(&self.vol, ino, rec)?.iter().any(|(n, _)| n == CAPABILITY))
+/// Whether inode `ino` (record `rec`) has a file capability.
+fn has_capability(sb: &SuperBlock, ino: u32, rec: &Inode) -> Result<bool> {
+    if !may_have_xattrs(rec) {
+        return Ok(false);
     }
+    Ok(xattr::list(sb.vol(), ino, rec)?.iter().any(|(n, _)| n == CAPABILITY))
+}
 
-    /// Remove `security.capability` from inode `ino` (record `rec`, locked
-    /// by the caller) in handle `h`, if it has one; the caller writes the
-    /// record. Returns whether one was removed.
-    pub(crate) fn drop_capability(&self, h: &mut Handle<'_>, ino: u32, rec: &mut Inode) -> Result<bool> {
-        if !self.has_capability(ino, rec)? {
-            return Ok(false);
-        }
-        self.vol.check_xattr_block_change(ino, rec)?;
-        xattr_write::set(
-            &self.vol,
-            h,
-            ino,
-            rec,
-            XattrChange {
-                name: CAPABILITY,
-                value: None,
-                flags: XATTR_REPLACE,
-            },
-        )?;
-        Ok(true)
+/// Remove `security.capability` from inode `ino` (record `rec`, locked
+/// by the caller) in handle `h`, if it has one; the caller writes the
+/// record. Returns whether one was removed.
+pub(crate) fn drop_capability(sb: &SuperBlock, h: &mut Handle<'_>, ino: u32, rec: &mut Inode) -> Result<bool> {
+    if !has_capability(sb, ino, rec)? {
+        return Ok(false);
     }
+    sb.vol().check_xattr_block_change(ino, rec)?;
+    xattr_write::set(
+        sb.vol(),
+        h,
+        ino,
+        rec,
+        XattrChange {
+            name: CAPABILITY,
+            value: None,
+            flags: XATTR_REPLACE,
+        },
+    )?;
+    Ok(true)
+}
 
-    /// `file_remove_privs` before `caller` changes the data or size of
-    /// `inode`, whose record `rec` the caller holds locked for writing:
-    /// clear the bits [`suidgid_to_drop`] names (in memory, written with
-    /// the change's own record update) and remove a file capability (in a
-    /// transaction of its own, committed now, as the kernel's
-    /// `notify_change` does before the change). Returns whether the mode
-    /// changed (a frontend caching attributes must drop them).
-    pub(crate) fn remove_privs(&self, inode: &CachedInode, rec: &mut Inode, caller: &Caller<'_>) -> Result<bool> {
-        let mut changed = false;
-        if self.has_capability(inode.ino, rec)? {
-            let mut new = rec.clone();
-            let mut h = self.vol.begin()?;
-            self.drop_capability(&mut h, inode.ino, &mut new)?;
-            new.set_time(ext4kit_format::inode::TimeField::Ctime, self.now());
-            inode::write(&self.vol, &mut h, inode.ino, &new)?;
-            h.commit()?;
-            *rec = new;
-        }
-        let kill = suidgid_to_drop(rec.base.mode, rec.gid(), caller);
-        if kill != 0 {
-            rec.base.mode &= !kill;
-            // A mode change is metadata fdatasync need not write; fsync does.
-            inode.mark_dirty(DIRTY_TIME);
-            changed = true;
-        }
-        Ok(changed)
+/// `file_remove_privs` before `caller` changes the data or size of
+/// `inode`, whose record `rec` the caller holds locked for writing:
+/// clear the bits [`suidgid_to_drop`] names (in memory, written with
+/// the change's own record update) and remove a file capability (in a
+/// transaction of its own, committed now, as the kernel's
+/// `notify_change` does before the change). Returns whether the mode
+/// changed (a frontend caching attributes must drop them).
+pub(crate) fn remove_privs(sb: &SuperBlock, inode: &CachedInode, rec: &mut Inode, caller: &Caller<'_>) -> Result<bool> {
+    let mut changed = false;
+    if has_capability(sb, inode.ino, rec)? {
+        let mut new = rec.clone();
+        let mut h = sb.vol().begin()?;
+        drop_capability(sb, &mut h, inode.ino, &mut new)?;
+        new.set_time(ext4kit_format::inode::TimeField::Ctime, sb.now());
+        inode::write(sb.vol(), &mut h, inode.ino, &new)?;
+        h.commit()?;
+        *rec = new;
     }
+    let kill = suidgid_to_drop(rec.base.mode, rec.gid(), caller);
+    if kill != 0 {
+        rec.base.mode &= !kill;
+        // A mode change is metadata fdatasync need not write; fsync does.
+        inode.mark_dirty(DIRTY_TIME);
+        changed = true;
+    }
+    Ok(changed)
 }
 
 #[cfg(test)]

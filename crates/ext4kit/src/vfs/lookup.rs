@@ -12,45 +12,39 @@
 use ext4kit_format::dirent::NAME_MAX;
 use ext4kit_format::inode::FileType;
 
+use super::namei;
 use super::namei::show;
-use super::Fs;
+use super::super_block::SuperBlock;
 use crate::error::{Errno, Error, Result};
 
-impl Fs {
-    /// The inode `name` refers to in directory inode `dir_ino`, with its
-    /// type; `None` when the name does not exist. "." and ".." are looked up
-    /// like any other name (they are real entries in ext4 directories).
-    ///
-    /// Errors: ENOTDIR when `dir_ino` is not a directory, ENAMETOOLONG for a
-    /// name longer than 255 bytes, EINVAL for an empty name or one with '/'.
-    pub fn lookup_at(&self, dir_ino: u32, name: &[u8]) -> Result<Option<(u32, FileType)>> {
-        if name.len() > NAME_MAX {
-            return Err(Error::posix(
-                Errno::ENAMETOOLONG,
-                format!("{}: name too long", show(name)),
-            ));
-        }
-        if name.is_empty() || name.contains(&b'/') {
-            return Err(Error::posix(
-                Errno::EINVAL,
-                format!("{:?}: not a single path component", show(name)),
-            ));
-        }
-        let cached = self.dcache.with(dir_ino, name, |d| (d.ino, d.ftype));
-        let (ino, ftype) = match cached {
-            Some(hit) => hit,
-            None => self.lookup_disk(dir_ino, name)?.unwrap_or((0, None)),
-        };
-        if ino == 0 {
-            return Ok(None);
-        }
-        let ftype = match ftype {
-            Some(t) => t,
-            // No `filetype` feature: the type comes from the inode.
-            None => self.inode(ino)?.ftype,
-        };
-        Ok(Some((ino, ftype)))
+/// The work of [`Fs::lookup_at`](crate::Fs::lookup_at).
+pub(crate) fn lookup_at(sb: &SuperBlock, dir_ino: u32, name: &[u8]) -> Result<Option<(u32, FileType)>> {
+    if name.len() > NAME_MAX {
+        return Err(Error::posix(
+            Errno::ENAMETOOLONG,
+            format!("{}: name too long", show(name)),
+        ));
     }
+    if name.is_empty() || name.contains(&b'/') {
+        return Err(Error::posix(
+            Errno::EINVAL,
+            format!("{:?}: not a single path component", show(name)),
+        ));
+    }
+    let cached = sb.dcache().with(dir_ino, name, |d| (d.ino, d.ftype));
+    let (ino, ftype) = match cached {
+        Some(hit) => hit,
+        None => namei::lookup_disk(sb, dir_ino, name)?.unwrap_or((0, None)),
+    };
+    if ino == 0 {
+        return Ok(None);
+    }
+    let ftype = match ftype {
+        Some(t) => t,
+        // No `filetype` feature: the type comes from the inode.
+        None => sb.inode(ino)?.ftype,
+    };
+    Ok(Some((ino, ftype)))
 }
 
 #[cfg(test)]

@@ -19,170 +19,162 @@ use ext4kit_format::dirent::NAME_MAX;
 use ext4kit_format::inode::FileType;
 
 use super::dcache::{DcacheGuard, Dentry};
-use super::Fs;
+use super::super_block::SuperBlock;
 use crate::error::{Errno, Error, Result};
-use crate::ext4::dir;
+use crate::ext4::{dir, symlink};
 
 /// Most symlinks followed in one walk (Linux `MAXSYMLINKS`).
 pub const MAX_SYMLINKS: usize = 40;
 /// Longest path accepted (Linux `PATH_MAX`).
 pub const PATH_MAX: usize = 4096;
 
-impl Fs {
-    /// Resolve `path` (absolute, or relative to the root) to its dentry.
-    /// With `follow`, a symlink in the last component is followed too.
-    ///
-    /// The whole walk runs under one pin of the dentry cache and keeps the
-    /// chain of directories it went through as *borrowed* dentries: no lock
-    /// and no reference count is touched on `/`, `/usr`, ... Only the final
-    /// dentry is cloned for the caller.
-    pub fn resolve(&self, path: &[u8], follow: bool) -> Result<Arc<Dentry>> {
-        let g = self.dcache.pin();
-        let d = self.resolve_in(&g, path, follow)?;
-        // The caller's reference: an increment now, a decrement at its drop.
-        super::shared::note(2);
-        Ok(d.clone())
-    }
+/// The work of [`Fs::resolve`](crate::Fs::resolve).
+pub(crate) fn resolve(sb: &SuperBlock, path: &[u8], follow: bool) -> Result<Arc<Dentry>> {
+    let g = sb.dcache().pin();
+    let d = resolve_in(sb, &g, path, follow)?;
+    // The caller's reference: an increment now, a decrement at its drop.
+    super::shared::note(2);
+    Ok(d.clone())
+}
 
-    /// [`Self::resolve`] without taking a reference on the result either:
-    /// the dentry is borrowed under `g`, the caller's pin of the dentry
-    /// cache (epoch-protected, like every dentry the walk passes), which is
-    /// what lets `open` find its pin with no shared write (`vfs::pin`).
-    pub(crate) fn resolve_in<'g>(
-        &'g self,
-        g: &'g DcacheGuard<'_>,
-        path: &[u8],
-        follow: bool,
-    ) -> Result<&'g Arc<Dentry>> {
-        if path.len() >= PATH_MAX {
+/// [`Fs::resolve`] without taking a reference on the result either:
+/// the dentry is borrowed under `g`, the caller's pin of the dentry
+/// cache (epoch-protected, like every dentry the walk passes), which is
+/// what lets `open` find its pin with no shared write (`vfs::pin`).
+pub(crate) fn resolve_in<'g>(
+    sb: &'g SuperBlock,
+    g: &'g DcacheGuard<'_>,
+    path: &[u8],
+    follow: bool,
+) -> Result<&'g Arc<Dentry>> {
+    if path.len() >= PATH_MAX {
+        return Err(Error::posix(
+            Errno::ENAMETOOLONG,
+            format!("{}: path too long", show(path)),
+        ));
+    }
+    let root = sb.dcache().root();
+    let mut links = 0usize;
+    // Component sources, innermost last: the path itself (borrowed, so a
+    // walk without symlinks allocates nothing for components), then the
+    // target of each symlink being followed.
+    // Both vectors are inline for the common depths: a walk that fits
+    // allocates nothing (it was two allocations per path-named call).
+    let mut frames: Frames<'_> = smallvec::smallvec![(Cow::Borrowed(path), 0)];
+    // The directories walked through, root first (for ".." and so that
+    // the parent of a new dentry is at hand without a lookup).
+    let mut stack: smallvec::SmallVec<[&'g Arc<Dentry>; 16]> = smallvec::SmallVec::new();
+    stack.push(root);
+    // Components are copied into a stack buffer: no allocation per step.
+    let mut name_buf = [0u8; NAME_MAX + 1];
+    while let Some((len, last)) = next_component(&mut frames, &mut name_buf) {
+        if len > NAME_MAX {
             return Err(Error::posix(
                 Errno::ENAMETOOLONG,
-                format!("{}: path too long", show(path)),
+                format!("{}: name too long", show(path)),
             ));
         }
-        let root = self.dcache.root();
-        let mut links = 0usize;
-        // Component sources, innermost last: the path itself (borrowed, so a
-        // walk without symlinks allocates nothing for components), then the
-        // target of each symlink being followed.
-        // Both vectors are inline for the common depths: a walk that fits
-        // allocates nothing (it was two allocations per path-named call).
-        let mut frames: Frames<'_> = smallvec::smallvec![(Cow::Borrowed(path), 0)];
-        // The directories walked through, root first (for ".." and so that
-        // the parent of a new dentry is at hand without a lookup).
-        let mut stack: smallvec::SmallVec<[&'g Arc<Dentry>; 16]> = smallvec::SmallVec::new();
-        stack.push(root);
-        // Components are copied into a stack buffer: no allocation per step.
-        let mut name_buf = [0u8; NAME_MAX + 1];
-        while let Some((len, last)) = next_component(&mut frames, &mut name_buf) {
-            if len > NAME_MAX {
-                return Err(Error::posix(
-                    Errno::ENAMETOOLONG,
-                    format!("{}: name too long", show(path)),
-                ));
-            }
-            let comp = &name_buf[..len];
-            let cur = *stack.last().unwrap_or(&root);
-            if cur.ftype != Some(FileType::Directory) {
-                return Err(Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))));
-            }
-            if comp == b"." {
-                continue;
-            }
-            if comp == b".." {
-                if stack.len() > 1 {
-                    stack.pop();
-                }
-                continue;
-            }
-            let next = match g.get(cur.ino, comp) {
-                Some(d) => d,
-                // The dentry goes in under the directory's shared lock, with
-                // the lookup it records: writers change a directory and
-                // then its dentries under the exclusive side, so what goes
-                // in here is never older than the directory. Inserted after
-                // the lock was dropped, a lookup's result could land after
-                // an unlink's dentry removal (caching a name that is gone)
-                // or after a create's (hiding one that exists) — until
-                // evicted.
-                None => self.lookup_disk_with(cur.ino, comp, |hit| {
-                    let (ino, ft) = hit.unwrap_or((0, None));
-                    let ft = match (ino, ft) {
-                        (0, _) => None,
-                        (_, Some(t)) => Some(t),
-                        // No filetype feature: the type comes from the inode.
-                        (i, None) => Some(self.icache.get(&self.vol, i)?.ftype),
-                    };
-                    Ok(g.insert(cur, comp, ino, ft))
-                })?,
-            };
-            if !next.is_positive() {
-                return Err(Error::posix(
-                    Errno::ENOENT,
-                    format!("{}: no such file or directory", show(path)),
-                ));
-            }
-            if next.ftype == Some(FileType::Symlink) && (!last || follow) {
-                links += 1;
-                if links > MAX_SYMLINKS {
-                    return Err(Error::posix(
-                        Errno::ELOOP,
-                        format!("{}: too many levels of symbolic links", show(path)),
-                    ));
-                }
-                let target = self.read_link_ino(next.ino)?;
-                if target.is_empty() {
-                    return Err(Error::posix(Errno::ENOENT, format!("{}: empty symlink", show(path))));
-                }
-                if target.first() == Some(&b'/') {
-                    stack.truncate(1);
-                }
-                frames.push((Cow::Owned(target), 0));
-                continue;
-            }
-            stack.push(next);
+        let comp = &name_buf[..len];
+        let cur = *stack.last().unwrap_or(&root);
+        if cur.ftype != Some(FileType::Directory) {
+            return Err(Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))));
         }
-        Ok(*stack.last().unwrap_or(&root))
-    }
-
-    /// Look a name up on disk in directory inode `dir_ino`.
-    pub(crate) fn lookup_disk(&self, dir_ino: u32, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
-        self.lookup_disk_with(dir_ino, name, Ok)
-    }
-
-    /// [`Self::lookup_disk`], with `then` run on the result while the
-    /// directory's shared lock is still held (no create, unlink or rename
-    /// in it can come between).
-    pub(crate) fn lookup_disk_with<R>(
-        &self,
-        dir_ino: u32,
-        name: &[u8],
-        then: impl FnOnce(Option<(u32, Option<FileType>)>) -> Result<R>,
-    ) -> Result<R> {
-        let dir = self.icache.get(&self.vol, dir_ino)?;
-        if dir.ftype != FileType::Directory {
+        if comp == b"." {
+            continue;
+        }
+        if comp == b".." {
+            if stack.len() > 1 {
+                stack.pop();
+            }
+            continue;
+        }
+        let next = match g.get(cur.ino, comp) {
+            Some(d) => d,
+            // The dentry goes in under the directory's shared lock, with
+            // the lookup it records: writers change a directory and
+            // then its dentries under the exclusive side, so what goes
+            // in here is never older than the directory. Inserted after
+            // the lock was dropped, a lookup's result could land after
+            // an unlink's dentry removal (caching a name that is gone)
+            // or after a create's (hiding one that exists) — until
+            // evicted.
+            None => lookup_disk_with(sb, cur.ino, comp, |hit| {
+                let (ino, ft) = hit.unwrap_or((0, None));
+                let ft = match (ino, ft) {
+                    (0, _) => None,
+                    (_, Some(t)) => Some(t),
+                    // No filetype feature: the type comes from the inode.
+                    (i, None) => Some(sb.icache().get(sb.vol(), i)?.ftype),
+                };
+                Ok(g.insert(cur, comp, ino, ft))
+            })?,
+        };
+        if !next.is_positive() {
             return Err(Error::posix(
-                Errno::ENOTDIR,
-                format!("inode {dir_ino} is not a directory"),
+                Errno::ENOENT,
+                format!("{}: no such file or directory", show(path)),
             ));
         }
-        // Shared side of the directory lock held across the lookup instead of
-        // copying the record (the copy allocated on every dcache miss). The
-        // map is taken under the lock: a growing insert changes record and
-        // map together under the writer side.
-        let inode = dir.disk.read();
-        let map = dir.block_map_locked(&self.vol, &inode)?;
-        let hit = dir::lookup(
-            &self.vol,
-            crate::ext4::DirRef {
-                ino: dir_ino,
-                inode: &inode,
-                map: &map,
-            },
-            name,
-        )?;
-        then(hit)
+        if next.ftype == Some(FileType::Symlink) && (!last || follow) {
+            links += 1;
+            if links > MAX_SYMLINKS {
+                return Err(Error::posix(
+                    Errno::ELOOP,
+                    format!("{}: too many levels of symbolic links", show(path)),
+                ));
+            }
+            let target = read_link_ino(sb, next.ino)?;
+            if target.is_empty() {
+                return Err(Error::posix(Errno::ENOENT, format!("{}: empty symlink", show(path))));
+            }
+            if target.first() == Some(&b'/') {
+                stack.truncate(1);
+            }
+            frames.push((Cow::Owned(target), 0));
+            continue;
+        }
+        stack.push(next);
     }
+    Ok(*stack.last().unwrap_or(&root))
+}
+
+/// Look a name up on disk in directory inode `dir_ino`.
+pub(crate) fn lookup_disk(sb: &SuperBlock, dir_ino: u32, name: &[u8]) -> Result<Option<(u32, Option<FileType>)>> {
+    lookup_disk_with(sb, dir_ino, name, Ok)
+}
+
+/// [`lookup_disk`], with `then` run on the result while the
+/// directory's shared lock is still held (no create, unlink or rename
+/// in it can come between).
+pub(crate) fn lookup_disk_with<R>(
+    sb: &SuperBlock,
+    dir_ino: u32,
+    name: &[u8],
+    then: impl FnOnce(Option<(u32, Option<FileType>)>) -> Result<R>,
+) -> Result<R> {
+    let dir = sb.icache().get(sb.vol(), dir_ino)?;
+    if dir.ftype != FileType::Directory {
+        return Err(Error::posix(
+            Errno::ENOTDIR,
+            format!("inode {dir_ino} is not a directory"),
+        ));
+    }
+    // Shared side of the directory lock held across the lookup instead of
+    // copying the record (the copy allocated on every dcache miss). The
+    // map is taken under the lock: a growing insert changes record and
+    // map together under the writer side.
+    let inode = dir.disk.read();
+    let map = dir.block_map_locked(sb.vol(), &inode)?;
+    let hit = dir::lookup(
+        sb.vol(),
+        crate::ext4::DirRef {
+            ino: dir_ino,
+            inode: &inode,
+            map: &map,
+        },
+        name,
+    )?;
+    then(hit)
 }
 
 /// Component sources of a walk: the path, then each symlink target being
@@ -241,4 +233,30 @@ pub(crate) fn with_path(e: Error, path: &[u8]) -> Error {
         }
         e => e,
     }
+}
+
+/// Target of the symlink at `path` ([`Fs::read_link`](crate::Fs::read_link)).
+pub(crate) fn read_link(sb: &SuperBlock, path: &[u8]) -> Result<Vec<u8>> {
+    let d = resolve(sb, path, false)?;
+    read_link_ino(sb, d.ino).map_err(|e| {
+        if e.errno() == Errno::EINVAL {
+            Error::posix(Errno::EINVAL, format!("{}: not a symbolic link", show(path)))
+        } else {
+            e
+        }
+    })
+}
+
+/// Target of symlink inode `ino` (`vfs_readlink`).
+pub(crate) fn read_link_ino(sb: &SuperBlock, ino: u32) -> Result<Vec<u8>> {
+    let i = sb.inode(ino)?;
+    if i.ftype != FileType::Symlink {
+        return Err(Error::posix(
+            Errno::EINVAL,
+            format!("inode {ino} is not a symbolic link"),
+        ));
+    }
+    let map = i.block_map(sb.vol())?;
+    let disk = i.disk.read();
+    symlink::read(sb.vol(), ino, &disk, &map)
 }

@@ -21,12 +21,12 @@ use ext4kit_blockdev::{BlockDevice, FileDevice, OverlayDevice};
 use ext4kit_format::fast_commit::Record;
 use ext4kit_format::inode::FileType;
 
-use super::{dcache, icache, Fs};
+use super::super_block::SuperBlock;
+use super::{evict, mount, write, writeback};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::journal::{self, has_orphans};
 use crate::ext4::write_access::{self, Access};
 use crate::ext4::{inode, OpenOptions, Volume, ROOT_INO};
-use crate::vfs::pagecache::PageBudget;
 
 /// If `dev` holds no ext superblock at its start but a partition table, the
 /// error saying so (which partitions hold ext2/3/4), instead of the
@@ -113,206 +113,190 @@ struct Opened {
     read_only_reason: Option<String>,
 }
 
-impl Fs {
-    /// Open an image file (or the partition or offset of it that
-    /// `opts.location` names).
-    ///
-    /// Opening a partitioned disk whole fails with a message listing its
-    /// partitions (see [`ext4kit_blockdev::partition::partitions`]).
-    pub fn open_image(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Arc<Fs>> {
-        let p = path.as_ref();
-        let dev = FileDevice::open(p, !opts.read_only).map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
-        let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-        if opts.location == ext4kit_blockdev::Location::Whole {
-            if let Some(e) = partitioned_disk(&*dev) {
-                return Err(e);
-            }
+/// Open an image file (or the partition or offset of it that
+/// `opts.location` names): [`Fs::open_image`](super::Fs::open_image).
+pub(crate) fn open_image(path: &Path, opts: &OpenOptions) -> Result<SuperBlock> {
+    let p = path;
+    let dev = FileDevice::open(p, !opts.read_only).map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    if opts.location == ext4kit_blockdev::Location::Whole {
+        if let Some(e) = partitioned_disk(&*dev) {
+            return Err(e);
         }
-        let dev = ext4kit_blockdev::open_location(dev, opts.location).map_err(|e| match e.kind() {
-            // The table or the choice is wrong, not the device.
-            std::io::ErrorKind::InvalidInput => Error::posix(Errno::EINVAL, e.to_string()),
-            std::io::ErrorKind::InvalidData => Error::posix(Errno::EUCLEAN, e.to_string()),
-            _ => Error::io(format!("finding the filesystem in {}", p.display()), e),
-        })?;
-        Self::open_device(dev, opts)
     }
+    let dev = ext4kit_blockdev::open_location(dev, opts.location).map_err(|e| match e.kind() {
+        // The table or the choice is wrong, not the device.
+        std::io::ErrorKind::InvalidInput => Error::posix(Errno::EINVAL, e.to_string()),
+        std::io::ErrorKind::InvalidData => Error::posix(Errno::EUCLEAN, e.to_string()),
+        _ => Error::io(format!("finding the filesystem in {}", p.display()), e),
+    })?;
+    open_device(dev, opts)
+}
 
-    /// Open the filesystem on any block device, recovering what a crash
-    /// left (journal, fast commits, orphans) as the module doc describes.
-    ///
-    /// A read-write open of a filesystem that must not be written (see
-    /// `ext4::write_access`: features we cannot maintain, `mmp`), or of a
-    /// read-only device, is decided before recovery writes anything: it
-    /// opens read-only, with the reason as a warning and in
-    /// [`Fs::read_only_reason`].
-    pub fn open_device(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Arc<Fs>> {
-        let why = if opts.read_only {
-            None
-        } else if dev.read_only() {
-            Some("the device is read-only".to_string())
-        } else {
-            // Errors reading the superblock are left to the open below,
-            // which reports them with their context.
-            match journal::read_superblock(&*dev).map(|sb| write_access::access(&sb)) {
-                Ok(Access::ReadOnly(why)) => Some(why),
-                _ => None,
-            }
-        };
-        let read_only = opts.read_only || why.is_some();
-        let opts = OpenOptions {
-            read_only,
-            ..opts.clone()
-        };
-        let rec = journal::recover(dev, &opts)?;
-        let mut warnings = rec.warnings;
-        if let Some(w) = &why {
-            warnings.insert(0, format!("opened read-only: {w}"));
+/// Open the filesystem on any block device, recovering what a crash left
+/// (journal, fast commits, orphans) as the module doc describes:
+/// [`Fs::open_device`](super::Fs::open_device).
+pub(crate) fn open_device(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<SuperBlock> {
+    let why = if opts.read_only {
+        None
+    } else if dev.read_only() {
+        Some("the device is read-only".to_string())
+    } else {
+        // Errors reading the superblock are left to the open below,
+        // which reports them with their context.
+        match journal::read_superblock(&*dev).map(|sb| write_access::access(&sb)) {
+            Ok(Access::ReadOnly(why)) => Some(why),
+            _ => None,
         }
-        let opened = Opened {
-            warnings,
-            read_only_reason: why,
-        };
-        if !read_only {
-            let fs = Self::open_on(rec.dev, &opts, opened)?;
+    };
+    let read_only = opts.read_only || why.is_some();
+    let opts = OpenOptions {
+        read_only,
+        ..opts.clone()
+    };
+    let rec = journal::recover(dev, &opts)?;
+    let mut warnings = rec.warnings;
+    if let Some(w) = &why {
+        warnings.insert(0, format!("opened read-only: {w}"));
+    }
+    let opened = Opened {
+        warnings,
+        read_only_reason: why,
+    };
+    if !read_only {
+        let mut sb = open_on(rec.dev, &opts, opened)?;
+        let recovered = (|| {
             if !rec.fast_commits.is_empty() {
-                fs.replay_fast_commits(&rec.fast_commits)?;
+                replay_fast_commits(&sb, &rec.fast_commits)?;
             }
             // Orphans come after the fast commits, as in ext4_fill_super
             // (fast-commit replay runs inside journal recovery).
-            fs.recover_orphans()?;
+            evict::recover_orphans(&sb)?;
             if rec.replayed {
-                fs.sync()?;
+                write::sync(&sb)?;
             }
-            return Ok(fs);
-        }
-        let sb = journal::read_superblock(&*rec.dev)?;
-        let pending = !rec.fast_commits.is_empty() || (has_orphans(&sb) && !opts.no_replay);
-        if !pending {
-            if let Some(o) = &rec.overlay {
-                o.freeze();
-            }
-            return Self::open_on(rec.dev, &opts, opened);
-        }
-        let overlay = match rec.overlay {
-            Some(o) => o,
-            None => Arc::new(OverlayDevice::new(rec.dev.clone(), sb.block_size() as u64)),
-        };
-        let before = Arc::new(overlay.fork());
-        match Self::recover_in_memory(&overlay, &opts, &rec.fast_commits) {
-            Ok(()) => {
-                overlay.freeze();
-                Self::open_on(overlay, &opts, opened)
-            }
+            Ok(())
+        })();
+        return match recovered {
+            Ok(()) => Ok(sb),
             Err(e) => {
-                let mut opened = opened;
-                opened.warnings.push(format!(
-                    "{} could not be applied in memory ({e}); showing the filesystem without them; run e2fsck",
-                    if rec.fast_commits.is_empty() {
-                        "orphan cleanup"
-                    } else {
-                        "fast commits and orphan cleanup"
-                    }
-                ));
-                before.freeze();
-                Self::open_on(before, &opts, opened)
+                // Closed as a dropped `Fs` is: what was done is written back.
+                mount::close(&mut sb);
+                Err(e)
             }
-        }
-    }
-
-    /// Fast-commit replay and orphan cleanup on a writable `Fs` over the
-    /// overlay; everything it writes stays in the overlay.
-    fn recover_in_memory(overlay: &Arc<OverlayDevice>, opts: &OpenOptions, fast_commits: &[Record]) -> Result<()> {
-        let rw = OpenOptions {
-            read_only: false,
-            no_replay: false,
-            ..opts.clone()
         };
-        let dev: Arc<dyn BlockDevice> = overlay.clone();
-        let fs = Self::open_on(dev, &rw, Opened::default())?;
-        if !fast_commits.is_empty() {
-            fs.replay_fast_commits(fast_commits)?;
+    }
+    let disk_sb = journal::read_superblock(&*rec.dev)?;
+    let pending = !rec.fast_commits.is_empty() || (has_orphans(&disk_sb) && !opts.no_replay);
+    if !pending {
+        if let Some(o) = &rec.overlay {
+            o.freeze();
         }
-        fs.recover_orphans()?;
-        fs.sync()
+        return open_on(rec.dev, &opts, opened);
     }
-
-    /// Fast-commit records, applied by the ext4 layer, then the caches are
-    /// told nothing: this runs before anything is cached.
-    fn replay_fast_commits(&self, recs: &[Record]) -> Result<()> {
-        crate::ext4::fc_replay::replay(&self.vol, recs)
-    }
-
-    /// The caches and the background worker over a recovered device.
-    fn open_on(dev: Arc<dyn BlockDevice>, opts: &OpenOptions, opened: Opened) -> Result<Arc<Fs>> {
-        let mut vol = journal::open_volume(dev, opts)?;
-        vol.prepend_warnings(opened.warnings);
-        check_root(&vol)?;
-        let budget = opts.cache_budget;
-        let block_size = vol.block_size();
-        let pages = Arc::new(PageBudget::new(vol.budget().clone(), block_size));
-        let vol = Arc::new(vol);
-        let icache = Arc::new(icache::Icache::new((budget / 8 / 1024).max(1024), pages.clone()));
-        let dcache = Arc::new(dcache::Dcache::new(ROOT_INO, (budget / 8 / 256).max(4096)));
-        let flusher = Self::spawn_flusher(&vol, &icache, &dcache, &pages);
-        Ok(Arc::new(Fs {
-            icache,
-            dcache,
-            pages,
-            holds: Arc::default(),
-            vol,
-            flusher,
-            sync_mount: super::syncmode::SyncMount {
-                sync: opts.sync,
-                dirsync: opts.dirsync,
-            },
-            read_only_reason: opened.read_only_reason,
-        }))
-    }
-
-    /// The background worker: checkpoint first (a written block can then
-    /// be evicted), then the three caches' sweeps. It holds the caches,
-    /// never the `Fs`, so the last `Fs` handle is always dropped by a
-    /// caller, whose drop stops the worker before the final write-back.
-    fn spawn_flusher(
-        vol: &Arc<Volume>,
-        icache: &Arc<icache::Icache>,
-        dcache: &Arc<dcache::Dcache>,
-        pages: &Arc<PageBudget>,
-    ) -> Option<crate::flusher::Flusher> {
-        let (v, i, d, p) = (vol.clone(), icache.clone(), dcache.clone(), pages.clone());
-        // With a journal the worker also wakes once a second to write back
-        // file data dirty for longer than the commit interval and to commit
-        // a running transaction older than it (none under a fixed clock:
-        // reproducible images allocate at sync).
-        let expire = vol.jbd().commit_interval();
-        let tick = vol.jbd().is_journaled().then(|| std::time::Duration::from_secs(1));
-        let f = crate::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {
-            if let Some(e) = expire {
-                super::writeback::write_back_expired(&v, &i, &p, e);
-            }
-            v.commit_if_due();
-            v.checkpoint_if_over();
-            i.reclaim();
-            d.reclaim();
-            v.bcache().reclaim();
-        });
-        match f {
-            Ok(f) => {
-                for slot in [
-                    &vol.bcache().trigger.worker,
-                    &icache.trigger.worker,
-                    &dcache.trigger.worker,
-                ] {
-                    let _ = slot.set(f.signal().clone());
+    let overlay = match rec.overlay {
+        Some(o) => o,
+        None => Arc::new(OverlayDevice::new(rec.dev.clone(), disk_sb.block_size() as u64)),
+    };
+    let before = Arc::new(overlay.fork());
+    match recover_in_memory(&overlay, &opts, &rec.fast_commits) {
+        Ok(()) => {
+            overlay.freeze();
+            open_on(overlay, &opts, opened)
+        }
+        Err(e) => {
+            let mut opened = opened;
+            opened.warnings.push(format!(
+                "{} could not be applied in memory ({e}); showing the filesystem without them; run e2fsck",
+                if rec.fast_commits.is_empty() {
+                    "orphan cleanup"
+                } else {
+                    "fast commits and orphan cleanup"
                 }
-                let signal = f.signal().clone();
-                vol.jbd().set_worker(Box::new(move || signal.kick()));
-                Some(f)
+            ));
+            before.freeze();
+            open_on(before, &opts, opened)
+        }
+    }
+}
+
+/// Fast-commit replay and orphan cleanup on a writable filesystem over the
+/// overlay; everything it writes stays in the overlay.
+fn recover_in_memory(overlay: &Arc<OverlayDevice>, opts: &OpenOptions, fast_commits: &[Record]) -> Result<()> {
+    let rw = OpenOptions {
+        read_only: false,
+        no_replay: false,
+        ..opts.clone()
+    };
+    let dev: Arc<dyn BlockDevice> = overlay.clone();
+    let mut sb = open_on(dev, &rw, Opened::default())?;
+    let r = (|| {
+        if !fast_commits.is_empty() {
+            replay_fast_commits(&sb, fast_commits)?;
+        }
+        evict::recover_orphans(&sb)?;
+        write::sync(&sb)
+    })();
+    mount::close(&mut sb);
+    r
+}
+
+/// Fast-commit records, applied by the ext4 layer, then the caches are
+/// told nothing: this runs before anything is cached.
+fn replay_fast_commits(sb: &SuperBlock, recs: &[Record]) -> Result<()> {
+    crate::ext4::fc_replay::replay(sb.vol(), recs)
+}
+
+/// The caches and the background worker over a recovered device.
+fn open_on(dev: Arc<dyn BlockDevice>, opts: &OpenOptions, opened: Opened) -> Result<SuperBlock> {
+    let mut vol = journal::open_volume(dev, opts)?;
+    vol.prepend_warnings(opened.warnings);
+    check_root(&vol)?;
+    let mut sb = SuperBlock::new(vol, opts, opened.read_only_reason);
+    let flusher = spawn_flusher(&sb);
+    sb.set_flusher(flusher);
+    Ok(sb)
+}
+
+/// The background worker: checkpoint first (a written block can then
+/// be evicted), then the three caches' sweeps. It holds the caches,
+/// never the `Fs`, so the last `Fs` handle is always dropped by a
+/// caller, whose drop stops the worker before the final write-back.
+fn spawn_flusher(sb: &SuperBlock) -> Option<crate::flusher::Flusher> {
+    let (vol, icache, dcache) = (sb.vol(), sb.icache(), sb.dcache());
+    let (v, i, d, p) = (vol.clone(), icache.clone(), dcache.clone(), sb.pages().clone());
+    // With a journal the worker also wakes once a second to write back
+    // file data dirty for longer than the commit interval and to commit
+    // a running transaction older than it (none under a fixed clock:
+    // reproducible images allocate at sync).
+    let expire = vol.jbd().commit_interval();
+    let tick = vol.jbd().is_journaled().then(|| std::time::Duration::from_secs(1));
+    let f = crate::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {
+        if let Some(e) = expire {
+            writeback::write_back_expired(&v, &i, &p, e);
+        }
+        v.commit_if_due();
+        v.checkpoint_if_over();
+        i.reclaim();
+        d.reclaim();
+        v.bcache().reclaim();
+    });
+    match f {
+        Ok(f) => {
+            for slot in [
+                &vol.bcache().trigger.worker,
+                &icache.trigger.worker,
+                &dcache.trigger.worker,
+            ] {
+                let _ = slot.set(f.signal().clone());
             }
-            Err(e) => {
-                eprintln!("ext4kit: no background worker ({e}); caches reclaim inline");
-                None
-            }
+            let signal = f.signal().clone();
+            vol.jbd().set_worker(Box::new(move || signal.kick()));
+            Some(f)
+        }
+        Err(e) => {
+            eprintln!("ext4kit: no background worker ({e}); caches reclaim inline");
+            None
         }
     }
 }

@@ -46,11 +46,15 @@ use ext4kit_format::inode::{FileType, Inode, TimeField, Timestamp};
 use parking_lot::RwLockWriteGuard;
 
 use super::cred::{Cred, MAY_WRITE};
+use super::evict;
 use super::evict::Death;
 use super::icache::CachedInode;
+use super::namei;
 use super::namei::{show, with_path};
+use super::namespace;
 use super::namespace::{add_links, check_name, is_dot, split, LINK_MAX};
-use super::Fs;
+use super::super_block::SuperBlock;
+use super::syncmode;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::dir_insert::{self, NewEntry};
 use crate::ext4::transaction::Handle;
@@ -325,474 +329,481 @@ impl NewRecords {
     }
 }
 
-impl Fs {
-    /// Rename `old_name` in `old_dir` to `new_name` in `new_dir`; durable
-    /// at the return when either directory is dirsync (`ext4_rename`'s
-    /// `ext4_handle_sync`, `vfs::syncmode`).
-    pub fn rename_at(
-        &self,
-        old_dir: u32,
-        old_name: &[u8],
-        new_dir: u32,
-        new_name: &[u8],
-        flags: RenameFlags,
-        cred: &Cred,
-    ) -> Result<()> {
-        self.retry_enospc(|| {
-            self.rename_once(Side::new(old_dir, old_name), Side::new(new_dir, new_name), flags, cred)
-        })?;
-        self.dirsync(&[old_dir, new_dir])
-    }
+/// The work of [`Fs::rename_at`](crate::Fs::rename_at).
+pub(crate) fn rename_at(
+    sb: &SuperBlock,
+    old_dir: u32,
+    old_name: &[u8],
+    new_dir: u32,
+    new_name: &[u8],
+    flags: RenameFlags,
+    cred: &Cred,
+) -> Result<()> {
+    sb.retry_enospc(|| {
+        rename_once(
+            sb,
+            Side::new(old_dir, old_name),
+            Side::new(new_dir, new_name),
+            flags,
+            cred,
+        )
+    })?;
+    syncmode::dirsync(sb, &[old_dir, new_dir])
+}
 
-    /// `renameat2(2)`.
-    pub fn rename(&self, old_path: &[u8], new_path: &[u8], flags: RenameFlags, cred: &Cred) -> Result<()> {
-        let (op, on) = split(old_path)?;
-        let (np, nn) = split(new_path)?;
-        let a = self.resolve(op, true)?;
-        let b = self.resolve(np, true)?;
-        self.rename_at(a.ino, on, b.ino, nn, flags, cred)
-            .map_err(|e| with_path(e, old_path))
-    }
+/// The work of [`Fs::rename`](crate::Fs::rename).
+pub(crate) fn rename(sb: &SuperBlock, old_path: &[u8], new_path: &[u8], flags: RenameFlags, cred: &Cred) -> Result<()> {
+    let (op, on) = split(old_path)?;
+    let (np, nn) = split(new_path)?;
+    let a = namei::resolve(sb, op, true)?;
+    let b = namei::resolve(sb, np, true)?;
+    rename_at(sb, a.ino, on, b.ino, nn, flags, cred).map_err(|e| with_path(e, old_path))
+}
 
-    /// One attempt of [`Self::rename_at`]: the VFS's part, then
-    /// [`Self::rename_plain`] or [`Self::cross_rename`].
-    fn rename_once(&self, mut old: Side<'_>, mut new: Side<'_>, flags: RenameFlags, cred: &Cred) -> Result<()> {
-        check_names(old.name, new.name, flags)?;
-        let cross = old.dir != new.dir;
-        // s_vfs_rename_mutex: one cross-directory rename at a time, so the
-        // ancestor checks below stay true until the rename is done.
-        let _rename_guard = cross.then(|| self.dcache.rename_mutex.lock());
-        let od = self.dir_inode(old.dir)?;
-        let nd = self.dir_inode(new.dir)?;
-        let up = if cross {
-            Ancestry {
-                old: self.ancestry(old.dir)?,
-                new: self.ancestry(new.dir)?,
-            }
-        } else {
-            Ancestry::default()
-        };
-        let dirs = self.lock_parents(&od, &nd, &up)?;
-        if !self.lookup_sides(&dirs, &mut old, &mut new, flags)? {
-            return Ok(()); // two names of one inode: POSIX says do nothing
+/// One attempt of [`Fs::rename_at`]: the VFS's part, then
+/// [`rename_plain`] or [`cross_rename`].
+fn rename_once(sb: &SuperBlock, mut old: Side<'_>, mut new: Side<'_>, flags: RenameFlags, cred: &Cred) -> Result<()> {
+    check_names(old.name, new.name, flags)?;
+    let cross = old.dir != new.dir;
+    // s_vfs_rename_mutex: one cross-directory rename at a time, so the
+    // ancestor checks below stay true until the rename is done.
+    let _rename_guard = cross.then(|| sb.dcache().rename_mutex.lock());
+    let od = namespace::dir_inode(sb, old.dir)?;
+    let nd = namespace::dir_inode(sb, new.dir)?;
+    let up = if cross {
+        Ancestry {
+            old: ancestry(sb, old.dir)?,
+            new: ancestry(sb, new.dir)?,
         }
-        check_traps(&up, &old, &new, flags.exchange)?;
-        let r = Renaming::lock(dirs, &old, &new, flags);
-        self.may_rename(&r, cred)?;
-        if flags.exchange {
-            self.cross_rename(r)
-        } else {
-            self.rename_plain(r)
-        }
+    } else {
+        Ancestry::default()
+    };
+    let dirs = lock_parents(sb, &od, &nd, &up)?;
+    if !lookup_sides(sb, &dirs, &mut old, &mut new, flags)? {
+        return Ok(()); // two names of one inode: POSIX says do nothing
     }
-
-    /// Directory `dir` and its ancestors up to the root (walking ".." on
-    /// disk). Callers hold the rename mutex and no directory lock: under the
-    /// mutex no directory changes parent, so the chain stays true for the
-    /// whole rename.
-    fn ancestry(&self, mut dir: u32) -> Result<Vec<u32>> {
-        let root = crate::ext4::ROOT_INO;
-        let mut chain = vec![dir];
-        while dir != root {
-            if chain.len() > 65536 {
-                return Err(Error::corrupt_msg(
-                    format!("directory inode {dir}"),
-                    "directory",
-                    "the \"..\" chain loops or is absurdly deep",
-                ));
-            }
-            let d = self.dir_inode(dir)?;
-            let rec = d.disk.read();
-            let map = self.locked_map(&d, &rec)?;
-            let r = DirRef {
-                ino: dir,
-                inode: &rec,
-                map: &map,
-            };
-            dir = dir::dotdot(&self.vol, r)?;
-            chain.push(dir);
-        }
-        Ok(chain)
+    check_traps(&up, &old, &new, flags.exchange)?;
+    let r = Renaming::lock(dirs, &old, &new, flags);
+    may_rename(&r, cred)?;
+    if flags.exchange {
+        cross_rename(sb, r)
+    } else {
+        rename_plain(sb, r)
     }
+}
 
-    /// Lock both parents as writers in `lock_rename`'s order (one lock
-    /// within one directory) and load their block maps.
-    fn lock_parents<'a>(&self, od: &'a CachedInode, nd: &'a CachedInode, up: &Ancestry) -> Result<Parents<'a>> {
-        let (old_rec, new_rec) = if od.ino == nd.ino {
-            (od.disk.write(), None)
-        } else if up.old_first(od.ino, nd.ino) {
-            let a = od.disk.write();
-            (a, Some(nd.disk.write()))
-        } else {
-            let b = nd.disk.write();
-            (od.disk.write(), Some(b))
-        };
-        let old_map = self.locked_map(od, &old_rec)?;
-        let new_rec = match new_rec {
-            Some(rec) => {
-                let map = self.locked_map(nd, &rec)?;
-                Some((rec, map))
-            }
-            None => None,
-        };
-        Ok(Parents {
-            old_inode: od,
-            old_rec,
-            old_map,
-            new_inode: nd,
-            new_rec,
-        })
-    }
-
-    /// Look both names up under the parents' locks and fill in the sides.
-    /// `Ok(false)`: both names are links to one inode, and POSIX says the
-    /// rename does nothing.
-    fn lookup_sides(
-        &self,
-        dirs: &Parents<'_>,
-        old: &mut Side<'_>,
-        new: &mut Side<'_>,
-        flags: RenameFlags,
-    ) -> Result<bool> {
-        if dirs.old_rec.base.links_count == 0 || dirs.new_dir().inode.base.links_count == 0 {
-            return Err(Error::posix(Errno::ENOENT, "rename in a removed directory"));
-        }
-        let Some((sino, _)) = dir::lookup_for_write(&self.vol, dirs.old_dir(), old.name)? else {
-            return Err(Error::posix(
-                Errno::ENOENT,
-                format!("{}: no such file or directory", show(old.name)),
-            ));
-        };
-        let tgt = dir::lookup_for_write(&self.vol, dirs.new_dir(), new.name)?.map(|(i, _)| i);
-        if flags.exchange && tgt.is_none() {
-            return Err(Error::posix(
-                Errno::ENOENT,
-                format!("{}: no such file or directory", show(new.name)),
+/// Directory `dir` and its ancestors up to the root (walking ".." on
+/// disk). Callers hold the rename mutex and no directory lock: under the
+/// mutex no directory changes parent, so the chain stays true for the
+/// whole rename.
+fn ancestry(sb: &SuperBlock, mut dir: u32) -> Result<Vec<u32>> {
+    let root = crate::ext4::ROOT_INO;
+    let mut chain = vec![dir];
+    while dir != root {
+        if chain.len() > 65536 {
+            return Err(Error::corrupt_msg(
+                format!("directory inode {dir}"),
+                "directory",
+                "the \"..\" chain loops or is absurdly deep",
             ));
         }
-        if flags.noreplace && tgt.is_some() {
-            return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(new.name))));
-        }
-        if tgt == Some(sino) {
-            return Ok(false);
-        }
-        let src = self.inode(sino)?;
-        let dst = tgt.map(|i| self.inode(i)).transpose()?;
-        old.is_dir = src.ftype == FileType::Directory;
-        new.is_dir = dst.as_ref().is_some_and(|d| d.ftype == FileType::Directory);
-        old.inode = Some(src);
-        new.inode = dst;
-        set_dir_nlink_deltas(old, new, flags.exchange);
-        Ok(true)
-    }
-
-    /// `vfs_rename`'s permission checks: the source may leave its
-    /// directory and the target be replaced or created (`may_delete`,
-    /// `may_create`); a directory moving to another parent needs write
-    /// permission on itself, for its "..".
-    fn may_rename(&self, r: &Renaming<'_>, cred: &Cred) -> Result<()> {
-        let (old, new) = (r.old, r.new);
-        self.may_delete(&r.dirs.old_rec, &r.src, cred, old.name)?;
-        match &r.dst {
-            Some(t) => self.may_delete(r.dirs.new_dir().inode, t, cred, new.name)?,
-            None => self.may_create(r.dirs.new_dir().inode, cred, new.name)?,
-        }
-        let cross = r.dirs.cross();
-        if cross && old.is_dir && !cred.may(&r.src, MAY_WRITE) {
-            return Err(Error::posix(
-                Errno::EACCES,
-                format!(
-                    "{}: moving a directory needs write permission on it (\"..\")",
-                    show(old.name)
-                ),
-            ));
-        }
-        if cross && r.flags.exchange && new.is_dir && r.dst.as_ref().is_some_and(|t| !cred.may(t, MAY_WRITE)) {
-            return Err(Error::posix(
-                Errno::EACCES,
-                format!("{}: moving a directory needs write permission on it", show(new.name)),
-            ));
-        }
-        Ok(())
-    }
-
-    /// `EXT4_DIR_LINK_MAX`: a directory receiving a subdirectory must have
-    /// room for its link, unless `dir_nlink` lets the count saturate.
-    fn check_dir_link_max(&self, r: &Renaming<'_>) -> Result<()> {
-        if self.dir_nlink() {
-            return Ok(());
-        }
-        if r.new.dir_nlink_delta > 0 && r.dirs.new_dir().inode.base.links_count >= LINK_MAX {
-            return Err(Error::posix(
-                Errno::EMLINK,
-                "target directory has too many subdirectories",
-            ));
-        }
-        if r.old.dir_nlink_delta > 0 && r.dirs.old_rec.base.links_count >= LINK_MAX {
-            return Err(Error::posix(
-                Errno::EMLINK,
-                "source directory has too many subdirectories",
-            ));
-        }
-        Ok(())
-    }
-
-    /// `ext4_rename_dir_prepare`: read a directory's ".." before anything
-    /// changes. A directory moving to another parent has its ".." edited
-    /// later; a damaged one must refuse the rename now (release_check.rs's
-    /// rule: refuse while nothing has changed).
-    fn rename_dir_prepare(&self, ino: u32, rec: &Inode) -> Result<()> {
-        let map = bmap::load(&self.vol, ino, rec)?;
-        dir::dotdot(
-            &self.vol,
-            DirRef {
-                ino,
-                inode: rec,
-                map: &map,
-            },
-        )?;
-        Ok(())
-    }
-
-    /// `ext4_rename_dir_finish`: point a moved directory's ".." at its new
-    /// parent.
-    fn rename_dir_finish(&self, h: &mut Handle<'_>, dir: DirRef<'_>, parent: u32) -> Result<()> {
-        dir_insert::set_dotdot(&self.vol, h, dir, parent)
-    }
-
-    /// [`Self::rename_dir_finish`] for the source directory, moving into
-    /// the new parent (through its cached block map).
-    fn rename_dir_finish_source(&self, h: &mut Handle<'_>, r: &Renaming<'_>) -> Result<()> {
-        let map = self.locked_map(r.src_inode, &r.src)?;
-        let moved = DirRef {
-            ino: r.old.ino(),
-            inode: &r.src,
+        let d = namespace::dir_inode(sb, dir)?;
+        let rec = d.disk.read();
+        let map = namespace::locked_map(sb, &d, &rec)?;
+        let r = DirRef {
+            ino: dir,
+            inode: &rec,
             map: &map,
         };
-        self.rename_dir_finish(h, moved, r.new.dir)
+        dir = dir::dotdot(sb.vol(), r)?;
+        chain.push(dir);
     }
+    Ok(chain)
+}
 
-    /// `ext4_rename_delete`: take the old name out. Within one directory
-    /// the new name may have grown it; the name is then looked up through
-    /// the grown record, whose map the cached one is not (as the kernel
-    /// re-reads with `force_reread`).
-    fn rename_delete(&self, h: &mut Handle<'_>, r: &Renaming<'_>, recs: &NewRecords, grew: bool) -> Result<()> {
-        if !r.dirs.cross() && grew {
-            let map = bmap::load(&self.vol, r.old.dir, &recs.old_dir)?;
-            let dir = DirRef {
-                ino: r.old.dir,
-                inode: &recs.old_dir,
-                map: &map,
-            };
-            dir_delete::remove_link(&self.vol, h, dir, r.old.name)?;
-        } else {
-            dir_delete::remove_link(&self.vol, h, r.dirs.old_dir(), r.old.name)?;
+/// Lock both parents as writers in `lock_rename`'s order (one lock
+/// within one directory) and load their block maps.
+fn lock_parents<'a>(sb: &SuperBlock, od: &'a CachedInode, nd: &'a CachedInode, up: &Ancestry) -> Result<Parents<'a>> {
+    let (old_rec, new_rec) = if od.ino == nd.ino {
+        (od.disk.write(), None)
+    } else if up.old_first(od.ino, nd.ino) {
+        let a = od.disk.write();
+        (a, Some(nd.disk.write()))
+    } else {
+        let b = nd.disk.write();
+        (od.disk.write(), Some(b))
+    };
+    let old_map = namespace::locked_map(sb, od, &old_rec)?;
+    let new_rec = match new_rec {
+        Some(rec) => {
+            let map = namespace::locked_map(sb, nd, &rec)?;
+            Some((rec, map))
         }
-        Ok(())
-    }
+        None => None,
+    };
+    Ok(Parents {
+        old_inode: od,
+        old_rec,
+        old_map,
+        new_inode: nd,
+        new_rec,
+    })
+}
 
-    /// The replaced target loses its name (`ext4_rename`: `ext4_dec_count`,
-    /// or `clear_nlink` for an empty directory, whose "." goes with the
-    /// name; then `ext4_orphan_add` at no links). It leaves the dentry
-    /// cache before it can be freed and its number reused (see
-    /// `remove_at`), then is freed now or kept on the orphan list until its
-    /// last close (`drop_link`, which writes its record).
-    fn drop_replaced_target(
-        &self,
-        h: &mut Handle<'_>,
-        r: &Renaming<'_>,
-        recs: &mut NewRecords,
-        t: Timestamp,
-    ) -> Result<Death> {
-        let (Some(target), Some(rec)) = (r.new.inode.as_deref(), recs.dst.as_mut()) else {
-            return Ok(Death::Alive);
+/// Look both names up under the parents' locks and fill in the sides.
+/// `Ok(false)`: both names are links to one inode, and POSIX says the
+/// rename does nothing.
+fn lookup_sides(
+    sb: &SuperBlock,
+    dirs: &Parents<'_>,
+    old: &mut Side<'_>,
+    new: &mut Side<'_>,
+    flags: RenameFlags,
+) -> Result<bool> {
+    if dirs.old_rec.base.links_count == 0 || dirs.new_dir().inode.base.links_count == 0 {
+        return Err(Error::posix(Errno::ENOENT, "rename in a removed directory"));
+    }
+    let Some((sino, _)) = dir::lookup_for_write(sb.vol(), dirs.old_dir(), old.name)? else {
+        return Err(Error::posix(
+            Errno::ENOENT,
+            format!("{}: no such file or directory", show(old.name)),
+        ));
+    };
+    let tgt = dir::lookup_for_write(sb.vol(), dirs.new_dir(), new.name)?.map(|(i, _)| i);
+    if flags.exchange && tgt.is_none() {
+        return Err(Error::posix(
+            Errno::ENOENT,
+            format!("{}: no such file or directory", show(new.name)),
+        ));
+    }
+    if flags.noreplace && tgt.is_some() {
+        return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(new.name))));
+    }
+    if tgt == Some(sino) {
+        return Ok(false);
+    }
+    let src = sb.inode(sino)?;
+    let dst = tgt.map(|i| sb.inode(i)).transpose()?;
+    old.is_dir = src.ftype == FileType::Directory;
+    new.is_dir = dst.as_ref().is_some_and(|d| d.ftype == FileType::Directory);
+    old.inode = Some(src);
+    new.inode = dst;
+    set_dir_nlink_deltas(old, new, flags.exchange);
+    Ok(true)
+}
+
+/// `vfs_rename`'s permission checks: the source may leave its
+/// directory and the target be replaced or created (`may_delete`,
+/// `may_create`); a directory moving to another parent needs write
+/// permission on itself, for its "..".
+fn may_rename(r: &Renaming<'_>, cred: &Cred) -> Result<()> {
+    let (old, new) = (r.old, r.new);
+    namespace::may_delete(&r.dirs.old_rec, &r.src, cred, old.name)?;
+    match &r.dst {
+        Some(t) => namespace::may_delete(r.dirs.new_dir().inode, t, cred, new.name)?,
+        None => namespace::may_create(r.dirs.new_dir().inode, cred, new.name)?,
+    }
+    let cross = r.dirs.cross();
+    if cross && old.is_dir && !cred.may(&r.src, MAY_WRITE) {
+        return Err(Error::posix(
+            Errno::EACCES,
+            format!(
+                "{}: moving a directory needs write permission on it (\"..\")",
+                show(old.name)
+            ),
+        ));
+    }
+    if cross && r.flags.exchange && new.is_dir && r.dst.as_ref().is_some_and(|t| !cred.may(t, MAY_WRITE)) {
+        return Err(Error::posix(
+            Errno::EACCES,
+            format!("{}: moving a directory needs write permission on it", show(new.name)),
+        ));
+    }
+    Ok(())
+}
+
+/// `EXT4_DIR_LINK_MAX`: a directory receiving a subdirectory must have
+/// room for its link, unless `dir_nlink` lets the count saturate.
+fn check_dir_link_max(sb: &SuperBlock, r: &Renaming<'_>) -> Result<()> {
+    if namespace::dir_nlink(sb) {
+        return Ok(());
+    }
+    if r.new.dir_nlink_delta > 0 && r.dirs.new_dir().inode.base.links_count >= LINK_MAX {
+        return Err(Error::posix(
+            Errno::EMLINK,
+            "target directory has too many subdirectories",
+        ));
+    }
+    if r.old.dir_nlink_delta > 0 && r.dirs.old_rec.base.links_count >= LINK_MAX {
+        return Err(Error::posix(
+            Errno::EMLINK,
+            "source directory has too many subdirectories",
+        ));
+    }
+    Ok(())
+}
+
+/// `ext4_rename_dir_prepare`: read a directory's ".." before anything
+/// changes. A directory moving to another parent has its ".." edited
+/// later; a damaged one must refuse the rename now (release_check.rs's
+/// rule: refuse while nothing has changed).
+fn rename_dir_prepare(sb: &SuperBlock, ino: u32, rec: &Inode) -> Result<()> {
+    let map = bmap::load(sb.vol(), ino, rec)?;
+    dir::dotdot(
+        sb.vol(),
+        DirRef {
+            ino,
+            inode: rec,
+            map: &map,
+        },
+    )?;
+    Ok(())
+}
+
+/// `ext4_rename_dir_finish`: point a moved directory's ".." at its new
+/// parent.
+fn rename_dir_finish(sb: &SuperBlock, h: &mut Handle<'_>, dir: DirRef<'_>, parent: u32) -> Result<()> {
+    dir_insert::set_dotdot(sb.vol(), h, dir, parent)
+}
+
+/// [`rename_dir_finish`] for the source directory, moving into
+/// the new parent (through its cached block map).
+fn rename_dir_finish_source(sb: &SuperBlock, h: &mut Handle<'_>, r: &Renaming<'_>) -> Result<()> {
+    let map = namespace::locked_map(sb, r.src_inode, &r.src)?;
+    let moved = DirRef {
+        ino: r.old.ino(),
+        inode: &r.src,
+        map: &map,
+    };
+    rename_dir_finish(sb, h, moved, r.new.dir)
+}
+
+/// `ext4_rename_delete`: take the old name out. Within one directory
+/// the new name may have grown it; the name is then looked up through
+/// the grown record, whose map the cached one is not (as the kernel
+/// re-reads with `force_reread`).
+fn rename_delete(sb: &SuperBlock, h: &mut Handle<'_>, r: &Renaming<'_>, recs: &NewRecords, grew: bool) -> Result<()> {
+    if !r.dirs.cross() && grew {
+        let map = bmap::load(sb.vol(), r.old.dir, &recs.old_dir)?;
+        let dir = DirRef {
+            ino: r.old.dir,
+            inode: &recs.old_dir,
+            map: &map,
         };
-        rec.set_time(TimeField::Ctime, t);
-        if r.new.is_dir {
-            rec.base.links_count = 0;
-        } else {
-            add_links(rec, -1, false);
+        dir_delete::remove_link(sb.vol(), h, dir, r.old.name)?;
+    } else {
+        dir_delete::remove_link(sb.vol(), h, r.dirs.old_dir(), r.old.name)?;
+    }
+    Ok(())
+}
+
+/// The replaced target loses its name (`ext4_rename`: `ext4_dec_count`,
+/// or `clear_nlink` for an empty directory, whose "." goes with the
+/// name; then `ext4_orphan_add` at no links). It leaves the dentry
+/// cache before it can be freed and its number reused (see
+/// `remove_at`), then is freed now or kept on the orphan list until its
+/// last close (`drop_link`, which writes its record).
+fn drop_replaced_target(
+    sb: &SuperBlock,
+    h: &mut Handle<'_>,
+    r: &Renaming<'_>,
+    recs: &mut NewRecords,
+    t: Timestamp,
+) -> Result<Death> {
+    let (Some(target), Some(rec)) = (r.new.inode.as_deref(), recs.dst.as_mut()) else {
+        return Ok(Death::Alive);
+    };
+    rec.set_time(TimeField::Ctime, t);
+    if r.new.is_dir {
+        rec.base.links_count = 0;
+    } else {
+        add_links(rec, -1, false);
+    }
+    sb.dcache().remove(r.new.dir, r.new.name);
+    evict::drop_link(sb, h, target, rec, t)
+}
+
+/// `ext4_rename`: move the source's name to the new name, replacing
+/// the target if there is one.
+fn rename_plain(sb: &SuperBlock, r: Renaming<'_>) -> Result<()> {
+    let (old, new) = (r.old, r.new);
+    let cross = r.dirs.cross();
+    if let (Some(t), true) = (&r.dst, new.is_dir) {
+        let map = bmap::load(sb.vol(), new.ino(), t)?;
+        let target = DirRef {
+            ino: new.ino(),
+            inode: t,
+            map: &map,
+        };
+        if !dir::is_empty(sb.vol(), target)? {
+            return Err(Error::posix(
+                Errno::ENOTEMPTY,
+                format!("{}: directory not empty", show(new.name)),
+            ));
         }
-        self.dcache.remove(r.new.dir, r.new.name);
-        self.drop_link(h, target, rec, t)
+    }
+    check_dir_link_max(sb, &r)?;
+    if cross && old.is_dir {
+        rename_dir_prepare(sb, old.ino(), &r.src)?;
+    }
+    match r.dst.as_deref() {
+        // Everything the replaced target's death frees, checked while
+        // its name is still there to refuse with (release_check.rs).
+        Some(t) if new.is_dir || t.base.links_count <= 1 => sb.vol().check_release(new.ino(), t)?,
+        Some(_) => {}
+        // The new name may grow its directory.
+        None => {
+            sb.vol()
+                .check_block_allocatable(sb.vol().geo().group_first_block_of_inode(new.dir))?;
+            dir_insert::check_insertable(sb.vol(), r.dirs.new_dir())?;
+        }
     }
 
-    /// `ext4_rename`: move the source's name to the new name, replacing
-    /// the target if there is one.
-    fn rename_plain(&self, r: Renaming<'_>) -> Result<()> {
-        let (old, new) = (r.old, r.new);
-        let cross = r.dirs.cross();
-        if let (Some(t), true) = (&r.dst, new.is_dir) {
-            let map = bmap::load(&self.vol, new.ino(), t)?;
-            let target = DirRef {
+    let t = sb.now();
+    let mut h = sb.vol().begin()?;
+    let mut recs = NewRecords::copy(&r);
+    let mut grew = false;
+    let mut death = Death::Alive;
+    if new.inode.is_some() {
+        // ext4_setent: the new name now names the source.
+        dir_delete::replace_link(sb.vol(), &mut h, r.dirs.new_dir(), new.name, old.ino(), old.ftype())?;
+        death = drop_replaced_target(sb, &mut h, &r, &mut recs, t)?;
+    } else {
+        let entry = NewEntry::new(new.name, old.ino(), old.ftype());
+        grew = dir_insert::add_link(sb.vol(), &mut h, r.dirs.new_dir(), recs.new_dir_mut(), entry)?;
+    }
+    rename_delete(sb, &mut h, &r, &recs, grew)?;
+    if old.is_dir {
+        if cross {
+            rename_dir_finish_source(sb, &mut h, &r)?;
+        }
+        let dir_nlink = namespace::dir_nlink(sb);
+        update_dir_count(old, &mut recs.old_dir, dir_nlink);
+        update_dir_count(new, recs.new_dir_mut(), dir_nlink);
+    }
+    recs.touch(t);
+    // The target's record went with its last link (`drop_link`).
+    write_records(sb, &mut h, &r, &recs, false)?;
+    h.commit()?;
+    rename_finish(sb, r, recs, grew, death)
+}
+
+/// `ext4_cross_rename` (`RENAME_EXCHANGE`): each name now names the
+/// other's inode; directories swapped across parents take their ".."
+/// and a link with them.
+fn cross_rename(sb: &SuperBlock, r: Renaming<'_>) -> Result<()> {
+    let (old, new) = (r.old, r.new);
+    let cross = r.dirs.cross();
+    check_dir_link_max(sb, &r)?;
+    if cross {
+        if old.is_dir {
+            rename_dir_prepare(sb, old.ino(), &r.src)?;
+        }
+        if let (true, Some(t)) = (new.is_dir, r.dst.as_deref()) {
+            rename_dir_prepare(sb, new.ino(), t)?;
+        }
+    }
+
+    let t = sb.now();
+    let mut h = sb.vol().begin()?;
+    let mut recs = NewRecords::copy(&r);
+    // ext4_setent on both sides.
+    dir_delete::replace_link(sb.vol(), &mut h, r.dirs.old_dir(), old.name, new.ino(), new.ftype())?;
+    dir_delete::replace_link(sb.vol(), &mut h, r.dirs.new_dir(), new.name, old.ino(), old.ftype())?;
+    if cross {
+        if old.is_dir {
+            rename_dir_finish_source(sb, &mut h, &r)?;
+        }
+        if let (true, Some(tr)) = (new.is_dir, r.dst.as_deref()) {
+            let map = bmap::load(sb.vol(), new.ino(), tr)?;
+            let moved = DirRef {
                 ino: new.ino(),
-                inode: t,
+                inode: tr,
                 map: &map,
             };
-            if !dir::is_empty(&self.vol, target)? {
-                return Err(Error::posix(
-                    Errno::ENOTEMPTY,
-                    format!("{}: directory not empty", show(new.name)),
-                ));
-            }
+            rename_dir_finish(sb, &mut h, moved, old.dir)?;
         }
-        self.check_dir_link_max(&r)?;
-        if cross && old.is_dir {
-            self.rename_dir_prepare(old.ino(), &r.src)?;
-        }
-        match r.dst.as_deref() {
-            // Everything the replaced target's death frees, checked while
-            // its name is still there to refuse with (release_check.rs).
-            Some(t) if new.is_dir || t.base.links_count <= 1 => self.vol.check_release(new.ino(), t)?,
-            Some(_) => {}
-            // The new name may grow its directory.
-            None => {
-                self.vol
-                    .check_block_allocatable(self.vol.geo().group_first_block_of_inode(new.dir))?;
-                dir_insert::check_insertable(&self.vol, r.dirs.new_dir())?;
-            }
-        }
-
-        let t = self.now();
-        let mut h = self.vol.begin()?;
-        let mut recs = NewRecords::copy(&r);
-        let mut grew = false;
-        let mut death = Death::Alive;
-        if new.inode.is_some() {
-            // ext4_setent: the new name now names the source.
-            dir_delete::replace_link(&self.vol, &mut h, r.dirs.new_dir(), new.name, old.ino(), old.ftype())?;
-            death = self.drop_replaced_target(&mut h, &r, &mut recs, t)?;
-        } else {
-            let entry = NewEntry::new(new.name, old.ino(), old.ftype());
-            grew = dir_insert::add_link(&self.vol, &mut h, r.dirs.new_dir(), recs.new_dir_mut(), entry)?;
-        }
-        self.rename_delete(&mut h, &r, &recs, grew)?;
-        if old.is_dir {
-            if cross {
-                self.rename_dir_finish_source(&mut h, &r)?;
-            }
-            let dir_nlink = self.dir_nlink();
-            update_dir_count(old, &mut recs.old_dir, dir_nlink);
-            update_dir_count(new, recs.new_dir_mut(), dir_nlink);
-        }
-        recs.touch(t);
-        // The target's record went with its last link (`drop_link`).
-        self.write_records(&mut h, &r, &recs, false)?;
-        h.commit()?;
-        self.rename_finish(r, recs, grew, death)
+        let dir_nlink = namespace::dir_nlink(sb);
+        update_dir_count(new, recs.new_dir_mut(), dir_nlink);
+        update_dir_count(old, &mut recs.old_dir, dir_nlink);
     }
-
-    /// `ext4_cross_rename` (`RENAME_EXCHANGE`): each name now names the
-    /// other's inode; directories swapped across parents take their ".."
-    /// and a link with them.
-    fn cross_rename(&self, r: Renaming<'_>) -> Result<()> {
-        let (old, new) = (r.old, r.new);
-        let cross = r.dirs.cross();
-        self.check_dir_link_max(&r)?;
-        if cross {
-            if old.is_dir {
-                self.rename_dir_prepare(old.ino(), &r.src)?;
-            }
-            if let (true, Some(t)) = (new.is_dir, r.dst.as_deref()) {
-                self.rename_dir_prepare(new.ino(), t)?;
-            }
-        }
-
-        let t = self.now();
-        let mut h = self.vol.begin()?;
-        let mut recs = NewRecords::copy(&r);
-        // ext4_setent on both sides.
-        dir_delete::replace_link(&self.vol, &mut h, r.dirs.old_dir(), old.name, new.ino(), new.ftype())?;
-        dir_delete::replace_link(&self.vol, &mut h, r.dirs.new_dir(), new.name, old.ino(), old.ftype())?;
-        if cross {
-            if old.is_dir {
-                self.rename_dir_finish_source(&mut h, &r)?;
-            }
-            if let (true, Some(tr)) = (new.is_dir, r.dst.as_deref()) {
-                let map = bmap::load(&self.vol, new.ino(), tr)?;
-                let moved = DirRef {
-                    ino: new.ino(),
-                    inode: tr,
-                    map: &map,
-                };
-                self.rename_dir_finish(&mut h, moved, old.dir)?;
-            }
-            let dir_nlink = self.dir_nlink();
-            update_dir_count(new, recs.new_dir_mut(), dir_nlink);
-            update_dir_count(old, &mut recs.old_dir, dir_nlink);
-        }
-        if let Some(tr) = recs.dst.as_mut() {
-            tr.set_time(TimeField::Ctime, t);
-        }
-        recs.touch(t);
-        self.write_records(&mut h, &r, &recs, true)?;
-        h.commit()?;
-        self.rename_finish(r, recs, false, Death::Alive)
+    if let Some(tr) = recs.dst.as_mut() {
+        tr.set_time(TimeField::Ctime, t);
     }
+    recs.touch(t);
+    write_records(sb, &mut h, &r, &recs, true)?;
+    h.commit()?;
+    rename_finish(sb, r, recs, false, Death::Alive)
+}
 
-    /// Write the rewritten records through `h`: both directories, the
-    /// source, and (`with_target`) the target.
-    fn write_records(&self, h: &mut Handle<'_>, r: &Renaming<'_>, recs: &NewRecords, with_target: bool) -> Result<()> {
-        inode::write(&self.vol, h, r.old.dir, &recs.old_dir)?;
-        if let Some(n) = &recs.new_dir {
-            inode::write(&self.vol, h, r.new.dir, n)?;
-        }
-        inode::write(&self.vol, h, r.old.ino(), &recs.src)?;
-        if let (true, Some(t)) = (with_target, &recs.dst) {
-            inode::write(&self.vol, h, r.new.ino(), t)?;
-        }
-        Ok(())
+/// Write the rewritten records through `h`: both directories, the
+/// source, and (`with_target`) the target.
+fn write_records(
+    sb: &SuperBlock,
+    h: &mut Handle<'_>,
+    r: &Renaming<'_>,
+    recs: &NewRecords,
+    with_target: bool,
+) -> Result<()> {
+    inode::write(sb.vol(), h, r.old.dir, &recs.old_dir)?;
+    if let Some(n) = &recs.new_dir {
+        inode::write(sb.vol(), h, r.new.dir, n)?;
     }
+    inode::write(sb.vol(), h, r.old.ino(), &recs.src)?;
+    if let (true, Some(t)) = (with_target, &recs.dst) {
+        inode::write(sb.vol(), h, r.new.ino(), t)?;
+    }
+    Ok(())
+}
 
-    /// After the commit: publish the new records, move the names in the
-    /// dentry cache (under both directories' locks, see `create_at`), drop
-    /// the locks, then let a grown directory's size and map be read again
-    /// and forget a freed target.
-    fn rename_finish(&self, r: Renaming<'_>, recs: NewRecords, grew: bool, death: Death) -> Result<()> {
-        if death == Death::Orphaned {
-            // The orphan chain's head, without a journal.
-            self.vol.sync_super()?;
-        }
-        let Renaming {
-            old,
-            new,
-            flags,
-            dirs,
-            src_inode: _,
-            mut src,
-            mut dst,
-        } = r;
-        let Parents {
-            old_inode,
-            old_rec: mut old_dir,
-            new_inode,
-            new_rec: new_dir,
-            ..
-        } = dirs;
-        let mut new_dir = new_dir.map(|(rec, _)| rec);
-        let new_size = recs.new_dir.as_ref().unwrap_or(&recs.old_dir).size();
-        *old_dir = recs.old_dir;
-        if let (Some(g), Some(n)) = (new_dir.as_mut(), recs.new_dir) {
-            **g = n;
-        }
-        *src = recs.src;
-        if let (Some(g), Some(n)) = (dst.as_mut(), recs.dst) {
-            **g = n;
-        }
-        self.dcache
-            .renamed(old.dir, old.name, new.dir, new.name, flags.exchange);
-        drop(dst);
-        drop(src);
-        let grown = if new_dir.is_some() { new_inode } else { old_inode };
-        drop(new_dir);
-        drop(old_dir);
-        if grew {
-            grown.size.store(new_size, Ordering::Release);
-            grown.reset_block_map();
-        }
-        if let (Death::Freed, Some(d)) = (death, &new.inode) {
-            self.icache.forget_if(d);
-        }
-        Ok(())
+/// After the commit: publish the new records, move the names in the
+/// dentry cache (under both directories' locks, see `create_at`), drop
+/// the locks, then let a grown directory's size and map be read again
+/// and forget a freed target.
+fn rename_finish(sb: &SuperBlock, r: Renaming<'_>, recs: NewRecords, grew: bool, death: Death) -> Result<()> {
+    if death == Death::Orphaned {
+        // The orphan chain's head, without a journal.
+        sb.vol().sync_super()?;
     }
+    let Renaming {
+        old,
+        new,
+        flags,
+        dirs,
+        src_inode: _,
+        mut src,
+        mut dst,
+    } = r;
+    let Parents {
+        old_inode,
+        old_rec: mut old_dir,
+        new_inode,
+        new_rec: new_dir,
+        ..
+    } = dirs;
+    let mut new_dir = new_dir.map(|(rec, _)| rec);
+    let new_size = recs.new_dir.as_ref().unwrap_or(&recs.old_dir).size();
+    *old_dir = recs.old_dir;
+    if let (Some(g), Some(n)) = (new_dir.as_mut(), recs.new_dir) {
+        **g = n;
+    }
+    *src = recs.src;
+    if let (Some(g), Some(n)) = (dst.as_mut(), recs.dst) {
+        **g = n;
+    }
+    sb.dcache()
+        .renamed(old.dir, old.name, new.dir, new.name, flags.exchange);
+    drop(dst);
+    drop(src);
+    let grown = if new_dir.is_some() { new_inode } else { old_inode };
+    drop(new_dir);
+    drop(old_dir);
+    if grew {
+        grown.size.store(new_size, Ordering::Release);
+        grown.reset_block_map();
+    }
+    if let (Death::Freed, Some(d)) = (death, &new.inode) {
+        sb.icache().forget_if(d);
+    }
+    Ok(())
 }

@@ -4,6 +4,9 @@ use ext4kit_format::features::{self, ro_compat};
 use ext4kit_format::inode::{FileType, Inode, TimeField, Timestamp};
 use ext4kit_format::superblock::{STATE_ERROR, STATE_VALID};
 
+use super::namei;
+use super::super_block::SuperBlock;
+use crate::error::Result;
 use crate::ext4::Volume;
 
 /// What `stat(2)` reports, plus ext4 details the CLI shows.
@@ -143,55 +146,112 @@ pub struct FsInfo {
     pub warnings: Vec<String>,
 }
 
-impl super::Fs {
-    /// Summarise the superblock.
-    pub fn info(&self) -> FsInfo {
-        let sb = self.vol.sb().read();
-        let mut feats = features::names(sb.feature_compat, features::COMPAT_NAMES);
-        feats.extend(features::names(sb.feature_incompat, features::INCOMPAT_NAMES));
-        feats.extend(features::names(sb.feature_ro_compat, features::RO_COMPAT_NAMES));
-        let u = sb.uuid;
-        let uuid = format!(
-            "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-            u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]
-        );
-        let state = match (sb.state & STATE_VALID != 0, sb.state & STATE_ERROR != 0) {
-            (_, true) => "with errors",
-            (true, false) => "clean",
-            (false, false) => "not clean",
-        }
-        .to_string();
-        let hash_alg = match sb.def_hash_version {
-            0 => "legacy",
-            1 => "half_md4",
-            2 => "tea",
-            3 => "legacy_unsigned",
-            4 => "half_md4_unsigned",
-            5 => "tea_unsigned",
-            6 => "siphash",
-            _ => "unknown",
-        }
-        .to_string();
-        FsInfo {
-            label: sb.label(),
-            uuid,
-            block_size: sb.block_size(),
-            inode_size: sb.inode_size(),
-            blocks: sb.blocks_count(),
-            free_blocks: sb.free_blocks_count(),
-            reserved_blocks: sb.r_blocks_count(),
-            inodes: sb.inodes_count,
-            free_inodes: sb.free_inodes_count,
-            groups: sb.group_count(),
-            blocks_per_group: sb.blocks_per_group,
-            inodes_per_group: sb.inodes_per_group,
-            features: feats,
-            state,
-            hash_alg,
-            wtime: sb.wtime(),
-            mkfs_time: sb.mkfs_time(),
-            read_only: self.vol.read_only(),
-            warnings: self.vol.warnings().to_vec(),
-        }
+/// Summarise the superblock ([`Fs::info`](crate::Fs::info)).
+pub(crate) fn info(sb: &SuperBlock) -> FsInfo {
+    let s = sb.vol().sb().read();
+    let mut feats = features::names(s.feature_compat, features::COMPAT_NAMES);
+    feats.extend(features::names(s.feature_incompat, features::INCOMPAT_NAMES));
+    feats.extend(features::names(s.feature_ro_compat, features::RO_COMPAT_NAMES));
+    let u = s.uuid;
+    let uuid = format!(
+        "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+        u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]
+    );
+    let state = match (s.state & STATE_VALID != 0, s.state & STATE_ERROR != 0) {
+        (_, true) => "with errors",
+        (true, false) => "clean",
+        (false, false) => "not clean",
+    }
+    .to_string();
+    let hash_alg = match s.def_hash_version {
+        0 => "legacy",
+        1 => "half_md4",
+        2 => "tea",
+        3 => "legacy_unsigned",
+        4 => "half_md4_unsigned",
+        5 => "tea_unsigned",
+        6 => "siphash",
+        _ => "unknown",
+    }
+    .to_string();
+    FsInfo {
+        label: s.label(),
+        uuid,
+        block_size: s.block_size(),
+        inode_size: s.inode_size(),
+        blocks: s.blocks_count(),
+        free_blocks: s.free_blocks_count(),
+        reserved_blocks: s.r_blocks_count(),
+        inodes: s.inodes_count,
+        free_inodes: s.free_inodes_count,
+        groups: s.group_count(),
+        blocks_per_group: s.blocks_per_group,
+        inodes_per_group: s.inodes_per_group,
+        features: feats,
+        state,
+        hash_alg,
+        wtime: s.wtime(),
+        mkfs_time: s.mkfs_time(),
+        read_only: sb.vol().read_only(),
+        warnings: sb.vol().warnings().to_vec(),
+    }
+}
+
+/// Attributes of `path`, following a final symlink ([`Fs::stat`](crate::Fs::stat)).
+pub(crate) fn stat(sb: &SuperBlock, path: &[u8]) -> Result<Stat> {
+    let d = namei::resolve(sb, path, true)?;
+    stat_ino(sb, d.ino)
+}
+
+/// Attributes of `path` itself ([`Fs::lstat`](crate::Fs::lstat)).
+pub(crate) fn lstat(sb: &SuperBlock, path: &[u8]) -> Result<Stat> {
+    let d = namei::resolve(sb, path, false)?;
+    stat_ino(sb, d.ino)
+}
+
+/// Attributes of inode `ino` ([`Fs::stat_ino`](crate::Fs::stat_ino)).
+pub(crate) fn stat_ino(sb: &SuperBlock, ino: u32) -> Result<Stat> {
+    let i = sb.inode(ino)?;
+    let disk = i.disk.read();
+    Ok(Stat::from_inode(sb.vol(), ino, &disk))
+}
+
+/// Counters the tests and benchmarks look at ([`Fs::stats`](crate::Fs::stats)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsStats {
+    /// Directory blocks accessed by lookups and readdir.
+    pub dir_block_reads: u64,
+    /// Metadata blocks read from the device.
+    pub metadata_misses: u64,
+    /// Inode records read.
+    pub inode_reads: u64,
+    /// Inode records written.
+    pub inode_writes: u64,
+    /// Bytes of dirty file pages.
+    pub dirty_page_bytes: usize,
+    /// Inodes cached.
+    pub cached_inodes: usize,
+    /// Dentries cached.
+    pub cached_dentries: usize,
+    /// Bytes of file pages cached.
+    pub cached_page_bytes: usize,
+    /// d_path calls that fell back to the rename lock.
+    pub d_path_fallbacks: u64,
+}
+
+/// The counters now.
+pub(crate) fn stats(sb: &SuperBlock) -> FsStats {
+    use std::sync::atomic::Ordering::Relaxed;
+    let vol = sb.vol();
+    FsStats {
+        dir_block_reads: vol.stats().dir_block_reads(),
+        metadata_misses: vol.bcache().misses.load(Relaxed),
+        inode_reads: vol.stats().inode_reads(),
+        inode_writes: vol.stats().inode_writes(),
+        dirty_page_bytes: sb.pages().dirty_bytes(),
+        cached_inodes: sb.icache().len(),
+        cached_dentries: sb.dcache().len(),
+        cached_page_bytes: sb.pages().used(),
+        d_path_fallbacks: sb.dcache().d_path_fallbacks.load(Relaxed),
     }
 }

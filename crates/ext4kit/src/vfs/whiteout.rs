@@ -21,61 +21,69 @@
 use ext4kit_format::inode::FileType;
 
 use super::cred::Cred;
+use super::lookup;
+use super::namespace;
+use super::rename;
 use super::rename::RenameFlags;
-use super::Fs;
+use super::super_block::SuperBlock;
+use super::write;
 use crate::error::{Errno, Error, Result};
 
-impl Fs {
-    /// Rename `old_name` in `old_dir` to `new_name` in `new_dir` and leave
-    /// a whiteout at the old name (see the module comment). `noreplace`:
-    /// EEXIST when the target exists, as `RENAME_NOREPLACE`.
-    pub fn rename_whiteout(
-        &self,
-        old_dir: u32,
-        old_name: &[u8],
-        new_dir: u32,
-        new_name: &[u8],
-        noreplace: bool,
-        cred: &Cred,
-    ) -> Result<()> {
-        // The source must exist before anything is made.
-        if self.lookup_at(old_dir, old_name)?.is_none() {
-            return Err(Error::posix(
-                Errno::ENOENT,
-                format!("{}: no such file", String::from_utf8_lossy(old_name)),
-            ));
-        }
-        let tmp = self.free_temp_name(old_dir)?;
-        self.mknod_at(old_dir, &tmp, FileType::CharDevice, 0, (0, 0), cred)?;
-        let flags = RenameFlags {
-            noreplace,
-            exchange: false,
-        };
-        if let Err(e) = self.rename_at(old_dir, old_name, new_dir, new_name, flags, cred) {
-            if let Err(u) = self.unlink_at(old_dir, &tmp, &Cred::root()) {
-                eprintln!(
-                    "ext4kit: removing the temporary whiteout {} after a failed rename: {u}",
-                    String::from_utf8_lossy(&tmp)
-                );
-            }
-            return Err(e);
-        }
-        self.rename_at(old_dir, &tmp, old_dir, old_name, RenameFlags::default(), &Cred::root())
+/// The work of [`Fs::rename_whiteout`](crate::Fs::rename_whiteout).
+pub(crate) fn rename_whiteout(
+    sb: &SuperBlock,
+    old_dir: u32,
+    old_name: &[u8],
+    new_dir: u32,
+    new_name: &[u8],
+    noreplace: bool,
+    cred: &Cred,
+) -> Result<()> {
+    // The source must exist before anything is made.
+    if lookup::lookup_at(sb, old_dir, old_name)?.is_none() {
+        return Err(Error::posix(
+            Errno::ENOENT,
+            format!("{}: no such file", String::from_utf8_lossy(old_name)),
+        ));
     }
+    let tmp = free_temp_name(sb, old_dir)?;
+    write::mknod_at(sb, old_dir, &tmp, FileType::CharDevice, 0, (0, 0), cred)?;
+    let flags = RenameFlags {
+        noreplace,
+        exchange: false,
+    };
+    if let Err(e) = rename::rename_at(sb, old_dir, old_name, new_dir, new_name, flags, cred) {
+        if let Err(u) = namespace::unlink_at(sb, old_dir, &tmp, &Cred::root()) {
+            eprintln!(
+                "ext4kit: removing the temporary whiteout {} after a failed rename: {u}",
+                String::from_utf8_lossy(&tmp)
+            );
+        }
+        return Err(e);
+    }
+    rename::rename_at(
+        sb,
+        old_dir,
+        &tmp,
+        old_dir,
+        old_name,
+        RenameFlags::default(),
+        &Cred::root(),
+    )
+}
 
-    /// A name not in directory `dir` for the temporary whiteout.
-    fn free_temp_name(&self, dir: u32) -> Result<Vec<u8>> {
-        for n in 0..1000u32 {
-            let name = format!(".ext4kit-whiteout.{n}").into_bytes();
-            if self.lookup_at(dir, &name)?.is_none() {
-                return Ok(name);
-            }
+/// A name not in directory `dir` for the temporary whiteout.
+fn free_temp_name(sb: &SuperBlock, dir: u32) -> Result<Vec<u8>> {
+    for n in 0..1000u32 {
+        let name = format!(".ext4kit-whiteout.{n}").into_bytes();
+        if lookup::lookup_at(sb, dir, &name)?.is_none() {
+            return Ok(name);
         }
-        Err(Error::posix(
-            Errno::EEXIST,
-            format!("directory inode {dir}: no free temporary name for a whiteout"),
-        ))
     }
+    Err(Error::posix(
+        Errno::EEXIST,
+        format!("directory inode {dir}: no free temporary name for a whiteout"),
+    ))
 }
 
 #[cfg(test)]

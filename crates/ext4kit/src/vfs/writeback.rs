@@ -50,7 +50,7 @@ use ext4kit_format::inode::Inode;
 use super::icache::Icache;
 use super::icache::{CachedInode, DIRTY_DATA};
 use super::pagecache::{Page, PageBudget};
-use super::Fs;
+use super::super_block::SuperBlock;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::bmap_write::{self, MapRequest, MappedRun};
 use crate::ext4::transaction::Handle;
@@ -404,109 +404,103 @@ impl<'a> Pass<'a> {
     }
 }
 
-impl Fs {
-    /// What writeback needs of this filesystem.
-    pub(super) fn writer(&self) -> Writer<'_> {
-        Writer {
-            vol: &self.vol,
-            pages: &self.pages,
+/// What writeback needs of this filesystem.
+pub(crate) fn writer(sb: &SuperBlock) -> Writer<'_> {
+    Writer {
+        vol: sb.vol(),
+        pages: sb.pages(),
+    }
+}
+
+/// The work of [`Fs::writeback_inode`](crate::Fs::writeback_inode).
+pub(crate) fn writeback_inode(sb: &SuperBlock, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
+    writer(sb).writeback_single_inode(inode, level)
+}
+
+/// The work of [`Fs::writeback_all`](crate::Fs::writeback_all).
+pub(crate) fn writeback_all(sb: &SuperBlock) -> Result<()> {
+    let mut todo = sb.icache().collect(|i| i.is_dirty());
+    // Inode order, not hash-map order: the same sequence of calls then
+    // allocates the same blocks (reproducible images, `mkfs -d`).
+    todo.sort_by_key(|i| i.ino);
+    let mut first = None;
+    for i in todo {
+        if let Err(e) = writeback_inode(sb, &i, SyncLevel::All) {
+            first.get_or_insert(e);
         }
     }
+    first.map_or(Ok(()), Err)
+}
 
-    /// Write back inode `inode`: dirty pages, then the record as `level`
-    /// requires. Does not flush the device (fsync does).
-    pub fn writeback_inode(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
-        self.writer().writeback_single_inode(inode, level)
-    }
-
-    /// Write back every dirty inode (sync(2), and memory pressure). Tries
-    /// them all and reports the first failure.
-    pub fn writeback_all(&self) -> Result<()> {
-        let mut todo = self.icache.collect(|i| i.is_dirty());
-        // Inode order, not hash-map order: the same sequence of calls then
-        // allocates the same blocks (reproducible images, `mkfs -d`).
-        todo.sort_by_key(|i| i.ino);
-        let mut first = None;
-        for i in todo {
-            if let Err(e) = self.writeback_inode(&i, SyncLevel::All) {
-                first.get_or_insert(e);
-            }
-        }
-        first.map_or(Ok(()), Err)
-    }
-
-    /// fsync (`data_only: false`) or fdatasync (`true`) of one inode:
-    /// write back its dirty pages, its record as the level requires, the
-    /// committed metadata, then flush the device cache.
-    pub fn fsync_inode(&self, inode: &CachedInode, data_only: bool) -> Result<WritebackStats> {
-        let level = if data_only { SyncLevel::Data } else { SyncLevel::All };
-        let st = match self.writeback_inode(inode, level) {
-            Ok(st) => st,
-            Err(e) => {
-                // Reported now: not again at the next fsync or FLUSH.
-                inode.pages.take_wb_error();
-                return Err(e);
-            }
-        };
-        // Whether the device still needs a flush for the data: a commit
-        // ends with one (after its commit block), which covers the data
-        // written before it too.
-        let mut flushed = false;
-        match self.vol.jbd().is_journaled() {
-            // With a journal: commit the running transaction, which holds
-            // the inode's metadata if anything of it changed (and whatever
-            // else is running: jbd2's fsync does the same). Concurrent
-            // fsyncs share one commit (`commit_upto`). Its cost is what
-            // the transaction holds, not the file's size (fsync costs
-            // O(dirty)); an
-            // fdatasync of an overwrite that changed only timestamps finds
-            // nothing running and commits nothing.
-            // Always through the commit path, even with nothing running:
-            // the inode's last change may sit in a transaction another
-            // thread is committing right now, and returning before that
-            // commit ends would promise what the disk does not hold yet.
-            // `commit_running` waits for it (the log lock), and an empty
-            // transaction costs just the flush the data needs anyway.
-            true => {
-                self.vol.commit_running()?;
-                flushed = true;
-            }
-            // Without one the inode's metadata (its record, its map, its
-            // directory entry and the bitmaps) is only durable once written
-            // home; writing all dirty metadata is bounded by the
-            // checkpoint budget, not by the file's size.
-            false => self.vol.checkpoint()?,
-        }
-        if !self.vol.read_only() && !flushed {
-            self.vol
-                .disk()
-                .device()
-                .flush()
-                .map_err(|e| Error::io("flushing the device", e))?;
-        }
-        // A background write-back of this file that failed since the last
-        // report (memory pressure, the periodic flush): the data it held
-        // may be lost, and this fsync is where the writer learns it
-        // (`file_check_and_advance_wb_err`).
-        if let Some(e) = inode.pages.take_wb_error() {
+/// The work of [`Fs::fsync_inode`](crate::Fs::fsync_inode).
+pub(crate) fn fsync_inode(sb: &SuperBlock, inode: &CachedInode, data_only: bool) -> Result<WritebackStats> {
+    let level = if data_only { SyncLevel::Data } else { SyncLevel::All };
+    let st = match writeback_inode(sb, inode, level) {
+        Ok(st) => st,
+        Err(e) => {
+            // Reported now: not again at the next fsync or FLUSH.
+            inode.pages.take_wb_error();
             return Err(e);
         }
-        Ok(st)
+    };
+    // Whether the device still needs a flush for the data: a commit
+    // ends with one (after its commit block), which covers the data
+    // written before it too.
+    let mut flushed = false;
+    match sb.vol().jbd().is_journaled() {
+        // With a journal: commit the running transaction, which holds
+        // the inode's metadata if anything of it changed (and whatever
+        // else is running: jbd2's fsync does the same). Concurrent
+        // fsyncs share one commit (`commit_upto`). Its cost is what
+        // the transaction holds, not the file's size (fsync costs
+        // O(dirty)); an
+        // fdatasync of an overwrite that changed only timestamps finds
+        // nothing running and commits nothing.
+        // Always through the commit path, even with nothing running:
+        // the inode's last change may sit in a transaction another
+        // thread is committing right now, and returning before that
+        // commit ends would promise what the disk does not hold yet.
+        // `commit_running` waits for it (the log lock), and an empty
+        // transaction costs just the flush the data needs anyway.
+        true => {
+            sb.vol().commit_running()?;
+            flushed = true;
+        }
+        // Without one the inode's metadata (its record, its map, its
+        // directory entry and the bitmaps) is only durable once written
+        // home; writing all dirty metadata is bounded by the
+        // checkpoint budget, not by the file's size.
+        false => sb.vol().checkpoint()?,
     }
+    if !sb.vol().read_only() && !flushed {
+        sb.vol()
+            .disk()
+            .device()
+            .flush()
+            .map_err(|e| Error::io("flushing the device", e))?;
+    }
+    // A background write-back of this file that failed since the last
+    // report (memory pressure, the periodic flush): the data it held
+    // may be lost, and this fsync is where the writer learns it
+    // (`file_check_and_advance_wb_err`).
+    if let Some(e) = inode.pages.take_wb_error() {
+        return Err(e);
+    }
+    Ok(st)
+}
 
-    /// Called by writers after dirtying pages: over the dirty budget, write
-    /// back this inode, then (if still over) every other dirty inode.
-    /// Caller holds no inode lock.
-    pub(crate) fn balance_dirty(&self, inode: &CachedInode) -> Result<()> {
-        if !self.pages.dirty_over() {
-            return Ok(());
-        }
-        self.writeback_inode(inode, SyncLevel::All)?;
-        if self.pages.dirty_over() {
-            self.writeback_all()?;
-        }
-        Ok(())
+/// Called by writers after dirtying pages: over the dirty budget, write
+/// back this inode, then (if still over) every other dirty inode.
+/// Caller holds no inode lock.
+pub(crate) fn balance_dirty(sb: &SuperBlock, inode: &CachedInode) -> Result<()> {
+    if !sb.pages().dirty_over() {
+        return Ok(());
     }
+    writeback_inode(sb, inode, SyncLevel::All)?;
+    if sb.pages().dirty_over() {
+        writeback_all(sb)?;
+    }
+    Ok(())
 }
 
 /// The background worker's periodic pass (the kernel's flusher threads

@@ -24,200 +24,229 @@ use ext4kit_format::xattr::{
     INDEX_POSIX_ACL_ACCESS, INDEX_POSIX_ACL_DEFAULT, INDEX_SECURITY, INDEX_TRUSTED, INDEX_USER,
 };
 
+use super::acl;
 use super::acl::acl_mode;
 use super::cred::{Cred, MAY_READ, MAY_WRITE};
 use super::icache::CachedInode;
+use super::namei;
 use super::namei::{show, with_path};
-use super::Fs;
+use super::super_block::SuperBlock;
+use super::syncmode;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::xattr_write::{self, xattr_key, XattrChange, XATTR_REPLACE};
 use crate::ext4::{inode, xattr};
 
 const S_ISGID: u16 = 0o2000;
 
-impl Fs {
-    /// Check `cred` may read (`write` false) or change attribute index
-    /// `index` of `inode`.
-    fn xattr_permission(&self, ci: &CachedInode, inode: &Inode, index: u8, write: bool, cred: &Cred) -> Result<()> {
-        let ino = ci.ino;
-        let deny = |errno, why: &str| Err(Error::posix(errno, format!("inode {ino}: {why}")));
-        if write && inode.base.flags & (flags::IMMUTABLE | flags::APPEND) != 0 {
-            return deny(Errno::EPERM, "immutable or append-only inode");
+/// Check `cred` may read (`write` false) or change attribute index
+/// `index` of `inode`.
+fn xattr_permission(
+    sb: &SuperBlock,
+    ci: &CachedInode,
+    inode: &Inode,
+    index: u8,
+    write: bool,
+    cred: &Cred,
+) -> Result<()> {
+    let ino = ci.ino;
+    let deny = |errno, why: &str| Err(Error::posix(errno, format!("inode {ino}: {why}")));
+    if write && inode.base.flags & (flags::IMMUTABLE | flags::APPEND) != 0 {
+        return deny(Errno::EPERM, "immutable or append-only inode");
+    }
+    match index {
+        INDEX_TRUSTED if !cred.is_root() => {
+            if write {
+                deny(Errno::EPERM, "trusted.* attributes need root")
+            } else {
+                deny(Errno::ENODATA, "no such attribute")
+            }
         }
-        match index {
-            INDEX_TRUSTED if !cred.is_root() => {
-                if write {
-                    deny(Errno::EPERM, "trusted.* attributes need root")
+        INDEX_TRUSTED => Ok(()),
+        INDEX_SECURITY if write && !cred.is_root() => deny(Errno::EPERM, "security.* attributes need root"),
+        INDEX_SECURITY => Ok(()),
+        INDEX_POSIX_ACL_ACCESS | INDEX_POSIX_ACL_DEFAULT if write => {
+            if ci.ftype == FileType::Symlink {
+                return deny(Errno::EOPNOTSUPP, "symbolic links have no ACLs");
+            }
+            if !cred.owner_or_root(inode) {
+                return deny(Errno::EPERM, "only the owner may change ACLs");
+            }
+            Ok(())
+        }
+        INDEX_POSIX_ACL_ACCESS | INDEX_POSIX_ACL_DEFAULT => Ok(()),
+        INDEX_USER => {
+            if !matches!(ci.ftype, FileType::Regular | FileType::Directory) {
+                return if write {
+                    deny(Errno::EPERM, "user.* attributes only on files and directories")
                 } else {
                     deny(Errno::ENODATA, "no such attribute")
-                }
+                };
             }
-            INDEX_TRUSTED => Ok(()),
-            INDEX_SECURITY if write && !cred.is_root() => deny(Errno::EPERM, "security.* attributes need root"),
-            INDEX_SECURITY => Ok(()),
-            INDEX_POSIX_ACL_ACCESS | INDEX_POSIX_ACL_DEFAULT if write => {
-                if ci.ftype == FileType::Symlink {
-                    return deny(Errno::EOPNOTSUPP, "symbolic links have no ACLs");
-                }
-                if !cred.owner_or_root(inode) {
-                    return deny(Errno::EPERM, "only the owner may change ACLs");
-                }
+            if write && ci.ftype == FileType::Directory && inode.base.mode & 0o1000 != 0 && !cred.owner_or_root(inode) {
+                return deny(Errno::EPERM, "sticky directory");
+            }
+            let mask = if write { MAY_WRITE } else { MAY_READ };
+            if acl::permission(sb, ino, inode, mask, cred)? {
                 Ok(())
+            } else {
+                deny(Errno::EACCES, "permission denied")
             }
-            INDEX_POSIX_ACL_ACCESS | INDEX_POSIX_ACL_DEFAULT => Ok(()),
-            INDEX_USER => {
-                if !matches!(ci.ftype, FileType::Regular | FileType::Directory) {
-                    return if write {
-                        deny(Errno::EPERM, "user.* attributes only on files and directories")
-                    } else {
-                        deny(Errno::ENODATA, "no such attribute")
-                    };
-                }
-                if write
-                    && ci.ftype == FileType::Directory
-                    && inode.base.mode & 0o1000 != 0
-                    && !cred.owner_or_root(inode)
-                {
-                    return deny(Errno::EPERM, "sticky directory");
-                }
-                let mask = if write { MAY_WRITE } else { MAY_READ };
-                if self.permission(ino, inode, mask, cred)? {
-                    Ok(())
-                } else {
-                    deny(Errno::EACCES, "permission denied")
-                }
-            }
-            _ => deny(Errno::EOPNOTSUPP, "namespace not supported"),
         }
+        _ => deny(Errno::EOPNOTSUPP, "namespace not supported"),
     }
+}
 
-    /// Set attribute `name` of inode `ino` to `value` (`flags`:
-    /// 0, XATTR_CREATE or XATTR_REPLACE). ACL values are in the Linux
-    /// xattr format.
-    pub fn setxattr_ino(&self, ino: u32, name: &[u8], value: &[u8], flags: u32, cred: &Cred) -> Result<()> {
-        self.retry_enospc(|| self.setxattr_ino_once(ino, name, value, flags, cred))
-    }
+/// The work of [`Fs::setxattr_ino`](crate::Fs::setxattr_ino).
+pub(crate) fn setxattr_ino(
+    sb: &SuperBlock,
+    ino: u32,
+    name: &[u8],
+    value: &[u8],
+    flags: u32,
+    cred: &Cred,
+) -> Result<()> {
+    sb.retry_enospc(|| setxattr_ino_once(sb, ino, name, value, flags, cred))
+}
 
-    /// One attempt of [`Self::setxattr_ino`].
-    fn setxattr_ino_once(&self, ino: u32, name: &[u8], value: &[u8], flags: u32, cred: &Cred) -> Result<()> {
-        self.change_xattr(ino, name, Some(value), flags, cred)
-    }
+/// One attempt of [`Fs::setxattr_ino`].
+fn setxattr_ino_once(sb: &SuperBlock, ino: u32, name: &[u8], value: &[u8], flags: u32, cred: &Cred) -> Result<()> {
+    change_xattr(sb, ino, name, Some(value), flags, cred)
+}
 
-    /// Remove attribute `name` of inode `ino` (ENODATA if absent).
-    pub fn removexattr_ino(&self, ino: u32, name: &[u8], cred: &Cred) -> Result<()> {
-        self.change_xattr(ino, name, None, XATTR_REPLACE, cred)
-    }
+/// The work of [`Fs::removexattr_ino`](crate::Fs::removexattr_ino).
+pub(crate) fn removexattr_ino(sb: &SuperBlock, ino: u32, name: &[u8], cred: &Cred) -> Result<()> {
+    change_xattr(sb, ino, name, None, XATTR_REPLACE, cred)
+}
 
-    fn change_xattr(&self, ino: u32, name: &[u8], value: Option<&[u8]>, flags: u32, cred: &Cred) -> Result<()> {
-        let (index, _) = xattr_key(name)?;
-        let ci = self.inode(ino)?;
-        let mut rec = ci.disk.write();
-        self.xattr_permission(&ci, &rec, index, true, cred)?;
-        let mut new = rec.clone();
-        let mut value = value;
-        let mut flags = flags;
-        if let Some(v) = value {
-            if index == INDEX_POSIX_ACL_DEFAULT && ci.ftype != FileType::Directory {
-                return Err(Error::posix(
-                    Errno::EACCES,
-                    format!("inode {ino}: default ACLs only on directories"),
-                ));
+fn change_xattr(sb: &SuperBlock, ino: u32, name: &[u8], value: Option<&[u8]>, flags: u32, cred: &Cred) -> Result<()> {
+    let (index, _) = xattr_key(name)?;
+    let ci = sb.inode(ino)?;
+    let mut rec = ci.disk.write();
+    xattr_permission(sb, &ci, &rec, index, true, cred)?;
+    let mut new = rec.clone();
+    let mut value = value;
+    let mut flags = flags;
+    if let Some(v) = value {
+        if index == INDEX_POSIX_ACL_DEFAULT && ci.ftype != FileType::Directory {
+            return Err(Error::posix(
+                Errno::EACCES,
+                format!("inode {ino}: default ACLs only on directories"),
+            ));
+        }
+        let is_acl = matches!(index, INDEX_POSIX_ACL_ACCESS | INDEX_POSIX_ACL_DEFAULT);
+        if is_acl && v.len() == 4 {
+            // An ACL with no entries is no ACL (posix_acl_from_xattr gives NULL).
+            value = None;
+            flags &= !XATTR_REPLACE;
+        } else if index == INDEX_POSIX_ACL_ACCESS {
+            let (perm, equiv) =
+                acl_mode(v).ok_or_else(|| Error::posix(Errno::EINVAL, format!("inode {ino}: invalid POSIX ACL")))?;
+            let mut mode = (new.base.mode & !0o777) | perm;
+            if !cred.is_root() && !cred.in_group(new.gid()) {
+                mode &= !S_ISGID;
             }
-            let is_acl = matches!(index, INDEX_POSIX_ACL_ACCESS | INDEX_POSIX_ACL_DEFAULT);
-            if is_acl && v.len() == 4 {
-                // An ACL with no entries is no ACL (posix_acl_from_xattr gives NULL).
+            new.base.mode = mode;
+            if equiv {
                 value = None;
                 flags &= !XATTR_REPLACE;
-            } else if index == INDEX_POSIX_ACL_ACCESS {
-                let (perm, equiv) = acl_mode(v)
-                    .ok_or_else(|| Error::posix(Errno::EINVAL, format!("inode {ino}: invalid POSIX ACL")))?;
-                let mut mode = (new.base.mode & !0o777) | perm;
-                if !cred.is_root() && !cred.in_group(new.gid()) {
-                    mode &= !S_ISGID;
-                }
-                new.base.mode = mode;
-                if equiv {
-                    value = None;
-                    flags &= !XATTR_REPLACE;
-                }
             }
         }
-        // The xattr block may be rewritten, copied or freed: checked while
-        // nothing has changed (release_check.rs).
-        self.vol.check_xattr_block_change(ino, &new)?;
-        let mut h = self.vol.begin()?;
-        match xattr_write::set(&self.vol, &mut h, ino, &mut new, XattrChange { name, value, flags }) {
-            // Dropping an ACL that is not there (an equivalent or empty ACL).
-            Err(Error::Posix {
-                errno: Errno::ENODATA, ..
-            }) if flags & XATTR_REPLACE == 0 && value.is_none() => {}
-            r => r?,
-        }
-        new.set_time(TimeField::Ctime, self.now());
-        inode::write(&self.vol, &mut h, ino, &new)?;
-        h.commit()?;
-        *rec = new;
-        let flags = rec.base.flags;
-        drop(rec);
-        // ext4_xattr_set: a synchronous inode's change is durable now.
-        self.sync_if_needed(&ci, flags)
     }
+    // The xattr block may be rewritten, copied or freed: checked while
+    // nothing has changed (release_check.rs).
+    sb.vol().check_xattr_block_change(ino, &new)?;
+    let mut h = sb.vol().begin()?;
+    match xattr_write::set(sb.vol(), &mut h, ino, &mut new, XattrChange { name, value, flags }) {
+        // Dropping an ACL that is not there (an equivalent or empty ACL).
+        Err(Error::Posix {
+            errno: Errno::ENODATA, ..
+        }) if flags & XATTR_REPLACE == 0 && value.is_none() => {}
+        r => r?,
+    }
+    new.set_time(TimeField::Ctime, sb.now());
+    inode::write(sb.vol(), &mut h, ino, &new)?;
+    h.commit()?;
+    *rec = new;
+    let flags = rec.base.flags;
+    drop(rec);
+    // ext4_xattr_set: a synchronous inode's change is durable now.
+    syncmode::sync_if_needed(sb, &ci, flags)
+}
 
-    /// The value of attribute `name` of inode `ino` (ENODATA if absent;
-    /// ACLs in the Linux xattr format).
-    pub fn getxattr_ino(&self, ino: u32, name: &[u8], cred: &Cred) -> Result<Vec<u8>> {
-        let (index, _) = xattr_key(name)?;
-        let ci = self.inode(ino)?;
-        let rec = ci.disk.read();
-        self.xattr_permission(&ci, &rec, index, false, cred)?;
-        xattr::list(&self.vol, ino, &rec)?
-            .into_iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v)
-            .ok_or_else(|| Error::posix(Errno::ENODATA, format!("inode {ino}: no attribute {}", show(name))))
-    }
+/// The work of [`Fs::getxattr_ino`](crate::Fs::getxattr_ino).
+pub(crate) fn getxattr_ino(sb: &SuperBlock, ino: u32, name: &[u8], cred: &Cred) -> Result<Vec<u8>> {
+    let (index, _) = xattr_key(name)?;
+    let ci = sb.inode(ino)?;
+    let rec = ci.disk.read();
+    xattr_permission(sb, &ci, &rec, index, false, cred)?;
+    xattr::list(sb.vol(), ino, &rec)?
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v)
+        .ok_or_else(|| Error::posix(Errno::ENODATA, format!("inode {ino}: no attribute {}", show(name))))
+}
 
-    /// Names of inode `ino`'s attributes `cred` may see (trusted.* only for
-    /// root, as `ext4_xattr_trusted_list`).
-    pub fn listxattr_ino(&self, ino: u32, cred: &Cred) -> Result<Vec<Vec<u8>>> {
-        Ok(self
-            .xattrs_ino(ino)?
-            .into_iter()
-            .map(|(n, _)| n)
-            .filter(|n| cred.is_root() || !n.starts_with(b"trusted."))
-            .collect())
-    }
+/// The work of [`Fs::listxattr_ino`](crate::Fs::listxattr_ino).
+pub(crate) fn listxattr_ino(sb: &SuperBlock, ino: u32, cred: &Cred) -> Result<Vec<Vec<u8>>> {
+    Ok(xattrs_ino(sb, ino)?
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| cred.is_root() || !n.starts_with(b"trusted."))
+        .collect())
+}
 
-    /// `setxattr(2)` (`follow`) / `lsetxattr(2)`.
-    pub fn setxattr(
-        &self,
-        path: &[u8],
-        name: &[u8],
-        value: &[u8],
-        flags: u32,
-        follow: bool,
-        cred: &Cred,
-    ) -> Result<()> {
-        let d = self.resolve(path, follow)?;
-        self.setxattr_ino(d.ino, name, value, flags, cred)
-            .map_err(|e| with_path(e, path))
-    }
+/// The work of [`Fs::setxattr`](crate::Fs::setxattr).
+pub(crate) fn setxattr(
+    sb: &SuperBlock,
+    path: &[u8],
+    name: &[u8],
+    value: &[u8],
+    flags: u32,
+    follow: bool,
+    cred: &Cred,
+) -> Result<()> {
+    let d = namei::resolve(sb, path, follow)?;
+    setxattr_ino(sb, d.ino, name, value, flags, cred).map_err(|e| with_path(e, path))
+}
 
-    /// `removexattr(2)` (`follow`) / `lremovexattr(2)`.
-    pub fn removexattr(&self, path: &[u8], name: &[u8], follow: bool, cred: &Cred) -> Result<()> {
-        let d = self.resolve(path, follow)?;
-        self.removexattr_ino(d.ino, name, cred).map_err(|e| with_path(e, path))
-    }
+/// The work of [`Fs::removexattr`](crate::Fs::removexattr).
+pub(crate) fn removexattr(sb: &SuperBlock, path: &[u8], name: &[u8], follow: bool, cred: &Cred) -> Result<()> {
+    let d = namei::resolve(sb, path, follow)?;
+    removexattr_ino(sb, d.ino, name, cred).map_err(|e| with_path(e, path))
+}
 
-    /// `getxattr(2)` (`follow`) / `lgetxattr(2)` with permission checks.
-    pub fn getxattr_as(&self, path: &[u8], name: &[u8], follow: bool, cred: &Cred) -> Result<Vec<u8>> {
-        let d = self.resolve(path, follow)?;
-        self.getxattr_ino(d.ino, name, cred).map_err(|e| with_path(e, path))
-    }
+/// The work of [`Fs::getxattr_as`](crate::Fs::getxattr_as).
+pub(crate) fn getxattr_as(sb: &SuperBlock, path: &[u8], name: &[u8], follow: bool, cred: &Cred) -> Result<Vec<u8>> {
+    let d = namei::resolve(sb, path, follow)?;
+    getxattr_ino(sb, d.ino, name, cred).map_err(|e| with_path(e, path))
+}
 
-    /// `listxattr(2)` (`follow`) / `llistxattr(2)`.
-    pub fn listxattr(&self, path: &[u8], follow: bool, cred: &Cred) -> Result<Vec<Vec<u8>>> {
-        let d = self.resolve(path, follow)?;
-        self.listxattr_ino(d.ino, cred).map_err(|e| with_path(e, path))
-    }
+/// The work of [`Fs::listxattr`](crate::Fs::listxattr).
+pub(crate) fn listxattr(sb: &SuperBlock, path: &[u8], follow: bool, cred: &Cred) -> Result<Vec<Vec<u8>>> {
+    let d = namei::resolve(sb, path, follow)?;
+    listxattr_ino(sb, d.ino, cred).map_err(|e| with_path(e, path))
+}
+
+/// Every extended attribute of `path`, not following a final symlink
+/// ([`Fs::xattrs`](crate::Fs::xattrs)).
+pub(crate) fn xattrs(sb: &SuperBlock, path: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let d = namei::resolve(sb, path, false)?;
+    xattrs_ino(sb, d.ino)
+}
+
+/// Every extended attribute of inode `ino`, without permission checks.
+pub(crate) fn xattrs_ino(sb: &SuperBlock, ino: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let i = sb.inode(ino)?;
+    let disk = i.disk.read();
+    xattr::list(sb.vol(), ino, &disk)
+}
+
+/// One attribute's value (ENODATA when absent), without permission
+/// checks ([`Fs::getxattr`](crate::Fs::getxattr)).
+pub(crate) fn getxattr(sb: &SuperBlock, path: &[u8], name: &[u8]) -> Result<Vec<u8>> {
+    xattrs(sb, path)?
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v)
+        .ok_or_else(|| Error::posix(Errno::ENODATA, format!("{}: no attribute {}", show(path), show(name))))
 }

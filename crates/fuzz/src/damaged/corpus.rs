@@ -180,7 +180,7 @@ fn populate(img: &Path) -> Result<(), BaseError> {
         .open(b"/made/file", OpenFlags { access: Access::WriteOnly, ..Default::default() })
         .map_err(|x| e("open /made/file", x))?;
     let data: Vec<u8> = (0..30_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    f.write(&fs, &data).map_err(|x| e("write /made/file", x))?;
+    fs.write(&f, &data).map_err(|x| e("write /made/file", x))?;
     fs.close_file(f).map_err(|x| e("close /made/file", x))?;
     fs.setxattr(b"/made/file", b"user.lib", &[7u8; 400], 0, false, &root).map_err(|x| e("setxattr /made/file", x))?;
     fs.symlink(b"file", b"/made/link", 0, 0).map_err(|x| e("symlink /made/link", x))?;

@@ -83,7 +83,7 @@ impl Op {
             Op::Put(p, n) => {
                 fs.create(p.as_bytes(), 0o644, 0, 0)?;
                 let f = fs.open(p.as_bytes(), OpenFlags { access: Access::WriteOnly, ..Default::default() })?;
-                let w = f.write(fs, &payload(n));
+                let w = fs.write(&f, &payload(n));
                 let c = fs.close_file(f);
                 w.and(c).map(drop)
             }

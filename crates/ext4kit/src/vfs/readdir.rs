@@ -1,0 +1,45 @@
+//! Listing a directory (the kernel's `iterate_dir`): every entry, "." and
+//! ".." included, read under the directory's shared lock with the block
+//! map taken in step with the record.
+
+use ext4kit_format::inode::FileType;
+
+use super::namei::{self, show};
+use super::super_block::SuperBlock;
+use crate::error::{Errno, Error, Result};
+use crate::ext4::{dir, DirEntry, DirRef};
+
+/// Entries of the directory at `path` ([`Fs::read_dir`](crate::Fs::read_dir)).
+pub(crate) fn read_dir(sb: &SuperBlock, path: &[u8]) -> Result<Vec<DirEntry>> {
+    let d = namei::resolve(sb, path, true)?;
+    read_dir_ino(sb, d.ino).map_err(|e| match e {
+        Error::Posix {
+            errno: Errno::ENOTDIR, ..
+        } => Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))),
+        e => e,
+    })
+}
+
+/// Entries of directory inode `ino`.
+pub(crate) fn read_dir_ino(sb: &SuperBlock, ino: u32) -> Result<Vec<DirEntry>> {
+    let dir = sb.inode(ino)?;
+    if dir.ftype != FileType::Directory {
+        return Err(Error::posix(Errno::ENOTDIR, format!("inode {ino} is not a directory")));
+    }
+    let inode = dir.disk.read(); // held for the listing, not copied
+    let map = dir.block_map_locked(sb.vol(), &inode)?; // in step with the record
+    let mut v = dir::readdir(
+        sb.vol(),
+        DirRef {
+            ino,
+            inode: &inode,
+            map: &map,
+        },
+    )?;
+    drop(inode);
+    // Entries without a type (no `filetype` feature) get it from the inode.
+    for e in v.iter_mut().filter(|e| e.file_type.is_none()) {
+        e.file_type = Some(sb.inode(e.ino)?.ftype);
+    }
+    Ok(v)
+}
