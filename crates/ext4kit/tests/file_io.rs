@@ -212,9 +212,9 @@ fn append_and_trunc() {
         let f = if i % 2 == 0 { &a } else { &b };
         if i % 3 == 0 {
             // pwrite on an O_APPEND description appends too (Linux).
-            fs.pwrite(&f, 0, &d).unwrap();
+            fs.pwrite(f, 0, &d).unwrap();
         } else {
-            fs.write(&f, &d).unwrap();
+            fs.write(f, &d).unwrap();
         }
         model.extend_from_slice(&d);
     }

@@ -146,7 +146,7 @@ fn lseek_follows_posix() {
             let (fs, f) = (&fs, &f);
             s.spawn(move || {
                 for i in 0..10_000i64 {
-                    let p = fs.lseek(&f, k * 1_000_000 + i, Whence::Set).unwrap();
+                    let p = fs.lseek(f, k * 1_000_000 + i, Whence::Set).unwrap();
                     assert_eq!(p, (k * 1_000_000 + i) as u64);
                     let c = f.position();
                     assert!(c % 1_000_000 < 10_000 && c / 1_000_000 < 4);

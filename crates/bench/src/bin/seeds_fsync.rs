@@ -101,10 +101,10 @@ fn ours_ops(fs: &Fs, f: &File, window: u64, ops: usize, how: Sync, x: &mut u64, 
     for _ in 0..ops {
         let off = (xorshift(x) % window) * BS;
         let t = Instant::now();
-        fs.pwrite(&f, off, &block).expect("pwrite");
+        fs.pwrite(f, off, &block).expect("pwrite");
         match how {
-            Sync::Fsync => fs.fsync(&f).expect("fsync"),
-            Sync::Fdatasync => fs.fdatasync(&f).expect("fdatasync"),
+            Sync::Fsync => fs.fsync(f).expect("fsync"),
+            Sync::Fdatasync => fs.fdatasync(f).expect("fdatasync"),
             Sync::WritebackOnly => {
                 fs.writeback_inode(&f.inode, SyncLevel::Data).expect("writeback");
             }

@@ -1261,7 +1261,7 @@ fn w_seq(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
         let mut got = 0;
         while got < buf.len() {
             let k = match (&target, &lib_file, &mut std_file) {
-                (Target::Lib(fs), Some(f), _) => fs.read(&f, &mut buf[got..]).map_err(io("read"))?,
+                (Target::Lib(fs), Some(f), _) => fs.read(f, &mut buf[got..]).map_err(io("read"))?,
                 (_, _, Some(f)) => f.read(&mut buf[got..]).map_err(io("read"))?,
                 _ => return Err("seq: no file open".into()),
             };

@@ -90,7 +90,7 @@ pub struct CachedInode {
     pub opens: AtomicU32,
     /// The state words of this inode's open-file pins (`vfs::pin`), for
     /// revocation.
-    pub(crate) pins: parking_lot::Mutex<Vec<Arc<super::pin::PinWord>>>,
+    pub(crate) pins: parking_lot::Mutex<Vec<Arc<super::pin_word::PinWord>>>,
     /// Its last link is gone (set by `drop_link` before it revokes idle
     /// pins; a close reads it after dropping its open: see `vfs::pin`).
     pub(crate) unlinked: AtomicBool,

@@ -29,6 +29,7 @@ pub mod namespace;
 mod open;
 pub mod pagecache;
 pub mod pin;
+mod pin_word;
 mod read;
 mod read_write;
 mod readdir;

@@ -32,7 +32,7 @@
 //! revocation and takes the slow path, which makes a new pin under the
 //! inode's `disk` reader lock and finds no inode if it was freed meanwhile
 //! (the argument of `Fs::hold_inode`). The word lives in its own
-//! allocation ([`PinWord`]) which the inode's registry holds strongly, so
+//! allocation (`PinWord`, `vfs::pin_word`) which the inode's registry holds strongly, so
 //! a revocation reaches a pin that is being dropped too; the drop gives
 //! its unit back under the reader lock (compare-and-swap on the same word
 //! first), so the write side counts either before it or after it, never
@@ -62,14 +62,12 @@
 //! them beyond its open files; a thread's pins go when it exits.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::dcache::Dentry;
 use super::icache::CachedInode;
-
-/// `Pin::state` bit: the pin gave its unit back and takes no more opens.
-const REVOKED: u32 = 1 << 31;
+use super::pin_word::{PinWord, Revoke};
 
 /// Pins cached per thread. Eight: the open-storm benchmark opens four files per
 /// thread; a lookup scans the slots at two pointer compares each (not
@@ -77,20 +75,6 @@ const REVOKED: u32 = 1 << 31;
 /// open/read/close). A thread cycling through more files than this takes
 /// the slow path (shared writes) on every open.
 const SLOTS: usize = 8;
-
-/// A pin's state word: the open files on it, or [`REVOKED`]. Held by the
-/// pin and by its inode's registry (`CachedInode::pins`), so revocation
-/// can still swap it while the pin is being dropped; allocated by the
-/// pin's thread with the pin, and written only by that thread while the
-/// pin is cached (revocation writes it once, on the slow path).
-#[derive(Debug)]
-pub struct PinWord(AtomicU32);
-
-impl PinWord {
-    fn revoked(&self) -> bool {
-        self.0.load(Ordering::Relaxed) & REVOKED != 0
-    }
-}
 
 /// A thread's handle on one (inode, dentry) pair: see the module doc.
 #[derive(Debug)]
@@ -117,7 +101,7 @@ impl Pin {
             return None;
         }
         inode.opens.fetch_add(1, Ordering::AcqRel);
-        let state = Arc::new(PinWord(AtomicU32::new(1)));
+        let state = Arc::new(PinWord::with_one_open());
         let pin = Arc::new(Pin {
             inode: inode.clone(),
             dentry: dentry.cloned(),
@@ -141,21 +125,13 @@ impl Pin {
 
     /// Take one open, unless revoked.
     fn try_acquire(&self) -> bool {
-        let w = &self.state.0;
-        let mut s = w.load(Ordering::Relaxed);
-        while s & REVOKED == 0 {
-            match w.compare_exchange_weak(s, s + 1, Ordering::SeqCst, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(now) => s = now,
-            }
-        }
-        false
+        self.state.try_acquire()
     }
 }
 
 impl Drop for Pin {
     /// No file and no cache holds the pin any more (every [`OpenRef`]
-    /// holds it, so its word is 0 or [`REVOKED`]): its unit goes back,
+    /// holds it, so its word is 0 or revoked): its unit goes back,
     /// unless a revocation took it already.
     ///
     /// Revoked here, by the same compare-and-swap a revocation makes, and
@@ -172,12 +148,7 @@ impl Drop for Pin {
             return;
         }
         let _rec = self.inode.disk.read();
-        if self
-            .state
-            .0
-            .compare_exchange(0, REVOKED, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
-        {
+        if self.state.revoke(Ordering::Relaxed) == Revoke::Revoked {
             self.inode.opens.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -210,7 +181,7 @@ impl std::ops::Deref for OpenRef {
 impl Drop for OpenRef {
     fn drop(&mut self) {
         // SeqCst: ordered before the close's read of `unlinked` (module doc).
-        self.0.state.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.state.release();
     }
 }
 
@@ -313,26 +284,20 @@ pub(crate) fn revoke_idle(inode: &CachedInode) {
     // before that open's close in the one order of SeqCst operations, so
     // that the close, reading `unlinked` after its decrement, sees the
     // flag `drop_link` set before revoking (module doc).
-    reg.retain(
-        |w| match w.0.compare_exchange(0, REVOKED, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(_) => {
-                inode.opens.fetch_sub(1, Ordering::AcqRel);
-                false
-            }
-            Err(s) => s & REVOKED == 0,
-        },
-    );
+    reg.retain(|w| match w.revoke(Ordering::SeqCst) {
+        Revoke::Revoked => {
+            inode.opens.fetch_sub(1, Ordering::AcqRel);
+            false
+        }
+        Revoke::Busy => true,
+        Revoke::Gone => false,
+    });
 }
 
 /// Open files on `inode` now, summed over its pins (a snapshot: for tests
 /// and diagnostics).
 pub fn open_files(inode: &CachedInode) -> u32 {
-    inode
-        .pins
-        .lock()
-        .iter()
-        .map(|w| w.0.load(Ordering::Relaxed) & !REVOKED)
-        .sum()
+    inode.pins.lock().iter().map(|w| w.open_files()).sum()
 }
 
 /// Drop the calling thread's cached pins (their units go back). For tests
