@@ -247,7 +247,8 @@ pub mod statfs;
 mod sys;
 
 pub use fuser::Transport;
+pub use inuse::SUBTYPE;
 pub use lifecycle::{
-    mount, parse_options, run_detached, run_foreground, unmount, MountOptions, Mounted, TransportChoice, SUBTYPE,
+    mount, parse_options, run_detached, run_foreground, unmount, MountOptions, Mounted, TransportChoice,
 };
 pub use server::{CacheMode, Ext4Fuse};

@@ -25,12 +25,11 @@ use std::time::{Duration, Instant};
 use ext4kit::{Fs, Location, OpenOptions};
 use fuser::{Config, MountOption, Session, SessionACL, Transport};
 
-use crate::inuse::{lock_is_free, mount_points_of, mount_source, mounted_at, mounts, parse_source, served, ImageLock};
+use crate::inuse::{
+    lock_is_free, mount_points_of, mount_source, mounted_at, mounts, parse_source, served, ImageLock, SUBTYPE,
+};
 use crate::server::{CacheMode, Ext4Fuse};
 use crate::sys;
-
-/// The FUSE subtype: mounts show as `fuse.ext4kit` in /proc/mounts.
-pub const SUBTYPE: &str = "ext4kit";
 
 /// How requests travel between the kernel and the server (`-o
 /// transport=`): see the crate documentation, "Transport".
