@@ -14,6 +14,7 @@
 //! writes, every time; with several threads the operations per thread are
 //! the same but their interleaving (and so the log) is not.
 
+use ext4kit::{NewInode, OpenRequest};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
@@ -586,12 +587,12 @@ impl Worker {
         let path = self.path(id);
         let fd = self.p.open_as(
             path.as_bytes(),
-            OpenFlags {
+            &OpenRequest::new(OpenFlags {
                 access: Access::ReadWrite,
                 ..Default::default()
-            },
-            0,
-            &self.cred,
+            })
+            .mode(0)
+            .cred(&self.cred),
         )?;
         self.fds.insert(id, fd);
         Ok(fd)
@@ -648,7 +649,8 @@ impl Worker {
     /// mkdir /s_shared and sync: returns its inode.
     fn setup(&mut self) -> Result<u32, String> {
         self.op(format!("mkdir {SHARED_PATH}"), |w| {
-            let st = w.fs.mkdir(SHARED_PATH.as_bytes(), 0o755, &w.cred)?;
+            let st =
+                w.fs.create(&NewInode::dir(SHARED_PATH.as_bytes()).mode(0o755).cred(&w.cred))?;
             w.add(SHARED, ObjKind::Dir, st.ino, SHARED_PATH);
             Ok(Effect {
                 touches: vec![Touch::Entry {
@@ -668,7 +670,8 @@ impl Worker {
         let home = self.prefix.clone() + "h";
         let home_path = join("/", &home);
         self.op(format!("mkdir {home_path}"), |w| {
-            let st = w.fs.mkdir(home_path.as_bytes(), 0o755, &w.cred)?;
+            let st =
+                w.fs.create(&NewInode::dir(home_path.as_bytes()).mode(0o755).cred(&w.cred))?;
             let id = w.new_id();
             w.add(id, ObjKind::Dir, st.ino, &home_path);
             Ok(Effect {
@@ -884,14 +887,14 @@ impl Worker {
                 ObjKind::File => {
                     let fd = w.p.open_as(
                         path.as_bytes(),
-                        OpenFlags {
+                        &OpenRequest::new(OpenFlags {
                             access: Access::ReadWrite,
                             create: true,
                             excl: true,
                             ..Default::default()
-                        },
-                        0o644,
-                        &w.cred,
+                        })
+                        .mode(0o644)
+                        .cred(&w.cred),
                     )?;
                     if keep_open {
                         w.fds.insert(id, fd);
@@ -900,8 +903,14 @@ impl Worker {
                     }
                     w.fs.lstat(path.as_bytes())?.ino
                 }
-                ObjKind::Dir => w.fs.mkdir(path.as_bytes(), 0o755, &w.cred)?.ino,
-                ObjKind::Symlink => w.fs.symlink(&target, path.as_bytes(), 0, 0)?.ino,
+                ObjKind::Dir => {
+                    w.fs.create(&NewInode::dir(path.as_bytes()).mode(0o755).cred(&w.cred))?
+                        .ino
+                }
+                ObjKind::Symlink => {
+                    w.fs.create(&NewInode::symlink(path.as_bytes(), &target).owner(0, 0))?
+                        .ino
+                }
             };
             w.add(id, kind, ino, &path);
             if kind == ObjKind::Symlink {
@@ -1094,7 +1103,7 @@ impl Worker {
                 new.as_bytes(),
                 RenameFlags {
                     noreplace,
-                    exchange: false,
+                    ..Default::default()
                 },
                 &w.cred,
             )?;
@@ -1247,7 +1256,7 @@ impl Worker {
         self.op(
             format!("setxattr {path} {} ({len} bytes)", String::from_utf8_lossy(&name)),
             |w| {
-                w.fs.setxattr(path.as_bytes(), &name, &value, 0, true, &w.cred)?;
+                w.fs.setxattr(path.as_bytes(), &name, &value, 0, &w.cred)?;
                 w.objs.get_mut(&id).expect("known").xattrs.insert(name, value);
                 Ok(Effect {
                     touches: vec![Touch::Xattr { id }],
@@ -1269,7 +1278,7 @@ impl Worker {
         };
         let path = self.path(id);
         self.op(format!("removexattr {path} {}", String::from_utf8_lossy(&name)), |w| {
-            w.fs.removexattr(path.as_bytes(), &name, true, &w.cred)?;
+            w.fs.removexattr(path.as_bytes(), &name, &w.cred)?;
             w.objs.get_mut(&id).expect("known").xattrs.remove(&name);
             Ok(Effect {
                 touches: vec![Touch::Xattr { id }],

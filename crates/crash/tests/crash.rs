@@ -17,6 +17,7 @@
 //!   (a changed fsync'd byte, a removed or added name, a changed xattr, an
 //!   inode marked free) is caught as the kind it is.
 
+use ext4kit::NewInode;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
@@ -237,14 +238,14 @@ fn damage_is_caught() {
     // A name the directory did not hold at its last promise.
     let name = format!("{dpath}/t0_stale");
     let bad = damaged(&img, |fs| {
-        fs.write_file(name.as_bytes(), b"", 0o644, 0, 0).unwrap();
+        fs.write_file(&NewInode::file(name.as_bytes()).mode(0o644).owner(0, 0), b"")
+            .unwrap();
     });
     assert_eq!(kinds(&rec, &cut, &bad), [FailKind::DirEntryStale].into());
 
     // An xattr that was not there.
     let bad = damaged(&img, |fs| {
-        fs.setxattr(fpath.as_bytes(), b"user.intruder", b"x", 0, true, &root)
-            .unwrap()
+        fs.setxattr(fpath.as_bytes(), b"user.intruder", b"x", 0, &root).unwrap()
     });
     assert_eq!(kinds(&rec, &cut, &bad), [FailKind::FsyncXattr].into());
 

@@ -11,6 +11,7 @@
 
 mod common;
 
+use ext4kit::NewInode;
 use std::error::Error;
 
 use ext4kit::mkfs::MkfsOptions;
@@ -43,18 +44,18 @@ fn main() -> Result<(), Box<dyn Error>> {
         },
     )?;
     let root = Cred::root();
-    fs.mkdir(b"/etc", 0o755, &root)?;
-    fs.write_file(b"/etc/hostname", b"example\n", 0o644, 0, 0)?;
-    fs.mkdir(b"/usr", 0o755, &root)?;
-    fs.mkdir(b"/usr/share", 0o755, &root)?;
+    fs.create(&NewInode::dir(b"/etc").mode(0o755).cred(&root))?;
+    fs.write_file(&NewInode::file(b"/etc/hostname").mode(0o644).owner(0, 0), b"example\n")?;
+    fs.create(&NewInode::dir(b"/usr").mode(0o755).cred(&root))?;
+    fs.create(&NewInode::dir(b"/usr/share").mode(0o755).cred(&root))?;
     let readme = b"Built by ext4kit's build_image example.\n".repeat(200);
-    fs.write_file(b"/usr/share/README", &readme, 0o644, 0, 0)?;
-    fs.symlink(b"usr/share/README", b"/README", 0, 0)?;
+    fs.write_file(&NewInode::file(b"/usr/share/README").mode(0o644).owner(0, 0), &readme)?;
+    fs.create(&NewInode::symlink(b"/README", b"usr/share/README").owner(0, 0))?;
     fs.link(b"/usr/share/README", b"/usr/share/README.hardlink", &root)?;
-    fs.mkdir(b"/home", 0o755, &root)?;
-    fs.mkdir(b"/home/user", 0o750, &root)?;
-    fs.chown(b"/home/user", Some(1000), Some(1000), true, &root)?;
-    fs.setxattr(b"/etc/hostname", b"user.comment", b"set by the example", 0, true, &root)?;
+    fs.create(&NewInode::dir(b"/home").mode(0o755).cred(&root))?;
+    fs.create(&NewInode::dir(b"/home/user").mode(0o750).cred(&root))?;
+    fs.chown(b"/home/user", Some(1000), Some(1000), &root)?;
+    fs.setxattr(b"/etc/hostname", b"user.comment", b"set by the example", 0, &root)?;
 
     // 3. Close: dropping the last handle writes back every dirty page,
     //    commits and checkpoints the journal, and marks the filesystem
@@ -82,7 +83,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     println!("/README -> {} bytes, {} links", readme_st.size, readme_st.nlink);
     let home = fs.stat(b"/home/user")?;
     println!("/home/user owner: {}:{}", home.uid, home.gid);
-    let comment = fs.getxattr(b"/etc/hostname", b"user.comment")?;
+    let comment = fs.getxattr(b"/etc/hostname", b"user.comment", &Cred::root())?;
     println!("/etc/hostname user.comment: {}", String::from_utf8_lossy(&comment));
 
     drop(fs);

@@ -9,6 +9,7 @@
 
 mod common;
 
+use ext4kit::NewInode;
 use std::error::Error;
 use std::io::Read;
 use std::path::PathBuf;
@@ -43,7 +44,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         Some(i) => &dest[..i],
     };
     if fs.lstat(parent).is_err() {
-        fs.mkdir(parent, 0o755, &Cred::root())?;
+        fs.create(&NewInode::dir(parent).mode(0o755).cred(&Cred::root()))?;
     }
 
     // Write: O_WRONLY|O_CREAT|O_TRUNC. Writes land in the page cache;

@@ -11,6 +11,7 @@
 
 mod common;
 
+use ext4kit::NewInode;
 use std::error::Error;
 use std::path::PathBuf;
 
@@ -87,12 +88,15 @@ fn make_demo(image: &std::path::Path) -> Result<(), Box<dyn Error>> {
     common::make_empty_image(image, 16 << 20)?;
     let fs = common::open_writable(image)?;
     let root = Cred::root();
-    fs.mkdir(b"/etc", 0o755, &root)?;
-    fs.write_file(b"/etc/hostname", b"demo\n", 0o644, 0, 0)?;
-    fs.symlink(b"hostname", b"/etc/name", 0, 0)?;
-    fs.mkdir(b"/home", 0o755, &root)?;
-    fs.mkdir(b"/home/user", 0o700, &root)?;
-    fs.write_file(b"/home/user/notes.txt", &b"walk me\n".repeat(1000), 0o600, 1000, 1000)?;
+    fs.create(&NewInode::dir(b"/etc").mode(0o755).cred(&root))?;
+    fs.write_file(&NewInode::file(b"/etc/hostname").mode(0o644).owner(0, 0), b"demo\n")?;
+    fs.create(&NewInode::symlink(b"/etc/name", b"hostname").owner(0, 0))?;
+    fs.create(&NewInode::dir(b"/home").mode(0o755).cred(&root))?;
+    fs.create(&NewInode::dir(b"/home/user").mode(0o700).cred(&root))?;
+    fs.write_file(
+        &NewInode::file(b"/home/user/notes.txt").mode(0o600).owner(1000, 1000),
+        &b"walk me\n".repeat(1000),
+    )?;
     // Dropping the last handle writes everything back and closes the
     // journal cleanly.
     Ok(())

@@ -43,13 +43,14 @@ pub use error::{Errno, Error, Result};
 pub use ext4::{DirEntry, OpenOptions};
 pub use ext4kit_format::inode::{FileType, Timestamp};
 pub use ext4kit_format::time::Clock;
-pub use vfs::acl_inherit::CreateMode;
 pub use vfs::cred::Caller;
 pub use vfs::mount::MountRecord;
 pub use vfs::rename::RenameFlags;
-pub use vfs::request::{Fallocate, WriteAt, WriteRequest, Written};
+pub use vfs::request::{
+    CreateMode, Fallocate, NewInode, NodeKind, OpenRequest, PermCheck, WriteAt, WriteRequest, Written,
+};
 pub use vfs::{Access, Cred, DataLayout, Fd, File, Fs, FsInfo, FsStats, OpenFlags, Process, Run, Stat, Whence};
-pub use vfs::{SetAttr, StatFs, TimeSet};
+pub use vfs::{SetAttr, StatFs, Target, TimeSet};
 
 /// `Fs` is shared between threads by design; `File` and `Dentry` travel
 /// between them; `Process` moves but is not shared (the unshared

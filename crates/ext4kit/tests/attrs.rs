@@ -5,6 +5,7 @@
 //! Every image must stay `e2fsck -fn` clean, and the kernel (loop mount)
 //! must read back what we wrote.
 
+use ext4kit::{NewInode, NodeKind, Target};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -152,13 +153,15 @@ fn xattr_cycle(tag: &str, args: &[&str], body_space: bool) {
     let img = mkfs(&dir, tag, args);
     let fs = open_rw(&img);
     let bs = fs.statfs().unwrap().block_size as u64;
-    let st = fs.write_file(b"/f", b"some data", 0o644, 0, 0).unwrap();
+    let st = fs
+        .write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), b"some data")
+        .unwrap();
     let ino = st.ino;
     let base_blocks = st.blocks;
     let mut want: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
 
     // A small first attribute: in the body when there is one.
-    fs.setxattr(b"/f", b"user.small", b"v", 0, true, &root()).unwrap();
+    fs.setxattr(b"/f", b"user.small", b"v", 0, &root()).unwrap();
     want.insert(b"user.small".to_vec(), b"v".to_vec());
     let st = fs.stat(b"/f").unwrap();
     assert_eq!(st.file_acl == 0, body_space, "{tag}: first attribute placement");
@@ -168,7 +171,7 @@ fn xattr_cycle(tag: &str, args: &[&str], body_space: bool) {
     while total + 60 + 16 * k < (bs as usize) * 3 / 4 {
         let n = 8 + 12 * k;
         let name = format!("user.grow{k}");
-        fs.setxattr(b"/f", name.as_bytes(), &value(n, k), XATTR_CREATE, true, &root())
+        fs.setxattr(b"/f", name.as_bytes(), &value(n, k), XATTR_CREATE, &root())
             .unwrap_or_else(|e| panic!("{tag}: set {name} ({n} bytes): {e}"));
         want.insert(name.into_bytes(), value(n, k));
         total += n + name_len(k);
@@ -185,19 +188,19 @@ fn xattr_cycle(tag: &str, args: &[&str], body_space: bool) {
 
     // Flags.
     assert_eq!(
-        fs.setxattr(b"/f", b"user.small", b"x", XATTR_CREATE, true, &root())
+        fs.setxattr(b"/f", b"user.small", b"x", XATTR_CREATE, &root())
             .unwrap_err()
             .errno(),
         Errno::EEXIST
     );
     assert_eq!(
-        fs.setxattr(b"/f", b"user.none", b"x", XATTR_REPLACE, true, &root())
+        fs.setxattr(b"/f", b"user.none", b"x", XATTR_REPLACE, &root())
             .unwrap_err()
             .errno(),
         Errno::ENODATA
     );
     assert_eq!(
-        fs.removexattr(b"/f", b"user.none", true, &root()).unwrap_err().errno(),
+        fs.removexattr(b"/f", b"user.none", &root()).unwrap_err().errno(),
         Errno::ENODATA
     );
     // Names and sizes.
@@ -208,26 +211,26 @@ fn xattr_cycle(tag: &str, args: &[&str], body_space: bool) {
         (b"system.foo", Errno::EOPNOTSUPP),
     ] {
         assert_eq!(
-            fs.setxattr(b"/f", name, b"x", 0, true, &root()).unwrap_err().errno(),
+            fs.setxattr(b"/f", name, b"x", 0, &root()).unwrap_err().errno(),
             errno,
             "{name:?}"
         );
     }
     let long = [b'n'; 300];
     assert_eq!(
-        fs.setxattr(b"/f", &[&b"user."[..], &long].concat(), b"x", 0, true, &root())
+        fs.setxattr(b"/f", &[&b"user."[..], &long].concat(), b"x", 0, &root())
             .unwrap_err()
             .errno(),
         Errno::ERANGE
     );
     assert_eq!(
-        fs.setxattr(b"/f", b"user.huge", &vec![1u8; 70_000], 0, true, &root())
+        fs.setxattr(b"/f", b"user.huge", &vec![1u8; 70_000], 0, &root())
             .unwrap_err()
             .errno(),
         Errno::E2BIG
     );
     assert_eq!(
-        fs.setxattr(b"/f", b"user.huge", &vec![1u8; bs as usize], 0, true, &root())
+        fs.setxattr(b"/f", b"user.huge", &vec![1u8; bs as usize], 0, &root())
             .unwrap_err()
             .errno(),
         Errno::ENOSPC
@@ -241,42 +244,39 @@ fn xattr_cycle(tag: &str, args: &[&str], body_space: bool) {
     // Replace: the largest one shrinks (it moves to the body if it fits),
     // the small one grows (into the block).
     let last = format!("user.grow{}", k - 1).into_bytes();
-    fs.setxattr(b"/f", &last, b"tiny", XATTR_REPLACE, true, &root())
-        .unwrap();
+    fs.setxattr(b"/f", &last, b"tiny", XATTR_REPLACE, &root()).unwrap();
     want.insert(last.clone(), b"tiny".to_vec());
     assert_eq!(
         sorted(fs.xattrs(b"/f").unwrap()),
         shown(&want),
         "{tag}: shrunk into the body"
     );
-    fs.setxattr(b"/f", b"user.small", &value(150, 3), XATTR_REPLACE, true, &root())
+    fs.setxattr(b"/f", b"user.small", &value(150, 3), XATTR_REPLACE, &root())
         .unwrap();
     want.insert(b"user.small".to_vec(), value(150, 3));
     assert_eq!(sorted(fs.xattrs(b"/f").unwrap()), shown(&want));
 
     // Other namespaces, ACLs.
-    fs.setxattr(b"/f", b"trusted.t", b"trusted value", 0, true, &root())
-        .unwrap();
+    fs.setxattr(b"/f", b"trusted.t", b"trusted value", 0, &root()).unwrap();
     want.insert(b"trusted.t".to_vec(), b"trusted value".to_vec());
-    fs.setxattr(b"/f", b"security.s", b"sec", 0, true, &root()).unwrap();
+    fs.setxattr(b"/f", b"security.s", b"sec", 0, &root()).unwrap();
     want.insert(b"security.s".to_vec(), b"sec".to_vec());
-    fs.setxattr(b"/f", b"system.posix_acl_access", &acl_value(), 0, true, &root())
+    fs.setxattr(b"/f", b"system.posix_acl_access", &acl_value(), 0, &root())
         .unwrap();
     want.insert(b"system.posix_acl_access".to_vec(), acl_value());
     // The mode follows the ACL: owner rw-, mask r-x, other ---.
     assert_eq!(fs.stat(b"/f").unwrap().perm(), 0o650);
-    fs.setxattr(b"/d", b"system.posix_acl_default", &acl_value(), 0, true, &root())
+    fs.setxattr(b"/d", b"system.posix_acl_default", &acl_value(), 0, &root())
         .unwrap();
     assert_eq!(
-        fs.setxattr(b"/f", b"system.posix_acl_default", &acl_value(), 0, true, &root())
+        fs.setxattr(b"/f", b"system.posix_acl_default", &acl_value(), 0, &root())
             .unwrap_err()
             .errno(),
         Errno::EACCES
     );
     assert_eq!(sorted(fs.xattrs(b"/f").unwrap()), shown(&want));
     assert_eq!(
-        fs.getxattr_as(b"/f", b"system.posix_acl_access", true, &root())
-            .unwrap(),
+        fs.getxattr(b"/f", b"system.posix_acl_access", &root()).unwrap(),
         acl_value()
     );
     fs.sync().unwrap();
@@ -317,12 +317,11 @@ fn xattr_cycle(tag: &str, args: &[&str], body_space: bool) {
     // Remove everything: the block goes, i_blocks comes back.
     let fs = open_rw(&img);
     for name in want.keys() {
-        fs.removexattr(b"/f", name, true, &root())
+        fs.removexattr(b"/f", name, &root())
             .unwrap_or_else(|e| panic!("{tag}: remove {}: {e}", String::from_utf8_lossy(name)));
     }
-    fs.removexattr(b"/d", b"system.posix_acl_default", true, &root())
-        .unwrap();
-    let st = fs.stat_ino(ino).unwrap();
+    fs.removexattr(b"/d", b"system.posix_acl_default", &root()).unwrap();
+    let st = fs.stat(ino).unwrap();
     assert_eq!(st.file_acl, 0);
     assert_eq!(st.blocks, base_blocks);
     assert!(fs.xattrs(b"/f").unwrap().is_empty());
@@ -391,13 +390,13 @@ fn shared_block_copy_on_write() {
     assert_eq!(block_refcount(&img, shared, bs), 3);
 
     // Change a: it gets its own block, the shared one drops to 2.
-    fs.setxattr(b"/a", b"user.big", &value(600, 8), XATTR_REPLACE, true, &root())
+    fs.setxattr(b"/a", b"user.big", &value(600, 8), XATTR_REPLACE, &root())
         .unwrap();
     let a = fs.stat(b"/a").unwrap();
     assert!(a.file_acl != 0 && a.file_acl != shared);
     assert_eq!(a.blocks, st[0].blocks);
     // Remove from b: refcount 1, b has no block.
-    fs.removexattr(b"/b", b"user.big", true, &root()).unwrap();
+    fs.removexattr(b"/b", b"user.big", &root()).unwrap();
     let b = fs.stat(b"/b").unwrap();
     assert_eq!(b.file_acl, 0);
     assert_eq!(b.blocks + bs / 512, st[1].blocks);
@@ -407,7 +406,7 @@ fn shared_block_copy_on_write() {
     fs.volume().checkpoint().unwrap();
     assert_eq!(block_refcount(&img, shared, bs), 1);
     assert_eq!(block_refcount(&img, a.file_acl, bs), 1);
-    assert_eq!(fs.getxattr(b"/c", b"user.big").unwrap(), big);
+    assert_eq!(fs.getxattr(b"/c", b"user.big", &Cred::root()).unwrap(), big);
     drop(fs);
     fsck_clean(&img);
     {
@@ -455,60 +454,68 @@ fn xattr_permissions() {
     let fs = open_rw(&img);
     let alice = Cred::user(1000, 1000);
     let bob = Cred::user(1001, 1001);
-    fs.write_file(b"/mine", b"x", 0o644, 1000, 1000).unwrap();
-    fs.mknod(b"/fifo", ext4kit::FileType::Fifo, 0o666, 1000, 1000, (0, 0))
+    fs.write_file(&NewInode::file(b"/mine").mode(0o644).owner(1000, 1000), b"x")
+        .unwrap();
+    fs.create(&NewInode::new(b"/fifo", NodeKind::Fifo).mode(0o666).owner(1000, 1000))
         .unwrap();
     let e = |r: ext4kit::Result<()>| r.unwrap_err().errno();
-    fs.symlink(b"mine", b"/link", 1000, 1000).unwrap();
-    fs.setxattr(b"/mine", b"user.a", b"1", 0, true, &alice).unwrap();
+    fs.create(&NewInode::symlink(b"/link", b"mine").owner(1000, 1000))
+        .unwrap();
+    fs.setxattr(b"/mine", b"user.a", b"1", 0, &alice).unwrap();
     // lsetxattr on the link itself: user.* refused, trusted.* fine for root;
     // following the link reaches the file.
     assert_eq!(
-        e(fs.setxattr(b"/link", b"user.b", b"2", 0, false, &alice)),
+        e(fs.setxattr(Target::path(b"/link").nofollow(), b"user.b", b"2", 0, &alice)),
         Errno::EPERM
     );
     assert_eq!(
-        e(fs.setxattr(b"/link", b"system.posix_acl_access", &acl_value(), 0, false, &alice)),
+        e(fs.setxattr(
+            Target::path(b"/link").nofollow(),
+            b"system.posix_acl_access",
+            &acl_value(),
+            0,
+            &alice
+        )),
         Errno::EOPNOTSUPP
     );
-    fs.setxattr(b"/link", b"trusted.l", b"on the link", 0, false, &root())
-        .unwrap();
-    assert_eq!(fs.getxattr_as(b"/link", b"user.a", true, &alice).unwrap(), b"1");
+    fs.setxattr(
+        Target::path(b"/link").nofollow(),
+        b"trusted.l",
+        b"on the link",
+        0,
+        &root(),
+    )
+    .unwrap();
+    assert_eq!(fs.getxattr(b"/link", b"user.a", &alice).unwrap(), b"1");
     assert_eq!(
-        fs.listxattr(b"/link", false, &root()).unwrap(),
+        fs.listxattr(Target::path(b"/link").nofollow(), &root()).unwrap(),
         vec![b"trusted.l".to_vec()]
     );
     // lchown changes the link, not the target.
-    let l = fs.chown(b"/link", Some(5), Some(6), false, &root()).unwrap();
+    let l = fs
+        .chown(Target::path(b"/link").nofollow(), Some(5), Some(6), &root())
+        .unwrap();
     assert_eq!((l.uid, l.gid), (5, 6));
     assert_eq!(fs.stat(b"/mine").unwrap().uid, 1000);
-    assert_eq!(e(fs.setxattr(b"/mine", b"user.a", b"2", 0, true, &bob)), Errno::EACCES);
-    assert_eq!(fs.getxattr_as(b"/mine", b"user.a", true, &bob).unwrap(), b"1");
+    assert_eq!(e(fs.setxattr(b"/mine", b"user.a", b"2", 0, &bob)), Errno::EACCES);
+    assert_eq!(fs.getxattr(b"/mine", b"user.a", &bob).unwrap(), b"1");
+    assert_eq!(e(fs.setxattr(b"/mine", b"trusted.a", b"2", 0, &alice)), Errno::EPERM);
+    assert_eq!(e(fs.setxattr(b"/mine", b"security.a", b"2", 0, &alice)), Errno::EPERM);
+    assert_eq!(e(fs.setxattr(b"/fifo", b"user.a", b"2", 0, &alice)), Errno::EPERM);
     assert_eq!(
-        e(fs.setxattr(b"/mine", b"trusted.a", b"2", 0, true, &alice)),
+        e(fs.setxattr(b"/mine", b"system.posix_acl_access", &acl_value(), 0, &bob)),
         Errno::EPERM
     );
-    assert_eq!(
-        e(fs.setxattr(b"/mine", b"security.a", b"2", 0, true, &alice)),
-        Errno::EPERM
-    );
-    assert_eq!(e(fs.setxattr(b"/fifo", b"user.a", b"2", 0, true, &alice)), Errno::EPERM);
-    assert_eq!(
-        e(fs.setxattr(b"/mine", b"system.posix_acl_access", &acl_value(), 0, true, &bob)),
-        Errno::EPERM
-    );
-    fs.setxattr(b"/mine", b"system.posix_acl_access", &acl_value(), 0, true, &alice)
+    fs.setxattr(b"/mine", b"system.posix_acl_access", &acl_value(), 0, &alice)
         .unwrap();
-    fs.setxattr(b"/mine", b"trusted.a", b"t", 0, true, &root()).unwrap();
+    fs.setxattr(b"/mine", b"trusted.a", b"t", 0, &root()).unwrap();
     assert_eq!(
-        fs.getxattr_as(b"/mine", b"trusted.a", true, &alice)
-            .unwrap_err()
-            .errno(),
+        fs.getxattr(b"/mine", b"trusted.a", &alice).unwrap_err().errno(),
         Errno::ENODATA
     );
-    let names = fs.listxattr(b"/mine", true, &alice).unwrap();
+    let names = fs.listxattr(b"/mine", &alice).unwrap();
     assert_eq!(names.len(), 2, "{names:?}");
-    assert_eq!(fs.listxattr(b"/mine", true, &root()).unwrap().len(), 3);
+    assert_eq!(fs.listxattr(b"/mine", &root()).unwrap().len(), 3);
     // An equivalent ACL is not stored: it only sets the mode.
     let mut min = 2u32.to_le_bytes().to_vec();
     for (t, p) in [(1u16, 7u16), (4, 5), (0x20, 1)] {
@@ -516,10 +523,10 @@ fn xattr_permissions() {
         min.extend_from_slice(&p.to_le_bytes());
         min.extend_from_slice(&u32::MAX.to_le_bytes());
     }
-    fs.setxattr(b"/mine", b"system.posix_acl_access", &min, 0, true, &alice)
+    fs.setxattr(b"/mine", b"system.posix_acl_access", &min, 0, &alice)
         .unwrap();
     assert_eq!(fs.stat(b"/mine").unwrap().perm(), 0o751);
-    assert_eq!(fs.listxattr(b"/mine", true, &alice).unwrap(), vec![b"user.a".to_vec()]);
+    assert_eq!(fs.listxattr(b"/mine", &alice).unwrap(), vec![b"user.a".to_vec()]);
     fs.sync().unwrap();
     drop(fs);
     fsck_clean(&img);
@@ -538,16 +545,17 @@ fn setattr_rules_and_times() {
         groups: vec![3000],
     };
     let bob = Cred::user(1001, 1001);
-    fs.write_file(b"/f", b"data", 0o644, 0, 0).unwrap();
+    fs.write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), b"data")
+        .unwrap();
     let e = |r: ext4kit::Result<ext4kit::Stat>| r.unwrap_err().errno();
 
     // Root: chmod, chown clears set-uid (and set-gid with group exec).
     fs.chmod(b"/f", 0o6755, &root()).unwrap();
-    let st = fs.chown(b"/f", Some(1000), Some(2000), true, &root()).unwrap();
+    let st = fs.chown(b"/f", Some(1000), Some(2000), &root()).unwrap();
     assert_eq!((st.uid, st.gid, st.perm()), (1000, 2000, 0o755));
     // Set-gid without group exec survives a chown by root.
     fs.chmod(b"/f", 0o2745, &root()).unwrap();
-    let st = fs.chown(b"/f", None, Some(2000), true, &root()).unwrap();
+    let st = fs.chown(b"/f", None, Some(2000), &root()).unwrap();
     assert_eq!(st.perm(), 0o2745);
 
     // The owner (not in group 2000): chmod drops S_ISGID.
@@ -555,12 +563,12 @@ fn setattr_rules_and_times() {
     // Not the owner: EPERM.
     assert_eq!(e(fs.chmod(b"/f", 0o777, &bob)), Errno::EPERM);
     // chown to someone else needs root; to oneself is fine.
-    assert_eq!(e(fs.chown(b"/f", Some(1001), None, true, &alice)), Errno::EPERM);
-    fs.chown(b"/f", Some(1000), None, true, &alice).unwrap();
+    assert_eq!(e(fs.chown(b"/f", Some(1001), None, &alice)), Errno::EPERM);
+    fs.chown(b"/f", Some(1000), None, &alice).unwrap();
     // chgrp by the owner: only to a group they are in.
-    assert_eq!(e(fs.chown(b"/f", None, Some(4000), true, &alice)), Errno::EPERM);
-    assert_eq!(fs.chown(b"/f", None, Some(3000), true, &alice).unwrap().gid, 3000);
-    assert_eq!(e(fs.chown(b"/f", None, Some(1001), true, &bob)), Errno::EPERM);
+    assert_eq!(e(fs.chown(b"/f", None, Some(4000), &alice)), Errno::EPERM);
+    assert_eq!(fs.chown(b"/f", None, Some(3000), &alice).unwrap().gid, 3000);
+    assert_eq!(e(fs.chown(b"/f", None, Some(1001), &bob)), Errno::EPERM);
     // chmod by the owner in the file's group keeps S_ISGID.
     assert_eq!(fs.chmod(b"/f", 0o2750, &alice).unwrap().perm(), 0o2750);
 
@@ -571,16 +579,13 @@ fn setattr_rules_and_times() {
     };
     let before = fs.stat(b"/f").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(e(fs.utimens(b"/f", Some(TimeSet::Set(t)), None, &bob)), Errno::EPERM);
     assert_eq!(
-        e(fs.utimens(b"/f", Some(TimeSet::Set(t)), None, true, &bob)),
-        Errno::EPERM
-    );
-    assert_eq!(
-        e(fs.utimens(b"/f", Some(TimeSet::Now), Some(TimeSet::Now), true, &bob)),
+        e(fs.utimens(b"/f", Some(TimeSet::Now), Some(TimeSet::Now), &bob)),
         Errno::EACCES
     );
     let st = fs
-        .utimens(b"/f", Some(TimeSet::Set(t)), Some(TimeSet::Set(t)), true, &alice)
+        .utimens(b"/f", Some(TimeSet::Set(t)), Some(TimeSet::Set(t)), &alice)
         .unwrap();
     assert_eq!((st.atime, st.mtime), (t, t));
     assert!(st.ctime > before.ctime, "ctime moves on every change");
@@ -592,26 +597,21 @@ fn setattr_rules_and_times() {
                 nsec: 1_000_000_000
             })),
             None,
-            true,
             &alice
         )),
         Errno::EINVAL
     );
     // A writable file: anyone may touch it to now, only the owner set times.
-    fs.write_file(b"/w", b"", 0o666, 0, 0).unwrap();
-    let st = fs
-        .utimens(b"/w", Some(TimeSet::Now), Some(TimeSet::Now), true, &bob)
+    fs.write_file(&NewInode::file(b"/w").mode(0o666).owner(0, 0), b"")
         .unwrap();
+    let st = fs.utimens(b"/w", Some(TimeSet::Now), Some(TimeSet::Now), &bob).unwrap();
     assert!(st.mtime.sec > t.sec);
-    assert_eq!(e(fs.utimens(b"/w", None, Some(TimeSet::Now), true, &bob)), Errno::EPERM);
+    assert_eq!(e(fs.utimens(b"/w", None, Some(TimeSet::Now), &bob)), Errno::EPERM);
     // Both omitted: no check, no change (not even ctime).
-    assert_eq!(
-        fs.utimens(b"/f", None, None, true, &bob).unwrap(),
-        fs.stat(b"/f").unwrap()
-    );
+    assert_eq!(fs.utimens(b"/f", None, None, &bob).unwrap(), fs.stat(b"/f").unwrap());
     // setattr_ino with everything at once, as root.
     let st = fs
-        .setattr_ino(
+        .setattr(
             st.ino,
             &SetAttr {
                 mode: Some(0o600),
@@ -665,8 +665,11 @@ fn statfs_matches_kernel() {
         let img = mkfs(&dir, tag, args);
         let fs = open_rw(&img);
         for i in 0..20 {
-            fs.write_file(format!("/f{i}").as_bytes(), &vec![7u8; 30_000], 0o644, 0, 0)
-                .unwrap();
+            fs.write_file(
+                &NewInode::file(format!("/f{i}").as_bytes()).mode(0o644).owner(0, 0),
+                &vec![7u8; 30_000],
+            )
+            .unwrap();
         }
         let ours = fs.statfs().unwrap();
         fs.sync().unwrap();
@@ -718,7 +721,8 @@ fn times_on_small_inodes() {
     let dir = scratch("small-times");
     let img = mkfs(&dir, "small-times", &["-t", "ext4", "-I", "128"]);
     let fs = open_rw(&img);
-    fs.write_file(b"/f", b"", 0o644, 0, 0).unwrap();
+    fs.write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), b"")
+        .unwrap();
     let t = Timestamp {
         sec: 5_000_000_000,
         nsec: 999,
@@ -728,7 +732,6 @@ fn times_on_small_inodes() {
             b"/f",
             Some(TimeSet::Set(t)),
             Some(TimeSet::Set(Timestamp { sec: -7, nsec: 5 })),
-            true,
             &root(),
         )
         .unwrap();
@@ -752,11 +755,10 @@ fn no_ext_attr_feature() {
     let dir = scratch("no-xattr");
     let img = mkfs(&dir, "no-xattr", &["-t", "ext2", "-O", "^ext_attr"]);
     let fs = open_rw(&img);
-    fs.write_file(b"/f", b"", 0o644, 0, 0).unwrap();
+    fs.write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), b"")
+        .unwrap();
     assert_eq!(
-        fs.setxattr(b"/f", b"user.a", b"1", 0, true, &root())
-            .unwrap_err()
-            .errno(),
+        fs.setxattr(b"/f", b"user.a", b"1", 0, &root()).unwrap_err().errno(),
         Errno::EOPNOTSUPP
     );
     drop(fs);
@@ -816,11 +818,11 @@ fn random_sequence(tag: &str, args: &[&str], seed: u64) {
             // Now and then empty the file, so that sequences also cover a
             // file losing its block and getting one again.
             for n in std::mem::take(&mut model[f]).keys() {
-                fs.removexattr(path.as_bytes(), n, true, &root())
+                fs.removexattr(path.as_bytes(), n, &root())
                     .unwrap_or_else(|e| panic!("{tag} step {step}: empty: {e}"));
             }
         } else if rng.below(2) == 0 {
-            let r = fs.removexattr(path.as_bytes(), &name, true, &root());
+            let r = fs.removexattr(path.as_bytes(), &name, &root());
             if present {
                 r.unwrap_or_else(|e| panic!("{tag} step {step}: remove: {e}"));
                 model[f].remove(&name);
@@ -835,7 +837,7 @@ fn random_sequence(tag: &str, args: &[&str], seed: u64) {
                 _ => bs / 4 + rng.below(bs / 4),
             } as usize;
             let v = value(len, step);
-            match fs.setxattr(path.as_bytes(), &name, &v, 0, true, &root()) {
+            match fs.setxattr(path.as_bytes(), &name, &v, 0, &root()) {
                 Ok(()) => {
                     model[f].insert(name.clone(), v);
                 }
@@ -873,7 +875,7 @@ fn random_sequence(tag: &str, args: &[&str], seed: u64) {
     for f in 0..2 {
         let path = format!("/f{f}");
         for name in std::mem::take(&mut model[f]).keys() {
-            fs.removexattr(path.as_bytes(), name, true, &root()).unwrap();
+            fs.removexattr(path.as_bytes(), name, &root()).unwrap();
         }
         let st = fs.stat(path.as_bytes()).unwrap();
         assert_eq!((st.file_acl, st.blocks), (0, base[f]), "{tag}: f{f} emptied");
@@ -925,7 +927,8 @@ fn acl_permissions_match_kernel() {
     let dir = scratch("acl-perm");
     let img = mkfs(&dir, "acl-perm", &["-t", "ext4", "-I", "256"]);
     let fs = open_rw(&img);
-    fs.write_file(b"/f", b"secret", 0o650, 0, 20).unwrap();
+    fs.write_file(&NewInode::file(b"/f").mode(0o650).owner(0, 20), b"secret")
+        .unwrap();
     // u::rw-, u:1000:rwx, g::r--, g:3000:-w-, m::r-x, o::---
     let mut x = 2u32.to_le_bytes().to_vec();
     for (t, p, id) in [
@@ -940,8 +943,7 @@ fn acl_permissions_match_kernel() {
         x.extend_from_slice(&p.to_le_bytes());
         x.extend_from_slice(&id.to_le_bytes());
     }
-    fs.setxattr(b"/f", b"system.posix_acl_access", &x, 0, true, &root())
-        .unwrap();
+    fs.setxattr(b"/f", b"system.posix_acl_access", &x, 0, &root()).unwrap();
     let creds = [
         Cred::user(1000, 1000),
         Cred::user(1001, 20),
@@ -1001,7 +1003,7 @@ fn acl_permissions_match_kernel() {
     fs.chmod(b"/f", 0o640, &root()).unwrap();
     let after = ours(&fs);
     assert_eq!(after, ["r--", "r--", "---", "---"]);
-    let acl = fs.getxattr(b"/f", b"system.posix_acl_access").unwrap();
+    let acl = fs.getxattr(b"/f", b"system.posix_acl_access", &Cred::root()).unwrap();
     assert_eq!(&acl[4 + 8 * 4..4 + 8 * 4 + 4], &[0x10, 0, 4, 0], "mask entry r--");
     fs.sync().unwrap();
     drop(fs);
@@ -1043,10 +1045,10 @@ fn concurrent_copy_on_write_of_a_shared_block() {
                 for i in (t..FILES).step_by(4) {
                     let p = format!("/f{i}");
                     if i % 2 == 0 {
-                        fs.setxattr(p.as_bytes(), b"user.big", &value(500, i), XATTR_REPLACE, true, &root())
+                        fs.setxattr(p.as_bytes(), b"user.big", &value(500, i), XATTR_REPLACE, &root())
                             .unwrap();
                     } else {
-                        fs.removexattr(p.as_bytes(), b"user.big", true, &root()).unwrap();
+                        fs.removexattr(p.as_bytes(), b"user.big", &root()).unwrap();
                     }
                 }
             });
@@ -1087,8 +1089,9 @@ fn hostile_xattr_blocks() {
     for (case, patch) in [("magic", 0u64), ("refcount", 4), ("blocks", 8), ("pointer", u64::MAX)] {
         let img = mkfs(&dir, case, &["-t", "ext2", "-I", "128", "-b", "1024"]);
         let fs = open_rw(&img);
-        fs.write_file(b"/f", b"x", 0o644, 0, 0).unwrap();
-        fs.setxattr(b"/f", b"user.a", &value(100, 0), 0, true, &root()).unwrap();
+        fs.write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), b"x")
+            .unwrap();
+        fs.setxattr(b"/f", b"user.a", &value(100, 0), 0, &root()).unwrap();
         let st = fs.stat(b"/f").unwrap();
         fs.sync().unwrap();
         drop(fs);
@@ -1104,10 +1107,8 @@ fn hostile_xattr_blocks() {
         }
         let before = std::fs::read(&img).unwrap();
         let fs = open_rw(&img);
-        let e1 = fs
-            .setxattr(b"/f", b"user.b", &value(900, 1), 0, true, &root())
-            .unwrap_err();
-        let e2 = fs.removexattr(b"/f", b"user.a", true, &root()).unwrap_err();
+        let e1 = fs.setxattr(b"/f", b"user.b", &value(900, 1), 0, &root()).unwrap_err();
+        let e2 = fs.removexattr(b"/f", b"user.a", &root()).unwrap_err();
         for e in [&e1, &e2] {
             assert_eq!(e.errno(), Errno::EUCLEAN, "{case}: {e}");
         }

@@ -5,6 +5,7 @@
 //! file; after each phase `e2fsck -fn` must be clean, a fresh open must read
 //! the model byte for byte, and (as root) so must the kernel.
 
+use ext4kit::NewInode;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -102,7 +103,9 @@ fn pattern(lblk: u64, bs: usize, salt: u8) -> Vec<u8> {
 impl File {
     fn create(fs: &Fs, name: &'static str) -> File {
         let path = format!("/{name}");
-        let st = fs.create(path.as_bytes(), 0o644, 0, 0).unwrap();
+        let st = fs
+            .create(&NewInode::file(path.as_bytes()).mode(0o644).owner(0, 0))
+            .unwrap();
         File {
             ino: st.ino,
             name,
@@ -692,7 +695,7 @@ fn fast_symlinks_are_not_block_maps() {
     let fs = open_rw(&img);
     let free0 = free_blocks(&fs);
     let st = fs
-        .symlink(b"some/target/text/that/looks/like/pointers", b"/ln", 0, 0)
+        .create(&NewInode::symlink(b"/ln", b"some/target/text/that/looks/like/pointers").owner(0, 0))
         .unwrap();
     let vol = &fs.volume();
     let mut h = vol.begin().unwrap();
@@ -732,7 +735,8 @@ fn mapping_throughput() {
     let fs = open_rw(&img);
     let data = vec![0x5Au8; 256 << 20];
     let t = std::time::Instant::now();
-    fs.write_file(b"/big", &data, 0o644, 0, 0).unwrap();
+    fs.write_file(&NewInode::file(b"/big").mode(0o644).owner(0, 0), &data)
+        .unwrap();
     let big = t.elapsed();
     // The mapping alone, no data written (65536 blocks, 256 MiB).
     let g = File::create(&fs, "mapped-only");

@@ -6,6 +6,7 @@
 //! The damage is made with the library itself (a block map edited through
 //! a handle, so checksums stay right) or by editing an ext2 image's bytes.
 
+use ext4kit::{NewInode, Target};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -52,7 +53,9 @@ fn put(fs: &Fs, path: &str, blocks: usize) -> u32 {
     let data: Vec<u8> = (0..blocks * fs.volume().block_size())
         .map(|i| (i % 251) as u8)
         .collect();
-    fs.write_file(path.as_bytes(), &data, 0o644, 0, 0).unwrap().ino
+    fs.write_file(&NewInode::file(path.as_bytes()).mode(0o644).owner(0, 0), &data)
+        .unwrap()
+        .ino
 }
 
 fn truncate(fs: &Fs, path: &str, len: u64) -> ext4kit::Result<()> {
@@ -272,9 +275,10 @@ fn a_damaged_group_count_stays_out_of_the_superblock() {
     {
         let fs = open_rw(&img);
         let root = Cred::root();
-        fs.mkdir(b"/d", 0o755, &root).unwrap();
+        fs.create(&NewInode::dir(b"/d").mode(0o755).cred(&root)).unwrap();
         put(&fs, "/d/f", 4);
-        fs.setxattr(b"/d", b"user.x", b"1", 0, false, &root).unwrap();
+        fs.setxattr(Target::path(b"/d").nofollow(), b"user.x", b"1", 0, &root)
+            .unwrap();
         fs.sync().unwrap();
     }
     let after = fsck(&img);
@@ -294,7 +298,8 @@ fn the_scan_beside_concurrent_allocations_finds_nothing_wrong() {
     let img = mkimg(&dir, &["-t", "ext4", "-b", "1024", "-N", "20000"]);
     {
         let fs = open_rw(&img);
-        fs.mkdir(b"/pop", 0o755, &Cred::root()).unwrap();
+        fs.create(&NewInode::dir(b"/pop").mode(0o755).cred(&Cred::root()))
+            .unwrap();
         for i in 0..8000 {
             put(&fs, &format!("/pop/f{i}"), 1);
         }
@@ -310,7 +315,8 @@ fn the_scan_beside_concurrent_allocations_finds_nothing_wrong() {
                     for i in 0..40 {
                         let p = format!("/w{round}-{t}-{i}");
                         let data = vec![t as u8; 3 * fs.volume().block_size()];
-                        fs.write_file(p.as_bytes(), &data, 0o644, 0, 0).unwrap();
+                        fs.write_file(&NewInode::file(p.as_bytes()).mode(0o644).owner(0, 0), &data)
+                            .unwrap();
                         let f = fs.open(p.as_bytes(), OpenFlags::default()).unwrap();
                         fs.fsync(&f).unwrap();
                         fs.close_file(f).unwrap();

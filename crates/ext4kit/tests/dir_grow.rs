@@ -10,6 +10,7 @@
 //! ranges, limits, depth, checksums), a fresh open must find every name, and
 //! the kernel (loop mount, as root) must list exactly the same names.
 
+use ext4kit::NewInode;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -173,7 +174,7 @@ fn create_all(img: &Path, c: &Case) -> BTreeSet<Vec<u8>> {
     let mut names = BTreeSet::new();
     for i in 0..c.n {
         let nm = name(i, c.long);
-        fs.create(format!("/d/{nm}").as_bytes(), 0o644, 0, 0)
+        fs.create(&NewInode::file(format!("/d/{nm}").as_bytes()).mode(0o644).owner(0, 0))
             .unwrap_or_else(|e| panic!("{}: create #{i}: {e}", c.tag));
         names.insert(nm.into_bytes());
     }
@@ -335,7 +336,7 @@ fn run_case(c: &Case) {
     fsck_clean(&img, "moves, swap and mkdir");
     let fs = open(&img);
     assert_eq!(listing(&fs, b"/d").len(), kept.len() + 1);
-    assert!(fs.read_dir_ino(sub_ino).unwrap().len() == 2);
+    assert!(fs.read_dir(sub_ino).unwrap().len() == 2);
     with_dir(&fs, b"/d", |h, d, new| {
         assert_eq!(
             dir_delete::remove_link(fs.volume(), h, d, b"subdir").unwrap(),
@@ -417,7 +418,8 @@ fn kernel_then_us(img: &Path, tag: &str, kept: &mut BTreeSet<Vec<u8>>) {
     assert_eq!(&listing(&fs, b"/d"), kept, "{tag}: our view of the kernel's changes");
     for i in 0..400 {
         let nm = format!("ours-again-{i}");
-        fs.create(format!("/d/{nm}").as_bytes(), 0o644, 0, 0).unwrap();
+        fs.create(&NewInode::file(format!("/d/{nm}").as_bytes()).mode(0o644).owner(0, 0))
+            .unwrap();
         kept.insert(nm.into_bytes());
     }
     fs.sync().unwrap();
@@ -500,7 +502,10 @@ fn ext4_1k_no_csum() {
 /// layer until `stop(levels)` says so or the index is full (ENOSPC, which
 /// must leave nothing changed). Returns (links added, hit ENOSPC).
 fn fill_with_links(fs: &Fs, stop: impl Fn(u8) -> bool) -> (usize, bool) {
-    let target = fs.create(b"/target", 0o644, 0, 0).unwrap().ino;
+    let target = fs
+        .create(&NewInode::file(b"/target").mode(0o644).owner(0, 0))
+        .unwrap()
+        .ino;
     let mut added = 0usize;
     let mut full = false;
     loop {
@@ -585,7 +590,8 @@ fn ext4_1k_largedir_three_levels() {
     let mut more = BTreeSet::new();
     for i in 0..300 {
         let nm = format!("after-{i}");
-        fs.create(format!("/d/{nm}").as_bytes(), 0o600, 0, 0).unwrap();
+        fs.create(&NewInode::file(format!("/d/{nm}").as_bytes()).mode(0o600).owner(0, 0))
+            .unwrap();
         more.insert(nm.into_bytes());
     }
     fs.sync().unwrap();
@@ -620,7 +626,8 @@ fn ext4_4k_100k_creates_stay_flat() {
     let mut t = std::time::Instant::now();
     for i in 0..n {
         let nm = name(i, false);
-        fs.create(format!("/d/{nm}").as_bytes(), 0o644, 0, 0).unwrap();
+        fs.create(&NewInode::file(format!("/d/{nm}").as_bytes()).mode(0o644).owner(0, 0))
+            .unwrap();
         names.insert(nm.into_bytes());
         if (i + 1) % 10_000 == 0 {
             let r = fs.volume().stats().dir_block_reads();
@@ -654,7 +661,7 @@ fn ext4_4k_100k_creates_stay_flat() {
     // even-numbered name that is left unlinked. Each is a hash lookup plus
     // an edit of one leaf; the tree keeps its shape.
     let root = ext4kit::Cred::root();
-    fs.mkdir(b"/e", 0o755, &root).unwrap();
+    fs.create(&NewInode::dir(b"/e").mode(0o755).cred(&root)).unwrap();
     let mut moved = BTreeSet::new();
     for i in 0..n {
         let nm = name(i, false);
@@ -814,7 +821,8 @@ fn hash_collisions_span_leaves() {
     assert!(pairs.len() >= 10, "birthday search found only {} pairs", pairs.len());
     let mut names = BTreeSet::new();
     let mut create = |nm: &str| {
-        fs.create(format!("/d/{nm}").as_bytes(), 0o644, 0, 0).unwrap();
+        fs.create(&NewInode::file(format!("/d/{nm}").as_bytes()).mode(0o644).owner(0, 0))
+            .unwrap();
         names.insert(nm.as_bytes().to_vec());
     };
     for (a, b) in &pairs {
@@ -834,7 +842,7 @@ fn hash_collisions_span_leaves() {
     // Creating any of them again must find it, wherever its chain put it
     // (a create's lookup walks the chain past the first leaf).
     for nm in pairs.iter().flat_map(|(a, b)| [a, b]) {
-        match fs.create(format!("/d/{nm}").as_bytes(), 0o644, 0, 0) {
+        match fs.create(&NewInode::file(format!("/d/{nm}").as_bytes()).mode(0o644).owner(0, 0)) {
             Err(e) if e.errno() == Errno::EEXIST => {}
             other => panic!("creating {nm} again: {other:?}"),
         }

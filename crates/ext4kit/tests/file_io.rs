@@ -12,6 +12,7 @@
 //! form few runs. Larger layouts (many extents, double indirect) are left
 //! for after the general map_blocks lands.
 
+use ext4kit::{NewInode, OpenRequest};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -512,10 +513,10 @@ fn concurrent_writers_to_different_files() {
                 let mut p = Process::new(fs.clone());
                 let fd = p
                     .open_as(
-                        format!("/w{t}"),
-                        flags(O_CREAT | O_EXCL | O_WRONLY),
-                        0o600,
-                        &Cred::root(),
+                        &format!("/w{t}"),
+                        &OpenRequest::new(flags(O_CREAT | O_EXCL | O_WRONLY))
+                            .mode(0o600)
+                            .cred(&Cred::root()),
                     )
                     .unwrap();
                 let mut off = 0;
@@ -593,24 +594,36 @@ fn errno_semantics() {
     // Permissions: owner-only file, another user.
     let user = Cred::user(1000, 1000);
     let other = Cred::user(1001, 1001);
-    fs.create(b"/mine", 0o600, 1000, 1000).unwrap();
+    fs.create(&NewInode::file(b"/mine").mode(0o600).owner(1000, 1000))
+        .unwrap();
     assert_eq!(fs.stat(b"/mine").unwrap().uid, 1000);
     assert_eq!(
-        fs.open_as(b"/mine", flags(O_RDONLY), 0, &other).unwrap_err().errno(),
-        Errno::EACCES
-    );
-    fs.open_as(b"/mine", flags(O_RDWR), 0, &user).unwrap();
-    // Creating in root-owned / (mode 755) as a user is refused.
-    assert_eq!(fs.stat(b"/").unwrap().mode & 0o777, 0o755);
-    assert_eq!(
-        fs.open_as(b"/x", flags(O_CREAT | O_RDWR), 0o644, &other)
+        fs.open_as(b"/mine", &OpenRequest::new(flags(O_RDONLY)).mode(0).cred(&other))
             .unwrap_err()
             .errno(),
         Errno::EACCES
     );
+    fs.open_as(b"/mine", &OpenRequest::new(flags(O_RDWR)).mode(0).cred(&user))
+        .unwrap();
+    // Creating in root-owned / (mode 755) as a user is refused.
+    assert_eq!(fs.stat(b"/").unwrap().mode & 0o777, 0o755);
+    assert_eq!(
+        fs.open_as(
+            b"/x",
+            &OpenRequest::new(flags(O_CREAT | O_RDWR)).mode(0o644).cred(&other)
+        )
+        .unwrap_err()
+        .errno(),
+        Errno::EACCES
+    );
     // A new file is opened with the requested access even if its mode denies it.
     let w = fs
-        .open_as(b"/mine-ro", flags(O_CREAT | O_RDWR), 0o400, &Cred::root())
+        .open_as(
+            b"/mine-ro",
+            &OpenRequest::new(flags(O_CREAT | O_RDWR))
+                .mode(0o400)
+                .cred(&Cred::root()),
+        )
         .unwrap();
     fs.write(&w, b"ok").unwrap();
     assert_eq!(w.flags.access, Access::ReadWrite);
@@ -745,7 +758,14 @@ fn process_wrappers() {
     let img = image("proc", &["-t", "ext4", "-b", "4096"]);
     let fs = rw(&img.path);
     let mut p = Process::new(fs.clone());
-    let fd = p.open_as("/p", flags(O_CREAT | O_RDWR), 0o640, &Cred::root()).unwrap();
+    let fd = p
+        .open_as(
+            "/p",
+            &OpenRequest::new(flags(O_CREAT | O_RDWR))
+                .mode(0o640)
+                .cred(&Cred::root()),
+        )
+        .unwrap();
     assert_eq!(p.write(fd, b"hello world").unwrap(), 11);
     assert_eq!(p.pwrite(fd, b"W", 6).unwrap(), 1);
     p.ftruncate(fd, 9).unwrap();
@@ -820,18 +840,33 @@ fn unprivileged_writes_clear_setuid() {
     let img = image("suid", &["-t", "ext4", "-b", "4096"]);
     let fs = rw(&img.path);
     let user = Cred::user(1000, 1000);
-    fs.create(b"/s", 0o6755, 1000, 1000).unwrap();
-    fs.create(b"/g", 0o2644, 1000, 1000).unwrap();
-    fs.create(b"/r", 0o6755, 1000, 1000).unwrap();
+    fs.create(&NewInode::file(b"/s").mode(0o6755).owner(1000, 1000))
+        .unwrap();
+    fs.create(&NewInode::file(b"/g").mode(0o2644).owner(1000, 1000))
+        .unwrap();
+    fs.create(&NewInode::file(b"/r").mode(0o6755).owner(1000, 1000))
+        .unwrap();
     let mode = |p: &[u8]| fs.stat(p).unwrap().mode & 0o7777;
-    fs.write(&fs.open_as(b"/s", flags(O_WRONLY), 0, &user).unwrap(), b"x")
-        .unwrap();
+    fs.write(
+        &fs.open_as(b"/s", &OpenRequest::new(flags(O_WRONLY)).mode(0).cred(&user))
+            .unwrap(),
+        b"x",
+    )
+    .unwrap();
     assert_eq!(mode(b"/s"), 0o755);
-    fs.write(&fs.open_as(b"/g", flags(O_WRONLY), 0, &user).unwrap(), b"x")
-        .unwrap();
+    fs.write(
+        &fs.open_as(b"/g", &OpenRequest::new(flags(O_WRONLY)).mode(0).cred(&user))
+            .unwrap(),
+        b"x",
+    )
+    .unwrap();
     assert_eq!(mode(b"/g"), 0o2644, "setgid without group exec is not a privilege");
-    fs.write(&fs.open_as(b"/r", flags(O_WRONLY), 0, &Cred::root()).unwrap(), b"x")
-        .unwrap();
+    fs.write(
+        &fs.open_as(b"/r", &OpenRequest::new(flags(O_WRONLY)).mode(0).cred(&Cred::root()))
+            .unwrap(),
+        b"x",
+    )
+    .unwrap();
     assert_eq!(mode(b"/r"), 0o6755);
     verify(fs, &img.path, &[("/s", b"x"), ("/g", b"x"), ("/r", b"x")]);
     let fresh = Fs::open_image(&img.path, &OpenOptions::default()).unwrap();

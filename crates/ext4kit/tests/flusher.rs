@@ -4,6 +4,7 @@
 //! brings them back under their limits once the storm stops, and dropping
 //! the `Fs` leaves an image `e2fsck -fn` passes, holding every name.
 
+use ext4kit::NewInode;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -43,11 +44,13 @@ fn a_create_storm_stays_bounded_and_the_image_stays_clean() {
     )
     .unwrap_or_else(|e| panic!("{e} (apt-get install e2fsprogs)"));
     let fs = open(&img);
-    fs.mkdir(b"/d", 0o755, &ext4kit::Cred::root()).unwrap();
+    fs.create(&NewInode::dir(b"/d").mode(0o755).cred(&ext4kit::Cred::root()))
+        .unwrap();
     let dirty_limit = fs.volume().checkpoint_limit();
     let (mut most_inodes, mut most_dentries, mut most_dirty) = (0, 0, 0);
     for i in 0..FILES {
-        fs.create(format!("/d/f{i:06}").as_bytes(), 0o644, 0, 0).unwrap();
+        fs.create(&NewInode::file(format!("/d/f{i:06}").as_bytes()).mode(0o644).owner(0, 0))
+            .unwrap();
         let s = fs.stats();
         most_inodes = most_inodes.max(s.cached_inodes);
         most_dentries = most_dentries.max(s.cached_dentries);
@@ -84,8 +87,12 @@ fn a_create_storm_stays_bounded_and_the_image_stays_clean() {
         );
         // Another create past the threshold kicks it again if its last
         // pass ended before the storm did.
-        fs.create(format!("/d/late{}", t.elapsed().as_nanos()).as_bytes(), 0o644, 0, 0)
-            .unwrap();
+        fs.create(
+            &NewInode::file(format!("/d/late{}", t.elapsed().as_nanos()).as_bytes())
+                .mode(0o644)
+                .owner(0, 0),
+        )
+        .unwrap();
         std::thread::sleep(Duration::from_millis(10));
     }
     let names = fs.read_dir(b"/d").unwrap().len();

@@ -8,6 +8,7 @@
 //! committed. Oracles: `e2fsck -fn`, a fresh open reading the files back
 //! byte for byte, and debugfs.
 
+use ext4kit::{NewInode, OpenRequest};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,7 +73,9 @@ mod libc_o {
 /// fails; returns (bytes accepted, the error). A short write counts what
 /// it took and the next write must then fail.
 fn fill(fs: &Fs, path: &[u8], salt: u64, cred: &Cred) -> (u64, ext4kit::Error) {
-    let f = fs.open_as(path, wflags(), 0o666, cred).unwrap();
+    let f = fs
+        .open_as(path, &OpenRequest::new(wflags()).mode(0o666).cred(cred))
+        .unwrap();
     let mut done = 0u64;
     loop {
         let data = chunk(salt, done, 64 << 10);
@@ -116,8 +119,9 @@ fn full_disk_keeps_every_accepted_byte() {
     let accepted;
     {
         let fs = Fs::open_image(&img, &rw()).unwrap();
-        fs.write_file(b"/keep", b"keep\n", 0o644, 0, 0).unwrap();
-        fs.mkdir(b"/dir", 0o755, &root).unwrap();
+        fs.write_file(&NewInode::file(b"/keep").mode(0o644).owner(0, 0), b"keep\n")
+            .unwrap();
+        fs.create(&NewInode::dir(b"/dir").mode(0o755).cred(&root)).unwrap();
         fs.sync().unwrap();
         free_before = fs.statfs().unwrap().blocks_free;
         let (n, e) = fill(&fs, b"/big", 1, &root);
@@ -169,7 +173,7 @@ fn the_root_reserve_is_roots_alone() {
     let (u_bytes, r_bytes, reserve);
     {
         let fs = Fs::open_image(&img, &rw()).unwrap();
-        fs.mkdir(b"/pub", 0o777, &root).unwrap();
+        fs.create(&NewInode::dir(b"/pub").mode(0o777).cred(&root)).unwrap();
         reserve = fs.volume().reservations().r_blocks();
         assert!(reserve > 3000, "mke2fs reserves 5 %: {reserve}");
         let (n, e) = fill(&fs, b"/pub/user", 2, &user);
@@ -180,7 +184,7 @@ fn the_root_reserve_is_roots_alone() {
         assert_eq!(s.blocks_avail, 0);
         assert!(s.blocks_free >= reserve, "{} free, reserve {reserve}", s.blocks_free);
         // The user cannot even create a directory in what is left...
-        let e = fs.mkdir(b"/pub/d", 0o755, &user);
+        let e = fs.create(&NewInode::dir(b"/pub/d").mode(0o755).cred(&user));
         assert!(e.as_ref().is_err_and(|e| e.errno() == Errno::ENOSPC), "{e:?}");
         // ...while root may use the reserve.
         let (n, e) = fill(&fs, b"/rootfile", 3, &root);
@@ -210,7 +214,9 @@ fn truncate_and_unlink_release_claims() {
     {
         let fs = Fs::open_image(&img, &rw()).unwrap();
         let free = fs.statfs().unwrap().blocks_free;
-        let f = fs.open_as(b"/a", wflags(), 0o644, &root).unwrap();
+        let f = fs
+            .open_as(b"/a", &OpenRequest::new(wflags()).mode(0o644).cred(&root))
+            .unwrap();
         // 2 MiB: under the dirty budget (4 MiB here), so none of it is
         // written back before the truncate.
         fs.write(&f, &chunk(4, 0, 2 << 20)).unwrap();
@@ -300,11 +306,13 @@ fn writeback_io_error_reaches_fsync_and_costs_nothing_else() {
     let root = Cred::root();
     {
         let fs = Fs::open_image(&img, &rw()).unwrap();
-        fs.write_file(b"/keep", b"keep\n", 0o644, 0, 0).unwrap();
-        fs.mkdir(b"/dir", 0o755, &root).unwrap();
-        fs.write_file(b"/dir/f", &chunk(6, 0, 3000), 0o644, 0, 0).unwrap();
-        fs.create(b"/big", 0o644, 0, 0).unwrap();
-        fs.create(b"/later", 0o644, 0, 0).unwrap();
+        fs.write_file(&NewInode::file(b"/keep").mode(0o644).owner(0, 0), b"keep\n")
+            .unwrap();
+        fs.create(&NewInode::dir(b"/dir").mode(0o755).cred(&root)).unwrap();
+        fs.write_file(&NewInode::file(b"/dir/f").mode(0o644).owner(0, 0), &chunk(6, 0, 3000))
+            .unwrap();
+        fs.create(&NewInode::file(b"/big").mode(0o644).owner(0, 0)).unwrap();
+        fs.create(&NewInode::file(b"/later").mode(0o644).owner(0, 0)).unwrap();
     }
     let bad = free_ranges(&img);
     let dev = Arc::new(FailingDevice {

@@ -17,6 +17,7 @@
 //!
 //! Every library image is e2fsck-clean afterwards.
 
+use ext4kit::{NewInode, NodeKind, OpenRequest, Target};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
@@ -30,7 +31,7 @@ use ext4kit::vfs::acl_inherit::{ACL_ACCESS_NAME, ACL_DEFAULT_NAME};
 use ext4kit::vfs::file::{O_APPEND, O_WRONLY};
 use ext4kit::vfs::iflags::flags as fl;
 use ext4kit::vfs::killpriv::CAPABILITY;
-use ext4kit::{Caller, CreateMode, Cred, FileType, Fs, OpenFlags, OpenOptions, SetAttr, WriteAt, WriteRequest};
+use ext4kit::{Caller, CreateMode, Cred, Fs, OpenFlags, OpenOptions, SetAttr, WriteAt, WriteRequest};
 use ext4kit_blockdev::RecordingDevice;
 use ext4kit_testkit::mountpeer::{assert_same_observations, mkfs_ext4};
 use ext4kit_testkit::{e2fsck_clean, kernel_available, run_ok, sh_as, LoopMount};
@@ -221,7 +222,12 @@ fn a_non_owner_write_or_truncation_clears_setuid_and_capabilities_like_the_kerne
         let root = Cred::root();
         for (op, _) in CHANGES {
             let change = |cred: &Cred| -> ext4kit::Result<()> {
-                let f = fs.open_as(b"/f", OpenFlags::from_bits(O_WRONLY | O_APPEND), 0, cred)?;
+                let f = fs.open_as(
+                    b"/f",
+                    &OpenRequest::new(OpenFlags::from_bits(O_WRONLY | O_APPEND))
+                        .mode(0)
+                        .cred(cred),
+                )?;
                 let r = match op {
                     "write" => fs.write(&f, b"x").map(drop),
                     _ => fs.ftruncate(&f, 1),
@@ -232,12 +238,14 @@ fn a_non_owner_write_or_truncation_clears_setuid_and_capabilities_like_the_kerne
             let code = |r: ext4kit::Result<()>| if r.is_ok() { 0 } else { 1 };
             for start in START_MODES {
                 for uid in [NOBODY, 0] {
-                    let st = fs.write_file(b"/f", &[1u8; 6000], 0o644, 0, 0).unwrap();
+                    let st = fs
+                        .write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), &[1u8; 6000])
+                        .unwrap();
                     let mode = SetAttr {
                         mode: Some(start as u16),
                         ..SetAttr::default()
                     };
-                    fs.setattr_ino(st.ino, &mode, &root).unwrap();
+                    fs.setattr(st.ino, &mode, &root).unwrap();
                     let code = code(change(&Cred::user(uid, uid)));
                     let now = fs.stat(b"/f").unwrap().perm();
                     log.push(format!("{op} as {uid} on {start:o}: exit {code}, mode {now:o}"));
@@ -245,10 +253,12 @@ fn a_non_owner_write_or_truncation_clears_setuid_and_capabilities_like_the_kerne
                 }
             }
             for uid in [NOBODY, 0] {
-                let st = fs.write_file(b"/f", b"data", 0o666, 0, 0).unwrap();
-                fs.setxattr_ino(st.ino, CAPABILITY, &capability(), 0, &root).unwrap();
+                let st = fs
+                    .write_file(&NewInode::file(b"/f").mode(0o666).owner(0, 0), b"data")
+                    .unwrap();
+                fs.setxattr(st.ino, CAPABILITY, &capability(), 0, &root).unwrap();
                 let code = code(change(&Cred::user(uid, uid)));
-                let cap = fs.getxattr_ino(st.ino, CAPABILITY, &root).ok();
+                let cap = fs.getxattr(st.ino, CAPABILITY, &root).ok();
                 log.push(format!(
                     "{op} as {uid} of a file with a capability: exit {code}, capability {}",
                     hex(cap)
@@ -286,9 +296,11 @@ fn an_append_only_file_refuses_an_overwrite_but_takes_appends_like_the_kernel() 
     let ours = |fs: &Fs| {
         let mut log = Log::new();
         let root = Cred::root();
-        let st = fs.write_file(b"/f", b"abc", 0o644, 0, 0).unwrap();
-        let flags = fs.get_flags_ino(st.ino).unwrap();
-        fs.set_flags_ino(st.ino, flags | fl::APPEND, &root).unwrap();
+        let st = fs
+            .write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), b"abc")
+            .unwrap();
+        let flags = fs.get_flags(st.ino).unwrap();
+        fs.set_flags(st.ino, flags | fl::APPEND, &root).unwrap();
         // The library's overwrite: a write at an offset, on the inode.
         let inode = fs.inode(st.ino).unwrap();
         let over = fs.write_inode(
@@ -300,7 +312,12 @@ fn an_append_only_file_refuses_an_overwrite_but_takes_appends_like_the_kernel() 
         );
         log.push(format!("overwrite: {}", lib_errno(over)));
         let a = fs
-            .open_as(b"/f", OpenFlags::from_bits(O_WRONLY | O_APPEND), 0, &root)
+            .open_as(
+                b"/f",
+                &OpenRequest::new(OpenFlags::from_bits(O_WRONLY | O_APPEND))
+                    .mode(0)
+                    .cred(&root),
+            )
             .unwrap();
         log.push(format!("append: {}", lib_errno(fs.write(&a, b"def"))));
         log.push(format!("positioned append: {}", lib_errno(fs.pwrite(&a, 0, b"g"))));
@@ -312,9 +329,12 @@ fn an_append_only_file_refuses_an_overwrite_but_takes_appends_like_the_kernel() 
             .unwrap();
         log.push(format!("contents: {}", String::from_utf8_lossy(&buf[..n])));
         // The open refuses what the kernel's open refuses.
-        let e = fs.open_as(b"/f", OpenFlags::from_bits(O_WRONLY), 0, &root);
+        let e = fs.open_as(
+            b"/f",
+            &OpenRequest::new(OpenFlags::from_bits(O_WRONLY)).mode(0).cred(&root),
+        );
         assert_eq!(lib_errno(e), "errno 1", "a non-appending open of an append-only file");
-        fs.set_flags_ino(st.ino, flags, &root).unwrap();
+        fs.set_flags(st.ino, flags, &root).unwrap();
         log
     };
     same_as_kernel("append-only", kernel, ours);
@@ -436,42 +456,52 @@ fn a_synchronous_file_write_and_dirsync_mkdir_are_durable_at_return_like_the_ker
     {
         let fs = open_rw(&img);
         let root = Cred::root();
-        let f = fs.write_file(b"/f", b"", 0o644, 0, 0).unwrap();
-        let d = fs.mkdir(b"/d", 0o755, &root).unwrap();
-        let ff = fs.get_flags_ino(f.ino).unwrap();
-        fs.set_flags_ino(f.ino, ff | fl::SYNC, &root).unwrap();
-        let df = fs.get_flags_ino(d.ino).unwrap();
-        fs.set_flags_ino(d.ino, df | fl::DIRSYNC, &root).unwrap();
+        let f = fs
+            .write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), b"")
+            .unwrap();
+        let d = fs.create(&NewInode::dir(b"/d").mode(0o755).cred(&root)).unwrap();
+        let ff = fs.get_flags(f.ino).unwrap();
+        fs.set_flags(f.ino, ff | fl::SYNC, &root).unwrap();
+        let df = fs.get_flags(d.ino).unwrap();
+        fs.set_flags(d.ino, df | fl::DIRSYNC, &root).unwrap();
         ours.push(format!(
             "f synchronous: {}",
-            fs.get_flags_ino(f.ino).unwrap() & fl::SYNC != 0
+            fs.get_flags(f.ino).unwrap() & fl::SYNC != 0
         ));
         ours.push(format!(
             "d dirsync: {}",
-            fs.get_flags_ino(d.ino).unwrap() & fl::DIRSYNC != 0
+            fs.get_flags(d.ino).unwrap() & fl::DIRSYNC != 0
         ));
         fs.sync().unwrap();
     }
     fsck_clean(&img);
     let setup = |fs: &Fs, flag: u32| {
         let root = Cred::root();
-        let f = fs.write_file(b"/f", b"", 0o644, 0, 0).unwrap();
-        let d = fs.mkdir(b"/d", 0o755, &root).unwrap();
+        let f = fs
+            .write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), b"")
+            .unwrap();
+        let d = fs.create(&NewInode::dir(b"/d").mode(0o755).cred(&root)).unwrap();
         if flag != 0 {
-            let ff = fs.get_flags_ino(f.ino).unwrap();
-            fs.set_flags_ino(f.ino, ff | fl::SYNC, &root).unwrap();
-            let df = fs.get_flags_ino(d.ino).unwrap();
-            fs.set_flags_ino(d.ino, df | fl::DIRSYNC, &root).unwrap();
+            let ff = fs.get_flags(f.ino).unwrap();
+            fs.set_flags(f.ino, ff | fl::SYNC, &root).unwrap();
+            let df = fs.get_flags(d.ino).unwrap();
+            fs.set_flags(d.ino, df | fl::DIRSYNC, &root).unwrap();
         }
     };
     let op = |fs: &Fs| {
         let f = fs
-            .open_as(b"/f", OpenFlags::from_bits(O_WRONLY), 0, &Cred::root())
+            .open_as(
+                b"/f",
+                &OpenRequest::new(OpenFlags::from_bits(O_WRONLY))
+                    .mode(0)
+                    .cred(&Cred::root()),
+            )
             .unwrap();
         assert_eq!(fs.write(&f, &data).unwrap(), data.len());
         fs.close_file(f).unwrap();
         let d = fs.stat(b"/d").unwrap().ino;
-        fs.mkdir_at(d, b"sub", 0o755, &Cred::root()).unwrap();
+        fs.create(&NewInode::dir(Target::at(d, b"sub")).mode(0o755).cred(&Cred::root()))
+            .unwrap();
     };
     let check = |fs: &Fs| {
         let st = fs.stat(b"/f").unwrap();
@@ -559,25 +589,32 @@ fn a_default_acl_is_inherited_at_create_like_the_kernel() {
     let ours = |fs: &Fs| {
         let mut log = Log::new();
         let root = Cred::root();
-        let d = fs.mkdir(b"/d", 0o755, &root).unwrap();
-        fs.setxattr_ino(d.ino, ACL_DEFAULT_NAME, &default_acl(), 0, &root)
-            .unwrap();
+        let d = fs.create(&NewInode::dir(b"/d").mode(0o755).cred(&root)).unwrap();
+        fs.setxattr(d.ino, ACL_DEFAULT_NAME, &default_acl(), 0, &root).unwrap();
         let inos: BTreeMap<&str, u32> = [("d", d.ino), ("", 2)].into_iter().collect();
         for (what, parent, name, umask) in made {
             let p = inos[parent];
             let st = if what == "file" {
                 let mode = CreateMode { perm: 0o666, umask };
-                fs.mknod_at(p, name.as_bytes(), FileType::Regular, mode, (0, 0), &root)
+                fs.create(
+                    &NewInode::new(Target::at(p, name.as_bytes()), NodeKind::File)
+                        .mode(mode)
+                        .cred(&root),
+                )
             } else {
-                fs.mkdir_at(p, name.as_bytes(), CreateMode { perm: 0o777, umask }, &root)
+                fs.create(
+                    &NewInode::dir(Target::at(p, name.as_bytes()))
+                        .mode(CreateMode { perm: 0o777, umask })
+                        .cred(&root),
+                )
             }
             .unwrap();
             log.push(show(
                 what,
                 name,
                 u32::from(st.perm()),
-                fs.getxattr_ino(st.ino, ACL_ACCESS_NAME, &root).ok(),
-                fs.getxattr_ino(st.ino, ACL_DEFAULT_NAME, &root).ok(),
+                fs.getxattr(st.ino, ACL_ACCESS_NAME, &root).ok(),
+                fs.getxattr(st.ino, ACL_DEFAULT_NAME, &root).ok(),
             ));
         }
         log

@@ -4,6 +4,7 @@
 //! `e2fsck`-clean, and leave the filesystem usable (free something, and
 //! the next create works).
 
+use ext4kit::NewInode;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -46,11 +47,14 @@ fn a_full_filesystem_says_enospc_and_stays_clean() {
         let img = image(tag, args, "4M");
         let fs = rw(&img);
         let root = Cred::root();
-        fs.mkdir(b"/d", 0o755, &root).unwrap();
+        fs.create(&NewInode::dir(b"/d").mode(0o755).cred(&root)).unwrap();
         let data = vec![0x5au8; 40 * 1024];
         let mut made = 0;
         let err = loop {
-            match fs.write_file(format!("/d/f{made}").as_bytes(), &data, 0o644, 0, 0) {
+            match fs.write_file(
+                &NewInode::file(format!("/d/f{made}").as_bytes()).mode(0o644).owner(0, 0),
+                &data,
+            ) {
                 Ok(_) => made += 1,
                 Err(e) => break e,
             }
@@ -65,7 +69,8 @@ fn a_full_filesystem_says_enospc_and_stays_clean() {
             fs.unlink(format!("/d/f{i}").as_bytes(), &root).unwrap();
         }
         let _ = fs.unlink(format!("/d/f{made}").as_bytes(), &root);
-        fs.write_file(b"/d/again", &data, 0o644, 0, 0).unwrap();
+        fs.write_file(&NewInode::file(b"/d/again").mode(0o644).owner(0, 0), &data)
+            .unwrap();
         fs.sync().unwrap();
         drop(fs);
         fsck_clean(&img);
@@ -80,9 +85,11 @@ fn running_out_of_inodes_says_enospc() {
     let mut made = 0;
     let err = loop {
         let r = if made % 5 == 0 {
-            fs.mkdir(format!("/d{made}").as_bytes(), 0o755, &root).map(|_| ())
+            fs.create(&NewInode::dir(format!("/d{made}").as_bytes()).mode(0o755).cred(&root))
+                .map(|_| ())
         } else {
-            fs.create(format!("/f{made}").as_bytes(), 0o644, 0, 0).map(|_| ())
+            fs.create(&NewInode::file(format!("/f{made}").as_bytes()).mode(0o644).owner(0, 0))
+                .map(|_| ())
         };
         match r {
             Ok(()) => made += 1,
@@ -98,7 +105,7 @@ fn running_out_of_inodes_says_enospc() {
     fs.sync().unwrap();
     fsck_clean(&img);
     fs.unlink(b"/f1", &root).unwrap();
-    fs.create(b"/last", 0o644, 0, 0).unwrap();
+    fs.create(&NewInode::file(b"/last").mode(0o644).owner(0, 0)).unwrap();
     fs.sync().unwrap();
     drop(fs);
     fsck_clean(&img);
@@ -112,14 +119,19 @@ fn bad_names_and_loops_are_refused_cleanly() {
     let long = format!("/{}", "x".repeat(256));
     let ok = format!("/{}", "y".repeat(255));
     assert_eq!(
-        fs.create(long.as_bytes(), 0o644, 0, 0).unwrap_err().errno(),
+        fs.create(&NewInode::file(long.as_bytes()).mode(0o644).owner(0, 0))
+            .unwrap_err()
+            .errno(),
         Errno::ENAMETOOLONG
     );
     assert_eq!(
-        fs.mkdir(long.as_bytes(), 0o755, &root).unwrap_err().errno(),
+        fs.create(&NewInode::dir(long.as_bytes()).mode(0o755).cred(&root))
+            .unwrap_err()
+            .errno(),
         Errno::ENAMETOOLONG
     );
-    fs.create(ok.as_bytes(), 0o644, 0, 0).unwrap();
+    fs.create(&NewInode::file(ok.as_bytes()).mode(0o644).owner(0, 0))
+        .unwrap();
     assert_eq!(
         fs.rename(ok.as_bytes(), long.as_bytes(), Default::default(), &root)
             .unwrap_err()
@@ -127,17 +139,30 @@ fn bad_names_and_loops_are_refused_cleanly() {
         Errno::ENAMETOOLONG
     );
     // A symlink loop: resolving through it is ELOOP, creating beside it works.
-    fs.symlink(b"/loop-b", b"/loop-a", 0, 0).unwrap();
-    fs.symlink(b"/loop-a", b"/loop-b", 0, 0).unwrap();
+    fs.create(&NewInode::symlink(b"/loop-a", b"/loop-b").owner(0, 0))
+        .unwrap();
+    fs.create(&NewInode::symlink(b"/loop-b", b"/loop-a").owner(0, 0))
+        .unwrap();
     assert_eq!(fs.stat(b"/loop-a").unwrap_err().errno(), Errno::ELOOP);
-    assert_eq!(fs.create(b"/loop-a/x", 0o644, 0, 0).unwrap_err().errno(), Errno::ELOOP);
-    assert_eq!(fs.mkdir(b"/loop-a/x", 0o755, &root).unwrap_err().errno(), Errno::ELOOP);
+    assert_eq!(
+        fs.create(&NewInode::file(b"/loop-a/x").mode(0o644).owner(0, 0))
+            .unwrap_err()
+            .errno(),
+        Errno::ELOOP
+    );
+    assert_eq!(
+        fs.create(&NewInode::dir(b"/loop-a/x").mode(0o755).cred(&root))
+            .unwrap_err()
+            .errno(),
+        Errno::ELOOP
+    );
     // A long symlink target takes a data block and reads back.
     let target = "t".repeat(1000); // 1 KiB blocks: up to 1023 bytes
-    fs.symlink(target.as_bytes(), b"/slow", 0, 0).unwrap();
+    fs.create(&NewInode::symlink(b"/slow", target.as_bytes()).owner(0, 0))
+        .unwrap();
     assert_eq!(fs.read_link(b"/slow").unwrap(), target.as_bytes());
     assert_eq!(
-        fs.symlink("t".repeat(1024).as_bytes(), b"/too-long", 0, 0)
+        fs.create(&NewInode::symlink(b"/too-long", "t".repeat(1024).as_bytes()).owner(0, 0))
             .unwrap_err()
             .errno(),
         Errno::ENAMETOOLONG
@@ -156,15 +181,17 @@ fn more_than_65000_subdirectories_use_dir_nlink() {
     let img = image("nlink", &["-t", "ext4", "-b", "1024", "-N", "70000", "-m", "0"], "160M");
     let fs = rw(&img);
     let root = Cred::root();
-    fs.mkdir(b"/p", 0o755, &root).unwrap();
+    fs.create(&NewInode::dir(b"/p").mode(0o755).cred(&root)).unwrap();
     // "." and the entry in "/" make 2; each subdirectory's ".." adds one.
     const BEFORE_MANY: usize = 64_997;
     for i in 0..BEFORE_MANY {
-        fs.mkdir(format!("/p/d{i}").as_bytes(), 0o755, &root).unwrap();
+        fs.create(&NewInode::dir(format!("/p/d{i}").as_bytes()).mode(0o755).cred(&root))
+            .unwrap();
     }
     assert_eq!(fs.stat(b"/p").unwrap().nlink, 64_999);
     for i in BEFORE_MANY..65_010 {
-        fs.mkdir(format!("/p/d{i}").as_bytes(), 0o755, &root).unwrap();
+        fs.create(&NewInode::dir(format!("/p/d{i}").as_bytes()).mode(0o755).cred(&root))
+            .unwrap();
         assert_eq!(fs.stat(b"/p").unwrap().nlink, 1, "after {} subdirectories", i + 1);
     }
     for i in 0..20 {
@@ -172,7 +199,7 @@ fn more_than_65000_subdirectories_use_dir_nlink() {
     }
     assert_eq!(fs.stat(b"/p").unwrap().nlink, 1, "\"many\" stays many");
     // Moving one out and back keeps both parents right.
-    fs.mkdir(b"/q", 0o755, &root).unwrap();
+    fs.create(&NewInode::dir(b"/q").mode(0o755).cred(&root)).unwrap();
     fs.rename(b"/p/d100", b"/q/d100", ext4kit::RenameFlags::default(), &root)
         .unwrap();
     assert_eq!(fs.stat(b"/q").unwrap().nlink, 3);

@@ -12,6 +12,7 @@
 //! `EXT4KIT_MODEL_SEED=N` replays one seed; `EXT4KIT_MODEL_OPS=N` sets the
 //! operations per thread (default 1500).
 
+use ext4kit::NewInode;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -148,7 +149,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut TestRng, roots: &[&str], tag: &str) {
             };
             expect(
                 &format!("write_file {a}"),
-                fs.write_file(a.as_bytes(), &data, 0o644, 0, 0),
+                fs.write_file(&NewInode::file(a.as_bytes()).mode(0o644).owner(0, 0), &data),
                 want,
             );
             if want.is_ok() {
@@ -158,7 +159,11 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut TestRng, roots: &[&str], tag: &str) {
         }
         2 => {
             let want = if m.exists(&a) { Err(Errno::EEXIST) } else { Ok(()) };
-            expect(&format!("mkdir {a}"), fs.mkdir(a.as_bytes(), 0o755, &root), want);
+            expect(
+                &format!("mkdir {a}"),
+                fs.create(&NewInode::dir(a.as_bytes()).mode(0o755).cred(&root)),
+                want,
+            );
             if want.is_ok() {
                 m.nodes.insert(a, (Node::Dir, 0));
             }
@@ -191,7 +196,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut TestRng, roots: &[&str], tag: &str) {
             let want = if m.exists(&a) { Err(Errno::EEXIST) } else { Ok(()) };
             expect(
                 &format!("symlink {a}"),
-                fs.symlink(target.as_bytes(), a.as_bytes(), 0, 0),
+                fs.create(&NewInode::symlink(a.as_bytes(), target.as_bytes()).owner(0, 0)),
                 want,
             );
             if want.is_ok() {
@@ -221,7 +226,11 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut TestRng, roots: &[&str], tag: &str) {
         _ => {
             let exchange = rng.next_u64().is_multiple_of(4);
             let noreplace = !exchange && rng.next_u64().is_multiple_of(4);
-            let flags = RenameFlags { noreplace, exchange };
+            let flags = RenameFlags {
+                noreplace,
+                exchange,
+                ..Default::default()
+            };
             let src = m.nodes.get(&a).cloned();
             let dst = m.nodes.get(&b).cloned();
             let same_inode = match (&src, &dst) {
@@ -324,8 +333,8 @@ fn run_seed(seed: u64, ops: usize, threads: usize) {
     )
     .unwrap();
     let root = Cred::root();
-    fs.mkdir(b"/shared-a", 0o755, &root).unwrap();
-    fs.mkdir(b"/shared-b", 0o755, &root).unwrap();
+    fs.create(&NewInode::dir(b"/shared-a").mode(0o755).cred(&root)).unwrap();
+    fs.create(&NewInode::dir(b"/shared-b").mode(0o755).cred(&root)).unwrap();
     let models: Vec<Model> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
@@ -334,7 +343,8 @@ fn run_seed(seed: u64, ops: usize, threads: usize) {
                     let mut rng = TestRng::new(seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
                     let mut m = Model::default();
                     let own = format!("/t{t}");
-                    fs.mkdir(own.as_bytes(), 0o755, &Cred::root()).unwrap();
+                    fs.create(&NewInode::dir(own.as_bytes()).mode(0o755).cred(&Cred::root()))
+                        .unwrap();
                     m.nodes.insert(own.clone(), (Node::Dir, 0));
                     // The shared directories are parents for new names only:
                     // their names never carry this thread's tag, so they are

@@ -3,6 +3,7 @@
 //! `e2fsck -fn`, and by the kernel reading the image back (loop mount)
 //! and seeing exactly the model's tree.
 
+use ext4kit::{NewInode, OpenRequest};
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -149,16 +150,20 @@ fn exercise(img: &Path) {
     let root = Cred::root();
     let fs = rw(img);
     let mut m = Tree::new();
-    fs.mkdir(b"/a", 0o755, &root).unwrap();
-    fs.mkdir(b"/a/b", 0o750, &root).unwrap();
-    fs.mkdir(b"/a/b/c", 0o700, &root).unwrap();
-    fs.mkdir(b"/empty", 0o755, &root).unwrap();
-    fs.mkdir(b"/empty2", 0o755, &root).unwrap();
-    fs.write_file(b"/a/f1", b"one", 0o644, 0, 0).unwrap();
-    fs.write_file(b"/a/b/f2", b"two two", 0o644, 0, 0).unwrap();
-    fs.write_file(b"/top", b"top file", 0o644, 0, 0).unwrap();
-    fs.write_file(b"/gone", b"to be removed", 0o644, 0, 0).unwrap();
-    fs.symlink(b"a/f1", b"/sl", 0, 0).unwrap();
+    fs.create(&NewInode::dir(b"/a").mode(0o755).cred(&root)).unwrap();
+    fs.create(&NewInode::dir(b"/a/b").mode(0o750).cred(&root)).unwrap();
+    fs.create(&NewInode::dir(b"/a/b/c").mode(0o700).cred(&root)).unwrap();
+    fs.create(&NewInode::dir(b"/empty").mode(0o755).cred(&root)).unwrap();
+    fs.create(&NewInode::dir(b"/empty2").mode(0o755).cred(&root)).unwrap();
+    fs.write_file(&NewInode::file(b"/a/f1").mode(0o644).owner(0, 0), b"one")
+        .unwrap();
+    fs.write_file(&NewInode::file(b"/a/b/f2").mode(0o644).owner(0, 0), b"two two")
+        .unwrap();
+    fs.write_file(&NewInode::file(b"/top").mode(0o644).owner(0, 0), b"top file")
+        .unwrap();
+    fs.write_file(&NewInode::file(b"/gone").mode(0o644).owner(0, 0), b"to be removed")
+        .unwrap();
+    fs.create(&NewInode::symlink(b"/sl", b"a/f1").owner(0, 0)).unwrap();
     // New directories are visible at once with the right link counts.
     assert_eq!(fs.stat(b"/a").unwrap().nlink, 3);
     assert_eq!(fs.stat(b"/a/b/c").unwrap().nlink, 2);
@@ -181,9 +186,18 @@ fn exercise(img: &Path) {
     assert_eq!(errno(fs.rmdir(b"/a", &root)), Errno::ENOTEMPTY);
     assert_eq!(errno(fs.rmdir(b"/a/.", &root)), Errno::EINVAL);
     fs.rmdir(b"/empty2", &root).unwrap();
-    assert_eq!(errno(fs.mkdir(b"/a", 0o755, &root)), Errno::EEXIST);
     assert_eq!(
-        errno(fs.mkdir(format!("/{}", "n".repeat(256)).as_bytes(), 0o755, &root)),
+        errno(fs.create(&NewInode::dir(b"/a").mode(0o755).cred(&root))),
+        Errno::EEXIST
+    );
+    assert_eq!(
+        errno(
+            fs.create(
+                &NewInode::dir(format!("/{}", "n".repeat(256)).as_bytes())
+                    .mode(0o755)
+                    .cred(&root)
+            )
+        ),
         Errno::ENAMETOOLONG
     );
 
@@ -193,8 +207,10 @@ fn exercise(img: &Path) {
     fs.rename(b"/top-renamed", b"/a/b/top", RenameFlags::default(), &root)
         .unwrap();
     // File over file: the old target dies.
-    fs.write_file(b"/victim", b"victim data", 0o644, 0, 0).unwrap();
-    fs.write_file(b"/a/newer", b"newer data", 0o644, 0, 0).unwrap();
+    fs.write_file(&NewInode::file(b"/victim").mode(0o644).owner(0, 0), b"victim data")
+        .unwrap();
+    fs.write_file(&NewInode::file(b"/a/newer").mode(0o644).owner(0, 0), b"newer data")
+        .unwrap();
     fs.rename(b"/a/newer", b"/victim", RenameFlags::default(), &root)
         .unwrap();
     // NOREPLACE refuses an existing target.
@@ -204,15 +220,21 @@ fn exercise(img: &Path) {
             b"/f1-link",
             RenameFlags {
                 noreplace: true,
-                exchange: false
+                exchange: false,
+                whiteout: false,
             },
             &root
         )),
         Errno::EEXIST
     );
     // Directory over an empty directory, across parents: link counts move.
-    fs.mkdir(b"/a/b/c/moveme", 0o755, &root).unwrap();
-    fs.write_file(b"/a/b/c/moveme/inside", b"inside", 0o600, 0, 0).unwrap();
+    fs.create(&NewInode::dir(b"/a/b/c/moveme").mode(0o755).cred(&root))
+        .unwrap();
+    fs.write_file(
+        &NewInode::file(b"/a/b/c/moveme/inside").mode(0o600).owner(0, 0),
+        b"inside",
+    )
+    .unwrap();
     fs.rename(b"/a/b/c/moveme", b"/empty", RenameFlags::default(), &root)
         .unwrap();
     assert_eq!(fs.stat(b"/empty/inside").unwrap().size, 6);
@@ -246,6 +268,7 @@ fn exercise(img: &Path) {
     let ex = RenameFlags {
         noreplace: false,
         exchange: true,
+        whiteout: false,
     };
     fs.rename(b"/victim", b"/a/b/c", ex, &root).unwrap();
     assert_eq!(fs.stat(b"/victim").unwrap().ftype, FileType::Directory);
@@ -301,15 +324,21 @@ fn permissions_and_sticky_bit() {
     let fs = rw(&img);
     let alice = Cred::user(1000, 1000);
     let bob = Cred::user(1001, 1001);
-    fs.mkdir(b"/tmp", 0o1777, &root).unwrap();
-    fs.mkdir(b"/private", 0o755, &root).unwrap();
-    assert_eq!(errno(fs.mkdir(b"/private/x", 0o755, &alice)), Errno::EACCES);
-    let st = fs.mkdir(b"/tmp/alice", 0o755, &alice).unwrap();
+    fs.create(&NewInode::dir(b"/tmp").mode(0o1777).cred(&root)).unwrap();
+    fs.create(&NewInode::dir(b"/private").mode(0o755).cred(&root)).unwrap();
+    assert_eq!(
+        errno(fs.create(&NewInode::dir(b"/private/x").mode(0o755).cred(&alice))),
+        Errno::EACCES
+    );
+    let st = fs
+        .create(&NewInode::dir(b"/tmp/alice").mode(0o755).cred(&alice))
+        .unwrap();
     assert_eq!((st.uid, st.gid), (1000, 1000));
-    fs.mkdir(b"/tmp/alice/sub", 0o755, &alice).unwrap();
+    fs.create(&NewInode::dir(b"/tmp/alice/sub").mode(0o755).cred(&alice))
+        .unwrap();
     // Sticky /tmp: bob may not remove or rename alice's directory.
     assert_eq!(errno(fs.rmdir(b"/tmp/alice/sub", &bob)), Errno::EACCES);
-    fs.mkdir(b"/tmp/bob", 0o755, &bob).unwrap();
+    fs.create(&NewInode::dir(b"/tmp/bob").mode(0o755).cred(&bob)).unwrap();
     assert_eq!(
         errno(fs.rename(b"/tmp/alice", b"/tmp/bob/x", RenameFlags::default(), &bob)),
         Errno::EPERM
@@ -317,8 +346,8 @@ fn permissions_and_sticky_bit() {
     fs.rmdir(b"/tmp/alice/sub", &alice).unwrap();
     fs.rmdir(b"/tmp/alice", &alice).unwrap();
     // Set-group-id directories pass their group (and the bit) down.
-    fs.mkdir(b"/shared", 0o2777, &root).unwrap();
-    let st = fs.mkdir(b"/shared/d", 0o755, &bob).unwrap();
+    fs.create(&NewInode::dir(b"/shared").mode(0o2777).cred(&root)).unwrap();
+    let st = fs.create(&NewInode::dir(b"/shared/d").mode(0o755).cred(&bob)).unwrap();
     assert_eq!((st.uid, st.gid, st.mode & 0o2000), (1001, 0, 0o2000));
     fs.sync().unwrap();
     drop(fs);
@@ -333,15 +362,12 @@ fn many_renames_across_directories_stay_consistent() {
     let img = image("rename-storm", &["-t", "ext4", "-b", "1024"], "32M");
     let root = Cred::root();
     let fs = rw(&img);
-    fs.mkdir(b"/x", 0o755, &root).unwrap();
-    fs.mkdir(b"/y", 0o755, &root).unwrap();
+    fs.create(&NewInode::dir(b"/x").mode(0o755).cred(&root)).unwrap();
+    fs.create(&NewInode::dir(b"/y").mode(0o755).cred(&root)).unwrap();
     for i in 0..200 {
         fs.write_file(
-            format!("/x/f{i}").as_bytes(),
+            &NewInode::file(format!("/x/f{i}").as_bytes()).mode(0o644).owner(0, 0),
             format!("file {i}").as_bytes(),
-            0o644,
-            0,
-            0,
         )
         .unwrap();
     }
@@ -364,7 +390,7 @@ fn many_renames_across_directories_stay_consistent() {
                 }
                 for i in 0..50 {
                     let p = format!("/x/tmp-{t}-{i}");
-                    fs.mkdir(p.as_bytes(), 0o755, root).unwrap();
+                    fs.create(&NewInode::dir(p.as_bytes()).mode(0o755).cred(root)).unwrap();
                     fs.rmdir(p.as_bytes(), root).unwrap();
                 }
             });
@@ -396,7 +422,9 @@ fn unlinked_open_file_lives_until_last_close() {
     let fs = rw(&img);
     let free0 = fs.statfs().unwrap();
     let mut p = ext4kit::Process::new(fs.clone());
-    let fd = p.open_as(b"/doomed", rw_flags(), 0o644, &root).unwrap();
+    let fd = p
+        .open_as(b"/doomed", &OpenRequest::new(rw_flags()).mode(0o644).cred(&root))
+        .unwrap();
     let data = vec![0xabu8; 200_000];
     assert_eq!(p.write(fd, &data).unwrap(), data.len());
     p.fsync(fd).unwrap();
@@ -436,7 +464,9 @@ fn orphans_left_open_are_freed_at_the_next_open_and_by_the_kernel() {
         let fs = rw(&img);
         let free0 = fs.statfs().unwrap();
         let mut p = ext4kit::Process::new(fs.clone());
-        let fd = p.open_as(b"/kept-open", rw_flags(), 0o644, &root).unwrap();
+        let fd = p
+            .open_as(b"/kept-open", &OpenRequest::new(rw_flags()).mode(0o644).cred(&root))
+            .unwrap();
         p.write(fd, &vec![7u8; 100_000]).unwrap();
         fs.unlink(b"/kept-open", &root).unwrap();
         fs.sync().unwrap();
@@ -480,7 +510,10 @@ fn orphan_chain_survives_writeback_of_an_open_orphan() {
         let fds: Vec<_> = (0..4)
             .map(|i| {
                 let fd = p
-                    .open_as(format!("/o{i}").as_bytes(), rw_flags(), 0o644, &root)
+                    .open_as(
+                        format!("/o{i}").as_bytes(),
+                        &OpenRequest::new(rw_flags()).mode(0o644).cred(&root),
+                    )
                     .unwrap();
                 p.write(fd, &vec![i as u8; 10_000]).unwrap();
                 fs.unlink(format!("/o{i}").as_bytes(), &root).unwrap();
@@ -535,18 +568,25 @@ fn a_held_inode_is_not_freed_until_its_hold_is_dropped() {
     let root = Cred::root();
     let fs = rw(&img);
     let free0 = fs.statfs().unwrap();
-    let st = fs.write_file(b"/held", &[1u8; 20_000], 0o644, 0, 0).unwrap();
+    let st = fs
+        .write_file(&NewInode::file(b"/held").mode(0o644).owner(0, 0), &[1u8; 20_000])
+        .unwrap();
     let inode = fs.inode(st.ino).unwrap();
     fs.hold_inode(&inode).unwrap();
     fs.hold_inode(&inode).unwrap();
     fs.unlink(b"/held", &root).unwrap();
     // Its number is not handed out again while held.
     for i in 0..50 {
-        let s = fs.write_file(format!("/n{i}").as_bytes(), b"x", 0o644, 0, 0).unwrap();
+        let s = fs
+            .write_file(
+                &NewInode::file(format!("/n{i}").as_bytes()).mode(0o644).owner(0, 0),
+                b"x",
+            )
+            .unwrap();
         assert_ne!(s.ino, st.ino, "a held inode number was reused");
     }
     fs.drop_hold(&inode).unwrap();
-    assert_eq!(fs.stat_ino(st.ino).unwrap().nlink, 0, "still there with one hold left");
+    assert_eq!(fs.stat(st.ino).unwrap().nlink, 0, "still there with one hold left");
     fs.drop_hold(&inode).unwrap();
     assert_eq!(
         fs.hold_inode(&inode).unwrap_err().errno(),
@@ -581,7 +621,7 @@ fn walks_racing_creates_and_unlinks_never_cache_a_stale_name() {
     let img = image("walk-race", &["-t", "ext4"], "32M");
     let root = Cred::root();
     let fs = rw(&img);
-    fs.mkdir(b"/d", 0o755, &root).unwrap();
+    fs.create(&NewInode::dir(b"/d").mode(0o755).cred(&root)).unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         for _ in 0..3 {
@@ -597,7 +637,7 @@ fn walks_racing_creates_and_unlinks_never_cache_a_stale_name() {
             let r = (|| -> Result<(), String> {
                 for i in 0..3000 {
                     let x = fs
-                        .create(b"/d/x", 0o644, 0, 0)
+                        .create(&NewInode::file(b"/d/x").mode(0o644).owner(0, 0))
                         .map_err(|e| format!("round {i}: create x: {e}"))?;
                     match fs.stat(b"/d/x") {
                         Ok(st) if st.ino == x.ino => {}
@@ -611,7 +651,7 @@ fn walks_racing_creates_and_unlinks_never_cache_a_stale_name() {
                     fs.unlink(b"/d/x", &root)
                         .map_err(|e| format!("round {i}: unlink x: {e}"))?;
                     let y = fs
-                        .create(b"/d/y", 0o644, 0, 0)
+                        .create(&NewInode::file(b"/d/y").mode(0o644).owner(0, 0))
                         .map_err(|e| format!("round {i}: create y: {e}"))?;
                     if let Ok(st) = fs.stat(b"/d/x") {
                         return Err(format!(

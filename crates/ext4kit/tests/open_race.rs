@@ -7,6 +7,7 @@
 //! open the inode the rename had just freed.) Opens go through the
 //! threads' pins (`vfs::pin`), so this is also the pins' stress test.
 
+use ext4kit::NewInode;
 use std::path::{Path, PathBuf};
 
 use ext4kit_testkit::mountpeer::mkfs_ext4;
@@ -53,12 +54,15 @@ fn opens_race_renames_unlinks_and_eviction() {
     // 3,000 files overflow the inode cache.
     let fs = rw(&img, 1 << 20);
     let free0 = fs.statfs().unwrap().files_free;
-    fs.mkdir(b"/cold", 0o755, &root).unwrap();
+    fs.create(&NewInode::dir(b"/cold").mode(0o755).cred(&root)).unwrap();
     for i in 0..3000 {
-        fs.write_file(format!("/cold/c{i}").as_bytes(), b"", 0o644, 0, 0)
-            .unwrap();
+        fs.write_file(
+            &NewInode::file(format!("/cold/c{i}").as_bytes()).mode(0o644).owner(0, 0),
+            b"",
+        )
+        .unwrap();
     }
-    fs.mkdir(b"/hot", 0o755, &root).unwrap();
+    fs.create(&NewInode::dir(b"/hot").mode(0o755).cred(&root)).unwrap();
     const HOT: u64 = 6;
     // A file's contents: "gen:<16 digits>" — a reader checks the shape.
     let gen = AtomicU64::new(0);
@@ -68,7 +72,8 @@ fn opens_race_renames_unlinks_and_eviction() {
         // Made under a temporary name and renamed in, so a reader never
         // sees it half written.
         let tmp = format!("/hot/tmp{g}");
-        fs.write_file(tmp.as_bytes(), &body(g), 0o644, 0, 0).unwrap();
+        fs.write_file(&NewInode::file(tmp.as_bytes()).mode(0o644).owner(0, 0), &body(g))
+            .unwrap();
         fs.rename(tmp.as_bytes(), path, RenameFlags::default(), &root).unwrap();
     };
     for i in 0..HOT {
@@ -201,7 +206,8 @@ fn read_path(p: &mut Process, path: &[u8], buf: &mut [u8]) -> ext4kit::Result<us
 fn a_thread_reopening_a_file_writes_no_shared_count() {
     let (_dir, img) = image("counts", 16);
     let fs = rw(&img, 64 << 20);
-    fs.write_file(b"/f", b"hello", 0o644, 0, 0).unwrap();
+    fs.write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), b"hello")
+        .unwrap();
     let mut p = Process::new(fs.clone());
     let mut buf = [0u8; 16];
     assert_eq!(read_path(&mut p, b"/f", &mut buf).unwrap(), 5);
@@ -253,8 +259,10 @@ fn idle_pins_never_keep_an_unlinked_inode() {
     let fs = rw(&img, 64 << 20);
     let root = Cred::root();
     let free0 = fs.statfs().unwrap().files_free;
-    fs.write_file(b"/a", b"aaaa", 0o644, 0, 0).unwrap();
-    fs.write_file(b"/b", b"bbbb", 0o644, 0, 0).unwrap();
+    fs.write_file(&NewInode::file(b"/a").mode(0o644).owner(0, 0), b"aaaa")
+        .unwrap();
+    fs.write_file(&NewInode::file(b"/b").mode(0o644).owner(0, 0), b"bbbb")
+        .unwrap();
     let (go, wait) = std::sync::mpsc::channel::<()>();
     let (sent, got) = std::sync::mpsc::channel::<Arc<ext4kit::File>>();
     let t = {

@@ -4,6 +4,7 @@
 //! run `e2fsck -fn` must be clean, a fresh open must read what was written,
 //! and (as root) the kernel must see it too.
 
+use ext4kit::{NewInode, NodeKind};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -62,32 +63,67 @@ fn exercise(img: &Path, htree_expected: bool) -> usize {
         htree_expected,
         "the big directory's index flag"
     );
-    fs.create(b"/hello", 0o644, 1000, 1000).unwrap();
-    fs.create(b"/sub/new-file", 0o600, 0, 0).unwrap();
-    fs.mknod(b"/fifo", FileType::Fifo, 0o640, 0, 0, (0, 0)).unwrap();
-    fs.mknod(b"/sock", FileType::Socket, 0o755, 0, 0, (0, 0)).unwrap();
-    fs.mknod(b"/null", FileType::CharDevice, 0o666, 0, 0, (1, 3)).unwrap();
-    fs.mknod(b"/bigdev", FileType::BlockDevice, 0o660, 0, 6, (259, 300))
+    fs.create(&NewInode::file(b"/hello").mode(0o644).owner(1000, 1000))
         .unwrap();
-    fs.symlink(b"sub/new-file", b"/link", 0, 0).unwrap();
+    fs.create(&NewInode::file(b"/sub/new-file").mode(0o600).owner(0, 0))
+        .unwrap();
+    fs.create(&NewInode::new(b"/fifo", NodeKind::Fifo).mode(0o640).owner(0, 0))
+        .unwrap();
+    fs.create(&NewInode::new(b"/sock", NodeKind::Socket).mode(0o755).owner(0, 0))
+        .unwrap();
+    fs.create(
+        &NewInode::new(b"/null", NodeKind::CharDevice(1, 3))
+            .mode(0o666)
+            .owner(0, 0),
+    )
+    .unwrap();
+    fs.create(
+        &NewInode::new(b"/bigdev", NodeKind::BlockDevice(259, 300))
+            .mode(0o660)
+            .owner(0, 6),
+    )
+    .unwrap();
+    fs.create(&NewInode::symlink(b"/link", b"sub/new-file").owner(0, 0))
+        .unwrap();
     for (i, &n) in SIZES.iter().enumerate() {
-        fs.write_file(format!("/data-{i}").as_bytes(), &content(n, i), 0o644, 0, 0)
-            .unwrap();
+        fs.write_file(
+            &NewInode::file(format!("/data-{i}").as_bytes()).mode(0o644).owner(0, 0),
+            &content(n, i),
+        )
+        .unwrap();
     }
     // The leaves e2fsck -D packed are nearly full: inserting splits them
     // (htree) or appends blocks (linear).
     let mut made = Vec::new();
     for i in 0..150 {
         let p = format!("/big/new-{i}-{}", "x".repeat(i % 40));
-        fs.create(p.as_bytes(), 0o644, 0, 0).unwrap();
+        fs.create(&NewInode::file(p.as_bytes()).mode(0o644).owner(0, 0))
+            .unwrap();
         made.push(p);
     }
     // Errors leave nothing behind.
-    assert_eq!(fs.create(b"/hello", 0o644, 0, 0).unwrap_err().errno(), Errno::EEXIST);
-    assert_eq!(fs.create(b"/nodir/x", 0o644, 0, 0).unwrap_err().errno(), Errno::ENOENT);
-    assert_eq!(fs.create(b"/hello/x", 0o644, 0, 0).unwrap_err().errno(), Errno::ENOTDIR);
     assert_eq!(
-        fs.create(&[b'n'; 256], 0o644, 0, 0).unwrap_err().errno(),
+        fs.create(&NewInode::file(b"/hello").mode(0o644).owner(0, 0))
+            .unwrap_err()
+            .errno(),
+        Errno::EEXIST
+    );
+    assert_eq!(
+        fs.create(&NewInode::file(b"/nodir/x").mode(0o644).owner(0, 0))
+            .unwrap_err()
+            .errno(),
+        Errno::ENOENT
+    );
+    assert_eq!(
+        fs.create(&NewInode::file(b"/hello/x").mode(0o644).owner(0, 0))
+            .unwrap_err()
+            .errno(),
+        Errno::ENOTDIR
+    );
+    assert_eq!(
+        fs.create(&NewInode::file(&[b'n'; 256]).mode(0o644).owner(0, 0))
+            .unwrap_err()
+            .errno(),
         Errno::ENAMETOOLONG
     );
     // Visible at once through the same Fs (the dentry cache was updated).
@@ -219,7 +255,8 @@ fn allocation_spills_into_uninitialised_groups() {
     )
     .unwrap();
     let data = content(12 << 20, 3);
-    fs.write_file(b"/twelve-mib", &data, 0o644, 0, 0).unwrap();
+    fs.write_file(&NewInode::file(b"/twelve-mib").mode(0o644).owner(0, 0), &data)
+        .unwrap();
     let runs = fs.data_layout(fs.stat(b"/twelve-mib").unwrap().ino).unwrap().runs;
     assert!(runs.len() >= 2, "expected the file to cross groups: {runs:?}");
     fs.sync().unwrap();
@@ -269,9 +306,17 @@ fn concurrent_creates_stay_consistent() {
             s.spawn(move || {
                 for i in 0..40usize {
                     let own = format!("/d{t}/f{i}");
-                    fs.write_file(own.as_bytes(), &content(3000 + i * 97, t), 0o644, 0, 0)
-                        .unwrap();
-                    fs.create(format!("/shared/t{t}-{i}").as_bytes(), 0o600, 0, 0).unwrap();
+                    fs.write_file(
+                        &NewInode::file(own.as_bytes()).mode(0o644).owner(0, 0),
+                        &content(3000 + i * 97, t),
+                    )
+                    .unwrap();
+                    fs.create(
+                        &NewInode::file(format!("/shared/t{t}-{i}").as_bytes())
+                            .mode(0o600)
+                            .owner(0, 0),
+                    )
+                    .unwrap();
                 }
             });
         }

@@ -49,6 +49,7 @@ pub fn lookup_self(fs: &Fs, ino: u32) -> Result<Stat, Errno> {
 mod tests {
     use super::*;
     use ext4kit::mkfs::{mkfs, MkfsOptions};
+    use ext4kit::NewInode;
 
     #[test]
     fn handles_name_live_inodes_only() {
@@ -63,7 +64,9 @@ mod tests {
             },
         )
         .unwrap();
-        let st = fs.write_file(b"/f", b"x", 0o644, 0, 0).unwrap();
+        let st = fs
+            .write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), b"x")
+            .unwrap();
         assert_eq!(lookup_self(&fs, st.ino).unwrap().ino, st.ino);
         assert_eq!(lookup_self(&fs, EXT4_ROOT).unwrap().ino, EXT4_ROOT);
         // Reserved (the journal, 8), unused and out-of-range numbers.

@@ -50,16 +50,16 @@ pub type IoctlOut = Vec<u8>;
 /// ext4 takes) is the engine's.
 pub fn ioctl(fs: &Fs, ino: u32, cmd: u32, input: &[u8], cred: &Cred) -> Result<IoctlOut, Errno> {
     match cmd {
-        FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(res(fs.get_flags_ino(ino))?.to_le_bytes().to_vec()),
+        FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(res(fs.get_flags(ino))?.to_le_bytes().to_vec()),
         FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
             let flags = input.get(..4).ok_or(Errno::EINVAL)?;
-            res(fs.set_flags_ino(ino, u32::from_le_bytes([flags[0], flags[1], flags[2], flags[3]]), cred))?;
+            res(fs.set_flags(ino, u32::from_le_bytes([flags[0], flags[1], flags[2], flags[3]]), cred))?;
             Ok(Vec::new())
         }
-        FS_IOC_FSGETXATTR => Ok(res(fs.get_xattr_flags_ino(ino))?.to_bytes().to_vec()),
+        FS_IOC_FSGETXATTR => Ok(res(fs.get_fsxattr(ino))?.to_bytes().to_vec()),
         FS_IOC_FSSETXATTR => {
             let fa = FsXattr::parse(input).ok_or(Errno::EINVAL)?;
-            res(fs.set_xflags_ino(ino, &fa, cred))?;
+            res(fs.set_fsxattr(ino, &fa, cred))?;
             Ok(Vec::new())
         }
         FS_IOC_GETFSLABEL => {

@@ -121,6 +121,7 @@ impl Nodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ext4kit::NewInode;
 
     #[test]
     fn root_maps_both_ways_and_nothing_else_moves() {
@@ -146,7 +147,9 @@ mod tests {
             },
         )
         .unwrap();
-        let st = fs.write_file(b"/f", b"x", 0o644, 0, 0).unwrap();
+        let st = fs
+            .write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), b"x")
+            .unwrap();
         let nodes = Nodes::new(&fs);
         let inode = fs.inode(st.ino).unwrap();
         let refs = Arc::strong_count(&inode);

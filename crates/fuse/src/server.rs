@@ -4,6 +4,7 @@
 //! engine; this file only maps numbers, handles, flags, credentials and
 //! errors.
 
+use ext4kit::{NewInode, NodeKind, OpenRequest, PermCheck, Target};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -12,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::busypoll::BusyPoll;
-use ext4kit::vfs::by_ino::PermCheck;
 use ext4kit::vfs::cred::Cred;
 use ext4kit::vfs::CachedInode;
 use ext4kit::{
@@ -241,12 +241,12 @@ impl Ext4Fuse {
             // A name pointing at the bad-blocks inode is corruption.
             return Err(Errno::from_i32(libc::EUCLEAN));
         }
-        let st = res(self.fs.stat_ino(ino))?;
+        let st = res(self.fs.stat(ino))?;
         self.entry_of(&st).map(Some)
     }
 
     fn attr(&self, ino: u32) -> Result<fuser::FileAttr, Errno> {
-        Ok(file_attr(&res(self.fs.stat_ino(ino))?, self.block_size))
+        Ok(file_attr(&res(self.fs.stat(ino))?, self.block_size))
     }
 
     /// Caller credentials: uid and gid from the request; supplementary
@@ -262,7 +262,7 @@ impl Ext4Fuse {
 
     /// The listing of directory `ino` as it is now (see [`OpenDir`]).
     fn listing(&self, ino: u32) -> Result<Vec<DirEntry>, Errno> {
-        let list = res(self.fs.read_dir_ino(ino))?;
+        let list = res(self.fs.read_dir(ino))?;
         let mut entries = Vec::with_capacity(list.len());
         for e in list {
             let t = match e.file_type {
@@ -357,7 +357,7 @@ impl Ext4Fuse {
         };
         if attr != SetAttr::default() || (ctime.is_some() && size.is_none()) {
             let cred = Self::cred(req);
-            let st = res(self.fs.stat_ino(ino))?;
+            let st = res(self.fs.stat(ino))?;
             // With `default_permissions` the kernel has already applied
             // may_setattr/setattr_prepare to every SETATTR a system call
             // makes (chown by non-root, chmod by non-owner, explicit times:
@@ -373,7 +373,7 @@ impl Ext4Fuse {
             } else {
                 Cred::root()
             };
-            res(self.fs.setattr_ino(ino, &attr, &cred))?;
+            res(self.fs.setattr(ino, &attr, &cred))?;
         }
         self.attr(ino)
     }
@@ -751,7 +751,7 @@ impl Filesystem for Ext4Fuse {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         self.busy.touch();
-        match Self::ino(ino).and_then(|i| res(self.fs.read_link_ino(i))) {
+        match Self::ino(ino).and_then(|i| res(self.fs.read_link(i))) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
         }
@@ -763,13 +763,13 @@ impl Filesystem for Ext4Fuse {
         // or the parent's default ACL is the engine's (see `create_mode`).
         let r = Self::ino(parent).and_then(|p| {
             let t = mode_type(mode)?;
-            let st = res(self.fs.mknod_at(
-                p,
-                name.as_bytes(),
-                t,
-                self.create_mode(mode, umask),
-                decode_dev(rdev),
-                &Self::cred(req),
+            let st = res(self.fs.create(
+                &NewInode::new(
+                    Target::at(p, name.as_bytes()),
+                    res(NodeKind::mknod(t, decode_dev(rdev)))?,
+                )
+                .mode(self.create_mode(mode, umask))
+                .cred(&Self::cred(req)),
             ))?;
             self.entry_of(&st)
         });
@@ -782,9 +782,11 @@ impl Filesystem for Ext4Fuse {
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.busy.touch();
         let r = Self::ino(parent).and_then(|p| {
-            let st = res(self
-                .fs
-                .mkdir_at(p, name.as_bytes(), self.create_mode(mode, umask), &Self::cred(req)))?;
+            let st = res(self.fs.create(
+                &NewInode::dir(Target::at(p, name.as_bytes()))
+                    .mode(self.create_mode(mode, umask))
+                    .cred(&Self::cred(req)),
+            ))?;
             self.entry_of(&st)
         });
         match r {
@@ -795,7 +797,7 @@ impl Filesystem for Ext4Fuse {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.busy.touch();
-        let r = Self::ino(parent).and_then(|p| res(self.fs.unlink_at(p, name.as_bytes(), &Self::cred(req))));
+        let r = Self::ino(parent).and_then(|p| res(self.fs.unlink(Target::at(p, name.as_bytes()), &Self::cred(req))));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -804,7 +806,7 @@ impl Filesystem for Ext4Fuse {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.busy.touch();
-        let r = Self::ino(parent).and_then(|p| res(self.fs.rmdir_at(p, name.as_bytes(), &Self::cred(req))));
+        let r = Self::ino(parent).and_then(|p| res(self.fs.rmdir(Target::at(p, name.as_bytes()), &Self::cred(req))));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -814,9 +816,10 @@ impl Filesystem for Ext4Fuse {
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         self.busy.touch();
         let r = Self::ino(parent).and_then(|p| {
-            let st = res(self
-                .fs
-                .symlink_at(p, link_name.as_bytes(), target.as_os_str().as_bytes(), &Self::cred(req)))?;
+            let st = res(self.fs.create(
+                &NewInode::symlink(Target::at(p, link_name.as_bytes()), target.as_os_str().as_bytes())
+                    .cred(&Self::cred(req)),
+            ))?;
             self.entry_of(&st)
         });
         match r {
@@ -842,28 +845,19 @@ impl Filesystem for Ext4Fuse {
             if !known.contains(flags) {
                 return Err(Errno::EINVAL);
             }
-            if flags.contains(RenameFlags::RENAME_WHITEOUT) {
-                // overlayfs' copy-up and delete (vfs/whiteout.rs); the
-                // kernel checked CAP_MKNOD and refused EXCHANGE with it.
-                if flags.contains(RenameFlags::RENAME_EXCHANGE) {
-                    return Err(Errno::EINVAL);
-                }
-                return res(self.fs.rename_whiteout(
-                    from,
-                    name.as_bytes(),
-                    to,
-                    newname.as_bytes(),
-                    flags.contains(RenameFlags::RENAME_NOREPLACE),
-                    &Self::cred(req),
-                ));
-            }
+            // RENAME_WHITEOUT is overlayfs' copy-up and delete
+            // (vfs/whiteout.rs); the kernel checked CAP_MKNOD for it.
             let f = ext4kit::RenameFlags {
                 noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
                 exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+                whiteout: flags.contains(RenameFlags::RENAME_WHITEOUT),
             };
-            res(self
-                .fs
-                .rename_at(from, name.as_bytes(), to, newname.as_bytes(), f, &Self::cred(req)))
+            res(self.fs.rename(
+                Target::at(from, name.as_bytes()),
+                Target::at(to, newname.as_bytes()),
+                f,
+                &Self::cred(req),
+            ))
         })();
         match r {
             Ok(()) => reply.ok(),
@@ -877,7 +871,7 @@ impl Filesystem for Ext4Fuse {
             let to = Self::ino(newparent)?;
             let st = res(self
                 .fs
-                .link_at(Self::ino(ino)?, to, newname.as_bytes(), &Self::cred(req)))?;
+                .link(Self::ino(ino)?, Target::at(to, newname.as_bytes()), &Self::cred(req)))?;
             self.entry_of(&st)
         })();
         match r {
@@ -914,7 +908,9 @@ impl Filesystem for Ext4Fuse {
             // O_TRUNC is the engine's too, with its setuid/setgid kill.
             let mut ef = self.engine_flags(flags.0);
             ef.append = flags.0 & libc::O_APPEND != 0;
-            let f = res(self.fs.open_ino_as(ino, ef, &Self::cred(req), PermCheck::Done))?;
+            let f = res(self
+                .fs
+                .open_as(ino, &OpenRequest::new(ef).cred(&Self::cred(req)).check(PermCheck::Done)))?;
             if f.is_dir() {
                 return Err(Errno::EISDIR);
             }
@@ -946,15 +942,25 @@ impl Filesystem for Ext4Fuse {
             }
             // An existing name is opened, not created (O_CREAT without
             // O_EXCL): it keeps its mode and ACLs.
-            let (st, f) = res(self.fs.create_open_at(
-                p,
-                name.as_bytes(),
-                self.create_mode(mode, umask),
-                self.engine_flags(flags),
-                &Self::cred(req),
-                PermCheck::Done,
-            ))?;
-            let (a, g) = self.entry_of(&st)?;
+            let cred = Self::cred(req);
+            let open = ext4kit::OpenFlags {
+                create: true,
+                ..self.engine_flags(flags)
+            };
+            let how = OpenRequest::new(open)
+                .mode(self.create_mode(mode, umask))
+                .cred(&cred)
+                .check(PermCheck::Done);
+            let f = res(self.fs.open_as(Target::at(p, name.as_bytes()), &how))?;
+            let (a, g) = match res(self.fs.stat(f.inode.ino)).and_then(|st| self.entry_of(&st)) {
+                Ok(x) => x,
+                Err(e) => {
+                    if let Err(c) = self.fs.close_file(f) {
+                        eprintln!("ext4kit: closing a file whose creation could not be answered: {c}");
+                    }
+                    return Err(e);
+                }
+            };
             // Without a handle under no-open the engine's file closes here
             // (the new inode is linked).
             Ok((a, g, self.created_handle(req, f, drop)))
@@ -987,19 +993,17 @@ impl Filesystem for Ext4Fuse {
             // ACL is inherited as for a create (the engine's).
             let open = flags & !(libc::O_TMPFILE | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
             let linkable = flags & libc::O_EXCL == 0;
-            let (st, f) = res(self.fs.tmpfile_open_at(
-                p,
-                self.create_mode(mode, umask),
-                self.engine_flags(open),
-                linkable,
-                &Self::cred(req),
-            ))?;
+            let cred = Self::cred(req);
+            let how = OpenRequest::new(self.engine_flags(open))
+                .mode(self.create_mode(mode, umask))
+                .cred(&cred);
+            let f = res(self.fs.tmpfile_open(p, &how, linkable))?;
             let close = |f| {
                 if let Err(e) = self.fs.close_file(f) {
                     eprintln!("ext4kit: closing a tmpfile: {e}");
                 }
             };
-            let (a, g) = match self.entry_of(&st) {
+            let (a, g) = match res(self.fs.stat(f.inode.ino)).and_then(|st| self.entry_of(&st)) {
                 Ok(x) => x,
                 Err(e) => {
                     close(f);
@@ -1022,7 +1026,7 @@ impl Filesystem for Ext4Fuse {
     /// `STATX_ATTR_*` bits ext4_getattr derives from the inode flags.
     fn statx(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, _flags: u32, _mask: u32, reply: ReplyStatx) {
         self.busy.touch();
-        match Self::ino(ino).and_then(|i| res(self.fs.stat_ino(i))) {
+        match Self::ino(ino).and_then(|i| res(self.fs.stat(i))) {
             Ok(st) => {
                 let (attributes, mask) = st.statx_attributes();
                 reply.statx(&TTL, &file_attr(&st, self.block_size), st.has_crtime, attributes, mask)
@@ -1255,7 +1259,7 @@ impl Filesystem for Ext4Fuse {
                         return Err(Errno::from_i32(libc::EUCLEAN));
                     }
                     let inode = res(self.fs.inode(ino))?;
-                    let st = res(self.fs.stat_ino(ino))?;
+                    let st = res(self.fs.stat(ino))?;
                     // Every entry sent but "." and ".." takes a lookup
                     // count (the kernel's fuse_direntplus_link), taken
                     // before the entry goes in; it fails for an inode
@@ -1376,7 +1380,7 @@ impl Filesystem for Ext4Fuse {
         let r = Self::ino(ino).and_then(|i| {
             res(self
                 .fs
-                .setxattr_ino(i, name.as_bytes(), value, flags as u32, &Self::cred(req)))
+                .setxattr(i, name.as_bytes(), value, flags as u32, &Self::cred(req)))
         });
         match r {
             Ok(()) => reply.ok(),
@@ -1386,7 +1390,7 @@ impl Filesystem for Ext4Fuse {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         self.busy.touch();
-        let r = Self::ino(ino).and_then(|i| res(self.fs.getxattr_ino(i, name.as_bytes(), &Self::cred(req))));
+        let r = Self::ino(ino).and_then(|i| res(self.fs.getxattr(i, name.as_bytes(), &Self::cred(req))));
         match r {
             Ok(v) => xattr_reply(reply, size, &v),
             Err(e) => reply.error(e),
@@ -1395,7 +1399,7 @@ impl Filesystem for Ext4Fuse {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         self.busy.touch();
-        match Self::ino(ino).and_then(|i| res(self.fs.listxattr_ino(i, &Self::cred(req)))) {
+        match Self::ino(ino).and_then(|i| res(self.fs.listxattr(i, &Self::cred(req)))) {
             Ok(all) => {
                 let mut list = Vec::new();
                 for n in all {
@@ -1417,7 +1421,7 @@ impl Filesystem for Ext4Fuse {
         } else {
             Self::cred(req)
         };
-        let r = Self::ino(ino).and_then(|i| res(self.fs.removexattr_ino(i, name.as_bytes(), &cred)));
+        let r = Self::ino(ino).and_then(|i| res(self.fs.removexattr(i, name.as_bytes(), &cred)));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -1428,7 +1432,7 @@ impl Filesystem for Ext4Fuse {
         self.busy.touch();
         // The engine's check: mode bits, ACLs, EROFS for writes to a
         // read-only filesystem, immutable inodes.
-        let r = Self::ino(ino).and_then(|i| res(self.fs.access_ino(i, (mask.bits() & 7) as u8, &Self::cred(req))));
+        let r = Self::ino(ino).and_then(|i| res(self.fs.access(i, (mask.bits() & 7) as u8, &Self::cred(req))));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -1510,7 +1514,7 @@ impl Filesystem for Ext4Fuse {
             }
             let i = to_ext4(ino)?;
             Some(
-                res(self.fs.open_ino(i, EngineOpen::default()))
+                res(self.fs.open(i, EngineOpen::default()))
                     .and_then(|f| self.fs.lseek(&f, offset, whence).map_err(|e| errno(&e))),
             )
         });

@@ -186,7 +186,7 @@ pub fn walk_with(fs: &Fs, lim: &WalkLimits, digest: Option<&mut TreeDigest>) -> 
     let mut dirs_seen: HashSet<u32> = HashSet::from([ROOT_INO]);
     let mut queue: VecDeque<(u32, Vec<u8>)> = VecDeque::from([(ROOT_INO, b"/".to_vec())]);
     while let Some((dino, dpath)) = queue.pop_front() {
-        let mut entries = match fs.read_dir_ino(dino) {
+        let mut entries = match fs.read_dir(dino) {
             Ok(v) => v,
             Err(e) => {
                 w.rep.error("read_dir", &dpath, &e);
@@ -254,7 +254,7 @@ impl Walker<'_> {
     /// Everything about one inode; returns its description for the digest.
     fn visit_inode(&mut self, ino: u32, path: &[u8]) -> Option<String> {
         let fs = self.fs;
-        let st = match fs.stat_ino(ino) {
+        let st = match fs.stat(ino) {
             Ok(s) => s,
             Err(e) => {
                 self.rep.error("stat", path, &e);
@@ -266,7 +266,7 @@ impl Walker<'_> {
         if self.want_digest {
             let _ = write!(desc, "{st:?}");
         }
-        match fs.xattrs_ino(ino) {
+        match fs.xattrs(ino) {
             Ok(mut x) => {
                 self.rep.xattrs += x.len() as u64;
                 if self.want_digest {
@@ -292,7 +292,7 @@ impl Walker<'_> {
                 let _ = write!(desc, " data {h:016x}");
             }
             FileType::Symlink => {
-                match fs.read_link_ino(ino) {
+                match fs.read_link(ino) {
                     Ok(t) => {
                         self.rep.symlinks += 1;
                         let _ = write!(desc, " -> {}", String::from_utf8_lossy(&t));
@@ -306,7 +306,7 @@ impl Walker<'_> {
                 }
             }
             FileType::Directory => {
-                if let Err(e) = fs.open_ino(ino, OpenFlags { directory: true, ..Default::default() }) {
+                if let Err(e) = fs.open(ino, OpenFlags { directory: true, ..Default::default() }) {
                     self.rep.error("open_dir", path, &e);
                 }
             }
@@ -319,7 +319,7 @@ impl Walker<'_> {
     fn read_file(&mut self, ino: u32, size: u64, path: &[u8]) -> u64 {
         let fs = self.fs;
         let mut h = DefaultHasher::new();
-        let f = match fs.open_ino(ino, OpenFlags::default()) {
+        let f = match fs.open(ino, OpenFlags::default()) {
             Ok(f) => f,
             Err(e) => {
                 self.rep.error("open", path, &e);

@@ -17,6 +17,7 @@
 #[global_allocator]
 static ALLOC: ext4kit_alloc::Allocator = ext4kit_alloc::Allocator;
 
+use ext4kit::{NewInode, OpenRequest};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -95,7 +96,7 @@ fn run_lib(img: &Path, threads: usize, files: usize, size: usize) -> Result<Samp
     .map_err(|e| e.to_string())?;
     let root = Cred::root();
     for t in 0..threads {
-        fs.mkdir(format!("/t{t}").as_bytes(), 0o755, &root)
+        fs.create(&NewInode::dir(format!("/t{t}").as_bytes()).mode(0o755).cred(&root))
             .map_err(|e| e.to_string())?;
     }
     let jbd = fs.volume().jbd().stats().ok_or("the library volume has no journal")?;
@@ -119,7 +120,9 @@ fn run_lib(img: &Path, threads: usize, files: usize, size: usize) -> Result<Samp
                             ..Default::default()
                         };
                         let path = format!("/t{t}/f{i}");
-                        let fd = p.open_as(&path, flags, 0o644, root).map_err(|e| e.to_string())?;
+                        let fd = p
+                            .open_as(&path, &OpenRequest::new(flags).mode(0o644).cred(root))
+                            .map_err(|e| e.to_string())?;
                         p.write(fd, data).map_err(|e| e.to_string())?;
                         let t0 = Instant::now();
                         p.fsync(fd).map_err(|e| e.to_string())?;

@@ -22,6 +22,7 @@
 #[global_allocator]
 static ALLOC: ext4kit_alloc::Allocator = ext4kit_alloc::Allocator;
 
+use ext4kit::NewInode;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
@@ -73,15 +74,17 @@ fn populate(img: &Path, a: &Args) -> Result<(), String> {
     let data = vec![b'x'; a.bytes];
     let e = |what: String, x: ext4kit::Error| format!("{what}: {x}");
     let spread = |top: &str, n: usize, dirs: usize| -> Result<(), String> {
-        fs.mkdir(top.as_bytes(), 0o755, &root).map_err(|x| e(top.into(), x))?;
+        fs.create(&NewInode::dir(top.as_bytes()).mode(0o755).cred(&root))
+            .map_err(|x| e(top.into(), x))?;
         let dirs = dirs.max(1);
         for d in 0..dirs {
             let p = format!("{top}/d{d:04}");
-            fs.mkdir(p.as_bytes(), 0o755, &root).map_err(|x| e(p.clone(), x))?;
+            fs.create(&NewInode::dir(p.as_bytes()).mode(0o755).cred(&root))
+                .map_err(|x| e(p.clone(), x))?;
         }
         for i in 0..n {
             let p = format!("{top}/d{:04}/f{i:07}", i % dirs);
-            fs.write_file(p.as_bytes(), &data, 0o644, 0, 0)
+            fs.write_file(&NewInode::file(p.as_bytes()).mode(0o644).owner(0, 0), &data)
                 .map_err(|x| e(p.clone(), x))?;
         }
         Ok(())

@@ -34,6 +34,7 @@
 #[global_allocator]
 static ALLOC: ext4kit_alloc::Allocator = ext4kit_alloc::Allocator;
 
+use ext4kit::NewInode;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -160,7 +161,7 @@ fn ours(img: &Path, pts: &[u64], cache_mib: usize, pause_ms: u64) -> Result<Vec<
         },
     )
     .map_err(|e| e.to_string())?;
-    fs.mkdir(b"/d", 0o755, &ext4kit::Cred::root())
+    fs.create(&NewInode::dir(b"/d").mode(0o755).cred(&ext4kit::Cred::root()))
         .map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     // A gap before the first interval too, so that under `perf record` the
@@ -174,8 +175,12 @@ fn ours(img: &Path, pts: &[u64], cache_mib: usize, pause_ms: u64) -> Result<Vec<
         let (c0, p0) = (thread_cpu_ns(), process_cpu_ns());
         let n = p - i;
         while i < p {
-            fs.create(format!("/d/{}", name(i)).as_bytes(), 0o644, 0, 0)
-                .map_err(|e| format!("ext4kit create #{i}: {e}"))?;
+            fs.create(
+                &NewInode::file(format!("/d/{}", name(i)).as_bytes())
+                    .mode(0o644)
+                    .owner(0, 0),
+            )
+            .map_err(|e| format!("ext4kit create #{i}: {e}"))?;
             i += 1;
         }
         let files_per_s = n as f64 / t.elapsed().as_secs_f64();

@@ -173,7 +173,7 @@ fn shared_writes_per_open(fs: &Arc<Fs>) -> Option<f64> {
     let mut p = Process::new(fs.clone());
     let mut buf = [0u8; 1024];
     let mut once = |k: usize| {
-        let fd = p.open(format!("/etc/small{}", k % 4), OpenFlags::default()).unwrap();
+        let fd = p.open(&format!("/etc/small{}", k % 4), OpenFlags::default()).unwrap();
         p.read(fd, &mut buf).unwrap();
         p.close(fd).unwrap();
     };

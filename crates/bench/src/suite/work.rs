@@ -8,6 +8,7 @@
 //! the runner (`suite::run`) makes a fresh copy of that image for every
 //! (round, peer).
 
+use ext4kit::{NewInode, OpenRequest};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -372,14 +373,19 @@ fn lookup_image(s: &Sizes, _: PeerId) -> ImageSpec {
         )
         .map_err(io("open the lookup image"))?;
         let cred = root();
-        fs.mkdir(format!("/{kind}").as_bytes(), 0o755, &cred)
+        fs.create(&NewInode::dir(format!("/{kind}").as_bytes()).mode(0o755).cred(&cred))
             .map_err(io("mkdir"))?;
         for &n in &s.lookup_sizes {
             let d = format!("/{kind}/d{n}");
-            fs.mkdir(d.as_bytes(), 0o755, &cred).map_err(io("mkdir"))?;
+            fs.create(&NewInode::dir(d.as_bytes()).mode(0o755).cred(&cred))
+                .map_err(io("mkdir"))?;
             for i in 0..n {
-                fs.create(format!("{d}/{}", lookup_name(i)).as_bytes(), 0o644, 0, 0)
-                    .map_err(io("create"))?;
+                fs.create(
+                    &NewInode::file(format!("{d}/{}", lookup_name(i)).as_bytes())
+                        .mode(0o644)
+                        .owner(0, 0),
+                )
+                .map_err(io("create"))?;
             }
         }
         fs.sync().map_err(io("sync"))
@@ -633,7 +639,7 @@ fn shared_writes_per_open(fs: &Arc<Fs>) -> Result<Option<f64>, String> {
     let mut buf = [0u8; 1024];
     let mut once = |k: usize| -> Result<(), String> {
         let fd = p
-            .open(format!("/etc/small{}", k % 4), OpenFlags::default())
+            .open(&format!("/etc/small{}", k % 4), OpenFlags::default())
             .map_err(io("open"))?;
         p.read(fd, &mut buf).map_err(io("read"))?;
         p.close(fd).map_err(io("close"))
@@ -856,7 +862,9 @@ fn w_dd(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                 let mut p = Process::new(fs.clone());
                 let _other = shared.then(|| p.share());
                 let t = Instant::now();
-                let fd = p.open_as(name, wflags(true), 0o644, &root()).map_err(io("open"))?;
+                let fd = p
+                    .open_as(name, &OpenRequest::new(wflags(true)).mode(0o644).cred(&root()))
+                    .map_err(io("open"))?;
                 for _ in 0..count {
                     if p.write(fd, &[0]).map_err(io("write"))? != 1 {
                         return Err("dd: a one-byte write wrote nothing".into());
@@ -922,7 +930,12 @@ fn w_fsync(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
             for &n in &s.fsync_blocks {
                 let path = format!("/f{n}");
                 let f = fs
-                    .open_as(path.as_bytes(), OpenFlags::from_bits(0o100 | 2), 0o644, &root())
+                    .open_as(
+                        path.as_bytes(),
+                        &OpenRequest::new(OpenFlags::from_bits(0o100 | 2))
+                            .mode(0o644)
+                            .cred(&root()),
+                    )
                     .map_err(io("create"))?;
                 let data = fill(n);
                 for c in data.chunks(1 << 20) {
@@ -1079,13 +1092,18 @@ fn w_create(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     let (stat_secs, unlink_secs);
     match l.target()? {
         Target::Lib(fs) => {
-            fs.mkdir(b"/d", 0o755, &root()).map_err(io("mkdir"))?;
+            fs.create(&NewInode::dir(b"/d").mode(0o755).cred(&root()))
+                .map_err(io("mkdir"))?;
             for &p in &pts {
                 let t = Instant::now();
                 let n = p - i;
                 while i < p {
-                    fs.create(format!("/d/{}", cname(i)).as_bytes(), 0o644, 0, 0)
-                        .map_err(|e| format!("create #{i}: {e}"))?;
+                    fs.create(
+                        &NewInode::file(format!("/d/{}", cname(i)).as_bytes())
+                            .mode(0o644)
+                            .owner(0, 0),
+                    )
+                    .map_err(|e| format!("create #{i}: {e}"))?;
                     i += 1;
                 }
                 out.push(fig(
@@ -1228,7 +1246,7 @@ fn w_seq(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
         Target::Lib(fs) => {
             let t = Instant::now();
             let f = fs
-                .open_as(b"/seq", wflags(true), 0o644, &root())
+                .open_as(b"/seq", &OpenRequest::new(wflags(true)).mode(0o644).cred(&root()))
                 .map_err(io("create"))?;
             for i in 0..mib {
                 chunk[..8].copy_from_slice(&i.to_le_bytes());
@@ -1310,7 +1328,7 @@ fn w_fio(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     let (r, w) = match l.target()? {
         Target::Lib(fs) => {
             let f = fs
-                .open_as(b"/fio.dat", wflags(true), 0o644, &root())
+                .open_as(b"/fio.dat", &OpenRequest::new(wflags(true)).mode(0o644).cred(&root()))
                 .map_err(io("create"))?;
             for _ in 0..s.fio_mib {
                 let mut off = 0;
@@ -1426,12 +1444,15 @@ fn eio(e: ext4kit::Error) -> std::io::Error {
 
 impl crate::srctree::TreeSink for LibSink<'_> {
     fn mkdir(&mut self, p: &Path) -> std::io::Result<()> {
-        self.fs.mkdir(bytes(p), 0o755, &self.cred).map(|_| ()).map_err(eio)
+        self.fs
+            .create(&NewInode::dir(bytes(p)).mode(0o755).cred(&self.cred))
+            .map(|_| ())
+            .map_err(eio)
     }
     fn write(&mut self, p: &Path, data: &[u8]) -> std::io::Result<()> {
         let f = self
             .fs
-            .open_as(bytes(p), wflags(true), 0o644, &self.cred)
+            .open_as(bytes(p), &OpenRequest::new(wflags(true)).mode(0o644).cred(&self.cred))
             .map_err(eio)?;
         let mut off = 0;
         while off < data.len() {
@@ -1441,7 +1462,7 @@ impl crate::srctree::TreeSink for LibSink<'_> {
     }
     fn symlink(&mut self, target: &str, p: &Path) -> std::io::Result<()> {
         self.fs
-            .symlink(target.as_bytes(), bytes(p), 0, 0)
+            .create(&NewInode::symlink(bytes(p), target.as_bytes()).owner(0, 0))
             .map(|_| ())
             .map_err(eio)
     }
@@ -1668,13 +1689,17 @@ fn w_pcreate(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
         let d = match l.target()? {
             Target::Lib(fs) => {
                 for t in 0..n {
-                    fs.mkdir(format!("/p{n}-{t}").as_bytes(), 0o755, &root())
+                    fs.create(&NewInode::dir(format!("/p{n}-{t}").as_bytes()).mode(0o755).cred(&root()))
                         .map_err(io("mkdir"))?;
                 }
                 par(n, |t| {
                     for i in 0..files {
-                        fs.create(format!("/p{n}-{t}/f{i:07}").as_bytes(), 0o644, 0, 0)
-                            .map_err(|e| format!("create #{i}: {e}"))?;
+                        fs.create(
+                            &NewInode::file(format!("/p{n}-{t}/f{i:07}").as_bytes())
+                                .mode(0o644)
+                                .owner(0, 0),
+                        )
+                        .map_err(|e| format!("create #{i}: {e}"))?;
                     }
                     Ok(())
                 })?
@@ -1714,7 +1739,7 @@ fn w_fsmall(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
         let (lat, d, commits) = match l.target()? {
             Target::Lib(fs) => {
                 for t in 0..n {
-                    fs.mkdir(format!("/s{n}-{t}").as_bytes(), 0o755, &root())
+                    fs.create(&NewInode::dir(format!("/s{n}-{t}").as_bytes()).mode(0o755).cred(&root()))
                         .map_err(io("mkdir"))?;
                 }
                 let commits = || fs.volume().jbd().stats().map(|s| s.commits());
@@ -1725,7 +1750,9 @@ fn w_fsmall(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                     let mut lat = Vec::with_capacity(files);
                     for i in 0..files {
                         let path = format!("/s{n}-{t}/f{i}");
-                        let fd = p.open_as(&path, wflags(true), 0o644, &cred).map_err(io("create"))?;
+                        let fd = p
+                            .open_as(&path, &OpenRequest::new(wflags(true)).mode(0o644).cred(&cred))
+                            .map_err(io("create"))?;
                         p.write(fd, &data).map_err(io("write"))?;
                         let t0 = Instant::now();
                         p.fsync(fd).map_err(io("fsync"))?;

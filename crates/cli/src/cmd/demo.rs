@@ -61,7 +61,7 @@ fn tree(fs: &Fs, dir: &[u8], depth: usize) -> ext4kit::Result<()> {
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     let total = entries.len();
     for (k, e) in entries.into_iter().enumerate() {
-        let st = fs.stat_ino(e.ino)?;
+        let st = fs.stat(e.ino)?;
         let name = String::from_utf8_lossy(&e.name).into_owned();
         let mut path = dir.to_vec();
         if !path.ends_with(b"/") {
@@ -75,7 +75,7 @@ fn tree(fs: &Fs, dir: &[u8], depth: usize) -> ext4kit::Result<()> {
             continue;
         }
         let extra = match st.ftype {
-            FileType::Symlink => format!(" -> {}", String::from_utf8_lossy(&fs.read_link_ino(e.ino)?)),
+            FileType::Symlink => format!(" -> {}", String::from_utf8_lossy(&fs.read_link(e.ino)?)),
             FileType::Regular => format!("  ({})", human(st.size)),
             _ => String::new(),
         };

@@ -5,6 +5,7 @@
 //! with the image, the path and the cause. Operations run in the order
 //! given; one that fails does not stop the rest, but the exit status is 1.
 
+use ext4kit::{NewInode, Target};
 use std::sync::Arc;
 
 use ext4kit::RenameFlags;
@@ -82,7 +83,7 @@ pub fn mkdir(image: &Image, paths: &[String], parents: bool, mode: u16, budget: 
             Box::new(move |fs: &Fs| -> Result<(), String> {
                 if !parents {
                     return fs
-                        .mkdir(p.as_bytes(), mode, root)
+                        .create(&NewInode::dir(p.as_bytes()).mode(mode).cred(root))
                         .map(|_| ())
                         .map_err(|e| super::err(image, &p, e));
                 }
@@ -90,7 +91,7 @@ pub fn mkdir(image: &Image, paths: &[String], parents: bool, mode: u16, budget: 
                 for comp in p.split('/').filter(|c| !c.is_empty()) {
                     cur.push('/');
                     cur.push_str(comp);
-                    match fs.mkdir(cur.as_bytes(), mode, root) {
+                    match fs.create(&NewInode::dir(cur.as_bytes()).mode(mode).cred(root)) {
                         Ok(_) => {}
                         Err(e) if e.errno() == Errno::EEXIST => {
                             let st = fs.stat(cur.as_bytes()).map_err(|e| super::err(image, &cur, e))?;
@@ -189,6 +190,7 @@ pub fn mv(image: &Image, src: &str, dest: &str, no_clobber: bool, budget: usize)
     let flags = RenameFlags {
         noreplace: no_clobber,
         exchange: false,
+        whiteout: false,
     };
     let op = Box::new(move |fs: &Fs| {
         fs.rename(src.as_bytes(), dest.as_bytes(), flags, &Cred::root())
@@ -204,7 +206,7 @@ pub fn ln(image: &Image, target: &str, link: &str, symbolic: bool, budget: usize
     let target = target.to_string();
     let op = Box::new(move |fs: &Fs| {
         if symbolic {
-            fs.symlink(target.as_bytes(), link.as_bytes(), 0, 0)
+            fs.create(&NewInode::symlink(link.as_bytes(), target.as_bytes()).owner(0, 0))
                 .map(|_| ())
                 .map_err(|e| super::err(image, &link, e))
         } else {
@@ -265,9 +267,21 @@ pub fn chown(
         .map(|p| {
             let p = abs(p);
             Box::new(move |fs: &Fs| {
-                fs.chown(p.as_bytes(), owner.0, owner.1, !no_deref, &Cred::root())
-                    .map(|_| ())
-                    .map_err(|e| super::err(image, &p, e))
+                fs.chown(
+                    {
+                        let t = Target::from(p.as_bytes());
+                        if !no_deref {
+                            t
+                        } else {
+                            t.nofollow()
+                        }
+                    },
+                    owner.0,
+                    owner.1,
+                    &Cred::root(),
+                )
+                .map(|_| ())
+                .map_err(|e| super::err(image, &p, e))
             }) as Op<'_>
         })
         .collect();
@@ -291,13 +305,13 @@ pub fn touch(
         .map(|p| {
             let p = abs(p);
             Box::new(
-                move |fs: &Fs| match fs.utimens(p.as_bytes(), Some(t), Some(t), true, &Cred::root()) {
+                move |fs: &Fs| match fs.utimens(p.as_bytes(), Some(t), Some(t), &Cred::root()) {
                     Ok(_) => Ok(()),
                     Err(e) if e.errno() == Errno::ENOENT && !no_create => {
-                        fs.create(p.as_bytes(), 0o644, 0, 0)
+                        fs.create(&NewInode::file(p.as_bytes()).mode(0o644).owner(0, 0))
                             .map_err(|e| super::err(image, &p, e))?;
                         if at.is_some() {
-                            fs.utimens(p.as_bytes(), Some(t), Some(t), true, &Cred::root())
+                            fs.utimens(p.as_bytes(), Some(t), Some(t), &Cred::root())
                                 .map_err(|e| super::err(image, &p, e))?;
                         }
                         Ok(())
@@ -350,8 +364,14 @@ pub fn setfattr(
             let value = value.clone();
             Box::new(move |fs: &Fs| {
                 let r = match &value {
-                    Some(v) => fs.setxattr(p.as_bytes(), name.as_bytes(), v, 0, false, &Cred::root()),
-                    None => fs.removexattr(p.as_bytes(), name.as_bytes(), false, &Cred::root()),
+                    Some(v) => fs.setxattr(
+                        Target::path(p.as_bytes()).nofollow(),
+                        name.as_bytes(),
+                        v,
+                        0,
+                        &Cred::root(),
+                    ),
+                    None => fs.removexattr(Target::path(p.as_bytes()).nofollow(), name.as_bytes(), &Cred::root()),
                 };
                 r.map_err(|e| super::err(image, &p, e))
             }) as Op<'_>
@@ -396,7 +416,7 @@ pub fn getfattr(image: &Image, name: Option<&str>, paths: &[String], budget: usi
         let p = abs(p);
         let names = match name {
             Some(n) => vec![n.as_bytes().to_vec()],
-            None => match fs.listxattr(p.as_bytes(), false, &root) {
+            None => match fs.listxattr(Target::path(p.as_bytes()).nofollow(), &root) {
                 Ok(v) => v,
                 Err(e) => {
                     let m = super::err(image, &p, e);
@@ -408,7 +428,7 @@ pub fn getfattr(image: &Image, name: Option<&str>, paths: &[String], budget: usi
         };
         println!("# file: {}", p.trim_start_matches('/'));
         for n in names {
-            match fs.getxattr_as(p.as_bytes(), &n, false, &root) {
+            match fs.getxattr(Target::path(p.as_bytes()).nofollow(), &n, &root) {
                 Ok(v) => println!("{}={}", String::from_utf8_lossy(&n), encode_value(&v)),
                 Err(e) => {
                     let m = super::err(image, &p, e);
@@ -467,7 +487,7 @@ pub fn truncate(image: &Image, size: u64, no_create: bool, paths: &[String], bud
                 let st = match fs.stat(p.as_bytes()) {
                     Ok(st) => st,
                     Err(e) if e.errno() == Errno::ENOENT && !no_create => fs
-                        .create(p.as_bytes(), 0o644, 0, 0)
+                        .create(&NewInode::file(p.as_bytes()).mode(0o644).owner(0, 0))
                         .map_err(|e| super::err(image, &p, e))?,
                     Err(e) => return Err(super::err(image, &p, e)),
                 };

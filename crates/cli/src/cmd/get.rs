@@ -153,11 +153,11 @@ fn survey(fs: &Fs, ino: u32) -> (u64, u64) {
             continue;
         }
         n += 1;
-        let Ok(s) = fs.stat_ino(i) else { continue };
+        let Ok(s) = fs.stat(i) else { continue };
         match s.ftype {
             FileType::Regular => bytes += s.size.min(s.blocks * 512 + 4096),
             FileType::Directory => {
-                if let Ok(es) = fs.read_dir_ino(i) {
+                if let Ok(es) = fs.read_dir(i) {
                     stack.extend(
                         es.into_iter()
                             .filter(|e| e.name != b"." && e.name != b"..")
@@ -238,7 +238,7 @@ impl Ctx<'_> {
             FileType::Directory => self.copy_dir(dir, &my_rel, name, src, st, depth, fill_existing),
             FileType::Regular => self.copy_file(dir, name, src, st),
             FileType::Symlink => {
-                let target = match self.fs.read_link_ino(st.ino) {
+                let target = match self.fs.read_link(st.ino) {
                     Ok(t) => t,
                     Err(e) => {
                         self.warn(src, e);
@@ -306,7 +306,7 @@ impl Ctx<'_> {
             OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        match self.fs.read_dir_ino(st.ino) {
+        match self.fs.read_dir(st.ino) {
             Ok(mut entries) => {
                 entries.sort_by(|a, b| a.name.cmp(&b.name));
                 let mut prev: Option<Vec<u8>> = None;
@@ -341,7 +341,7 @@ impl Ctx<'_> {
                         );
                         continue;
                     }
-                    match self.fs.stat_ino(e.ino) {
+                    match self.fs.stat(e.ino) {
                         Ok(cst) => self.copy(&sub, my_rel, &e.name, &child_src, &cst, depth + 1, false)?,
                         Err(err) => self.warn(&child_src, err),
                     }
@@ -372,7 +372,7 @@ impl Ctx<'_> {
     /// Copy data segments only (SEEK_DATA/SEEK_HOLE), so holes stay holes.
     fn copy_data(&mut self, out: &std::fs::File, st: &Stat) -> Result<(), CopyError> {
         let fs = self.fs.clone();
-        let f = fs.open_ino(st.ino, OpenFlags::default()).map_err(CopyError::Read)?;
+        let f = fs.open(st.ino, OpenFlags::default()).map_err(CopyError::Read)?;
         let mut buf = vec![0u8; 1 << 20];
         let mut off = 0u64;
         while off < st.size {
@@ -412,7 +412,7 @@ impl Ctx<'_> {
         st: &Stat,
         fd: Option<BorrowedFd<'_>>,
     ) -> io::Result<()> {
-        match self.fs.xattrs_ino(st.ino) {
+        match self.fs.xattrs(st.ino) {
             Ok(xs) => {
                 for (n, v) in xs {
                     if n.contains(&0) {

@@ -28,7 +28,7 @@ pub fn run(image: &Image, path: &str, long: bool, all: bool, budget: usize) -> R
     for (name, ino) in rows {
         let shown = String::from_utf8_lossy(&name);
         let res = if long {
-            match fs.stat_ino(ino) {
+            match fs.stat(ino) {
                 Ok(s) => {
                     let mut line = format!(
                         "{} {:>3} {:>5} {:>5} {:>10} {} {}",
@@ -45,7 +45,7 @@ pub fn run(image: &Image, path: &str, long: bool, all: bool, budget: usize) -> R
                         shown
                     );
                     if s.ftype == FileType::Symlink {
-                        if let Ok(t) = fs.read_link_ino(ino) {
+                        if let Ok(t) = fs.read_link(ino) {
                             line.push_str(" -> ");
                             line.push_str(&String::from_utf8_lossy(&t));
                         }

@@ -17,6 +17,7 @@
 //! A problem with one source entry is reported and counted, and the copy
 //! goes on; the command fails at the end if anything was skipped.
 
+use ext4kit::{NewInode, NodeKind, Target};
 use std::collections::HashMap;
 use std::fs::Metadata;
 use std::os::unix::ffi::OsStrExt;
@@ -365,7 +366,7 @@ impl Copier<'_> {
                                 // given twice): nothing to do.
                                 return Some(existing.0);
                             }
-                            if let Err(e) = self.fs.unlink_at(parent, name, &self.cred) {
+                            if let Err(e) = self.fs.unlink(Target::at(parent, name), &self.cred) {
                                 self.problem(src, e);
                                 return None;
                             }
@@ -402,37 +403,41 @@ impl Copier<'_> {
     /// The creating step of [`Copier::create`]: a new inode, or a hard link
     /// to the copy of a file seen before (by source device and inode).
     fn make(&self, md: &Metadata, parent: u32, name: &[u8], target: Option<&Path>) -> ext4kit::Result<Made> {
-        let owner = Some((md.uid(), md.gid()));
         let perm = (md.mode() & 0o7777) as u16;
         let ft = md.file_type();
         let fs = self.fs;
         if !ft.is_dir() && md.nlink() > 1 {
             if let Some(&ino) = self.links.get(&(md.dev(), md.ino())) {
-                return fs.link_at(ino, parent, name, &self.cred).map(|_| Made::Linked(ino));
+                return fs
+                    .link(ino, Target::at(parent, name), &self.cred)
+                    .map(|_| Made::Linked(ino));
             }
         }
-        let st = if ft.is_dir() {
-            fs.mkdir_owned(parent, name, perm, &self.cred, owner)?
+        let dev = md.rdev();
+        let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+        let symlink_target;
+        let kind = if ft.is_dir() {
+            NodeKind::Dir
         } else if let Some(t) = target {
-            fs.symlink_owned(parent, name, t.as_os_str().as_bytes(), &self.cred, owner)?
+            symlink_target = t.as_os_str().as_bytes();
+            NodeKind::Symlink(symlink_target)
+        } else if ft.is_file() {
+            NodeKind::File
+        } else if ft.is_fifo() {
+            NodeKind::Fifo
+        } else if ft.is_socket() {
+            NodeKind::Socket
+        } else if ft.is_char_device() {
+            NodeKind::CharDevice(major, minor)
         } else {
-            let (ftype, rdev) = if ft.is_file() {
-                (FileType::Regular, (0, 0))
-            } else if ft.is_fifo() {
-                (FileType::Fifo, (0, 0))
-            } else if ft.is_socket() {
-                (FileType::Socket, (0, 0))
-            } else {
-                let dev = md.rdev();
-                let mm = (rustix::fs::major(dev), rustix::fs::minor(dev));
-                if ft.is_char_device() {
-                    (FileType::CharDevice, mm)
-                } else {
-                    (FileType::BlockDevice, mm)
-                }
-            };
-            fs.mknod_owned(parent, name, ftype, perm, rdev, &self.cred, owner)?
+            NodeKind::BlockDevice(major, minor)
         };
+        // Owners copied from the source tree, made with `cred`'s rights.
+        let new = NewInode::new(Target::at(parent, name), kind)
+            .mode(perm)
+            .cred(&self.cred)
+            .owner(md.uid(), md.gid());
+        let st = fs.create(&new)?;
         Ok(Made::New(st.ino))
     }
 
@@ -499,7 +504,7 @@ impl Copier<'_> {
                     continue;
                 }
             };
-            if let Err(e) = self.fs.setxattr_ino(ino, name, &val[..len], 0, &self.cred) {
+            if let Err(e) = self.fs.setxattr(ino, name, &val[..len], 0, &self.cred) {
                 self.problem(src, format!("xattr {}: {e}", String::from_utf8_lossy(name)));
             }
         }
@@ -516,7 +521,7 @@ impl Copier<'_> {
             ..Default::default()
         };
         for attr in [a, b] {
-            if let Err(e) = self.fs.setattr_ino(ino, &attr, &self.cred) {
+            if let Err(e) = self.fs.setattr(ino, &attr, &self.cred) {
                 self.problem(src, e);
             }
         }
@@ -528,7 +533,7 @@ impl Copier<'_> {
             mtime: Some(TimeSet::Set(ts(md.mtime(), md.mtime_nsec()))),
             ..Default::default()
         };
-        if let Err(e) = self.fs.setattr_ino(ino, &attr, &self.cred) {
+        if let Err(e) = self.fs.setattr(ino, &attr, &self.cred) {
             self.problem(src, e);
         }
     }

@@ -21,7 +21,7 @@ pub fn run(image: &Image, path: &str, budget: usize) -> Result<(), String> {
     };
     println!("  File: {path}");
     if s.ftype == FileType::Symlink {
-        if let Ok(t) = fs.read_link_ino(s.ino) {
+        if let Ok(t) = fs.read_link(s.ino) {
             println!("Target: {}", String::from_utf8_lossy(&t));
         }
     }
@@ -50,7 +50,7 @@ pub fn run(image: &Image, path: &str, budget: usize) -> Result<(), String> {
     if s.file_acl != 0 {
         println!("Xattr block: {}", s.file_acl);
     }
-    match fs.xattrs_ino(s.ino) {
+    match fs.xattrs(s.ino) {
         Ok(x) if !x.is_empty() => {
             println!("Xattrs:");
             for (n, v) in x {

@@ -25,6 +25,7 @@
 use ext4kit_format::inode::{FileType, Inode};
 use ext4kit_format::xattr::acl_tag;
 
+use super::request::CreateMode;
 use super::super_block::SuperBlock;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::transaction::Handle;
@@ -35,24 +36,6 @@ use crate::ext4::xattr_write::{self, XattrChange};
 pub const ACL_DEFAULT_NAME: &[u8] = b"system.posix_acl_default";
 /// Name of the access ACL attribute.
 pub const ACL_ACCESS_NAME: &[u8] = b"system.posix_acl_access";
-
-/// The mode a creating call asks for: the permission bits (with setuid,
-/// setgid and sticky) and the creator's umask. The umask applies only
-/// when the parent has no default ACL (see the module doc); a caller that
-/// applied it already passes 0 — a plain `u16` converts to that.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CreateMode {
-    /// Requested mode bits (`0o7777` of them count).
-    pub perm: u16,
-    /// The creator's umask (`0o777` of it counts).
-    pub umask: u16,
-}
-
-impl From<u16> for CreateMode {
-    fn from(perm: u16) -> Self {
-        CreateMode { perm, umask: 0 }
-    }
-}
 
 /// What a new inode gets from its parent (see the module comment).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,6 +169,7 @@ pub(crate) fn store_inherited_acl(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{NewInode, NodeKind, Target};
 
     fn acl(es: &[(u16, u16, u32)]) -> Vec<u8> {
         let mut v = 2u32.to_le_bytes().to_vec();
@@ -237,21 +221,20 @@ mod tests {
         let root = Cred::root();
         // No default ACL: the umask applies, nothing is stored.
         let plain = fs
-            .mknod_at(
-                2,
-                b"plain",
-                FileType::Regular,
-                CreateMode {
-                    perm: 0o666,
-                    umask: 0o027,
-                },
-                (0, 0),
-                &root,
+            .create(
+                &NewInode::new(Target::at(2, b"plain"), NodeKind::File)
+                    .mode(CreateMode {
+                        perm: 0o666,
+                        umask: 0o027,
+                    })
+                    .cred(&root),
             )
             .unwrap();
         assert_eq!(plain.perm(), 0o640);
-        assert!(fs.xattrs_ino(plain.ino).unwrap().is_empty());
-        let d = fs.mkdir_at(2, b"d", 0o755, &root).unwrap();
+        assert!(fs.xattrs(plain.ino).unwrap().is_empty());
+        let d = fs
+            .create(&NewInode::dir(Target::at(2, b"d")).mode(0o755).cred(&root))
+            .unwrap();
         let default = acl(&[
             (acl_tag::USER_OBJ, 7, U),
             (acl_tag::USER, 7, 65534),
@@ -259,43 +242,41 @@ mod tests {
             (acl_tag::MASK, 7, U),
             (acl_tag::OTHER, 5, U),
         ]);
-        fs.setxattr_ino(d.ino, ACL_DEFAULT_NAME, &default, 0, &root).unwrap();
+        fs.setxattr(d.ino, ACL_DEFAULT_NAME, &default, 0, &root).unwrap();
         // Under it the umask is ignored; a directory inherits the default.
         let st = fs
-            .mkdir_at(
-                d.ino,
-                b"sub",
-                CreateMode {
-                    perm: 0o777,
-                    umask: 0o077,
-                },
-                &root,
+            .create(
+                &NewInode::dir(Target::at(d.ino, b"sub"))
+                    .mode(CreateMode {
+                        perm: 0o777,
+                        umask: 0o077,
+                    })
+                    .cred(&root),
             )
             .unwrap();
         assert_eq!(st.perm(), 0o775);
-        assert_eq!(fs.getxattr_ino(st.ino, ACL_DEFAULT_NAME, &root).unwrap(), default);
+        assert_eq!(fs.getxattr(st.ino, ACL_DEFAULT_NAME, &root).unwrap(), default);
         let mut want = default.clone();
         create_masq(&mut want, 0o777).unwrap();
-        assert_eq!(fs.getxattr_ino(st.ino, ACL_ACCESS_NAME, &root).unwrap(), want);
+        assert_eq!(fs.getxattr(st.ino, ACL_ACCESS_NAME, &root).unwrap(), want);
         // A file: no default of its own; symlinks take nothing.
         let f = fs
-            .mknod_at(
-                d.ino,
-                b"f",
-                FileType::Regular,
-                CreateMode {
-                    perm: 0o640,
-                    umask: 0o077,
-                },
-                (0, 0),
-                &root,
+            .create(
+                &NewInode::new(Target::at(d.ino, b"f"), NodeKind::File)
+                    .mode(CreateMode {
+                        perm: 0o640,
+                        umask: 0o077,
+                    })
+                    .cred(&root),
             )
             .unwrap();
         assert_eq!(f.perm(), 0o640);
-        assert!(fs.getxattr_ino(f.ino, ACL_DEFAULT_NAME, &root).is_err());
-        assert!(fs.getxattr_ino(f.ino, ACL_ACCESS_NAME, &root).is_ok());
-        let l = fs.symlink_at(d.ino, b"l", b"f", &root).unwrap();
-        assert!(fs.xattrs_ino(l.ino).unwrap().is_empty());
+        assert!(fs.getxattr(f.ino, ACL_DEFAULT_NAME, &root).is_err());
+        assert!(fs.getxattr(f.ino, ACL_ACCESS_NAME, &root).is_ok());
+        let l = fs
+            .create(&NewInode::symlink(Target::at(d.ino, b"l"), b"f").cred(&root))
+            .unwrap();
+        assert!(fs.xattrs(l.ino).unwrap().is_empty());
     }
 
     #[test]

@@ -33,10 +33,10 @@ use super::acl::{acl_chmod, ACL_ACCESS};
 use super::cred::{Cred, MAY_WRITE};
 use super::killpriv;
 use super::killpriv::chown_drops;
-use super::namei;
-use super::namei::with_path;
+use super::lookup;
 use super::stat;
 use super::super_block::SuperBlock;
+use super::target::Target;
 use super::Stat;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::xattr_write::{self, XattrChange, XATTR_REPLACE};
@@ -117,8 +117,13 @@ fn eperm(ino: u32, what: &str) -> Error {
     Error::posix(Errno::EPERM, format!("inode {ino}: {what}: operation not permitted"))
 }
 
-/// The work of [`Fs::setattr_ino`](crate::Fs::setattr_ino).
-pub(crate) fn setattr_ino(sb: &SuperBlock, ino: u32, attr: &SetAttr, cred: &Cred) -> Result<Stat> {
+/// The work of [`Fs::setattr`](crate::Fs::setattr).
+pub(crate) fn setattr(sb: &SuperBlock, t: Target<'_>, attr: &SetAttr, cred: &Cred) -> Result<Stat> {
+    lookup::on_inode(sb, t, |ino| setattr_ino(sb, ino, attr, cred))
+}
+
+/// [`setattr`] on inode `ino`.
+fn setattr_ino(sb: &SuperBlock, ino: u32, attr: &SetAttr, cred: &Cred) -> Result<Stat> {
     for t in [attr.atime, attr.mtime].into_iter().flatten() {
         if let TimeSet::Set(ts) = t {
             if ts.nsec >= 1_000_000_000 {
@@ -234,72 +239,48 @@ pub(crate) fn setattr_ino(sb: &SuperBlock, ino: u32, attr: &SetAttr, cred: &Cred
 }
 
 /// The work of [`Fs::chmod`](crate::Fs::chmod).
-pub(crate) fn chmod(sb: &SuperBlock, path: &[u8], mode: u16, cred: &Cred) -> Result<Stat> {
-    let d = namei::resolve(sb, path, true)?;
-    setattr_ino(
-        sb,
-        d.ino,
-        &SetAttr {
-            mode: Some(mode),
-            ..Default::default()
-        },
-        cred,
-    )
-    .map_err(|e| with_path(e, path))
+pub(crate) fn chmod(sb: &SuperBlock, t: Target<'_>, mode: u16, cred: &Cred) -> Result<Stat> {
+    let attr = SetAttr {
+        mode: Some(mode),
+        ..Default::default()
+    };
+    setattr(sb, t, &attr, cred)
 }
 
 /// The work of [`Fs::chown`](crate::Fs::chown).
-pub(crate) fn chown(
-    sb: &SuperBlock,
-    path: &[u8],
-    uid: Option<u32>,
-    gid: Option<u32>,
-    follow: bool,
-    cred: &Cred,
-) -> Result<Stat> {
-    let d = namei::resolve(sb, path, follow)?;
-    setattr_ino(
-        sb,
-        d.ino,
-        &SetAttr {
-            uid,
-            gid,
-            ..Default::default()
-        },
-        cred,
-    )
-    .map_err(|e| with_path(e, path))
+pub(crate) fn chown(sb: &SuperBlock, t: Target<'_>, uid: Option<u32>, gid: Option<u32>, cred: &Cred) -> Result<Stat> {
+    let attr = SetAttr {
+        uid,
+        gid,
+        ..Default::default()
+    };
+    setattr(sb, t, &attr, cred)
 }
 
 /// The work of [`Fs::utimens`](crate::Fs::utimens).
 pub(crate) fn utimens(
     sb: &SuperBlock,
-    path: &[u8],
+    t: Target<'_>,
     atime: Option<TimeSet>,
     mtime: Option<TimeSet>,
-    follow: bool,
     cred: &Cred,
 ) -> Result<Stat> {
-    let d = namei::resolve(sb, path, follow)?;
-    if atime.is_none() && mtime.is_none() {
-        // Both UTIME_OMIT: nothing to do, no check, ctime untouched.
-        return stat::stat_ino(sb, d.ino);
-    }
-    setattr_ino(
-        sb,
-        d.ino,
-        &SetAttr {
+    lookup::on_inode(sb, t, |ino| {
+        if atime.is_none() && mtime.is_none() {
+            // Both UTIME_OMIT: nothing to do, no check, ctime untouched.
+            return stat::stat_ino(sb, ino);
+        }
+        let attr = SetAttr {
             atime,
             mtime,
             ..Default::default()
-        },
-        cred,
-    )
-    .map_err(|e| with_path(e, path))
+        };
+        setattr_ino(sb, ino, &attr, cred)
+    })
 }
 
-/// The work of [`Fs::access_ino`](crate::Fs::access_ino).
-pub(crate) fn access_ino(sb: &SuperBlock, ino: u32, mask: u8, cred: &Cred) -> Result<()> {
+/// [`access`] on inode `ino`.
+fn access_ino(sb: &SuperBlock, ino: u32, mask: u8, cred: &Cred) -> Result<()> {
     let ci = sb.inode(ino)?;
     let rec = ci.disk.read();
     if mask & MAY_WRITE != 0 {
@@ -318,9 +299,8 @@ pub(crate) fn access_ino(sb: &SuperBlock, ino: u32, mask: u8, cred: &Cred) -> Re
 }
 
 /// The work of [`Fs::access`](crate::Fs::access).
-pub(crate) fn access(sb: &SuperBlock, path: &[u8], mask: u8, cred: &Cred) -> Result<()> {
-    let d = namei::resolve(sb, path, true)?;
-    access_ino(sb, d.ino, mask, cred).map_err(|e| with_path(e, path))
+pub(crate) fn access(sb: &SuperBlock, t: Target<'_>, mask: u8, cred: &Cred) -> Result<()> {
+    lookup::on_inode(sb, t, |ino| access_ino(sb, ino, mask, cred))
 }
 
 /// The work of [`Fs::statfs`](crate::Fs::statfs).

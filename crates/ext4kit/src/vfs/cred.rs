@@ -108,8 +108,9 @@ impl std::fmt::Debug for Caller<'_> {
     }
 }
 
-/// The superuser's credentials, for callers that act as root.
-static ROOT: Cred = Cred {
+/// The superuser's credentials, for callers that act as root (and the
+/// requests that default to root).
+pub(crate) static ROOT: Cred = Cred {
     uid: 0,
     gid: 0,
     groups: Vec::new(),

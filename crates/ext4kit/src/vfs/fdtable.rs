@@ -15,7 +15,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::file::{File, OpenFlags, Whence};
-use super::{Cred, Fs};
+use super::request::OpenRequest;
+use super::target::Target;
+use super::Fs;
 use crate::error::{Errno, Error, Result};
 
 /// A file descriptor.
@@ -147,16 +149,16 @@ impl Process {
         }
     }
 
-    /// Open `path` and return a descriptor.
-    pub fn open(&mut self, path: impl AsRef<[u8]>, flags: OpenFlags) -> Result<Fd> {
-        let f = self.fs.open(path.as_ref(), flags)?;
+    /// Open what `t` names as root ([`Fs::open`]) and return a descriptor.
+    pub fn open<'a>(&mut self, t: impl Into<Target<'a>>, flags: OpenFlags) -> Result<Fd> {
+        let f = self.fs.open(t, flags)?;
         self.install(f)
     }
 
-    /// Open `path` with `cred`'s permissions (O_CREAT makes a regular file
-    /// with permission bits `mode`) and return a descriptor.
-    pub fn open_as(&mut self, path: impl AsRef<[u8]>, flags: OpenFlags, mode: u16, cred: &Cred) -> Result<Fd> {
-        let f = self.fs.open_as(path.as_ref(), flags, mode, cred)?;
+    /// Open what `t` names on behalf of a caller ([`Fs::open_as`]) and
+    /// return a descriptor.
+    pub fn open_as<'a>(&mut self, t: impl Into<Target<'a>>, req: &OpenRequest<'_>) -> Result<Fd> {
+        let f = self.fs.open_as(t, req)?;
         self.install(f)
     }
 

@@ -21,7 +21,6 @@ use ext4kit_format::inode::FileType;
 use super::cred::{Caller, Cred};
 use super::dcache::Dentry;
 use super::pin::OpenRef;
-use super::request::{WriteAt, WriteRequest};
 use super::writeback::SyncLevel;
 use crate::error::{Errno, Error, Result};
 
@@ -161,16 +160,6 @@ impl File {
             pos: AtomicU64::new(0),
             flags,
             opener: Cred::root(),
-        }
-    }
-
-    /// A write of `buf` at `at` through this file, by its opener, with
-    /// its O_SYNC / O_DSYNC.
-    pub(crate) fn write_req<'a>(&'a self, buf: &'a [u8], at: WriteAt) -> WriteRequest<'a> {
-        WriteRequest {
-            at,
-            sync: self.flags.sync,
-            ..WriteRequest::new(buf, Caller::new(&self.opener))
         }
     }
 

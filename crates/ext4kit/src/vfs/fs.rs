@@ -14,9 +14,7 @@ use std::sync::Arc;
 use ext4kit_blockdev::BlockDevice;
 use ext4kit_format::inode::{FileType, Inode};
 
-use super::acl_inherit::CreateMode;
 use super::attr::{SetAttr, StatFs, TimeSet};
-use super::by_ino::PermCheck;
 use super::cred::{Caller, Cred};
 use super::dcache::Dentry;
 use super::fiemap::DataLayout;
@@ -26,13 +24,14 @@ use super::icache::CachedInode;
 use super::iflags::FsXattr;
 use super::mount::MountRecord;
 use super::rename::RenameFlags;
-use super::request::{Fallocate, WriteRequest, Written};
+use super::request::{Fallocate, NewInode, OpenRequest, WriteRequest, Written};
 use super::stat::{FsInfo, FsStats, Stat};
 use super::super_block::SuperBlock;
+use super::target::Target;
 use super::writeback::{SyncLevel, WritebackStats};
 use super::{
-    acl, attr, by_ino, evict, fiemap, fslabel, iflags, io, lookup, mount, namei, namespace, open, read, read_write,
-    readdir, rename, stat, whiteout, write, writeback, xattr_ops,
+    acl, attr, evict, export, fiemap, fill_super, fslabel, iflags, io, lookup, mount, namei, namespace, open, read,
+    read_write, readdir, rename, stat, whiteout, write, writeback, xattr_ops,
 };
 use crate::error::{Error, Result};
 use crate::ext4::reservation::Reserver;
@@ -81,7 +80,7 @@ impl Fs {
     /// partitions (see [`crate::device::partitions`]).
     #[inline]
     pub fn open_image(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Arc<Fs>> {
-        open::open_image(path.as_ref(), opts).map(Fs::new)
+        fill_super::open_image(path.as_ref(), opts).map(Fs::new)
     }
 
     /// Open the filesystem on any block device, recovering what a crash
@@ -95,7 +94,7 @@ impl Fs {
     /// as a warning and in [`Fs::read_only_reason`].
     #[inline]
     pub fn open_device(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Arc<Fs>> {
-        open::open_device(dev, opts).map(Fs::new)
+        fill_super::open_device(dev, opts).map(Fs::new)
     }
 
     /// Whether the filesystem is open read-only (asked for, or decided at
@@ -221,6 +220,8 @@ impl Fs {
     /// The inode `name` refers to in directory inode `dir_ino`, with its
     /// type; `None` when the name does not exist. "." and ".." are looked up
     /// like any other name (they are real entries in ext4 directories).
+    /// This is a frontend's `LOOKUP`: the dentry cache answers when it can,
+    /// else the directory on disk (its htree), under its shared lock.
     ///
     /// Errors: ENOTDIR when `dir_ino` is not a directory, ENAMETOOLONG for a
     /// name longer than 255 bytes, EINVAL for an empty name or one with '/'.
@@ -236,28 +237,31 @@ impl Fs {
         self.sb.dcache().d_path(d)
     }
 
-    /// The in-memory inode `ino` (read from disk if not cached).
+    /// The in-memory inode `ino` (read from disk if not cached): what the
+    /// calls on file data by inode take.
     #[inline]
     pub fn inode(&self, ino: u32) -> Result<Arc<CachedInode>> {
         self.sb.inode(ino)
     }
 
-    /// Attributes of `path`, following a final symlink.
+    /// `stat(2)`: the attributes of what `t` names (a path, a name in a
+    /// directory, an inode number; see [`Target`]).
+    ///
+    /// ```no_run
+    /// # fn f(fs: &ext4kit::Fs) -> ext4kit::Result<()> {
+    /// let st = fs.stat(b"/etc/hostname")?;
+    /// assert_eq!(fs.stat(st.ino)?.size, st.size);
+    /// # Ok(()) }
+    /// ```
     #[inline]
-    pub fn stat(&self, path: &[u8]) -> Result<Stat> {
-        stat::stat(&self.sb, path)
+    pub fn stat<'a>(&self, t: impl Into<Target<'a>>) -> Result<Stat> {
+        stat::stat(&self.sb, t.into())
     }
 
-    /// Attributes of `path` itself (a final symlink is not followed).
+    /// `lstat(2)`: [`Fs::stat`] without following a path's final symlink.
     #[inline]
-    pub fn lstat(&self, path: &[u8]) -> Result<Stat> {
-        stat::lstat(&self.sb, path)
-    }
-
-    /// Attributes of inode `ino`.
-    #[inline]
-    pub fn stat_ino(&self, ino: u32) -> Result<Stat> {
-        stat::stat_ino(&self.sb, ino)
+    pub fn lstat<'a>(&self, t: impl Into<Target<'a>>) -> Result<Stat> {
+        stat::stat(&self.sb, t.into().nofollow())
     }
 
     /// The attributes of the inode a file handle names (`name_to_handle_at`,
@@ -269,51 +273,37 @@ impl Fs {
     /// first, so a free inode's never enters the inode cache (`ext4_iget`).
     #[inline]
     pub fn stat_by_handle(&self, ino: u32) -> Result<Stat> {
-        by_ino::stat_by_handle(&self.sb, ino)
+        export::stat_by_handle(&self.sb, ino)
     }
 
-    /// Entries of the directory at `path` ("." and ".." included).
+    /// The entries of the directory `t` names, "." and ".." included
+    /// (entries without a type on disk get it from their inode).
     #[inline]
-    pub fn read_dir(&self, path: &[u8]) -> Result<Vec<DirEntry>> {
-        readdir::read_dir(&self.sb, path)
+    pub fn read_dir<'a>(&self, t: impl Into<Target<'a>>) -> Result<Vec<DirEntry>> {
+        readdir::read_dir(&self.sb, t.into())
     }
 
-    /// Entries of directory inode `ino`.
+    /// `readlink(2)`: the target of the symlink `t` names (a path's final
+    /// component is the link read, never followed); EINVAL for anything
+    /// else.
     #[inline]
-    pub fn read_dir_ino(&self, ino: u32) -> Result<Vec<DirEntry>> {
-        readdir::read_dir_ino(&self.sb, ino)
+    pub fn read_link<'a>(&self, t: impl Into<Target<'a>>) -> Result<Vec<u8>> {
+        namei::read_link(&self.sb, t.into())
     }
 
-    /// Target of the symlink at `path`.
-    #[inline]
-    pub fn read_link(&self, path: &[u8]) -> Result<Vec<u8>> {
-        namei::read_link(&self.sb, path)
-    }
-
-    /// Target of symlink inode `ino`.
-    #[inline]
-    pub fn read_link_ino(&self, ino: u32) -> Result<Vec<u8>> {
-        namei::read_link_ino(&self.sb, ino)
-    }
-
-    /// Where inode `ino`'s data lives.
+    /// Where inode `ino`'s data lives (`FS_IOC_FIEMAP`'s view).
     #[inline]
     pub fn data_layout(&self, ino: u32) -> Result<DataLayout> {
         fiemap::data_layout(&self.sb, ino)
     }
 
-    /// `access(2)` on `path` (following symlinks).
-    #[inline]
-    pub fn access(&self, path: &[u8], mask: u8, cred: &Cred) -> Result<()> {
-        attr::access(&self.sb, path, mask, cred)
-    }
-
-    /// `access(2)` on inode `ino`: `mask` is MAY_* bits (0 checks
+    /// `access(2)` on what `t` names: `mask` is MAY_* bits (0 checks
     /// existence only). EACCES when refused; EROFS for a write check on a
-    /// read-only filesystem (regular files, directories, symlinks).
+    /// read-only filesystem (regular files, directories, symlinks); EPERM
+    /// for a write check on an immutable inode.
     #[inline]
-    pub fn access_ino(&self, ino: u32, mask: u8, cred: &Cred) -> Result<()> {
-        attr::access_ino(&self.sb, ino, mask, cred)
+    pub fn access<'a>(&self, t: impl Into<Target<'a>>, mask: u8, cred: &Cred) -> Result<()> {
+        attr::access(&self.sb, t.into(), mask, cred)
     }
 
     /// `generic_permission` with ACLs: whether `cred` may access inode
@@ -326,266 +316,137 @@ impl Fs {
         acl::permission(&self.sb, ino, inode, mask, cred)
     }
 
-    // ---- Namespace changes: create, mkdir, unlink, rmdir, link, rename ----
+    // ---- Namespace changes: create, unlink, rmdir, link, rename ----
 
-    /// Create an empty regular file (`open(O_CREAT|O_EXCL)` without the open).
-    #[inline]
-    pub fn create(&self, path: &[u8], perm: u16, uid: u32, gid: u32) -> Result<Stat> {
-        write::create(&self.sb, path, perm, uid, gid)
-    }
-
-    /// Create a file, fifo, socket or device node owned by `uid`:`gid`
-    /// (image building: no permission check).
-    #[inline]
-    pub fn mknod(&self, path: &[u8], ftype: FileType, perm: u16, uid: u32, gid: u32, rdev: (u32, u32)) -> Result<Stat> {
-        write::mknod(&self.sb, path, ftype, perm, uid, gid, rdev)
-    }
-
-    /// Create a file, fifo, socket or device node `name` in directory
-    /// `parent`, owned by the caller (or the directory's group when it is
-    /// set-group-id).
+    /// Make a new inode and its name, as [`NewInode`] describes: a regular
+    /// file, a directory, a symlink, a device node, a fifo or a socket
+    /// (`creat`, `mkdir`, `symlink`, `mknod`), in one transaction.
     ///
-    /// `perm` is the requested mode; with a umask ([`CreateMode`]) it is
-    /// applied unless the parent's default ACL is inherited instead
-    /// (`vfs::acl_inherit`). A directory with the dirsync flag (or a
-    /// `sync`/`dirsync` filesystem) has the change durable at the return.
+    /// The caller ([`NewInode::cred`]) needs write and search permission
+    /// on the directory (EACCES), which must not be immutable or
+    /// append-only (EPERM). The new inode is owned by the caller, with a
+    /// set-group-id directory's group (and, for a directory, its S_ISGID
+    /// bit), unless [`NewInode::owner`] says otherwise. Its mode is
+    /// limited by the umask, unless the parent has a default ACL, which it
+    /// inherits instead in the same transaction (`vfs::acl_inherit`). A
+    /// directory with the dirsync flag (or a `sync`/`dirsync` filesystem)
+    /// has the change durable at the return.
+    ///
+    /// ```no_run
+    /// # fn f(fs: &ext4kit::Fs) -> ext4kit::Result<()> {
+    /// use ext4kit::NewInode;
+    /// fs.create(&NewInode::dir(b"/etc"))?;
+    /// fs.create(&NewInode::symlink(b"/etc/localtime", b"/usr/share/zoneinfo/UTC"))?;
+    /// # Ok(()) }
+    /// ```
     #[inline]
-    pub fn mknod_at(
+    pub fn create(&self, req: &NewInode<'_>) -> Result<Stat> {
+        write::create(&self.sb, req)
+    }
+
+    /// Create the regular file `req` describes holding `data`, written
+    /// straight to its blocks (image building: the allocation and mapping
+    /// code writeback uses, without going through the page cache).
+    #[inline]
+    pub fn write_file(&self, req: &NewInode<'_>, data: &[u8]) -> Result<Stat> {
+        write::write_file(&self.sb, req, data)
+    }
+
+    /// `unlink(2)`: remove the name `t` names (not a directory; a path or
+    /// [`Target::at`]). The inode dies with its last link, or at its last
+    /// close if still open.
+    #[inline]
+    pub fn unlink<'a>(&self, t: impl Into<Target<'a>>, cred: &Cred) -> Result<()> {
+        namespace::unlink(&self.sb, t.into(), cred)
+    }
+
+    /// `rmdir(2)`: remove the empty directory `t` names.
+    #[inline]
+    pub fn rmdir<'a>(&self, t: impl Into<Target<'a>>, cred: &Cred) -> Result<()> {
+        namespace::rmdir(&self.sb, t.into(), cred)
+    }
+
+    /// `link(2)`: `new` becomes another name of the inode `src` names (a
+    /// symlink there is not followed, as Linux `link` does; an inode
+    /// number is accepted, which is how an `O_TMPFILE` file gets a name).
+    #[inline]
+    pub fn link<'a, 'b>(&self, src: impl Into<Target<'a>>, new: impl Into<Target<'b>>, cred: &Cred) -> Result<Stat> {
+        namespace::link(&self.sb, src.into(), new.into(), cred)
+    }
+
+    /// `renameat2(2)`: move the name `old` to `new` (paths or names in
+    /// directories), with `RENAME_NOREPLACE`, `RENAME_EXCHANGE` or
+    /// `RENAME_WHITEOUT` as `flags` says; durable at the return when either
+    /// directory is dirsync (`ext4_rename`'s `ext4_handle_sync`).
+    #[inline]
+    pub fn rename<'a, 'b>(
         &self,
-        parent: u32,
-        name: &[u8],
-        ftype: FileType,
-        perm: impl Into<CreateMode>,
-        rdev: (u32, u32),
-        cred: &Cred,
-    ) -> Result<Stat> {
-        write::mknod_at(&self.sb, parent, name, ftype, perm, rdev, cred)
-    }
-
-    /// [`Fs::mknod_at`] with an explicit owner: image building copies
-    /// owners from a source tree while acting with `cred`'s rights.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    pub fn mknod_owned(
-        &self,
-        parent: u32,
-        name: &[u8],
-        ftype: FileType,
-        perm: impl Into<CreateMode>,
-        rdev: (u32, u32),
-        cred: &Cred,
-        owner: Option<(u32, u32)>,
-    ) -> Result<Stat> {
-        write::mknod_owned(&self.sb, parent, name, ftype, perm, rdev, cred, owner)
-    }
-
-    /// Create a symbolic link at `path` pointing to `target`.
-    #[inline]
-    pub fn symlink(&self, target: &[u8], path: &[u8], uid: u32, gid: u32) -> Result<Stat> {
-        write::symlink(&self.sb, target, path, uid, gid)
-    }
-
-    /// Create symbolic link `name` in directory `parent` pointing to
-    /// `target`: a fast symlink (target in `i_block`) under 60 bytes, else
-    /// one data block, as the kernel does.
-    #[inline]
-    pub fn symlink_at(&self, parent: u32, name: &[u8], target: &[u8], cred: &Cred) -> Result<Stat> {
-        write::symlink_at(&self.sb, parent, name, target, cred)
-    }
-
-    /// [`Fs::symlink_at`] with an explicit owner (image building).
-    #[inline]
-    pub fn symlink_owned(
-        &self,
-        parent: u32,
-        name: &[u8],
-        target: &[u8],
-        cred: &Cred,
-        owner: Option<(u32, u32)>,
-    ) -> Result<Stat> {
-        write::symlink_owned(&self.sb, parent, name, target, cred, owner)
-    }
-
-    /// Create a regular file at `path` holding `data` (an interim entry
-    /// point for image building until `pwrite` through the page cache
-    /// lands; it uses the same allocation and mapping code writeback will).
-    #[inline]
-    pub fn write_file(&self, path: &[u8], data: &[u8], perm: u16, uid: u32, gid: u32) -> Result<Stat> {
-        write::write_file(&self.sb, path, data, perm, uid, gid)
-    }
-
-    /// `mkdir(2)`.
-    #[inline]
-    pub fn mkdir(&self, path: &[u8], perm: impl Into<CreateMode>, cred: &Cred) -> Result<Stat> {
-        namespace::mkdir(&self.sb, path, perm, cred)
-    }
-
-    /// Create directory `name` in directory `parent` (the mode as for
-    /// [`Fs::mknod_at`]: a umask, or the parent's default ACL).
-    #[inline]
-    pub fn mkdir_at(&self, parent: u32, name: &[u8], perm: impl Into<CreateMode>, cred: &Cred) -> Result<Stat> {
-        namespace::mkdir_at(&self.sb, parent, name, perm, cred)
-    }
-
-    /// [`Fs::mkdir_at`] with an explicit owner: image building copies owners
-    /// from a source tree while acting with `cred`'s rights.
-    #[inline]
-    pub fn mkdir_owned(
-        &self,
-        parent: u32,
-        name: &[u8],
-        perm: impl Into<CreateMode>,
-        cred: &Cred,
-        owner: Option<(u32, u32)>,
-    ) -> Result<Stat> {
-        namespace::mkdir_owned(&self.sb, parent, name, perm, cred, owner)
-    }
-
-    /// `unlink(2)`.
-    #[inline]
-    pub fn unlink(&self, path: &[u8], cred: &Cred) -> Result<()> {
-        namespace::unlink(&self.sb, path, cred)
-    }
-
-    /// Remove the name `name` (not a directory) from directory `parent`; the
-    /// inode dies with its last link, or at its last close if still open.
-    #[inline]
-    pub fn unlink_at(&self, parent: u32, name: &[u8], cred: &Cred) -> Result<()> {
-        namespace::unlink_at(&self.sb, parent, name, cred)
-    }
-
-    /// `rmdir(2)`.
-    #[inline]
-    pub fn rmdir(&self, path: &[u8], cred: &Cred) -> Result<()> {
-        namespace::rmdir(&self.sb, path, cred)
-    }
-
-    /// Remove the empty directory `name` from directory `parent`.
-    #[inline]
-    pub fn rmdir_at(&self, parent: u32, name: &[u8], cred: &Cred) -> Result<()> {
-        namespace::rmdir_at(&self.sb, parent, name, cred)
-    }
-
-    /// `link(2)`: `new_path` becomes another name of `old_path` (not followed
-    /// if a symlink, as Linux `link` does).
-    #[inline]
-    pub fn link(&self, old_path: &[u8], new_path: &[u8], cred: &Cred) -> Result<Stat> {
-        namespace::link(&self.sb, old_path, new_path, cred)
-    }
-
-    /// Give inode `ino` (not a directory) another name: `name` in `parent`.
-    #[inline]
-    pub fn link_at(&self, ino: u32, parent: u32, name: &[u8], cred: &Cred) -> Result<Stat> {
-        namespace::link_at(&self.sb, ino, parent, name, cred)
-    }
-
-    /// `renameat2(2)`.
-    #[inline]
-    pub fn rename(&self, old_path: &[u8], new_path: &[u8], flags: RenameFlags, cred: &Cred) -> Result<()> {
-        rename::rename(&self.sb, old_path, new_path, flags, cred)
-    }
-
-    /// Rename `old_name` in `old_dir` to `new_name` in `new_dir`; durable
-    /// at the return when either directory is dirsync (`ext4_rename`'s
-    /// `ext4_handle_sync`, `vfs::syncmode`).
-    #[inline]
-    pub fn rename_at(
-        &self,
-        old_dir: u32,
-        old_name: &[u8],
-        new_dir: u32,
-        new_name: &[u8],
+        old: impl Into<Target<'a>>,
+        new: impl Into<Target<'b>>,
         flags: RenameFlags,
         cred: &Cred,
     ) -> Result<()> {
-        rename::rename_at(&self.sb, old_dir, old_name, new_dir, new_name, flags, cred)
-    }
-
-    /// Rename `old_name` in `old_dir` to `new_name` in `new_dir` and leave
-    /// a whiteout at the old name (see the module comment). `noreplace`:
-    /// EEXIST when the target exists, as `RENAME_NOREPLACE`.
-    #[inline]
-    pub fn rename_whiteout(
-        &self,
-        old_dir: u32,
-        old_name: &[u8],
-        new_dir: u32,
-        new_name: &[u8],
-        noreplace: bool,
-        cred: &Cred,
-    ) -> Result<()> {
-        whiteout::rename_whiteout(&self.sb, old_dir, old_name, new_dir, new_name, noreplace, cred)
+        if flags.whiteout {
+            whiteout::rename_whiteout(&self.sb, old.into(), new.into(), flags, cred)
+        } else {
+            rename::rename(&self.sb, old.into(), new.into(), flags, cred)
+        }
     }
 
     // ---- Open files: open, the calls on a description, close ----
 
-    /// Open `path` as root (no permission checks; new files get mode 0644
-    /// owned by root). See [`Fs::open_as`] for the flags.
+    /// Open what `t` names as root. A path is opened as `open(2)` opens it
+    /// (O_CREAT makes a file with mode 0644 owned by root; immutable and
+    /// append-only inodes still refuse a write); an inode number or a name
+    /// in a directory is opened with no checks at all, for tools that walk
+    /// a tree by inode numbers (such a file has no dentry).
+    ///
+    /// ```no_run
+    /// # fn f(fs: &ext4kit::Fs) -> ext4kit::Result<()> {
+    /// use ext4kit::OpenFlags;
+    /// let f = fs.open(b"/etc/hostname", OpenFlags::default())?;
+    /// let mut buf = [0u8; 256];
+    /// let n = fs.read(&f, &mut buf)?;
+    /// fs.close_file(f)?;
+    /// # let _ = n; Ok(()) }
+    /// ```
     #[inline]
-    pub fn open(&self, path: &[u8], flags: OpenFlags) -> Result<Arc<File>> {
-        io::open_as(&self.sb, path, flags, 0o644, &Cred::root())
+    pub fn open<'a>(&self, t: impl Into<Target<'a>>, flags: OpenFlags) -> Result<Arc<File>> {
+        open::open_as_root(&self.sb, t.into(), flags)
     }
 
-    /// open(2): resolve `path` (creating a regular file with `mode` for
-    /// O_CREAT), check `cred`'s permissions, apply O_TRUNC, and return the
-    /// open file description.
+    /// `open(2)` of what `t` names on behalf of [`OpenRequest::cred`]:
+    /// O_CREAT makes a regular file (for a path or a name in a directory),
+    /// the caller's rights are checked (by the engine, or already by the
+    /// caller: [`PermCheck`]), O_TRUNC empties a regular file. The file
+    /// remembers its opener: its writes, truncations and fallocates are
+    /// the opener's (only root's keep setuid/setgid bits).
+    ///
+    /// For a name in a directory with O_CREAT, the kernel's `lookup_open`:
+    /// when the name exists, O_EXCL gives EEXIST, otherwise the existing
+    /// file is opened with the permission check a plain open makes.
     #[inline]
-    pub fn open_as(&self, path: &[u8], flags: OpenFlags, mode: u16, cred: &Cred) -> Result<Arc<File>> {
-        io::open_as(&self.sb, path, flags, mode, cred)
+    pub fn open_as<'a>(&self, t: impl Into<Target<'a>>, req: &OpenRequest<'_>) -> Result<Arc<File>> {
+        open::open(&self.sb, t.into(), req)
     }
 
-    /// Open inode `ino` directly (no path, so no dentry) as root: for
-    /// tools that walk the tree by inode numbers.
+    /// `open(O_TMPFILE)` in the directory `dir` names (`vfs_tmpfile` →
+    /// `ext4_tmpfile`, then the open): a regular file with the request's
+    /// mode (a umask, or the parent's default ACL) and no name, open with
+    /// its flags (the access mode; O_CREAT, O_EXCL, O_TRUNC and
+    /// O_DIRECTORY are the caller's to strip). With `linkable` (the open
+    /// had no O_EXCL) a later [`Fs::link`] of its inode number may name
+    /// it; otherwise its last close frees it. It is on the orphan list
+    /// until then, so a crash leaves nothing behind. Close it with
+    /// [`Fs::close_file`].
     #[inline]
-    pub fn open_ino(&self, ino: u32, flags: OpenFlags) -> Result<Arc<File>> {
-        by_ino::open_ino(&self.sb, ino, flags)
-    }
-
-    /// `open(2)` of inode `ino` by `cred` with `flags` (O_CREAT/O_EXCL are
-    /// ignored: the inode exists). Applies O_TRUNC to regular files.
-    #[inline]
-    pub fn open_ino_as(&self, ino: u32, flags: OpenFlags, cred: &Cred, check: PermCheck) -> Result<Arc<File>> {
-        by_ino::open_ino_as(&self.sb, ino, flags, cred, check)
-    }
-
-    /// `open(O_CREAT)` of `name` in directory `parent`: create a regular
-    /// file with mode `perm` (a umask, or the parent's default ACL, as for
-    /// [`Fs::mknod_at`]) owned by `cred` (or the directory's group when it
-    /// is set-group-id),
-    /// then open it. When the name exists, O_EXCL gives EEXIST and
-    /// otherwise the existing file is opened (with the permission check a
-    /// plain open makes), as `open(2)` does after losing a creation race.
-    /// Returns the attributes and the open file.
-    #[inline]
-    pub fn create_open_at(
+    pub fn tmpfile_open<'a>(
         &self,
-        parent: u32,
-        name: &[u8],
-        perm: impl Into<CreateMode>,
-        flags: OpenFlags,
-        cred: &Cred,
-        check: PermCheck,
-    ) -> Result<(Stat, Arc<File>)> {
-        by_ino::create_open_at(&self.sb, parent, name, perm, flags, cred, check)
-    }
-
-    /// `open(O_TMPFILE)` in directory `parent` (`vfs_tmpfile` →
-    /// `ext4_tmpfile`, then the open): a regular file with mode `perm` (a
-    /// umask, or the parent's default ACL) and no name, open with `flags`
-    /// (its access mode; O_CREAT, O_EXCL, O_TRUNC and O_DIRECTORY are the
-    /// caller's to strip). With `linkable` (the open had no O_EXCL) a later
-    /// [`Fs::link_at`] may name it; otherwise its last close frees it.
-    /// Close it with [`Fs::close_file`].
-    #[inline]
-    pub fn tmpfile_open_at(
-        &self,
-        parent: u32,
-        perm: impl Into<CreateMode>,
-        flags: OpenFlags,
+        dir: impl Into<Target<'a>>,
+        req: &OpenRequest<'_>,
         linkable: bool,
-        cred: &Cred,
-    ) -> Result<(Stat, Arc<File>)> {
-        by_ino::tmpfile_open_at(&self.sb, parent, perm, flags, linkable, cred)
+    ) -> Result<Arc<File>> {
+        open::tmpfile_open(&self.sb, dir.into(), req, linkable)
     }
 
     /// read(2) through `file`: at its position, which moves past what was
@@ -659,7 +520,7 @@ impl Fs {
     /// `Arc<File>`; a file dropped without it stays on the orphan list until
     /// the next open of the image frees it.
     #[inline]
-    pub fn close_file(&self, file: Arc<super::File>) -> Result<()> {
+    pub fn close_file(&self, file: Arc<File>) -> Result<()> {
         evict::close_file(&self.sb, file)
     }
 
@@ -777,150 +638,122 @@ impl Fs {
 
     // ---- Attributes and flags ----
 
-    /// Change attributes of inode `ino` on behalf of `cred` (see the module
-    /// comment for the rules). Returns the new attributes.
+    /// Change the attributes of what `t` names on behalf of `cred`
+    /// (`notify_change`: `may_setattr` and `setattr_prepare`'s rules —
+    /// immutable and append-only inodes refuse, only the owner or root may
+    /// change the mode or set explicit times, only root may give a file
+    /// away; a chown clears setuid/setgid and a file capability; a chmod
+    /// rewrites the access ACL to match). Returns the new attributes.
     #[inline]
-    pub fn setattr_ino(&self, ino: u32, attr: &SetAttr, cred: &Cred) -> Result<Stat> {
-        attr::setattr_ino(&self.sb, ino, attr, cred)
+    pub fn setattr<'a>(&self, t: impl Into<Target<'a>>, attr: &SetAttr, cred: &Cred) -> Result<Stat> {
+        attr::setattr(&self.sb, t.into(), attr, cred)
     }
 
-    /// `chmod(2)`: set the permission bits of `path` (following symlinks).
+    /// `chmod(2)`: set the permission bits (see [`Fs::setattr`]).
     #[inline]
-    pub fn chmod(&self, path: &[u8], mode: u16, cred: &Cred) -> Result<Stat> {
-        attr::chmod(&self.sb, path, mode, cred)
+    pub fn chmod<'a>(&self, t: impl Into<Target<'a>>, mode: u16, cred: &Cred) -> Result<Stat> {
+        attr::chmod(&self.sb, t.into(), mode, cred)
     }
 
-    /// `chown(2)` (`follow`) or `lchown(2)` (`!follow`): `None` leaves the
-    /// owner or group unchanged (the syscalls' -1).
+    /// `chown(2)` (`lchown(2)` with [`Target::nofollow`]): `None` leaves
+    /// the owner or group unchanged (the syscalls' -1).
     #[inline]
-    pub fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>, follow: bool, cred: &Cred) -> Result<Stat> {
-        attr::chown(&self.sb, path, uid, gid, follow, cred)
+    pub fn chown<'a>(&self, t: impl Into<Target<'a>>, uid: Option<u32>, gid: Option<u32>, cred: &Cred) -> Result<Stat> {
+        attr::chown(&self.sb, t.into(), uid, gid, cred)
     }
 
-    /// `utimensat(2)`: `None` is `UTIME_OMIT`; `follow` false is
-    /// `AT_SYMLINK_NOFOLLOW`.
+    /// `utimensat(2)`: `None` is `UTIME_OMIT` (both: nothing changes, no
+    /// check); [`Target::nofollow`] is `AT_SYMLINK_NOFOLLOW`.
     #[inline]
-    pub fn utimens(
+    pub fn utimens<'a>(
         &self,
-        path: &[u8],
+        t: impl Into<Target<'a>>,
         atime: Option<TimeSet>,
         mtime: Option<TimeSet>,
-        follow: bool,
         cred: &Cred,
     ) -> Result<Stat> {
-        attr::utimens(&self.sb, path, atime, mtime, follow, cred)
+        attr::utimens(&self.sb, t.into(), atime, mtime, cred)
     }
 
-    /// `FS_IOC_GETFLAGS`: inode `ino`'s user-visible flags.
+    /// `FS_IOC_GETFLAGS`: the user-visible inode flags of what `t` names.
     #[inline]
-    pub fn get_flags_ino(&self, ino: u32) -> Result<u32> {
-        iflags::get_flags_ino(&self.sb, ino)
+    pub fn get_flags<'a>(&self, t: impl Into<Target<'a>>) -> Result<u32> {
+        iflags::get_flags(&self.sb, t.into())
     }
 
-    /// `FS_IOC_SETFLAGS` on inode `ino` by `cred` (see the module comment
-    /// for the rules). Returns the new attributes.
+    /// `FS_IOC_SETFLAGS` by `cred` (`ext4_ioctl_setflags`: the owner or
+    /// root; append-only and immutable need root). Returns the new
+    /// attributes.
     #[inline]
-    pub fn set_flags_ino(&self, ino: u32, flags: u32, cred: &Cred) -> Result<Stat> {
-        iflags::set_flags_ino(&self.sb, ino, flags, cred)
+    pub fn set_flags<'a>(&self, t: impl Into<Target<'a>>, flags: u32, cred: &Cred) -> Result<Stat> {
+        iflags::set_flags(&self.sb, t.into(), flags, cred)
     }
 
-    /// `FS_IOC_FSGETXATTR`: inode `ino`'s flags as a `struct fsxattr`
-    /// (extent-size hints, extent count and project id 0: what ext4
-    /// reports without the project feature).
+    /// `FS_IOC_FSGETXATTR`: the flags as a `struct fsxattr` (extent-size
+    /// hints, extent count and project id 0: what ext4 reports without the
+    /// project feature).
     #[inline]
-    pub fn get_xattr_flags_ino(&self, ino: u32) -> Result<FsXattr> {
-        iflags::get_xattr_flags_ino(&self.sb, ino)
+    pub fn get_fsxattr<'a>(&self, t: impl Into<Target<'a>>) -> Result<FsXattr> {
+        iflags::get_fsxattr(&self.sb, t.into())
     }
 
-    /// `FS_IOC_FSSETXATTR`: set the `FS_XFLAG_*` flags of `fa` on inode
-    /// `ino` (`ext4_fileattr_set`). Extent-size hints are not ext4's
-    /// (EINVAL), nor a project id without the project feature
-    /// (EOPNOTSUPP); the flags as [`Fs::set_flags_ino`].
+    /// `FS_IOC_FSSETXATTR`: set the `FS_XFLAG_*` flags of `fa`
+    /// (`ext4_fileattr_set`). Extent-size hints are not ext4's (EINVAL),
+    /// nor a project id without the project feature (EOPNOTSUPP); the
+    /// flags as [`Fs::set_flags`].
     #[inline]
-    pub fn set_xflags_ino(&self, ino: u32, fa: &FsXattr, cred: &Cred) -> Result<Stat> {
-        iflags::set_xflags_ino(&self.sb, ino, fa, cred)
+    pub fn set_fsxattr<'a>(&self, t: impl Into<Target<'a>>, fa: &FsXattr, cred: &Cred) -> Result<Stat> {
+        iflags::set_fsxattr(&self.sb, t.into(), fa, cred)
     }
 
     // ---- Extended attributes ----
 
-    /// Every extended attribute of `path` (not following a final symlink),
-    /// without permission checks.
+    /// Every extended attribute of what `t` names, with its value and
+    /// without permission checks; a path's final symlink is never followed
+    /// (for tools that copy or compare trees).
     #[inline]
-    pub fn xattrs(&self, path: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        xattr_ops::xattrs(&self.sb, path)
+    pub fn xattrs<'a>(&self, t: impl Into<Target<'a>>) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        xattr_ops::xattrs(&self.sb, t.into())
     }
 
-    /// Every extended attribute of inode `ino`, without permission checks.
+    /// `getxattr(2)`: the value of attribute `name` (ENODATA if absent;
+    /// ACLs in the Linux xattr format), with the namespaces' permission
+    /// rules for `cred` (`trusted.*` is root's; `user.*` needs read
+    /// permission and exists only on files and directories).
     #[inline]
-    pub fn xattrs_ino(&self, ino: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        xattr_ops::xattrs_ino(&self.sb, ino)
+    pub fn getxattr<'a>(&self, t: impl Into<Target<'a>>, name: &[u8], cred: &Cred) -> Result<Vec<u8>> {
+        xattr_ops::getxattr(&self.sb, t.into(), name, cred)
     }
 
-    /// One attribute's value (ENODATA when absent), without permission
-    /// checks.
+    /// `listxattr(2)`: the names of the attributes `cred` may see
+    /// (`trusted.*` only for root, as `ext4_xattr_trusted_list`).
     #[inline]
-    pub fn getxattr(&self, path: &[u8], name: &[u8]) -> Result<Vec<u8>> {
-        xattr_ops::getxattr(&self.sb, path, name)
+    pub fn listxattr<'a>(&self, t: impl Into<Target<'a>>, cred: &Cred) -> Result<Vec<Vec<u8>>> {
+        xattr_ops::listxattr(&self.sb, t.into(), cred)
     }
 
-    /// `setxattr(2)` (`follow`) / `lsetxattr(2)`.
+    /// `setxattr(2)`: set attribute `name` to `value` (`flags`: 0,
+    /// XATTR_CREATE or XATTR_REPLACE), with the namespaces' permission
+    /// rules for `cred`. Setting the access ACL also sets the mode's
+    /// permission bits from it, and an ACL that says no more than the mode
+    /// is not stored (`posix_acl_update_mode`). A synchronous inode has the
+    /// change durable at the return.
     #[inline]
-    pub fn setxattr(
+    pub fn setxattr<'a>(
         &self,
-        path: &[u8],
+        t: impl Into<Target<'a>>,
         name: &[u8],
         value: &[u8],
         flags: u32,
-        follow: bool,
         cred: &Cred,
     ) -> Result<()> {
-        xattr_ops::setxattr(&self.sb, path, name, value, flags, follow, cred)
+        xattr_ops::setxattr(&self.sb, t.into(), name, value, flags, cred)
     }
 
-    /// `removexattr(2)` (`follow`) / `lremovexattr(2)`.
+    /// `removexattr(2)`: remove attribute `name` (ENODATA if absent).
     #[inline]
-    pub fn removexattr(&self, path: &[u8], name: &[u8], follow: bool, cred: &Cred) -> Result<()> {
-        xattr_ops::removexattr(&self.sb, path, name, follow, cred)
-    }
-
-    /// `getxattr(2)` (`follow`) / `lgetxattr(2)` with permission checks.
-    #[inline]
-    pub fn getxattr_as(&self, path: &[u8], name: &[u8], follow: bool, cred: &Cred) -> Result<Vec<u8>> {
-        xattr_ops::getxattr_as(&self.sb, path, name, follow, cred)
-    }
-
-    /// `listxattr(2)` (`follow`) / `llistxattr(2)`.
-    #[inline]
-    pub fn listxattr(&self, path: &[u8], follow: bool, cred: &Cred) -> Result<Vec<Vec<u8>>> {
-        xattr_ops::listxattr(&self.sb, path, follow, cred)
-    }
-
-    /// Set attribute `name` of inode `ino` to `value` (`flags`:
-    /// 0, XATTR_CREATE or XATTR_REPLACE). ACL values are in the Linux
-    /// xattr format.
-    #[inline]
-    pub fn setxattr_ino(&self, ino: u32, name: &[u8], value: &[u8], flags: u32, cred: &Cred) -> Result<()> {
-        xattr_ops::setxattr_ino(&self.sb, ino, name, value, flags, cred)
-    }
-
-    /// Remove attribute `name` of inode `ino` (ENODATA if absent).
-    #[inline]
-    pub fn removexattr_ino(&self, ino: u32, name: &[u8], cred: &Cred) -> Result<()> {
-        xattr_ops::removexattr_ino(&self.sb, ino, name, cred)
-    }
-
-    /// The value of attribute `name` of inode `ino` (ENODATA if absent;
-    /// ACLs in the Linux xattr format).
-    #[inline]
-    pub fn getxattr_ino(&self, ino: u32, name: &[u8], cred: &Cred) -> Result<Vec<u8>> {
-        xattr_ops::getxattr_ino(&self.sb, ino, name, cred)
-    }
-
-    /// Names of inode `ino`'s attributes `cred` may see (trusted.* only for
-    /// root, as `ext4_xattr_trusted_list`).
-    #[inline]
-    pub fn listxattr_ino(&self, ino: u32, cred: &Cred) -> Result<Vec<Vec<u8>>> {
-        xattr_ops::listxattr_ino(&self.sb, ino, cred)
+    pub fn removexattr<'a>(&self, t: impl Into<Target<'a>>, name: &[u8], cred: &Cred) -> Result<()> {
+        xattr_ops::removexattr(&self.sb, t.into(), name, cred)
     }
 
     // ---- Frontend holds and the end of an inode's life ----

@@ -244,6 +244,7 @@ impl Holds {
 mod tests {
     use super::*;
     use crate::vfs::{mem_fs, Cred, Fs};
+    use crate::NewInode;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
@@ -278,7 +279,9 @@ mod tests {
         let fs = mem_fs();
         let root = Cred::root();
         let free0 = fs.statfs().unwrap();
-        let st = fs.write_file(b"/held", &[7u8; 5000], 0o644, 0, 0).unwrap();
+        let st = fs
+            .write_file(&NewInode::file(b"/held").mode(0o644).owner(0, 0), &[7u8; 5000])
+            .unwrap();
         let ino = st.ino;
         {
             let inode = fs.inode(ino).unwrap();
@@ -295,13 +298,18 @@ mod tests {
 
         fs.unlink(b"/held", &root).unwrap();
         assert_eq!(orphans(&fs), vec![ino], "held: orphaned, not freed");
-        assert_eq!(fs.stat_ino(ino).unwrap().nlink, 0);
+        assert_eq!(fs.stat(ino).unwrap().nlink, 0);
         assert!(
             !evicted(&fs, ino),
             "an unlinked inode stays cached (it cannot be read back)"
         );
         for i in 0..20 {
-            let s = fs.write_file(format!("/n{i}").as_bytes(), b"x", 0o644, 0, 0).unwrap();
+            let s = fs
+                .write_file(
+                    &NewInode::file(format!("/n{i}").as_bytes()).mode(0o644).owner(0, 0),
+                    b"x",
+                )
+                .unwrap();
             assert_ne!(s.ino, ino, "a held inode number was reused");
         }
         fs.drop_holds(ino, 1).unwrap();
@@ -329,8 +337,11 @@ mod tests {
         let fs = mem_fs();
         let root = Cred::root();
         let free0 = fs.statfs().unwrap();
-        let a = fs.write_file(b"/a", b"a", 0o644, 0, 0).unwrap();
-        fs.write_file(b"/b", b"b", 0o644, 0, 0).unwrap();
+        let a = fs
+            .write_file(&NewInode::file(b"/a").mode(0o644).owner(0, 0), b"a")
+            .unwrap();
+        fs.write_file(&NewInode::file(b"/b").mode(0o644).owner(0, 0), b"b")
+            .unwrap();
         fs.hold_inode(&fs.inode(a.ino).unwrap()).unwrap();
         assert!(evicted(&fs, a.ino));
         fs.rename(b"/b", b"/a", Default::default(), &root).unwrap();
@@ -357,9 +368,12 @@ mod tests {
         for round in 0..30 {
             let inos: Vec<u32> = (0..8)
                 .map(|i| {
-                    fs.write_file(format!("/r{i}").as_bytes(), b"data", 0o644, 0, 0)
-                        .unwrap()
-                        .ino
+                    fs.write_file(
+                        &NewInode::file(format!("/r{i}").as_bytes()).mode(0o644).owner(0, 0),
+                        b"data",
+                    )
+                    .unwrap()
+                    .ino
                 })
                 .collect();
             let stop = Arc::new(AtomicBool::new(false));

@@ -42,8 +42,10 @@ use ext4kit_format::features::incompat;
 use ext4kit_format::inode::{flags as fl, FileType, Inode, TimeField};
 
 use super::cred::Cred;
+use super::lookup;
 use super::super_block::SuperBlock;
 use super::syncmode;
+use super::target::Target;
 use super::Stat;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::inode;
@@ -180,15 +182,25 @@ pub(crate) fn check_link(inode: &Inode, what: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// The work of [`Fs::get_flags_ino`](crate::Fs::get_flags_ino).
-pub(crate) fn get_flags_ino(sb: &SuperBlock, ino: u32) -> Result<u32> {
+/// The work of [`Fs::get_flags`](crate::Fs::get_flags).
+pub(crate) fn get_flags(sb: &SuperBlock, t: Target<'_>) -> Result<u32> {
+    lookup::on_inode(sb, t, |ino| get_flags_ino(sb, ino))
+}
+
+/// [`get_flags`] of inode `ino`.
+fn get_flags_ino(sb: &SuperBlock, ino: u32) -> Result<u32> {
     let ci = sb.inode(ino)?;
     let rec = ci.disk.read();
     Ok(rec.base.flags & USER_VISIBLE)
 }
 
-/// The work of [`Fs::set_flags_ino`](crate::Fs::set_flags_ino).
-pub(crate) fn set_flags_ino(sb: &SuperBlock, ino: u32, flags: u32, cred: &Cred) -> Result<Stat> {
+/// The work of [`Fs::set_flags`](crate::Fs::set_flags).
+pub(crate) fn set_flags(sb: &SuperBlock, t: Target<'_>, flags: u32, cred: &Cred) -> Result<Stat> {
+    lookup::on_inode(sb, t, |ino| set_flags_ino(sb, ino, flags, cred))
+}
+
+/// [`set_flags`] on inode `ino`.
+fn set_flags_ino(sb: &SuperBlock, ino: u32, flags: u32, cred: &Cred) -> Result<Stat> {
     if sb.vol().read_only() {
         return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
     }
@@ -254,16 +266,21 @@ pub(crate) fn set_flags_ino(sb: &SuperBlock, ino: u32, flags: u32, cred: &Cred) 
     Ok(st)
 }
 
-/// The work of [`Fs::get_xattr_flags_ino`](crate::Fs::get_xattr_flags_ino).
-pub(crate) fn get_xattr_flags_ino(sb: &SuperBlock, ino: u32) -> Result<FsXattr> {
+/// The work of [`Fs::get_fsxattr`](crate::Fs::get_fsxattr).
+pub(crate) fn get_fsxattr(sb: &SuperBlock, t: Target<'_>) -> Result<FsXattr> {
     Ok(FsXattr {
-        xflags: to_xflags(get_flags_ino(sb, ino)?),
+        xflags: to_xflags(get_flags(sb, t)?),
         ..FsXattr::default()
     })
 }
 
-/// The work of [`Fs::set_xflags_ino`](crate::Fs::set_xflags_ino).
-pub(crate) fn set_xflags_ino(sb: &SuperBlock, ino: u32, fa: &FsXattr, cred: &Cred) -> Result<Stat> {
+/// The work of [`Fs::set_fsxattr`](crate::Fs::set_fsxattr).
+pub(crate) fn set_fsxattr(sb: &SuperBlock, t: Target<'_>, fa: &FsXattr, cred: &Cred) -> Result<Stat> {
+    lookup::on_inode(sb, t, |ino| set_fsxattr_ino(sb, ino, fa, cred))
+}
+
+/// [`set_fsxattr`] on inode `ino`.
+fn set_fsxattr_ino(sb: &SuperBlock, ino: u32, fa: &FsXattr, cred: &Cred) -> Result<Stat> {
     if fa.extsize != 0 || fa.cowextsize != 0 {
         return Err(Error::posix(
             Errno::EINVAL,
@@ -338,6 +355,7 @@ impl FsXattr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{NewInode, Target};
 
     #[test]
     fn masks_are_the_kernels() {
@@ -362,52 +380,47 @@ mod tests {
     fn who_may_set_what() {
         let fs = fs();
         let root = Cred::root();
-        let st = fs.write_file(b"/f", b"x", 0o644, 1000, 1000).unwrap();
-        let old = fs.get_flags_ino(st.ino).unwrap();
+        let st = fs
+            .write_file(&NewInode::file(b"/f").mode(0o644).owner(1000, 1000), b"x")
+            .unwrap();
+        let old = fs.get_flags(st.ino).unwrap();
         let owner = Cred::user(1000, 1000);
         // Not the owner: EPERM; the owner: ordinary flags yes, i and a no.
         assert_eq!(
-            errno(fs.set_flags_ino(st.ino, old | fl::NODUMP, &Cred::user(7, 7))),
+            errno(fs.set_flags(st.ino, old | fl::NODUMP, &Cred::user(7, 7))),
             Errno::EPERM
         );
-        fs.set_flags_ino(st.ino, old | fl::NODUMP, &owner).unwrap();
-        assert_eq!(
-            errno(fs.set_flags_ino(st.ino, old | fl::IMMUTABLE, &owner)),
-            Errno::EPERM
-        );
-        assert_eq!(errno(fs.set_flags_ino(st.ino, old | fl::APPEND, &owner)), Errno::EPERM);
+        fs.set_flags(st.ino, old | fl::NODUMP, &owner).unwrap();
+        assert_eq!(errno(fs.set_flags(st.ino, old | fl::IMMUTABLE, &owner)), Errno::EPERM);
+        assert_eq!(errno(fs.set_flags(st.ino, old | fl::APPEND, &owner)), Errno::EPERM);
         // Flags for directories only, unknown bits, unsupported changes.
+        assert_eq!(errno(fs.set_flags(st.ino, old | fl::DIRSYNC, &root)), Errno::EOPNOTSUPP);
+        assert_eq!(errno(fs.set_flags(st.ino, old | 0x8000_0000, &root)), Errno::EOPNOTSUPP);
         assert_eq!(
-            errno(fs.set_flags_ino(st.ino, old | fl::DIRSYNC, &root)),
-            Errno::EOPNOTSUPP
-        );
-        assert_eq!(
-            errno(fs.set_flags_ino(st.ino, old | 0x8000_0000, &root)),
-            Errno::EOPNOTSUPP
-        );
-        assert_eq!(
-            errno(fs.set_flags_ino(st.ino, old & !fl::EXTENTS, &root)),
+            errno(fs.set_flags(st.ino, old & !fl::EXTENTS, &root)),
             Errno::EOPNOTSUPP
         );
         // Visible but not settable bits (INDEX) are dropped silently.
-        fs.set_flags_ino(st.ino, old | fl::NODUMP | fl::INDEX, &root).unwrap();
-        assert_eq!(fs.get_flags_ino(st.ino).unwrap(), old | fl::NODUMP);
+        fs.set_flags(st.ino, old | fl::NODUMP | fl::INDEX, &root).unwrap();
+        assert_eq!(fs.get_flags(st.ino).unwrap(), old | fl::NODUMP);
         // An immutable inode changes no other flag while it stays so.
-        fs.set_flags_ino(st.ino, old | fl::IMMUTABLE, &root).unwrap();
+        fs.set_flags(st.ino, old | fl::IMMUTABLE, &root).unwrap();
         assert_eq!(
-            errno(fs.set_flags_ino(st.ino, old | fl::IMMUTABLE | fl::NOATIME, &root)),
+            errno(fs.set_flags(st.ino, old | fl::IMMUTABLE | fl::NOATIME, &root)),
             Errno::EPERM
         );
-        fs.set_flags_ino(st.ino, old, &root).unwrap();
+        fs.set_flags(st.ino, old, &root).unwrap();
         // The extent flag of an empty file switches its layout; it is
         // written through either layout afterwards.
-        let e = fs.write_file(b"/e", b"", 0o644, 0, 0).unwrap();
-        let eold = fs.get_flags_ino(e.ino).unwrap();
-        fs.set_flags_ino(e.ino, eold & !fl::EXTENTS, &root).unwrap();
+        let e = fs
+            .write_file(&NewInode::file(b"/e").mode(0o644).owner(0, 0), b"")
+            .unwrap();
+        let eold = fs.get_flags(e.ino).unwrap();
+        fs.set_flags(e.ino, eold & !fl::EXTENTS, &root).unwrap();
         let inode = fs.inode(e.ino).unwrap();
         fs.write_at(&inode, Some(0), b"block-mapped").unwrap();
         fs.sync().unwrap();
-        assert_eq!(fs.get_flags_ino(e.ino).unwrap() & fl::EXTENTS, 0);
+        assert_eq!(fs.get_flags(e.ino).unwrap() & fl::EXTENTS, 0);
         let mut buf = [0u8; 12];
         assert_eq!(fs.read_at(&inode, 0, &mut buf).unwrap(), 12);
         assert_eq!(&buf, b"block-mapped");
@@ -417,27 +430,39 @@ mod tests {
     fn immutable_and_append_only_names_stay() {
         let fs = fs();
         let root = Cred::root();
-        let f = fs.write_file(b"/f", b"x", 0o644, 0, 0).unwrap();
-        let old = fs.get_flags_ino(f.ino).unwrap();
+        let f = fs
+            .write_file(&NewInode::file(b"/f").mode(0o644).owner(0, 0), b"x")
+            .unwrap();
+        let old = fs.get_flags(f.ino).unwrap();
         for flag in [fl::IMMUTABLE, fl::APPEND] {
-            fs.set_flags_ino(f.ino, old | flag, &root).unwrap();
-            assert_eq!(errno(fs.unlink_at(2, b"f", &root)), Errno::EPERM);
-            assert_eq!(errno(fs.link_at(f.ino, 2, b"g", &root)), Errno::EPERM);
+            fs.set_flags(f.ino, old | flag, &root).unwrap();
+            assert_eq!(errno(fs.unlink(Target::at(2, b"f"), &root)), Errno::EPERM);
+            assert_eq!(errno(fs.link(f.ino, Target::at(2, b"g"), &root)), Errno::EPERM);
             let rf = super::super::rename::RenameFlags::default();
-            assert_eq!(errno(fs.rename_at(2, b"f", 2, b"h", rf, &root)), Errno::EPERM);
-            fs.set_flags_ino(f.ino, old, &root).unwrap();
+            assert_eq!(
+                errno(fs.rename(Target::at(2, b"f"), Target::at(2, b"h"), rf, &root)),
+                Errno::EPERM
+            );
+            fs.set_flags(f.ino, old, &root).unwrap();
         }
-        let d = fs.mkdir_at(2, b"d", 0o755, &root).unwrap();
-        fs.write_file(b"/d/x", b"x", 0o644, 0, 0).unwrap();
-        let dold = fs.get_flags_ino(d.ino).unwrap();
-        fs.set_flags_ino(d.ino, dold | fl::IMMUTABLE, &root).unwrap();
-        assert_eq!(errno(fs.mkdir_at(d.ino, b"y", 0o755, &root)), Errno::EPERM);
-        assert_eq!(errno(fs.unlink_at(d.ino, b"x", &root)), Errno::EPERM);
-        fs.set_flags_ino(d.ino, dold | fl::APPEND, &root).unwrap();
-        fs.mkdir_at(d.ino, b"y", 0o755, &root).unwrap();
-        assert_eq!(errno(fs.unlink_at(d.ino, b"x", &root)), Errno::EPERM);
-        fs.set_flags_ino(d.ino, dold, &root).unwrap();
-        fs.unlink_at(d.ino, b"x", &root).unwrap();
+        let d = fs
+            .create(&NewInode::dir(Target::at(2, b"d")).mode(0o755).cred(&root))
+            .unwrap();
+        fs.write_file(&NewInode::file(b"/d/x").mode(0o644).owner(0, 0), b"x")
+            .unwrap();
+        let dold = fs.get_flags(d.ino).unwrap();
+        fs.set_flags(d.ino, dold | fl::IMMUTABLE, &root).unwrap();
+        assert_eq!(
+            errno(fs.create(&NewInode::dir(Target::at(d.ino, b"y")).mode(0o755).cred(&root))),
+            Errno::EPERM
+        );
+        assert_eq!(errno(fs.unlink(Target::at(d.ino, b"x"), &root)), Errno::EPERM);
+        fs.set_flags(d.ino, dold | fl::APPEND, &root).unwrap();
+        fs.create(&NewInode::dir(Target::at(d.ino, b"y")).mode(0o755).cred(&root))
+            .unwrap();
+        assert_eq!(errno(fs.unlink(Target::at(d.ino, b"x"), &root)), Errno::EPERM);
+        fs.set_flags(d.ino, dold, &root).unwrap();
+        fs.unlink(Target::at(d.ino, b"x"), &root).unwrap();
     }
 
     #[test]

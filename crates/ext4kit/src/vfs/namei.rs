@@ -19,7 +19,9 @@ use ext4kit_format::dirent::NAME_MAX;
 use ext4kit_format::inode::FileType;
 
 use super::dcache::{DcacheGuard, Dentry};
+use super::lookup;
 use super::super_block::SuperBlock;
+use super::target::{Named, Target};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::{dir, symlink};
 
@@ -207,6 +209,20 @@ fn next_component(frames: &mut Frames<'_>, out: &mut [u8]) -> Option<(usize, boo
     }
 }
 
+/// Split "/a/b/c" into ("/a/b", "c"), ignoring trailing slashes.
+pub(crate) fn split(path: &[u8]) -> Result<(&[u8], &[u8])> {
+    let mut e = path.len();
+    while e > 1 && path[e - 1] == b'/' {
+        e -= 1;
+    }
+    let p = &path[..e];
+    match p.iter().rposition(|&b| b == b'/') {
+        Some(i) => Ok((if i == 0 { &b"/"[..] } else { &p[..i] }, &p[i + 1..])),
+        None if p.is_empty() => Err(Error::posix(Errno::ENOENT, "empty path")),
+        None => Ok((&b"/"[..], p)),
+    }
+}
+
 /// Paths in messages: lossy UTF-8.
 pub(crate) fn show(p: &[u8]) -> String {
     let s = String::from_utf8_lossy(p);
@@ -235,15 +251,18 @@ pub(crate) fn with_path(e: Error, path: &[u8]) -> Error {
     }
 }
 
-/// Target of the symlink at `path` ([`Fs::read_link`](crate::Fs::read_link)).
-pub(crate) fn read_link(sb: &SuperBlock, path: &[u8]) -> Result<Vec<u8>> {
-    let d = resolve(sb, path, false)?;
-    read_link_ino(sb, d.ino).map_err(|e| {
-        if e.errno() == Errno::EINVAL {
-            Error::posix(Errno::EINVAL, format!("{}: not a symbolic link", show(path)))
-        } else {
-            e
+/// Target of the symlink `t` names ([`Fs::read_link`](crate::Fs::read_link)):
+/// a path's final symlink is the one read, never followed.
+pub(crate) fn read_link(sb: &SuperBlock, t: Target<'_>) -> Result<Vec<u8>> {
+    let ino = match t.named() {
+        Named::Path(p) => resolve(sb, p, false)?.ino,
+        _ => lookup::target_ino(sb, t)?,
+    };
+    read_link_ino(sb, ino).map_err(|e| match t.path_shown() {
+        Some(p) if e.errno() == Errno::EINVAL => {
+            Error::posix(Errno::EINVAL, format!("{}: not a symbolic link", show(p)))
         }
+        _ => e,
     })
 }
 

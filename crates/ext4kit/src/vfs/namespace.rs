@@ -31,20 +31,21 @@ use ext4kit_format::features::ro_compat;
 use ext4kit_format::inode::{FileType, Inode, TimeField};
 
 use super::acl_inherit;
-use super::acl_inherit::CreateMode;
 use super::cred::{Cred, MAY_EXEC, MAY_WRITE};
 use super::evict;
 use super::evict::Death;
 use super::icache::CachedInode;
-use super::namei;
-use super::namei::{show, with_path};
+use super::lookup;
+use super::namei::show;
+use super::request::NewInode;
 use super::stat;
 use super::super_block::SuperBlock;
 use super::syncmode;
+use super::target::Target;
 use super::Stat;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::dir_insert::{self, NewEntry};
-use crate::ext4::ialloc::NewInode;
+use crate::ext4::ialloc;
 use crate::ext4::{dir, dir_delete, inode, BlockMap, DirRef};
 
 /// The most links an inode may have (`EXT4_LINK_MAX`). A directory with
@@ -70,20 +71,6 @@ pub(super) fn check_name(name: &[u8]) -> Result<()> {
 
 pub(super) fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
-}
-
-/// Split "/a/b/c" into ("/a/b", "c"), ignoring trailing slashes.
-pub(super) fn split(path: &[u8]) -> Result<(&[u8], &[u8])> {
-    let mut e = path.len();
-    while e > 1 && path[e - 1] == b'/' {
-        e -= 1;
-    }
-    let p = &path[..e];
-    match p.iter().rposition(|&b| b == b'/') {
-        Some(i) => Ok((if i == 0 { &b"/"[..] } else { &p[..i] }, &p[i + 1..])),
-        None if p.is_empty() => Err(Error::posix(Errno::ENOENT, "empty path")),
-        None => Ok((&b"/"[..], p)),
-    }
 }
 
 /// Change a link count by `delta`, with dir_nlink's "1 means many" rule for
@@ -163,39 +150,11 @@ fn new_owner(dir: &Inode, cred: &Cred, ftype: FileType, perm: u16) -> (u32, u32,
     }
 }
 
-/// The work of [`Fs::mkdir_at`](crate::Fs::mkdir_at).
-pub(crate) fn mkdir_at(
-    sb: &SuperBlock,
-    parent: u32,
-    name: &[u8],
-    perm: impl Into<CreateMode>,
-    cred: &Cred,
-) -> Result<Stat> {
-    mkdir_owned(sb, parent, name, perm, cred, None)
-}
-
-/// The work of [`Fs::mkdir_owned`](crate::Fs::mkdir_owned).
-pub(crate) fn mkdir_owned(
-    sb: &SuperBlock,
-    parent: u32,
-    name: &[u8],
-    perm: impl Into<CreateMode>,
-    cred: &Cred,
-    owner: Option<(u32, u32)>,
-) -> Result<Stat> {
-    let mode = perm.into();
-    sb.retry_enospc(|| mkdir_owned_once(sb, parent, name, mode, cred, owner))
-}
-
-/// One attempt of [`Fs::mkdir_owned`].
-fn mkdir_owned_once(
-    sb: &SuperBlock,
-    parent: u32,
-    name: &[u8],
-    mode: CreateMode,
-    cred: &Cred,
-    owner: Option<(u32, u32)>,
-) -> Result<Stat> {
+/// One attempt of [`Fs::create`](crate::Fs::create) for a directory
+/// (`ext4_mkdir`): its "." and ".." block, its parent's link, and the
+/// parent's default ACL as its own default.
+pub(crate) fn mkdir_once(sb: &SuperBlock, parent: u32, name: &[u8], req: &NewInode<'_>) -> Result<Stat> {
+    let (mode, cred, owner) = (req.create_mode(), req.cred, req.owner);
     check_name(name)?;
     if is_dot(name) {
         return Err(Error::posix(Errno::EEXIST, format!("{}: exists", show(name))));
@@ -241,7 +200,7 @@ fn mkdir_owned_once(
     // A cached inode of this number is a dead predecessor whose freer
     // has not dropped it yet: the number is ours now.
     sb.icache().forget(ino);
-    let mut rec = sb.vol().new_inode_record(&NewInode {
+    let mut rec = sb.vol().new_inode_record(&ialloc::NewInode {
         ftype: FileType::Directory,
         perm,
         uid,
@@ -300,8 +259,8 @@ fn mkdir_owned_once(
     stat::stat_ino(sb, ino)
 }
 
-/// The work of [`Fs::unlink_at`](crate::Fs::unlink_at).
-pub(crate) fn unlink_at(sb: &SuperBlock, parent: u32, name: &[u8], cred: &Cred) -> Result<()> {
+/// Remove name `name` (not a directory) from directory `parent`.
+fn unlink_at(sb: &SuperBlock, parent: u32, name: &[u8], cred: &Cred) -> Result<()> {
     check_name(name)?;
     if is_dot(name) {
         return Err(Error::posix(Errno::EISDIR, format!("{}: is a directory", show(name))));
@@ -309,8 +268,8 @@ pub(crate) fn unlink_at(sb: &SuperBlock, parent: u32, name: &[u8], cred: &Cred) 
     remove_at(sb, parent, name, false, cred)
 }
 
-/// The work of [`Fs::rmdir_at`](crate::Fs::rmdir_at).
-pub(crate) fn rmdir_at(sb: &SuperBlock, parent: u32, name: &[u8], cred: &Cred) -> Result<()> {
+/// Remove the empty directory `name` from directory `parent`.
+fn rmdir_at(sb: &SuperBlock, parent: u32, name: &[u8], cred: &Cred) -> Result<()> {
     check_name(name)?;
     if name == b"." {
         return Err(Error::posix(Errno::EINVAL, "rmdir of \".\""));
@@ -404,8 +363,8 @@ fn remove_at(sb: &SuperBlock, parent: u32, name: &[u8], want_dir: bool, cred: &C
     syncmode::dirsync_after(sb, &dir, flags)
 }
 
-/// The work of [`Fs::link_at`](crate::Fs::link_at).
-pub(crate) fn link_at(sb: &SuperBlock, ino: u32, parent: u32, name: &[u8], cred: &Cred) -> Result<Stat> {
+/// Make `name` in directory `parent` another name of inode `ino`.
+fn link_at(sb: &SuperBlock, ino: u32, parent: u32, name: &[u8], cred: &Cred) -> Result<Stat> {
     sb.retry_enospc(|| link_at_once(sb, ino, parent, name, cred))
 }
 
@@ -502,31 +461,19 @@ fn link_at_once(sb: &SuperBlock, ino: u32, parent: u32, name: &[u8], cred: &Cred
     stat::stat_ino(sb, ino)
 }
 
-/// The work of [`Fs::mkdir`](crate::Fs::mkdir).
-pub(crate) fn mkdir(sb: &SuperBlock, path: &[u8], perm: impl Into<CreateMode>, cred: &Cred) -> Result<Stat> {
-    let (p, name) = split(path)?;
-    let parent = namei::resolve(sb, p, true)?;
-    mkdir_at(sb, parent.ino, name, perm, cred).map_err(|e| with_path(e, path))
-}
-
 /// The work of [`Fs::unlink`](crate::Fs::unlink).
-pub(crate) fn unlink(sb: &SuperBlock, path: &[u8], cred: &Cred) -> Result<()> {
-    let (p, name) = split(path)?;
-    let parent = namei::resolve(sb, p, true)?;
-    unlink_at(sb, parent.ino, name, cred).map_err(|e| with_path(e, path))
+pub(crate) fn unlink(sb: &SuperBlock, t: Target<'_>, cred: &Cred) -> Result<()> {
+    lookup::on_entry(sb, t, |dir, name| unlink_at(sb, dir, name, cred))
 }
 
 /// The work of [`Fs::rmdir`](crate::Fs::rmdir).
-pub(crate) fn rmdir(sb: &SuperBlock, path: &[u8], cred: &Cred) -> Result<()> {
-    let (p, name) = split(path)?;
-    let parent = namei::resolve(sb, p, true)?;
-    rmdir_at(sb, parent.ino, name, cred).map_err(|e| with_path(e, path))
+pub(crate) fn rmdir(sb: &SuperBlock, t: Target<'_>, cred: &Cred) -> Result<()> {
+    lookup::on_entry(sb, t, |dir, name| rmdir_at(sb, dir, name, cred))
 }
 
-/// The work of [`Fs::link`](crate::Fs::link).
-pub(crate) fn link(sb: &SuperBlock, old_path: &[u8], new_path: &[u8], cred: &Cred) -> Result<Stat> {
-    let src = namei::resolve(sb, old_path, false)?;
-    let (p, name) = split(new_path)?;
-    let parent = namei::resolve(sb, p, true)?;
-    link_at(sb, src.ino, parent.ino, name, cred).map_err(|e| with_path(e, new_path))
+/// The work of [`Fs::link`](crate::Fs::link): the source is never
+/// followed (`link(2)` on Linux).
+pub(crate) fn link(sb: &SuperBlock, src: Target<'_>, new: Target<'_>, cred: &Cred) -> Result<Stat> {
+    let ino = lookup::target_ino(sb, src.nofollow())?;
+    lookup::on_entry(sb, new, |dir, name| link_at(sb, ino, dir, name, cred))
 }

@@ -5,7 +5,7 @@
 //! done on behalf of its opener (`File::caller`).
 
 use super::file::{File, Whence};
-use super::request::{Fallocate, WriteAt};
+use super::request::{Fallocate, WriteAt, WriteRequest};
 use super::super_block::SuperBlock;
 use super::{io, read, writeback};
 use crate::error::{Errno, Error, Result};
@@ -45,7 +45,7 @@ pub(crate) fn write(sb: &SuperBlock, file: &File, buf: &[u8]) -> Result<usize> {
     } else {
         WriteAt::Offset(file.position())
     };
-    let w = io::write_inode(sb, &file.inode, &file.write_req(buf, at))?;
+    let w = io::write_inode(sb, &file.inode, &write_req(file, buf, at))?;
     file.set_position(w.offset + w.len as u64);
     Ok(w.len)
 }
@@ -59,7 +59,7 @@ pub(crate) fn pwrite(sb: &SuperBlock, file: &File, off: u64, buf: &[u8]) -> Resu
     } else {
         WriteAt::Offset(off)
     };
-    Ok(io::write_inode(sb, &file.inode, &file.write_req(buf, at))?.len)
+    Ok(io::write_inode(sb, &file.inode, &write_req(file, buf, at))?.len)
 }
 
 /// ftruncate(2): EINVAL unless open for writing (as Linux).
@@ -79,4 +79,14 @@ pub(crate) fn fallocate(sb: &SuperBlock, file: &File, mode: u32, off: u64, len: 
 /// fsync(2) (`data_only` false) or fdatasync(2) (true).
 pub(crate) fn fsync(sb: &SuperBlock, file: &File, data_only: bool) -> Result<()> {
     writeback::fsync_inode(sb, &file.inode, data_only).map(|_| ())
+}
+
+/// A write of `buf` at `at` through `file`, by its opener, with its
+/// O_SYNC / O_DSYNC.
+fn write_req<'a>(file: &'a File, buf: &'a [u8], at: WriteAt) -> WriteRequest<'a> {
+    WriteRequest {
+        at,
+        sync: file.flags.sync,
+        ..WriteRequest::new(buf, file.caller())
+    }
 }

@@ -4,19 +4,24 @@
 
 use ext4kit_format::inode::FileType;
 
-use super::namei::{self, show};
+use super::lookup;
+use super::namei::show;
 use super::super_block::SuperBlock;
+use super::target::Target;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::{dir, DirEntry, DirRef};
 
-/// Entries of the directory at `path` ([`Fs::read_dir`](crate::Fs::read_dir)).
-pub(crate) fn read_dir(sb: &SuperBlock, path: &[u8]) -> Result<Vec<DirEntry>> {
-    let d = namei::resolve(sb, path, true)?;
-    read_dir_ino(sb, d.ino).map_err(|e| match e {
-        Error::Posix {
-            errno: Errno::ENOTDIR, ..
-        } => Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(path))),
-        e => e,
+/// Entries of the directory `t` names ([`Fs::read_dir`](crate::Fs::read_dir)).
+pub(crate) fn read_dir(sb: &SuperBlock, t: Target<'_>) -> Result<Vec<DirEntry>> {
+    let ino = lookup::target_ino(sb, t)?;
+    read_dir_ino(sb, ino).map_err(|e| match (e, t.path_shown()) {
+        (
+            Error::Posix {
+                errno: Errno::ENOTDIR, ..
+            },
+            Some(p),
+        ) => Error::posix(Errno::ENOTDIR, format!("{}: not a directory", show(p))),
+        (e, _) => e,
     })
 }
 

@@ -49,12 +49,13 @@ use super::cred::{Cred, MAY_WRITE};
 use super::evict;
 use super::evict::Death;
 use super::icache::CachedInode;
-use super::namei;
-use super::namei::{show, with_path};
+use super::lookup;
+use super::namei::show;
 use super::namespace;
-use super::namespace::{add_links, check_name, is_dot, split, LINK_MAX};
+use super::namespace::{add_links, check_name, is_dot, LINK_MAX};
 use super::super_block::SuperBlock;
 use super::syncmode;
+use super::target::Target;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::dir_insert::{self, NewEntry};
 use crate::ext4::transaction::Handle;
@@ -67,6 +68,10 @@ pub struct RenameFlags {
     pub noreplace: bool,
     /// Swap source and target atomically; both must exist (`RENAME_EXCHANGE`).
     pub exchange: bool,
+    /// Leave a whiteout (a 0:0 character device) at the old name
+    /// (`RENAME_WHITEOUT`, overlayfs' copy-up and delete; `whiteout.rs`).
+    /// Not with `exchange` (EINVAL).
+    pub whiteout: bool,
 }
 
 /// One side of a rename — the kernel's `struct ext4_renament`: a name in a
@@ -329,16 +334,12 @@ impl NewRecords {
     }
 }
 
-/// The work of [`Fs::rename_at`](crate::Fs::rename_at).
-pub(crate) fn rename_at(
-    sb: &SuperBlock,
-    old_dir: u32,
-    old_name: &[u8],
-    new_dir: u32,
-    new_name: &[u8],
-    flags: RenameFlags,
-    cred: &Cred,
-) -> Result<()> {
+/// The work of [`Fs::rename`](crate::Fs::rename) (but `RENAME_WHITEOUT`:
+/// `whiteout.rs`): durable at the return when either directory is dirsync
+/// (`ext4_rename`'s `ext4_handle_sync`, `vfs::syncmode`).
+pub(crate) fn rename(sb: &SuperBlock, old: Target<'_>, new: Target<'_>, flags: RenameFlags, cred: &Cred) -> Result<()> {
+    let (old_dir, old_name) = lookup::entry(sb, old)?;
+    let (new_dir, new_name) = lookup::entry(sb, new)?;
     sb.retry_enospc(|| {
         rename_once(
             sb,
@@ -347,20 +348,12 @@ pub(crate) fn rename_at(
             flags,
             cred,
         )
-    })?;
-    syncmode::dirsync(sb, &[old_dir, new_dir])
+    })
+    .and_then(|()| syncmode::dirsync(sb, &[old_dir, new_dir]))
+    .map_err(|e| lookup::annotate(e, old))
 }
 
-/// The work of [`Fs::rename`](crate::Fs::rename).
-pub(crate) fn rename(sb: &SuperBlock, old_path: &[u8], new_path: &[u8], flags: RenameFlags, cred: &Cred) -> Result<()> {
-    let (op, on) = split(old_path)?;
-    let (np, nn) = split(new_path)?;
-    let a = namei::resolve(sb, op, true)?;
-    let b = namei::resolve(sb, np, true)?;
-    rename_at(sb, a.ino, on, b.ino, nn, flags, cred).map_err(|e| with_path(e, old_path))
-}
-
-/// One attempt of [`Fs::rename_at`]: the VFS's part, then
+/// One attempt of [`rename`]: the VFS's part, then
 /// [`rename_plain`] or [`cross_rename`].
 fn rename_once(sb: &SuperBlock, mut old: Side<'_>, mut new: Side<'_>, flags: RenameFlags, cred: &Cred) -> Result<()> {
     check_names(old.name, new.name, flags)?;

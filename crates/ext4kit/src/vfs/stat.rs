@@ -4,8 +4,9 @@ use ext4kit_format::features::{self, ro_compat};
 use ext4kit_format::inode::{FileType, Inode, TimeField, Timestamp};
 use ext4kit_format::superblock::{STATE_ERROR, STATE_VALID};
 
-use super::namei;
+use super::lookup;
 use super::super_block::SuperBlock;
+use super::target::Target;
 use crate::error::Result;
 use crate::ext4::Volume;
 
@@ -197,16 +198,9 @@ pub(crate) fn info(sb: &SuperBlock) -> FsInfo {
     }
 }
 
-/// Attributes of `path`, following a final symlink ([`Fs::stat`](crate::Fs::stat)).
-pub(crate) fn stat(sb: &SuperBlock, path: &[u8]) -> Result<Stat> {
-    let d = namei::resolve(sb, path, true)?;
-    stat_ino(sb, d.ino)
-}
-
-/// Attributes of `path` itself ([`Fs::lstat`](crate::Fs::lstat)).
-pub(crate) fn lstat(sb: &SuperBlock, path: &[u8]) -> Result<Stat> {
-    let d = namei::resolve(sb, path, false)?;
-    stat_ino(sb, d.ino)
+/// Attributes of the inode `t` names ([`Fs::stat`](crate::Fs::stat)).
+pub(crate) fn stat(sb: &SuperBlock, t: Target<'_>) -> Result<Stat> {
+    lookup::on_inode(sb, t, |ino| stat_ino(sb, ino))
 }
 
 /// Attributes of inode `ino` ([`Fs::stat_ino`](crate::Fs::stat_ino)).

@@ -18,27 +18,30 @@
 //! it is EINVAL; the caller needs CAP_MKNOD, which the caller checks (the
 //! kernel does, before sending the request).
 
-use ext4kit_format::inode::FileType;
-
 use super::cred::Cred;
 use super::lookup;
 use super::namespace;
 use super::rename;
 use super::rename::RenameFlags;
+use super::request::{NewInode, NodeKind};
 use super::super_block::SuperBlock;
+use super::target::Target;
 use super::write;
 use crate::error::{Errno, Error, Result};
 
-/// The work of [`Fs::rename_whiteout`](crate::Fs::rename_whiteout).
+/// The work of [`Fs::rename`](crate::Fs::rename) with `RENAME_WHITEOUT`.
 pub(crate) fn rename_whiteout(
     sb: &SuperBlock,
-    old_dir: u32,
-    old_name: &[u8],
-    new_dir: u32,
-    new_name: &[u8],
-    noreplace: bool,
+    old: Target<'_>,
+    new: Target<'_>,
+    flags: RenameFlags,
     cred: &Cred,
 ) -> Result<()> {
+    if flags.exchange {
+        return Err(Error::posix(Errno::EINVAL, "RENAME_WHITEOUT with RENAME_EXCHANGE"));
+    }
+    let (old_dir, old_name) = lookup::entry(sb, old)?;
+    let (new_dir, new_name) = lookup::entry(sb, new)?;
     // The source must exist before anything is made.
     if lookup::lookup_at(sb, old_dir, old_name)?.is_none() {
         return Err(Error::posix(
@@ -47,26 +50,35 @@ pub(crate) fn rename_whiteout(
         ));
     }
     let tmp = free_temp_name(sb, old_dir)?;
-    write::mknod_at(sb, old_dir, &tmp, FileType::CharDevice, 0, (0, 0), cred)?;
-    let flags = RenameFlags {
-        noreplace,
-        exchange: false,
+    write::create(
+        sb,
+        &NewInode::new(Target::at(old_dir, &tmp), NodeKind::CharDevice(0, 0))
+            .mode(0)
+            .cred(cred),
+    )?;
+    let moved = RenameFlags {
+        whiteout: false,
+        ..flags
     };
-    if let Err(e) = rename::rename_at(sb, old_dir, old_name, new_dir, new_name, flags, cred) {
-        if let Err(u) = namespace::unlink_at(sb, old_dir, &tmp, &Cred::root()) {
+    if let Err(e) = rename::rename(
+        sb,
+        Target::at(old_dir, old_name),
+        Target::at(new_dir, new_name),
+        moved,
+        cred,
+    ) {
+        if let Err(u) = namespace::unlink(sb, Target::at(old_dir, &tmp), &Cred::root()) {
             eprintln!(
                 "ext4kit: removing the temporary whiteout {} after a failed rename: {u}",
                 String::from_utf8_lossy(&tmp)
             );
         }
-        return Err(e);
+        return Err(lookup::annotate(e, old));
     }
-    rename::rename_at(
+    rename::rename(
         sb,
-        old_dir,
-        &tmp,
-        old_dir,
-        old_name,
+        Target::at(old_dir, &tmp),
+        Target::at(old_dir, old_name),
         RenameFlags::default(),
         &Cred::root(),
     )
@@ -90,16 +102,31 @@ fn free_temp_name(sb: &SuperBlock, dir: u32) -> Result<Vec<u8>> {
 mod tests {
     use crate::vfs::cred::Cred;
     use crate::FileType;
+    use crate::{NewInode, RenameFlags, Target};
 
     #[test]
     fn whiteout_takes_the_old_name_and_failures_leave_nothing() {
         let fs = crate::vfs::mem_fs();
-        let a = fs.write_file(b"/a", b"A", 0o644, 0, 0).unwrap();
-        fs.write_file(b"/b", b"B", 0o644, 0, 0).unwrap();
+        let a = fs
+            .write_file(&NewInode::file(b"/a").mode(0o644).owner(0, 0), b"A")
+            .unwrap();
+        fs.write_file(&NewInode::file(b"/b").mode(0o644).owner(0, 0), b"B")
+            .unwrap();
         let root = Cred::root();
         // NOREPLACE onto an existing target: nothing changes.
         assert_eq!(
-            fs.rename_whiteout(2, b"a", 2, b"b", true, &root).unwrap_err().errno(),
+            fs.rename(
+                Target::at(2, b"a"),
+                Target::at(2, b"b"),
+                RenameFlags {
+                    noreplace: true,
+                    whiteout: true,
+                    ..Default::default()
+                },
+                &root
+            )
+            .unwrap_err()
+            .errno(),
             crate::Errno::EEXIST
         );
         let names = |fs: &crate::Fs| {
@@ -108,7 +135,17 @@ mod tests {
             v
         };
         assert_eq!(names(&fs), [&b"."[..], b"..", b"a", b"b", b"lost+found"]);
-        fs.rename_whiteout(2, b"a", 2, b"b", false, &root).unwrap();
+        fs.rename(
+            Target::at(2, b"a"),
+            Target::at(2, b"b"),
+            RenameFlags {
+                noreplace: false,
+                whiteout: true,
+                ..Default::default()
+            },
+            &root,
+        )
+        .unwrap();
         assert_eq!(fs.stat(b"/b").unwrap().ino, a.ino);
         let wh = fs.lstat(b"/a").unwrap();
         assert_eq!(wh.ftype, FileType::CharDevice);
@@ -116,7 +153,18 @@ mod tests {
         assert_eq!(names(&fs), [&b"."[..], b"..", b"a", b"b", b"lost+found"]);
         // A missing source: ENOENT, no temporary left.
         assert_eq!(
-            fs.rename_whiteout(2, b"zz", 2, b"y", false, &root).unwrap_err().errno(),
+            fs.rename(
+                Target::at(2, b"zz"),
+                Target::at(2, b"y"),
+                RenameFlags {
+                    noreplace: false,
+                    whiteout: true,
+                    ..Default::default()
+                },
+                &root
+            )
+            .unwrap_err()
+            .errno(),
             crate::Errno::ENOENT
         );
         assert_eq!(names(&fs).len(), 5);

@@ -14,129 +14,48 @@ use ext4kit_format::inode::{FileType, TimeField};
 use ext4kit_format::inode::Inode;
 
 use super::acl_inherit;
-use super::acl_inherit::CreateMode;
 use super::cred::{Cred, MAY_EXEC, MAY_WRITE};
 use super::icache::CachedInode;
-use super::namei;
-use super::namei::{show, with_path};
+use super::namei::show;
+use super::request::{CreateMode, NewInode, NodeKind};
 use super::stat;
 use super::super_block::SuperBlock;
 use super::syncmode;
 use super::writeback;
 use super::Stat;
+use super::{lookup, namespace};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::bmap_write::{self, MapRequest};
 use crate::ext4::dir_insert::{self, NewEntry};
 use crate::ext4::htree::CreateLookup;
-use crate::ext4::ialloc::NewInode;
+use crate::ext4::ialloc;
 use crate::ext4::transaction::Handle;
 use crate::ext4::xattr_write;
 use crate::ext4::{alloc_map, bmap, dir, inode, DirRef};
 
-/// Split "/a/b/c" into ("/a/b", "c"); trailing slashes ignored.
-fn split_parent(path: &[u8]) -> Result<(&[u8], &[u8])> {
-    let p = {
-        let mut e = path.len();
-        while e > 1 && path[e - 1] == b'/' {
-            e -= 1;
-        }
-        &path[..e]
+/// The work of [`Fs::create`](crate::Fs::create): a new inode of any
+/// kind and its name, in one transaction.
+pub(crate) fn create(sb: &SuperBlock, req: &NewInode<'_>) -> Result<Stat> {
+    lookup::on_entry(sb, req.at, |parent, name| {
+        sb.retry_enospc(|| match req.kind {
+            NodeKind::Dir => namespace::mkdir_once(sb, parent, name, req),
+            NodeKind::Symlink(target) => symlink_once(sb, parent, name, target, req),
+            _ => mknod_once(sb, parent, name, req),
+        })
+    })
+}
+
+/// One attempt of [`create`] for a regular file, a fifo, a socket or a
+/// device node: a device's number goes in `i_block` as the kernel puts it
+/// (`ext4_init_special_inode`: the old 8-bit encoding when both halves
+/// fit, the new one in the second word otherwise).
+fn mknod_once(sb: &SuperBlock, parent: u32, name: &[u8], req: &NewInode<'_>) -> Result<Stat> {
+    let rdev = match req.kind {
+        NodeKind::CharDevice(ma, mi) | NodeKind::BlockDevice(ma, mi) => Some((ma, mi)),
+        _ => None,
     };
-    let cut = p.iter().rposition(|&b| b == b'/');
-    let (parent, name) = match cut {
-        Some(i) => (if i == 0 { &b"/"[..] } else { &p[..i] }, &p[i + 1..]),
-        None => (&b"/"[..], p),
-    };
-    if name.is_empty() || name == b"." || name == b".." {
-        return Err(Error::posix(Errno::EEXIST, format!("{}: exists", show(path))));
-    }
-    if name.len() > NAME_MAX {
-        return Err(Error::posix(
-            Errno::ENAMETOOLONG,
-            format!("{}: name too long", show(path)),
-        ));
-    }
-    Ok((parent, name))
-}
-
-/// The work of [`Fs::create`](crate::Fs::create).
-pub(crate) fn create(sb: &SuperBlock, path: &[u8], perm: u16, uid: u32, gid: u32) -> Result<Stat> {
-    mknod(sb, path, FileType::Regular, perm, uid, gid, (0, 0))
-}
-
-/// The work of [`Fs::mknod`](crate::Fs::mknod).
-pub(crate) fn mknod(
-    sb: &SuperBlock,
-    path: &[u8],
-    ftype: FileType,
-    perm: u16,
-    uid: u32,
-    gid: u32,
-    rdev: (u32, u32),
-) -> Result<Stat> {
-    let (parent_path, name) = split_parent(path)?;
-    let parent = namei::resolve(sb, parent_path, true)?;
-    mknod_owned(sb, parent.ino, name, ftype, perm, rdev, &Cred::root(), Some((uid, gid)))
-        .map_err(|e| with_path(e, path))
-}
-
-/// The work of [`Fs::symlink`](crate::Fs::symlink).
-pub(crate) fn symlink(sb: &SuperBlock, target: &[u8], path: &[u8], uid: u32, gid: u32) -> Result<Stat> {
-    let (parent_path, name) = split_parent(path)?;
-    let parent = namei::resolve(sb, parent_path, true)?;
-    symlink_owned(sb, parent.ino, name, target, &Cred::root(), Some((uid, gid))).map_err(|e| with_path(e, path))
-}
-
-/// The work of [`Fs::mknod_at`](crate::Fs::mknod_at).
-pub(crate) fn mknod_at(
-    sb: &SuperBlock,
-    parent: u32,
-    name: &[u8],
-    ftype: FileType,
-    perm: impl Into<CreateMode>,
-    rdev: (u32, u32),
-    cred: &Cred,
-) -> Result<Stat> {
-    mknod_owned(sb, parent, name, ftype, perm, rdev, cred, None)
-}
-
-/// The work of [`Fs::mknod_owned`](crate::Fs::mknod_owned).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn mknod_owned(
-    sb: &SuperBlock,
-    parent: u32,
-    name: &[u8],
-    ftype: FileType,
-    perm: impl Into<CreateMode>,
-    rdev: (u32, u32),
-    cred: &Cred,
-    owner: Option<(u32, u32)>,
-) -> Result<Stat> {
-    let mode = perm.into();
-    sb.retry_enospc(|| mknod_owned_once(sb, parent, name, ftype, mode, rdev, cred, owner))
-}
-
-/// One attempt of [`Fs::mknod_owned`].
-#[allow(clippy::too_many_arguments)]
-fn mknod_owned_once(
-    sb: &SuperBlock,
-    parent: u32,
-    name: &[u8],
-    ftype: FileType,
-    perm: CreateMode,
-    rdev: (u32, u32),
-    cred: &Cred,
-    owner: Option<(u32, u32)>,
-) -> Result<Stat> {
-    if matches!(ftype, FileType::Directory | FileType::Symlink) {
-        return Err(Error::posix(
-            Errno::EINVAL,
-            format!("{}: mknod cannot make a {ftype:?}", show(name)),
-        ));
-    }
-    create_at(sb, parent, name, ftype, perm, cred, owner, |_, _, _, rec| {
-        if matches!(ftype, FileType::CharDevice | FileType::BlockDevice) {
-            let (ma, mi) = rdev;
+    create_at(sb, parent, name, req, |_, _, _, rec| {
+        if let Some((ma, mi)) = rdev {
             if ma < 256 && mi < 256 {
                 rec.base.block[0..4].copy_from_slice(&((ma << 8) | mi).to_le_bytes());
             } else {
@@ -148,32 +67,10 @@ fn mknod_owned_once(
     })
 }
 
-/// The work of [`Fs::symlink_at`](crate::Fs::symlink_at).
-pub(crate) fn symlink_at(sb: &SuperBlock, parent: u32, name: &[u8], target: &[u8], cred: &Cred) -> Result<Stat> {
-    symlink_owned(sb, parent, name, target, cred, None)
-}
-
-/// The work of [`Fs::symlink_owned`](crate::Fs::symlink_owned).
-pub(crate) fn symlink_owned(
-    sb: &SuperBlock,
-    parent: u32,
-    name: &[u8],
-    target: &[u8],
-    cred: &Cred,
-    owner: Option<(u32, u32)>,
-) -> Result<Stat> {
-    sb.retry_enospc(|| symlink_owned_once(sb, parent, name, target, cred, owner))
-}
-
-/// One attempt of [`Fs::symlink_owned`].
-fn symlink_owned_once(
-    sb: &SuperBlock,
-    parent: u32,
-    name: &[u8],
-    target: &[u8],
-    cred: &Cred,
-    owner: Option<(u32, u32)>,
-) -> Result<Stat> {
+/// One attempt of [`create`] for a symbolic link to `target`: a fast
+/// symlink (target in `i_block`) under 60 bytes, else one data block, as
+/// the kernel does; its mode is always 0777.
+fn symlink_once(sb: &SuperBlock, parent: u32, name: &[u8], target: &[u8], req: &NewInode<'_>) -> Result<Stat> {
     let bs = sb.vol().block_size();
     if target.is_empty() || target.len() >= bs.min(4096) {
         return Err(Error::posix(
@@ -181,46 +78,37 @@ fn symlink_owned_once(
             format!("{}: symlink target must be 1 to {} bytes", show(name), bs.min(4096) - 1),
         ));
     }
-    create_at(
-        sb,
-        parent,
-        name,
-        FileType::Symlink,
-        0o777.into(),
-        cred,
-        owner,
-        |vol, h, ino, rec| {
-            if target.len() < 60 {
-                // A fast symlink: the target lives in i_block, no extent header.
-                rec.base.flags &= !ext4kit_format::inode::flags::EXTENTS;
-                rec.base.block = [0; 60];
-                rec.base.block[..target.len()].copy_from_slice(target);
-                rec.base.set_size(target.len() as u64);
-                return Ok(());
-            }
-            // Map while the size is still 0: a symlink with a size and
-            // no blocks counts as fast, which has no block map to extend.
-            let runs = bmap_write::map_blocks(
-                vol,
-                h,
-                ino,
-                rec,
-                MapRequest {
-                    lblk: 0,
-                    len: 1,
-                    uninit: false,
-                },
-            )?;
+    create_at(sb, parent, name, req, |vol, h, ino, rec| {
+        if target.len() < 60 {
+            // A fast symlink: the target lives in i_block, no extent header.
+            rec.base.flags &= !ext4kit_format::inode::flags::EXTENTS;
+            rec.base.block = [0; 60];
+            rec.base.block[..target.len()].copy_from_slice(target);
             rec.base.set_size(target.len() as u64);
-            let run = runs
-                .first()
-                .ok_or_else(|| Error::posix(Errno::EIO, "no block mapped for a symlink"))?;
-            let mut b = vec![0u8; bs];
-            b[..target.len()].copy_from_slice(target);
-            // Data before the metadata that points at it (ordered mode).
-            vol.disk().write_raw(run.pblk, &b)
-        },
-    )
+            return Ok(());
+        }
+        // Map while the size is still 0: a symlink with a size and
+        // no blocks counts as fast, which has no block map to extend.
+        let runs = bmap_write::map_blocks(
+            vol,
+            h,
+            ino,
+            rec,
+            MapRequest {
+                lblk: 0,
+                len: 1,
+                uninit: false,
+            },
+        )?;
+        rec.base.set_size(target.len() as u64);
+        let run = runs
+            .first()
+            .ok_or_else(|| Error::posix(Errno::EIO, "no block mapped for a symlink"))?;
+        let mut b = vec![0u8; bs];
+        b[..target.len()].copy_from_slice(target);
+        // Data before the metadata that points at it (ordered mode).
+        vol.disk().write_raw(run.pblk, &b)
+    })
 }
 
 /// The creation path every inode kind shares: under the parent's
@@ -232,17 +120,14 @@ fn symlink_owned_once(
 ///
 /// The new inode inherits its parent's default ACL in the same
 /// transaction (`ext4_init_acl`, `vfs::acl_inherit`).
-#[allow(clippy::too_many_arguments)]
 fn create_at(
     sb: &SuperBlock,
     parent: u32,
     name: &[u8],
-    ftype: FileType,
-    mode: CreateMode,
-    cred: &Cred,
-    owner: Option<(u32, u32)>,
+    req: &NewInode<'_>,
     init: impl FnOnce(&crate::ext4::Volume, &mut Handle<'_>, u32, &mut Inode) -> Result<()>,
 ) -> Result<Stat> {
+    let (ftype, mode, cred) = (req.kind.file_type(), req.create_mode(), req.cred);
     if name.is_empty() || name == b"." || name == b".." {
         return Err(Error::posix(Errno::EEXIST, format!("{}: exists", show(name))));
     }
@@ -285,7 +170,7 @@ fn create_at(
         CreateLookup::Exists => return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name)))),
         CreateLookup::Absent(hint) => hint,
     };
-    let (uid, gid) = match owner {
+    let (uid, gid) = match req.owner {
         Some(o) => o,
         None if dir_rec.base.mode & 0o2000 != 0 => (cred.uid, dir_rec.gid()),
         None => (cred.uid, cred.gid),
@@ -303,7 +188,7 @@ fn create_at(
     // A cached inode of this number is a dead predecessor whose freer
     // has not dropped it yet: the number is ours now.
     sb.icache().forget(ino);
-    let mut rec = sb.vol().new_inode_record(&NewInode {
+    let mut rec = sb.vol().new_inode_record(&ialloc::NewInode {
         ftype,
         perm: acl.mode,
         uid,
@@ -442,7 +327,7 @@ fn tmpfile_inode_once(
     let ino = sb.vol().alloc_inode(&mut h, parent, false)?;
     // A cached inode of this number is a dead predecessor (see `create_at`).
     sb.icache().forget(ino);
-    let mut rec = sb.vol().new_inode_record(&NewInode {
+    let mut rec = sb.vol().new_inode_record(&ialloc::NewInode {
         ftype: FileType::Regular,
         perm: acl.mode,
         uid: cred.uid,
@@ -482,8 +367,11 @@ fn tmpfile_inode_once(
 }
 
 /// The work of [`Fs::write_file`](crate::Fs::write_file).
-pub(crate) fn write_file(sb: &SuperBlock, path: &[u8], data: &[u8], perm: u16, uid: u32, gid: u32) -> Result<Stat> {
-    let st = create(sb, path, perm, uid, gid)?;
+pub(crate) fn write_file(sb: &SuperBlock, req: &NewInode<'_>, data: &[u8]) -> Result<Stat> {
+    if req.kind != NodeKind::File {
+        return Err(Error::posix(Errno::EINVAL, "write_file makes regular files only"));
+    }
+    let st = create(sb, req)?;
     let inode = sb.inode(st.ino)?;
     sb.retry_enospc(|| {
         let mut rec = inode.disk.write();

@@ -28,10 +28,11 @@ use super::acl;
 use super::acl::acl_mode;
 use super::cred::{Cred, MAY_READ, MAY_WRITE};
 use super::icache::CachedInode;
-use super::namei;
-use super::namei::{show, with_path};
+use super::lookup;
+use super::namei::show;
 use super::super_block::SuperBlock;
 use super::syncmode;
+use super::target::Target;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::xattr_write::{self, xattr_key, XattrChange, XATTR_REPLACE};
 use crate::ext4::{inode, xattr};
@@ -96,26 +97,23 @@ fn xattr_permission(
     }
 }
 
-/// The work of [`Fs::setxattr_ino`](crate::Fs::setxattr_ino).
-pub(crate) fn setxattr_ino(
+/// The work of [`Fs::setxattr`](crate::Fs::setxattr).
+pub(crate) fn setxattr(
     sb: &SuperBlock,
-    ino: u32,
+    t: Target<'_>,
     name: &[u8],
     value: &[u8],
     flags: u32,
     cred: &Cred,
 ) -> Result<()> {
-    sb.retry_enospc(|| setxattr_ino_once(sb, ino, name, value, flags, cred))
+    lookup::on_inode(sb, t, |ino| {
+        sb.retry_enospc(|| change_xattr(sb, ino, name, Some(value), flags, cred))
+    })
 }
 
-/// One attempt of [`Fs::setxattr_ino`].
-fn setxattr_ino_once(sb: &SuperBlock, ino: u32, name: &[u8], value: &[u8], flags: u32, cred: &Cred) -> Result<()> {
-    change_xattr(sb, ino, name, Some(value), flags, cred)
-}
-
-/// The work of [`Fs::removexattr_ino`](crate::Fs::removexattr_ino).
-pub(crate) fn removexattr_ino(sb: &SuperBlock, ino: u32, name: &[u8], cred: &Cred) -> Result<()> {
-    change_xattr(sb, ino, name, None, XATTR_REPLACE, cred)
+/// The work of [`Fs::removexattr`](crate::Fs::removexattr).
+pub(crate) fn removexattr(sb: &SuperBlock, t: Target<'_>, name: &[u8], cred: &Cred) -> Result<()> {
+    lookup::on_inode(sb, t, |ino| change_xattr(sb, ino, name, None, XATTR_REPLACE, cred))
 }
 
 fn change_xattr(sb: &SuperBlock, ino: u32, name: &[u8], value: Option<&[u8]>, flags: u32, cred: &Cred) -> Result<()> {
@@ -173,8 +171,8 @@ fn change_xattr(sb: &SuperBlock, ino: u32, name: &[u8], value: Option<&[u8]>, fl
     syncmode::sync_if_needed(sb, &ci, flags)
 }
 
-/// The work of [`Fs::getxattr_ino`](crate::Fs::getxattr_ino).
-pub(crate) fn getxattr_ino(sb: &SuperBlock, ino: u32, name: &[u8], cred: &Cred) -> Result<Vec<u8>> {
+/// [`getxattr`] on inode `ino`.
+fn getxattr_ino(sb: &SuperBlock, ino: u32, name: &[u8], cred: &Cred) -> Result<Vec<u8>> {
     let (index, _) = xattr_key(name)?;
     let ci = sb.inode(ino)?;
     let rec = ci.disk.read();
@@ -186,8 +184,8 @@ pub(crate) fn getxattr_ino(sb: &SuperBlock, ino: u32, name: &[u8], cred: &Cred) 
         .ok_or_else(|| Error::posix(Errno::ENODATA, format!("inode {ino}: no attribute {}", show(name))))
 }
 
-/// The work of [`Fs::listxattr_ino`](crate::Fs::listxattr_ino).
-pub(crate) fn listxattr_ino(sb: &SuperBlock, ino: u32, cred: &Cred) -> Result<Vec<Vec<u8>>> {
+/// [`listxattr`] on inode `ino`.
+fn listxattr_ino(sb: &SuperBlock, ino: u32, cred: &Cred) -> Result<Vec<Vec<u8>>> {
     Ok(xattrs_ino(sb, ino)?
         .into_iter()
         .map(|(n, _)| n)
@@ -195,58 +193,26 @@ pub(crate) fn listxattr_ino(sb: &SuperBlock, ino: u32, cred: &Cred) -> Result<Ve
         .collect())
 }
 
-/// The work of [`Fs::setxattr`](crate::Fs::setxattr).
-pub(crate) fn setxattr(
-    sb: &SuperBlock,
-    path: &[u8],
-    name: &[u8],
-    value: &[u8],
-    flags: u32,
-    follow: bool,
-    cred: &Cred,
-) -> Result<()> {
-    let d = namei::resolve(sb, path, follow)?;
-    setxattr_ino(sb, d.ino, name, value, flags, cred).map_err(|e| with_path(e, path))
-}
-
-/// The work of [`Fs::removexattr`](crate::Fs::removexattr).
-pub(crate) fn removexattr(sb: &SuperBlock, path: &[u8], name: &[u8], follow: bool, cred: &Cred) -> Result<()> {
-    let d = namei::resolve(sb, path, follow)?;
-    removexattr_ino(sb, d.ino, name, cred).map_err(|e| with_path(e, path))
-}
-
-/// The work of [`Fs::getxattr_as`](crate::Fs::getxattr_as).
-pub(crate) fn getxattr_as(sb: &SuperBlock, path: &[u8], name: &[u8], follow: bool, cred: &Cred) -> Result<Vec<u8>> {
-    let d = namei::resolve(sb, path, follow)?;
-    getxattr_ino(sb, d.ino, name, cred).map_err(|e| with_path(e, path))
+/// The work of [`Fs::getxattr`](crate::Fs::getxattr).
+pub(crate) fn getxattr(sb: &SuperBlock, t: Target<'_>, name: &[u8], cred: &Cred) -> Result<Vec<u8>> {
+    lookup::on_inode(sb, t, |ino| getxattr_ino(sb, ino, name, cred))
 }
 
 /// The work of [`Fs::listxattr`](crate::Fs::listxattr).
-pub(crate) fn listxattr(sb: &SuperBlock, path: &[u8], follow: bool, cred: &Cred) -> Result<Vec<Vec<u8>>> {
-    let d = namei::resolve(sb, path, follow)?;
-    listxattr_ino(sb, d.ino, cred).map_err(|e| with_path(e, path))
+pub(crate) fn listxattr(sb: &SuperBlock, t: Target<'_>, cred: &Cred) -> Result<Vec<Vec<u8>>> {
+    lookup::on_inode(sb, t, |ino| listxattr_ino(sb, ino, cred))
 }
 
-/// Every extended attribute of `path`, not following a final symlink
+/// Every extended attribute of the inode `t` names, with its value and
+/// without permission checks; a path's final symlink is not followed
 /// ([`Fs::xattrs`](crate::Fs::xattrs)).
-pub(crate) fn xattrs(sb: &SuperBlock, path: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let d = namei::resolve(sb, path, false)?;
-    xattrs_ino(sb, d.ino)
+pub(crate) fn xattrs(sb: &SuperBlock, t: Target<'_>) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    lookup::on_inode(sb, t.nofollow(), |ino| xattrs_ino(sb, ino))
 }
 
 /// Every extended attribute of inode `ino`, without permission checks.
-pub(crate) fn xattrs_ino(sb: &SuperBlock, ino: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+fn xattrs_ino(sb: &SuperBlock, ino: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     let i = sb.inode(ino)?;
     let disk = i.disk.read();
     xattr::list(sb.vol(), ino, &disk)
-}
-
-/// One attribute's value (ENODATA when absent), without permission
-/// checks ([`Fs::getxattr`](crate::Fs::getxattr)).
-pub(crate) fn getxattr(sb: &SuperBlock, path: &[u8], name: &[u8]) -> Result<Vec<u8>> {
-    xattrs(sb, path)?
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v)
-        .ok_or_else(|| Error::posix(Errno::ENODATA, format!("{}: no attribute {}", show(path), show(name))))
 }

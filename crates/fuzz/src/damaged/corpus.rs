@@ -12,6 +12,7 @@
 //! failing case is reproduced from its seed alone
 //! (`ext4kit-damaged --seed N`).
 
+use ext4kit::{NewInode, Target};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -173,17 +174,18 @@ fn populate(img: &Path) -> Result<(), BaseError> {
     let fs = Fs::open_image(img, &ext4kit::OpenOptions { read_only: false, ..Default::default() })
         .map_err(|x| e("open", x))?;
     let root = Cred::root();
-    fs.mkdir(b"/emptydir", 0o755, &root).map_err(|x| e("mkdir /emptydir", x))?;
-    fs.mkdir(b"/made", 0o755, &root).map_err(|x| e("mkdir /made", x))?;
-    fs.create(b"/made/file", 0o644, 0, 0).map_err(|x| e("create /made/file", x))?;
+    fs.create(&NewInode::dir(b"/emptydir").mode(0o755).cred(&root)).map_err(|x| e("mkdir /emptydir", x))?;
+    fs.create(&NewInode::dir(b"/made").mode(0o755).cred(&root)).map_err(|x| e("mkdir /made", x))?;
+    fs.create(&NewInode::file(b"/made/file").mode(0o644).owner(0, 0)).map_err(|x| e("create /made/file", x))?;
     let f = fs
         .open(b"/made/file", OpenFlags { access: Access::WriteOnly, ..Default::default() })
         .map_err(|x| e("open /made/file", x))?;
     let data: Vec<u8> = (0..30_000u32).map(|i| (i * 7 % 251) as u8).collect();
     fs.write(&f, &data).map_err(|x| e("write /made/file", x))?;
     fs.close_file(f).map_err(|x| e("close /made/file", x))?;
-    fs.setxattr(b"/made/file", b"user.lib", &[7u8; 400], 0, false, &root).map_err(|x| e("setxattr /made/file", x))?;
-    fs.symlink(b"file", b"/made/link", 0, 0).map_err(|x| e("symlink /made/link", x))?;
+    fs.setxattr(Target::path(b"/made/file").nofollow(), b"user.lib", &[7u8; 400], 0, &root)
+        .map_err(|x| e("setxattr /made/file", x))?;
+    fs.create(&NewInode::symlink(b"/made/link", b"file").owner(0, 0)).map_err(|x| e("symlink /made/link", x))?;
     fs.sync().map_err(|x| e("sync", x))?;
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! with one extent, with an extent index level, with an xattr block, the
 //! empty directory our library made.
 
+use ext4kit::{NewInode, Target};
 use std::path::Path;
 
 use ext4kit::{Access, Cred, Error, Fs, OpenFlags, RenameFlags};
@@ -79,9 +80,9 @@ impl Op {
     pub fn run_library(&self, fs: &Fs) -> Result<(), Error> {
         let root = Cred::root();
         match *self {
-            Op::Mkdir(p) => fs.mkdir(p.as_bytes(), 0o755, &root).map(drop),
+            Op::Mkdir(p) => fs.create(&NewInode::dir(p.as_bytes()).mode(0o755).cred(&root)).map(drop),
             Op::Put(p, n) => {
-                fs.create(p.as_bytes(), 0o644, 0, 0)?;
+                fs.create(&NewInode::file(p.as_bytes()).mode(0o644).owner(0, 0))?;
                 let f = fs.open(p.as_bytes(), OpenFlags { access: Access::WriteOnly, ..Default::default() })?;
                 let w = fs.write(&f, &payload(n));
                 let c = fs.close_file(f);
@@ -91,14 +92,16 @@ impl Op {
             Op::Rmdir(p) => fs.rmdir(p.as_bytes(), &root),
             Op::Rename(a, b) => fs.rename(a.as_bytes(), b.as_bytes(), RenameFlags::default(), &root),
             Op::Link(a, b) => fs.link(a.as_bytes(), b.as_bytes(), &root).map(drop),
-            Op::Symlink(p, n) => fs.symlink(&payload(n), p.as_bytes(), 0, 0).map(drop),
+            Op::Symlink(p, n) => fs.create(&NewInode::symlink(p.as_bytes(), &payload(n)).owner(0, 0)).map(drop),
             Op::Truncate(p, n) => {
                 let f = fs.open(p.as_bytes(), OpenFlags { access: Access::WriteOnly, ..Default::default() })?;
                 let t = fs.truncate_inode(&f.inode, n, &ext4kit::Caller::root()).map(drop);
                 let c = fs.close_file(f);
                 t.and(c)
             }
-            Op::Setxattr(p, name, n) => fs.setxattr(p.as_bytes(), name.as_bytes(), &payload(n), 0, false, &root),
+            Op::Setxattr(p, name, n) => {
+                fs.setxattr(Target::path(p.as_bytes()).nofollow(), name.as_bytes(), &payload(n), 0, &root)
+            }
         }?;
         fs.sync()
     }
