@@ -33,7 +33,6 @@ use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 
 use super::buffer::{Buffer, BufferCache, StripeGuard};
 use super::transaction::Handle;
-use crate::budget::MemoryBudget;
 use crate::busy::BusyExtents;
 use crate::disk::Disk;
 use crate::error::{Errno, Error, Result};
@@ -46,6 +45,7 @@ use crate::owners::OwnerMap;
 use crate::reservation::Reservations;
 use crate::stats::Stats;
 use crate::superblock::SuperState;
+use ext4kit_cache::MemoryBudget;
 
 /// How to open an image.
 #[derive(Debug, Clone)]
