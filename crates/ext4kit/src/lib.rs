@@ -43,8 +43,8 @@ pub use vfs::{Access, Cred, DataLayout, Fd, File, Fs, FsInfo, FsStats, OpenFlags
 pub use vfs::{SetAttr, StatFs, TimeSet};
 
 /// `Fs` is shared between threads by design; `File` and `Dentry` travel
-/// between them; `Process` moves but is not shared (seed 002's fast path
-/// relies on it). Checked at compile time.
+/// between them; `Process` moves but is not shared (the unshared
+/// descriptor table's lookup without atomics relies on it). Checked at compile time.
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     const fn send<T: Send>() {}

@@ -1,4 +1,4 @@
-//! Cross-linked blocks (issue 19): a block two files claim is never freed
+//! Cross-linked blocks: a block two files claim is never freed
 //! from under one of them, and a block a file claims is never handed out
 //! again because the bitmap lies about it (`ext4::claims`). A damaged
 //! group free count stays out of the superblock's total.

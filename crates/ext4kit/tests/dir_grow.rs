@@ -1,4 +1,4 @@
-//! Directories that grow, split and shrink (seed 004).
+//! Directories that grow, split and shrink (htree: no linear scan).
 //!
 //! Names are created through `Fs::create` until directories append blocks
 //! (ext2 without dir_index), turn into htrees, split leaves, grow a second
@@ -589,7 +589,7 @@ fn ext4_1k_largedir_three_levels() {
     }
 }
 
-/// Seed 004: directory blocks read per create stay flat from 10k to 50k
+/// htree: directory blocks read per create stay flat from 10k to 50k
 /// (and 100k) entries on a 4 KiB htree; 100,000 creates must all be found.
 #[test]
 fn ext4_4k_100k_creates_stay_flat() {

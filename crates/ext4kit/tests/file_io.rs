@@ -1,6 +1,6 @@
 //! The file I/O API end to end: open with creation flags, write / pwrite
 //! through the page cache (delayed allocation), O_APPEND, O_TRUNC,
-//! ftruncate, fallocate, fsync / fdatasync (seed 003: fdatasync writes no
+//! ftruncate, fallocate, fsync / fdatasync (fsync costs O(dirty): fdatasync writes no
 //! inode when the size did not change), concurrent writers.
 //!
 //! Every test checks its data against an in-memory model, then syncs,

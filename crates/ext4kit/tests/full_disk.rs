@@ -1,4 +1,4 @@
-//! A full disk through the library (issue 19): every byte write()
+//! A full disk through the library: every byte write()
 //! accepted survives, and so does everything written before; ENOSPC comes
 //! at write time, never at writeback. Buffered writes claim their blocks
 //! (`ext4::reserve`), so an ordinary user stops at the root reserve while

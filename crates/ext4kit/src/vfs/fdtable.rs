@@ -1,4 +1,4 @@
-//! Descriptor tables (seed 002).
+//! Descriptor tables: lookup without atomics while the table is not shared.
 //!
 //! A [`Process`] owns a table of open files indexed by small integers.
 //! While the table is not shared (the common case: one thread per
@@ -165,7 +165,9 @@ impl Process {
     pub fn with_file<R>(&self, fd: Fd, f: impl FnOnce(&File) -> Result<R>) -> Result<R> {
         let ebadf = || Error::posix(Errno::EBADF, format!("bad file descriptor {fd}"));
         match &self.table {
-            // Seed 002 fast path: plain index, no atomic, no lock.
+            // Unshared table: a plain index, no atomic, no lock (only this
+            // thread can reach it, as the kernel's files_lookup_fd_raw when
+            // files->count is 1).
             Table::Unshared(v) => match usize::try_from(fd).ok().and_then(|i| v.get(i)) {
                 Some(Some(file)) => f(file),
                 _ => Err(ebadf()),

@@ -1,10 +1,10 @@
 //! Open files: an inode, the dentry it was opened through, and a position.
 //!
-//! Seed 001: the inode and dentry are held through an [`OpenRef`] on the
+//! Lock-free dentry references: the inode and dentry are held through an [`OpenRef`] on the
 //! opening thread's pin (`vfs::pin`), so opening and closing a file that
 //! thread opened before writes no line other threads write.
 //!
-//! Seed 000: the position is an atomic. SEEK_SET and SEEK_CUR touch only
+//! Lock-free lseek: the position is an atomic. SEEK_SET and SEEK_CUR touch only
 //! it — no inode lock — and SEEK_END reads the inode's atomic size, so any
 //! number of threads can seek their own (or a shared) open file while
 //! others read or write the inode.
@@ -171,7 +171,7 @@ impl File {
         fs.read_at(&self.inode, off, buf)
     }
 
-    /// Move the position (seed 000: no lock for SET/CUR, atomic size for END).
+    /// Move the position (lock-free: no lock for SET/CUR, the atomic size for END).
     pub fn lseek(&self, fs: &Fs, off: i64, whence: Whence) -> Result<u64> {
         let einval = || Error::posix(Errno::EINVAL, format!("lseek to offset {off} is invalid"));
         let to_pos = |base: u64| -> Result<u64> {

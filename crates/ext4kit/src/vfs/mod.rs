@@ -399,7 +399,7 @@ impl Fs {
         })
     }
 
-    /// Build the absolute path of a dentry (seed 001 `d_path`).
+    /// Build the absolute path of a dentry (the kernel's `d_path`, built without a global lock).
     pub fn d_path(&self, d: &Arc<Dentry>) -> Vec<u8> {
         self.dcache.d_path(d)
     }
