@@ -91,6 +91,10 @@ pub enum Fill<T> {
     Stale,
 }
 
+/// What a conditional removal did: `Ok(Some)` removed this entry,
+/// `Ok(None)` found nothing cached, `Err` kept this entry.
+pub type Removed<'a, K, V> = Result<Option<(&'a K, &'a V)>, (&'a K, &'a V)>;
+
 /// A cache map with its clock queue and its miss proof `P`.
 pub struct Cache<K, V, P, S = KeyHasher> {
     map: papaya::HashMap<K, V, S>,
@@ -324,16 +328,9 @@ where
     }
 
     /// Remove `k` if `pred` says so of its entry, counted on its stripe
-    /// (`g`, held) whether it goes or not. `Ok(None)`: not cached;
-    /// `Err`: kept.
+    /// (`g`, held) whether it goes or not.
     #[inline]
-    #[allow(clippy::type_complexity)]
-    pub fn remove_if(
-        &self,
-        g: &mut StripeGuard<'_, X>,
-        k: &K,
-        pred: impl FnMut(&K, &V) -> bool,
-    ) -> Result<Option<(&K, &V)>, (&K, &V)> {
+    pub fn remove_if(&self, g: &mut StripeGuard<'_, X>, k: &K, pred: impl FnMut(&K, &V) -> bool) -> Removed<'_, K, V> {
         g.count_removal();
         self.map.remove_if(k, pred)
     }
@@ -363,11 +360,9 @@ where
         self.map.remove(k)
     }
 
-    /// Remove `k` if `pred` says so of its entry. `Ok(None)`: not cached;
-    /// `Err`: kept.
+    /// Remove `k` if `pred` says so of its entry.
     #[inline]
-    #[allow(clippy::type_complexity)]
-    pub fn remove_if<Q>(&self, k: &Q, pred: impl FnMut(&K, &V) -> bool) -> Result<Option<(&K, &V)>, (&K, &V)>
+    pub fn remove_if<Q>(&self, k: &Q, pred: impl FnMut(&K, &V) -> bool) -> Removed<'_, K, V>
     where
         Q: Hash + papaya::Equivalent<K> + ?Sized,
     {

@@ -64,7 +64,7 @@ pub mod map;
 pub mod stripe;
 
 pub use budget::MemoryBudget;
-pub use cache::{Cache, CacheRef, Counted, Excluded, Fill, StripeKey};
+pub use cache::{Cache, CacheRef, Counted, Excluded, Fill, Removed, StripeKey};
 pub use clock::{Clock, Visit};
 pub use map::{FlushClock, KeyHasher};
 pub use stripe::{Miss, Stripe, StripeGuard};

@@ -24,9 +24,10 @@
 //! - If it did not, then `R`'s critical section either precedes the
 //!   miss's check — the lock orders `R`'s increment before the check's
 //!   load, the count differs, nothing is inserted and the miss reads again
-//!   — or follows it, and then `E` was still in the map when the miss
-//!   inserted, so the insert (an insert-if-absent) found `E` and installed
-//!   nothing.
+//!   — or follows it. Then `E` left the map only after the miss's insert:
+//!   either `E` was cached when the miss inserted, and the insert (an
+//!   insert-if-absent) found it and installed nothing, or `E` came in
+//!   later with a replacing insert and displaced what the miss installed.
 //!
 //! So the load before the read needs Acquire, the increment Release (an
 //! RMW, so later increments keep the release sequence), and the load under

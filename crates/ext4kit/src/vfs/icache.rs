@@ -38,9 +38,9 @@
 //! `disk` is the inode as it is *now* in memory — size, times, block map —
 //! not necessarily as it is on disk. Every change to it is made under its
 //! write lock together with a dirtiness level (fsync costs O(dirty), and
-//! fdatasync is real: `I_DIRTY` / `I_RDIRTY`): [`DIRTY_TIME`] when only timestamps changed,
-//! [`DIRTY_DATA`] when something a later read of the data depends on
-//! changed (size, block map, `i_blocks`). fsync writes the record when
+//! fdatasync is real: `I_DIRTY` / `I_RDIRTY`): [`DIRTY_TIME`] when only
+//! timestamps changed, [`DIRTY_DATA`] when something a later read of the
+//! data depends on changed (size, block map, `i_blocks`). fsync writes the record when
 //! either is set; fdatasync only for [`DIRTY_DATA`].
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
