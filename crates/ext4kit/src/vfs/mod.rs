@@ -85,9 +85,9 @@ pub struct Fs {
     pub(crate) pages: Arc<PageBudget>,
     /// Frontend holds by inode number ([`Fs::hold_inode`], `vfs::holds`).
     pub(crate) holds: Arc<holds::Holds>,
-    /// Reclaim and checkpoints off the callers' threads (`crate::flusher`);
+    /// Reclaim and checkpoints off the callers' threads (`ext4kit_cache::flusher`);
     /// none when no thread could be started (the caches then work inline).
-    pub(crate) flusher: Option<crate::flusher::Flusher>,
+    pub(crate) flusher: Option<ext4kit_cache::flusher::Flusher>,
     /// The `sync` / `dirsync` open options (`vfs::syncmode`).
     pub(crate) sync_mount: syncmode::SyncMount,
     /// Why a read-write open became read-only (`vfs::mount`).
@@ -159,7 +159,7 @@ impl Fs {
     }
 }
 
-pub(crate) use crate::clock::touch;
+pub(crate) use ext4kit_cache::clock::touch;
 
 /// Largest single device read when filling the page cache (blocks).
 const MAX_READ_RUN: u64 = 256;
@@ -463,14 +463,14 @@ impl Fs {
             return Ok(0);
         }
         let want = ((size - off).min(buf.len() as u64)) as usize;
-        // The sequence is loaded before the map: a change to either after
-        // this point is seen by the rechecks below (PageMap's `seq`).
-        let mut seq = inode.pages.seq();
+        // The miss begins before the map is loaded: a change to either
+        // after this point is seen by the rechecks below (PageMap's `dirty`).
+        let mut miss = inode.pages.miss();
         // The map is loaded at the first page-cache miss: a read served
         // from cached pages never touches it (a loaded map is an `Arc`
-        // clone, a write to a count every reader of the file shares — seed
-        // 001's storm reads small cached files). Loaded after `seq`, as the
-        // rechecks require.
+        // clone, a write to a count every reader of the file shares — the
+        // `storm` benchmark reads small cached files). Loaded after `miss`,
+        // as the rechecks require.
         let mut map: Option<Arc<BlockMap>> = None;
         let bs = self.vol.block_size() as u64;
         let mut done = 0usize;
@@ -520,10 +520,10 @@ impl Fs {
                     }
                     let bytes = ((span * bs) as usize - in_blk).min(want - done);
                     buf[done..done + bytes].fill(0);
-                    if inode.pages.seq() != seq {
+                    if !inode.pages.unchanged(&miss) {
                         // Written back (and maybe evicted) or remapped
                         // meanwhile: redo this step with the current map.
-                        seq = inode.pages.seq();
+                        miss = inode.pages.miss();
                         map = None;
                         continue;
                     }
@@ -543,11 +543,11 @@ impl Fs {
                     let mut pages = Vec::with_capacity(run as usize);
                     for (k, chunk) in raw.chunks(bs as usize).enumerate() {
                         // A page cached meanwhile (dirty or not) wins; a
-                        // write-side change since `seq` voids what we read.
+                        // write-side change since `miss` voids what we read.
                         match inode.pages.insert_clean_at(
                             lblk + k as u64,
                             Arc::new(Page::new(chunk.into())),
-                            seq,
+                            &miss,
                             &self.pages,
                         ) {
                             Some((page, new)) => {
@@ -566,7 +566,7 @@ impl Fs {
                         // while we read the disk: what we read may be older
                         // than a write already written back and evicted, or
                         // come from blocks a truncate freed. Redo the step.
-                        seq = inode.pages.seq();
+                        miss = inode.pages.miss();
                         map = None;
                         continue;
                     }
@@ -590,7 +590,7 @@ impl Fs {
     /// Give back page-cache memory: sweep inodes' clean pages (clock).
     pub(crate) fn shrink_pages(&self) {
         // Buffers that grew into the pages' share while file data was idle
-        // give it back first (see `crate::budget`).
+        // give it back first (see `ext4kit_cache::budget`).
         self.vol.bcache().give_back();
         let target = self.pages.limit() / 4 * 3;
         self.icache.for_each(|i| {

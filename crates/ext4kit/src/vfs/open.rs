@@ -278,7 +278,7 @@ impl Fs {
         icache: &Arc<icache::Icache>,
         dcache: &Arc<dcache::Dcache>,
         pages: &Arc<PageBudget>,
-    ) -> Option<crate::flusher::Flusher> {
+    ) -> Option<ext4kit_cache::flusher::Flusher> {
         let (v, i, d, p) = (vol.clone(), icache.clone(), dcache.clone(), pages.clone());
         // With a journal the worker also wakes once a second to write back
         // file data dirty for longer than the commit interval and to commit
@@ -286,7 +286,7 @@ impl Fs {
         // reproducible images allocate at sync).
         let expire = vol.jbd().commit_interval();
         let tick = vol.jbd().is_journaled().then(|| std::time::Duration::from_secs(1));
-        let f = crate::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {
+        let f = ext4kit_cache::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {
             if let Some(e) = expire {
                 super::writeback::write_back_expired(&v, &i, &p, e);
             }
