@@ -34,7 +34,6 @@ use ext4kit_format::time::Clock;
 
 use super::buffer::{Buffer, BufferCache, StripeGuard};
 use super::transaction::Handle;
-use crate::budget::MemoryBudget;
 use crate::busy::BusyExtents;
 use crate::disk::Disk;
 use crate::error::{Errno, Error, Result};
@@ -48,6 +47,7 @@ use crate::reservation::Reservations;
 use crate::stats::Stats;
 use crate::superblock::SuperState;
 use crate::write_access::{self, Access};
+use ext4kit_cache::MemoryBudget;
 
 /// How to open an image.
 #[derive(Debug, Clone)]

@@ -36,7 +36,12 @@ pub mod vfs;
 /// The ext4 layer below (its own crate, so nothing in it can reach up into
 /// [`vfs`]).
 pub use ext4kit_ext4 as ext4;
-pub use ext4kit_ext4::{budget, cachemap, clock, error, flusher};
+pub use ext4kit_ext4::error;
+
+/// The cache machinery below both layers: the memory budget, the cache
+/// maps, clock eviction, the background worker and the cache type whose
+/// misses never cache something older than a concurrent removal.
+pub use ext4kit_cache as cache;
 
 pub use device::Location;
 pub use error::{Errno, Error, Result};

@@ -1,4 +1,4 @@
-//! The background worker (`ext4kit::flusher`) under a create storm: the
+//! The background worker (`ext4kit::cache::flusher`) under a create storm: the
 //! caches and the dirty-metadata set stay within their bounds while the
 //! worker sweeps and checkpoints beside the creating thread, the worker
 //! brings them back under their limits once the storm stops, and dropping

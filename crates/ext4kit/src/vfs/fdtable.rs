@@ -28,7 +28,7 @@ pub const DEFAULT_MAX_FDS: usize = 1 << 20;
 
 #[derive(Debug)]
 struct SharedTable {
-    files: crate::cachemap::Map<Fd, Arc<File>>,
+    files: ext4kit_cache::map::Map<Fd, Arc<File>>,
     /// Serialises allocation of numbers (open/close), never lookups.
     alloc: Mutex<Vec<Fd>>,
     next: AtomicI32,
@@ -77,7 +77,7 @@ impl Process {
     /// CLONE_FILES). Both handles see the same descriptors from now on.
     pub fn share(&mut self) -> Process {
         if let Table::Unshared(v) = &mut self.table {
-            let files = crate::cachemap::new();
+            let files = ext4kit_cache::map::new();
             let mut free = Vec::new();
             {
                 let m = files.pin();

@@ -262,7 +262,7 @@ fn open_on(dev: Arc<dyn BlockDevice>, opts: &OpenOptions, opened: Opened) -> Res
 /// be evicted), then the three caches' sweeps. It holds the caches,
 /// never the `Fs`, so the last `Fs` handle is always dropped by a
 /// caller, whose drop stops the worker before the final write-back.
-fn spawn_flusher(sb: &SuperBlock) -> Option<crate::flusher::Flusher> {
+fn spawn_flusher(sb: &SuperBlock) -> Option<ext4kit_cache::flusher::Flusher> {
     let (vol, icache, dcache) = (sb.vol(), sb.icache(), sb.dcache());
     let (v, i, d, p) = (vol.clone(), icache.clone(), dcache.clone(), sb.pages().clone());
     // With a journal the worker also wakes once a second to write back
@@ -271,7 +271,7 @@ fn spawn_flusher(sb: &SuperBlock) -> Option<crate::flusher::Flusher> {
     // reproducible images allocate at sync).
     let expire = vol.jbd().commit_interval();
     let tick = vol.jbd().is_journaled().then(|| std::time::Duration::from_secs(1));
-    let f = crate::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {
+    let f = ext4kit_cache::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {
         if let Some(e) = expire {
             writeback::write_back_expired(&v, &i, &p, e);
         }

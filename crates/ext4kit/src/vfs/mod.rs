@@ -72,4 +72,4 @@ pub use stat::{statx_attributes, FsInfo, FsStats, Stat};
 pub use target::Target;
 pub use writeback::{SyncLevel, WritebackStats};
 
-pub(crate) use crate::clock::touch;
+pub(crate) use ext4kit_cache::clock::touch;

@@ -4,10 +4,10 @@
 //! Readers take no lock. A read copies straight out of the cached pages
 //! under the page map's epoch guard, zero-fills holes and unwritten
 //! extents without caching them, and fills the cache from the device in
-//! runs of up to [`MAX_READ_RUN`] blocks. A page read from disk is
-//! inserted only if the page map's sequence has not moved since the read
-//! began (`PageMap::insert_clean_at`): a write-side clean, drop or remap
-//! meanwhile voids what was read, and the step is redone.
+//! runs of up to `MAX_READ_RUN` blocks. A page read from disk is
+//! inserted only if nothing on the write side changed since the miss
+//! began (`PageMap::miss`, `PageMap::insert_clean_at`): a clean, drop or
+//! remap meanwhile voids what was read, and the step is redone.
 
 use std::sync::Arc;
 
@@ -45,14 +45,14 @@ pub(crate) fn read_at(sb: &SuperBlock, inode: &CachedInode, off: u64, buf: &mut 
         return Ok(0);
     }
     let want = ((size - off).min(buf.len() as u64)) as usize;
-    // The sequence is loaded before the map: a change to either after
-    // this point is seen by the rechecks below (PageMap's `seq`).
-    let mut seq = inode.pages.seq();
+    // The miss begins before the map is loaded: a change to either
+    // after this point is seen by the rechecks below (PageMap's `dirty`).
+    let mut miss = inode.pages.miss();
     // The map is loaded at the first page-cache miss: a read served
     // from cached pages never touches it (a loaded map is an `Arc`
-    // clone, a write to a count every reader of the file shares — seed
-    // 001's storm reads small cached files). Loaded after `seq`, as the
-    // rechecks require.
+    // clone, a write to a count every reader of the file shares — the
+    // `storm` benchmark reads small cached files). Loaded after `miss`,
+    // as the rechecks require.
     let mut map: Option<Arc<BlockMap>> = None;
     let bs = sb.vol().block_size() as u64;
     let mut done = 0usize;
@@ -102,10 +102,10 @@ pub(crate) fn read_at(sb: &SuperBlock, inode: &CachedInode, off: u64, buf: &mut 
                 }
                 let bytes = ((span * bs) as usize - in_blk).min(want - done);
                 buf[done..done + bytes].fill(0);
-                if inode.pages.seq() != seq {
+                if !inode.pages.unchanged(&miss) {
                     // Written back (and maybe evicted) or remapped
                     // meanwhile: redo this step with the current map.
-                    seq = inode.pages.seq();
+                    miss = inode.pages.miss();
                     map = None;
                     continue;
                 }
@@ -125,11 +125,11 @@ pub(crate) fn read_at(sb: &SuperBlock, inode: &CachedInode, off: u64, buf: &mut 
                 let mut pages = Vec::with_capacity(run as usize);
                 for (k, chunk) in raw.chunks(bs as usize).enumerate() {
                     // A page cached meanwhile (dirty or not) wins; a
-                    // write-side change since `seq` voids what we read.
+                    // write-side change since `miss` voids what we read.
                     match inode.pages.insert_clean_at(
                         lblk + k as u64,
                         Arc::new(Page::new(chunk.into())),
-                        seq,
+                        &miss,
                         sb.pages(),
                     ) {
                         Some((page, new)) => {
@@ -148,7 +148,7 @@ pub(crate) fn read_at(sb: &SuperBlock, inode: &CachedInode, off: u64, buf: &mut 
                     // while we read the disk: what we read may be older
                     // than a write already written back and evicted, or
                     // come from blocks a truncate freed. Redo the step.
-                    seq = inode.pages.seq();
+                    miss = inode.pages.miss();
                     map = None;
                     continue;
                 }

@@ -25,7 +25,7 @@ use super::icache::{CachedInode, Icache};
 use super::pagecache::PageBudget;
 use crate::error::{Errno, Result};
 use crate::ext4::{OpenOptions, Volume, ROOT_INO};
-use crate::flusher::Flusher;
+use ext4kit_cache::flusher::Flusher;
 
 /// The filesystem-wide synchronous modes (mount options `sync` and
 /// `dirsync`, the kernel's `SB_SYNCHRONOUS` and `SB_DIRSYNC`), given with
@@ -65,7 +65,7 @@ pub(crate) struct SuperBlock {
     pages: Arc<PageBudget>,
     /// Frontend holds by inode number (`vfs::holds`).
     holds: Arc<Holds>,
-    /// Reclaim and checkpoints off the callers' threads (`crate::flusher`);
+    /// Reclaim and checkpoints off the callers' threads (`ext4kit_cache::flusher`);
     /// none when no thread could be started (the caches then work inline),
     /// and none once stopped at the close.
     flusher: Option<Flusher>,
@@ -188,7 +188,7 @@ impl SuperBlock {
     /// Give back page-cache memory: sweep inodes' clean pages (clock).
     pub(crate) fn shrink_pages(&self) {
         // Buffers that grew into the pages' share while file data was idle
-        // give it back first (see `crate::budget`).
+        // give it back first (see `ext4kit_cache::budget`).
         self.vol.bcache().give_back();
         let target = self.pages.limit() / 4 * 3;
         self.icache.for_each(|i| {
