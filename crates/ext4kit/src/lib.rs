@@ -55,7 +55,7 @@ pub use vfs::request::{
     CreateMode, Fallocate, NewInode, NodeKind, OpenRequest, PermCheck, WriteAt, WriteRequest, Written,
 };
 pub use vfs::{Access, Cred, DataLayout, Fd, File, Fs, FsInfo, FsStats, OpenFlags, Process, Run, Stat, Whence};
-pub use vfs::{SetAttr, StatFs, Target, TimeSet};
+pub use vfs::{SetAttr, StatFs, SyncLevel, Target, TimeSet};
 
 /// `Fs` is shared between threads by design; `File` and `Dentry` travel
 /// between them; `Process` moves but is not shared (the unshared

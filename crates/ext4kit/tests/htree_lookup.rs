@@ -63,13 +63,15 @@ fn name(i: usize) -> String {
 /// Average directory blocks touched per lookup of `probes` distinct names.
 fn blocks_per_lookup(img: &Path, entries: usize, probes: usize) -> (f64, u64) {
     let fs = Fs::open_image(img, &OpenOptions::default()).unwrap();
-    fs.resolve(b"/big", true).unwrap();
+    fs.resolve(b"/big").unwrap();
     let mut max = 0;
     let mut total = 0;
     for k in 0..probes {
         let i = (k * 7919) % entries;
         let before = fs.stats().dir_block_reads;
-        let d = fs.resolve(format!("/big/{}", name(i)).as_bytes(), false).unwrap();
+        let d = fs
+            .resolve(ext4kit::Target::path(format!("/big/{}", name(i)).as_bytes()).nofollow())
+            .unwrap();
         assert!(d.ino > 0);
         let n = fs.stats().dir_block_reads - before;
         total += n;
@@ -77,7 +79,9 @@ fn blocks_per_lookup(img: &Path, entries: usize, probes: usize) -> (f64, u64) {
     }
     // A miss must be as cheap as a hit.
     let before = fs.stats().dir_block_reads;
-    assert!(fs.resolve(b"/big/no-such-name", false).is_err());
+    assert!(fs
+        .resolve(ext4kit::Target::path(b"/big/no-such-name").nofollow())
+        .is_err());
     max = max.max(fs.stats().dir_block_reads - before);
     (total as f64 / probes as f64, max)
 }

@@ -154,7 +154,7 @@ fn opens_race_renames_unlinks_and_eviction() {
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
                 fs.stat(format!("/cold/c{}", i % 3000).as_bytes()).unwrap();
-                if let Ok(d) = fs.resolve(format!("/hot/h{}", i % HOT as usize).as_bytes(), true) {
+                if let Ok(d) = fs.resolve(format!("/hot/h{}", i % HOT as usize).as_bytes()) {
                     let p = fs.d_path(&d);
                     let name = p.strip_prefix(b"/hot/").unwrap_or_else(|| panic!("{p:?}"));
                     assert!(
@@ -212,7 +212,7 @@ fn a_thread_reopening_a_file_writes_no_shared_count() {
     let mut buf = [0u8; 16];
     assert_eq!(read_path(&mut p, b"/f", &mut buf).unwrap(), 5);
     let inode = fs.inode(fs.stat(b"/f").unwrap().ino).unwrap();
-    let dentry = fs.resolve(b"/f", true).unwrap();
+    let dentry = fs.resolve(b"/f").unwrap();
     let counts = || {
         (
             Arc::strong_count(&inode),

@@ -204,19 +204,22 @@ fn descriptor_tables_unshared_and_shared() {
 fn path_walk_errors_and_d_path() {
     let t = tmpdir("walk");
     let fs = open(&image(&t.0, &["-t", "ext4"]));
-    let e = |p: &[u8]| fs.resolve(p, true).unwrap_err().errno();
+    let e = |p: &[u8]| fs.resolve(p).unwrap_err().errno();
     assert_eq!(e(b"/nope"), Errno::ENOENT);
     assert_eq!(e(b"/nope"), Errno::ENOENT, "negative dentry answers the same");
     assert_eq!(e(b"/small/x"), Errno::ENOTDIR);
     assert_eq!(e(b"/loop1"), Errno::ELOOP);
     assert_eq!(e(&[b'a'; 256]), Errno::ENAMETOOLONG);
     assert_eq!(e(&b"/a".repeat(3000)), Errno::ENAMETOOLONG);
-    assert!(fs.resolve(b"/loop1", false).is_ok(), "nofollow stops at the link");
-    let d = fs.resolve(b"/d/./e/../e/deep", true).unwrap();
+    assert!(
+        fs.resolve(ext4kit::Target::path(b"/loop1").nofollow()).is_ok(),
+        "nofollow stops at the link"
+    );
+    let d = fs.resolve(b"/d/./e/../e/deep").unwrap();
     assert_eq!(fs.d_path(&d), b"/d/e/deep");
-    let via_link = fs.resolve(b"/link", true).unwrap();
+    let via_link = fs.resolve(b"/link").unwrap();
     assert_eq!(fs.d_path(&via_link), b"/d/big");
-    assert_eq!(fs.resolve(b"/..", true).unwrap().ino, 2);
+    assert_eq!(fs.resolve(b"/..").unwrap().ino, 2);
     assert_eq!(fs.read_dir(b"/small").unwrap_err().errno(), Errno::ENOTDIR);
     let mut names: Vec<Vec<u8>> = fs.read_dir(b"/d").unwrap().into_iter().map(|e| e.name).collect();
     names.sort();

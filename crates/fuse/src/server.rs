@@ -4,7 +4,7 @@
 //! engine; this file only maps numbers, handles, flags, credentials and
 //! errors.
 
-use ext4kit::{NewInode, NodeKind, OpenRequest, PermCheck, Target};
+use ext4kit::{NewInode, NodeKind, OpenRequest, PermCheck, SyncLevel, Target};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -988,16 +988,15 @@ impl Filesystem for Ext4Fuse {
             if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
                 return Err(Errno::EINVAL);
             }
-            // The open's own flags: O_TMPFILE includes O_DIRECTORY, which
-            // the engine's open would refuse on a regular file. The default
-            // ACL is inherited as for a create (the engine's).
-            let open = flags & !(libc::O_TMPFILE | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
-            let linkable = flags & libc::O_EXCL == 0;
+            // The engine takes from the flags what is the open's (the
+            // access mode; O_TMPFILE's O_DIRECTORY is not) and O_EXCL as
+            // "never linkable". The default ACL is inherited as for a
+            // create (the engine's).
             let cred = Self::cred(req);
-            let how = OpenRequest::new(self.engine_flags(open))
+            let how = OpenRequest::new(self.engine_flags(flags))
                 .mode(self.create_mode(mode, umask))
                 .cred(&cred);
-            let f = res(self.fs.tmpfile_open(p, &how, linkable))?;
+            let f = res(self.fs.tmpfile_open(p, &how))?;
             let close = |f| {
                 if let Err(e) = self.fs.close_file(f) {
                     eprintln!("ext4kit: closing a tmpfile: {e}");
@@ -1195,7 +1194,10 @@ impl Filesystem for Ext4Fuse {
                 },
                 None => res(self.fs.inode(Self::ino(ino)?))?,
             };
-            res(self.fs.fsync_inode(&inode, datasync)).map(|_| ())
+            res(self
+                .fs
+                .fsync_inode(&inode, if datasync { SyncLevel::Data } else { SyncLevel::All }))
+            .map(|_| ())
         })();
         match r {
             Ok(()) => reply.ok(),
@@ -1348,7 +1350,10 @@ impl Filesystem for Ext4Fuse {
                 None => Self::ino(ino)?,
             };
             let inode = res(self.fs.inode(dir))?;
-            res(self.fs.fsync_inode(&inode, datasync)).map(|_| ())
+            res(self
+                .fs
+                .fsync_inode(&inode, if datasync { SyncLevel::Data } else { SyncLevel::All }))
+            .map(|_| ())
         })();
         match r {
             Ok(()) => reply.ok(),

@@ -210,7 +210,7 @@ pub fn walk_with(fs: &Fs, lim: &WalkLimits, digest: Option<&mut TreeDigest>) -> 
             path.extend_from_slice(&e.name);
             if resolves < lim.max_resolves_per_dir {
                 resolves += 1;
-                match fs.resolve(&path, false) {
+                match fs.resolve(ext4kit::Target::path(&path).nofollow()) {
                     Ok(d) => {
                         w.rep.resolves += 1;
                         // d_path walks the dentry parent chain back up: it
@@ -299,7 +299,7 @@ impl Walker<'_> {
                     }
                     Err(e) => self.rep.error("read_link", path, &e),
                 }
-                match fs.resolve(path, true) {
+                match fs.resolve(path) {
                     Ok(_) => {}
                     Err(Error::Posix { .. }) => self.rep.follow_failures += 1,
                     Err(e) => self.rep.error("follow", path, &e),

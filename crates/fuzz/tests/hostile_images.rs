@@ -155,8 +155,8 @@ fn checksum_fixing_lets_corruption_through() {
     let idx = all.iter().position(|b| std::ptr::eq(b, base)).unwrap();
     assert!(base.map.metadata_csum);
     let clean = open(&base.bytes);
-    let ino = clean.resolve(b"/small.txt", false).unwrap().ino;
-    let dir_ino = clean.resolve(b"/dir/a", false).unwrap().ino;
+    let ino = clean.resolve(ext4kit::Target::path(b"/small.txt").nofollow()).unwrap().ino;
+    let dir_ino = clean.resolve(ext4kit::Target::path(b"/dir/a").nofollow()).unwrap().ino;
     let loc = *base.map.inode(ino).unwrap();
     let leaf = *base.map.dir_leaves.iter().find(|b| b.ino == dir_ino).unwrap();
     let xblk = *base.map.xattr_blocks.first().unwrap();

@@ -768,7 +768,9 @@ fn w_dpath(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
         let t = Instant::now();
         let (d, renamed) = match l.target()? {
             Target::Lib(fs) => {
-                let dentry = fs.resolve(b"/a/b/c/d/file", false).map_err(io("resolve"))?;
+                let dentry = fs
+                    .resolve(ext4kit::Target::path(b"/a/b/c/d/file").nofollow())
+                    .map_err(io("resolve"))?;
                 std::thread::scope(|sc| {
                     let renamer = sc.spawn(|| -> Result<(), String> {
                         let cred = root();
@@ -1195,7 +1197,9 @@ fn w_lookup(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                     for k in 0..probes {
                         let p = format!("{dir}/{}", lookup_name((k * 7919) % n));
                         let t = Instant::now();
-                        let d = fs.resolve(p.as_bytes(), false).map_err(io("lookup"))?;
+                        let d = fs
+                            .resolve(ext4kit::Target::path(p.as_bytes()).nofollow())
+                            .map_err(io("lookup"))?;
                         times.push(t.elapsed().as_secs_f64() * 1e6);
                         std::hint::black_box(d);
                     }

@@ -464,11 +464,9 @@ impl Copier<'_> {
                 }
                 let mut done = 0;
                 while done < n {
-                    let (_, w) = self
-                        .fs
-                        .write_at(&inode, Some(pos + done as u64), &self.buf[done..n])
-                        .map_err(|e| e.to_string())?;
-                    done += w;
+                    let req = ext4kit::WriteRequest::at(pos + done as u64, &self.buf[done..n]);
+                    let w = self.fs.write_inode(&inode, &req).map_err(|e| e.to_string())?;
+                    done += w.len;
                 }
                 pos += n as u64;
                 self.sum.bytes += n as u64;

@@ -205,16 +205,18 @@ impl Fs {
 
     // ---- Names: path walk, lookups, attributes and listings ----
 
-    /// Resolve `path` (absolute, or relative to the root) to its dentry.
-    /// With `follow`, a symlink in the last component is followed too.
+    /// Walk the path `t` names (absolute, or relative to the root) to its
+    /// dentry; a symlink in the last component is followed unless
+    /// [`Target::nofollow`] says not to. Only a path has a dentry: another
+    /// target is EINVAL.
     ///
     /// The whole walk runs under one pin of the dentry cache and keeps the
     /// chain of directories it went through as *borrowed* dentries: no lock
     /// and no reference count is touched on `/`, `/usr`, ... Only the final
     /// dentry is cloned for the caller.
     #[inline]
-    pub fn resolve(&self, path: &[u8], follow: bool) -> Result<Arc<Dentry>> {
-        namei::resolve(&self.sb, path, follow)
+    pub fn resolve<'a>(&self, t: impl Into<Target<'a>>) -> Result<Arc<Dentry>> {
+        namei::resolve_target(&self.sb, t.into())
     }
 
     /// The inode `name` refers to in directory inode `dir_ino`, with its
@@ -433,20 +435,13 @@ impl Fs {
     /// `open(O_TMPFILE)` in the directory `dir` names (`vfs_tmpfile` →
     /// `ext4_tmpfile`, then the open): a regular file with the request's
     /// mode (a umask, or the parent's default ACL) and no name, open with
-    /// its flags (the access mode; O_CREAT, O_EXCL, O_TRUNC and
-    /// O_DIRECTORY are the caller's to strip). With `linkable` (the open
-    /// had no O_EXCL) a later [`Fs::link`] of its inode number may name
-    /// it; otherwise its last close frees it. It is on the orphan list
-    /// until then, so a crash leaves nothing behind. Close it with
-    /// [`Fs::close_file`].
+    /// its access mode. Without O_EXCL a later [`Fs::link`] of its inode
+    /// number may name it; otherwise its last close frees it. It is on the
+    /// orphan list until then, so a crash leaves nothing behind. Close it
+    /// with [`Fs::close_file`].
     #[inline]
-    pub fn tmpfile_open<'a>(
-        &self,
-        dir: impl Into<Target<'a>>,
-        req: &OpenRequest<'_>,
-        linkable: bool,
-    ) -> Result<Arc<File>> {
-        open::tmpfile_open(&self.sb, dir.into(), req, linkable)
+    pub fn tmpfile_open<'a>(&self, dir: impl Into<Target<'a>>, req: &OpenRequest<'_>) -> Result<Arc<File>> {
+        open::tmpfile_open(&self.sb, dir.into(), req)
     }
 
     /// read(2) through `file`: at its position, which moves past what was
@@ -504,14 +499,14 @@ impl Fs {
     /// then the commit and a device flush.
     #[inline]
     pub fn fsync(&self, file: &File) -> Result<()> {
-        read_write::fsync(&self.sb, file, false)
+        read_write::fsync(&self.sb, file, SyncLevel::All)
     }
 
     /// fdatasync(2): dirty pages, the inode record only if data-relevant
     /// fields changed (size, block map), then the commit and a device flush.
     #[inline]
     pub fn fdatasync(&self, file: &File) -> Result<()> {
-        read_write::fsync(&self.sb, file, true)
+        read_write::fsync(&self.sb, file, SyncLevel::Data)
     }
 
     /// Close an open file: drop this reference, and if it was the last open
@@ -531,14 +526,6 @@ impl Fs {
     #[inline]
     pub fn read_at(&self, inode: &CachedInode, off: u64, buf: &mut [u8]) -> Result<usize> {
         read::read_at(&self.sb, inode, off, buf)
-    }
-
-    /// Buffered write of `buf` at `off` (`None`: at the end of file, read
-    /// under the lock — O_APPEND) by root. Returns (offset written at,
-    /// bytes). See [`Self::write_inode`] for the rules.
-    #[inline]
-    pub fn write_at(&self, inode: &CachedInode, off: Option<u64>, buf: &[u8]) -> Result<(u64, usize)> {
-        io::write_at(&self.sb, inode, off, buf)
     }
 
     /// The buffered write (`ext4_buffered_write_iter`): the data of `req`
@@ -628,12 +615,14 @@ impl Fs {
         writeback::writeback_all(&self.sb)
     }
 
-    /// fsync (`data_only: false`) or fdatasync (`true`) of one inode:
-    /// write back its dirty pages, its record as the level requires, the
-    /// committed metadata, then flush the device cache.
+    /// fsync ([`SyncLevel::All`]) or fdatasync ([`SyncLevel::Data`]) of
+    /// one inode: write back its dirty pages and its record as the level
+    /// requires, commit the metadata (or, without a journal, write it
+    /// home), then flush the device cache. A background write-back of it
+    /// that failed since the last report is reported here.
     #[inline]
-    pub fn fsync_inode(&self, inode: &CachedInode, data_only: bool) -> Result<WritebackStats> {
-        writeback::fsync_inode(&self.sb, inode, data_only)
+    pub fn fsync_inode(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
+        writeback::fsync_inode(&self.sb, inode, level)
     }
 
     // ---- Attributes and flags ----

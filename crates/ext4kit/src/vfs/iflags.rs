@@ -418,7 +418,8 @@ mod tests {
         let eold = fs.get_flags(e.ino).unwrap();
         fs.set_flags(e.ino, eold & !fl::EXTENTS, &root).unwrap();
         let inode = fs.inode(e.ino).unwrap();
-        fs.write_at(&inode, Some(0), b"block-mapped").unwrap();
+        fs.write_inode(&inode, &crate::WriteRequest::at(0, b"block-mapped"))
+            .unwrap();
         fs.sync().unwrap();
         assert_eq!(fs.get_flags(e.ino).unwrap() & fl::EXTENTS, 0);
         let mut buf = [0u8; 12];

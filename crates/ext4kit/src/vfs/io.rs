@@ -184,19 +184,6 @@ fn install_dirty(sb: &SuperBlock, inode: &CachedInode, pages: Vec<(u64, Box<[u8]
     }
 }
 
-/// The work of [`Fs::write_at`](crate::Fs::write_at).
-pub(crate) fn write_at(sb: &SuperBlock, inode: &CachedInode, off: Option<u64>, buf: &[u8]) -> Result<(u64, usize)> {
-    let w = write_inode(
-        sb,
-        inode,
-        &WriteRequest {
-            at: off.map_or(WriteAt::End, WriteAt::Offset),
-            ..WriteRequest::new(buf, Caller::root())
-        },
-    )?;
-    Ok((w.offset, w.len))
-}
-
 /// The work of [`Fs::take_writeback_error`](crate::Fs::take_writeback_error).
 pub(crate) fn take_writeback_error(inode: &CachedInode) -> Option<Error> {
     inode.pages.take_wb_error()
@@ -243,7 +230,7 @@ pub(crate) fn write_inode(sb: &SuperBlock, inode: &CachedInode, req: &WriteReque
     };
     if let Some(l) = level {
         if written.len > 0 {
-            writeback::fsync_inode(sb, inode, l == SyncLevel::Data)?;
+            writeback::fsync_inode(sb, inode, l)?;
         }
     }
     Ok(written)

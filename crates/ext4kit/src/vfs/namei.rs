@@ -251,6 +251,14 @@ pub(crate) fn with_path(e: Error, path: &[u8]) -> Error {
     }
 }
 
+/// The dentry of the path `t` names ([`Fs::resolve`](crate::Fs::resolve)).
+pub(crate) fn resolve_target(sb: &SuperBlock, t: Target<'_>) -> Result<Arc<Dentry>> {
+    match t.named() {
+        Named::Path(p) => resolve(sb, p, t.follows()),
+        _ => Err(Error::posix(Errno::EINVAL, "only a path has a dentry to walk to")),
+    }
+}
+
 /// Target of the symlink `t` names ([`Fs::read_link`](crate::Fs::read_link)):
 /// a path's final symlink is the one read, never followed.
 pub(crate) fn read_link(sb: &SuperBlock, t: Target<'_>) -> Result<Vec<u8>> {

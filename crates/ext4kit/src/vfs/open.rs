@@ -76,17 +76,28 @@ fn create_open_at(sb: &SuperBlock, parent: u32, name: &[u8], req: &OpenRequest<'
 }
 
 /// The work of [`Fs::tmpfile_open`](crate::Fs::tmpfile_open).
-pub(crate) fn tmpfile_open(
-    sb: &SuperBlock,
-    dir: Target<'_>,
-    req: &OpenRequest<'_>,
-    linkable: bool,
-) -> Result<Arc<File>> {
+pub(crate) fn tmpfile_open(sb: &SuperBlock, dir: Target<'_>, req: &OpenRequest<'_>) -> Result<Arc<File>> {
     let parent = lookup::target_ino(sb, dir)?;
+    // O_EXCL: never linkable (`I_LINKABLE` is set only without it).
+    let linkable = !req.flags.excl;
     let inode = write::tmpfile_inode(sb, parent, req.mode, linkable, req.cred)?;
+    // The open's own flags: O_TMPFILE carries O_DIRECTORY, and creation,
+    // exclusion and truncation were the tmpfile's.
+    let flags = OpenFlags {
+        create: false,
+        excl: false,
+        trunc: false,
+        directory: false,
+        ..req.flags
+    };
+    let req = OpenRequest {
+        flags,
+        check: PermCheck::Done,
+        ..*req
+    };
     // Opened from the cached inode itself: it has no name to find it
     // by again, and cannot be read back from disk (links 0).
-    match open_cached(sb, &inode, &req.check(PermCheck::Done), true) {
+    match open_cached(sb, &inode, &req, true) {
         Ok(f) => Ok(f),
         Err(e) => {
             // Never opened: free it now rather than at the next mount.
@@ -442,7 +453,7 @@ mod tests {
         fs.write_file(&NewInode::file(b"/h0").mode(0o644).owner(0, 0), b"old contents")
             .unwrap();
         // The walk's result, held as a walk borrows it.
-        let d = fs.resolve(b"/h0", true).unwrap();
+        let d = fs.resolve(b"/h0").unwrap();
         let n = d.ino;
         fs.write_file(&NewInode::file(b"/tmp").mode(0o644).owner(0, 0), b"new contents")
             .unwrap();
@@ -475,7 +486,7 @@ mod tests {
         fs.write_file(&NewInode::file(b"/h0").mode(0o644).owner(0, 0), b"old contents")
             .unwrap();
         let held = fs.open(b"/h0", OpenFlags::default()).unwrap();
-        let d = fs.resolve(b"/h0", true).unwrap();
+        let d = fs.resolve(b"/h0").unwrap();
         fs.write_file(&NewInode::file(b"/tmp").mode(0o644).owner(0, 0), b"new contents")
             .unwrap();
         fs.rename(b"/tmp", b"/h0", RenameFlags::default(), &root).unwrap();
@@ -600,7 +611,11 @@ mod tests_by_inode {
         let rw = OpenFlags::from_bits(RDWR);
         let free0 = fs.statfs().unwrap().files_free;
         let tmpfile = |fs: &crate::Fs, dir: u32, req: &OpenRequest<'_>, linkable: bool| {
-            let f = fs.tmpfile_open(dir, req, linkable)?;
+            let flags = OpenFlags {
+                excl: !linkable,
+                ..req.flags
+            };
+            let f = fs.tmpfile_open(dir, &OpenRequest { flags, ..*req })?;
             Ok::<_, crate::Error>((fs.stat(f.inode.ino)?, f))
         };
         // Never linked: an orphan while open, freed by its close.
@@ -609,7 +624,7 @@ mod tests_by_inode {
         assert_eq!(fs.volume().orphan_chain().unwrap(), vec![st.ino]);
         assert_eq!(fs.statfs().unwrap().files_free, free0 - 1);
         fs.pwrite(&f, 0, &[7u8; 10000]).unwrap();
-        fs.fsync_inode(&f.inode, false).unwrap();
+        fs.fsync_inode(&f.inode, crate::SyncLevel::All).unwrap();
         // The directory did not change.
         assert!(fs.read_dir(2).unwrap().iter().all(|e| e.ino != st.ino));
         fs.close_file(f).unwrap();
@@ -661,7 +676,7 @@ mod tests_by_inode {
         // The directory's write permission is needed, as for a create.
         let user = Cred::user(1000, 1000);
         let e = fs
-            .tmpfile_open(2, &OpenRequest::new(rw).mode(0o600).cred(&user), true)
+            .tmpfile_open(2, &OpenRequest::new(rw).mode(0o600).cred(&user))
             .unwrap_err();
         assert_eq!(e.errno(), Errno::EACCES);
     }

@@ -7,7 +7,8 @@
 use super::file::{File, Whence};
 use super::request::{Fallocate, WriteAt, WriteRequest};
 use super::super_block::SuperBlock;
-use super::{io, read, writeback};
+use super::writeback::{self, SyncLevel};
+use super::{io, read};
 use crate::error::{Errno, Error, Result};
 
 /// read(2): at the position, which then moves past what was read.
@@ -76,9 +77,9 @@ pub(crate) fn fallocate(sb: &SuperBlock, file: &File, mode: u32, off: u64, len: 
     io::fallocate_inode(sb, &file.inode, Fallocate { mode, off, len }, &file.caller()).map(|_| ())
 }
 
-/// fsync(2) (`data_only` false) or fdatasync(2) (true).
-pub(crate) fn fsync(sb: &SuperBlock, file: &File, data_only: bool) -> Result<()> {
-    writeback::fsync_inode(sb, &file.inode, data_only).map(|_| ())
+/// fsync(2) ([`SyncLevel::All`]) or fdatasync(2) ([`SyncLevel::Data`]).
+pub(crate) fn fsync(sb: &SuperBlock, file: &File, level: SyncLevel) -> Result<()> {
+    writeback::fsync_inode(sb, &file.inode, level).map(|_| ())
 }
 
 /// A write of `buf` at `at` through `file`, by its opener, with its

@@ -304,6 +304,24 @@ impl<'a> WriteRequest<'a> {
             sync: None,
         }
     }
+
+    /// `data` at offset `off` by root (image building, tools): the
+    /// common case, to adjust with the other fields.
+    ///
+    /// ```no_run
+    /// # fn f(fs: &ext4kit::Fs, ino: u32) -> ext4kit::Result<()> {
+    /// use ext4kit::WriteRequest;
+    /// let inode = fs.inode(ino)?;
+    /// let w = fs.write_inode(&inode, &WriteRequest::at(4096, b"hello"))?;
+    /// assert_eq!((w.offset, w.len), (4096, 5));
+    /// # Ok(()) }
+    /// ```
+    pub fn at(off: u64, data: &'a [u8]) -> Self {
+        WriteRequest {
+            at: WriteAt::Offset(off),
+            ..WriteRequest::new(data, Caller::root())
+        }
+    }
 }
 
 /// What a write did.

@@ -21,13 +21,13 @@
 
 use super::icache::CachedInode;
 use super::super_block::SuperBlock;
-use super::writeback;
+use super::writeback::{self, SyncLevel};
 use crate::error::Result;
 
 /// Make the change just made to `inode` durable (`ext4_handle_sync`):
 /// fsync's commit, which writes the record if it is dirty.
 pub(crate) fn commit_for(sb: &SuperBlock, inode: &CachedInode) -> Result<()> {
-    writeback::fsync_inode(sb, inode, false).map(|_| ())
+    writeback::fsync_inode(sb, inode, SyncLevel::All).map(|_| ())
 }
 
 /// After a change of the entries of directory `dir`, whose flags were

@@ -433,8 +433,7 @@ pub(crate) fn writeback_all(sb: &SuperBlock) -> Result<()> {
 }
 
 /// The work of [`Fs::fsync_inode`](crate::Fs::fsync_inode).
-pub(crate) fn fsync_inode(sb: &SuperBlock, inode: &CachedInode, data_only: bool) -> Result<WritebackStats> {
-    let level = if data_only { SyncLevel::Data } else { SyncLevel::All };
+pub(crate) fn fsync_inode(sb: &SuperBlock, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
     let st = match writeback_inode(sb, inode, level) {
         Ok(st) => st,
         Err(e) => {
