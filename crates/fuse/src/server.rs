@@ -321,18 +321,17 @@ impl Ext4Fuse {
         }
     }
 
-    #[allow(clippy::too_many_arguments)] // SETATTR's fields, as fuser passes them
+    /// SETATTR: a truncation to `size`, then the attribute changes of
+    /// `attr`; `times_only` when the request carried only a ctime (the
+    /// kernel's write-back cache flushing its times), which still goes to
+    /// the engine so ctime moves.
     fn do_setattr(
         &self,
         req: &Request,
         ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
         size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        ctime: Option<SystemTime>,
+        attr: &SetAttr,
+        times_only: bool,
     ) -> Result<fuser::FileAttr, Errno> {
         let ino = Self::ino(ino)?;
         if let Some(len) = size {
@@ -348,14 +347,7 @@ impl Ext4Fuse {
                 .fs
                 .truncate_inode(&inode, len, &Self::caller(&cred, req.uid() == 0, &groups)))?;
         }
-        let attr = SetAttr {
-            mode: mode.map(|m| (m & 0o7777) as u16),
-            uid,
-            gid,
-            atime: atime.map(time_set),
-            mtime: mtime.map(time_set),
-        };
-        if attr != SetAttr::default() || (ctime.is_some() && size.is_none()) {
+        if *attr != SetAttr::default() || times_only {
             let cred = Self::cred(req);
             let st = res(self.fs.stat(ino))?;
             // With `default_permissions` the kernel has already applied
@@ -373,7 +365,7 @@ impl Ext4Fuse {
             } else {
                 Cred::root()
             };
-            res(self.fs.setattr(ino, &attr, &cred))?;
+            res(self.fs.setattr(ino, attr, &cred))?;
         }
         self.attr(ino)
     }
@@ -743,7 +735,14 @@ impl Filesystem for Ext4Fuse {
             // BSD file flags (macOS chflags) have no Linux request.
             return reply.error(Errno::ENOSYS);
         }
-        match self.do_setattr(req, ino, mode, uid, gid, size, atime, mtime, ctime) {
+        let attr = SetAttr {
+            mode: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+        };
+        match self.do_setattr(req, ino, size, &attr, ctime.is_some() && size.is_none()) {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(e),
         }
