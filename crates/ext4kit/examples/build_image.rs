@@ -11,11 +11,10 @@
 
 mod common;
 
-use ext4kit::NewInode;
 use std::error::Error;
 
 use ext4kit::mkfs::MkfsOptions;
-use ext4kit::{Cred, Fs, OpenOptions};
+use ext4kit::{Cred, Fs, NewInode, OpenOptions};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let (image, scratch) = match std::env::args_os().nth(1) {
@@ -34,8 +33,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     };
     common::make_image(&image, 64 << 20, &opts)?;
 
-    // 2. Populate it. Every call is one POSIX operation; `root` is the
-    //    caller's credentials (permission checks are those of the kernel).
+    // 2. Populate it. Every call is one POSIX operation. A `NewInode`
+    //    describes each new file, directory or symlink (made by root,
+    //    directories 0755 and the rest 0644 unless `.mode()` says);
+    //    `root` is the caller's credentials for the other calls
+    //    (permission checks are those of the kernel).
     let fs = Fs::open_image(
         &image,
         &OpenOptions {
@@ -44,16 +46,16 @@ fn main() -> Result<(), Box<dyn Error>> {
         },
     )?;
     let root = Cred::root();
-    fs.create(&NewInode::dir(b"/etc").mode(0o755).cred(&root))?;
-    fs.write_file(&NewInode::file(b"/etc/hostname").mode(0o644).owner(0, 0), b"example\n")?;
-    fs.create(&NewInode::dir(b"/usr").mode(0o755).cred(&root))?;
-    fs.create(&NewInode::dir(b"/usr/share").mode(0o755).cred(&root))?;
+    fs.create(&NewInode::dir(b"/etc"))?;
+    fs.write_file(&NewInode::file(b"/etc/hostname"), b"example\n")?;
+    fs.create(&NewInode::dir(b"/usr"))?;
+    fs.create(&NewInode::dir(b"/usr/share"))?;
     let readme = b"Built by ext4kit's build_image example.\n".repeat(200);
-    fs.write_file(&NewInode::file(b"/usr/share/README").mode(0o644).owner(0, 0), &readme)?;
-    fs.create(&NewInode::symlink(b"/README", b"usr/share/README").owner(0, 0))?;
+    fs.write_file(&NewInode::file(b"/usr/share/README"), &readme)?;
+    fs.create(&NewInode::symlink(b"/README", b"usr/share/README"))?;
     fs.link(b"/usr/share/README", b"/usr/share/README.hardlink", &root)?;
-    fs.create(&NewInode::dir(b"/home").mode(0o755).cred(&root))?;
-    fs.create(&NewInode::dir(b"/home/user").mode(0o750).cred(&root))?;
+    fs.create(&NewInode::dir(b"/home"))?;
+    fs.create(&NewInode::dir(b"/home/user").mode(0o750))?;
     fs.chown(b"/home/user", Some(1000), Some(1000), &root)?;
     fs.setxattr(b"/etc/hostname", b"user.comment", b"set by the example", 0, &root)?;
 

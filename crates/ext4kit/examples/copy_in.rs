@@ -9,12 +9,11 @@
 
 mod common;
 
-use ext4kit::NewInode;
 use std::error::Error;
 use std::io::Read;
 use std::path::PathBuf;
 
-use ext4kit::{Access, Cred, OpenFlags};
+use ext4kit::{Access, NewInode, OpenFlags};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<_> = std::env::args_os().skip(1).collect();
@@ -44,7 +43,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         Some(i) => &dest[..i],
     };
     if fs.lstat(parent).is_err() {
-        fs.create(&NewInode::dir(parent).mode(0o755).cred(&Cred::root()))?;
+        fs.create(&NewInode::dir(parent))?;
     }
 
     // Write: O_WRONLY|O_CREAT|O_TRUNC. Writes land in the page cache;

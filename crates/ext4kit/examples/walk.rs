@@ -11,11 +11,10 @@
 
 mod common;
 
-use ext4kit::NewInode;
 use std::error::Error;
 use std::path::PathBuf;
 
-use ext4kit::{Cred, FileType, Fs, OpenOptions};
+use ext4kit::{FileType, Fs, NewInode, OpenOptions};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let (image, scratch) = match std::env::args_os().nth(1) {
@@ -87,12 +86,11 @@ fn print_entry(fs: &Fs, path: &[u8]) -> Result<(), Box<dyn Error>> {
 fn make_demo(image: &std::path::Path) -> Result<(), Box<dyn Error>> {
     common::make_empty_image(image, 16 << 20)?;
     let fs = common::open_writable(image)?;
-    let root = Cred::root();
-    fs.create(&NewInode::dir(b"/etc").mode(0o755).cred(&root))?;
-    fs.write_file(&NewInode::file(b"/etc/hostname").mode(0o644).owner(0, 0), b"demo\n")?;
-    fs.create(&NewInode::symlink(b"/etc/name", b"hostname").owner(0, 0))?;
-    fs.create(&NewInode::dir(b"/home").mode(0o755).cred(&root))?;
-    fs.create(&NewInode::dir(b"/home/user").mode(0o700).cred(&root))?;
+    fs.create(&NewInode::dir(b"/etc"))?;
+    fs.write_file(&NewInode::file(b"/etc/hostname"), b"demo\n")?;
+    fs.create(&NewInode::symlink(b"/etc/name", b"hostname"))?;
+    fs.create(&NewInode::dir(b"/home"))?;
+    fs.create(&NewInode::dir(b"/home/user").mode(0o700))?;
     fs.write_file(
         &NewInode::file(b"/home/user/notes.txt").mode(0o600).owner(1000, 1000),
         &b"walk me\n".repeat(1000),

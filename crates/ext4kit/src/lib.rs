@@ -16,7 +16,36 @@
 //! # Ok::<(), ext4kit::Error>(())
 //! ```
 //!
-//! Layers (data flows down): [`vfs`] (caches, path walk, open files) →
+//! Every call names what it acts on with a [`Target`]: a path, a name in
+//! a directory ([`Target::at`]) or an inode number — one `stat`,
+//! `setxattr` or `unlink` for a program with paths and for a server that
+//! holds inode numbers. Calls that take more than a few arguments take a
+//! request: a new inode of any kind is a [`NewInode`], an open on behalf
+//! of a caller an [`OpenRequest`], a write by inode a [`WriteRequest`].
+//! Each call that checks permissions takes the caller's [`Cred`].
+//!
+//! ```no_run
+//! use ext4kit::{Access, Cred, Fs, NewInode, OpenFlags, OpenOptions, OpenRequest, Target};
+//! let fs = Fs::open_image("disk.img", &OpenOptions { read_only: false, ..Default::default() })?;
+//! // Image building: root makes the tree, with the owners it should have.
+//! fs.create(&NewInode::dir(b"/home"))?;
+//! fs.create(&NewInode::dir(b"/home/ada").mode(0o700).owner(1000, 1000))?;
+//! // Acting for a user: her rights are checked, her umask applies.
+//! let ada = Cred::user(1000, 1000);
+//! let flags = OpenFlags { access: Access::WriteOnly, create: true, ..Default::default() };
+//! let f = fs.open_as(b"/home/ada/notes", &OpenRequest::new(flags).mode((0o666, 0o022)).cred(&ada))?;
+//! fs.write(&f, b"hello\n")?;
+//! fs.fsync(&f)?;
+//! fs.close_file(f)?;
+//! // A server that holds inode numbers names an entry by its directory.
+//! let home = fs.stat(b"/home/ada")?.ino;
+//! fs.unlink(Target::at(home, b"notes"), &ada)?;
+//! fs.sync()?;
+//! # Ok::<(), ext4kit::Error>(())
+//! ```
+//!
+//! Layers (data flows down): [`Fs`], the API, over [`vfs`] (caches, path
+//! walk, open files, one module per operation) →
 //! [`ext4`] (ext4 semantics) → `ext4kit-format` (bytes) → `ext4kit-blockdev`.
 //! The engine applies every filesystem rule itself (permissions, immutable
 //! and append-only, the setuid/setgid/capability kill, default ACLs,
@@ -26,7 +55,8 @@
 //! partitions, making a filesystem, looking at a journal.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod device;
 pub mod journal;

@@ -420,7 +420,7 @@ impl Fs {
     /// `open(2)` of what `t` names on behalf of [`OpenRequest::cred`]:
     /// O_CREAT makes a regular file (for a path or a name in a directory),
     /// the caller's rights are checked (by the engine, or already by the
-    /// caller: [`PermCheck`]), O_TRUNC empties a regular file. The file
+    /// caller: [`PermCheck`](crate::PermCheck)), O_TRUNC empties a regular file. The file
     /// remembers its opener: its writes, truncations and fallocates are
     /// the opener's (only root's keep setuid/setgid bits).
     ///
@@ -531,7 +531,7 @@ impl Fs {
     /// The buffered write (`ext4_buffered_write_iter`): the data of `req`
     /// into the page cache, with the rules of the kernel's write path —
     /// immutable inodes refuse (EPERM); an append-only inode takes appends
-    /// only ([`WriteAt::End`]; a write at an offset is EPERM, the rule
+    /// only ([`WriteAt::End`](crate::WriteAt::End); a write at an offset is EPERM, the rule
     /// `may_open` enforces for the kernel); setuid/setgid and a file
     /// capability are cleared first as `file_remove_privs` says
     /// (`vfs::killpriv`); mtime and ctime move; and the data is durable
@@ -572,8 +572,8 @@ impl Fs {
     }
 
     /// fallocate(2) on `inode`: `mode` 0 (allocate, extend the size),
-    /// [`FALLOC_FL_KEEP_SIZE`], [`FALLOC_FL_PUNCH_HOLE`] (with KEEP_SIZE) or
-    /// [`FALLOC_FL_ZERO_RANGE`] (optionally with KEEP_SIZE).
+    /// [`FALLOC_FL_KEEP_SIZE`](super::io::FALLOC_FL_KEEP_SIZE), [`FALLOC_FL_PUNCH_HOLE`](super::io::FALLOC_FL_PUNCH_HOLE) (with KEEP_SIZE) or
+    /// [`FALLOC_FL_ZERO_RANGE`](super::io::FALLOC_FL_ZERO_RANGE) (optionally with KEEP_SIZE).
     ///
     /// Errors as the kernel's `vfs_fallocate` / `ext4_fallocate`: EINVAL
     /// for an empty range; EOPNOTSUPP for unknown mode bits, PUNCH_HOLE

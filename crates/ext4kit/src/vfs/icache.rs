@@ -22,7 +22,7 @@
 //! "eviction-vs-lookup race".) So both sides are a Dekker pair over two
 //! words: the evictor raises `CachedInode::evicting`, fences, and then
 //! reads the count; a reader increments the count (the clone), fences,
-//! and then reads the flag ([`Icache::claim`]). With both fences SeqCst
+//! and then reads the flag (`Icache::claim`). With both fences SeqCst
 //! one of them sees the other's write: either the evictor sees the clone
 //! and keeps the inode, or the reader sees the flag and does not trust
 //! its clone — it waits on the stripe's lock, which the evictor holds
@@ -367,7 +367,7 @@ impl Icache {
 
     /// Counted references to the cached inodes `pick` chooses (writeback
     /// collecting dirty inodes). Each is claimed as a hit is (see
-    /// [`Self::claim`]), so none is a copy an eviction just dropped.
+    /// `Icache::claim`), so none is a copy an eviction just dropped.
     pub fn collect(&self, mut pick: impl FnMut(&CachedInode) -> bool) -> Vec<Arc<CachedInode>> {
         let m = self.map.pin();
         let mut out = Vec::new();

@@ -28,8 +28,8 @@
 //! Enforcement lives where the operations are: writes and opens refuse
 //! immutable inodes and non-appending writes to append-only ones (io.rs,
 //! open.rs), setattr and xattrs refuse both (attr.rs, xattr_ops.rs); the
-//! namespace rules are here ([`check_create_in`], [`check_delete`],
-//! [`check_link`]), called by namespace.rs: the kernel's `may_create`
+//! namespace rules are here (`check_create_in`, `check_delete`,
+//! `check_link`), called by namespace.rs: the kernel's `may_create`
 //! (`inode_permission(dir, MAY_WRITE)`: EPERM on an immutable directory),
 //! `may_delete` (EPERM from an append-only directory, and for an
 //! immutable or append-only victim) and `vfs_link` (EPERM for an

@@ -5,11 +5,11 @@
 //! The mode: a read-write open of a filesystem that must not be written
 //! becomes read-only, decided from the superblock before anything is
 //! written (`ext4::write_access`; the open: `open.rs`), and
-//! [`Fs::read_only_reason`] says why. A mount without `-o ro` or `-o rw`
+//! [`Fs::read_only_reason`](crate::Fs::read_only_reason) says why. A mount without `-o ro` or `-o rw`
 //! then serves read-only with that warning; `-o rw` is refused with it.
 //!
 //! The state, as the kernel's `ext4_setup_super` records a read-write
-//! mount ([`Fs::record_mount`]): `s_mnt_count` goes up by one, `s_mtime`
+//! mount ([`Fs::record_mount`](crate::Fs::record_mount)): `s_mnt_count` goes up by one, `s_mtime`
 //! is the mount time, `s_last_mounted` the mount point (as
 //! `ext4_sample_last_mounted` records it), and — on a filesystem without a
 //! journal only — `s_state` loses `EXT2_VALID_FS`, so that a crash leaves
@@ -17,7 +17,7 @@
 //! journal a crash leaves `needs_recovery` and a log to replay instead, and
 //! the state stays valid. The warnings `ext4_setup_super` prints (not
 //! cleanly unmounted, errors recorded, maximal mount count reached) are
-//! returned for the user. At a clean unmount ([`Fs::record_unmount`]),
+//! returned for the user. At a clean unmount ([`Fs::record_unmount`](crate::Fs::record_unmount)),
 //! after everything is flushed, `s_state` gets back the value it had at
 //! mount (`ext4_put_super` restores `s_mount_state`, so an image that was
 //! not clean stays so until e2fsck has looked at it) and `s_wtime` is the
@@ -29,7 +29,7 @@ use super::super_block::SuperBlock;
 use super::{write, writeback};
 use crate::error::{Errno, Error, Result};
 
-/// What [`Fs::record_mount`] found, for [`Fs::record_unmount`].
+/// What [`Fs::record_mount`](crate::Fs::record_mount) found, for [`Fs::record_unmount`](crate::Fs::record_unmount).
 #[derive(Debug, Clone, Copy)]
 pub struct MountRecord {
     /// `s_state` at mount time (the kernel's `s_mount_state`).

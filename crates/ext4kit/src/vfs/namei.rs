@@ -5,7 +5,7 @@
 //! the cache for the duration of that step — no lock and no reference is
 //! taken on it. Only on a cache miss does the walk go to disk (ext4 lookup
 //! through the htree), insert a positive or negative dentry, and continue.
-//! [`Fs::resolve`] returns the final dentry with one reference;
+//! [`Fs::resolve`](crate::Fs::resolve) returns the final dentry with one reference;
 //! `resolve_in` lends it under the caller's pin of the cache instead, which
 //! is how `open` finds the thread's pin on it without a shared write.
 //!

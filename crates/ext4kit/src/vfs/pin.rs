@@ -23,7 +23,7 @@
 //! holds its unit. Where the count must be exact — deciding whether an
 //! unlinked inode is freed now or kept on the orphan list (`drop_link`),
 //! and freeing it at the last close (`release_unlinked`) — the idle pins
-//! are *revoked* first ([`revoke_idle`], the slow path, under the inode's
+//! are *revoked* first (`revoke_idle`, the slow path, under the inode's
 //! `disk` write lock): each registered pin's word goes from 0 files to
 //! `REVOKED` by compare-and-swap and gives its unit back. A pin's owner
 //! takes an open by compare-and-swap on the same word (count + 1, unless

@@ -3,7 +3,7 @@
 //!
 //! Split the way the kernel splits it.
 //!
-//! - **The VFS half** (fs/namei.c) is [`Fs::rename_at`]: check the names
+//! - **The VFS half** (fs/namei.c) is `rename`: check the names
 //!   and flags (`do_renameat2`); take the rename mutex and both parents'
 //!   locks in ancestor order (`lock_rename`, `Fs::lock_parents`); look
 //!   both names up (`Fs::lookup_sides`); refuse the loops `lock_rename`

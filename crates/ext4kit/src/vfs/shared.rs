@@ -9,12 +9,12 @@
 //! count the transfers), so the writes are counted at their sites: every
 //! place on the open → read → close path (walk, inode lookup, open-file
 //! reference, permission check, page-cache read, close) that writes a line
-//! shared with other openers of the same file calls [`note`] with the
+//! shared with other openers of the same file calls `note` with the
 //! number of such writes it makes (an `Arc` clone counts 2: the increment
 //! now and the decrement when it is dropped).
 //!
 //! With the `count-shared` cargo feature the counts add up in a
-//! per-thread counter ([`count`]); without it [`note`] compiles to
+//! per-thread counter ([`count`]); without it `note` compiles to
 //! nothing. `seeds-read` enables the feature and prints the count per
 //! open; the test `shared_writes_per_open` pins it down.
 

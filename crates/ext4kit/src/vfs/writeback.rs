@@ -93,7 +93,7 @@ impl Writer<'_> {
     /// Write back inode `inode` (the kernel's `writeback_single_inode`):
     /// take its `disk` write lock, then [`Self::writeback_locked`]. Does
     /// not flush the device (fsync does).
-    pub fn writeback_single_inode(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
+    pub(crate) fn writeback_single_inode(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
         // ext4_should_retry_alloc: with a journal, blocks freed by the
         // running transaction are reused only once it commits.
         match self.writeback_single_inode_once(inode, level) {
