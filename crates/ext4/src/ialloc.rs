@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use ext4kit_format::extent::{ExtentHeader, EXTENT_MAGIC};
 use ext4kit_format::features::{incompat, ro_compat};
-use ext4kit_format::group_desc::{GroupDesc, BG_INODE_UNINIT, BG_INODE_ZEROED};
+use ext4kit_format::group_desc::{GroupDesc, BG_INODE_UNINIT};
 use ext4kit_format::inode::{flags, FileType, Inode, InodeBase, InodeExtra, TimeField, Timestamp};
 
 use super::group::{find_zero, set_bit, test_bit};
@@ -343,21 +343,10 @@ impl Volume {
             new.used_dirs_count_lo = u as u16;
             new.used_dirs_count_hi = (u >> 16) as u16;
         }
-        if csum_groups {
-            if uninit {
-                new.flags &= !BG_INODE_UNINIT;
-            }
-            let unused = new.itable_unused() as usize;
-            if i >= ipg - unused {
-                let u = (ipg - i - 1) as u32;
-                new.itable_unused_lo = u as u16;
-                new.itable_unused_hi = (u >> 16) as u16;
-            }
-            if new.flags & BG_INODE_ZEROED == 0 {
-                // The table past the old high-water mark may hold garbage;
-                // the record we hand out is rewritten whole by the caller.
-            }
-        }
+        // The table past the old high-water mark may hold garbage
+        // (BG_INODE_ZEROED clear): the record we hand out is rewritten
+        // whole by the caller.
+        note_itable_used(&mut new, i, ipg, uninit);
         self.write_group_desc(h, g, &new)?;
         *gd = new;
         // Bits below the old hint were set (the hint's rule), and the scan
@@ -472,14 +461,8 @@ impl Volume {
             new.used_dirs_count_lo = u as u16;
             new.used_dirs_count_hi = (u >> 16) as u16;
         }
-        if csum_groups && used {
-            new.flags &= !BG_INODE_UNINIT;
-            let unused = if uninit { ipg } else { new.itable_unused() as usize };
-            if i >= ipg.saturating_sub(unused) {
-                let u = (ipg - i - 1) as u32;
-                new.itable_unused_lo = u as u16;
-                new.itable_unused_hi = (u >> 16) as u16;
-            }
+        if used {
+            note_itable_used(&mut new, i, ipg, uninit);
         }
         self.set_inode_bitmap_csum(&mut new, &bitmap);
         h.overwrite(bm_blk, bitmap.into_boxed_slice())?;
@@ -534,6 +517,28 @@ impl Volume {
         *gd = new;
         grp.inode_hint.fetch_min(i as u32, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// Group `gd`'s inode `i` (of `ipg`) is now in use: the group's inodes are
+/// initialised (INODE_UNINIT cleared) and the table's high-water mark
+/// (`bg_itable_unused`, all `ipg` when `uninit`) lies past it.
+///
+/// Whatever the features: e2fsck's pass 2 checks every name against its
+/// inode's group flag and `bg_itable_unused` without asking for
+/// gdt_csum/metadata_csum (`check_dir_block`: PR_2_INOREF_BG_INO_UNINIT,
+/// PR_2_INOREF_IN_UNUSED), so a descriptor that carries lazy-init fields
+/// without the feature (e2fsck's "Group descriptor N marked uninitialized
+/// without feature set", PR_0_GDT_UNINIT, left unrepaired) must not keep
+/// a new inode in its "unused" area. The kernel ignores both fields there;
+/// on a healthy ext2/ext3 image they are zero and nothing changes.
+fn note_itable_used(gd: &mut GroupDesc, i: usize, ipg: usize, uninit: bool) {
+    gd.flags &= !BG_INODE_UNINIT;
+    let unused = if uninit { ipg } else { gd.itable_unused() as usize };
+    if i >= ipg.saturating_sub(unused) {
+        let u = (ipg - i - 1) as u32;
+        gd.itable_unused_lo = u as u16;
+        gd.itable_unused_hi = (u >> 16) as u16;
     }
 }
 

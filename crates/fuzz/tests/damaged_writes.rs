@@ -58,3 +58,79 @@ fn write_operations_on_damaged_images_never_make_them_worse() {
     let failures = report.failures();
     assert!(failures.is_empty(), "{} cases broke the rule:\n{}", failures.len(), report.failure_lines());
 }
+
+/// The shapes of e2fsprogs' corrupt test images that writes made worse
+/// (`ext4kit-damaged --e2fsprogs`), rebuilt here with mke2fs and debugfs:
+/// CI uses nothing fetched. Each writes through the library and compares
+/// `e2fsck -fn` before and after, as the campaign does.
+mod e2fsprogs_shapes {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::sync::Arc;
+
+    use ext4kit::{Cred, Fs, OpenOptions};
+    use ext4kit_fuzz::damaged::fsck::Fsck;
+    use ext4kit_testkit::Scratch;
+
+    /// `mke2fs -q -F ARGS DIR/fs.img SIZE`.
+    fn mke2fs(dir: &Path, args: &[&str], size: &str) -> PathBuf {
+        let img = dir.join("fs.img");
+        ext4kit_testkit::run_ok(Command::new("mke2fs").args(["-q", "-F"]).args(args).arg(&img).arg(size), &[0])
+            .unwrap_or_else(|e| panic!("{e} (apt-get install e2fsprogs)"));
+        img
+    }
+
+    /// `debugfs -w -R CMD IMG` for each command.
+    fn debugfs_w(img: &Path, cmds: &[&str]) {
+        for c in cmds {
+            let out = ext4kit_testkit::run_ok(Command::new("debugfs").args(["-w", "-R", c]).arg(img), &[0])
+                .unwrap_or_else(|e| panic!("{e}"));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!err.lines().skip(1).any(|l| !l.trim().is_empty()), "debugfs -R {c:?}: {err}");
+        }
+    }
+
+    fn open_rw(img: &Path) -> Arc<Fs> {
+        Fs::open_image(img, &OpenOptions { read_only: false, ..Default::default() }).unwrap()
+    }
+
+    fn fsck(img: &Path) -> Fsck {
+        Fsck::run(img).unwrap()
+    }
+
+    /// e2fsck after `f` finds nothing it did not find before (and before,
+    /// it finds `damage`).
+    fn no_worse(img: &Path, damage: &str, f: impl FnOnce(&Fs)) {
+        let before = fsck(img);
+        assert!(before.raw.contains(damage), "the damage is not there:\n{}", before.raw);
+        {
+            let fs = open_rw(img);
+            f(&fs);
+            fs.sync().unwrap();
+        }
+        let after = fsck(img);
+        if let Some(w) = before.worse(&after) {
+            panic!("made worse: {w}\n--- before\n{}\n--- after\n{}", before.raw, after.raw);
+        }
+    }
+
+    fn put(fs: &Fs, path: &str, bytes: usize) -> u32 {
+        let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+        fs.write_file(path.as_bytes(), &data, 0o644, 0, 0).unwrap().ino
+    }
+
+    /// f_uninit_disable: `bg_itable_unused` left set on a filesystem
+    /// without gdt_csum ("Group descriptor 0 marked uninitialized without
+    /// feature set", unrepaired). e2fsck's pass 2 still checks names
+    /// against it, so new inodes must lower it.
+    #[test]
+    fn new_inodes_leave_the_unused_area_even_without_gdt_csum() {
+        let dir = Scratch::dir("ext4kit-shape-uninit-disable");
+        let img = mke2fs(&dir, &["-t", "ext2", "-b", "1024", "-N", "2048"], "8M");
+        debugfs_w(&img, &["set_bg 0 itable_unused 2037"]);
+        no_worse(&img, "marked uninitialized without feature set", |fs| {
+            fs.mkdir(b"/d", 0o755, &Cred::root()).unwrap();
+            put(fs, "/d/f", 5000);
+        });
+    }
+}
