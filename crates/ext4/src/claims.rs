@@ -325,7 +325,7 @@ impl Volume {
                     if o != ino && !self.claims_live(o, &r) {
                         continue;
                     }
-                    self.walk_claims(o, &r, &mut |s, l, role| {
+                    self.walk_claims(&r, &mut |s, l, role| {
                         if b >= s && b - s < l {
                             now.push((o, role));
                         }
@@ -481,13 +481,13 @@ impl Volume {
         Ok(true)
     }
 
-    /// Every block inode `ino` (record `rec`) names, as far as its map can
+    /// Every block the inode record `rec` names, as far as its map can
     /// be read: `f(start, len, role)` for each run inside the filesystem.
     /// Tolerant, like e2fsck's pass 1: checksums are not checked, a node
     /// that does not parse contributes its own block and nothing under it,
     /// an out-of-range pointer is skipped. The xattr block is not included
     /// (shared blocks are counted apart). Only device errors fail.
-    pub(crate) fn walk_claims(&self, ino: u32, rec: &Inode, f: &mut dyn FnMut(u64, u64, Role)) -> Result<()> {
+    pub(crate) fn walk_claims(&self, rec: &Inode, f: &mut dyn FnMut(u64, u64, Role)) -> Result<()> {
         if rec.has_inline_data() {
             return Ok(());
         }
@@ -506,7 +506,12 @@ impl Volume {
                 f(s2, e - s2, role);
             }
         };
-        if rec.uses_extents() && ino != 1 {
+        // The bad-blocks inode too is read through its extent tree when
+        // it says it has one: e2fsck's pass 1 walks it with
+        // ext2fs_block_iterate3, which follows EXTENTS_FL whatever the
+        // inode (and only then calls it invalid, PR_1_INVALID_BAD_INODE,
+        // which -n leaves), so the blocks that tree names are in use.
+        if rec.uses_extents() {
             let mut seen = HashSet::new();
             self.walk_extent_node(&rec.base.block, None, &mut seen, &mut budget, &mut emit)
         } else {
@@ -680,13 +685,13 @@ impl Volume {
         let mut dups: Vec<u64> = Vec::new();
         let mut xattr_refs: HashMap<u64, u32> = HashMap::new();
         let mut inodes = 0u64;
-        let records = self.for_each_live_inode(&mut |ino, rec| {
+        let records = self.for_each_live_inode(&mut |_, rec| {
             inodes += 1;
             let acl = rec.file_acl();
             if acl != 0 {
                 *xattr_refs.entry(acl).or_insert(0) += 1;
             }
-            self.walk_claims(ino, rec, &mut |s, l, _| bits.claim(s, l, &mut dups))
+            self.walk_claims(rec, &mut |s, l, _| bits.claim(s, l, &mut dups))
         })?;
         // An xattr block shared through its refcount is one claim.
         let mut shared_xattr = HashMap::new();
@@ -702,7 +707,7 @@ impl Volume {
         if !dups.is_empty() {
             let dupset: HashSet<u64> = dups.iter().copied().collect();
             self.for_each_live_inode(&mut |ino, rec| {
-                self.walk_claims(ino, rec, &mut |s, l, role| {
+                self.walk_claims(rec, &mut |s, l, role| {
                     // Dups are few; runs may be long: test the smaller side.
                     if l as usize <= dupset.len() {
                         for b in s..s + l {
@@ -893,6 +898,39 @@ mod tests {
         v.check_free_claims(a, &arec, &[(shared, 1)]).unwrap();
         assert!(set.multi_blocks().is_empty());
         assert!(v.claims_on_free(&[(shared, 1)]).is_ok());
+    }
+
+    /// The bad-blocks inode with an extent tree (e2fsprogs'
+    /// f_invalid_bad_inode): e2fsck's pass 1 walks it with
+    /// ext2fs_block_iterate3, which follows EXTENTS_FL, so the blocks its
+    /// tree names are claimed — read as a block map, its root names none.
+    #[test]
+    fn the_bad_blocks_inode_is_walked_through_its_extent_tree() {
+        let v = scratch_volume_unjournaled();
+        let (a, arec) = file(&v, 1);
+        let x = runs(&v, a, &arec)[0].0;
+        let mut bad = v.read_inode(1).unwrap();
+        bad.base.flags |= ext4kit_format::inode::flags::EXTENTS;
+        let b = &mut bad.base.block;
+        b.fill(0);
+        ExtentHeader {
+            magic: EXTENT_MAGIC,
+            entries: 1,
+            max: 4,
+            depth: 0,
+            generation: 0,
+        }
+        .serialize_into(b);
+        b[12 + 4..12 + 6].copy_from_slice(&1u16.to_le_bytes());
+        b[12 + 8..12 + 12].copy_from_slice(&(x as u32).to_le_bytes());
+        let mut h = v.begin().unwrap();
+        v.write_inode(&mut h, 1, &bad).unwrap();
+        h.commit().unwrap();
+        assert_eq!(
+            v.claim_set().unwrap().multi_blocks(),
+            vec![x],
+            "inode 1's extent and /a's block"
+        );
     }
 
     /// An xattr block whose refcount disagrees with the inodes naming it
