@@ -104,6 +104,10 @@ impl Volume {
     /// once the group's free count has dropped: concurrent allocations and
     /// buffered writes never promise the same block twice.
     pub fn alloc_blocks_as(&self, h: &mut Handle<'_>, goal: u64, want: u32, privileged: bool) -> Result<(u64, u32)> {
+        // Nothing is handed out before the owner scan (claims.rs) has
+        // found the blocks live inodes claim though the bitmap says free.
+        // Taken here, before any group lock: the scan reads descriptors.
+        self.claim_set()?;
         let want = want.max(1) as u64;
         // Writeback of accepted data may take the reserve for what its
         // claims did not cover (see `Handle::writes_back_delayed`).
@@ -173,6 +177,9 @@ impl Volume {
     /// of failing half-way. Cheap once each group has been checked (one
     /// flag per group). ENOSPC is left to the allocation itself.
     pub fn check_block_allocatable(&self, goal: u64) -> Result<()> {
+        // The first allocation of a session waits for the owner scan
+        // (claims.rs): run it here, before the caller's handle begins.
+        self.claim_set()?;
         let n = self.groups.len();
         let goal = goal.clamp(self.first_data_block, self.blocks_count.saturating_sub(1));
         let g0 = ((goal - self.first_data_block) / self.blocks_per_group) as usize;
@@ -263,7 +270,8 @@ impl Volume {
             }
         }
         // Blocks a live inode claims though the bitmap says free (the claim
-        // scan's `unmarked`, claims.rs) are never handed out.
+        // scan's `unmarked`, claims.rs, built before the first allocation)
+        // are never handed out.
         if let Some(c) = self.claim_set_if_built() {
             if c.mask_unmarked(first, n, &mut view) && super::group::find_zero(&view, 0, n).is_none() {
                 return Ok(None);

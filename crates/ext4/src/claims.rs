@@ -8,19 +8,25 @@
 //! its other owner still reads and writes it, and the next allocation
 //! hands it out a third time. e2fsck finds such blocks in its pass 1
 //! ("multiply-claimed blocks", passes 1B-1D) by reading every inode. We do
-//! the same, once per open and lazily: the first free of the session (or
-//! the first check before one, `release_check.rs`) walks every live inode's
-//! block map — extent trees with their index blocks, indirect maps with
-//! their indirect blocks, xattr blocks, EA inodes (inodes of their own),
-//! directories, the journal, the resize inode — and derives three small
-//! sets ([`ClaimSet`]):
+//! the same, once per open and lazily: the first allocation or free of the
+//! session (or the first check before one, `release_check.rs`,
+//! `check_block_allocatable`) walks every live inode's block map — extent
+//! trees with their index blocks, indirect maps with their indirect
+//! blocks, xattr blocks, EA inodes (inodes of their own), directories, the
+//! journal, the resize inode, the bad-blocks inode's list — and derives
+//! three small sets ([`ClaimSet`]):
 //!
 //! - `multi`: blocks claimed more than once (as data, map block or xattr
 //!   block; an xattr block shared through its refcount counts once), with
 //!   their claimants. A free that would take one is refused, naming the
 //!   block and the inodes, "run e2fsck".
 //! - `unmarked`: blocks a live inode claims while the block bitmap says
-//!   free (a bitmap that lies). The allocator never hands them out.
+//!   free (a bitmap that lies). The allocator never hands them out. A lie
+//!   the allocators' own check cannot see — a cleared bit in a bitmap
+//!   whose count agrees — is why the scan comes before the first
+//!   allocation too (e2fsprogs' f_ind_inode_collision and
+//!   f_invalid_bad_inode: new files were given blocks another inode's map
+//!   names).
 //! - `shared_xattr`: xattr blocks named by several inodes, and by how many:
 //!   the last reference is released only when the count agrees, so a
 //!   refcount that lies cannot free a block another inode still names.
@@ -36,20 +42,15 @@
 //! per block of the groups that hold claimed blocks, dropped when it ends.
 //!
 //! Concurrency (DESIGN.md's locking rules). The scan runs under
-//! `Claims::build`; every free waits for it (a free calls
-//! [`Volume::claim_set`] before changing a bitmap), so no block is freed,
-//! and none reused, while it runs — and none was freed before it in this
-//! session, since the first free is what starts it. Allocations do not
-//! wait: one that lands during the scan takes a block free in the bitmap,
-//! which no live inode claimed unless the bitmap lied (the allocators'
-//! own checks, `block_bitmap_usable`, are what guard that window, as they
-//! guard allocations before the first free). The bitmaps are read after
-//! the inodes, so a block allocated during the scan whose new owner the
-//! scan saw is already marked in use when its bitmap is read. An inode
-//! whose tree is restructured while the scan reads it may be seen half
-//! old, half new: that can only hide claims of blocks it was just given,
-//! or count one of its blocks twice — which is why a refusal re-reads the
-//! claimants' current maps first ([`Volume::check_free_claims`]).
+//! `Claims::build`; every free and every allocation waits for it (each
+//! calls [`Volume::claim_set`] before it takes a group lock or changes a
+//! bitmap), so no block is freed, allocated or reused while it runs — and
+//! none was before it in this session, since the first allocation or free
+//! is what starts it. What it reads can still change under it (an inode
+//! record rewritten by a write that allocates nothing); an inode seen half
+//! old, half new can only hide claims or count one of its blocks twice,
+//! which is why a refusal re-reads the claimants' current maps first
+//! ([`Volume::check_free_claims`]).
 //!
 //! Records and map blocks are read through the buffer cache's current
 //! versions where cached (dirty metadata lives there), else straight from
@@ -195,7 +196,8 @@ impl ClaimSet {
     }
 }
 
-/// The volume's claim sets, built at the first free (see the module doc).
+/// The volume's claim sets, built at the first allocation or free (see
+/// the module doc).
 #[derive(Debug, Default)]
 pub struct Claims {
     set: OnceLock<ClaimSet>,
@@ -273,7 +275,8 @@ impl ClaimBits {
 
 impl Volume {
     /// The claim sets, scanning every live inode the first time (see the
-    /// module doc). Every free calls this before it changes a bitmap.
+    /// module doc). Every free and every allocation calls this before it
+    /// takes a group lock or changes a bitmap.
     pub fn claim_set(&self) -> Result<&ClaimSet> {
         if let Some(c) = self.claims.set.get() {
             return Ok(c);
@@ -735,8 +738,8 @@ impl Volume {
             })?;
             multi.retain(|_, v| v.len() > 1);
         }
-        // Claimed blocks the bitmaps mark free: read after the inodes, so
-        // that a block allocated during the scan is already marked.
+        // Claimed blocks the bitmaps mark free (no allocation runs during
+        // the scan: each waits for it).
         let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let mut unmarked = BTreeSet::new();
         let mut bm = vec![0u8; self.block_size];
@@ -835,6 +838,13 @@ mod tests {
         (ino, rec)
     }
 
+    /// Damage made through the engine comes after the session's first
+    /// allocation, which ran the scan: forget it, so the next use scans
+    /// the damaged volume, as the next open would.
+    fn rescan(v: &mut Volume) {
+        v.claims = Claims::default();
+    }
+
     fn runs(v: &Volume, ino: u32, rec: &Inode) -> Vec<(u64, u64)> {
         let m = v.block_map(ino, rec).unwrap();
         m.runs(v, u64::MAX)
@@ -870,11 +880,12 @@ mod tests {
     /// current maps no longer bear out.
     #[test]
     fn a_cross_link_is_found_refused_and_rechecked() {
-        let v = scratch_volume_unjournaled();
+        let mut v = scratch_volume_unjournaled();
         let (a, arec) = file(&v, 2);
         let (b, mut brec) = file(&v, 2);
         let shared = runs(&v, a, &arec)[0].0;
         redirect(&v, b, &mut brec, shared);
+        rescan(&mut v);
         let set = v.claim_set().unwrap();
         assert_eq!(set.multi_blocks(), vec![shared]);
         let e = v
@@ -906,7 +917,7 @@ mod tests {
     /// tree names are claimed — read as a block map, its root names none.
     #[test]
     fn the_bad_blocks_inode_is_walked_through_its_extent_tree() {
-        let v = scratch_volume_unjournaled();
+        let mut v = scratch_volume_unjournaled();
         let (a, arec) = file(&v, 1);
         let x = runs(&v, a, &arec)[0].0;
         let mut bad = v.read_inode(1).unwrap();
@@ -926,6 +937,7 @@ mod tests {
         let mut h = v.begin().unwrap();
         v.write_inode(&mut h, 1, &bad).unwrap();
         h.commit().unwrap();
+        rescan(&mut v);
         assert_eq!(
             v.claim_set().unwrap().multi_blocks(),
             vec![x],

@@ -173,6 +173,9 @@ impl Volume {
 
     /// Allocate an inode number near `parent_ino`.
     pub fn alloc_inode(&self, h: &mut Handle<'_>, parent_ino: u32, dir: bool) -> Result<u32> {
+        // The owner scan (claims.rs) runs before the first allocation, and
+        // before any group lock is taken: it reads the descriptors.
+        self.claim_set()?;
         let ngroups = self.groups.len();
         let parent_group = ((parent_ino.max(1) - 1) / self.inodes_per_group) as usize % ngroups;
         if dir {

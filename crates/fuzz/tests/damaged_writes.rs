@@ -119,6 +119,64 @@ mod e2fsprogs_shapes {
         fs.write_file(path.as_bytes(), &data, 0o644, 0, 0).unwrap().ino
     }
 
+    /// `debugfs -R CMD IMG`'s standard output.
+    fn debugfs_out(img: &Path, cmd: &str) -> String {
+        let out = ext4kit_testkit::run_ok(Command::new("debugfs").args(["-R", cmd]).arg(img), &[0])
+            .unwrap_or_else(|e| panic!("{e}"));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// An image holding `/a`, a file of `blocks` KiB written by debugfs.
+    fn image_with_file(dir: &Path, args: &[&str], blocks: usize) -> (PathBuf, Vec<u64>) {
+        let img = mke2fs(dir, args, "8M");
+        let host = dir.join("a.src");
+        std::fs::write(&host, vec![0x5a; blocks * 1024]).unwrap();
+        debugfs_w(&img, &[&format!("write {} a", host.display())]);
+        let list: Vec<u64> = debugfs_out(&img, "blocks /a").split_whitespace().map(|b| b.parse().unwrap()).collect();
+        assert!(!list.is_empty());
+        (img, list)
+    }
+
+    /// The first number after `label` in `dumpe2fs IMG` (group 0's line
+    /// for "free blocks,", the superblock's for "Free blocks:").
+    fn dumpe2fs_number(img: &Path, label: &str) -> u64 {
+        let out = ext4kit_testkit::run_ok(Command::new("dumpe2fs").arg(img), &[0]).unwrap_or_else(|e| panic!("{e}"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find(|l| l.contains(label)).unwrap_or_else(|| panic!("no {label:?} in dumpe2fs"));
+        let t = line.trim_start().trim_start_matches(label).trim_start();
+        t.split(|c: char| !c.is_ascii_digit()).find(|w| !w.is_empty()).unwrap().parse().unwrap()
+    }
+
+    /// f_ind_inode_collision, f_invalid_bad_inode: blocks a live file uses
+    /// marked free in a bitmap whose group count was made to agree (so the
+    /// allocators' own check passes). The first allocation of the session
+    /// must already know them (the owner scan), not only the first free.
+    #[test]
+    fn blocks_a_file_uses_are_not_handed_out_before_the_first_free() {
+        let dir = Scratch::dir("ext4kit-shape-freeb");
+        let (img, a_blocks) = image_with_file(&dir, &["-t", "ext2", "-b", "1024"], 12);
+        let n = a_blocks.len() as u64;
+        let group = dumpe2fs_number(&img, "free blocks,") + n;
+        let total = dumpe2fs_number(&img, "Free blocks:") + n;
+        debugfs_w(
+            &img,
+            &[
+                &format!("freeb {} {n}", a_blocks[0]),
+                &format!("set_bg 0 free_blocks_count {group}"),
+                &format!("ssv free_blocks_count {total}"),
+            ],
+        );
+        assert_eq!(a_blocks, (a_blocks[0]..a_blocks[0] + n).collect::<Vec<_>>(), "one run");
+        no_worse(&img, "Block bitmap differences", |fs| {
+            fs.mkdir(b"/d", 0o755, &Cred::root()).unwrap();
+            let b = put(fs, "/d/b", 40 * 1024);
+            let rec = fs.vol.read_inode(b).unwrap();
+            for (_, p, n) in fs.vol.block_map(b, &rec).unwrap().runs(&fs.vol, u64::MAX).unwrap() {
+                assert!((p..p + n).all(|x| !a_blocks.contains(&x)), "/a's blocks handed to /d/b: {p}+{n}");
+            }
+        });
+    }
+
     /// f_uninit_disable: `bg_itable_unused` left set on a filesystem
     /// without gdt_csum ("Group descriptor 0 marked uninitialized without
     /// feature set", unrepaired). e2fsck's pass 2 still checks names
