@@ -14,7 +14,7 @@
 //! trees with their index blocks, indirect maps with their indirect
 //! blocks, xattr blocks, EA inodes (inodes of their own), directories, the
 //! journal, the resize inode, the bad-blocks inode's list — and derives
-//! three small sets ([`ClaimSet`]):
+//! four small sets ([`ClaimSet`]):
 //!
 //! - `multi`: blocks claimed more than once (as data, map block or xattr
 //!   block; an xattr block shared through its refcount counts once), with
@@ -30,8 +30,15 @@
 //! - `shared_xattr`: xattr blocks named by several inodes, and by how many:
 //!   the last reference is released only when the count agrees, so a
 //!   refcount that lies cannot free a block another inode still names.
+//! - `itable`: inode-table blocks some inode's map names — the bad-blocks
+//!   inode listing a table block (e2fsck's inode scan skips it and counts
+//!   its inodes in use, `EXT2_ET_BAD_BLOCK_IN_INODE_TABLE`; a name
+//!   pointing there is PR_2_BB_INODE), or a file whose map points into the
+//!   table (PR_1_CRITICAL_METADATA_COLLISION: e2fsck reads the records as
+//!   that file's data or map). The inode allocator hands out no record in
+//!   such a block: writing one would change what the other claimant says.
 //!
-//! On a healthy filesystem all three are empty, and the cost after the
+//! On a healthy filesystem all four are empty, and the cost after the
 //! scan is one atomic load per free and per allocation.
 //!
 //! Why nothing else needs to be kept up to date: after the scan the engine
@@ -141,6 +148,11 @@ pub struct ClaimSet {
     /// the xattr release path looks: legitimately shared blocks are common
     /// where ACLs are, and must not slow every free).
     shared_xattr: Mutex<HashMap<u64, u32>>,
+    /// Inode-table blocks some inode's map names: the bad-blocks inode
+    /// listing them, or a file whose map points into the table (e2fsck's
+    /// "conflicts with critical metadata"). Their records are not handed
+    /// out (`ialloc.rs`). Never shrinks: no free takes a table block.
+    itable: BTreeSet<u64>,
     /// The scan's figures.
     pub stats: ScanStats,
 }
@@ -172,6 +184,17 @@ impl ClaimSet {
     /// Blocks claimed more than once (for tests and reports).
     pub fn multi_blocks(&self) -> Vec<u64> {
         self.sets.lock().multi.keys().copied().collect()
+    }
+
+    /// The blocks of `[start, start + len)` (an inode table's) that some
+    /// inode's map names; empty on a healthy filesystem.
+    pub(crate) fn itable_claimed_in(&self, start: u64, len: u64) -> Vec<u64> {
+        self.itable.range(start..start.saturating_add(len)).copied().collect()
+    }
+
+    /// Whether any inode-table block is named by an inode's map.
+    pub(crate) fn any_itable_claimed(&self) -> bool {
+        !self.itable.is_empty()
     }
 
     /// Claimed blocks the bitmap marks free (for tests and reports).
@@ -262,6 +285,15 @@ impl ClaimBits {
             }
             p = stop;
         }
+    }
+
+    fn test(&self, b: u64) -> bool {
+        let Some(rel) = b.checked_sub(self.first) else {
+            return false;
+        };
+        let g = (rel / self.per_group) as usize;
+        let i = rel % self.per_group;
+        matches!(self.groups.get(g), Some(Some(w)) if w[(i / 64) as usize] >> (i % 64) & 1 == 1)
     }
 
     fn count(&self) -> u64 {
@@ -773,6 +805,14 @@ impl Volume {
                 }
             }
         }
+        // Inode-table blocks a map names (see `ClaimSet::itable`).
+        let itable_blocks = (self.inodes_per_group as u64 * self.inode_size as u64).div_ceil(self.block_size as u64);
+        let itable: BTreeSet<u64> = self
+            .groups
+            .iter()
+            .flat_map(|g| g.meta.2..g.meta.2.saturating_add(itable_blocks))
+            .filter(|&b| bits.test(b))
+            .collect();
         let stats = ScanStats {
             records,
             inodes,
@@ -788,6 +828,7 @@ impl Volume {
             sets: Mutex::new(sets),
             clean: AtomicBool::new(clean),
             shared_xattr: Mutex::new(shared_xattr),
+            itable,
             stats,
         })
     }

@@ -217,6 +217,15 @@ impl Volume {
             .filter(|&g| self.groups[g].bitmap_state.load(Ordering::Relaxed) & BITMAP_INODE_CORRUPT != 0)
             .collect();
         if bad.is_empty() {
+            let counted_free = self.groups.iter().any(|g| g.desc.read().free_inodes_count() > 0);
+            if counted_free && self.claim_set_if_built().is_some_and(|c| c.any_itable_claimed()) {
+                return Error::corrupt_msg(
+                    "inode tables",
+                    "inode table",
+                    "no usable free inodes: the free ones left lie in inode-table blocks that the bad-blocks inode \
+                     lists or another inode's block map names",
+                );
+            }
             return Error::posix(Errno::ENOSPC, "no free inodes left on the filesystem");
         }
         Error::corrupt_msg(
@@ -278,13 +287,39 @@ impl Volume {
         } else {
             (grp.inode_hint.load(Ordering::Relaxed) as usize).max(first)
         };
+        let per_block = (self.block_size / self.inode_size).max(1);
+        // Inode-table blocks another inode's map names (the bad-blocks
+        // inode's list, or a file whose map points into the table:
+        // claims.rs) hold no record we may hand out. Their inodes are
+        // left out of the search as if in use.
+        let avoid: Vec<usize> = self
+            .claim_set_if_built()
+            .map(|c| {
+                let table = grp.meta.2;
+                c.itable_claimed_in(table, ipg.div_ceil(per_block) as u64)
+                    .into_iter()
+                    .flat_map(|b| {
+                        let s = (b - table) as usize * per_block;
+                        s..(s + per_block).min(ipg)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let pick = |bitmap: &[u8]| -> Option<usize> {
+            let find = |b: &[u8]| find_zero(b, hint, ipg).or_else(|| find_zero(b, first, hint));
+            if avoid.is_empty() {
+                return find(bitmap);
+            }
+            let mut view = bitmap.to_vec();
+            for &k in &avoid {
+                set_bit(&mut view, k);
+            }
+            find(&view)
+        };
         let take = |bitmap: &mut [u8], new: &mut GroupDesc| -> Result<(usize, bool)> {
-            let i = find_zero(bitmap, hint, ipg)
-                .or_else(|| find_zero(bitmap, first, hint))
-                .ok_or_else(full)?;
+            let i = pick(bitmap).ok_or_else(full)?;
             set_bit(bitmap, i);
             self.set_inode_bitmap_csum(new, bitmap);
-            let per_block = (self.block_size / self.inode_size).max(1);
             let start = i / per_block * per_block;
             let alone = (start..(start + per_block).min(ipg)).all(|k| k == i || !test_bit(bitmap, k));
             Ok((i, alone))
@@ -300,7 +335,12 @@ impl Volume {
             // table's high-water mark, which the group's own accounting
             // says was never used (and which a create storm reaches
             // without reading the table).
-            let cand = find_zero(&bm.data, hint, ipg).or_else(|| find_zero(&bm.data, first, hint));
+            let cand = pick(&bm.data);
+            if cand.is_none() && !avoid.is_empty() {
+                // Its only free inodes are in table blocks other inodes
+                // claim (see `no_free_inodes`).
+                return Ok(None);
+            }
             if let Some(i) = cand {
                 let past_mark = csum_groups && i >= ipg - (gd.itable_unused() as usize).min(ipg);
                 if !past_mark {
@@ -326,6 +366,9 @@ impl Volume {
             let mut b = vec![0u8; self.block_size];
             for k in ipg..self.block_size * 8 {
                 set_bit(&mut b, k);
+            }
+            if pick(&b).is_none() {
+                return Ok(None);
             }
             let r = take(&mut b, &mut new)?;
             h.overwrite(bm_blk, b.into_boxed_slice())?;

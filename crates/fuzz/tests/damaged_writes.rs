@@ -177,6 +177,48 @@ mod e2fsprogs_shapes {
         });
     }
 
+    /// Group 0's inode-table block holding inodes 17..24 (128-byte
+    /// inodes, 1 KiB blocks: 8 a block): the next ones handed out after
+    /// the first few.
+    fn table_block_of_inode_17(img: &Path) -> u64 {
+        dumpe2fs_number(img, "Inode table at") + 2
+    }
+
+    /// A mkdir and six files: inodes 12..18, past the table block that
+    /// holds 17..24.
+    fn seven_new_inodes(fs: &Fs) {
+        fs.mkdir(b"/d", 0o755, &Cred::root()).unwrap();
+        for i in 0..6 {
+            put(fs, &format!("/d/f{i}"), 3000);
+        }
+    }
+
+    /// f_badtable: the bad-blocks inode lists an inode-table block. e2fsck's
+    /// inode scan skips it and counts its inodes in use; a name pointing
+    /// there is "located in a bad block" (PR_2_BB_INODE). No inode of that
+    /// block is handed out.
+    #[test]
+    fn no_inode_is_taken_from_a_table_block_the_bad_blocks_inode_lists() {
+        let dir = Scratch::dir("ext4kit-shape-badtable");
+        let img = mke2fs(&dir, &["-t", "ext2", "-b", "1024", "-I", "128"], "8M");
+        let bad = table_block_of_inode_17(&img);
+        debugfs_w(&img, &[&format!("sif <1> block[0] {bad}"), "sif <1> blocks 2", "sif <1> size 1024"]);
+        no_worse(&img, "Inode bitmap differences", seven_new_inodes);
+    }
+
+    /// f_itable_collision, f_ind_inode_collision: a file's indirect block
+    /// is an inode-table block (e2fsck: "conflicts with critical
+    /// metadata"), so e2fsck reads the records there as block pointers. A
+    /// new inode written there would change that file's map.
+    #[test]
+    fn no_inode_is_taken_from_a_table_block_a_file_map_names() {
+        let dir = Scratch::dir("ext4kit-shape-itable");
+        let (img, _) = image_with_file(&dir, &["-t", "ext2", "-b", "1024", "-I", "128"], 20);
+        let t = table_block_of_inode_17(&img);
+        debugfs_w(&img, &[&format!("sif /a block[IND] {t}")]);
+        no_worse(&img, "conflicts with critical metadata", seven_new_inodes);
+    }
+
     /// f_uninit_disable: `bg_itable_unused` left set on a filesystem
     /// without gdt_csum ("Group descriptor 0 marked uninitialized without
     /// feature set", unrepaired). e2fsck's pass 2 still checks names
