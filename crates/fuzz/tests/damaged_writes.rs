@@ -219,6 +219,35 @@ mod e2fsprogs_shapes {
         no_worse(&img, "conflicts with critical metadata", seven_new_inodes);
     }
 
+    /// f_cloneblock_alloc_error, f_jnl_etb_alloc_fail: no free block left
+    /// (inodes left) on a filesystem without a journal that keeps
+    /// `bg_itable_unused`. mkdir's ENOSPC must come before its inode is
+    /// allocated: freed again, the inode still lowers the high-water mark.
+    #[test]
+    fn mkdir_on_a_full_filesystem_refuses_before_changing_anything() {
+        let dir = Scratch::dir("ext4kit-shape-full");
+        let img = mke2fs(&dir, &["-t", "ext4", "-b", "1024", "-O", "^has_journal", "-m", "0"], "4M");
+        {
+            let fs = open_rw(&img);
+            let bs = fs.vol.block_size;
+            let mut n = fs.vol.space.available(ext4kit::ext4::reserve::Claimant::User) as usize;
+            let data = vec![7u8; n * bs];
+            loop {
+                match fs.write_file(b"/fill", &data[..n * bs], 0o644, 0, 0) {
+                    Ok(_) => break,
+                    Err(e) if e.errno() == ext4kit::Errno::ENOSPC && n > 1 => n -= 1,
+                    Err(e) => panic!("filling: {e}"),
+                }
+            }
+            fs.sync().unwrap();
+            assert_eq!(fs.vol.space.available(ext4kit::ext4::reserve::Claimant::User), 0);
+        }
+        let before = std::fs::read(&img).unwrap();
+        let e = open_rw(&img).mkdir(b"/d", 0o755, &Cred::root()).expect_err("no block for /d");
+        assert_eq!(e.errno(), ext4kit::Errno::ENOSPC, "{e}");
+        assert!(std::fs::read(&img).unwrap() == before, "the refused mkdir changed the image");
+    }
+
     /// f_uninit_disable: `bg_itable_unused` left set on a filesystem
     /// without gdt_csum ("Group descriptor 0 marked uninitialized without
     /// feature set", unrepaired). e2fsck's pass 2 still checks names

@@ -35,6 +35,7 @@ use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::ialloc::NewInode;
+use crate::ext4::reserve::Claimant;
 use crate::ext4::{BlockMap, DirRef};
 
 /// The most links an inode may have (`EXT4_LINK_MAX`). A directory with
@@ -228,6 +229,14 @@ impl Fs {
         self.vol
             .check_block_allocatable(self.vol.group_first_block_of_inode(parent))?;
         self.vol.check_dir_insertable(dref)?;
+        // No block for the directory's first block: ENOSPC now, before the
+        // inode. An inode allocated and freed again (the undo below) still
+        // leaves `bg_itable_unused` lowered, so that refusal would change
+        // the image (the kernel's ext4_mkdir leaves it so too). Only a
+        // concurrent allocation taking the last block in between can still
+        // reach the undo.
+        self.vol.space.claim(1, Claimant::User)?;
+        self.vol.space.release(1);
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, true)?;
