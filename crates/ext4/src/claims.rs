@@ -381,6 +381,39 @@ impl Volume {
         Ok(())
     }
 
+    /// Refuse to rewrite inode `ino`'s record when the inode-table block
+    /// holding it is also named by an inode's map (`ClaimSet::itable`): the
+    /// block is cross-linked, and a new record would overwrite the other
+    /// claimant's data or map as e2fsck reads it (e2fsprogs'
+    /// f_ind_inode_collision: the root's new mtime became new "illegal
+    /// block" pointers of inode 12, whose indirect block is the table
+    /// block holding the root). Runs the owner scan if it has not run, so
+    /// call it before a handle begins. Reads only.
+    pub fn check_record_writable(&self, ino: u32) -> Result<()> {
+        self.claim_set()?;
+        self.record_cross_linked(ino)
+    }
+
+    /// [`Self::check_record_writable`] without starting the scan (nothing
+    /// is known before it): the inode writer's last line, inside handles.
+    pub(crate) fn record_cross_linked(&self, ino: u32) -> Result<()> {
+        let Some(set) = self.claims.set.get().filter(|c| c.any_itable_claimed()) else {
+            return Ok(());
+        };
+        let (blk, _) = self.inode_location(ino)?;
+        if set.itable.contains(&blk) {
+            return Err(Error::corrupt_msg(
+                format!("inode {ino}"),
+                "inode table",
+                format!(
+                    "its record lies in inode-table block {blk}, which the bad-blocks inode lists or another inode's \
+                     block map names (cross-linked): rewriting it would change what that inode holds"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The last line behind the checks: called by the block-freeing paths
     /// with every run they are about to free, before any bitmap changes.
     /// A multiply-claimed block is refused.

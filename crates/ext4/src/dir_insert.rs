@@ -311,8 +311,12 @@ impl Volume {
     /// there), or — for a one-block linear directory, which a full block
     /// turns into an htree (`make_indexed_dir`) — a block 0 that does not
     /// start with "." and "..". Without a journal, meeting either after the
-    /// inode was allocated would leave the image changed. Reads only.
+    /// inode was allocated would leave the image changed. The directory's
+    /// own record, which the insertion rewrites (mtime, size), must not lie
+    /// in a cross-linked inode-table block ([`Volume::check_record_writable`]).
+    /// Reads only.
     pub fn check_dir_insertable(&self, dir: DirRef<'_>) -> Result<()> {
+        self.check_record_writable(dir.ino)?;
         if !matches!(dir.map, BlockMap::Extents(_) | BlockMap::Indirect(_)) || dir.nblocks(self) == 0 {
             return Ok(());
         }

@@ -109,6 +109,9 @@ impl Volume {
 
     /// Write inode `ino` exactly as given.
     pub(crate) fn write_inode_raw(&self, h: &mut Handle<'_>, ino: u32, inode: &Inode) -> Result<()> {
+        // The last line behind the operations' own checks: never into an
+        // inode-table block another inode's map names (claims.rs).
+        self.record_cross_linked(ino)?;
         let (blk, off) = self.inode_location(ino)?;
         let n = self.inode_size;
         if inode.record_len() != n {

@@ -219,6 +219,29 @@ mod e2fsprogs_shapes {
         no_worse(&img, "conflicts with critical metadata", seven_new_inodes);
     }
 
+    /// f_ind_inode_collision: a file's indirect block is the inode-table
+    /// block that holds the root's record. A mkdir in / would rewrite the
+    /// root's record, and with it that file's map as e2fsck reads it: the
+    /// block is cross-linked, so it is refused, naming the damage, before
+    /// anything changes. Elsewhere the filesystem is still usable.
+    #[test]
+    fn no_record_is_rewritten_in_a_table_block_a_file_map_names() {
+        let dir = Scratch::dir("ext4kit-shape-rootblock");
+        let (img, _) = image_with_file(&dir, &["-t", "ext2", "-b", "1024", "-I", "128"], 20);
+        debugfs_w(&img, &["mkdir /sub"]);
+        let t = dumpe2fs_number(&img, "Inode table at");
+        debugfs_w(&img, &[&format!("sif /a block[IND] {t}")]);
+        let before = std::fs::read(&img).unwrap();
+        let e = open_rw(&img).mkdir(b"/d", 0o755, &Cred::root()).expect_err("the root's record is cross-linked");
+        let msg = e.to_string();
+        assert!(msg.contains("inode 2") && msg.contains("cross-linked") && msg.contains("run e2fsck"), "{msg}");
+        assert!(std::fs::read(&img).unwrap() == before, "the refused mkdir changed the image");
+        no_worse(&img, "conflicts with critical metadata", |fs| {
+            fs.mkdir(b"/sub/d", 0o755, &Cred::root()).unwrap();
+            put(fs, "/sub/d/f", 3000);
+        });
+    }
+
     /// f_cloneblock_alloc_error, f_jnl_etb_alloc_fail: no free block left
     /// (inodes left) on a filesystem without a journal that keeps
     /// `bg_itable_unused`. mkdir's ENOSPC must come before its inode is

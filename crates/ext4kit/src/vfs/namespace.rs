@@ -357,6 +357,10 @@ impl Fs {
             // the name is still there to refuse with (release_check.rs).
             self.vol.check_release(ino, &vrec)?;
         }
+        // Both records are rewritten: neither may lie in a cross-linked
+        // inode-table block (claims.rs).
+        self.vol.check_record_writable(parent)?;
+        self.vol.check_record_writable(ino)?;
         let t = now();
         let mut h = self.vol.begin()?;
         self.vol.remove_link(&mut h, dref, name)?;
@@ -742,6 +746,14 @@ impl Fs {
             self.vol
                 .check_block_allocatable(self.vol.group_first_block_of_inode(new_dir))?;
             self.vol.check_dir_insertable(nref)?;
+        }
+        // Every record the rename rewrites: none may lie in a cross-linked
+        // inode-table block (claims.rs).
+        for ino in [old_dir, new_dir, sino]
+            .into_iter()
+            .chain(dst.as_ref().map(|_| t_ino(&dst)))
+        {
+            self.vol.check_record_writable(ino)?;
         }
         let t = now();
         let mut h = self.vol.begin()?;
