@@ -286,3 +286,236 @@ mod e2fsprogs_shapes {
         });
     }
 }
+
+/// Cross-linked blocks — one block named by two inodes' maps — made with
+/// debugfs (`sif /b block[N]`) on images our library wrote. Every path
+/// that would free or rewrite the shared block for one of its owners
+/// refuses, naming the block and "run e2fsck", before anything changes:
+/// rm of either owner, truncate, hole punch, rename over an owner, rmdir,
+/// removing or rewriting an xattr block, and rm through the mount. The
+/// shared block is an extent-tree node, an indirect block, an xattr block
+/// or a directory block, and the other owner's data.
+mod cross_linked {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::sync::Arc;
+
+    use ext4kit::vfs::io::FALLOC_FL_PUNCH_HOLE;
+    use ext4kit::{Cred, Fs, OpenOptions, RenameFlags};
+    use ext4kit_fuzz::damaged::check::{compare_images, find_cli};
+    use ext4kit_fuzz::damaged::fsck::Fsck;
+    use ext4kit_testkit::Scratch;
+
+    fn run(cmd: &mut Command) -> String {
+        let out = ext4kit_testkit::run_ok(cmd, &[0]).unwrap_or_else(|e| panic!("{e}"));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn open_rw(img: &Path) -> Arc<Fs> {
+        Fs::open_image(img, &OpenOptions { read_only: false, ..Default::default() }).unwrap()
+    }
+
+    /// The image: `/a` (ext4: twelve one-block extents, so a depth-1 tree
+    /// with a leaf node; ext2: 20 blocks, so an indirect block), `/b` and
+    /// `/c` (one block each), `/x` (an xattr too big for the inode: an
+    /// xattr block), `/d` (an empty directory).
+    fn base(dir: &Path, ext2: bool) -> PathBuf {
+        let img = dir.join("base.img");
+        let t = if ext2 { "ext2" } else { "ext4" };
+        run(Command::new("mke2fs").args(["-q", "-F", "-t", t, "-b", "1024", "-I", "256"]).arg(&img).arg("8M"));
+        let fs = open_rw(&img);
+        let root = Cred::root();
+        let bs = 1024u64;
+        let a = fs.write_file(b"/a", &[], 0o644, 0, 0).unwrap().ino;
+        let ia = fs.inode(a).unwrap();
+        let blocks: &[u64] = if ext2 { &[0] } else { &[0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22] };
+        for &k in blocks {
+            let len = if ext2 { 20 * bs } else { bs } as usize;
+            fs.write_at(&ia, Some(k * bs), &vec![0xa5; len]).unwrap();
+        }
+        drop(ia);
+        fs.write_file(b"/b", &[0xb6; 1024], 0o644, 0, 0).unwrap();
+        fs.write_file(b"/c", &[0xc7; 1024], 0o644, 0, 0).unwrap();
+        fs.write_file(b"/x", b"x", 0o644, 0, 0).unwrap();
+        fs.setxattr(b"/x", b"user.big", &[0x78; 700], 0, false, &root).unwrap();
+        fs.mkdir(b"/d", 0o755, &root).unwrap();
+        fs.sync().unwrap();
+        drop(fs);
+        img
+    }
+
+    /// `debugfs -R 'stat PATH'`.
+    fn stat(img: &Path, path: &str) -> String {
+        run(Command::new("debugfs").args(["-R", &format!("stat {path}")]).arg(img))
+    }
+
+    /// The number after `key` in debugfs' stat of `path` ("(ETB0):",
+    /// "(IND):", "File ACL: ").
+    fn stat_number(img: &Path, path: &str, key: &str) -> u64 {
+        let s = stat(img, path);
+        let at = s.find(key).unwrap_or_else(|| panic!("no {key:?} in stat {path}:\n{s}")) + key.len();
+        let t = s[at..].trim_start();
+        t[..t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len())].parse().unwrap()
+    }
+
+    fn dir_block(img: &Path, path: &str) -> u64 {
+        run(Command::new("debugfs").args(["-R", &format!("blocks {path}")]).arg(img))
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    /// Point `/b`'s only block at `target` (ext4: its extent's
+    /// `ee_start_lo`, i_block[5]; ext2: its first direct pointer).
+    fn cross_link_b(img: &Path, ext2: bool, target: u64) {
+        let slot = if ext2 { 0 } else { 5 };
+        run(Command::new("debugfs").args(["-w", "-R", &format!("sif /b block[{slot}] {target}")]).arg(img));
+    }
+
+    /// `op` on a fresh copy of `img` is refused naming block `shared` and
+    /// "run e2fsck", and the copy is as it was (apart from the superblock's
+    /// error record).
+    fn refused(img: &Path, what: &str, shared: u64, op: impl FnOnce(&Fs) -> ext4kit::Result<()>) {
+        let work = img.with_file_name("work.img");
+        std::fs::copy(img, &work).unwrap();
+        let before = std::fs::read(&work).unwrap();
+        let r = {
+            let fs = open_rw(&work);
+            let r = op(&fs);
+            let _ = fs.sync();
+            r
+        };
+        let e = r.err().unwrap_or_else(|| panic!("{what}: not refused")).to_string();
+        assert!(
+            e.contains(&format!("block {shared}")) && e.contains("cross-linked") && e.contains("run e2fsck"),
+            "{what}: {e}"
+        );
+        let after = std::fs::read(&work).unwrap();
+        assert!(compare_images(&before, &after).is_some(), "{what}: refused ({e}) but changed the image");
+    }
+
+    fn truncate(fs: &Fs, path: &str, len: u64) -> ext4kit::Result<()> {
+        let ino = fs.stat(path.as_bytes())?.ino;
+        fs.truncate_inode(&*fs.inode(ino)?, len)
+    }
+
+    /// The paths that free or rewrite a shared block of each kind.
+    fn every_path_refuses(ext2: bool) {
+        let tag = if ext2 { "ext2" } else { "ext4" };
+        let dir = Scratch::dir(&format!("ext4kit-xlinked-{tag}"));
+        let clean = base(&dir, ext2);
+        let root = Cred::root();
+        let node_key = if ext2 { "(IND):" } else { "(ETB0):" };
+        let kinds = [
+            ("map block of /a", stat_number(&clean, "/a", node_key)),
+            ("xattr block of /x", stat_number(&clean, "/x", "File ACL: ")),
+            ("directory block of /d", dir_block(&clean, "/d")),
+        ];
+        for (kind, shared) in kinds {
+            let img = dir.join(format!("xlinked-{}.img", kind.split(' ').next().unwrap_or("k")));
+            std::fs::copy(&clean, &img).unwrap();
+            cross_link_b(&img, ext2, shared);
+            let f = Fsck::run(&img).unwrap();
+            assert!(f.raw.contains("Multiply-claimed"), "{kind}: the damage is not there:\n{}", f.raw);
+            let what = |op: &str| format!("{tag}, {kind} shared with /b's data: {op}");
+            refused(&img, &what("rm /b"), shared, |fs| fs.unlink(b"/b", &root));
+            refused(&img, &what("truncate /b 0"), shared, |fs| truncate(fs, "/b", 0));
+            refused(&img, &what("mv /c /b"), shared, |fs| fs.rename(b"/c", b"/b", RenameFlags::default(), &root));
+            match kind.split(' ').next() {
+                Some("map") => {
+                    refused(&img, &what("rm /a"), shared, |fs| fs.unlink(b"/a", &root));
+                    refused(&img, &what("truncate /a 0"), shared, |fs| truncate(fs, "/a", 0));
+                    refused(&img, &what("truncate /a 3 KiB"), shared, |fs| truncate(fs, "/a", 3072));
+                    refused(&img, &what("punch /a 4-8 KiB"), shared, |fs| {
+                        let ino = fs.stat(b"/a")?.ino;
+                        fs.fallocate_inode(&*fs.inode(ino)?, FALLOC_FL_PUNCH_HOLE | 1, 4096, 4096)
+                    });
+                }
+                Some("xattr") => {
+                    refused(&img, &what("rm /x"), shared, |fs| fs.unlink(b"/x", &root));
+                    refused(&img, &what("setfattr -x user.big /x"), shared, |fs| {
+                        let ino = fs.stat(b"/x")?.ino;
+                        fs.removexattr_ino(ino, b"user.big", &root)
+                    });
+                    refused(&img, &what("setfattr -n user.big /x (rewrite)"), shared, |fs| {
+                        fs.setxattr(b"/x", b"user.big", &[0x79; 700], 0, false, &root)
+                    });
+                }
+                _ => {
+                    refused(&img, &what("rmdir /d"), shared, |fs| fs.rmdir(b"/d", &root));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_path_that_frees_a_cross_linked_block_refuses_ext4() {
+        every_path_refuses(false);
+    }
+
+    #[test]
+    fn every_path_that_frees_a_cross_linked_block_refuses_ext2() {
+        every_path_refuses(true);
+    }
+
+    /// An orphan (an open, unlinked file at the crash: links 0, on the
+    /// superblock's orphan list, bitmap bit set) whose block is also
+    /// /a's: the release at open would free /a's block, so it is refused.
+    /// A read-write open then refuses writes with the cross-link named,
+    /// leaving the image as it was; a read-only one shows the tree with a
+    /// warning. (e2fsck -n counts the orphan as deleted, not as a second
+    /// owner; its own orphan release, with -y, would free the block and
+    /// then mark it used again for /a in pass 5.)
+    #[test]
+    fn a_cross_linked_orphan_is_not_released() {
+        let dir = Scratch::dir("ext4kit-xlinked-orphan");
+        let img = base(&dir, false);
+        let a_block = stat_number(&img, "/a", "(0):");
+        let b = stat_number(&img, "/b", "Inode: ");
+        cross_link_b(&img, false, a_block);
+        for c in ["unlink /b".to_string(), format!("sif <{b}> links_count 0"), format!("ssv last_orphan {b}")] {
+            run(Command::new("debugfs").args(["-w", "-R", &c]).arg(&img));
+        }
+        let before = std::fs::read(&img).unwrap();
+        let e = match Fs::open_image(&img, &OpenOptions { read_only: false, ..Default::default() }) {
+            Err(e) => e.to_string(),
+            Ok(fs) => fs.mkdir(b"/new", 0o755, &Cred::root()).expect_err("writes are refused").to_string(),
+        };
+        assert!(
+            e.contains(&format!("block {a_block}")) && e.contains("cross-linked") && e.contains("run e2fsck"),
+            "{e}"
+        );
+        assert!(compare_images(&before, &std::fs::read(&img).unwrap()).is_some(), "the image changed");
+        let ro = Fs::open_image(&img, &OpenOptions { read_only: true, ..Default::default() }).unwrap();
+        assert!(ro.warnings().iter().any(|w| w.contains("cross-linked")), "{:?}", ro.warnings());
+        assert_eq!(ro.stat(b"/a").unwrap().size, 23 * 1024);
+    }
+
+    /// The same through `ext4kit mount`: rm of either owner fails, both
+    /// files stay whole, and after the unmount e2fsck finds nothing new.
+    #[test]
+    fn rm_through_the_mount_never_frees_a_cross_linked_block() {
+        let cli = find_cli().unwrap_or_else(|e| panic!("this test needs the ext4kit binary: {e}"));
+        let dir = Scratch::dir("ext4kit-xlinked-mount");
+        let img = base(&dir, false);
+        let node = stat_number(&img, "/a", "(ETB0):");
+        cross_link_b(&img, false, node);
+        let before = Fsck::run(&img).unwrap();
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        run(Command::new("timeout").arg("60").arg(&cli).arg("mount").arg(&img).arg(&mnt));
+        let ra = std::fs::remove_file(mnt.join("a"));
+        let rb = std::fs::remove_file(mnt.join("b"));
+        let a_len = std::fs::metadata(mnt.join("a")).map(|m| m.len());
+        let b_len = std::fs::metadata(mnt.join("b")).map(|m| m.len());
+        run(Command::new("timeout").arg("60").arg(&cli).arg("umount").arg(&mnt));
+        assert!(ra.is_err() && rb.is_err(), "rm through the mount: /a {ra:?}, /b {rb:?}");
+        assert_eq!((a_len.ok(), b_len.ok()), (Some(23 * 1024), Some(1024)), "both files are still there");
+        let after = Fsck::run(&img).unwrap();
+        if let Some(w) = before.worse(&after) {
+            panic!("made worse through the mount: {w}\n{}", after.raw);
+        }
+    }
+}
