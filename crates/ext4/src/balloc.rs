@@ -69,6 +69,40 @@ impl Volume {
         self.implied_block_bitmap(g).ok()
     }
 
+    /// Whether uninitialised group `g` may be initialised: every one of
+    /// its bitmaps and inode-table blocks that lies in another group
+    /// (flex_bg) is marked in that group's bitmap. While `g` is
+    /// BLOCK_UNINIT, e2fsprogs marks those blocks itself when it reads the
+    /// bitmaps (`read_bitmaps` → `ext2fs_reserve_super_and_bgd` and the
+    /// group's own metadata); once the flag is cleared only the home
+    /// group's bitmap speaks for them, so a home bitmap that lies about
+    /// them (e2fsprogs' j_recover_csum2_* replay a zeroed one) would show
+    /// up as new "block bitmap differences". Such a group is not
+    /// allocated from. Reads only.
+    fn uninit_group_metadata_marked(&self, g: usize) -> Result<bool> {
+        let first = self.group_first_block(g as u64);
+        let end = first + self.blocks_in_group(g);
+        let itable_blocks = (self.inodes_per_group as u64 * self.inode_size as u64).div_ceil(self.block_size as u64);
+        let (bb, ib, it) = self.groups[g].meta;
+        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        for b in [bb, ib].into_iter().chain(it..it.saturating_add(itable_blocks)) {
+            if (first..end).contains(&b) || b < self.first_data_block || b >= self.blocks_count {
+                continue;
+            }
+            let f = ((b - self.first_data_block) / self.blocks_per_group) as usize;
+            let fd = *self.groups[f].desc.read();
+            if csum_groups && fd.flags & BG_BLOCK_UNINIT != 0 {
+                // Its implied bitmap marks every group's metadata in it.
+                continue;
+            }
+            let bm = self.buffer(fd.block_bitmap())?;
+            if !test_bit(&bm.data, (b - self.group_first_block(f as u64)) as usize) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     pub(crate) fn block_bitmap_of(&self, g: usize, gd: &GroupDesc) -> Result<(Vec<u8>, bool)> {
         let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
@@ -196,7 +230,14 @@ impl Volume {
                 bad.push(g);
                 continue;
             }
-            if st & BITMAP_BLOCK_CHECKED != 0 || csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
+            if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
+                if self.uninit_group_metadata_marked(g)? {
+                    return Ok(());
+                }
+                bad.push(g);
+                continue;
+            }
+            if st & BITMAP_BLOCK_CHECKED != 0 {
                 return Ok(());
             }
             let bm = self.buffer(gd.block_bitmap())?;
@@ -244,6 +285,12 @@ impl Volume {
 
     fn alloc_in_group(&self, h: &mut Handle<'_>, g: usize, from: usize, want: u32) -> Result<Option<(u64, u32)>> {
         let grp = &self.groups[g];
+        // Checked before this group's lock: it reads other groups'
+        // descriptors (no lock order between groups is needed).
+        let csum_groups = self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        if csum_groups && grp.desc.read().flags & BG_BLOCK_UNINIT != 0 && !self.uninit_group_metadata_marked(g)? {
+            return Ok(None);
+        }
         let mut gd = grp.desc.write();
         if gd.free_blocks_count() == 0 {
             return Ok(None);
@@ -252,6 +299,7 @@ impl Volume {
         if !uninit && !self.block_bitmap_usable(g, &gd, &bm) {
             return Ok(None);
         }
+
         let n = self.blocks_in_group(g) as usize;
         let first = self.group_first_block(g as u64);
         // Blocks freed by a transaction not yet committed look used (see

@@ -271,6 +271,31 @@ mod e2fsprogs_shapes {
         assert!(std::fs::read(&img).unwrap() == before, "the refused mkdir changed the image");
     }
 
+    /// j_recover_csum2_*: group 0's bitmap (flex_bg: it holds every
+    /// group's bitmaps and inode tables) says group 1's block bitmap is
+    /// free. While group 1 is BLOCK_UNINIT e2fsprogs marks its metadata
+    /// itself; initialising it would leave only group 0's lying bitmap to
+    /// speak for them. Group 1 is not allocated from.
+    #[test]
+    fn an_uninit_group_whose_metadata_its_home_bitmap_calls_free_is_not_initialised() {
+        let dir = Scratch::dir("ext4kit-shape-uninit-home");
+        let img = mke2fs(&dir, &["-t", "ext4", "-b", "1024", "-O", "^has_journal"], "32M");
+        let out = ext4kit_testkit::run_ok(Command::new("dumpe2fs").arg(&img), &[0]).unwrap_or_else(|e| panic!("{e}"));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let g1 = &text[text.find("Group 1:").expect("a second group")..];
+        assert!(g1.lines().next().unwrap_or("").contains("BLOCK_UNINIT"), "{g1}");
+        let bb: u64 = {
+            let t = &g1[g1.find("Block bitmap at ").unwrap() + "Block bitmap at ".len()..];
+            t[..t.find(|c: char| !c.is_ascii_digit()).unwrap()].parse().unwrap()
+        };
+        assert!(bb < 8193, "flex_bg puts group 1's bitmap in group 0: {bb}");
+        debugfs_w(&img, &[&format!("freeb {bb}")]);
+        no_worse(&img, "Block bitmap differences", |fs| {
+            fs.mkdir(b"/d", 0o755, &Cred::root()).unwrap();
+            put(fs, "/d/f", 20_000);
+        });
+    }
+
     /// f_uninit_disable: `bg_itable_unused` left set on a filesystem
     /// without gdt_csum ("Group descriptor 0 marked uninitialized without
     /// feature set", unrepaired). e2fsck's pass 2 still checks names
