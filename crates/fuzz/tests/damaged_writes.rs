@@ -33,7 +33,7 @@ fn write_operations_on_damaged_images_never_make_them_worse() {
     let start = env_u64("EXT4KIT_DAMAGED_START", 0);
     let count = env_u64("EXT4KIT_DAMAGED_COUNT", 76);
     let cfg = CorpusConfig {
-        seeds: start..start + count,
+        seeds: (start..start + count).collect(),
         ops: OPS.to_vec(),
         frontends: vec![Frontend::Library, Frontend::Cli(cli)],
         cli_every: 3,

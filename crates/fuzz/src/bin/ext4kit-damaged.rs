@@ -96,9 +96,14 @@ struct Args {
     /// Worker threads (default: cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Print each failure as it is found.
+    /// Print each failure as it is found (and, for the seeded corpus, every
+    /// refusal that met damage half-way: refused+recorded).
     #[arg(short, long)]
     verbose: bool,
+    /// Only the seeds of START..START+COUNT whose damage is of this kind
+    /// (the table's names: CrossLinked, FlipIndirect, ...).
+    #[arg(long)]
+    kind: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -127,6 +132,10 @@ fn main() -> ExitCode {
             s..s + 1
         }
         None => a.start..a.start + a.count,
+    };
+    let seeds: Vec<u64> = match &a.kind {
+        None => seeds.collect(),
+        Some(k) => seeds.filter(|&s| format!("{:?}", Damage::generate(s, bases).kind) == *k).collect(),
     };
     let mut frontends = vec![Frontend::Library];
     if !a.no_cli {

@@ -350,7 +350,7 @@ impl CorpusReport {
 #[derive(Debug, Clone)]
 pub struct CorpusConfig {
     /// Seeds (one damaged image each).
-    pub seeds: std::ops::Range<u64>,
+    pub seeds: Vec<u64>,
     /// Operations to run on every image.
     pub ops: Vec<Op>,
     /// Frontends; the CLI runs only every `cli_every`-th operation of an
@@ -373,11 +373,11 @@ pub fn run_corpus(cfg: &CorpusConfig) -> Result<CorpusReport, String> {
     let dir = scratch_dir();
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let next = AtomicUsize::new(0);
-    let seeds: Vec<u64> = cfg.seeds.clone().collect();
+    let seeds = &cfg.seeds;
     let report = Mutex::new(CorpusReport::default());
     std::thread::scope(|s| {
         for w in 0..cfg.threads.max(1) {
-            let (next, seeds, report, dir) = (&next, &seeds, &report, &dir);
+            let (next, report, dir) = (&next, &report, &dir);
             s.spawn(move || loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&seed) = seeds.get(i) else { break };
@@ -388,8 +388,17 @@ pub fn run_corpus(cfg: &CorpusConfig) -> Result<CorpusReport, String> {
                     None => r.uncheckable += 1,
                     Some(recs) => {
                         if cfg.verbose {
-                            for c in recs.iter().filter(|c| c.outcome.is_failure()) {
-                                eprintln!("{:?} {}: {}", c.outcome, c.damage, c.op.label());
+                            let loud =
+                                |o: &Outcome| o.is_failure() || matches!(o, Outcome::Refused { recorded: true, .. });
+                            for c in recs.iter().filter(|c| loud(&c.outcome)) {
+                                eprintln!(
+                                    "[{}] seed {} {:?} {}: {}",
+                                    c.frontend,
+                                    c.seed,
+                                    c.outcome,
+                                    c.damage,
+                                    c.op.label()
+                                );
                             }
                         }
                         r.cases.extend(recs)
