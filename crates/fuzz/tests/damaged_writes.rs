@@ -242,6 +242,36 @@ mod e2fsprogs_shapes {
         });
     }
 
+    /// The same for a truncate and a setxattr of a file whose own record
+    /// lies in that table block: refused before the handle begins (no
+    /// error record: nothing was met half-way).
+    #[test]
+    fn truncate_and_setxattr_refuse_a_record_in_a_cross_linked_table_block_first() {
+        let dir = Scratch::dir("ext4kit-shape-rec-trunc");
+        let (img, _) = image_with_file(&dir, &["-t", "ext2", "-b", "1024", "-I", "128"], 20);
+        let host = dir.join("z.src");
+        std::fs::write(&host, vec![0x7a; 3000]).unwrap();
+        debugfs_w(&img, &[&format!("write {} z", host.display())]);
+        // /a is inode 12 and /z 13: both in the table's second block.
+        let t = dumpe2fs_number(&img, "Inode table at") + 1;
+        debugfs_w(&img, &[&format!("sif /a block[IND] {t}")]);
+        let before = std::fs::read(&img).unwrap();
+        for what in ["truncate", "setxattr"] {
+            let fs = open_rw(&img);
+            let e = if what == "truncate" {
+                let ino = fs.stat(b"/z").unwrap().ino;
+                fs.truncate_inode(&fs.inode(ino).unwrap(), 0)
+            } else {
+                fs.setxattr(b"/z", b"user.x", b"1", 0, false, &Cred::root())
+            }
+            .expect_err("the record of /z is cross-linked")
+            .to_string();
+            drop(fs);
+            assert!(e.contains("inode 13") && e.contains("cross-linked") && e.contains("run e2fsck"), "{what}: {e}");
+            assert!(std::fs::read(&img).unwrap() == before, "{what}: the refusal changed the image");
+        }
+    }
+
     /// f_cloneblock_alloc_error, f_jnl_etb_alloc_fail: no free block left
     /// (inodes left) on a filesystem without a journal that keeps
     /// `bg_itable_unused`. mkdir's ENOSPC must come before its inode is
