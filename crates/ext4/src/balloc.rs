@@ -50,8 +50,7 @@ impl Volume {
                 set_bit(&mut bm, b as usize);
             }
         }
-        let itable_blocks =
-            (self.geo().inodes_per_group() as u64 * self.geo().inode_size() as u64).div_ceil(self.block_size() as u64);
+        let itable_blocks = self.geo().itable_blocks();
         for grp in self.groups() {
             let (bb, ib, it) = grp.meta();
             for (start, len) in [(bb, 1), (ib, 1), (it, itable_blocks)] {
@@ -69,6 +68,41 @@ impl Volume {
     /// fail (an unsupported layout: `None`, the group is skipped).
     pub(crate) fn implied_block_bitmap_of(&self, g: usize) -> Option<Vec<u8>> {
         self.implied_block_bitmap(g).ok()
+    }
+
+    /// Whether uninitialised group `g` may be initialised: every one of
+    /// its bitmaps and inode-table blocks that lies in another group
+    /// (flex_bg) is marked in that group's bitmap. While `g` is
+    /// BLOCK_UNINIT, e2fsprogs marks those blocks itself when it reads the
+    /// bitmaps (`read_bitmaps` → `ext2fs_reserve_super_and_bgd` and the
+    /// group's own metadata); once the flag is cleared only the home
+    /// group's bitmap speaks for them, so a home bitmap that lies about
+    /// them (e2fsprogs' j_recover_csum2_* replay a zeroed one) would show
+    /// up as new "block bitmap differences". Such a group is not
+    /// allocated from. Reads only.
+    fn uninit_group_metadata_marked(&self, g: usize) -> Result<bool> {
+        let geo = self.geo();
+        let first = geo.group_first_block(g as u64);
+        let end = first + self.blocks_in_group(g);
+        let itable_blocks = geo.itable_blocks();
+        let (bb, ib, it) = self.groups()[g].meta();
+        let csum_groups = geo.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        for b in [bb, ib].into_iter().chain(it..it.saturating_add(itable_blocks)) {
+            if (first..end).contains(&b) || b < geo.first_data_block() || b >= geo.blocks_count() {
+                continue;
+            }
+            let f = ((b - geo.first_data_block()) / geo.blocks_per_group()) as usize;
+            let fd = *self.groups()[f].desc().read();
+            if csum_groups && fd.flags & BG_BLOCK_UNINIT != 0 {
+                // Its implied bitmap marks every group's metadata in it.
+                continue;
+            }
+            let bm = self.buffer(fd.block_bitmap())?;
+            if !test_bit(&bm.data, (b - geo.group_first_block(f as u64)) as usize) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     pub(crate) fn block_bitmap_of(&self, g: usize, gd: &GroupDesc) -> Result<(Vec<u8>, bool)> {
@@ -106,6 +140,10 @@ impl Volume {
     /// once the group's free count has dropped: concurrent allocations and
     /// buffered writes never promise the same block twice.
     pub fn alloc_blocks_as(&self, h: &mut Handle<'_>, goal: u64, want: u32, privileged: bool) -> Result<(u64, u32)> {
+        // Nothing is handed out before the owner scan (claims.rs) has
+        // found the blocks live inodes claim though the bitmap says free.
+        // Taken here, before any group lock: the scan reads descriptors.
+        self.claim_set()?;
         let want = want.max(1) as u64;
         // Writeback of accepted data may take the reserve for what its
         // claims did not cover (see `Handle::writes_back_delayed`).
@@ -175,6 +213,9 @@ impl Volume {
     /// of failing half-way. Cheap once each group has been checked (one
     /// flag per group). ENOSPC is left to the allocation itself.
     pub fn check_block_allocatable(&self, goal: u64) -> Result<()> {
+        // The first allocation of a session waits for the owner scan
+        // (claims.rs): run it here, before the caller's handle begins.
+        self.claim_set()?;
         let n = self.groups().len();
         let goal = goal.clamp(
             self.geo().first_data_block(),
@@ -194,7 +235,14 @@ impl Volume {
                 bad.push(g);
                 continue;
             }
-            if st & BITMAP_BLOCK_CHECKED != 0 || csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
+            if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
+                if self.uninit_group_metadata_marked(g)? {
+                    return Ok(());
+                }
+                bad.push(g);
+                continue;
+            }
+            if st & BITMAP_BLOCK_CHECKED != 0 {
                 return Ok(());
             }
             let bm = self.buffer(gd.block_bitmap())?;
@@ -242,6 +290,12 @@ impl Volume {
 
     fn alloc_in_group(&self, h: &mut Handle<'_>, g: usize, from: usize, want: u32) -> Result<Option<(u64, u32)>> {
         let grp = &self.groups()[g];
+        // Checked before this group's lock: it reads other groups'
+        // descriptors (no lock order between groups is needed).
+        let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        if csum_groups && grp.desc().read().flags & BG_BLOCK_UNINIT != 0 && !self.uninit_group_metadata_marked(g)? {
+            return Ok(None);
+        }
         let mut gd = grp.desc().write();
         if gd.free_blocks_count() == 0 {
             return Ok(None);
@@ -268,7 +322,8 @@ impl Volume {
             }
         }
         // Blocks a live inode claims though the bitmap says free (the claim
-        // scan's `unmarked`, claims.rs) are never handed out.
+        // scan's `unmarked`, claims.rs, built before the first allocation)
+        // are never handed out.
         if let Some(c) = self.claim_set_if_built() {
             if c.mask_unmarked(first, n, &mut view) && super::bitmap::find_zero(&view, 0, n).is_none() {
                 return Ok(None);

@@ -8,24 +8,37 @@
 //! its other owner still reads and writes it, and the next allocation
 //! hands it out a third time. e2fsck finds such blocks in its pass 1
 //! ("multiply-claimed blocks", passes 1B-1D) by reading every inode. We do
-//! the same, once per open and lazily: the first free of the session (or
-//! the first check before one, `release_check.rs`) walks every live inode's
-//! block map — extent trees with their index blocks, indirect maps with
-//! their indirect blocks, xattr blocks, EA inodes (inodes of their own),
-//! directories, the journal, the resize inode — and derives three small
-//! sets ([`OwnerSets`], kept in `owners.rs`):
+//! the same, once per open and lazily: the first allocation or free of the
+//! session (or the first check before one, `release_check.rs`,
+//! `check_block_allocatable`) walks every live inode's block map — extent
+//! trees with their index blocks, indirect maps with their indirect
+//! blocks, xattr blocks, EA inodes (inodes of their own), directories, the
+//! journal, the resize inode, the bad-blocks inode's list — and derives
+//! four small sets ([`OwnerSets`], kept in `owners.rs`):
 //!
 //! - `multi`: blocks claimed more than once (as data, map block or xattr
 //!   block; an xattr block shared through its refcount counts once), with
 //!   their claimants. A free that would take one is refused, naming the
 //!   block and the inodes, "run e2fsck".
 //! - `unmarked`: blocks a live inode claims while the block bitmap says
-//!   free (a bitmap that lies). The allocator never hands them out.
+//!   free (a bitmap that lies). The allocator never hands them out. A lie
+//!   the allocators' own check cannot see — a cleared bit in a bitmap
+//!   whose count agrees — is why the scan comes before the first
+//!   allocation too (e2fsprogs' f_ind_inode_collision and
+//!   f_invalid_bad_inode: new files were given blocks another inode's map
+//!   names).
 //! - `shared_xattr`: xattr blocks named by several inodes, and by how many:
 //!   the last reference is released only when the count agrees, so a
 //!   refcount that lies cannot free a block another inode still names.
+//! - `itable`: inode-table blocks some inode's map names — the bad-blocks
+//!   inode listing a table block (e2fsck's inode scan skips it and counts
+//!   its inodes in use, `EXT2_ET_BAD_BLOCK_IN_INODE_TABLE`; a name
+//!   pointing there is PR_2_BB_INODE), or a file whose map points into the
+//!   table (PR_1_CRITICAL_METADATA_COLLISION: e2fsck reads the records as
+//!   that file's data or map). The inode allocator hands out no record in
+//!   such a block: writing one would change what the other claimant says.
 //!
-//! On a healthy filesystem all three are empty, and the cost after the
+//! On a healthy filesystem all four are empty, and the cost after the
 //! scan is one atomic load per free and per allocation.
 //!
 //! Why nothing else needs to be kept up to date: after the scan the engine
@@ -36,21 +49,15 @@
 //! per block of the groups that hold claimed blocks, dropped when it ends.
 //!
 //! Concurrency (DESIGN.md's locking rules). The scan runs under the owner
-//! map's build lock ([`crate::owners::OwnerMap::get_or_build`]); every free
-//! waits for it (a free calls
-//! [`Volume::claim_set`] before changing a bitmap), so no block is freed,
-//! and none reused, while it runs — and none was freed before it in this
-//! session, since the first free is what starts it. Allocations do not
-//! wait: one that lands during the scan takes a block free in the bitmap,
-//! which no live inode claimed unless the bitmap lied (the allocators'
-//! own checks, `block_bitmap_usable`, are what guard that window, as they
-//! guard allocations before the first free). The bitmaps are read after
-//! the inodes, so a block allocated during the scan whose new owner the
-//! scan saw is already marked in use when its bitmap is read. An inode
-//! whose tree is restructured while the scan reads it may be seen half
-//! old, half new: that can only hide claims of blocks it was just given,
-//! or count one of its blocks twice — which is why a refusal re-reads the
-//! claimants' current maps first ([`Volume::check_free_claims`]).
+//! map's build lock ([`crate::owners::OwnerMap::get_or_build`]); every free and every allocation waits for it (each
+//! calls [`Volume::claim_set`] before it takes a group lock or changes a
+//! bitmap), so no block is freed, allocated or reused while it runs — and
+//! none was before it in this session, since the first allocation or free
+//! is what starts it. What it reads can still change under it (an inode
+//! record rewritten by a write that allocates nothing); an inode seen half
+//! old, half new can only hide claims or count one of its blocks twice,
+//! which is why a refusal re-reads the claimants' current maps first
+//! ([`Volume::check_free_claims`]).
 //!
 //! Records and map blocks are read through the buffer cache's current
 //! versions where cached (dirty metadata lives there), else straight from
@@ -131,6 +138,15 @@ impl ClaimBits {
         }
     }
 
+    fn test(&self, b: u64) -> bool {
+        let Some(rel) = b.checked_sub(self.first) else {
+            return false;
+        };
+        let g = (rel / self.per_group) as usize;
+        let i = rel % self.per_group;
+        matches!(self.groups.get(g), Some(Some(w)) if w[(i / 64) as usize] >> (i % 64) & 1 == 1)
+    }
+
     fn count(&self) -> u64 {
         self.groups
             .iter()
@@ -142,7 +158,8 @@ impl ClaimBits {
 
 impl Volume {
     /// The claim sets, scanning every live inode the first time (see the
-    /// module doc). Every free calls this before it changes a bitmap.
+    /// module doc). Every free and every allocation calls this before it
+    /// takes a group lock or changes a bitmap.
     pub fn claim_set(&self) -> Result<&OwnerSets> {
         self.owner_map().get_or_build(|| self.scan_claims())
     }
@@ -186,7 +203,7 @@ impl Volume {
                     if o != ino && !self.claims_live(o, &r) {
                         continue;
                     }
-                    self.walk_claims(o, &r, &mut |s, l, role| {
+                    self.walk_claims(&r, &mut |s, l, role| {
                         if b >= s && b - s < l {
                             now.push((o, role));
                         }
@@ -201,6 +218,39 @@ impl Volume {
                 }
                 return Err(cross_linked(b, ino, &now));
             }
+        }
+        Ok(())
+    }
+
+    /// Refuse to rewrite inode `ino`'s record when the inode-table block
+    /// holding it is also named by an inode's map (`OwnerSets::itable_claimed_in`): the
+    /// block is cross-linked, and a new record would overwrite the other
+    /// claimant's data or map as e2fsck reads it (e2fsprogs'
+    /// f_ind_inode_collision: the root's new mtime became new "illegal
+    /// block" pointers of inode 12, whose indirect block is the table
+    /// block holding the root). Runs the owner scan if it has not run, so
+    /// call it before a handle begins. Reads only.
+    pub fn check_record_writable(&self, ino: u32) -> Result<()> {
+        self.claim_set()?;
+        self.record_cross_linked(ino)
+    }
+
+    /// [`Self::check_record_writable`] without starting the scan (nothing
+    /// is known before it): the inode writer's last line, inside handles.
+    pub(crate) fn record_cross_linked(&self, ino: u32) -> Result<()> {
+        let Some(set) = self.owner_map().get().filter(|c| c.any_itable_claimed()) else {
+            return Ok(());
+        };
+        let (blk, _) = inode::location(self, ino)?;
+        if set.itable_claimed(blk) {
+            return Err(Error::corrupt_msg(
+                format!("inode {ino}"),
+                "inode table",
+                format!(
+                    "its record lies in inode-table block {blk}, which the bad-blocks inode lists or another inode's \
+                     block map names (cross-linked): rewriting it would change what that inode holds"
+                ),
+            ));
         }
         Ok(())
     }
@@ -324,13 +374,13 @@ impl Volume {
         Ok(true)
     }
 
-    /// Every block inode `ino` (record `rec`) names, as far as its map can
+    /// Every block the inode record `rec` names, as far as its map can
     /// be read: `f(start, len, role)` for each run inside the filesystem.
     /// Tolerant, like e2fsck's pass 1: checksums are not checked, a node
     /// that does not parse contributes its own block and nothing under it,
     /// an out-of-range pointer is skipped. The xattr block is not included
     /// (shared blocks are counted apart). Only device errors fail.
-    pub(crate) fn walk_claims(&self, ino: u32, rec: &Inode, f: &mut dyn FnMut(u64, u64, Role)) -> Result<()> {
+    pub(crate) fn walk_claims(&self, rec: &Inode, f: &mut dyn FnMut(u64, u64, Role)) -> Result<()> {
         if rec.has_inline_data() {
             return Ok(());
         }
@@ -349,7 +399,12 @@ impl Volume {
                 f(s2, e - s2, role);
             }
         };
-        if rec.uses_extents() && ino != 1 {
+        // The bad-blocks inode too is read through its extent tree when
+        // it says it has one: e2fsck's pass 1 walks it with
+        // ext2fs_block_iterate3, which follows EXTENTS_FL whatever the
+        // inode (and only then calls it invalid, PR_1_INVALID_BAD_INODE,
+        // which -n leaves), so the blocks that tree names are in use.
+        if rec.uses_extents() {
             let mut seen = HashSet::new();
             self.walk_extent_node(&rec.base.block, None, &mut seen, &mut budget, &mut emit)
         } else {
@@ -527,13 +582,13 @@ impl Volume {
         let mut dups: Vec<u64> = Vec::new();
         let mut xattr_refs: HashMap<u64, u32> = HashMap::new();
         let mut inodes = 0u64;
-        let records = self.for_each_live_inode(&mut |ino, rec| {
+        let records = self.for_each_live_inode(&mut |_, rec| {
             inodes += 1;
             let acl = rec.file_acl();
             if acl != 0 {
                 *xattr_refs.entry(acl).or_insert(0) += 1;
             }
-            self.walk_claims(ino, rec, &mut |s, l, _| bits.claim(s, l, &mut dups))
+            self.walk_claims(rec, &mut |s, l, _| bits.claim(s, l, &mut dups))
         })?;
         // An xattr block shared through its refcount is one claim.
         let mut shared_xattr = HashMap::new();
@@ -549,7 +604,7 @@ impl Volume {
         if !dups.is_empty() {
             let dupset: HashSet<u64> = dups.iter().copied().collect();
             self.for_each_live_inode(&mut |ino, rec| {
-                self.walk_claims(ino, rec, &mut |s, l, role| {
+                self.walk_claims(rec, &mut |s, l, role| {
                     // Dups are few; runs may be long: test the smaller side.
                     if l as usize <= dupset.len() {
                         for b in s..s + l {
@@ -577,8 +632,8 @@ impl Volume {
             })?;
             multi.retain(|_, v| v.len() > 1);
         }
-        // Claimed blocks the bitmaps mark free: read after the inodes, so
-        // that a block allocated during the scan is already marked.
+        // Claimed blocks the bitmaps mark free (no allocation runs during
+        // the scan: each waits for it).
         let csum_groups = self.geo().has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
         let mut unmarked = BTreeSet::new();
         let mut bm = vec![0u8; self.block_size()];
@@ -612,6 +667,14 @@ impl Volume {
                 }
             }
         }
+        // Inode-table blocks a map names (see `OwnerSets::itable_claimed_in`).
+        let itable_blocks = self.geo().itable_blocks();
+        let itable: BTreeSet<u64> = self
+            .groups()
+            .iter()
+            .flat_map(|g| g.inode_table()..g.inode_table().saturating_add(itable_blocks))
+            .filter(|&b| bits.test(b))
+            .collect();
         let stats = ScanStats {
             records,
             inodes,
@@ -621,7 +684,7 @@ impl Volume {
             elapsed: t0.elapsed(),
             peak_bytes: bits.bytes,
         };
-        Ok(OwnerSets::new(multi, unmarked, shared_xattr, stats))
+        Ok(OwnerSets::new(multi, unmarked, shared_xattr, itable, stats))
     }
 }
 
@@ -670,6 +733,13 @@ mod tests {
         (ino, rec)
     }
 
+    /// Damage made through the engine comes after the session's first
+    /// allocation, which ran the scan: forget it, so the next use scans
+    /// the damaged volume, as the next open would.
+    fn rescan(v: &mut Volume) {
+        v.forget_owner_map();
+    }
+
     fn runs(v: &Volume, ino: u32, rec: &Inode) -> Vec<(u64, u64)> {
         let m = bmap::load(v, ino, rec).unwrap();
         m.runs(v, u64::MAX)
@@ -705,11 +775,12 @@ mod tests {
     /// current maps no longer bear out.
     #[test]
     fn a_cross_link_is_found_refused_and_rechecked() {
-        let v = scratch_volume_unjournaled();
+        let mut v = scratch_volume_unjournaled();
         let (a, arec) = file(&v, 2);
         let (b, mut brec) = file(&v, 2);
         let shared = runs(&v, a, &arec)[0].0;
         redirect(&v, b, &mut brec, shared);
+        rescan(&mut v);
         let set = v.claim_set().unwrap();
         assert_eq!(set.multi_blocks(), vec![shared]);
         let e = v
@@ -733,6 +804,40 @@ mod tests {
         v.check_free_claims(a, &arec, &[(shared, 1)]).unwrap();
         assert!(set.multi_blocks().is_empty());
         assert!(v.claims_on_free(&[(shared, 1)]).is_ok());
+    }
+
+    /// The bad-blocks inode with an extent tree (e2fsprogs'
+    /// f_invalid_bad_inode): e2fsck's pass 1 walks it with
+    /// ext2fs_block_iterate3, which follows EXTENTS_FL, so the blocks its
+    /// tree names are claimed — read as a block map, its root names none.
+    #[test]
+    fn the_bad_blocks_inode_is_walked_through_its_extent_tree() {
+        let mut v = scratch_volume_unjournaled();
+        let (a, arec) = file(&v, 1);
+        let x = runs(&v, a, &arec)[0].0;
+        let mut bad = inode::read(&v, 1).unwrap();
+        bad.base.flags |= ext4kit_format::inode::flags::EXTENTS;
+        let b = &mut bad.base.block;
+        b.fill(0);
+        ExtentHeader {
+            magic: EXTENT_MAGIC,
+            entries: 1,
+            max: 4,
+            depth: 0,
+            generation: 0,
+        }
+        .serialize_into(b);
+        b[12 + 4..12 + 6].copy_from_slice(&1u16.to_le_bytes());
+        b[12 + 8..12 + 12].copy_from_slice(&(x as u32).to_le_bytes());
+        let mut h = v.begin().unwrap();
+        inode::write(&v, &mut h, 1, &bad).unwrap();
+        h.commit().unwrap();
+        rescan(&mut v);
+        assert_eq!(
+            v.claim_set().unwrap().multi_blocks(),
+            vec![x],
+            "inode 1's extent and /a's block"
+        );
     }
 
     /// An xattr block whose refcount disagrees with the inodes naming it

@@ -154,8 +154,12 @@ fn add_linear(vol: &Volume, h: &mut Handle<'_>, dir: DirRef<'_>, new_dir: &mut I
 /// there), or — for a one-block linear directory, which a full block
 /// turns into an htree (`make_indexed_dir`) — a block 0 that does not
 /// start with "." and "..". Without a journal, meeting either after the
-/// inode was allocated would leave the image changed. Reads only.
+/// inode was allocated would leave the image changed. The directory's
+/// own record, which the insertion rewrites (mtime, size), must not lie
+/// in a cross-linked inode-table block ([`Volume::check_record_writable`]).
+/// Reads only.
 pub fn check_insertable(vol: &Volume, dir: DirRef<'_>) -> Result<()> {
+    vol.check_record_writable(dir.ino)?;
     if !matches!(dir.map, BlockMap::Extents(_) | BlockMap::Indirect(_)) || dir.nblocks(vol) == 0 {
         return Ok(());
     }

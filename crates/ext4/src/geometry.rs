@@ -179,6 +179,12 @@ impl Geometry {
         }
     }
 
+    /// Blocks of one group's inode table.
+    #[inline]
+    pub fn itable_blocks(&self) -> u64 {
+        (self.inodes_per_group as u64 * self.inode_size as u64).div_ceil(self.block_size as u64)
+    }
+
     /// First block of group `g`.
     #[inline]
     pub fn group_first_block(&self, g: u64) -> u64 {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use ext4kit_format::extent::{ExtentHeader, EXTENT_MAGIC};
 use ext4kit_format::features::{incompat, ro_compat};
-use ext4kit_format::group_desc::{GroupDesc, BG_INODE_UNINIT, BG_INODE_ZEROED};
+use ext4kit_format::group_desc::{GroupDesc, BG_INODE_UNINIT};
 use ext4kit_format::inode::{flags, FileType, Inode, InodeBase, InodeExtra, TimeField, Timestamp};
 
 use super::bitmap::{find_zero, set_bit, test_bit};
@@ -121,6 +121,9 @@ impl Volume {
 
     /// Allocate an inode number near `parent_ino`.
     pub fn alloc_inode(&self, h: &mut Handle<'_>, parent_ino: u32, dir: bool) -> Result<u32> {
+        // The owner scan (claims.rs) runs before the first allocation, and
+        // before any group lock is taken: it reads the descriptors.
+        self.claim_set()?;
         let ngroups = self.groups().len();
         let parent_group = ((parent_ino.max(1) - 1) / self.geo().inodes_per_group()) as usize % ngroups;
         if dir {
@@ -162,6 +165,15 @@ impl Volume {
             .filter(|&g| self.groups()[g].bitmap_state().load(Ordering::Relaxed) & BITMAP_INODE_CORRUPT != 0)
             .collect();
         if bad.is_empty() {
+            let counted_free = self.groups().iter().any(|g| g.desc().read().free_inodes_count() > 0);
+            if counted_free && self.claim_set_if_built().is_some_and(|c| c.any_itable_claimed()) {
+                return Error::corrupt_msg(
+                    "inode tables",
+                    "inode table",
+                    "no usable free inodes: the free ones left lie in inode-table blocks that the bad-blocks inode \
+                     lists or another inode's block map names",
+                );
+            }
             return Error::posix(Errno::ENOSPC, "no free inodes left on the filesystem");
         }
         Error::corrupt_msg(
@@ -223,13 +235,39 @@ impl Volume {
         } else {
             (grp.inode_hint().load(Ordering::Relaxed) as usize).max(first)
         };
+        let per_block = (self.block_size() / self.geo().inode_size()).max(1);
+        // Inode-table blocks another inode's map names (the bad-blocks
+        // inode's list, or a file whose map points into the table:
+        // claims.rs) hold no record we may hand out. Their inodes are
+        // left out of the search as if in use.
+        let avoid: Vec<usize> = self
+            .claim_set_if_built()
+            .map(|c| {
+                let table = grp.inode_table();
+                c.itable_claimed_in(table, ipg.div_ceil(per_block) as u64)
+                    .into_iter()
+                    .flat_map(|b| {
+                        let s = (b - table) as usize * per_block;
+                        s..(s + per_block).min(ipg)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let pick = |bitmap: &[u8]| -> Option<usize> {
+            let find = |b: &[u8]| find_zero(b, hint, ipg).or_else(|| find_zero(b, first, hint));
+            if avoid.is_empty() {
+                return find(bitmap);
+            }
+            let mut view = bitmap.to_vec();
+            for &k in &avoid {
+                set_bit(&mut view, k);
+            }
+            find(&view)
+        };
         let take = |bitmap: &mut [u8], new: &mut GroupDesc| -> Result<(usize, bool)> {
-            let i = find_zero(bitmap, hint, ipg)
-                .or_else(|| find_zero(bitmap, first, hint))
-                .ok_or_else(full)?;
+            let i = pick(bitmap).ok_or_else(full)?;
             set_bit(bitmap, i);
             self.groups().set_inode_bitmap_csum(new, bitmap);
-            let per_block = (self.block_size() / self.geo().inode_size()).max(1);
             let start = i / per_block * per_block;
             let alone = (start..(start + per_block).min(ipg)).all(|k| k == i || !test_bit(bitmap, k));
             Ok((i, alone))
@@ -245,7 +283,12 @@ impl Volume {
             // table's high-water mark, which the group's own accounting
             // says was never used (and which a create storm reaches
             // without reading the table).
-            let cand = find_zero(&bm.data, hint, ipg).or_else(|| find_zero(&bm.data, first, hint));
+            let cand = pick(&bm.data);
+            if cand.is_none() && !avoid.is_empty() {
+                // Its only free inodes are in table blocks other inodes
+                // claim (see `no_free_inodes`).
+                return Ok(None);
+            }
             if let Some(i) = cand {
                 let past_mark = csum_groups && i >= ipg - (gd.itable_unused() as usize).min(ipg);
                 if !past_mark {
@@ -272,6 +315,9 @@ impl Volume {
             for k in ipg..self.block_size() * 8 {
                 set_bit(&mut b, k);
             }
+            if pick(&b).is_none() {
+                return Ok(None);
+            }
             let r = take(&mut b, &mut new)?;
             h.overwrite(bm_blk, b.into_boxed_slice())?;
             r
@@ -289,20 +335,10 @@ impl Volume {
             let u = new.used_dirs_count() + 1;
             new.set_used_dirs_count(u);
         }
-        if csum_groups {
-            if uninit {
-                new.flags &= !BG_INODE_UNINIT;
-            }
-            let unused = new.itable_unused() as usize;
-            if i >= ipg - unused {
-                let u = (ipg - i - 1) as u32;
-                new.set_itable_unused(u);
-            }
-            if new.flags & BG_INODE_ZEROED == 0 {
-                // The table past the old high-water mark may hold garbage;
-                // the record we hand out is rewritten whole by the caller.
-            }
-        }
+        // The table past the old high-water mark may hold garbage
+        // (BG_INODE_ZEROED clear): the record we hand out is rewritten
+        // whole by the caller.
+        note_itable_used(&mut new, i, ipg, uninit);
         self.write_group_desc(h, g, &new)?;
         *gd = new;
         // Bits below the old hint were set (the hint's rule), and the scan
@@ -415,13 +451,8 @@ impl Volume {
             };
             new.set_used_dirs_count(u);
         }
-        if csum_groups && used {
-            new.flags &= !BG_INODE_UNINIT;
-            let unused = if uninit { ipg } else { new.itable_unused() as usize };
-            if i >= ipg.saturating_sub(unused) {
-                let u = (ipg - i - 1) as u32;
-                new.set_itable_unused(u);
-            }
+        if used {
+            note_itable_used(&mut new, i, ipg, uninit);
         }
         self.groups().set_inode_bitmap_csum(&mut new, &bitmap);
         h.overwrite(bm_blk, bitmap.into_boxed_slice())?;
@@ -474,6 +505,26 @@ impl Volume {
         *gd = new;
         grp.inode_hint().fetch_min(i as u32, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// Group `gd`'s inode `i` (of `ipg`) is now in use: the group's inodes are
+/// initialised (INODE_UNINIT cleared) and the table's high-water mark
+/// (`bg_itable_unused`, all `ipg` when `uninit`) lies past it.
+///
+/// Whatever the features: e2fsck's pass 2 checks every name against its
+/// inode's group flag and `bg_itable_unused` without asking for
+/// gdt_csum/metadata_csum (`check_dir_block`: PR_2_INOREF_BG_INO_UNINIT,
+/// PR_2_INOREF_IN_UNUSED), so a descriptor that carries lazy-init fields
+/// without the feature (e2fsck's "Group descriptor N marked uninitialized
+/// without feature set", PR_0_GDT_UNINIT, left unrepaired) must not keep
+/// a new inode in its "unused" area. The kernel ignores both fields there;
+/// on a healthy ext2/ext3 image they are zero and nothing changes.
+fn note_itable_used(gd: &mut GroupDesc, i: usize, ipg: usize, uninit: bool) {
+    gd.flags &= !BG_INODE_UNINIT;
+    let unused = if uninit { ipg } else { gd.itable_unused() as usize };
+    if i >= ipg.saturating_sub(unused) {
+        gd.set_itable_unused((ipg - i - 1) as u32);
     }
 }
 

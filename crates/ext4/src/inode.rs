@@ -99,6 +99,9 @@ pub fn write(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &Inode) -> Result<
 
 /// Write inode `ino` exactly as given (`i_dtime` included).
 pub(crate) fn write_raw(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &Inode) -> Result<()> {
+    // The last line behind the operations' own checks: never into an
+    // inode-table block another inode's map names (claims.rs).
+    vol.record_cross_linked(ino)?;
     let (blk, off) = location(vol, ino)?;
     let n = vol.geo().inode_size();
     if rec.record_len() != n {

@@ -94,6 +94,12 @@ pub struct OwnerSets {
     /// the xattr release path looks: legitimately shared blocks are common
     /// where ACLs are, and must not slow every free).
     shared_xattr: Mutex<HashMap<u64, u32>>,
+    /// Inode-table blocks some inode's map names: the bad-blocks inode
+    /// listing them, or a file whose map points into the table (e2fsck's
+    /// "conflicts with critical metadata"). Their records are not handed
+    /// out (`ialloc.rs`) nor rewritten. Never shrinks: no free takes a
+    /// table block.
+    itable: BTreeSet<u64>,
     /// The scan's figures.
     stats: ScanStats,
 }
@@ -102,11 +108,13 @@ impl OwnerSets {
     /// What a scan found: blocks claimed more than once with their
     /// claimants (`multi`), claimed blocks the bitmap marks free
     /// (`unmarked`), xattr blocks named by several inodes and by how many
-    /// (`shared_xattr`), and the scan's figures.
+    /// (`shared_xattr`), inode-table blocks an inode's map names
+    /// (`itable`), and the scan's figures.
     pub fn new(
         multi: BTreeMap<u64, Vec<(u32, Role)>>,
         unmarked: BTreeSet<u64>,
         shared_xattr: HashMap<u64, u32>,
+        itable: BTreeSet<u64>,
         stats: ScanStats,
     ) -> OwnerSets {
         let sets = Sets { multi, unmarked };
@@ -115,6 +123,7 @@ impl OwnerSets {
             sets: Mutex::new(sets),
             clean: AtomicBool::new(clean),
             shared_xattr: Mutex::new(shared_xattr),
+            itable,
             stats,
         }
     }
@@ -210,6 +219,22 @@ impl OwnerSets {
         self.sets.lock().multi.keys().copied().collect()
     }
 
+    /// The blocks of `[start, start + len)` (an inode table's) that some
+    /// inode's map names; empty on a healthy filesystem.
+    pub(crate) fn itable_claimed_in(&self, start: u64, len: u64) -> Vec<u64> {
+        self.itable.range(start..start.saturating_add(len)).copied().collect()
+    }
+
+    /// Whether inode-table block `b` is named by an inode's map.
+    pub(crate) fn itable_claimed(&self, b: u64) -> bool {
+        self.itable.contains(&b)
+    }
+
+    /// Whether any inode-table block is named by an inode's map.
+    pub(crate) fn any_itable_claimed(&self) -> bool {
+        !self.itable.is_empty()
+    }
+
     /// Claimed blocks the bitmap marks free (for tests and reports).
     pub fn unmarked_blocks(&self) -> Vec<u64> {
         self.sets.lock().unmarked.iter().copied().collect()
@@ -241,6 +266,13 @@ pub struct OwnerMap {
 }
 
 impl OwnerMap {
+    /// Forget the sets, so that the next use scans again (tests that
+    /// damage a volume through the engine after its scan ran).
+    #[cfg(test)]
+    pub(crate) fn forget(&mut self) {
+        self.set = OnceLock::new();
+    }
+
     /// The sets if the scan has run.
     #[inline]
     pub fn get(&self) -> Option<&OwnerSets> {

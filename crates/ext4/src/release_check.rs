@@ -73,8 +73,11 @@ impl Volume {
     /// zone, no other inode claims it as anything but a sharer of the
     /// block (a cross-link: writing it in place would overwrite the other
     /// owner's block), and its refcount agrees with the inodes naming it.
+    /// The inode's own record, rewritten too, must not lie in a
+    /// cross-linked inode-table block (`Volume::check_record_writable`).
     /// Reads only.
     pub fn check_xattr_block_change(&self, ino: u32, inode: &Inode) -> Result<()> {
+        self.check_record_writable(ino)?;
         let acl = inode.file_acl();
         if acl == 0 {
             return Ok(());
@@ -91,8 +94,11 @@ impl Volume {
     /// anywhere in it is met now, not after part of it was freed: without
     /// a journal that would be written as it stood), no block freed — nor
     /// `tail`, the logical block whose end is zeroed — is claimed by
-    /// another inode too. Reads only.
+    /// another inode too, and the inode's record (rewritten with the new
+    /// map and size) does not lie in a cross-linked inode-table block
+    /// (`Volume::check_record_writable`). Reads only.
     pub fn check_punch(&self, ino: u32, inode: &Inode, from: u64, to: u64, tail: Option<u64>) -> Result<()> {
+        self.check_record_writable(ino)?;
         if !matches!(
             bmap::load(self, ino, inode)?,
             BlockMap::Extents(_) | BlockMap::Indirect(_)
@@ -218,8 +224,7 @@ impl Volume {
     /// that carry them: sorted, merged where adjacent.
     fn build_system_zone(&self) -> Vec<(u64, u64, &'static str)> {
         let sb = self.sb().read();
-        let itb =
-            (self.geo().inodes_per_group() as u64 * self.geo().inode_size() as u64).div_ceil(self.block_size() as u64);
+        let itb = self.geo().itable_blocks();
         let mut v = Vec::new();
         let meta_bg = self.geo().has_incompat(incompat::META_BG);
         let per_block = (self.block_size() / sb.desc_size().max(1)).max(1);

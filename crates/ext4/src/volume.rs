@@ -347,6 +347,12 @@ impl Volume {
         &self.owners
     }
 
+    /// Forget the owner sets: the next allocation or free scans again.
+    #[cfg(test)]
+    pub(crate) fn forget_owner_map(&mut self) {
+        self.owners.forget();
+    }
+
     /// The orphan chain's links in memory.
     #[inline]
     pub fn orphans(&self) -> &OrphanLinks {

@@ -36,6 +36,7 @@ use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::dir_insert::{self, NewEntry};
 use crate::ext4::ialloc::NewInode;
+use crate::ext4::reservation::Reserver;
 use crate::ext4::{bmap, bmap_write, dir, dir_delete, inode, xattr_write, BlockMap, DirRef};
 
 /// The most links an inode may have (`EXT4_LINK_MAX`). A directory with
@@ -229,6 +230,14 @@ impl Fs {
         self.vol
             .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
         dir_insert::check_insertable(&self.vol, dref)?;
+        // No block for the directory's first block: ENOSPC now, before the
+        // inode. An inode allocated and freed again (the undo below) still
+        // leaves `bg_itable_unused` lowered, so that refusal would change
+        // the image (the kernel's ext4_mkdir leaves it so too). Only a
+        // concurrent allocation taking the last block in between can still
+        // reach the undo.
+        self.vol.reservations().reserve(1, Reserver::User)?;
+        self.vol.reservations().release(1);
         let t = now();
         let mut h = self.vol.begin()?;
         let ino = self.vol.alloc_inode(&mut h, parent, true)?;
@@ -352,6 +361,10 @@ impl Fs {
             // the name is still there to refuse with (release_check.rs).
             self.vol.check_release(ino, &vrec)?;
         }
+        // Both records are rewritten: neither may lie in a cross-linked
+        // inode-table block (claims.rs).
+        self.vol.check_record_writable(parent)?;
+        self.vol.check_record_writable(ino)?;
         let t = now();
         let mut h = self.vol.begin()?;
         dir_delete::remove_link(&self.vol, &mut h, dref, name)?;
@@ -746,6 +759,14 @@ impl Fs {
             self.vol
                 .check_block_allocatable(self.vol.geo().group_first_block_of_inode(new_dir))?;
             dir_insert::check_insertable(&self.vol, nref)?;
+        }
+        // Every record the rename rewrites: none may lie in a cross-linked
+        // inode-table block (claims.rs).
+        for ino in [old_dir, new_dir, sino]
+            .into_iter()
+            .chain(dst.as_ref().map(|_| t_ino(&dst)))
+        {
+            self.vol.check_record_writable(ino)?;
         }
         let t = now();
         let mut h = self.vol.begin()?;
