@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// How an inode names a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,8 +58,8 @@ pub struct ScanStats {
     pub records: u64,
     /// Live inodes whose maps were walked.
     pub inodes: u64,
-    /// Blocks claimed (counted once each).
-    pub claimed: u64,
+    /// Blocks owned by some inode (counted once each).
+    pub owned: u64,
     /// Blocks claimed more than once.
     pub multi: usize,
     /// Claimed blocks the bitmap marks free.
@@ -171,6 +171,15 @@ impl OwnerSets {
                 .next()
                 .map(|(&b, c)| (b, c.clone()))
         })
+    }
+
+    /// The last line behind the checks: a block of `runs` (about to be
+    /// freed) that the scan found claimed more than once is refused.
+    pub(crate) fn refuse_multi_in(&self, runs: &[(u64, u64)]) -> Result<()> {
+        match self.first_multi_in(runs) {
+            Some((b, c)) => Err(cross_linked(b, 0, &c)),
+            None => Ok(()),
+        }
     }
 
     /// Block `b` is no longer claimed twice (a recheck of its claimants'
@@ -292,4 +301,91 @@ impl OwnerMap {
         let c = scan()?;
         Ok(self.set.get_or_init(|| c))
     }
+
+    /// `runs` were freed (their bitmap bits cleared, and with a journal
+    /// held back from reuse until the freeing transaction commits): the
+    /// ones the bitmap already called free have no owner left, and leave
+    /// `unmarked` only now, so the allocator never sees them free before
+    /// the journal does.
+    pub(crate) fn freed(&self, runs: &[(u64, u64)]) {
+        if let Some(set) = self.get() {
+            set.forget_unmarked(runs);
+        }
+    }
+
+    /// Refuse to change the references of xattr block `nr` (inode `ino`
+    /// names it; its refcount reads `refcount`) when the count disagrees
+    /// with the number of inodes naming it (e2fsck's "extended attribute
+    /// block has reference count R, should be N"): releasing the last
+    /// reference would free the block under the others, dropping one of
+    /// too many would leave it allocated and unreferenced. Before the
+    /// scan nothing is known (every path that releases a reference ran it
+    /// first), so this never scans: its caller holds the block's lock,
+    /// which the scan may need.
+    pub(crate) fn check_xattr_refcount(&self, ino: u32, nr: u64, refcount: u32) -> Result<()> {
+        let Some(set) = self.get() else {
+            return Ok(());
+        };
+        let named = set.xattr_named(nr);
+        if refcount != named {
+            return Err(Error::corrupt_msg(
+                format!("xattr block {nr} (inode {ino})"),
+                "xattr block",
+                format!(
+                    "its reference count is {refcount} but {named} inode(s) name it: dropping a reference \
+                     would free it under another inode or leave it allocated and unreferenced"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One inode dropped its reference to xattr block `nr` (the refcount
+    /// went down by one, under the block's lock, or the block was freed).
+    pub(crate) fn xattr_unref(&self, nr: u64) {
+        if let Some(set) = self.get() {
+            set.xattr_unref(nr);
+        }
+    }
+
+    /// Refuse to rewrite inode `ino`'s record, which lies in inode-table
+    /// block `blk`, when an inode's map names that block too (the
+    /// bad-blocks inode's list, or a file whose map points into the
+    /// table): the block is cross-linked, and a new record would change
+    /// what the other claimant holds as e2fsck reads it (e2fsprogs'
+    /// f_ind_inode_collision: the root's new mtime became new "illegal
+    /// block" pointers of inode 12, whose indirect block is the table
+    /// block holding the root). Nothing is known before the scan.
+    pub(crate) fn check_record(&self, ino: u32, blk: u64) -> Result<()> {
+        match self.get() {
+            Some(set) if set.itable_claimed(blk) => Err(Error::corrupt_msg(
+                format!("inode {ino}"),
+                "inode table",
+                format!(
+                    "its record lies in inode-table block {blk}, which the bad-blocks inode lists or another \
+                     inode's block map names (cross-linked): rewriting it would change what that inode holds"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The refusal for block `b`, claimed by every inode of `by`, which inode
+/// `freeing` (0: unknown) is about to free.
+pub(crate) fn cross_linked(b: u64, freeing: u32, by: &[(u32, Role)]) -> Error {
+    let who: Vec<String> = by.iter().map(|(i, r)| format!("inode {i} ({})", r.name())).collect();
+    let whom = if freeing != 0 {
+        format!("freeing it for inode {freeing}")
+    } else {
+        "freeing it".to_string()
+    };
+    Error::corrupt_msg(
+        format!("block {b}"),
+        "block map",
+        format!(
+            "cross-linked: claimed by {}; {whom} would take it from a file that still uses it",
+            who.join(" and ")
+        ),
+    )
 }

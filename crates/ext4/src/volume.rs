@@ -27,7 +27,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 use ext4kit_blockdev::BlockDevice;
-use ext4kit_format::features::{self, incompat, ro_compat, OpenMode};
+use ext4kit_format::features::{self, incompat, OpenMode};
 use ext4kit_format::group_desc::{GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 
@@ -46,6 +46,7 @@ use crate::owners::OwnerMap;
 use crate::reservation::Reservations;
 use crate::stats::Stats;
 use crate::superblock::SuperState;
+use crate::system_zone::SystemZone;
 
 /// How to open an image.
 #[derive(Debug, Clone)]
@@ -103,13 +104,15 @@ pub struct Volume {
     /// Free blocks and delayed-allocation reservations; shared with the
     /// page cache, whose pages give theirs back when dropped.
     reservations: Arc<Reservations>,
-    /// Blocks claimed twice, or claimed and marked free (see `claims.rs`),
-    /// found at the first free.
+    /// Blocks named twice, or named and marked free, and inode-table
+    /// blocks a map names (see `owner_scan.rs`), found at the first
+    /// allocation or free.
     owners: OwnerMap,
     orphans: OrphanLinks,
     errors: FsErrors,
-    /// The system zone (see `release_check.rs`), built on first use.
-    system_zone: OnceLock<Vec<(u64, u64, &'static str)>>,
+    /// The blocks no file may own (see `system_zone.rs`), built on first
+    /// use.
+    system_zone: OnceLock<SystemZone>,
     /// Some handle changed metadata since the open: a sync with nothing
     /// changed writes nothing (a refused command leaves the image as it
     /// was, byte for byte).
@@ -341,7 +344,8 @@ impl Volume {
         &self.reservations
     }
 
-    /// The block-owner sets, built at the first free.
+    /// The block-owner sets, built at the first allocation or free
+    /// (`owner_scan.rs`).
     #[inline]
     pub fn owner_map(&self) -> &OwnerMap {
         &self.owners
@@ -365,10 +369,12 @@ impl Volume {
         &self.errors
     }
 
-    /// The system zone's slot (see `release_check.rs`), filled on first use.
+    /// The blocks no file may own: bitmaps, inode tables, superblock and
+    /// descriptor copies (built on first use from the group layout).
     #[inline]
-    pub(crate) fn system_zone(&self) -> &OnceLock<Vec<(u64, u64, &'static str)>> {
-        &self.system_zone
+    pub fn system_zone(&self) -> &SystemZone {
+        self.system_zone
+            .get_or_init(|| SystemZone::new(&self.geo, &self.sup.read(), self.groups.iter().map(|g| g.meta())))
     }
 
     /// Whether some handle changed metadata since the open (set by the
@@ -563,7 +569,7 @@ impl Volume {
             let sb = self.sup.read();
             (sb.free_blocks_count() as i64, sb.free_inodes_count as i64)
         };
-        let csum_groups = self.geo.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let csum_groups = self.geo.has_group_desc_csum();
         let mut bias = (0, 0);
         if sb_b != fb {
             let lying = (0..self.groups.len()).any(|g| {
@@ -571,8 +577,10 @@ impl Volume {
                 if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
                     return false;
                 }
-                match self.block_bitmap_of(g, &gd) {
-                    Ok((bm, _)) => !self.block_bitmap_usable(g, &gd, &bm),
+                match self.buffer(gd.block_bitmap()) {
+                    Ok(bm) => !self
+                        .groups
+                        .block_bitmap_usable(g, &gd, &bm.data, &self.geo, self.system_zone()),
                     Err(_) => true,
                 }
             });
@@ -587,7 +595,7 @@ impl Volume {
                     return false;
                 }
                 match self.buffer(gd.inode_bitmap()) {
-                    Ok(bm) => !self.inode_bitmap_usable(g, &gd, &bm.data),
+                    Ok(bm) => !self.groups.inode_bitmap_usable(g, &gd, &bm.data, &self.geo),
                     Err(_) => true,
                 }
             });

@@ -35,9 +35,11 @@ use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::dir_insert::{self, NewEntry};
-use crate::ext4::ialloc::NewInode;
+use crate::ext4::ialloc::{self, NewInode};
 use crate::ext4::reservation::Reserver;
-use crate::ext4::{bmap, bmap_write, dir, dir_delete, inode, xattr_write, BlockMap, DirRef};
+use crate::ext4::{
+    balloc, bmap, bmap_write, dir, dir_delete, inode, orphan, owner_scan, release_check, xattr_write, BlockMap, DirRef,
+};
 
 /// The most links an inode may have (`EXT4_LINK_MAX`). A directory with
 /// `dir_nlink` goes to a link count of 1 ("many") past it.
@@ -227,8 +229,7 @@ impl Fs {
         // The directory's first block is allocated after its inode, and the
         // name goes in after both: refuse now rather than half-way if
         // either would meet damage.
-        self.vol
-            .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
+        balloc::check_allocatable(&self.vol, self.vol.geo().group_first_block_of_inode(parent))?;
         dir_insert::check_insertable(&self.vol, dref)?;
         // No block for the directory's first block: ENOSPC now, before the
         // inode. An inode allocated and freed again (the undo below) still
@@ -240,21 +241,24 @@ impl Fs {
         self.vol.reservations().release(1);
         let t = now();
         let mut h = self.vol.begin()?;
-        let ino = self.vol.alloc_inode(&mut h, parent, true)?;
+        let ino = ialloc::new_inode(&self.vol, &mut h, parent, FileType::Directory)?;
         // A cached inode of this number is a dead predecessor whose freer
         // has not dropped it yet: the number is ours now.
         self.icache.forget(ino);
-        let mut rec = self.vol.new_inode_record(&NewInode {
-            ftype: FileType::Directory,
-            perm,
-            uid,
-            gid,
-            now: t,
-            parent: (drec.base.flags, drec.extra.projid),
-        });
+        let mut rec = ialloc::new_record(
+            &self.vol,
+            &NewInode {
+                ftype: FileType::Directory,
+                perm,
+                uid,
+                gid,
+                now: t,
+                parent: (drec.base.flags, drec.extra.projid),
+            },
+        );
         rec.base.links_count = 2;
         if let Err(e) = dir_insert::init_dir(&self.vol, &mut h, ino, &mut rec, parent) {
-            self.vol.free_inode(&mut h, ino, true)?;
+            ialloc::free_inode(&self.vol, &mut h, ino, &rec)?;
             h.commit()?;
             return Err(e);
         }
@@ -359,12 +363,12 @@ impl Fs {
         if is_dir || vrec.base.links_count <= 1 {
             // Its last name: look at everything its death will free while
             // the name is still there to refuse with (release_check.rs).
-            self.vol.check_release(ino, &vrec)?;
+            release_check::release(&self.vol, ino, &vrec)?;
         }
         // Both records are rewritten: neither may lie in a cross-linked
         // inode-table block (claims.rs).
-        self.vol.check_record_writable(parent)?;
-        self.vol.check_record_writable(ino)?;
+        owner_scan::check_record(&self.vol, parent)?;
+        owner_scan::check_record(&self.vol, ino)?;
         let t = now();
         let mut h = self.vol.begin()?;
         dir_delete::remove_link(&self.vol, &mut h, dref, name)?;
@@ -452,8 +456,7 @@ impl Fs {
         }
         // The directory may grow: refuse now if allocation or the
         // insertion would meet damage.
-        self.vol
-            .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
+        balloc::check_allocatable(&self.vol, self.vol.geo().group_first_block_of_inode(parent))?;
         dir_insert::check_insertable(&self.vol, dref)?;
         let t = now();
         let mut h = self.vol.begin()?;
@@ -470,7 +473,7 @@ impl Fs {
         inode::write(&self.vol, &mut h, parent, &newd)?;
         let mut newt = trec.clone();
         if first {
-            self.vol.orphan_remove(&mut h, ino, &mut newt)?;
+            orphan::remove(&self.vol, &mut h, ino, &mut newt)?;
         }
         newt.base.links_count += 1;
         newt.set_time(TimeField::Ctime, t);
@@ -751,13 +754,12 @@ impl Fs {
         }
         if let (false, Some(tr)) = (flags.exchange, trec.as_deref()) {
             if d_dir || tr.base.links_count <= 1 {
-                self.vol.check_release(t_ino(&dst), tr)?;
+                release_check::release(&self.vol, t_ino(&dst), tr)?;
             }
         }
         if !flags.exchange && dst.is_none() {
             // The new name may grow its directory.
-            self.vol
-                .check_block_allocatable(self.vol.geo().group_first_block_of_inode(new_dir))?;
+            balloc::check_allocatable(&self.vol, self.vol.geo().group_first_block_of_inode(new_dir))?;
             dir_insert::check_insertable(&self.vol, nref)?;
         }
         // Every record the rename rewrites: none may lie in a cross-linked
@@ -766,7 +768,7 @@ impl Fs {
             .into_iter()
             .chain(dst.as_ref().map(|_| t_ino(&dst)))
         {
-            self.vol.check_record_writable(ino)?;
+            owner_scan::check_record(&self.vol, ino)?;
         }
         let t = now();
         let mut h = self.vol.begin()?;
@@ -962,7 +964,7 @@ impl Fs {
         // count here, under the inode's writer lock, after the flag, is
         // enough).
         if inode.opens.load(Ordering::SeqCst) > 0 || self.holds.is_held(inode.ino) {
-            self.vol.orphan_add(h, inode.ino, rec)?;
+            orphan::add(&self.vol, h, inode.ino, rec)?;
             return Ok(Death::Orphaned);
         }
         self.discard_pages(inode);
@@ -996,7 +998,6 @@ impl Fs {
         rec: &mut Inode,
         t: Timestamp,
     ) -> Result<()> {
-        let is_dir = rec.file_type() == Some(FileType::Directory);
         if matches!(
             bmap::load(&self.vol, ino, rec)?,
             BlockMap::Extents(_) | BlockMap::Indirect(_)
@@ -1008,7 +1009,7 @@ impl Fs {
         rec.base.set_size(0);
         rec.base.dtime = t.sec as u32;
         inode::write(&self.vol, h, ino, rec)?;
-        self.vol.free_inode(h, ino, is_dir)
+        ialloc::free_inode(&self.vol, h, ino, rec)
     }
 
     /// The last close of inode `inode`: if it has no name left, it leaves
@@ -1029,7 +1030,7 @@ impl Fs {
         let mut h = self.vol.begin()?;
         let mut new = rec.clone();
         self.discard_pages(inode);
-        self.vol.orphan_remove(&mut h, inode.ino, &mut new)?;
+        orphan::remove(&self.vol, &mut h, inode.ino, &mut new)?;
         self.destroy(&mut h, inode.ino, &mut new, t)?;
         h.commit()?;
         self.vol.sync_super()?;
@@ -1179,8 +1180,8 @@ impl Fs {
         if self.vol.read_only() {
             return Ok(0);
         }
-        let chain = self.vol.orphan_chain()?;
-        let slots = self.vol.orphan_file_slots()?;
+        let chain = orphan::chain(&self.vol)?;
+        let slots = orphan::file_slots(&self.vol)?;
         let present = self.vol.sb().read().feature_ro_compat & ro_compat::ORPHAN_PRESENT != 0;
         if chain.is_empty() && slots.is_empty() && !present {
             return Ok(0);
@@ -1215,7 +1216,7 @@ impl Fs {
             }
         }
         if !slots.is_empty() {
-            self.vol.orphan_file_clear(&mut h, &slots)?;
+            orphan::clear_file_slots(&self.vol, &mut h, &slots)?;
         }
         h.commit()?;
         {

@@ -22,9 +22,9 @@ use crate::error::{Errno, Error, Result};
 use crate::ext4::bmap_write::{self, MapRequest};
 use crate::ext4::dir_insert::{self, NewEntry};
 use crate::ext4::htree::CreateLookup;
-use crate::ext4::ialloc::NewInode;
+use crate::ext4::ialloc::{self, NewInode};
 use crate::ext4::transaction::Handle;
-use crate::ext4::{alloc_map, bmap, dir, inode, DirRef};
+use crate::ext4::{alloc_map, balloc, bmap, dir, inode, orphan, DirRef};
 
 /// The current time as an ext4 timestamp (honours `SOURCE_DATE_EPOCH` for
 /// reproducible images).
@@ -298,23 +298,25 @@ impl Fs {
         // Blocks (a growing directory, a symlink's) and the name come
         // after the inode: refuse now if allocation or the insertion would
         // meet damage (release_check.rs, dir_insert.rs).
-        self.vol
-            .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
+        balloc::check_allocatable(&self.vol, self.vol.geo().group_first_block_of_inode(parent))?;
         dir_insert::check_insertable(&self.vol, dref)?;
         let t = now();
         let mut h = self.vol.begin()?;
-        let ino = self.vol.alloc_inode(&mut h, parent, false)?;
+        let ino = ialloc::new_inode(&self.vol, &mut h, parent, ftype)?;
         // A cached inode of this number is a dead predecessor whose freer
         // has not dropped it yet: the number is ours now.
         self.icache.forget(ino);
-        let mut rec = self.vol.new_inode_record(&NewInode {
-            ftype,
-            perm,
-            uid,
-            gid,
-            now: t,
-            parent: (dir_rec.base.flags, dir_rec.extra.projid),
-        });
+        let mut rec = ialloc::new_record(
+            &self.vol,
+            &NewInode {
+                ftype,
+                perm,
+                uid,
+                gid,
+                now: t,
+                parent: (dir_rec.base.flags, dir_rec.extra.projid),
+            },
+        );
         let mut new_dir = dir_rec.clone();
         let linked = init(&self.vol, &mut h, ino, &mut rec)
             .and_then(|()| inode::write(&self.vol, &mut h, ino, &rec))
@@ -345,7 +347,7 @@ impl Fs {
                 rec.base.links_count = 0;
                 rec.base.dtime = t.sec as u32;
                 inode::write(&self.vol, &mut h, ino, &rec)?;
-                self.vol.free_inode(&mut h, ino, false)?;
+                ialloc::free_inode(&self.vol, &mut h, ino, &rec)?;
                 h.commit()?;
                 return Err(e);
             }
@@ -424,24 +426,27 @@ impl Fs {
         };
         let t = now();
         let mut h = self.vol.begin()?;
-        let ino = self.vol.alloc_inode(&mut h, parent, false)?;
+        let ino = ialloc::new_inode(&self.vol, &mut h, parent, FileType::Regular)?;
         // A cached inode of this number is a dead predecessor (see `create_at`).
         self.icache.forget(ino);
-        let mut rec = self.vol.new_inode_record(&NewInode {
-            ftype: FileType::Regular,
-            perm: perm & 0o7777,
-            uid: cred.uid,
-            gid,
-            now: t,
-            parent: (dir_rec.base.flags, dir_rec.extra.projid),
-        });
+        let mut rec = ialloc::new_record(
+            &self.vol,
+            &NewInode {
+                ftype: FileType::Regular,
+                perm: perm & 0o7777,
+                uid: cred.uid,
+                gid,
+                now: t,
+                parent: (dir_rec.base.flags, dir_rec.extra.projid),
+            },
+        );
         drop(dir_rec);
         // d_tmpfile drops the link new_inode gave, ext4_tmpfile puts the
         // inode on the orphan list; one transaction with the allocation.
         rec.base.links_count = 0;
         // (It fails only when the journal refuses the superblock, which
         // aborts the journal: as for an unlink's orphan, `drop_link`.)
-        self.vol.orphan_add(&mut h, ino, &mut rec)?;
+        orphan::add(&self.vol, &mut h, ino, &mut rec)?;
         h.commit()?;
         // Without a journal the orphan chain's head is in the superblock
         // only (as after an unlink of an open file, `remove_at`).
