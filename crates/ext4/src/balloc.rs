@@ -70,6 +70,8 @@ impl BlockRequest {
 /// is reserved first (`ext4_claim_free_clusters`) and released once the
 /// group's free count has dropped: concurrent allocations and buffered
 /// writes never promise the same block twice.
+///
+/// Public: tests of the layers above allocate and free blocks directly.
 pub fn new_blocks(vol: &Volume, h: &mut Handle<'_>, req: BlockRequest) -> Result<(u64, u32)> {
     // Nothing is handed out before the owner scan has found the blocks
     // live inodes name though the bitmap says free. Taken here, before
@@ -144,7 +146,8 @@ fn alloc_granted(vol: &Volume, h: &mut Handle<'_>, goal: u64, grant: u32) -> Res
 /// (mkdir's directory block, a symlink's block, a growing directory) is
 /// refused here, while the image is as it was, instead of failing
 /// half-way. Cheap once each group has been checked (one flag per group).
-/// ENOSPC is left to the allocation itself.
+/// ENOSPC is left to the allocation itself. Public: the vfs layer checks
+/// before a namespace change begins.
 pub fn check_allocatable(vol: &Volume, goal: u64) -> Result<()> {
     // The first allocation of a session waits for the owner scan: run it
     // here, before the caller's handle begins.
@@ -453,7 +456,8 @@ pub(crate) fn set_runs(vol: &Volume, h: &mut Handle<'_>, runs: &[(u64, u64)], us
 /// Return many runs `(start, len)` to the free pool, changing each group's
 /// bitmap once however many runs fall in it (a truncate of a fragmented
 /// file frees thousands of runs). Runs may cross groups. Groups are
-/// locked one at a time, in ascending order.
+/// locked one at a time, in ascending order. Public, with [`free_blocks`],
+/// for tests of the layers above.
 pub fn free_runs(vol: &Volume, h: &mut Handle<'_>, runs: &[(u64, u64)]) -> Result<()> {
     let pieces = group_pieces(vol, runs, "freeing a block outside the filesystem", true)?;
     // No block another inode still names is freed (owner_scan.rs): all

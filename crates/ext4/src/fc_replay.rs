@@ -12,7 +12,7 @@
 //!   record concerns another inode (e2fsck's `ext4_fc_flush_extents`).
 //!   Bitmap bits follow: blocks cut out are cleared, every block the list
 //!   maps is set (fast commits do not log bitmaps, so a bit may already be
-//!   as wanted; see `Volume::set_block_runs`).
+//!   as wanted; see `balloc::set_runs`).
 //! - `INODE`: the logged record replaces the on-disk one except for
 //!   `i_block` (the extent tree the ranges built), `i_blocks` is counted
 //!   again, and the inode's bitmap bit follows its link count.

@@ -135,7 +135,7 @@ pub struct GroupTable {
     inode_bitmap_bytes: usize,
     block_bitmap_bytes: usize,
     /// Where file inodes went last when their parent's group was full
-    /// (the search for the next one starts there; see `alloc_inode`).
+    /// (the search for the next one starts there; see `ialloc::new_inode`).
     inode_overflow: AtomicU32,
 }
 
@@ -269,7 +269,7 @@ impl GroupTable {
     /// descriptor table and reserved GDT blocks when it carries a backup,
     /// any group's bitmaps and inode table placed inside it (flex_bg), and
     /// the padding past its last block.
-    pub fn implied_block_bitmap(&self, g: usize, geo: &Geometry, sb: &Superblock) -> Result<Vec<u8>> {
+    pub(crate) fn implied_block_bitmap(&self, g: usize, geo: &Geometry, sb: &Superblock) -> Result<Vec<u8>> {
         let bs = geo.block_size();
         let mut bm = vec![0u8; bs];
         let first = geo.group_first_block(g as u64);
@@ -313,7 +313,14 @@ impl GroupTable {
     /// the count does not know of) would hand that block to a second
     /// owner; such a group is marked corrupt and skipped, as the kernel
     /// skips a group with `BBITMAP_CORRUPT`.
-    pub fn block_bitmap_usable(&self, g: usize, gd: &GroupDesc, bm: &[u8], geo: &Geometry, zone: &SystemZone) -> bool {
+    pub(crate) fn block_bitmap_usable(
+        &self,
+        g: usize,
+        gd: &GroupDesc,
+        bm: &[u8],
+        geo: &Geometry,
+        zone: &SystemZone,
+    ) -> bool {
         let st = &self.groups[g].bitmap_state;
         let s = st.load(Ordering::Relaxed);
         if s & BITMAP_BLOCK_CHECKED != 0 {
@@ -337,7 +344,7 @@ impl GroupTable {
     /// count (a cleared bit the count does not know of is a live inode the
     /// bitmap lies about). The kernel marks such a group
     /// `EXT4_GROUP_INFO_IBITMAP_CORRUPT` and allocates elsewhere.
-    pub fn inode_bitmap_usable(&self, g: usize, gd: &GroupDesc, bm: &[u8], geo: &Geometry) -> bool {
+    pub(crate) fn inode_bitmap_usable(&self, g: usize, gd: &GroupDesc, bm: &[u8], geo: &Geometry) -> bool {
         let st = &self.groups[g].bitmap_state;
         let s = st.load(Ordering::Relaxed);
         if s & BITMAP_INODE_CHECKED != 0 {

@@ -130,7 +130,8 @@ pub fn new_record(vol: &Volume, n: &NewInode) -> Inode {
 /// Allocate the number of a new inode of type `ftype` in directory
 /// `parent` (the allocation half of the kernel's `__ext4_new_inode`): a
 /// file near its parent, a directory spread over the groups (see the
-/// module doc). The caller writes the record ([`new_record`]).
+/// module doc). The caller writes the record ([`new_record`]). Public:
+/// the vfs layer creates inodes (create, mkdir, symlink, O_TMPFILE).
 pub fn new_inode(vol: &Volume, h: &mut Handle<'_>, parent: u32, ftype: FileType) -> Result<u32> {
     // The owner scan runs before the first allocation, and before any
     // group lock is taken: it reads the descriptors.
@@ -179,7 +180,7 @@ fn no_free_inodes(vol: &Volume) -> Error {
         .collect();
     if bad.is_empty() {
         let counted_free = vol.groups().iter().any(|g| g.desc().read().free_inodes_count() > 0);
-        if counted_free && vol.owner_map().get().is_some_and(|c| c.any_itable_claimed()) {
+        if counted_free && vol.owner_map().get().is_some_and(|c| c.any_itable_named()) {
             return Error::corrupt_msg(
                 "inode tables",
                 "inode table",
@@ -228,7 +229,7 @@ fn cross_linked_slots(vol: &Volume, g: usize) -> Vec<usize> {
     let ipg = vol.geo().inodes_per_group() as usize;
     let per_block = (vol.block_size() / vol.geo().inode_size()).max(1);
     let table = vol.groups()[g].inode_table();
-    c.itable_claimed_in(table, ipg.div_ceil(per_block) as u64)
+    c.itable_named_in(table, ipg.div_ceil(per_block) as u64)
         .into_iter()
         .flat_map(|b| {
             let s = (b - table) as usize * per_block;
@@ -459,7 +460,8 @@ pub(crate) fn set_used(vol: &Volume, h: &mut Handle<'_>, ino: u32, used: bool, d
 /// inode's blocks and xattr block and written its record with
 /// `i_links_count` 0 and `i_dtime` set (e2fsck expects a deleted inode to
 /// carry a deletion time). A directory lowers the group's
-/// used-directories count.
+/// used-directories count. Public: the vfs layer frees an inode at its
+/// last unlink or close, and undoes a create that failed half-way.
 pub fn free_inode(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &Inode) -> Result<()> {
     if ino < vol.sb().read().first_ino() || ino > vol.geo().inodes_count() {
         return Err(Error::posix(

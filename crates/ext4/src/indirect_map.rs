@@ -50,7 +50,7 @@ pub(crate) struct IndirectMap<'a> {
 }
 
 /// The state of one punch: its range and the blocks freed so far, given
-/// back together at the end (`free_block_runs`: one bitmap change per
+/// back together at the end (`balloc::free_runs`: one bitmap change per
 /// group).
 struct Punch {
     start: u64,

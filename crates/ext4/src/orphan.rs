@@ -37,7 +37,8 @@ use crate::volume::Volume;
 
 /// Put inode `ino` (record `rec`, written here through `h`) at the head
 /// of the orphan list (the kernel's `ext4_orphan_add`). The superblock
-/// reaches the disk at the caller's next `sync_super`.
+/// reaches the disk at the caller's next `sync_super`. Public: the vfs
+/// layer orphans a file unlinked while open (and an O_TMPFILE inode).
 pub fn add(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode) -> Result<()> {
     let mut links = vol.orphans().lock();
     {
@@ -55,7 +56,8 @@ pub fn add(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode) -> Resul
 
 /// Take inode `ino` off the orphan list (the kernel's `ext4_orphan_del`;
 /// its `i_dtime` link is cleared in `rec`, which the caller writes). A
-/// predecessor's link is rewritten through `h`.
+/// predecessor's link is rewritten through `h`. Public: the vfs layer
+/// takes an orphan off at its last close, or when it is linked again.
 pub fn remove(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode) -> Result<()> {
     let mut links = vol.orphans().lock();
     let Some(next) = links.remove(&ino) else {
@@ -103,7 +105,8 @@ pub fn remove(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode) -> Re
 
 /// The orphan chain, head first (for recovery at open). A chain that
 /// loops, leaves the inode table or names a reserved inode is reported
-/// as corrupt rather than followed.
+/// as corrupt rather than followed. Public: the vfs layer empties the
+/// chain at a read-write open.
 pub fn chain(vol: &Volume) -> Result<Vec<u32>> {
     let first_ino = vol.sb().read().first_ino();
     let mut out = Vec::new();
@@ -146,6 +149,7 @@ pub struct OrphanSlot {
 /// an orphan there instead of on the `s_last_orphan` chain when the
 /// feature is on; we only ever read it (our orphans use the chain, which
 /// every reader also honours). A block whose magic is wrong is corrupt.
+/// Public: the vfs layer empties the orphan file at a read-write open.
 pub fn file_slots(vol: &Volume) -> Result<Vec<OrphanSlot>> {
     let ino = vol.sb().read().orphan_file_inum;
     if !vol.geo().has_compat(ext4kit_format::features::compat::ORPHAN_FILE) || ino == 0 {

@@ -161,7 +161,7 @@ impl BlockFoundMap {
 /// The owner sets, scanning every live inode the first time (see the
 /// module doc). Every free and every allocation calls this before it
 /// takes a group lock or changes a bitmap.
-pub fn sets(vol: &Volume) -> Result<&OwnerSets> {
+pub(crate) fn sets(vol: &Volume) -> Result<&OwnerSets> {
     vol.owner_map().get_or_build(|| scan(vol))
 }
 
@@ -171,7 +171,7 @@ pub fn sets(vol: &Volume) -> Result<&OwnerSets> {
 /// is looked at again in its owners' current maps (the scan may have seen
 /// a tree half-restructured), and forgotten when it no longer is. Reads
 /// only.
-pub fn check_free(vol: &Volume, ino: u32, rec: &Inode, runs: &[(u64, u64)]) -> Result<()> {
+pub(crate) fn check_free(vol: &Volume, ino: u32, rec: &Inode, runs: &[(u64, u64)]) -> Result<()> {
     let set = sets(vol)?;
     if set.is_clean() {
         return Ok(());
@@ -221,7 +221,8 @@ pub fn check_free(vol: &Volume, ino: u32, rec: &Inode, runs: &[(u64, u64)]) -> R
 /// Refuse to rewrite inode `ino`'s record when the inode-table block
 /// holding it is also named by an inode's map ([`OwnerMap::check_record`]).
 /// Runs the owner scan if it has not run, so call it before a handle
-/// begins. Reads only.
+/// begins. Reads only. Public: the vfs layer checks every record a
+/// namespace change will rewrite before the change begins.
 pub fn check_record(vol: &Volume, ino: u32) -> Result<()> {
     sets(vol)?;
     let (blk, _) = inode::location(vol, ino)?;
@@ -577,7 +578,7 @@ fn scan(vol: &Volume) -> Result<OwnerSets> {
             }
         }
     }
-    // Inode-table blocks a map names (see `OwnerSets::itable_claimed_in`).
+    // Inode-table blocks a map names (see `OwnerSets::itable_named_in`).
     let itable_blocks = geo.itable_blocks();
     let itable: BTreeSet<u64> = vol
         .groups()

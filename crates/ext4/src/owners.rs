@@ -1,19 +1,22 @@
-//! Who owns which block, as far as freeing needs to know: the sets e2fsck's
-//! pass 1 derives from reading every inode (its "multiply-claimed blocks",
-//! passes 1B-1D), built once per open by the owner scan (`claims.rs`) and
-//! consulted by every free and allocation after it.
+//! Who owns which block, as far as allocating and freeing need to know:
+//! the sets e2fsck's pass 1 derives from reading every inode (its
+//! "multiply-claimed blocks", passes 1B-1D), built once per open by the
+//! owner scan (`owner_scan.rs`) and consulted by every allocation, free
+//! and record rewrite after it.
 //!
-//! [`OwnerSets`] holds three small sets — blocks claimed by more than one
-//! inode (with their claimants), blocks a live inode claims though the
-//! bitmap says free, and xattr blocks named by several inodes — all empty
-//! on a healthy filesystem. After the scan they only shrink: the engine
-//! never makes a block claimed twice, so nothing else keeps them up to
-//! date. [`OwnerMap`] is the volume's slot for them, filled at the first
-//! free.
+//! [`OwnerSets`] holds four small sets — blocks named by more than one
+//! inode (with the inodes naming them), blocks a live inode names though
+//! the bitmap says free, xattr blocks named by several inodes, and
+//! inode-table blocks an inode's map names — all empty on a healthy
+//! filesystem. After the scan they only shrink: the engine never makes a
+//! block named twice, so nothing else keeps them up to date. [`OwnerMap`]
+//! is the volume's slot for them, filled at the first allocation or free;
+//! the checks that need no scan (a refcount, a record's table block, the
+//! forgetting after a free) are its methods.
 //!
-//! Locking: the map's build mutex is held while the scan runs; every free
-//! waits on it ([`OwnerMap::get_or_build`]), so no block is freed while the
-//! scan reads. The sets' own mutexes are held only for a lookup or an
+//! Locking: the map's build mutex is held while the scan runs; every
+//! allocation and free waits on it ([`OwnerMap::get_or_build`]), so no
+//! block is allocated or freed while the scan reads. The sets' own mutexes are held only for a lookup or an
 //! update; `clean` answers the common case (nothing found) with one atomic
 //! load, without them.
 
@@ -230,17 +233,17 @@ impl OwnerSets {
 
     /// The blocks of `[start, start + len)` (an inode table's) that some
     /// inode's map names; empty on a healthy filesystem.
-    pub(crate) fn itable_claimed_in(&self, start: u64, len: u64) -> Vec<u64> {
+    pub(crate) fn itable_named_in(&self, start: u64, len: u64) -> Vec<u64> {
         self.itable.range(start..start.saturating_add(len)).copied().collect()
     }
 
     /// Whether inode-table block `b` is named by an inode's map.
-    pub(crate) fn itable_claimed(&self, b: u64) -> bool {
+    pub(crate) fn itable_named(&self, b: u64) -> bool {
         self.itable.contains(&b)
     }
 
     /// Whether any inode-table block is named by an inode's map.
-    pub(crate) fn any_itable_claimed(&self) -> bool {
+    pub(crate) fn any_itable_named(&self) -> bool {
         !self.itable.is_empty()
     }
 
@@ -266,11 +269,12 @@ impl OwnerSets {
     }
 }
 
-/// The volume's owner sets, built at the first free (see the module doc).
+/// The volume's owner sets, built at the first allocation or free (see the
+/// module doc).
 #[derive(Debug, Default)]
 pub struct OwnerMap {
     set: OnceLock<OwnerSets>,
-    /// Held while the scan runs: frees wait here.
+    /// Held while the scan runs: allocations and frees wait here.
     build: Mutex<()>,
 }
 
@@ -358,7 +362,7 @@ impl OwnerMap {
     /// block holding the root). Nothing is known before the scan.
     pub(crate) fn check_record(&self, ino: u32, blk: u64) -> Result<()> {
         match self.get() {
-            Some(set) if set.itable_claimed(blk) => Err(Error::corrupt_msg(
+            Some(set) if set.itable_named(blk) => Err(Error::corrupt_msg(
                 format!("inode {ino}"),
                 "inode table",
                 format!(

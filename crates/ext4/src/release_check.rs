@@ -65,7 +65,8 @@ struct CheckedMap {
 /// its block map reads whole and names only blocks inside the filesystem
 /// and outside the system zone, its xattrs parse and store no value in an
 /// EA inode, and no block it frees is named by another inode too
-/// (`owner_scan.rs`). Reads only.
+/// (`owner_scan.rs`). Reads only. Public: the vfs layer checks before the
+/// last name of an inode goes.
 pub fn release(vol: &Volume, ino: u32, rec: &Inode) -> Result<()> {
     let map = checked_map(vol, ino, rec)?;
     let acl = rec.file_acl();
@@ -92,7 +93,8 @@ pub fn release(vol: &Volume, ino: u32, rec: &Inode) -> Result<()> {
 /// cross-link: writing it in place would overwrite the other owner's
 /// block), and its refcount agrees with the inodes naming it. The inode's
 /// own record, rewritten too, must not lie in a cross-linked inode-table
-/// block ([`owner_scan::check_record`]). Reads only.
+/// block ([`owner_scan::check_record`]). Reads only. Public: the vfs
+/// layer checks before setxattr and removexattr begin.
 pub fn xattr_change(vol: &Volume, ino: u32, rec: &Inode) -> Result<()> {
     owner_scan::check_record(vol, ino)?;
     let acl = rec.file_acl();
@@ -113,7 +115,8 @@ pub fn xattr_change(vol: &Volume, ino: u32, rec: &Inode) -> Result<()> {
 /// zeroed, `p.tail` — is named by another inode too, and the inode's
 /// record (rewritten with the new map and size) does not lie in a
 /// cross-linked inode-table block ([`owner_scan::check_record`]). Reads
-/// only.
+/// only. Public: the vfs layer checks before truncate, hole punch and
+/// collapse begin.
 pub fn punch(vol: &Volume, p: &Punch<'_>) -> Result<()> {
     let Punch {
         ino,

@@ -23,7 +23,7 @@ impl SystemZone {
     /// The zone of the filesystem `geo` and `sb` describe, whose groups'
     /// bitmaps and inode tables are `metas` (block bitmap, inode bitmap,
     /// inode table: [`crate::group::Group::meta`], in group order).
-    pub fn new(geo: &Geometry, sb: &Superblock, metas: impl Iterator<Item = (u64, u64, u64)>) -> SystemZone {
+    pub(crate) fn new(geo: &Geometry, sb: &Superblock, metas: impl Iterator<Item = (u64, u64, u64)>) -> SystemZone {
         let itb = geo.itable_blocks();
         let mut v = Vec::new();
         let meta_bg = geo.has_incompat(incompat::META_BG);

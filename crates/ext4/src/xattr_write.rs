@@ -373,13 +373,13 @@ fn store_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, b: B
 /// the last reference. A freed block is never dirtied by this handle,
 /// so the commit cannot write stale metadata over its next owner.
 /// The last reference is released only if no other inode still names
-/// the block (`claims.rs`: a refcount that lies is damage, refused).
+/// the block (`owner_scan.rs`: a refcount that lies is damage, refused).
 fn release_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, nr: u64) -> Result<()> {
     let seed = vol.geo().csum_seed();
     let last = h.modify(nr, |d| {
         let rc = le32(d, 4);
         // Under the block's lock, where the count of inodes naming the
-        // block moves with the refcount (claims.rs).
+        // block moves with the refcount (owner_scan.rs).
         vol.owner_map().check_xattr_refcount(ino, nr, rc)?;
         if rc <= 1 {
             // Returning an error leaves the block out of the handle.

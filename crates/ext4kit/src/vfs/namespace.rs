@@ -366,7 +366,7 @@ impl Fs {
             release_check::release(&self.vol, ino, &vrec)?;
         }
         // Both records are rewritten: neither may lie in a cross-linked
-        // inode-table block (claims.rs).
+        // inode-table block (owner_scan.rs).
         owner_scan::check_record(&self.vol, parent)?;
         owner_scan::check_record(&self.vol, ino)?;
         let t = now();
@@ -763,7 +763,7 @@ impl Fs {
             dir_insert::check_insertable(&self.vol, nref)?;
         }
         // Every record the rename rewrites: none may lie in a cross-linked
-        // inode-table block (claims.rs).
+        // inode-table block (owner_scan.rs).
         for ino in [old_dir, new_dir, sino]
             .into_iter()
             .chain(dst.as_ref().map(|_| t_ino(&dst)))
