@@ -39,6 +39,11 @@
 //!   such a block, and no record there is rewritten: that would change
 //!   what the other owner holds.
 //!
+//! And one finding: a block of the journal that another inode names too
+//! (a flipped pointer into the log). The log is written round and round,
+//! so any commit may overwrite it: every handle and every commit is then
+//! refused ([`OwnerMap::check_journal`]), leaving the image as it was.
+//!
 //! On a healthy filesystem all four are empty, and the cost after the
 //! scan is one atomic load per free and per allocation.
 //!
@@ -69,6 +74,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
 use ext4kit_format::extent::{Extent, ExtentHeader, ExtentIndex, EXTENT_MAGIC, MAX_DEPTH};
+use ext4kit_format::features::compat;
 use ext4kit_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use ext4kit_format::indirect;
 use ext4kit_format::inode::{FileType, Inode, GOOD_OLD_INODE_SIZE};
@@ -78,7 +84,7 @@ use crate::error::{Error, Result};
 use crate::inode;
 #[cfg(doc)]
 use crate::owners::OwnerMap;
-use crate::owners::{cross_linked, OwnerSets, Role, ScanStats};
+use crate::owners::{cross_linked, Findings, OwnerSets, Role, ScanStats};
 use crate::volume::Volume;
 
 /// e2fsck's `block_found_map`: one bit per block of the groups that hold
@@ -595,7 +601,18 @@ fn scan(vol: &Volume) -> Result<OwnerSets> {
         elapsed: t0.elapsed(),
         peak_bytes: found.bytes,
     };
-    Ok(OwnerSets::new(multi, unmarked, shared_xattr, itable, stats))
+    Ok(OwnerSets::new(Findings {
+        multi,
+        unmarked,
+        shared_xattr,
+        itable,
+        journal_ino: if geo.has_compat(compat::HAS_JOURNAL) {
+            vol.sb().read().journal_inum
+        } else {
+            0
+        },
+        stats,
+    }))
 }
 
 #[cfg(test)]

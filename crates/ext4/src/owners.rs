@@ -8,7 +8,8 @@
 //! inode (with the inodes naming them), blocks a live inode names though
 //! the bitmap says free, xattr blocks named by several inodes, and
 //! inode-table blocks an inode's map names — all empty on a healthy
-//! filesystem. After the scan they only shrink: the engine never makes a
+//! filesystem; and whether a journal block is among the blocks named
+//! twice, which stops every log write. After the scan they only shrink: the engine never makes a
 //! block named twice, so nothing else keeps them up to date. [`OwnerMap`]
 //! is the volume's slot for them, filled at the first allocation or free;
 //! the checks that need no scan (a refcount, a record's table block, the
@@ -85,6 +86,24 @@ impl Sets {
     }
 }
 
+/// What the owner scan found, handed to [`OwnerSets::new`].
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// Blocks named more than once, with the inodes naming them.
+    pub multi: BTreeMap<u64, Vec<(u32, Role)>>,
+    /// Named blocks the bitmap marks free.
+    pub unmarked: BTreeSet<u64>,
+    /// Xattr blocks named by several inodes, and by how many.
+    pub shared_xattr: HashMap<u64, u32>,
+    /// Inode-table blocks an inode's map names.
+    pub itable: BTreeSet<u64>,
+    /// The journal inode (`s_journal_inum`; 0 without one): a block of it
+    /// in `multi` stops every log write.
+    pub journal_ino: u32,
+    /// The scan's figures.
+    pub stats: ScanStats,
+}
+
 /// The blocks whose owners are not simply "one inode, marked in use" (see
 /// the module doc).
 #[derive(Debug)]
@@ -97,6 +116,10 @@ pub struct OwnerSets {
     /// the xattr release path looks: legitimately shared blocks are common
     /// where ACLs are, and must not slow every free).
     shared_xattr: Mutex<HashMap<u64, u32>>,
+    /// A block of the journal that another inode's map names too, with the
+    /// inodes naming it: every log write could change what that inode
+    /// holds, so none is made ([`OwnerMap::check_journal`]).
+    journal_shared: Option<(u64, Vec<(u32, Role)>)>,
     /// Inode-table blocks some inode's map names: the bad-blocks inode
     /// listing them, or a file whose map points into the table (e2fsck's
     /// "conflicts with critical metadata"). Their records are not handed
@@ -108,24 +131,27 @@ pub struct OwnerSets {
 }
 
 impl OwnerSets {
-    /// What a scan found: blocks claimed more than once with their
-    /// claimants (`multi`), claimed blocks the bitmap marks free
-    /// (`unmarked`), xattr blocks named by several inodes and by how many
-    /// (`shared_xattr`), inode-table blocks an inode's map names
-    /// (`itable`), and the scan's figures.
-    pub fn new(
-        multi: BTreeMap<u64, Vec<(u32, Role)>>,
-        unmarked: BTreeSet<u64>,
-        shared_xattr: HashMap<u64, u32>,
-        itable: BTreeSet<u64>,
-        stats: ScanStats,
-    ) -> OwnerSets {
+    /// The sets of what a scan found.
+    pub fn new(found: Findings) -> OwnerSets {
+        let Findings {
+            multi,
+            unmarked,
+            shared_xattr,
+            itable,
+            journal_ino,
+            stats,
+        } = found;
+        let journal_shared = (journal_ino != 0)
+            .then(|| multi.iter().find(|(_, by)| by.iter().any(|c| c.0 == journal_ino)))
+            .flatten()
+            .map(|(&b, by)| (b, by.clone()));
         let sets = Sets { multi, unmarked };
         let clean = sets.is_empty();
         OwnerSets {
             sets: Mutex::new(sets),
             clean: AtomicBool::new(clean),
             shared_xattr: Mutex::new(shared_xattr),
+            journal_shared,
             itable,
             stats,
         }
@@ -349,6 +375,30 @@ impl OwnerMap {
     pub(crate) fn xattr_unref(&self, nr: u64) {
         if let Some(set) = self.get() {
             set.xattr_unref(nr);
+        }
+    }
+
+    /// Refuse to write the journal when the scan found one of its blocks
+    /// named by another inode too (a flipped pointer or a bad repair
+    /// pointing into the log): the log is written round and round, so any
+    /// commit may overwrite that block, and what the other inode holds
+    /// would change with it (e2fsck reads it as that inode's data or map).
+    /// Nothing is known before the scan.
+    pub fn check_journal(&self) -> Result<()> {
+        match self.get().and_then(|s| s.journal_shared.as_ref()) {
+            Some((b, by)) => {
+                let who: Vec<String> = by.iter().map(|(i, r)| format!("inode {i} ({})", r.name())).collect();
+                Err(Error::corrupt_msg(
+                    "journal",
+                    "journal",
+                    format!(
+                        "journal block {b} is also named by {} (cross-linked): writing the log would change what \
+                         that inode holds",
+                        who.join(" and ")
+                    ),
+                ))
+            }
+            None => Ok(()),
         }
     }
 

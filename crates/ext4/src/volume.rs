@@ -40,7 +40,7 @@ use crate::error::{Errno, Error, Result};
 use crate::fs_errors::FsErrors;
 use crate::geometry::Geometry;
 use crate::group::GroupTable;
-use crate::journal_io::{Journal, MetaIo};
+use crate::journal_io::{Journal, MetaIo, MetaParts};
 use crate::orphan_links::OrphanLinks;
 use crate::owners::OwnerMap;
 use crate::reservation::Reservations;
@@ -335,7 +335,14 @@ impl Volume {
     /// The parts a metadata change and the journal write through.
     #[inline]
     pub(crate) fn meta_io(&self) -> MetaIo<'_> {
-        MetaIo::new(&self.bcache, &self.disk, &self.sup, &self.budget, self.geo.block_size())
+        MetaIo::new(MetaParts {
+            bcache: &self.bcache,
+            disk: &self.disk,
+            sup: &self.sup,
+            budget: &self.budget,
+            owners: &self.owners,
+            block_size: self.geo.block_size(),
+        })
     }
 
     /// Free blocks and delayed-allocation reservations.
@@ -422,6 +429,12 @@ impl Volume {
         }
         if self.errors.failed() {
             return Err(self.errors.refused_after_error());
+        }
+        if self.jbd.is_journaled() {
+            // A journal sharing a block with a file cannot be written
+            // (found by the owner scan, which the operations run before
+            // their handle): refused while nothing has changed.
+            self.owners.check_journal()?;
         }
         Ok(Handle::begin(
             self.meta_io(),

@@ -59,6 +59,74 @@ fn write_operations_on_damaged_images_never_make_them_worse() {
     assert!(failures.is_empty(), "{} cases broke the rule:\n{}", failures.len(), report.failure_lines());
 }
 
+/// Shapes of the seeded corpus's failures, rebuilt with the library and
+/// debugfs.
+mod corpus_shapes {
+    use std::path::Path;
+    use std::process::Command;
+    use std::sync::Arc;
+
+    use ext4kit::{Cred, Fs, OpenOptions};
+    use ext4kit_fuzz::damaged::fsck::Fsck;
+    use ext4kit_testkit::Scratch;
+
+    fn open_rw(img: &Path) -> Arc<Fs> {
+        Fs::open_image(img, &OpenOptions { read_only: false, ..Default::default() }).unwrap()
+    }
+
+    /// Seed 881: an htree directory whose extent tree lost entries, so the
+    /// leaves the index names are holes. A name going in (mkdir, create)
+    /// would meet the hole only after its inode was allocated, and without
+    /// a journal that half-made create stayed on disk. Refused first,
+    /// naming the hole, with the image as it was; a lookup still answers.
+    #[test]
+    fn a_name_bound_for_a_hole_leaf_is_refused_before_anything_changes() {
+        let dir = Scratch::dir("ext4kit-shape-htree-hole");
+        let img = dir.join("fs.img");
+        ext4kit_testkit::run_ok(
+            Command::new("mke2fs")
+                .args(["-q", "-F", "-t", "ext4", "-b", "1024", "-O", "^has_journal"])
+                .arg(&img)
+                .arg("8M"),
+            &[0],
+        )
+        .unwrap_or_else(|e| panic!("{e} (apt-get install e2fsprogs)"));
+        let root = Cred::root();
+        let nblocks = {
+            let fs = open_rw(&img);
+            fs.mkdir(b"/big", 0o755, &root).unwrap();
+            for i in 0..200 {
+                let name = format!("/big/a-rather-long-file-name-to-fill-leaves-{i:04}");
+                fs.write_file(name.as_bytes(), &[], 0o644, 0, 0).unwrap();
+            }
+            fs.sync().unwrap();
+            fs.stat(b"/big").unwrap().size / 1024
+        };
+        assert!(nblocks >= 3, "an htree with several leaves: {nblocks} blocks");
+        let out = ext4kit_testkit::run_ok(
+            Command::new("debugfs").args(["-w", "-R", &format!("punch /big 1 {}", nblocks - 1)]).arg(&img),
+            &[0],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.status.success());
+        let f = Fsck::run(&img).unwrap();
+        assert!(f.code != 0, "the damage is not there:\n{}", f.raw);
+        let before = std::fs::read(&img).unwrap();
+        let fs = open_rw(&img);
+        for (what, r) in [
+            ("mkdir", fs.mkdir(b"/big/newdir", 0o755, &root).map(|_| ())),
+            ("create", fs.write_file(b"/big/newfile", b"x", 0o644, 0, 0).map(|_| ())),
+        ] {
+            let e = r.expect_err("the leaf is a hole").to_string();
+            assert!(e.contains("is a hole") && e.contains("run e2fsck"), "{what}: {e}");
+        }
+        assert!(fs.stat(b"/big/no-such-name").is_err());
+        fs.sync().unwrap();
+        drop(fs);
+        assert!(std::fs::read(&img).unwrap() == before, "a refusal changed the image");
+    }
+}
+
 /// The shapes of e2fsprogs' corrupt test images that writes made worse
 /// (`ext4kit-damaged --e2fsprogs`), rebuilt here with mke2fs and debugfs:
 /// CI uses nothing fetched. Each writes through the library and compares
@@ -513,6 +581,48 @@ mod cross_linked {
     #[test]
     fn every_path_that_frees_a_cross_linked_block_refuses_ext2() {
         every_path_refuses(true);
+    }
+
+    /// A block of the journal that a file's map names too (a flipped
+    /// pointer into the log: the corpus's seed 864 has the resize inode's
+    /// doubly-indirect block naming one). The log is written round and
+    /// round, so any commit may overwrite what the file holds — e2fsck
+    /// then reads new "illegal blocks" in it. Every write is refused,
+    /// naming the block, with the image as it was: those that run the
+    /// owner scan first at their handle's start, and one that allocates
+    /// and frees nothing (chmod: its handle begins before any scan) at its
+    /// commit.
+    #[test]
+    fn a_journal_block_a_file_names_stops_every_write() {
+        let dir = Scratch::dir("ext4kit-xlinked-journal");
+        let img = base(&dir, false);
+        // The journal's tenth block: the first commits write it.
+        let shared: u64 = run(Command::new("debugfs").args(["-R", "blocks <8>"]).arg(&img))
+            .split_whitespace()
+            .nth(9)
+            .unwrap()
+            .parse()
+            .unwrap();
+        cross_link_b(&img, false, shared);
+        let f = Fsck::run(&img).unwrap();
+        assert!(f.raw.contains("Multiply-claimed"), "the damage is not there:\n{}", f.raw);
+        let root = Cred::root();
+        refused(&img, "mkdir /new", shared, |fs| fs.mkdir(b"/new", 0o755, &root).map(|_| ()));
+        refused(&img, "put /new", shared, |fs| fs.write_file(b"/new", b"x", 0o644, 0, 0).map(|_| ()));
+        refused(&img, "rm /c", shared, |fs| fs.unlink(b"/c", &root));
+        let work = img.with_file_name("work.img");
+        std::fs::copy(&img, &work).unwrap();
+        let before = std::fs::read(&work).unwrap();
+        {
+            let fs = open_rw(&work);
+            fs.chmod(b"/c", 0o600, &root).unwrap();
+            let e = fs.mkdir(b"/new", 0o755, &root).expect_err("the scan found the journal cross-linked").to_string();
+            assert!(e.contains(&format!("block {shared}")) && e.contains("run e2fsck"), "{e}");
+            let e = fs.sync().expect_err("chmod's commit is refused").to_string();
+            assert!(e.contains(&format!("block {shared}")) && e.contains("cross-linked"), "{e}");
+        }
+        let after = std::fs::read(&work).unwrap();
+        assert!(compare_images(&before, &after) == Some(false), "the refused commit changed the image");
     }
 
     /// An orphan (an open, unlinked file at the crash: links 0, on the
