@@ -17,9 +17,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ext4kit::device::{partitions, probe_ext, BlockDevice, FileDevice, Partition, PartitionTable};
 use ext4kit::Location;
-use ext4kit_blockdev::partition::{partitions, probe_ext, Partition, PartitionTable};
-use ext4kit_blockdev::{BlockDevice, FileDevice};
 
 use crate::fmt::human;
 
@@ -223,7 +222,7 @@ impl Image {
         let Ok(disk) = FileDevice::open(&self.path, false) else {
             return Ok(());
         };
-        let Ok(dev) = ext4kit_blockdev::open_location(Arc::new(disk), self.loc) else {
+        let Ok(dev) = ext4kit::device::open_location(Arc::new(disk), self.loc) else {
             return Ok(());
         };
         if probe_ext(&*dev, 0).is_some() {

@@ -32,8 +32,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use ext4kit_testkit::mountpeer::{mkfs_ext4, Peer, PeerMount};
-use ext4kit_testkit::{e2fsck_clean, ext4kit_bin};
+use ext4kit_testkit::mountpeer::{assert_same_observations, mkfs_ext4, Peer, PeerMount};
+use ext4kit_testkit::{e2fsck_clean, ext4kit_bin, sh_as};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ext4kit");
 const NOBODY: u32 = 65534;
@@ -92,30 +92,6 @@ fn rc(r: Result<(), i32>) -> String {
 
 fn io_rc<T>(r: std::io::Result<T>) -> String {
     rc(r.map(|_| ()).map_err(|e| e.raw_os_error().unwrap_or(-1)))
-}
-
-/// Run `script` with `sh -c` in `dir` as `uid` (root: directly; others
-/// through `setpriv`, with no capabilities and no supplementary groups).
-/// Returns the exit code.
-fn sh_as(uid: u32, dir: &Path, script: &str) -> i32 {
-    let mut c = if uid == 0 {
-        Command::new("sh")
-    } else {
-        let mut c = Command::new("setpriv");
-        c.args([
-            &format!("--reuid={uid}"),
-            &format!("--regid={uid}"),
-            "--clear-groups",
-            "sh",
-        ]);
-        c
-    };
-    c.args(["-c", script])
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    c.status().unwrap().code().unwrap_or(-1)
 }
 
 fn perm(p: &Path) -> String {
@@ -191,22 +167,7 @@ fn same_as_kernel(tag: &str, scenario: &dyn Fn(&Path) -> Log) {
     let work = workdir(tag);
     let kernel = run_on(&Peer::Kernel, &work, scenario);
     let ours = run_on(&Peer::Ext4kit(ext4kit_bin(BIN)), &work, scenario);
-    if std::env::var_os("EXT4KIT_POSIX_GAPS_SHOW").is_some() {
-        eprintln!("{tag}, the kernel's observations:\n  {}", kernel.join("\n  "));
-    }
-    let diff: Vec<String> = kernel
-        .iter()
-        .zip(ours.iter().chain(std::iter::repeat(&String::new())))
-        .filter(|(k, o)| k != o)
-        .map(|(k, o)| format!("  kernel:  {k}\n  ext4kit: {o}"))
-        .collect();
-    assert!(
-        diff.is_empty() && kernel.len() == ours.len(),
-        "{tag}: ext4kit differs from the kernel's ext4:\n{}\n(kernel {} observations, ext4kit {})",
-        diff.join("\n"),
-        kernel.len(),
-        ours.len()
-    );
+    assert_same_observations(tag, &kernel, &ours, "EXT4KIT_POSIX_GAPS_SHOW");
     e2fsck_clean(&work.join("ext4kit.img")).unwrap();
     let _ = fs::remove_dir_all(&work);
 }

@@ -1,20 +1,22 @@
 //! The metadata buffer cache: blocks of extent nodes, indirect maps,
 //! directories and xattrs, keyed by physical block number.
 //!
-//! Concurrency: lookups are lock-free reads of a concurrent map (papaya);
-//! a miss reads the block without holding any lock, so two threads missing
-//! the same block may both read it and one insert wins — harmless for clean
-//! metadata. What a miss read can be older than the disk, though: a writer
-//! may cache the block, change it, and have the change written home and
-//! evicted while the read is in flight. So a block leaves the map only
-//! under its stripe lock, counted in its stripe's removal count, and a
-//! miss inserts what it read under that lock only if no removal was
-//! counted since its read began (else it reads again). Each buffer carries
-//! a once-only validation slot (seed 004: a directory block is checked
-//! when it comes from disk, then trusted).
+//! Concurrency: lookups are lock-free reads of a concurrent map (an
+//! `ext4kit_cache::Cache`); a miss reads the block without holding any
+//! lock, so two threads missing the same block may both read it and one
+//! insert wins — harmless for clean metadata. What a miss read can be
+//! older than the disk, though: a writer may cache the block, change it,
+//! and have the change written home and evicted while the read is in
+//! flight. So the cache counts its removals (the miss rule of
+//! `ext4kit_cache`, by counted removals): a block leaves the map only under
+//! its stripe lock, counted on the stripe, and a miss inserts what it read
+//! under that lock only if no removal was counted since its read began
+//! (else it reads again). Each buffer carries a once-only validation slot
+//! (htree, no linear scan: a directory block is checked when it comes from
+//! disk, then trusted).
 //!
 //! Writers change a block in its *draft*: a private copy kept under the
-//! block's stripe lock ([`Stripe`]), edited in place by every later
+//! block's stripe lock ([`Drafts`]), edited in place by every later
 //! transaction while no reader asks for the block. The map meanwhile holds
 //! a placeholder for it, and a reader that finds one takes the stripe lock
 //! and publishes the draft as a new immutable version (a move, not a copy);
@@ -24,7 +26,7 @@
 //! written into, a directory's own inode — is copied once per checkpoint
 //! instead of once per change: copying whole 4 KiB blocks (and freeing the
 //! old versions later) was a fifth of a create by 1,000,000 files in one
-//! directory, and the part of it that grew with the directory (seed 004).
+//! directory, and the part of it that grew with the directory.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -32,8 +34,7 @@ use std::sync::{Arc, OnceLock};
 use ext4kit_format::htree::{DxIndex, DxInfo};
 use ext4kit_format::FormatError;
 
-use crate::budget::MemoryBudget;
-use crate::clock::{Clock, Visit};
+use ext4kit_cache::{Cache, Counted, Fill, MemoryBudget, Visit};
 
 /// One cached block.
 #[derive(Debug)]
@@ -49,7 +50,7 @@ pub struct Buffer {
     /// dx node), decoded once: a version never changes — writers install a
     /// new buffer — and every create probes the index twice (lookup, then
     /// insert). Re-decoding a root of 300 entries was a fifth of a create
-    /// at 50,000 names, and grew with the directory (seed 004).
+    /// at 50,000 names, and grew with the directory.
     dx: OnceLock<(Option<DxInfo>, Arc<DxIndex>)>,
     referenced: AtomicBool,
     /// Changed in memory and not yet written: never evicted (a later
@@ -77,7 +78,7 @@ impl Buffer {
             data,
             checked: OnceLock::new(),
             dx: OnceLock::new(),
-            // Unreferenced until used again (see `crate::clock`).
+            // Unreferenced until used again (see `ext4kit_cache::clock`).
             referenced: AtomicBool::new(false),
             dirty: AtomicBool::new(false),
             draft: false,
@@ -119,44 +120,41 @@ impl Buffer {
     }
 }
 
-/// The drafts of the blocks that hash to one stripe of the per-block
-/// write locks (the analogue of `lock_buffer`). A writer of metadata block
-/// `b` holds stripe `b % N` from reading the block to finishing its change,
-/// so two transactions touching one block (two inodes in one inode-table
-/// block) never lose an update; a reader takes it only to publish a draft,
-/// and a writer's read of a block it is about to change (`read_newest`) to
-/// read the draft in place.
+/// The drafts of the blocks of one stripe of the per-block write locks
+/// (the analogue of `lock_buffer`): the cache's stripe locks guard them. A
+/// writer of metadata block `b` holds stripe `b % N` from reading the
+/// block to finishing its change, so two transactions touching one block
+/// (two inodes in one inode-table block) never lose an update; a reader
+/// takes it only to publish a draft, and a writer's read of a block it is
+/// about to change (`read_newest`) to read the draft in place. The same
+/// lock orders removals against misses (the module doc).
 #[derive(Debug, Default)]
-pub struct Stripe {
+pub struct Drafts {
     drafts: foldhash::HashMap<u64, Box<[u8]>>,
 }
 
 /// A held stripe lock.
-pub type StripeGuard<'a> = parking_lot::MutexGuard<'a, Stripe>;
+pub type StripeGuard<'a> = ext4kit_cache::StripeGuard<'a, Drafts>;
 
+/// Stripes of the write locks (and of the removal counts).
 const STRIPES: usize = 1024;
 
-fn stripe_of(block: u64) -> usize {
-    (block % STRIPES as u64) as usize
-}
+/// The map, its clock and its stripes.
+type Buffers = Cache<u64, Arc<Buffer>, Counted<Drafts>>;
+type BuffersRef<'a> = ext4kit_cache::CacheRef<'a, u64, Arc<Buffer>, Counted<Drafts>>;
 
 /// Bounded concurrent cache of metadata blocks.
 #[derive(Debug)]
 pub struct BufferCache {
-    map: crate::cachemap::Map<u64, Arc<Buffer>>,
-    /// The memory shared with the page cache; `budget.buffers` counts the
-    /// bytes cached here.
+    /// The buffers, their eviction order, and per stripe of blocks the
+    /// write lock with the drafts it guards and the count of removals a
+    /// miss compares before its read and before its insert.
+    map: Buffers,
+    /// The memory shared with the page cache; the buffer bytes in it are
+    /// the ones cached here.
     budget: Arc<MemoryBudget>,
-    /// Eviction order (keys of `map`).
-    clock: Clock<u64>,
-    /// Per-block write locks and the drafts they guard.
-    stripes: Box<[parking_lot::Mutex<Stripe>]>,
-    /// Per stripe: how many of its blocks have left the map (evicted or
-    /// forgotten), counted under the stripe lock. A miss compares it
-    /// before its read and before its insert (see the module doc).
-    removals: Box<[AtomicU64]>,
     /// When to sweep, and whether the background worker does it.
-    pub trigger: crate::flusher::Trigger,
+    pub trigger: ext4kit_cache::flusher::Trigger,
     block_size: usize,
     /// Blocks read from the device (cache misses).
     pub misses: AtomicU64,
@@ -169,11 +167,8 @@ impl BufferCache {
     pub fn new(block_size: usize, budget: Arc<MemoryBudget>) -> Self {
         BufferCache {
             // 256 removed versions (4 KiB each) per thread at most: 1 MiB.
-            map: crate::cachemap::churning(256),
+            map: Cache::new(Default::default(), 256, Counted::new(STRIPES)),
             budget,
-            clock: Clock::default(),
-            stripes: (0..STRIPES).map(|_| parking_lot::Mutex::default()).collect(),
-            removals: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             trigger: Default::default(),
             block_size,
             misses: AtomicU64::new(0),
@@ -183,15 +178,7 @@ impl BufferCache {
 
     /// Lock `block`'s stripe: the right to change it (see [`Stripe`]).
     pub fn lock(&self, block: u64) -> StripeGuard<'_> {
-        self.stripes[stripe_of(block)].lock()
-    }
-
-    /// Count a removal of `block` from the map; the caller holds its
-    /// stripe lock and removes it right after.
-    fn note_removal(&self, block: u64) {
-        // Release: a miss that sees this count (Acquire) reads after the
-        // removed version was written home (eviction takes only clean ones).
-        self.removals[stripe_of(block)].fetch_add(1, Ordering::Release);
+        self.map.lock(&block)
     }
 
     /// The cached buffer for `block`, reading it with `read` on a miss.
@@ -236,7 +223,7 @@ impl BufferCache {
     }
 
     fn hit(&self, b: Arc<Buffer>) -> Arc<Buffer> {
-        crate::clock::touch(&b.referenced);
+        ext4kit_cache::clock::touch(&b.referenced);
         self.hits.fetch_add(1, Ordering::Relaxed);
         b
     }
@@ -256,31 +243,49 @@ impl BufferCache {
         mut read: impl FnMut(&mut [u8]) -> Result<(), E>,
     ) -> Result<Arc<Buffer>, E> {
         self.misses.fetch_add(1, Ordering::Relaxed);
-        let removals = &self.removals[stripe_of(block)];
-        let mut data = vec![0u8; self.block_size].into_boxed_slice();
-        let _g = match held {
-            Some(_) => {
+        if let Some(g) = held {
+            // A miss under the stripe lock: no removal can meet it, so
+            // this loop runs once.
+            loop {
+                let miss = g.miss();
+                let mut data = vec![0u8; self.block_size].into_boxed_slice();
                 read(&mut data)?;
-                None
-            }
-            None => loop {
-                let before = removals.load(Ordering::Acquire);
-                read(&mut data)?;
-                let g = self.lock(block);
-                // Removals are counted under this lock, so the count read
-                // now covers every removal that could precede our insert.
-                if removals.load(Ordering::Relaxed) == before {
-                    break Some(g);
+                if let Some(got) = self.insert_read(g, &miss, block, data) {
+                    return Ok(got);
                 }
-            },
-        };
-        let buf = Arc::new(Buffer::new(block, data));
-        let m = self.map.pin();
-        let got = m.get_or_insert(block, buf.clone()).clone();
-        if Arc::ptr_eq(&got, &buf) {
-            self.added(&m, block);
+            }
         }
-        Ok(got)
+        loop {
+            let miss = self.map.miss(&block);
+            let mut data = vec![0u8; self.block_size].into_boxed_slice();
+            read(&mut data)?;
+            let g = self.lock(block);
+            if let Some(got) = self.insert_read(&g, &miss, block, data) {
+                return Ok(got);
+            }
+        }
+    }
+
+    /// Cache what a miss of `block` read, under its stripe lock `g`; what
+    /// is cached by then wins. `None`: a removal was counted since the
+    /// miss began (see `fill`).
+    fn insert_read(
+        &self,
+        g: &StripeGuard<'_>,
+        miss: &ext4kit_cache::Miss,
+        block: u64,
+        data: Box<[u8]>,
+    ) -> Option<Arc<Buffer>> {
+        let m = self.map.pin();
+        match m.fill(g, miss, block, Arc::new(Buffer::new(block, data))) {
+            Fill::Inserted(b) => {
+                let b = b.clone();
+                self.added(&m);
+                Some(b)
+            }
+            Fill::Cached(b) => Some(b.clone()),
+            Fill::Stale => None,
+        }
     }
 
     /// Run `f` on `block`'s newest bytes for a writer about to change it:
@@ -338,8 +343,8 @@ impl BufferCache {
             let m = self.map.pin();
             // The placeholder goes in while the stripe is held, so a reader
             // that finds it finds the draft too once it gets the lock.
-            if m.insert(block, Arc::new(Buffer::placeholder(block))).is_none() {
-                self.added(&m, block);
+            if m.insert_current(block, Arc::new(Buffer::placeholder(block))).is_none() {
+                self.added(&m);
             }
         }
     }
@@ -349,9 +354,8 @@ impl BufferCache {
     /// `replace` (new inode-table blocks, directory leaves, extent nodes),
     /// which in a create storm are most of them — with only misses
     /// counted, the cache grew to 3.5 times its budget by 800,000 creates.
-    fn added(&self, m: &crate::cachemap::MapRef<'_, u64, Arc<Buffer>>, block: u64) {
-        self.clock.push(block);
-        let now = self.budget.buffers.fetch_add(self.block_size, Ordering::Relaxed) + self.block_size;
+    fn added(&self, m: &BuffersRef<'_>) {
+        let now = self.budget.charge_buffers(self.block_size);
         let limit = self.budget.buffer_limit();
         // Past the threshold the background worker sweeps; only past it by
         // another quarter of the limit (the worker is behind) do we.
@@ -370,7 +374,7 @@ impl BufferCache {
 
     /// Sweep to three quarters of `limit` (dirty buffers stay, so it may
     /// stop short).
-    fn sweep_down(&self, m: &crate::cachemap::MapRef<'_, u64, Arc<Buffer>>, limit: usize) {
+    fn sweep_down(&self, m: &BuffersRef<'_>, limit: usize) {
         self.trigger.sweep(limit, || {
             self.evict(m, limit / 4 * 3);
             self.cached_bytes()
@@ -420,14 +424,13 @@ impl BufferCache {
             // under the stripe lock: this cannot happen. Were it to, the
             // placeholder goes and the block is read again.
             debug_assert!(false, "placeholder of block {block} without a draft");
-            self.note_removal(block);
-            if m.remove(&block).is_some() {
-                self.budget.buffers.fetch_sub(self.block_size, Ordering::Relaxed);
+            if m.remove(g, &block).is_some() {
+                self.budget.release_buffers(self.block_size);
             }
             return None;
         };
         let b = Arc::new(Buffer::written(block, data));
-        m.insert(block, b.clone());
+        m.insert_current(block, b.clone());
         Some(b)
     }
 
@@ -447,33 +450,34 @@ impl BufferCache {
     pub fn forget_locked(&self, g: &mut StripeGuard<'_>, block: u64) {
         g.drafts.remove(&block);
         let m = self.map.pin();
-        self.note_removal(block);
-        if m.remove(&block).is_some() {
-            self.budget.buffers.fetch_sub(self.block_size, Ordering::Relaxed);
+        if m.remove(g, &block).is_some() {
+            self.budget.release_buffers(self.block_size);
         }
-        self.clock.compact_if(m.len(), |blk| m.get(blk).is_some());
+        m.compact();
     }
 
     /// Second-chance (clock) eviction down to `target` bytes: a buffer
     /// used since the last sweep survives once.
-    /// In clock order, never by iterating the map (see `crate::clock`).
-    /// A block whose stripe is locked stays this time: the sweep runs
-    /// inside `added`, whose callers may hold a stripe lock themselves.
-    fn evict(&self, m: &crate::cachemap::MapRef<'_, u64, Arc<Buffer>>, target: usize) {
-        self.clock.sweep(
+    /// In clock order, never by iterating the map (see
+    /// `ext4kit_cache::clock`). A block whose stripe is locked stays this
+    /// time: the sweep runs inside `added`, whose callers may hold a stripe
+    /// lock themselves.
+    fn evict(&self, m: &BuffersRef<'_>, target: usize) {
+        m.sweep(
             || self.cached_bytes() <= target,
             |blk| {
                 let Some(b) = m.get(blk) else { return Visit::Gone };
                 if b.dirty.load(Ordering::Acquire) || b.referenced.swap(false, Ordering::Relaxed) {
                     return Visit::Keep;
                 }
-                let Some(_g) = self.stripes[stripe_of(*blk)].try_lock() else {
+                let Some(mut g) = self.map.try_lock(blk) else {
                     return Visit::Keep;
                 };
-                self.note_removal(*blk);
-                match m.remove_if(blk, |_, b| !b.dirty.load(Ordering::Acquire)) {
+                // Counted: a miss of this block that began before may have
+                // read older bytes than this (clean) version's.
+                match m.remove_if(&mut g, blk, |_, b| !b.dirty.load(Ordering::Acquire)) {
                     Ok(Some(_)) => {
-                        self.budget.buffers.fetch_sub(self.block_size, Ordering::Relaxed);
+                        self.budget.release_buffers(self.block_size);
                         Visit::Gone
                     }
                     Ok(None) => Visit::Gone,
@@ -481,7 +485,6 @@ impl BufferCache {
                 }
             },
         );
-        self.clock.compact_if(m.len(), |blk| m.get(blk).is_some());
     }
 
     /// Bytes currently cached.
@@ -519,7 +522,7 @@ mod tests {
         let c = BufferCache::new(1024, Arc::new(MemoryBudget::fixed(64 * 1024, 0)));
         c.trigger
             .worker
-            .set(Arc::new(crate::flusher::Signal::default()))
+            .set(Arc::new(ext4kit_cache::flusher::Signal::default()))
             .unwrap();
         let mut most = 0;
         for i in 0..2000u64 {

@@ -33,6 +33,8 @@ pub enum Errno {
     ENODATA = 61,
     EOVERFLOW = 75,
     EOPNOTSUPP = 95,
+    /// A file handle names no live inode (NFS's "stale file handle").
+    ESTALE = 116,
     /// "Structure needs cleaning": the kernel's EFSCORRUPTED.
     EUCLEAN = 117,
 }

@@ -378,9 +378,7 @@ impl Replayer<'_> {
         xattr_write::drop_block(vol, h, ino, inode)?;
         inode.base.links_count = 0;
         inode.base.set_size(0);
-        inode.base.dtime = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_secs() as u32);
+        inode.base.dtime = vol.clock().now().sec.max(1) as u32;
         inode::write(vol, h, ino, inode)?;
         ialloc::set_used(vol, h, ino, false, false)?;
         Ok(())

@@ -28,6 +28,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ext4kit_format::superblock::{Superblock, STATE_ERROR, SUPERBLOCK_OFFSET};
+use ext4kit_format::time::Clock;
 use parking_lot::Mutex;
 
 use crate::disk::Disk;
@@ -46,9 +47,19 @@ const ERRCODE_EFSCORRUPTED: u8 = 5;
 pub struct FsErrors {
     failed: AtomicBool,
     first: Mutex<Option<String>>,
+    /// Where `s_first_error_time` / `s_last_error_time` come from.
+    clock: Clock,
 }
 
 impl FsErrors {
+    /// No error yet; errors will be stamped with `clock`'s time.
+    pub fn new(clock: Clock) -> Self {
+        FsErrors {
+            clock,
+            ..FsErrors::default()
+        }
+    }
+
     /// Whether writes are refused.
     pub fn failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
@@ -80,7 +91,7 @@ impl FsErrors {
                 *f = Some(what.to_string());
             }
         }
-        if let Err(e) = record_error_at_home(sup, disk) {
+        if let Err(e) = record_error_at_home(sup, disk, self.clock.now().sec) {
             // The error state holds in memory; the superblock could not
             // say so (a device error): nothing more to do than report.
             eprintln!("ext4kit: recording the error in the superblock failed: {e}");
@@ -89,24 +100,21 @@ impl FsErrors {
     }
 }
 
-/// Set the error fields in the in-memory superblock and in the copy at
-/// home (read, changed, written back: the home copy is the last
+/// Set the error fields (times: `now`) in the in-memory superblock and in
+/// the copy at home (read, changed, written back: the home copy is the last
 /// checkpointed one, and nothing uncommitted may reach it).
-fn record_error_at_home(sup: &SuperState, disk: &Disk) -> Result<()> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+fn record_error_at_home(sup: &SuperState, disk: &Disk, now: i64) -> Result<()> {
     let set = |sb: &mut Superblock| {
         sb.state |= STATE_ERROR;
         sb.error_count = sb.error_count.saturating_add(1);
         let mut func = [0u8; 32];
         func[..7].copy_from_slice(b"ext4kit");
         if sb.first_error_time() == 0 {
-            sb.set_first_error_time(now as i64);
+            sb.set_first_error_time(now);
             sb.first_error_func = func;
             sb.first_error_errcode = ERRCODE_EFSCORRUPTED;
         }
-        sb.set_last_error_time(now as i64);
+        sb.set_last_error_time(now);
         sb.last_error_func = func;
         sb.last_error_errcode = ERRCODE_EFSCORRUPTED;
     };

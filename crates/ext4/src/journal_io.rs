@@ -13,12 +13,12 @@ use ext4kit_format::features::incompat;
 use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 use ext4kit_jbd2::Buffers;
 
-use crate::budget::MemoryBudget;
 use crate::buffer::{Buffer, BufferCache, StripeGuard};
 use crate::disk::Disk;
 use crate::error::{Error, Result};
 use crate::owners::OwnerMap;
 use crate::superblock::SuperState;
+use ext4kit_cache::MemoryBudget;
 
 /// The journal of a volume: jbd2's, over the buffer cache's versions.
 pub type Journal = ext4kit_jbd2::Jbd<Buffer>;

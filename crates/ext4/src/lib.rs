@@ -7,19 +7,15 @@
 //! It knows nothing of open files, paths or the page cache: the vfs layer
 //! (the `ext4kit` crate) calls down into it, and this crate cannot call up
 //! — it is a crate of its own so that the compiler holds that direction
-//! (DESIGN.md's layers). The cache machinery both layers use (memory
-//! budget, concurrent maps, clock sweeps, the background worker) lives
-//! here, at the bottom, for the same reason.
+//! (ARCHITECTURE.md's layers). The cache machinery both layers use (memory
+//! budget, concurrent maps, clock sweeps, the background worker, the cache
+//! type) is the `ext4kit-cache` crate, below both.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
-pub mod budget;
-pub mod cachemap;
-pub mod clock;
 pub mod error;
-pub mod flusher;
 pub mod fs_errors;
 
 pub mod alloc_map;
@@ -58,6 +54,7 @@ pub mod symlink;
 pub mod system_zone;
 pub mod transaction;
 pub mod volume;
+pub mod write_access;
 pub mod xattr;
 pub mod xattr_write;
 

@@ -4,8 +4,8 @@
 //! links, error state, journal, counters — with accessors to them and the
 //! few operations that need several at once.
 //!
-//! Opening applies the feature rules of DESIGN.md: unknown INCOMPAT refuses,
-//! unknown RO_COMPAT forces read-only. A volume whose journal still needs
+//! Opening applies the feature rules of `write_access.rs`: unknown INCOMPAT
+//! refuses, unknown RO_COMPAT and `mmp` force read-only. A volume whose journal still needs
 //! recovery opens read-only: the journal is replayed before this (see
 //! `journal.rs`), so the flag is set here only when replay was skipped.
 //! The journal is started for writing after the open (`journal.rs`'s
@@ -27,13 +27,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 use ext4kit_blockdev::BlockDevice;
-use ext4kit_format::features::{self, incompat, OpenMode};
+use ext4kit_format::features::incompat;
 use ext4kit_format::group_desc::{GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+use ext4kit_format::time::Clock;
 
 use super::buffer::{Buffer, BufferCache, StripeGuard};
 use super::transaction::Handle;
-use crate::budget::MemoryBudget;
 use crate::busy::BusyExtents;
 use crate::disk::Disk;
 use crate::error::{Errno, Error, Result};
@@ -47,6 +47,8 @@ use crate::reservation::Reservations;
 use crate::stats::Stats;
 use crate::superblock::SuperState;
 use crate::system_zone::SystemZone;
+use crate::write_access::{self, Access};
+use ext4kit_cache::MemoryBudget;
 
 /// How to open an image.
 #[derive(Debug, Clone)]
@@ -69,8 +71,21 @@ pub struct OpenOptions {
     /// worker commits it (the kernel's `commit=` mount option; 5 s when
     /// `None`; a zero duration means the default too, as in the kernel).
     /// Everything older than this survives a crash. Ignored without a
-    /// journal, and under `SOURCE_DATE_EPOCH` (see jbd2's `commit.rs`).
+    /// journal, and under a fixed clock (see jbd2's `commit.rs`).
     pub commit_interval: Option<std::time::Duration>,
+    /// Where every time the filesystem stamps comes from: inode times, the
+    /// superblock's mount, write and error times, `i_dtime`, the journal's
+    /// commit blocks. The default is the clock `SOURCE_DATE_EPOCH` asks for
+    /// ([`Clock::from_source_date_epoch`]; a value that is not a number is
+    /// ignored here, the frontends report it), else the system clock.
+    pub clock: Clock,
+    /// Every change durable when its call returns (the kernel's `-o sync`,
+    /// `SB_SYNCHRONOUS`): applied by the vfs layer, as for an inode with
+    /// the synchronous flag.
+    pub sync: bool,
+    /// Directory changes durable when their call returns (`-o dirsync`),
+    /// as for a directory with the dirsync flag.
+    pub dirsync: bool,
 }
 
 impl Default for OpenOptions {
@@ -81,6 +96,9 @@ impl Default for OpenOptions {
             no_replay: false,
             location: ext4kit_blockdev::Location::Whole,
             commit_interval: None,
+            clock: Clock::from_source_date_epoch().unwrap_or_default(),
+            sync: false,
+            dirsync: false,
         }
     }
 }
@@ -110,6 +128,8 @@ pub struct Volume {
     owners: OwnerMap,
     orphans: OrphanLinks,
     errors: FsErrors,
+    /// Where the times the filesystem stamps come from.
+    clock: Clock,
     /// The blocks no file may own (see `system_zone.rs`), built on first
     /// use.
     system_zone: OnceLock<SystemZone>,
@@ -141,23 +161,15 @@ impl Volume {
         let sb = Superblock::parse(&raw).map_err(|e| Error::corrupt("superblock at byte 1024", e))?;
         let mut warnings = Vec::new();
         let mut read_only = opts.read_only || dev.read_only();
-        match features::open_mode(sb.feature_compat, sb.feature_incompat, sb.feature_ro_compat) {
-            OpenMode::Refuse(names) => {
-                return Err(Error::Unsupported(format!(
-                    "image uses incompatible feature(s) ext4kit does not implement: {}",
-                    names.join(", ")
-                )))
-            }
-            OpenMode::ReadOnly(names) => {
+        match write_access::access(&sb) {
+            Access::Refused(why) => return Err(Error::Unsupported(why)),
+            Access::ReadOnly(why) => {
                 if !read_only {
-                    warnings.push(format!(
-                        "opened read-only: unsupported read-only-compatible feature(s) {}",
-                        names.join(", ")
-                    ));
+                    warnings.push(format!("opened read-only: {why}"));
                 }
                 read_only = true;
             }
-            OpenMode::ReadWrite => {}
+            Access::ReadWrite => {}
         }
         if sb.has_incompat(incompat::RECOVER) {
             // Recovery (`journal::recover`) clears the flag before the
@@ -210,7 +222,8 @@ impl Volume {
             reservations,
             owners: OwnerMap::default(),
             orphans: OrphanLinks::default(),
-            errors: FsErrors::default(),
+            errors: FsErrors::new(opts.clock),
+            clock: opts.clock,
             system_zone: OnceLock::new(),
             metadata_changed: AtomicBool::new(false),
             warnings,
@@ -235,7 +248,7 @@ impl Volume {
     /// checkpoint writes says so. A journal we cannot write (an external
     /// one, a version 1 superblock, a corrupt one) leaves the volume
     /// unjournaled, with a warning. `commit_interval` as in
-    /// [`OpenOptions`].
+    /// [`OpenOptions`]; commit blocks carry the volume's clock's time.
     pub(crate) fn start_journal(
         &mut self,
         journal: Result<ext4kit_jbd2::Journal>,
@@ -262,7 +275,7 @@ impl Volume {
         match ext4kit_jbd2::Log::start(journal, want) {
             Ok(log) => {
                 self.sup.write().feature_incompat |= incompat::RECOVER;
-                self.jbd = Journal::journaled(log, commit_interval);
+                self.jbd = Journal::journaled(log, commit_interval, self.clock);
             }
             Err(e) => self.warnings.push(format!(
                 "the journal cannot be used for writing ({e}): changes are written without it, as on ext2; a crash \
@@ -293,6 +306,13 @@ impl Volume {
     #[inline]
     pub fn read_only(&self) -> bool {
         self.disk.read_only()
+    }
+
+    /// Where the times this filesystem stamps come from
+    /// ([`OpenOptions::clock`]).
+    #[inline]
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// The in-memory primary superblock, its update lock and count bias.

@@ -404,7 +404,7 @@ fn shared_block_copy_on_write() {
     fs.sync().unwrap();
     // sync commits to the journal; the home locations follow at the
     // checkpoint, which this test wants to read from the image file.
-    fs.vol.checkpoint().unwrap();
+    fs.volume().checkpoint().unwrap();
     assert_eq!(block_refcount(&img, shared, bs), 1);
     assert_eq!(block_refcount(&img, a.file_acl, bs), 1);
     assert_eq!(fs.getxattr(b"/c", b"user.big").unwrap(), big);
@@ -425,9 +425,9 @@ fn shared_block_copy_on_write() {
         let ci = fs.inode(c.ino).unwrap();
         let mut rec = ci.disk.write();
         let mut new = rec.clone();
-        let mut h = fs.vol.begin().unwrap();
-        xattr_write::drop_block(&fs.vol, &mut h, c.ino, &mut new).unwrap();
-        inode::write(&fs.vol, &mut h, c.ino, &new).unwrap();
+        let mut h = fs.volume().begin().unwrap();
+        xattr_write::drop_block(fs.volume(), &mut h, c.ino, &mut new).unwrap();
+        inode::write(fs.volume(), &mut h, c.ino, &new).unwrap();
         h.commit().unwrap();
         *rec = new;
     }

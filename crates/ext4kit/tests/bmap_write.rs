@@ -109,7 +109,7 @@ impl File {
             ino: st.ino,
             name,
             model: Vec::new(),
-            bs: fs.vol.block_size(),
+            bs: fs.volume().block_size(),
         }
     }
 
@@ -121,7 +121,7 @@ impl File {
     /// map_blocks + data (pattern for written runs, garbage for unwritten
     /// ones, which must read as zeros); extends the size to cover the range.
     fn map(&mut self, fs: &Fs, lblk: u64, len: u64, uninit: bool, salt: u8) -> ext4kit::Result<()> {
-        let vol = &fs.vol;
+        let vol = &fs.volume();
         let mut h = vol.begin()?;
         let mut inode = inode::read(vol, self.ino)?;
         let runs = match bmap_write::map_blocks(vol, &mut h, self.ino, &mut inode, MapRequest { lblk, len, uninit }) {
@@ -165,7 +165,7 @@ impl File {
     }
 
     fn punch(&mut self, fs: &Fs, start: u64, end: u64) {
-        let vol = &fs.vol;
+        let vol = &fs.volume();
         let mut h = vol.begin().unwrap();
         let mut inode = inode::read(vol, self.ino).unwrap();
         bmap_write::punch(vol, &mut h, self.ino, &mut inode, start..end).unwrap();
@@ -177,7 +177,7 @@ impl File {
     }
 
     fn truncate(&mut self, fs: &Fs, size: u64) {
-        let vol = &fs.vol;
+        let vol = &fs.volume();
         let mut h = vol.begin().unwrap();
         let mut inode = inode::read(vol, self.ino).unwrap();
         let keep = size.div_ceil(self.bs as u64);
@@ -204,7 +204,7 @@ impl File {
 
     /// Write data into unwritten blocks, then convert them.
     fn write_unwritten(&mut self, fs: &Fs, lblk: u64, len: u64, salt: u8) {
-        let vol = &fs.vol;
+        let vol = &fs.volume();
         let mut h = vol.begin().unwrap();
         let mut inode = inode::read(vol, self.ino).unwrap();
         let map = bmap::load(vol, self.ino, &inode).unwrap();
@@ -224,18 +224,18 @@ impl File {
     }
 
     fn depth(&self, fs: &Fs) -> u16 {
-        let inode = inode::read(&fs.vol, self.ino).unwrap();
+        let inode = inode::read(fs.volume(), self.ino).unwrap();
         u16::from_le_bytes([inode.base.block[6], inode.base.block[7]])
     }
 
     fn sectors(&self, fs: &Fs) -> u64 {
-        let inode = inode::read(&fs.vol, self.ino).unwrap();
+        let inode = inode::read(fs.volume(), self.ino).unwrap();
         inode.base.blocks()
     }
 }
 
 fn free_blocks(fs: &Fs) -> u64 {
-    fs.vol
+    fs.volume()
         .groups()
         .iter()
         .map(|g| g.desc().read().free_blocks_count() as u64)
@@ -388,9 +388,9 @@ fn sequential_maps_are_contiguous() {
     for k in 0..64u64 {
         f.map(&fs, 16 * k, 16, false, 6).unwrap();
     }
-    let inode = inode::read(&fs.vol, f.ino).unwrap();
-    let map = bmap::load(&fs.vol, f.ino, &inode).unwrap();
-    let runs = map.runs(&fs.vol, u64::MAX).unwrap();
+    let inode = inode::read(fs.volume(), f.ino).unwrap();
+    let map = bmap::load(fs.volume(), f.ino, &inode).unwrap();
+    let runs = map.runs(fs.volume(), u64::MAX).unwrap();
     assert_eq!(runs.len(), 1, "16 sequential maps give one extent: {runs:?}");
     assert_eq!(f.depth(&fs), 0);
     verify(&fs, &img, &[&f]);
@@ -416,9 +416,9 @@ fn unwritten_extents_read_as_zeros_until_written() {
     verify(&fs, &img, &[&f]);
     // Everything written: merges back into one extent in the root.
     f.write_unwritten(&fs, 0, 600, 10);
-    let inode = inode::read(&fs.vol, f.ino).unwrap();
-    let map = bmap::load(&fs.vol, f.ino, &inode).unwrap();
-    let runs = map.runs(&fs.vol, u64::MAX).unwrap();
+    let inode = inode::read(fs.volume(), f.ino).unwrap();
+    let map = bmap::load(fs.volume(), f.ino, &inode).unwrap();
+    let runs = map.runs(fs.volume(), u64::MAX).unwrap();
     // Neighbours merge within each leaf (as the kernel's
     // ext4_ext_try_to_merge): one written extent per leaf, physically one run.
     assert!(runs.len() <= 8, "{runs:?}");
@@ -463,7 +463,7 @@ fn indirect_scenario(fstype: &str) {
     assert_eq!(free_blocks(&fs), free0);
     verify(&fs, &img, &[&f, &g]);
     assert_eq!(features(&img), feats, "the feature set is unchanged");
-    let inode = inode::read(&fs.vol, f.ino).unwrap();
+    let inode = inode::read(fs.volume(), f.ino).unwrap();
     assert!(!inode.uses_extents());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -498,7 +498,7 @@ fn enospc_leaves_a_consistent_map() {
         let dir = workdir(tag);
         let img = mkimg(&dir, args, "4M");
         let fs = open_rw(&img);
-        let reserved = fs.vol.sb().read().r_blocks_count();
+        let reserved = fs.volume().sb().read().r_blocks_count();
         let mut f = File::create(&fs, "fill");
         let free0 = free_blocks(&fs);
         // One call asking for more than exists: fails, takes nothing.
@@ -523,11 +523,11 @@ fn enospc_leaves_a_consistent_map() {
         // The reserve is there for privileged callers (down into it), and
         // below the reserve line unprivileged allocation refuses.
         if reserved > 0 {
-            let mut h = fs.vol.begin().unwrap();
+            let mut h = fs.volume().begin().unwrap();
             let mut taken = Vec::new();
             while free_blocks(&fs) + 2 > reserved {
                 let (p, n) = balloc::new_blocks(
-                    &fs.vol,
+                    fs.volume(),
                     &mut h,
                     BlockRequest {
                         goal: 0,
@@ -538,10 +538,10 @@ fn enospc_leaves_a_consistent_map() {
                 .unwrap();
                 taken.push((p, n));
             }
-            let e = balloc::new_blocks(&fs.vol, &mut h, BlockRequest::near(0, 1)).unwrap_err();
+            let e = balloc::new_blocks(fs.volume(), &mut h, BlockRequest::near(0, 1)).unwrap_err();
             assert_eq!(e.errno(), Errno::ENOSPC);
             for (p, n) in taken {
-                balloc::free_blocks(&fs.vol, &mut h, p, n).unwrap();
+                balloc::free_blocks(fs.volume(), &mut h, p, n).unwrap();
             }
             h.commit().unwrap();
             assert_eq!(free_blocks(&fs), left);
@@ -567,7 +567,7 @@ fn freed_node_blocks_are_not_written_back() {
         f.map(&fs, 2 * k, 1, false, 16).unwrap();
     }
     assert_eq!(f.depth(&fs), 1);
-    let vol = &fs.vol;
+    let vol = &fs.volume();
     let mut h = vol.begin().unwrap();
     let mut inode = inode::read(vol, f.ino).unwrap();
     // Dirty both leaves in this handle, then free them.
@@ -705,7 +705,7 @@ fn fast_symlinks_are_not_block_maps() {
     let st = fs
         .symlink(b"some/target/text/that/looks/like/pointers", b"/ln", 0, 0)
         .unwrap();
-    let vol = &fs.vol;
+    let vol = &fs.volume();
     let mut h = vol.begin().unwrap();
     let mut inode = inode::read(vol, st.ino).unwrap();
     let before = inode.base.block;
@@ -748,10 +748,10 @@ fn mapping_throughput() {
     // The mapping alone, no data written (65536 blocks, 256 MiB).
     let g = File::create(&fs, "mapped-only");
     let t = std::time::Instant::now();
-    let mut h = fs.vol.begin().unwrap();
-    let mut inode = inode::read(&fs.vol, g.ino).unwrap();
+    let mut h = fs.volume().begin().unwrap();
+    let mut inode = inode::read(fs.volume(), g.ino).unwrap();
     let runs = bmap_write::map_blocks(
-        &fs.vol,
+        fs.volume(),
         &mut h,
         g.ino,
         &mut inode,
@@ -765,12 +765,12 @@ fn mapping_throughput() {
     h.commit().unwrap();
     let map_only = t.elapsed();
     println!("map_blocks 65536 blocks: {map_only:?} in {} runs", runs.len());
-    let mut h = fs.vol.begin().unwrap();
-    bmap_write::punch(&fs.vol, &mut h, g.ino, &mut inode, 0..u64::MAX).unwrap();
-    inode::write(&fs.vol, &mut h, g.ino, &inode).unwrap();
+    let mut h = fs.volume().begin().unwrap();
+    bmap_write::punch(fs.volume(), &mut h, g.ino, &mut inode, 0..u64::MAX).unwrap();
+    inode::write(fs.volume(), &mut h, g.ino, &inode).unwrap();
     h.commit().unwrap();
     let mut f = File::create(&fs, "frag");
-    let vol = &fs.vol;
+    let vol = &fs.volume();
     let t = std::time::Instant::now();
     let mut h = vol.begin().unwrap();
     let mut inode = inode::read(vol, f.ino).unwrap();
@@ -874,7 +874,7 @@ fn freeing_a_free_block_frees_the_rest_and_counts_once() {
     let dir = workdir("dfree");
     let img = mkimg(&dir, &["-t", "ext4", "-b", "1024"], "8M");
     let fs = open_rw(&img);
-    let vol = &fs.vol;
+    let vol = &fs.volume();
     let mut h = vol.begin().unwrap();
     let (p, n) = balloc::new_blocks(vol, &mut h, BlockRequest::near(0, 4)).unwrap();
     assert_eq!(n, 4);

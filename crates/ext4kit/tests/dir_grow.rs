@@ -1,4 +1,4 @@
-//! Directories that grow, split and shrink (seed 004).
+//! Directories that grow, split and shrink (htree: no linear scan).
 //!
 //! Names are created through `Fs::create` until directories append blocks
 //! (ext2 without dir_index), turn into htrees, split leaves, grow a second
@@ -93,12 +93,12 @@ fn shape(fs: &Fs, dir: &[u8]) -> (bool, u8) {
         return (false, 0);
     }
     let ci = fs.inode(st.ino).unwrap();
-    let map = ci.block_map(&fs.vol).unwrap();
-    let Mapping::Mapped { pblk, .. } = map.map(&fs.vol, 0).unwrap() else {
+    let map = ci.block_map(fs.volume()).unwrap();
+    let Mapping::Mapped { pblk, .. } = map.map(fs.volume(), 0).unwrap() else {
         panic!("root is a hole")
     };
-    let b = fs.vol.buffer(pblk).unwrap();
-    let root = htree::parse_root(&b.data, fs.vol.block_size(), true, None).unwrap();
+    let b = fs.volume().buffer(pblk).unwrap();
+    let root = htree::parse_root(&b.data, fs.volume().block_size(), true, None).unwrap();
     (true, root.info.indirect_levels)
 }
 
@@ -135,10 +135,10 @@ fn with_dir<R>(
 ) -> R {
     let st = fs.stat(path).unwrap();
     let ci = fs.inode(st.ino).unwrap();
-    let map = ci.block_map(&fs.vol).unwrap();
+    let map = ci.block_map(fs.volume()).unwrap();
     let mut rec = ci.disk.write();
     let mut new = rec.clone();
-    let mut h = fs.vol.begin().unwrap();
+    let mut h = fs.volume().begin().unwrap();
     let r = {
         let dref = DirRef {
             ino: st.ino,
@@ -147,7 +147,7 @@ fn with_dir<R>(
         };
         f(&mut h, dref, &mut new)
     };
-    inode::write(&fs.vol, &mut h, st.ino, &new).unwrap();
+    inode::write(fs.volume(), &mut h, st.ino, &new).unwrap();
     h.commit().unwrap();
     ci.size.store(new.size(), Ordering::Release);
     *rec = new;
@@ -213,7 +213,7 @@ fn run_case(c: &Case) {
     with_dir(&fs, b"/d", |h, d, _new| {
         for (i, nm) in all.iter().enumerate() {
             if i % 2 == 1 {
-                let (ino, ft) = dir_delete::remove_link(&fs.vol, h, d, nm).unwrap();
+                let (ino, ft) = dir_delete::remove_link(fs.volume(), h, d, nm).unwrap();
                 assert_eq!(ft, Some(FileType::Regular));
                 taken.push((nm.clone(), ino));
                 moved.insert(nm.clone());
@@ -223,37 +223,44 @@ fn run_case(c: &Case) {
         }
         // A record that no longer matches the DirRef is refused untouched.
         let mut stale = d.inode.clone();
-        stale.base.size_lo += fs.vol.block_size() as u32;
-        let e =
-            dir_insert::add_link(&fs.vol, h, d, &mut stale, NewEntry::new(b"stale", 5, FileType::Regular)).unwrap_err();
+        stale.base.size_lo += fs.volume().block_size() as u32;
+        let e = dir_insert::add_link(
+            fs.volume(),
+            h,
+            d,
+            &mut stale,
+            NewEntry::new(b"stale", 5, FileType::Regular),
+        )
+        .unwrap_err();
         assert_eq!(e.errno(), Errno::EINVAL);
-        let e = dir_delete::remove_link(&fs.vol, h, d, &all[1]).unwrap_err();
+        let e = dir_delete::remove_link(fs.volume(), h, d, &all[1]).unwrap_err();
         assert_eq!(e.errno(), Errno::ENOENT);
-        assert!(!dir::is_empty(&fs.vol, d).unwrap());
+        assert!(!dir::is_empty(fs.volume(), d).unwrap());
         // Swap the first two kept names' inodes.
         let (a, b) = (&all[0], &all[2]);
-        let ia = dir::lookup(&fs.vol, d, a).unwrap().unwrap().0;
-        let ib = dir::lookup(&fs.vol, d, b).unwrap().unwrap().0;
+        let ia = dir::lookup(fs.volume(), d, a).unwrap().unwrap().0;
+        let ib = dir::lookup(fs.volume(), d, b).unwrap().unwrap().0;
         assert_eq!(
-            dir_delete::replace_link(&fs.vol, h, d, a, ib, FileType::Regular).unwrap(),
+            dir_delete::replace_link(fs.volume(), h, d, a, ib, FileType::Regular).unwrap(),
             ia
         );
         assert_eq!(
-            dir_delete::replace_link(&fs.vol, h, d, b, ia, FileType::Regular).unwrap(),
+            dir_delete::replace_link(fs.volume(), h, d, b, ia, FileType::Regular).unwrap(),
             ib
         );
-        assert_eq!(dir::lookup(&fs.vol, d, a).unwrap().unwrap().0, ib);
+        assert_eq!(dir::lookup(fs.volume(), d, a).unwrap().unwrap().0, ib);
         assert_eq!(
-            dir_delete::replace_link(&fs.vol, h, d, b"absent", 5, FileType::Regular)
+            dir_delete::replace_link(fs.volume(), h, d, b"absent", 5, FileType::Regular)
                 .unwrap_err()
                 .errno(),
             Errno::ENOENT
         );
     });
-    let reads0 = fs.vol.stats().dir_block_reads();
+    let reads0 = fs.volume().stats().dir_block_reads();
     for (nm, ino) in &taken {
         with_dir(&fs, b"/moved", |h, d, new| {
-            let grew = dir_insert::add_link(&fs.vol, h, d, new, NewEntry::new(nm, *ino, FileType::Regular)).unwrap();
+            let grew =
+                dir_insert::add_link(fs.volume(), h, d, new, NewEntry::new(nm, *ino, FileType::Regular)).unwrap();
             // Room in the leaf: exactly one block changes. A split or a new
             // block: the leaves, the index path and the allocator's blocks.
             let touched = h.dirty_blocks().count();
@@ -263,16 +270,16 @@ fn run_case(c: &Case) {
             );
         });
     }
-    let per_move = (fs.vol.stats().dir_block_reads() - reads0) as f64 / taken.len().max(1) as f64;
+    let per_move = (fs.volume().stats().dir_block_reads() - reads0) as f64 / taken.len().max(1) as f64;
     eprintln!(
         "{}: {per_move:.1} directory blocks read per add_link into /moved",
         c.tag
     );
     // A new directory made at the ext4 layer inside /d, then moved to /moved.
     let sub_ino = with_dir(&fs, b"/d", |h, d, new| {
-        let ino = ialloc::new_inode(&fs.vol, h, d_ino, FileType::Directory).unwrap();
+        let ino = ialloc::new_inode(fs.volume(), h, d_ino, FileType::Directory).unwrap();
         let mut rec = ialloc::new_record(
-            &fs.vol,
+            fs.volume(),
             &ialloc::NewInode {
                 ftype: FileType::Directory,
                 perm: 0o755,
@@ -282,21 +289,28 @@ fn run_case(c: &Case) {
                 parent: (0, 0),
             },
         );
-        dir_insert::init_dir(&fs.vol, h, ino, &mut rec, d_ino).unwrap();
-        inode::write(&fs.vol, h, ino, &rec).unwrap();
-        dir_insert::add_link(&fs.vol, h, d, new, NewEntry::new(b"subdir", ino, FileType::Directory)).unwrap();
+        dir_insert::init_dir(fs.volume(), h, ino, &mut rec, d_ino).unwrap();
+        inode::write(fs.volume(), h, ino, &rec).unwrap();
+        dir_insert::add_link(
+            fs.volume(),
+            h,
+            d,
+            new,
+            NewEntry::new(b"subdir", ino, FileType::Directory),
+        )
+        .unwrap();
         new.base.links_count += 1;
         ino
     });
     // Fill the new directory past one block (an htree where dir_index is
     // on), then empty it again: still valid, and empty.
     let sub = b"/d/subdir";
-    let n_sub = fs.vol.block_size() / 16 + 100;
+    let n_sub = fs.volume().block_size() / 16 + 100;
     for i in 0..n_sub {
         with_dir(&fs, sub, |h, d, new| {
             let nm = format!("tmp-{i}-{}", "y".repeat(i % 40));
             dir_insert::add_link(
-                &fs.vol,
+                fs.volume(),
                 h,
                 d,
                 new,
@@ -309,12 +323,15 @@ fn run_case(c: &Case) {
     for i in (0..n_sub).rev() {
         with_dir(&fs, sub, |h, d, _new| {
             let nm = format!("tmp-{i}-{}", "y".repeat(i % 40));
-            assert_eq!(dir_delete::remove_link(&fs.vol, h, d, nm.as_bytes()).unwrap().0, d_ino);
-            assert_eq!(dir::is_empty(&fs.vol, d).unwrap(), i == 0);
+            assert_eq!(
+                dir_delete::remove_link(fs.volume(), h, d, nm.as_bytes()).unwrap().0,
+                d_ino
+            );
+            assert_eq!(dir::is_empty(fs.volume(), d).unwrap(), i == 0);
         });
     }
     assert!(
-        fs.stat(sub).unwrap().size > fs.vol.block_size() as u64,
+        fs.stat(sub).unwrap().size > fs.volume().block_size() as u64,
         "the subdirectory grew"
     );
     drop(fs);
@@ -324,14 +341,14 @@ fn run_case(c: &Case) {
     assert!(fs.read_dir_ino(sub_ino).unwrap().len() == 2);
     with_dir(&fs, b"/d", |h, d, new| {
         assert_eq!(
-            dir_delete::remove_link(&fs.vol, h, d, b"subdir").unwrap(),
+            dir_delete::remove_link(fs.volume(), h, d, b"subdir").unwrap(),
             (sub_ino, Some(FileType::Directory))
         );
         new.base.links_count -= 1;
     });
     with_dir(&fs, b"/moved", |h, d, new| {
         dir_insert::add_link(
-            &fs.vol,
+            fs.volume(),
             h,
             d,
             new,
@@ -342,16 +359,16 @@ fn run_case(c: &Case) {
     });
     {
         let ci = fs.inode(sub_ino).unwrap();
-        let map = ci.block_map(&fs.vol).unwrap();
+        let map = ci.block_map(fs.volume()).unwrap();
         let rec = ci.disk.read();
         let d = DirRef {
             ino: sub_ino,
             inode: &rec,
             map: &map,
         };
-        assert!(dir::is_empty(&fs.vol, d).unwrap());
-        let mut h = fs.vol.begin().unwrap();
-        dir_insert::set_dotdot(&fs.vol, &mut h, d, moved_ino).unwrap();
+        assert!(dir::is_empty(fs.volume(), d).unwrap());
+        let mut h = fs.volume().begin().unwrap();
+        dir_insert::set_dotdot(fs.volume(), &mut h, d, moved_ino).unwrap();
         h.commit().unwrap();
     }
     fs.sync().unwrap();
@@ -497,7 +514,7 @@ fn fill_with_links(fs: &Fs, stop: impl Fn(u8) -> bool) -> (usize, bool) {
         let r = with_dir(fs, b"/d", |h, d, new| {
             let before = new.clone();
             let r = dir_insert::add_link(
-                &fs.vol,
+                fs.volume(),
                 h,
                 d,
                 new,
@@ -522,8 +539,8 @@ fn fill_with_links(fs: &Fs, stop: impl Fn(u8) -> bool) -> (usize, bool) {
     let ci = fs.inode(target).unwrap();
     let mut rec = ci.disk.write();
     rec.base.links_count = 1 + added as u16;
-    let mut h = fs.vol.begin().unwrap();
-    inode::write(&fs.vol, &mut h, target, &rec).unwrap();
+    let mut h = fs.volume().begin().unwrap();
+    inode::write(fs.volume(), &mut h, target, &rec).unwrap();
     h.commit().unwrap();
     drop(rec);
     fs.sync().unwrap();
@@ -592,7 +609,7 @@ fn ext4_1k_largedir_three_levels() {
     }
 }
 
-/// Seed 004: directory blocks read per create stay flat from 10k to 50k
+/// htree: directory blocks read per create stay flat from 10k to 50k
 /// (and 100k) entries on a 4 KiB htree; 100,000 creates must all be found.
 #[test]
 fn ext4_4k_100k_creates_stay_flat() {
@@ -602,14 +619,14 @@ fn ext4_4k_100k_creates_stay_flat() {
     let mut per_create = Vec::new();
     let mut names = BTreeSet::new();
     let n = 100_000;
-    let mut reads = fs.vol.stats().dir_block_reads();
+    let mut reads = fs.volume().stats().dir_block_reads();
     let mut t = std::time::Instant::now();
     for i in 0..n {
         let nm = name(i, false);
         fs.create(format!("/d/{nm}").as_bytes(), 0o644, 0, 0).unwrap();
         names.insert(nm.into_bytes());
         if (i + 1) % 10_000 == 0 {
-            let r = fs.vol.stats().dir_block_reads();
+            let r = fs.volume().stats().dir_block_reads();
             let per = (r - reads) as f64 / 10_000.0;
             let rate = 10_000.0 / t.elapsed().as_secs_f64();
             eprintln!("{:>6} entries: {per:.2} dir blocks/create, {rate:.0} creates/s", i + 1);
@@ -728,14 +745,14 @@ fn ext4_64k_blocks_no_csum() {
 fn collision_bits(fs: &Fs, dir: &[u8]) -> usize {
     let st = fs.stat(dir).unwrap();
     let ci = fs.inode(st.ino).unwrap();
-    let map = ci.block_map(&fs.vol).unwrap();
+    let map = ci.block_map(fs.volume()).unwrap();
     let block = |l: u64| {
-        let Mapping::Mapped { pblk, .. } = map.map(&fs.vol, l).unwrap() else {
+        let Mapping::Mapped { pblk, .. } = map.map(fs.volume(), l).unwrap() else {
             panic!("hole at {l}")
         };
-        fs.vol.buffer(pblk).unwrap()
+        fs.volume().buffer(pblk).unwrap()
     };
-    let bs = fs.vol.block_size();
+    let bs = fs.volume().block_size();
     let root = htree::parse_root(&block(0).data, bs, true, None).unwrap();
     let mut level = vec![root.index];
     for _ in 0..root.info.indirect_levels {
@@ -779,9 +796,9 @@ fn hash_collisions_span_leaves() {
         "64M",
     );
     let fs = open(&img);
-    let def = fs.vol.sb().read().def_hash_version;
+    let def = fs.volume().sb().read().def_hash_version;
     let version = HashVersion {
-        unsigned: fs.vol.geo().unsigned_hash(),
+        unsigned: fs.volume().geo().unsigned_hash(),
         ..HashVersion::from_disk(def).unwrap()
     };
     let long = |s: String| format!("{s}-{}", "z".repeat(254 - s.len()));
@@ -789,7 +806,7 @@ fn hash_collisions_span_leaves() {
     let mut pairs = Vec::new();
     for i in 0..400_000 {
         let nm = long(format!("c{i:07}"));
-        let h = dx_hash(nm.as_bytes(), version, fs.vol.geo().hash_seed()).0;
+        let h = dx_hash(nm.as_bytes(), version, fs.volume().geo().hash_seed()).0;
         if let Some(other) = seen.insert(h, nm.clone()) {
             pairs.push((other, nm));
             if pairs.len() == 30 {
@@ -847,10 +864,17 @@ fn hash_collisions_span_leaves() {
     for (a, b) in &pairs {
         for nm in [b, a] {
             let (ino, _) = with_dir(&fs, b"/d", |h, d, _| {
-                dir_delete::remove_link(&fs.vol, h, d, nm.as_bytes()).unwrap()
+                dir_delete::remove_link(fs.volume(), h, d, nm.as_bytes()).unwrap()
             });
             with_dir(&fs, b"/moved", |h, d, new| {
-                dir_insert::add_link(&fs.vol, h, d, new, NewEntry::new(nm.as_bytes(), ino, FileType::Regular)).unwrap()
+                dir_insert::add_link(
+                    fs.volume(),
+                    h,
+                    d,
+                    new,
+                    NewEntry::new(nm.as_bytes(), ino, FileType::Regular),
+                )
+                .unwrap()
             });
             names.remove(nm.as_bytes());
             moved.insert(nm.as_bytes().to_vec());

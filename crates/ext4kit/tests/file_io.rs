@@ -1,6 +1,6 @@
 //! The file I/O API end to end: open with creation flags, write / pwrite
 //! through the page cache (delayed allocation), O_APPEND, O_TRUNC,
-//! ftruncate, fallocate, fsync / fdatasync (seed 003: fdatasync writes no
+//! ftruncate, fallocate, fsync / fdatasync (fsync costs O(dirty): fdatasync writes no
 //! inode when the size did not change), concurrent writers.
 //!
 //! Every test checks its data against an in-memory model, then syncs,
@@ -691,7 +691,7 @@ fn readers_never_see_stale_or_torn_blocks() {
                                 .map(|x| x.physical + (l - x.logical));
                             let disk = pblk.map(|p| {
                                 let mut d = vec![0u8; 4096];
-                                fs.vol.disk().read_raw(p, &mut d).unwrap();
+                                fs.volume().disk().read_raw(p, &mut d).unwrap();
                                 d[0]
                             });
                             let mut again = vec![0u8; 4096];

@@ -1,4 +1,4 @@
-//! The background worker (`ext4kit::flusher`) under a create storm: the
+//! The background worker (`ext4kit::cache::flusher`) under a create storm: the
 //! caches and the dirty-metadata set stay within their bounds while the
 //! worker sweeps and checkpoints beside the creating thread, the worker
 //! brings them back under their limits once the storm stops, and dropping
@@ -44,14 +44,14 @@ fn a_create_storm_stays_bounded_and_the_image_stays_clean() {
     .unwrap_or_else(|e| panic!("{e} (apt-get install e2fsprogs)"));
     let fs = open(&img);
     fs.mkdir(b"/d", 0o755, &ext4kit::Cred::root()).unwrap();
-    let dirty_limit = fs.vol.checkpoint_limit();
+    let dirty_limit = fs.volume().checkpoint_limit();
     let (mut most_inodes, mut most_dentries, mut most_dirty) = (0, 0, 0);
     for i in 0..FILES {
         fs.create(format!("/d/f{i:06}").as_bytes(), 0o644, 0, 0).unwrap();
         let s = fs.stats();
         most_inodes = most_inodes.max(s.cached_inodes);
         most_dentries = most_dentries.max(s.cached_dentries);
-        most_dirty = most_dirty.max(fs.vol.jbd().checkpoint_len());
+        most_dirty = most_dirty.max(fs.volume().jbd().checkpoint_len());
     }
     // Past its threshold a cache kicks the worker; past it by half its
     // limit again, the creating thread sweeps itself. So whatever the

@@ -1,4 +1,4 @@
-//! A full disk through the library (issue 19): every byte write()
+//! A full disk through the library: every byte write()
 //! accepted survives, and so does everything written before; ENOSPC comes
 //! at write time, never at writeback. Buffered writes claim their blocks
 //! (`ext4::reserve`), so an ordinary user stops at the root reserve while
@@ -170,7 +170,7 @@ fn the_root_reserve_is_roots_alone() {
     {
         let fs = Fs::open_image(&img, &rw()).unwrap();
         fs.mkdir(b"/pub", 0o777, &root).unwrap();
-        reserve = fs.vol.reservations().r_blocks();
+        reserve = fs.volume().reservations().r_blocks();
         assert!(reserve > 3000, "mke2fs reserves 5 %: {reserve}");
         let (n, e) = fill(&fs, b"/pub/user", 2, &user);
         assert_eq!(e.errno(), Errno::ENOSPC, "{e}");
@@ -214,25 +214,25 @@ fn truncate_and_unlink_release_claims() {
         // 2 MiB: under the dirty budget (4 MiB here), so none of it is
         // written back before the truncate.
         f.write(&fs, &chunk(4, 0, 2 << 20)).unwrap();
-        let claimed = fs.vol.reservations().dirty();
+        let claimed = fs.volume().reservations().dirty();
         assert!(claimed >= 2048, "2 MiB of 1 KiB blocks claimed: {claimed}");
         assert_eq!(fs.statfs().unwrap().blocks_free, free - claimed);
         f.ftruncate(&fs, 256 << 10).unwrap();
-        let after = fs.vol.reservations().dirty();
+        let after = fs.volume().reservations().dirty();
         assert!(
             after <= claimed - 1792,
             "truncate to 256 KiB left {after} of {claimed} claimed"
         );
         drop(f);
         fs.unlink(b"/a", &root).unwrap();
-        assert_eq!(fs.vol.reservations().dirty(), 0, "unlink gave every claim back");
+        assert_eq!(fs.volume().reservations().dirty(), 0, "unlink gave every claim back");
         assert_eq!(fs.statfs().unwrap().blocks_free, free);
         // The space is usable: a second fill gets as far as the first would.
         let (n, e) = fill(&fs, b"/b", 5, &root);
         assert_eq!(e.errno(), Errno::ENOSPC, "{e}");
         assert!(n > free * 1024 * 95 / 100, "{n} bytes after release of {free} blocks");
         assert!(
-            fs.vol.reservations().dirty() > 0,
+            fs.volume().reservations().dirty() > 0,
             "the claims of /b are still held before writeback"
         );
     }
@@ -382,14 +382,14 @@ fn dirty_data_older_than_the_commit_interval_is_written_back() {
         },
     )
     .unwrap();
-    if fs.vol.jbd().commit_interval().is_none() {
+    if fs.volume().jbd().commit_interval().is_none() {
         panic!("no commit interval (SOURCE_DATE_EPOCH set?): this test needs one");
     }
     let f = fs.open(b"/late", wflags()).unwrap();
     f.write(&fs, &chunk(8, 0, 300_000)).unwrap();
     assert!(fs.stats().dirty_page_bytes > 0, "the write is buffered");
     let t = std::time::Instant::now();
-    while fs.stats().dirty_page_bytes > 0 || !fs.vol.jbd().running_is_empty() {
+    while fs.stats().dirty_page_bytes > 0 || !fs.volume().jbd().running_is_empty() {
         assert!(
             t.elapsed() < std::time::Duration::from_secs(20),
             "dirty data not written back and committed within 20 s of a 1 s interval"

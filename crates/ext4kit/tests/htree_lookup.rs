@@ -1,4 +1,4 @@
-//! Seed 004 acceptance: a lookup in an indexed directory reads a constant
+//! htree: no linear scan. A lookup in an indexed directory reads a constant
 //! number of directory blocks, whatever the directory size; the same names
 //! in a linear (`^dir_index`) directory cost blocks in proportion to size.
 //!

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ext4kit::vfs::namespace::RenameFlags;
+use ext4kit::RenameFlags;
 use ext4kit::{Cred, Errno, FileType, Fs, OpenOptions};
 use ext4kit_testkit::TestRng;
 

@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ext4kit::vfs::namespace::RenameFlags;
+use ext4kit::RenameFlags;
 use ext4kit::{Cred, Errno, FileType, Fs, OpenOptions};
 
 fn image(tag: &str, mkfs: &[&str], size: &str) -> PathBuf {

@@ -2,7 +2,7 @@
 //! recreations, with caches small enough that dentries and inodes are
 //! evicted throughout: every open reads a whole file (never a freed
 //! inode's emptiness), an unlinked inode is freed at its last close and
-//! never while open, and e2fsck agrees at the end. (Written for seed 001's
+//! never while open, and e2fsck agrees at the end. (Written for the lock-free
 //! open path; it found that an open racing a rename over its name could
 //! open the inode the rename had just freed.) Opens go through the
 //! threads' pins (`vfs::pin`), so this is also the pins' stress test.
@@ -177,7 +177,7 @@ fn opens_race_renames_unlinks_and_eviction() {
     ext4kit_testkit::e2fsck_clean(&img).unwrap_or_else(|e| panic!("{e}"));
 }
 
-// Seed 001's open path end to end: an open after the first on a thread
+// The lock-free open path end to end: an open after the first on a thread
 // takes no reference on the shared inode or dentry (it reuses the
 // thread's pin, `vfs::pin`), and the exactness that needs — an unlinked
 // inode freed at its last close, never while open, never kept by an idle

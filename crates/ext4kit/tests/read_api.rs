@@ -1,6 +1,6 @@
 //! The library's read API on small images made by mke2fs: reads, holes and
-//! unwritten extents, lseek (seed 000), descriptor tables (seed 002),
-//! d_path (seed 001), path-walk errors, and the feature rules for opening.
+//! unwritten extents, lock-free lseek, descriptor tables without atomics,
+//! d_path, path-walk errors, and the feature rules for opening.
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};

@@ -23,6 +23,7 @@ pub mod indirect;
 pub mod inode;
 pub mod jbd2;
 pub mod superblock;
+pub mod time;
 pub mod xattr;
 
 pub use error::{FormatError, Result};

@@ -6,7 +6,6 @@ use ext4kit::{FileType as Ft, Stat, Timestamp};
 use fuser::{FileAttr, FileType};
 
 use crate::nodes::to_fuse;
-use ext4kit_format::inode::flags as fl;
 
 /// Kernel file type of an ext4 file type.
 pub fn kind(t: Ft) -> FileType {
@@ -59,18 +58,6 @@ pub fn file_attr(st: &Stat, blksize: u32) -> FileAttr {
     }
 }
 
-/// statx's `STATX_ATTR_*` bits for inode flags `flags` and the mask of
-/// those ext4 reports (`ext4_getattr`): append-only, compressed,
-/// encrypted, immutable, nodump and verity, whose `STATX_ATTR_*` values
-/// are the `EXT4_*_FL` ones. DAX is not among them: the kernel reports
-/// `STATX_ATTR_DAX` from the inode's effective DAX mode (`IS_DAX`, set by
-/// `vfs_getattr_nosec`), never from the flag, and an image in a file has
-/// none; the VFS adds that bit to every mask itself.
-pub fn statx_attributes(flags: u32) -> (u64, u64) {
-    const MASK: u32 = fl::APPEND | fl::COMPR | fl::ENCRYPT | fl::IMMUTABLE | fl::NODUMP | fl::VERITY;
-    (u64::from(flags & MASK), u64::from(MASK))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +75,8 @@ mod tests {
 
     #[test]
     fn statx_attributes_are_ext4_getattrs() {
+        use ext4kit::vfs::iflags::flags as fl;
+        use ext4kit::vfs::statx_attributes;
         // The uapi values (include/uapi/linux/stat.h, as libc has them):
         // the code relies on their being the EXT4_*_FL bits.
         const STATX_ATTR_COMPRESSED: u64 = libc::STATX_ATTR_COMPRESSED as u64;

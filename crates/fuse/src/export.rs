@@ -12,20 +12,20 @@
 //! (`fuse_get_parent`). Negotiated with `FUSE_EXPORT_SUPPORT`.
 //!
 //! A node id the kernel sends in a LOOKUP of "." comes from a handle, i.e.
-//! from the user: it is checked as ext4's `ext4_nfs_get_inode` does —
-//! ESTALE for a reserved inode (other than the root), a number past
-//! `s_inodes_count`, or an inode that is free or unlinked (no links) —
-//! before anything is read for it.
+//! from the user: the engine checks it as ext4's `ext4_nfs_get_inode` does
+//! ([`Fs::stat_by_handle`]: ESTALE for a reserved inode other than the
+//! root, a number past `s_inodes_count`, or an inode that is free or
+//! unlinked) before anything is read for it.
 //!
 //! The root's generation is always 0 in our replies: the kernel made its
 //! root inode with generation 0 at mount (`fuse_get_root_inode`), and a
 //! reply naming node 1 with another generation would make it think the
 //! root was replaced and mark it bad (`fuse_stale_inode`).
 
-use ext4kit::ext4::inode;
 use ext4kit::{Fs, Stat};
 use fuser::Errno;
 
+use crate::errno::res;
 use crate::nodes::EXT4_ROOT;
 
 /// The generation the kernel is given for ext4 inode `ino` whose
@@ -39,37 +39,20 @@ pub fn generation(ino: u32, generation: u32) -> u64 {
 }
 
 /// The inode a file handle names, for LOOKUP(`ino`, "."): its attributes,
-/// or ESTALE when no such live inode exists (see the module doc).
+/// or ESTALE when no such live inode exists (the engine's check,
+/// [`Fs::stat_by_handle`], as ext4's `ext4_nfs_get_inode`).
 pub fn lookup_self(fs: &Fs, ino: u32) -> Result<Stat, Errno> {
-    let (first_ino, count) = {
-        let sb = fs.vol.sb().read();
-        (sb.first_ino, sb.inodes_count)
-    };
-    if (ino < first_ino && ino != EXT4_ROOT) || ino > count {
-        return Err(Errno::ESTALE);
-    }
-    // Read without caching first: a free inode's record must not enter
-    // the inode cache (ext4_iget's rules: free, deleted, or in the unused
-    // part of an inode table is ESTALE for a handle).
-    let stale = |e: ext4kit::Error| match e.errno() {
-        ext4kit::Errno::EIO => Errno::EIO,
-        _ => Errno::ESTALE,
-    };
-    let rec = inode::read(&fs.vol, ino).map_err(stale)?;
-    if rec.base.links_count == 0 || rec.base.mode == 0 {
-        return Err(Errno::ESTALE);
-    }
-    fs.stat_ino(ino).map_err(stale)
+    res(fs.stat_by_handle(ino))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ext4kit_mkfs::{mkfs, MkfsOptions};
+    use ext4kit::mkfs::{mkfs, MkfsOptions};
 
     #[test]
     fn handles_name_live_inodes_only() {
-        let dev = std::sync::Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
+        let dev = std::sync::Arc::new(ext4kit::device::MemDevice::new(8 << 20));
         mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
         let fs = Fs::open_device(
             dev,

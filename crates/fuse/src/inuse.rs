@@ -35,6 +35,10 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+/// The FUSE subtype: our mounts show as `fuse.ext4kit` in /proc/mounts,
+/// which is how a mount-table entry is recognised as ours.
+pub const SUBTYPE: &str = "ext4kit";
+
 use ext4kit::Location;
 use rustix::fs::{flock, FlockOperation};
 
@@ -192,7 +196,7 @@ pub fn parse_source(source: &str) -> Option<(PathBuf, Location)> {
 /// is a bind mount of this one.
 pub fn served(image: &Path, loc: Location) -> Option<MountEntry> {
     let me = std::fs::metadata(image).ok()?;
-    let ours = format!("fuse.{}", crate::lifecycle::SUBTYPE);
+    let ours = format!("fuse.{SUBTYPE}");
     mounts().ok()?.into_iter().find(|m| {
         m.fstype == ours
             && m.root == Path::new("/")
@@ -203,7 +207,7 @@ pub fn served(image: &Path, loc: Location) -> Option<MountEntry> {
 /// The ext4kit mount points whose filesystem is the FUSE connection with
 /// device number `dev` (a server's own mount point and its bind mounts).
 pub fn mount_points_of(dev: u64) -> Vec<PathBuf> {
-    let ours = format!("fuse.{}", crate::lifecycle::SUBTYPE);
+    let ours = format!("fuse.{SUBTYPE}");
     mounts()
         .unwrap_or_default()
         .into_iter()

@@ -17,7 +17,8 @@
 //! stop sending ioctls for the rest of the mount (`fc->no_ioctl`).
 
 use ext4kit::vfs::cred::Cred;
-use ext4kit::vfs::{fslabel, iflags};
+use ext4kit::vfs::fslabel;
+use ext4kit::vfs::iflags::FsXattr;
 use ext4kit::Fs;
 use fuser::Errno;
 
@@ -40,52 +41,25 @@ pub const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
 /// `FS_IOC_SETFSLABEL` (`_IOW(0x94, 50, char[FSLABEL_MAX])`).
 pub const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
 
-/// Size of `struct fsxattr`.
-const FSXATTR_SIZE: usize = 28;
-
 /// What an ioctl answers: bytes for the caller's buffer.
 pub type IoctlOut = Vec<u8>;
 
-fn u32_at(b: &[u8], at: usize) -> Result<u32, Errno> {
-    b.get(at..at + 4)
-        .map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
-        .ok_or(Errno::EINVAL)
-}
-
 /// Run ioctl `cmd` on ext4 inode `ino` for `cred` (`uid` 0 stands for the
-/// capabilities the commands need); `input` is what the caller passed,
-/// `read_only` whether the mount is.
-pub fn ioctl(fs: &Fs, ino: u32, cmd: u32, input: &[u8], cred: &Cred, read_only: bool) -> Result<IoctlOut, Errno> {
-    let rofs = |write: bool| if write && read_only { Err(Errno::EROFS) } else { Ok(()) };
+/// capabilities the commands need); `input` is what the caller passed.
+/// Every rule (who may, what a read-only filesystem refuses, which values
+/// ext4 takes) is the engine's.
+pub fn ioctl(fs: &Fs, ino: u32, cmd: u32, input: &[u8], cred: &Cred) -> Result<IoctlOut, Errno> {
     match cmd {
         FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(res(fs.get_flags_ino(ino))?.to_le_bytes().to_vec()),
         FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
-            rofs(true)?;
-            res(fs.set_flags_ino(ino, u32_at(input, 0)?, cred))?;
+            let flags = input.get(..4).ok_or(Errno::EINVAL)?;
+            res(fs.set_flags_ino(ino, u32::from_le_bytes([flags[0], flags[1], flags[2], flags[3]]), cred))?;
             Ok(Vec::new())
         }
-        FS_IOC_FSGETXATTR => {
-            let flags = res(fs.get_flags_ino(ino))?;
-            // fsx_xflags; extsize, nextents, projid, cowextsize 0 (no
-            // project quota, no hints: what ext4 reports without them).
-            let mut out = vec![0u8; FSXATTR_SIZE];
-            out[..4].copy_from_slice(&iflags::to_xflags(flags).to_le_bytes());
-            Ok(out)
-        }
+        FS_IOC_FSGETXATTR => Ok(res(fs.get_xattr_flags_ino(ino))?.to_bytes().to_vec()),
         FS_IOC_FSSETXATTR => {
-            rofs(true)?;
-            if input.len() < FSXATTR_SIZE {
-                return Err(Errno::EINVAL);
-            }
-            // Extent-size hints and project ids are not ext4's without the
-            // project feature: refused like ext4 does (EOPNOTSUPP/EINVAL).
-            if u32_at(input, 4)? != 0 || u32_at(input, 16)? != 0 {
-                return Err(Errno::EINVAL);
-            }
-            if u32_at(input, 12)? != 0 {
-                return Err(Errno::EOPNOTSUPP);
-            }
-            res(fs.set_xflags_ino(ino, u32_at(input, 0)?, cred))?;
+            let fa = FsXattr::parse(input).ok_or(Errno::EINVAL)?;
+            res(fs.set_xflags_ino(ino, &fa, cred))?;
             Ok(Vec::new())
         }
         FS_IOC_GETFSLABEL => {
@@ -95,13 +69,8 @@ pub fn ioctl(fs: &Fs, ino: u32, cmd: u32, input: &[u8], cred: &Cred, read_only: 
             Ok(out)
         }
         FS_IOC_SETFSLABEL => {
-            // ext4_ioctl_setlabel: CAP_SYS_ADMIN first, then the length.
-            if !cred.is_root() {
-                return Err(Errno::EPERM);
-            }
-            rofs(true)?;
             let n = input.len().min(fslabel::LABEL_MAX + 1);
-            res(fs.set_fs_label(&input[..n]))?;
+            res(fs.set_fs_label(&input[..n], cred))?;
             Ok(Vec::new())
         }
         _ => Err(Errno::ENOTTY),

@@ -8,9 +8,8 @@
 //! handles ([`handles`]). The mount lifecycle is in [`lifecycle`]; refusing
 //! images already in use in [`inuse`]. The filesystem may be one partition
 //! of a partitioned disk or start at an offset (`-o partition=N`, `-o
-//! offset=BYTES`: [`MountOptions::location`]); everything that reads the
-//! image, the read-only check of [`state`] included, goes through that
-//! location. `-o noload` serves the home locations without journal replay,
+//! offset=BYTES`: [`MountOptions::location`]); the engine opens the
+//! image at that location. `-o noload` serves the home locations without journal replay,
 //! read-only.
 //!
 //! # Read-only or read-write
@@ -22,11 +21,14 @@
 //! replayed first: on disk for a read-write mount, in memory for a
 //! read-only one, as the kernel's mount does.) Then it mounts
 //! read-only with a warning naming the reason, and `-o rw` is refused with
-//! it ([`state`]). While mounted read-write the superblock is marked not
-//! clean (`s_state` without `EXT2_VALID_FS`, `s_mnt_count` + 1, `s_mtime`,
-//! `s_last_mounted`, as the kernel's `ext4_setup_super`); a clean unmount
-//! (umount, SIGINT/SIGTERM/SIGHUP) flushes everything, restores `s_state`
-//! and sets `s_wtime`. A crash leaves an image e2fsck knows to check.
+//! it. The reason is the engine's (`Fs::read_only_reason`: it decides
+//! before writing anything); the policy is [`lifecycle`]'s. While mounted
+//! read-write the superblock records the mount (`Fs::record_mount`:
+//! `s_mnt_count` + 1, `s_mtime`, `s_last_mounted`, and `s_state` without
+//! `EXT2_VALID_FS` on an image without a journal, as the kernel's
+//! `ext4_setup_super`); a clean unmount (umount, SIGINT/SIGTERM/SIGHUP)
+//! flushes everything, restores `s_state` and sets `s_wtime`
+//! (`Fs::record_unmount`). A crash leaves an image e2fsck knows to check.
 //!
 //! # Caching and timeouts
 //!
@@ -218,7 +220,7 @@
 //! mount, which is the only user of the image); ioctls other than the
 //! flag and label ones (FIEMAP, ...) answer ENOTTY and `bmap` ENOSYS.
 //! statx's attributes (immutable, append-only, nodump...): FUSE_STATX
-//! answers them as `ext4_getattr` does ([`attr::statx_attributes`]), but
+//! answers them as `ext4_getattr` does (`Stat::statx_attributes`), but
 //! the kernel's FUSE (6.18) copies only the birth time out of the reply
 //! (`fuse_do_statx`), so statx through the mount shows none of them;
 //! lsattr's ioctl does. Inode flags are not
@@ -240,12 +242,13 @@ pub mod lifecycle;
 pub mod nodes;
 pub mod readahead;
 pub mod server;
-pub mod state;
+
 pub mod statfs;
 mod sys;
 
 pub use fuser::Transport;
+pub use inuse::SUBTYPE;
 pub use lifecycle::{
-    mount, parse_options, run_detached, run_foreground, unmount, MountOptions, Mounted, TransportChoice, SUBTYPE,
+    mount, parse_options, run_detached, run_foreground, unmount, MountOptions, Mounted, TransportChoice,
 };
 pub use server::{CacheMode, Ext4Fuse};

@@ -25,12 +25,11 @@ use std::time::{Duration, Instant};
 use ext4kit::{Fs, Location, OpenOptions};
 use fuser::{Config, MountOption, Session, SessionACL, Transport};
 
-use crate::inuse::{lock_is_free, mount_points_of, mount_source, mounted_at, mounts, parse_source, served, ImageLock};
+use crate::inuse::{
+    lock_is_free, mount_points_of, mount_source, mounted_at, mounts, parse_source, served, ImageLock, SUBTYPE,
+};
 use crate::server::{CacheMode, Ext4Fuse};
 use crate::sys;
-
-/// The FUSE subtype: mounts show as `fuse.ext4kit` in /proc/mounts.
-pub const SUBTYPE: &str = "ext4kit";
 
 /// How requests travel between the kernel and the server (`-o
 /// transport=`): see the crate documentation, "Transport".
@@ -75,7 +74,7 @@ pub struct MountOptions {
     pub read_only: bool,
     /// `-o rw`: read-write, or fail with the reason it cannot be (without
     /// either, read-write when possible, else read-only with a warning:
-    /// see [`crate::state`]).
+    /// the engine's reason, `Fs::read_only_reason`).
     pub read_write: bool,
     /// How the kernel caches file data (`-o cache=...`).
     pub cache: CacheMode,
@@ -139,6 +138,20 @@ impl Default for MountOptions {
 }
 
 impl MountOptions {
+    /// Whether the kernel option `o` (`sync` or `dirsync`) is in effect:
+    /// the last of it and `async` given wins.
+    pub fn kernel_flag(&self, o: MountOption) -> bool {
+        self.kernel
+            .iter()
+            .rev()
+            .find_map(|k| match (k, &o) {
+                (MountOption::Sync, MountOption::Sync) | (MountOption::DirSync, MountOption::DirSync) => Some(true),
+                (MountOption::Async, _) => Some(false),
+                _ => None,
+            })
+            .unwrap_or(false)
+    }
+
     /// The settings that belong to the server rather than to one mount
     /// point, as `key=value`: a bind mount of a running server cannot have
     /// its own, so they are recorded in the server's status file and a
@@ -162,13 +175,6 @@ impl MountOptions {
             TransportChoice::Uring => "uring",
             TransportChoice::Dev => "dev",
         };
-        let has = |o: MountOption| {
-            self.kernel.iter().rev().find_map(|k| match (k, &o) {
-                (MountOption::Sync, MountOption::Sync) | (MountOption::DirSync, MountOption::DirSync) => Some(true),
-                (MountOption::Async, _) => Some(false),
-                _ => None,
-            })
-        };
         vec![
             format!("cache={cache}"),
             format!("no_open={}", yes(self.no_open)),
@@ -183,8 +189,8 @@ impl MountOptions {
             format!("threads={}", self.threads),
             format!("cache_budget={}", self.cache_budget),
             format!("noload={}", yes(self.no_replay)),
-            format!("sync={}", yes(has(MountOption::Sync).unwrap_or(false))),
-            format!("dirsync={}", yes(has(MountOption::DirSync).unwrap_or(false))),
+            format!("sync={}", yes(self.kernel_flag(MountOption::Sync))),
+            format!("dirsync={}", yes(self.kernel_flag(MountOption::DirSync))),
         ]
     }
 }
@@ -304,7 +310,7 @@ pub struct Mounted {
     via_fusermount: bool,
     nodes: Arc<crate::nodes::Nodes>,
     /// Read-write: the superblock state to restore at a clean unmount.
-    state: Option<crate::state::MountState>,
+    state: Option<ext4kit::MountRecord>,
     read_only: bool,
     /// Where the final status goes for `ext4kit umount` ([`status_path`]).
     status: Option<PathBuf>,
@@ -412,8 +418,16 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     }
     sys::block_stop_signals().map_err(|e| format!("blocking signals: {e}"))?;
     let (fs, read_only) = open_for_mount(&image, opts)?;
+    // The engine's reason for opening read-only is this mount's reason for
+    // mounting so.
+    let ro_note = fs.read_only_reason().map(|why| format!("opened read-only: {why}"));
     for w in fs.warnings() {
-        eprintln!("ext4kit: warning: {}: {w}", image.display());
+        match (&ro_note, fs.read_only_reason()) {
+            (Some(n), Some(why)) if n == w => {
+                eprintln!("ext4kit: warning: {}: mounting read-only: {why}", image.display())
+            }
+            _ => eprintln!("ext4kit: warning: {}: {w}", image.display()),
+        }
     }
     // The image path (with the partition or offset) as the source: what
     // `ext4kit umount`, the in-use check and a second mount (bound to this
@@ -521,7 +535,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     let state = if read_only {
         None
     } else {
-        match crate::state::mark_mounted(&fs, &mount_point) {
+        match fs.record_mount(mount_point.as_os_str().as_encoded_bytes()) {
             Ok((st, warnings)) => {
                 for w in warnings {
                     eprintln!("ext4kit: warning: {}: {w}", image.display());
@@ -640,9 +654,14 @@ fn take_status(image: &Path) -> Result<(), String> {
     }
 }
 
-/// Open the image read-write when allowed and possible, else read-only
-/// (see [`crate::state`] for the rules). Returns the filesystem and
-/// whether it is read-only.
+/// Open the image read-write when allowed and possible, else read-only.
+/// Whether it may be written is the engine's decision (a feature it
+/// cannot write, `mmp`, a read-only device: `Fs::read_only_reason`), made
+/// before it writes anything; the mount's policy is what to do then: a
+/// mount without `-o rw` serves it read-only with a warning naming the
+/// reason, `-o rw` is refused with it. An image file that cannot be
+/// opened for writing is a reason too. Returns the filesystem and whether
+/// it is read-only.
 fn open_for_mount(image: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, bool), String> {
     let open = |read_only| {
         Fs::open_image(
@@ -653,6 +672,13 @@ fn open_for_mount(image: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, bool), 
                 no_replay: opts.no_replay,
                 location: opts.location,
                 commit_interval: opts.commit_interval,
+                // `-o sync` / `-o dirsync`: the engine makes changes durable
+                // before it answers, as ext4 does (the kernel's FUSE does not
+                // for directory changes; it follows synchronous writes with
+                // an FSYNC, which then finds nothing left to do).
+                sync: opts.kernel_flag(MountOption::Sync),
+                dirsync: opts.kernel_flag(MountOption::DirSync),
+                ..OpenOptions::default()
             },
         )
         .map_err(|e| format!("{}: {e}", image.display()))
@@ -677,20 +703,19 @@ fn open_for_mount(image: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, bool), 
             Ok((open(true)?, true))
         }
     };
-    if let Some(why) = crate::state::read_only_reason(image, opts.location) {
-        return refuse_or_warn(why);
-    }
     match open(false) {
-        Ok(fs) if fs.vol.read_only() => {
-            // The engine fell back to read-only on its own (a read-only
-            // device); its warnings say why.
-            let why = fs.warnings().join("; ");
-            drop(fs);
-            refuse_or_warn(if why.is_empty() {
-                "the device is read-only".into()
-            } else {
-                why
-            })
+        Ok(fs) if fs.read_only() => {
+            // The engine opened it read-only on its own; it says why.
+            let why = match fs.read_only_reason() {
+                Some(w) => w.to_string(),
+                None => fs.warnings().join("; "),
+            };
+            if opts.read_write {
+                drop(fs);
+                return refuse_or_warn(why);
+            }
+            // The engine's warning says why (see `mount`).
+            Ok((fs, true))
         }
         Ok(fs) => Ok((fs, false)),
         // The image file cannot be opened for writing (permissions, a
@@ -799,7 +824,7 @@ impl Mounted {
         // orphan list.
         self.nodes.release_all(&self.fs);
         let synced = match self.state {
-            Some(st) => crate::state::mark_unmounted(&self.fs, st),
+            Some(st) => self.fs.record_unmount(st),
             None => self.fs.sync(),
         };
         let result = served

@@ -134,8 +134,8 @@ mod tests {
 
     #[test]
     fn counts_are_kept_by_number_until_forgotten() {
-        use ext4kit_mkfs::{mkfs, MkfsOptions};
-        let dev = std::sync::Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
+        use ext4kit::mkfs::{mkfs, MkfsOptions};
+        let dev = std::sync::Arc::new(ext4kit::device::MemDevice::new(8 << 20));
         mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
         let fs = ext4kit::Fs::open_device(
             dev,

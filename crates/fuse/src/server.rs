@@ -15,7 +15,10 @@ use crate::busypoll::BusyPoll;
 use ext4kit::vfs::by_ino::PermCheck;
 use ext4kit::vfs::cred::Cred;
 use ext4kit::vfs::CachedInode;
-use ext4kit::{FileType as Ft, Fs, OpenFlags as EngineOpen, SetAttr, TimeSet, Timestamp, Whence};
+use ext4kit::{
+    Caller, CreateMode, Fallocate, FileType as Ft, Fs, OpenFlags as EngineOpen, SetAttr, TimeSet, Timestamp, Whence,
+    WriteAt, WriteRequest,
+};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
@@ -23,14 +26,12 @@ use fuser::{
     ReplyStatfs, ReplyStatx, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::attr::{file_attr, kind, statx_attributes};
+use crate::attr::{file_attr, kind};
 use crate::errno::{errno, res};
 use crate::export;
 use crate::handles::{DirEntry, Handle, Handles, OpenDir, OpenFile};
-use crate::killpriv::{is_capability_kill, kill_mode, may_have_xattrs, Invalidator, CAPABILITY};
+use crate::killpriv::{is_capability_kill, Invalidator};
 use crate::nodes::{to_ext4, to_fuse, Nodes};
-use ext4kit::vfs::acl_inherit::AclCreate;
-use ext4kit_format::inode::flags as iflags;
 
 /// How long the kernel may trust a name (entry) or attributes without
 /// asking again. See the crate documentation for why a long time is right.
@@ -117,11 +118,13 @@ pub struct Ext4Fuse {
     /// FUSE_WRITEBACK_CACHE was negotiated (set by INIT).
     writeback: bool,
     /// FUSE_POSIX_ACL and FUSE_DONT_MASK were negotiated (set by INIT):
-    /// the kernel enforces ACLs it reads from us, and new inodes get the
-    /// umask or the parent's default ACL here ([`Fs::acl_create`]).
+    /// the kernel enforces ACLs it reads from us and sends the umask
+    /// unapplied, which the engine applies or replaces by the parent's
+    /// default ACL (`ext4kit::vfs::acl_inherit`).
     posix_acl: bool,
-    /// FUSE_HANDLE_KILLPRIV_V2 was negotiated (set by INIT): we clear
-    /// setuid/setgid on writes and truncations by unprivileged callers.
+    /// FUSE_HANDLE_KILLPRIV_V2 was negotiated (set by INIT): the engine
+    /// clears setuid/setgid on writes and truncations by unprivileged
+    /// callers, and WRITE says whether the writer lacks CAP_FSETID.
     killpriv: bool,
     /// Attribute invalidations for changes a reply does not carry
     /// (setuid/setgid cleared by a write or fallocate: [`crate::killpriv`]).
@@ -145,7 +148,7 @@ thread_local! {
 impl Ext4Fuse {
     /// Serve `fs`, read-only or not, with kernel caching `cache`.
     pub fn new(fs: Arc<Fs>, read_only: bool, cache: CacheMode) -> Self {
-        let block_size = fs.vol.block_size() as u32;
+        let block_size = fs.block_size();
         Ext4Fuse {
             nodes: Arc::new(Nodes::new(&fs)),
             fs,
@@ -252,11 +255,7 @@ impl Ext4Fuse {
     fn cred(req: &Request) -> Cred {
         let mut c = Cred::user(req.uid(), req.gid());
         if req.uid() != 0 {
-            if let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) {
-                if let Some(l) = s.lines().find(|l| l.starts_with("Groups:")) {
-                    c.groups = l[7..].split_whitespace().filter_map(|g| g.parse().ok()).collect();
-                }
-            }
+            c.groups = proc_groups(req.pid());
         }
         c
     }
@@ -336,15 +335,18 @@ impl Ext4Fuse {
         ctime: Option<SystemTime>,
     ) -> Result<fuser::FileAttr, Errno> {
         let ino = Self::ino(ino)?;
-        let mut mode = mode;
         if let Some(len) = size {
             // truncate(2) / ftruncate(2) / O_TRUNC without atomic_o_trunc;
-            // the kernel checked write permission (or the descriptor).
+            // the kernel checked write permission (or the descriptor). The
+            // engine clears setuid/setgid for a caller other than root (the
+            // kernel flags it, FATTR_KILL_SUIDGID, but fuser does not pass
+            // the flag on: CAP_FSETID is approximated by uid 0).
             let inode = res(self.fs.inode(ino))?;
-            res(self.fs.truncate_inode(&inode, len))?;
-            if mode.is_none() {
-                mode = self.kill_priv(req, ino)?;
-            }
+            let cred = Cred::user(req.uid(), req.gid());
+            let groups = || proc_groups(req.pid());
+            res(self
+                .fs
+                .truncate_inode(&inode, len, &Self::caller(&cred, req.uid() == 0, &groups)))?;
         }
         let attr = SetAttr {
             mode: mode.map(|m| (m & 0o7777) as u16),
@@ -376,127 +378,68 @@ impl Ext4Fuse {
         self.attr(ino)
     }
 
-    /// The mode to give inode `ino` (mode `mode`, group `gid`) when the
-    /// caller of `req`, who may not keep them, changes it: see
-    /// [`kill_mode`]. Whether the caller is in the file's group matters
-    /// only for setgid without group execute; only then are its groups read.
-    fn kill_for(req: &Request, mode: u16, gid: u32) -> Option<u16> {
-        if mode & 0o6000 == 0 {
-            return None;
+    /// The engine's caller for a change made by the sender of a request:
+    /// its ids as `cred`, CAP_FSETID as `fsetid` says, and its
+    /// supplementary groups from `groups`, read only if the engine asks
+    /// (the setgid rule for a file without group execute).
+    fn caller<'a>(cred: &'a Cred, fsetid: bool, groups: &'a dyn Fn() -> Vec<u32>) -> Caller<'a> {
+        Caller {
+            cred,
+            fsetid,
+            more_groups: Some(groups),
         }
-        let in_group = mode & 0o2010 != 0o2000 || Self::cred(req).in_group(gid);
-        kill_mode(mode, in_group)
     }
 
-    /// With HANDLE_KILLPRIV_V2, a truncation or fallocate by a caller
-    /// without CAP_FSETID (anyone but root) clears setuid and setgid
-    /// ([`kill_mode`]): the kernel flags truncations
-    /// (FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID) but fuser does not pass
-    /// the flags on, so the rule is applied from the caller's uid. Returns
-    /// the mode to set, if any.
-    fn kill_priv(&self, req: &Request, ino: u32) -> Result<Option<u32>, Errno> {
-        if !self.killpriv || req.uid() == 0 {
-            return Ok(None);
-        }
-        let st = res(self.fs.stat_ino(ino))?;
-        Ok(Self::kill_for(req, st.perm(), st.gid).map(u32::from))
-    }
-
-    /// Clear what [`kill_mode`] says before an unprivileged change of
-    /// `ino`, as the kernel's `file_remove_privs` does before the write,
-    /// and drop the kernel's cached attributes (its WRITE and FALLOCATE
-    /// replies carry none).
-    fn kill_now(&self, ino: u32, mode: Option<u16>) -> Result<(), Errno> {
-        if let Some(m) = mode {
-            let a = SetAttr {
-                mode: Some(m),
-                ..SetAttr::default()
-            };
-            // Forced like the kernel's own kill (ATTR_FORCE).
-            res(self.fs.setattr_ino(ino, &a, &Cred::root()))?;
-            self.inval.attrs(to_fuse(ino));
-        }
-        Ok(())
-    }
-
-    /// One WRITE to `inode`: at `offset`, or (`None`) at the end for an
-    /// O_APPEND write, by an opener who may keep setuid/setgid or not;
-    /// `from_cache`: a write-back whose times the kernel owns.
-    /// The inode flags the kernel cannot see are applied here: a write
-    /// without O_APPEND to an append-only inode is EPERM (the kernel's
-    /// open refuses it, `may_open`, but files are opened without asking
-    /// us), and a write to a synchronous inode (`chattr +S`) is written
-    /// through before the reply (`generic_write_sync`, IS_SYNC).
-    fn write_inode(
+    /// One WRITE to `inode`, translated: `at` as the kernel positions it,
+    /// by the request's sender with CAP_FSETID or not (`fsetid`);
+    /// `from_cache`: a write-back whose times the kernel owns. The rules
+    /// — immutable, append-only, the setuid/setgid and capability kill,
+    /// synchronous inodes — are the engine's (`Fs::write_inode`). The
+    /// kernel does not refresh its cached mode after a write, so the
+    /// attributes are dropped when the engine cleared bits.
+    fn do_write(
         &self,
         req: &Request,
         inode: &CachedInode,
-        offset: Option<u64>,
+        at: WriteAt,
         data: &[u8],
-        keep: bool,
+        fsetid: bool,
         from_cache: bool,
     ) -> Result<usize, Errno> {
-        let append = offset.is_none();
-        // Who may fill the root reserve is decided by the writer's ids, as
-        // ext4_has_free_clusters does with current_fsuid().
-        let who = self.fs.reserver(req.uid(), req.gid());
-        let (flags, mode, gid, may_have) = {
-            let r = inode.disk.read();
-            (r.base.flags, r.base.mode & 0o7777, r.gid(), may_have_xattrs(&r))
-        };
-        if flags & iflags::APPEND != 0 && !append && !self.writeback {
-            return Err(Errno::EPERM);
+        let cred = Cred::user(req.uid(), req.gid());
+        let groups = || proc_groups(req.pid());
+        let w = res(self.fs.write_inode(
+            inode,
+            &WriteRequest {
+                data,
+                at,
+                caller: Self::caller(&cred, fsetid, &groups),
+                stamp_times: !from_cache,
+                // O_SYNC / O_DSYNC: the kernel follows the WRITE with an
+                // FSYNC (`generic_write_sync` in fuse_file_write_iter).
+                sync: None,
+            },
+        ))?;
+        if w.privs_cleared {
+            self.inval.attrs(to_fuse(inode.ino));
         }
-        if !keep {
-            self.kill_now(inode.ino, Self::kill_for(req, mode, gid))?;
-        }
-        // Buffered writes had the kernel remove a capability already
-        // (`file_remove_privs`); direct-I/O writes did not.
-        if may_have && self.cache == CacheMode::Direct {
-            self.kill_capability(inode.ino)?;
-        }
-        // The bits are settled: the engine's own kill is not wanted twice.
-        let n = res(self.fs.write_claiming(inode, offset, data, true, who, !from_cache))?.1;
-        if flags & iflags::SYNC != 0 {
-            res(self.fs.fsync_inode(inode, false))?;
-        }
-        Ok(n)
+        Ok(w.len)
     }
 
-    /// Remove `security.capability` from `ino` before a write, if it has
-    /// one (see [`crate::killpriv`]: the kernel did it already unless the
-    /// write is direct I/O).
-    fn kill_capability(&self, ino: u32) -> Result<(), Errno> {
-        let root = Cred::root();
-        // Looked for first: a removal that finds nothing still begins a
-        // transaction.
-        match self.fs.getxattr_ino(ino, CAPABILITY, &root) {
-            Ok(_) => res(self.fs.removexattr_ino(ino, CAPABILITY, &root)),
-            Err(e) if e.errno() == ext4kit::Errno::ENODATA => Ok(()),
-            Err(e) => Err(errno(&e)),
-        }
-    }
-
-    /// After a change of the entries of directories `dirs`: a directory
-    /// with the dirsync or sync flag (`chattr +D`/`+S`) has it committed
-    /// before the reply, as ext4 makes such a handle synchronous
-    /// (`IS_DIRSYNC` → `ext4_handle_sync`). Called before a reply hands out
-    /// a node reference, so a failure here leaves none counted.
-    fn dir_sync(&self, dirs: &[u32]) -> Result<(), Errno> {
-        for &d in dirs {
-            let dir = res(self.fs.inode(d))?;
-            if dir.disk.read().base.flags & (iflags::DIRSYNC | iflags::SYNC) != 0 {
-                res(self.fs.fsync_inode(&dir, false))?;
-            }
+    /// FALLOCATE on `inode` by the sender of `req` (CAP_FSETID: uid 0),
+    /// translated; the engine clears setuid/setgid first, for every mode
+    /// (`ext4_fallocate` → `file_modified`), and the reply carries no
+    /// attributes, so the kernel's are dropped when it did.
+    fn do_fallocate(&self, req: &Request, inode: &CachedInode, f: Fallocate) -> Result<(), Errno> {
+        let cred = Cred::user(req.uid(), req.gid());
+        let groups = || proc_groups(req.pid());
+        if res(self
+            .fs
+            .fallocate_inode(inode, f, &Self::caller(&cred, req.uid() == 0, &groups)))?
+        {
+            self.inval.attrs(to_fuse(inode.ino));
         }
         Ok(())
-    }
-
-    /// FALLOCATE by a caller other than root clears setuid/setgid first
-    /// (ext4's `ext4_fallocate` → `file_modified`, for every mode).
-    fn kill_before_fallocate(&self, req: &Request, ino: u32) -> Result<(), Errno> {
-        let m = self.kill_priv(req, ino)?;
-        self.kill_now(ino, m.map(|m| m as u16))
     }
 
     /// The inode a file request works on and whether its writes keep
@@ -515,54 +458,19 @@ impl Ext4Fuse {
         }
     }
 
-    /// The mode a new inode of type `t` in `parent` is created with and
-    /// the ACLs it inherits. Without POSIX ACL support the kernel applied
-    /// the umask already and `mode` is final.
-    fn new_inode_acl(&self, parent: u32, t: Ft, mode: u32, umask: u32) -> Result<AclCreate, Errno> {
-        let mode = (mode & 0o7777) as u16;
-        if !self.posix_acl {
-            return Ok(AclCreate {
-                mode,
-                access: None,
-                default: None,
-            });
-        }
-        res(self.fs.acl_create(parent, t, mode, (umask & 0o777) as u16))
-    }
-
-    /// Store the inherited ACLs of the inode just created as `name` in
-    /// `parent`, and return its attributes as they are now. If that fails
-    /// the new name is removed again (the kernel's `ext4_init_acl` fails
-    /// the whole creation), so no inode is left with less or more access
-    /// than its parent's default ACL gives.
-    fn finish_acl(
-        &self,
-        parent: u32,
-        name: &OsStr,
-        st: ext4kit::Stat,
-        acl: &AclCreate,
-    ) -> Result<ext4kit::Stat, Errno> {
-        if acl.access.is_none() && acl.default.is_none() {
-            return Ok(st);
-        }
-        match self.fs.apply_acl_create(st.ino, acl) {
-            Ok(()) => res(self.fs.stat_ino(st.ino)),
-            Err(e) => {
-                let undo = if st.ftype == Ft::Directory {
-                    self.fs.rmdir_at(parent, name.as_bytes(), &Cred::root())
-                } else {
-                    self.fs.unlink_at(parent, name.as_bytes(), &Cred::root())
-                };
-                if let Err(u) = undo {
-                    eprintln!("ext4kit: removing inode {} after its ACLs failed ({e}): {u}", st.ino);
-                }
-                Err(errno(&e))
-            }
+    /// The mode a new inode asks for: with POSIX ACL support the kernel
+    /// sends the umask unapplied (`FUSE_DONT_MASK`) and the engine applies
+    /// it or the parent's default ACL; without, the kernel applied it.
+    fn create_mode(&self, mode: u32, umask: u32) -> CreateMode {
+        CreateMode {
+            perm: (mode & 0o7777) as u16,
+            umask: if self.posix_acl { (umask & 0o777) as u16 } else { 0 },
         }
     }
 
     fn do_copy(
         &self,
+        req: &Request,
         (ino_in, fh_in): (INodeNo, FileHandle),
         off_in: u64,
         (ino_out, fh_out): (INodeNo, FileHandle),
@@ -587,9 +495,16 @@ impl Ext4Fuse {
                 break;
             }
             // At the offset given: the kernel refuses O_APPEND targets.
-            let w = match self.fs.write_as(&fout, Some(off_out + done as u64), &buf[..n], keep) {
-                Ok((_, w)) => w,
-                Err(e) if done == 0 => return Err(errno(&e)),
+            let w = match self.do_write(
+                req,
+                &fout,
+                WriteAt::Offset(off_out + done as u64),
+                &buf[..n],
+                keep,
+                false,
+            ) {
+                Ok(w) => w,
+                Err(e) if done == 0 => return Err(e),
                 Err(_) => break,
             };
             done += w;
@@ -599,6 +514,19 @@ impl Ext4Fuse {
         }
         Ok(done as u32)
     }
+}
+
+/// The supplementary groups of process `pid` (FUSE requests carry only
+/// the uid and gid): the `Groups:` line of /proc/PID/status, none if it
+/// cannot be read (the process is gone).
+fn proc_groups(pid: u32) -> Vec<u32> {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| g.split_whitespace().filter_map(|g| g.parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 /// FUSE's `TimeOrNow` as the engine's `TimeSet`.
@@ -714,8 +642,8 @@ impl Filesystem for Ext4Fuse {
         // through its validation (`posix_acl_from_xattr`) to SETXATTR,
         // whose engine keeps the mode in step (`posix_acl_update_mode`).
         // New inodes are ours: with DONT_MASK the kernel sends the umask
-        // unapplied, and the parent's default ACL or the umask is applied
-        // in `new_inode_acl` (what `posix_acl_create` does in ext4).
+        // unapplied, and the engine applies the parent's default ACL or the
+        // umask in the creating transaction (`posix_acl_create` in ext4).
         // Both or neither: without DONT_MASK the kernel would apply the
         // umask first and a default ACL could not be applied correctly.
         self.posix_acl = config
@@ -723,8 +651,8 @@ impl Filesystem for Ext4Fuse {
             .is_ok();
         if !self.read_only {
             // The setuid/setgid kill of writes and truncations is ours
-            // (the engine's write_as does it for unprivileged openers;
-            // truncations below). Without it the kernel asks for
+            // (the engine's write and truncate paths apply it for callers
+            // without CAP_FSETID). Without it the kernel asks for
             // security.capability (GETXATTR) before every write(): with
             // it the superblock gets SB_NOSEC and that round trip goes.
             self.killpriv = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2).is_ok();
@@ -832,16 +760,17 @@ impl Filesystem for Ext4Fuse {
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         self.busy.touch();
         // `mode` carries the type and the requested permissions; the umask
-        // or the parent's default ACL is applied here with POSIX ACL
-        // support, by the kernel without (see `new_inode_acl`).
+        // or the parent's default ACL is the engine's (see `create_mode`).
         let r = Self::ino(parent).and_then(|p| {
             let t = mode_type(mode)?;
-            let acl = self.new_inode_acl(p, t, mode, umask)?;
-            let st = res(self
-                .fs
-                .mknod_at(p, name.as_bytes(), t, acl.mode, decode_dev(rdev), &Self::cred(req)))?;
-            let st = self.finish_acl(p, name, st, &acl)?;
-            self.dir_sync(&[p])?;
+            let st = res(self.fs.mknod_at(
+                p,
+                name.as_bytes(),
+                t,
+                self.create_mode(mode, umask),
+                decode_dev(rdev),
+                &Self::cred(req),
+            ))?;
             self.entry_of(&st)
         });
         match r {
@@ -853,10 +782,9 @@ impl Filesystem for Ext4Fuse {
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.busy.touch();
         let r = Self::ino(parent).and_then(|p| {
-            let acl = self.new_inode_acl(p, Ft::Directory, mode, umask)?;
-            let st = res(self.fs.mkdir_at(p, name.as_bytes(), acl.mode, &Self::cred(req)))?;
-            let st = self.finish_acl(p, name, st, &acl)?;
-            self.dir_sync(&[p])?;
+            let st = res(self
+                .fs
+                .mkdir_at(p, name.as_bytes(), self.create_mode(mode, umask), &Self::cred(req)))?;
             self.entry_of(&st)
         });
         match r {
@@ -867,9 +795,7 @@ impl Filesystem for Ext4Fuse {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.busy.touch();
-        let r = Self::ino(parent).and_then(|p| {
-            res(self.fs.unlink_at(p, name.as_bytes(), &Self::cred(req))).and_then(|()| self.dir_sync(&[p]))
-        });
+        let r = Self::ino(parent).and_then(|p| res(self.fs.unlink_at(p, name.as_bytes(), &Self::cred(req))));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -878,9 +804,7 @@ impl Filesystem for Ext4Fuse {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.busy.touch();
-        let r = Self::ino(parent).and_then(|p| {
-            res(self.fs.rmdir_at(p, name.as_bytes(), &Self::cred(req))).and_then(|()| self.dir_sync(&[p]))
-        });
+        let r = Self::ino(parent).and_then(|p| res(self.fs.rmdir_at(p, name.as_bytes(), &Self::cred(req))));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -893,7 +817,6 @@ impl Filesystem for Ext4Fuse {
             let st = res(self
                 .fs
                 .symlink_at(p, link_name.as_bytes(), target.as_os_str().as_bytes(), &Self::cred(req)))?;
-            self.dir_sync(&[p])?;
             self.entry_of(&st)
         });
         match r {
@@ -925,24 +848,22 @@ impl Filesystem for Ext4Fuse {
                 if flags.contains(RenameFlags::RENAME_EXCHANGE) {
                     return Err(Errno::EINVAL);
                 }
-                res(self.fs.rename_whiteout(
+                return res(self.fs.rename_whiteout(
                     from,
                     name.as_bytes(),
                     to,
                     newname.as_bytes(),
                     flags.contains(RenameFlags::RENAME_NOREPLACE),
                     &Self::cred(req),
-                ))?;
-                return self.dir_sync(&[from, to]);
+                ));
             }
-            let f = ext4kit::vfs::namespace::RenameFlags {
+            let f = ext4kit::RenameFlags {
                 noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
                 exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
             };
             res(self
                 .fs
-                .rename_at(from, name.as_bytes(), to, newname.as_bytes(), f, &Self::cred(req)))?;
-            self.dir_sync(&[from, to])
+                .rename_at(from, name.as_bytes(), to, newname.as_bytes(), f, &Self::cred(req)))
         })();
         match r {
             Ok(()) => reply.ok(),
@@ -957,7 +878,6 @@ impl Filesystem for Ext4Fuse {
             let st = res(self
                 .fs
                 .link_at(Self::ino(ino)?, to, newname.as_bytes(), &Self::cred(req)))?;
-            self.dir_sync(&[to])?;
             self.entry_of(&st)
         })();
         match r {
@@ -991,21 +911,12 @@ impl Filesystem for Ext4Fuse {
             // writable open of an append-only inode needs O_APPEND), so it
             // is told about O_APPEND; its file is never written through
             // its own position (WRITE says where), so that is all it does.
+            // O_TRUNC is the engine's too, with its setuid/setgid kill.
             let mut ef = self.engine_flags(flags.0);
             ef.append = flags.0 & libc::O_APPEND != 0;
             let f = res(self.fs.open_ino_as(ino, ef, &Self::cred(req), PermCheck::Done))?;
             if f.is_dir() {
                 return Err(Errno::EISDIR);
-            }
-            if flags.0 & libc::O_TRUNC != 0 {
-                if let Some(m) = self.kill_priv(req, ino)? {
-                    let a = SetAttr {
-                        mode: Some(m as u16),
-                        ..SetAttr::default()
-                    };
-                    // Forced like the kernel's own kill (ATTR_FORCE).
-                    res(self.fs.setattr_ino(ino, &a, &Cred::root()))?;
-                }
             }
             Ok(self
                 .handles
@@ -1034,30 +945,15 @@ impl Filesystem for Ext4Fuse {
                 return Err(Errno::EINVAL);
             }
             // An existing name is opened, not created (O_CREAT without
-            // O_EXCL): it keeps its mode and ACLs. The kernel holds the
-            // directory's lock across CREATE, so the answer cannot change.
-            let creates = self.posix_acl && res(self.fs.lookup_at(p, name.as_bytes()))?.is_none();
-            let acl = self.new_inode_acl(p, Ft::Regular, mode, umask)?;
+            // O_EXCL): it keeps its mode and ACLs.
             let (st, f) = res(self.fs.create_open_at(
                 p,
                 name.as_bytes(),
-                acl.mode,
+                self.create_mode(mode, umask),
                 self.engine_flags(flags),
                 &Self::cred(req),
                 PermCheck::Done,
             ))?;
-            let st = if creates {
-                match self.finish_acl(p, name, st, &acl) {
-                    Ok(st) => st,
-                    Err(e) => {
-                        drop(f);
-                        return Err(e);
-                    }
-                }
-            } else {
-                st
-            };
-            self.dir_sync(&[p])?;
             let (a, g) = self.entry_of(&st)?;
             // Without a handle under no-open the engine's file closes here
             // (the new inode is linked).
@@ -1086,38 +982,22 @@ impl Filesystem for Ext4Fuse {
             if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
                 return Err(Errno::EINVAL);
             }
-            // The default ACL is inherited as for a create (ext4_tmpfile →
-            // ext4_new_inode → ext4_init_acl).
-            let acl = self.new_inode_acl(p, Ft::Regular, mode, umask)?;
             // The open's own flags: O_TMPFILE includes O_DIRECTORY, which
-            // the engine's open would refuse on a regular file.
+            // the engine's open would refuse on a regular file. The default
+            // ACL is inherited as for a create (the engine's).
             let open = flags & !(libc::O_TMPFILE | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
             let linkable = flags & libc::O_EXCL == 0;
-            let (st, f) =
-                res(self
-                    .fs
-                    .tmpfile_open_at(p, acl.mode, self.engine_flags(open), linkable, &Self::cred(req)))?;
+            let (st, f) = res(self.fs.tmpfile_open_at(
+                p,
+                self.create_mode(mode, umask),
+                self.engine_flags(open),
+                linkable,
+                &Self::cred(req),
+            ))?;
             let close = |f| {
                 if let Err(e) = self.fs.close_file(f) {
                     eprintln!("ext4kit: closing a tmpfile: {e}");
                 }
-            };
-            let st = if acl.access.is_some() || acl.default.is_some() {
-                // Failing, the creation fails (ext4_init_acl); the close
-                // frees the nameless inode.
-                match self
-                    .fs
-                    .apply_acl_create(st.ino, &acl)
-                    .and_then(|()| self.fs.stat_ino(st.ino))
-                {
-                    Ok(st) => st,
-                    Err(e) => {
-                        close(f);
-                        return Err(errno(&e));
-                    }
-                }
-            } else {
-                st
             };
             let (a, g) = match self.entry_of(&st) {
                 Ok(x) => x,
@@ -1144,7 +1024,7 @@ impl Filesystem for Ext4Fuse {
         self.busy.touch();
         match Self::ino(ino).and_then(|i| res(self.fs.stat_ino(i))) {
             Ok(st) => {
-                let (attributes, mask) = statx_attributes(st.flags);
+                let (attributes, mask) = st.statx_attributes();
                 reply.statx(&TTL, &file_attr(&st, self.block_size), st.has_crtime, attributes, mask)
             }
             Err(e) => reply.error(e),
@@ -1215,10 +1095,19 @@ impl Filesystem for Ext4Fuse {
         // it the flag marks the write-back of mmap'ed pages, whose times
         // are ours to stamp (xfstests generic/080).
         let from_cache = self.writeback && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
-        // Where: at the offset, or (None) at the end for an append.
-        let at = (!append).then_some(offset);
+        // Where: at the end for an append; with write-back caching where
+        // the kernel placed it (it positions appends itself, and its OPEN
+        // refused non-appending writers of append-only files); else at
+        // the offset.
+        let at = if append {
+            WriteAt::End
+        } else if self.writeback {
+            WriteAt::Placed(offset)
+        } else {
+            WriteAt::Offset(offset)
+        };
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => self.write_inode(req, &f.file().inode, at, data, f.privileged, from_cache),
+            Handle::File(f) => self.do_write(req, &f.file().inode, at, data, f.privileged, from_cache),
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         // Opened without OPEN: write the inode. The kernel tells whether
@@ -1231,7 +1120,7 @@ impl Filesystem for Ext4Fuse {
             let keep = !(self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID));
             Some(Self::ino(ino).and_then(|i| {
                 let inode = res(self.fs.inode(i))?;
-                self.write_inode(req, &inode, at, data, keep, from_cache)
+                self.do_write(req, &inode, at, data, keep, from_cache)
             }))
         });
         match r {
@@ -1265,7 +1154,7 @@ impl Filesystem for Ext4Fuse {
         let pending = Self::ino(ino)
             .ok()
             .and_then(|i| self.fs.inode(i).ok())
-            .and_then(|inode| inode.pages.take_wb_error());
+            .and_then(|inode| self.fs.take_writeback_error(&inode));
         match pending {
             Some(e) => {
                 eprintln!("ext4kit: reporting at close: {e}");
@@ -1557,12 +1446,16 @@ impl Filesystem for Ext4Fuse {
         reply: ReplyEmpty,
     ) {
         self.busy.touch();
-        // Modes and their errors are the engine's (Fs::fallocate_inode).
+        // Modes, their errors and the setuid/setgid kill are the
+        // engine's (Fs::fallocate_inode); the kernel checked the file is
+        // open for writing (`vfs_fallocate`).
+        let f = Fallocate {
+            mode: mode as u32,
+            off: offset,
+            len: length,
+        };
         let r = self.handles.with(fh.0, |h| match h {
-            Handle::File(f) => {
-                self.kill_before_fallocate(req, f.file().inode.ino)?;
-                res(f.file().fallocate(&self.fs, mode as u32, offset, length))
-            }
+            Handle::File(file) => self.do_fallocate(req, &file.file().inode, f),
             Handle::Dir(_) => Err(Errno::EISDIR),
         });
         // Opened without OPEN (the kernel refused files not open for
@@ -1576,8 +1469,7 @@ impl Filesystem for Ext4Fuse {
                 if inode.ftype != Ft::Regular {
                     return Err(Errno::ENODEV);
                 }
-                self.kill_before_fallocate(req, i)?;
-                res(self.fs.fallocate_inode(&inode, mode as u32, offset, length))
+                self.do_fallocate(req, &inode, f)
             }))
         });
         match r {
@@ -1642,8 +1534,7 @@ impl Filesystem for Ext4Fuse {
     ) {
         self.busy.touch();
         // By inode: flags and the label do not depend on the open file.
-        let r = Self::ino(ino)
-            .and_then(|i| crate::ioctl::ioctl(&self.fs, i, cmd, in_data, &Self::cred(req), self.read_only));
+        let r = Self::ino(ino).and_then(|i| crate::ioctl::ioctl(&self.fs, i, cmd, in_data, &Self::cred(req)));
         match r {
             Ok(mut out) => {
                 // A flag change moves ctime (ext4_ioctl_setflags), which the
@@ -1665,7 +1556,7 @@ impl Filesystem for Ext4Fuse {
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
@@ -1681,7 +1572,7 @@ impl Filesystem for Ext4Fuse {
             return reply.error(Errno::EINVAL);
         }
         // An engine read and write per piece (no block sharing in ext4).
-        match self.do_copy((ino_in, fh_in), offset_in, (ino_out, fh_out), offset_out, len) {
+        match self.do_copy(req, (ino_in, fh_in), offset_in, (ino_out, fh_out), offset_out, len) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }

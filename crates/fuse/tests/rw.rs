@@ -739,10 +739,10 @@ fn an_unlinked_open_file_is_freed_at_its_last_close() {
         },
     )
     .unwrap();
-    let rec = inode::read(&fs.vol, ino).unwrap();
+    let rec = inode::read(fs.volume(), ino).unwrap();
     assert_eq!(rec.base.links_count, 0);
     assert_ne!(rec.base.dtime, 0);
-    assert_eq!(fs.vol.sb().read().last_orphan, 0, "orphan list empty");
+    assert_eq!(fs.volume().sb().read().last_orphan, 0, "orphan list empty");
 }
 
 /// Run `script` with sh as uid/gid 65534 (nobody), supplementary group 4242.

@@ -238,8 +238,10 @@ mod e2fsprogs_shapes {
         no_worse(&img, "Block bitmap differences", |fs| {
             fs.mkdir(b"/d", 0o755, &Cred::root()).unwrap();
             let b = put(fs, "/d/b", 40 * 1024);
-            let rec = ext4kit::ext4::inode::read(&fs.vol, b).unwrap();
-            for (_, p, n) in ext4kit::ext4::bmap::load(&fs.vol, b, &rec).unwrap().runs(&fs.vol, u64::MAX).unwrap() {
+            let rec = ext4kit::ext4::inode::read(fs.volume(), b).unwrap();
+            for (_, p, n) in
+                ext4kit::ext4::bmap::load(fs.volume(), b, &rec).unwrap().runs(fs.volume(), u64::MAX).unwrap()
+            {
                 assert!((p..p + n).all(|x| !a_blocks.contains(&x)), "/a's blocks handed to /d/b: {p}+{n}");
             }
         });
@@ -328,7 +330,7 @@ mod e2fsprogs_shapes {
             let fs = open_rw(&img);
             let e = if what == "truncate" {
                 let ino = fs.stat(b"/z").unwrap().ino;
-                fs.truncate_inode(&fs.inode(ino).unwrap(), 0)
+                fs.truncate_inode(&fs.inode(ino).unwrap(), 0, &ext4kit::Caller::root()).map(|_| ())
             } else {
                 fs.setxattr(b"/z", b"user.x", b"1", 0, false, &Cred::root())
             }
@@ -350,8 +352,8 @@ mod e2fsprogs_shapes {
         let img = mke2fs(&dir, &["-t", "ext4", "-b", "1024", "-O", "^has_journal", "-m", "0"], "4M");
         {
             let fs = open_rw(&img);
-            let bs = fs.vol.block_size();
-            let mut n = fs.vol.reservations().available(ext4kit::ext4::reservation::Reserver::User) as usize;
+            let bs = fs.volume().block_size();
+            let mut n = fs.volume().reservations().available(ext4kit::ext4::reservation::Reserver::User) as usize;
             let data = vec![7u8; n * bs];
             loop {
                 match fs.write_file(b"/fill", &data[..n * bs], 0o644, 0, 0) {
@@ -361,7 +363,7 @@ mod e2fsprogs_shapes {
                 }
             }
             fs.sync().unwrap();
-            assert_eq!(fs.vol.reservations().available(ext4kit::ext4::reservation::Reserver::User), 0);
+            assert_eq!(fs.volume().reservations().available(ext4kit::ext4::reservation::Reserver::User), 0);
         }
         let before = std::fs::read(&img).unwrap();
         let e = open_rw(&img).mkdir(b"/d", 0o755, &Cred::root()).expect_err("no block for /d");
@@ -424,6 +426,7 @@ mod cross_linked {
     use std::sync::Arc;
 
     use ext4kit::vfs::io::FALLOC_FL_PUNCH_HOLE;
+    use ext4kit::Fallocate;
     use ext4kit::{Cred, Fs, OpenOptions, RenameFlags};
     use ext4kit_fuzz::damaged::check::{compare_images, find_cli};
     use ext4kit_fuzz::damaged::fsck::Fsck;
@@ -521,7 +524,7 @@ mod cross_linked {
 
     fn truncate(fs: &Fs, path: &str, len: u64) -> ext4kit::Result<()> {
         let ino = fs.stat(path.as_bytes())?.ino;
-        fs.truncate_inode(&*fs.inode(ino)?, len)
+        fs.truncate_inode(&*fs.inode(ino)?, len, &ext4kit::Caller::root()).map(|_| ())
     }
 
     /// The paths that free or rewrite a shared block of each kind.
@@ -553,7 +556,12 @@ mod cross_linked {
                     refused(&img, &what("truncate /a 3 KiB"), shared, |fs| truncate(fs, "/a", 3072));
                     refused(&img, &what("punch /a 4-8 KiB"), shared, |fs| {
                         let ino = fs.stat(b"/a")?.ino;
-                        fs.fallocate_inode(&*fs.inode(ino)?, FALLOC_FL_PUNCH_HOLE | 1, 4096, 4096)
+                        fs.fallocate_inode(
+                            &*fs.inode(ino)?,
+                            Fallocate { mode: FALLOC_FL_PUNCH_HOLE | 1, off: 4096, len: 4096 },
+                            &ext4kit::Caller::root(),
+                        )
+                        .map(|_| ())
                     });
                 }
                 Some("xattr") => {

@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ext4kit_format::time::Clock;
 use parking_lot::Mutex;
 
 use crate::buffers::{Buffer, Buffers, Error};
@@ -115,14 +116,16 @@ pub(crate) struct Committer {
     committing: Mutex<HashSet<u64>>,
     /// `needs_recovery` is set at home (cleared at a clean close).
     needs_recovery_on_disk: AtomicBool,
+    /// Where commit blocks' times come from.
+    clock: Clock,
     stats: JournalStats,
 }
 
 impl Committer {
     /// A committer over `log`, whose next transaction is the first to
     /// run, committed every `interval` at the latest (none: only when
-    /// asked or full).
-    pub(crate) fn new(log: Log, interval: Option<Duration>) -> Self {
+    /// asked or full), stamping commit blocks with `clock`'s time.
+    pub(crate) fn new(log: Log, interval: Option<Duration>, clock: Clock) -> Self {
         Committer {
             txns: Transactions::new(log.next_tid(), log.capacity(), interval),
             log: Mutex::new(log),
@@ -130,6 +133,7 @@ impl Committer {
             logged: Mutex::new(HashSet::new()),
             committing: Mutex::new(HashSet::new()),
             needs_recovery_on_disk: AtomicBool::new(false),
+            clock,
             stats: JournalStats::default(),
         }
     }
@@ -246,7 +250,7 @@ impl Committer {
             return self.commit_unjournaled(log, t, cp, io);
         }
         self.make_room(log, need, t.versions.len(), cp, io)?;
-        let done = match write_transaction(log, &t) {
+        let done = match write_transaction(log, &t, &self.clock) {
             Ok(d) => d,
             Err(e) => {
                 // Not committed: nothing of it joins the log's books (its
@@ -413,42 +417,32 @@ impl Committer {
 
 /// Phase 3: revoke records, descriptors and copies, flush, commit block,
 /// flush (the log's own ordering, see `log.rs`).
-fn write_transaction<B: Buffer>(log: &mut Log, t: &Captured<B>) -> Result<Committed, Error> {
+fn write_transaction<B: Buffer>(log: &mut Log, t: &Captured<B>, clock: &Clock) -> Result<Committed, Error> {
     let data: Vec<(u64, &[u8])> = t.versions.iter().map(|(b, v)| (*b, v.data())).collect();
-    log.commit(&data, &t.revokes, commit_time())
+    log.commit(&data, &t.revokes, commit_time(clock))
         .map_err(|source| Error::Log {
             what: format!("committing transaction {} to the journal", t.tid),
             source,
         })
 }
 
-/// `SOURCE_DATE_EPOCH`, when set: the seconds a reproducible build stamps
-/// on everything, commit blocks included.
-fn source_date_epoch() -> Option<u64> {
-    std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|v| v.parse().ok())
-}
-
 /// The commit interval to use for an asked-for one (`None` or zero: the
-/// default). None under `SOURCE_DATE_EPOCH`, where a reproducible build
-/// must not let the clock decide where one transaction ends (commits then
-/// come from fsync, sync, size and close only).
-pub(crate) fn commit_interval(asked: Option<Duration>) -> Option<Duration> {
-    if source_date_epoch().is_some() {
+/// default). None under a fixed clock (a reproducible build), which must
+/// not let the time decide where one transaction ends: commits then come
+/// from fsync, sync, size and close only.
+pub(crate) fn commit_interval(asked: Option<Duration>, clock: &Clock) -> Option<Duration> {
+    if clock.is_fixed() {
         return None;
     }
     Some(asked.filter(|d| !d.is_zero()).unwrap_or(DEFAULT_COMMIT_INTERVAL))
 }
 
-/// The commit block's time: now, or `SOURCE_DATE_EPOCH` (then two builds
-/// of one tree write the same log, byte for byte).
-fn commit_time() -> (u64, u32) {
-    if let Some(s) = source_date_epoch() {
-        return (s, 0);
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    (now.as_secs(), now.subsec_nanos())
+/// The commit block's time (`h_commit_sec`/`h_commit_nsec`) from `clock`:
+/// under a fixed clock two builds of one tree write the same log, byte for
+/// byte.
+fn commit_time(clock: &Clock) -> (u64, u32) {
+    let t = clock.now();
+    (t.sec.max(0) as u64, t.nsec)
 }
 
 #[cfg(test)]
@@ -460,6 +454,7 @@ mod tests {
 
     use crate::testing::{format_journal, load_journal, recovered, Mem, MemBuffer, BS, DEV_BYTES, FS_BLOCKS, WANT};
     use crate::{Error, Jbd, Log};
+    use ext4kit_format::time::Clock;
 
     /// A journaled filesystem in memory over a recording device.
     struct Rig {
@@ -481,7 +476,7 @@ mod tests {
             rec,
             base,
             mem: Mem::over(dev),
-            jbd: Jbd::journaled(log, None),
+            jbd: Jbd::journaled(log, None, Clock::System),
         }
     }
 

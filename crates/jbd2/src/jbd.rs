@@ -18,6 +18,7 @@
 
 use std::time::Duration;
 
+use ext4kit_format::time::Clock;
 use parking_lot::MutexGuard;
 
 use crate::buffers::{Buffer, Buffers};
@@ -54,11 +55,16 @@ impl<B: Buffer> Jbd<B> {
 
     /// A journal writing to `log` (see [`Log::start`]), committing the
     /// running transaction once it is `commit_interval` old (the kernel's
-    /// `commit=`; `None` or zero: 5 s; never under `SOURCE_DATE_EPOCH`).
-    pub fn journaled(log: Log, commit_interval_asked: Option<Duration>) -> Self {
+    /// `commit=`; `None` or zero: 5 s; never under a fixed clock, a
+    /// reproducible build), its commit blocks stamped with `clock`'s time.
+    pub fn journaled(log: Log, commit_interval_asked: Option<Duration>, clock: Clock) -> Self {
         Jbd {
             checkpoint: Checkpoint::default(),
-            journal: Some(Committer::new(log, commit_interval(commit_interval_asked))),
+            journal: Some(Committer::new(
+                log,
+                commit_interval(commit_interval_asked, &clock),
+                clock,
+            )),
         }
     }
 
@@ -217,8 +223,8 @@ impl<B: Buffer> Jbd<B> {
         self.journal.as_ref().is_none_or(|j| j.txns().running_is_empty())
     }
 
-    /// The commit interval (none without a journal or under
-    /// `SOURCE_DATE_EPOCH`).
+    /// The commit interval (none without a journal or under a fixed
+    /// clock).
     pub fn commit_interval(&self) -> Option<Duration> {
         self.journal.as_ref().and_then(|j| j.txns().interval())
     }
@@ -352,7 +358,7 @@ mod tests {
         let mem = Mem::new();
         crate::testing::format_journal(&**mem.device());
         let log = Log::start(crate::testing::load_journal(mem.device().clone()), crate::testing::WANT).unwrap();
-        let jbd = Jbd::journaled(log, None);
+        let jbd = Jbd::journaled(log, None, Clock::System);
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             let (jbd, mem) = (&jbd, &mem);

@@ -87,8 +87,7 @@ pub(crate) struct Transactions {
     max_blocks: AtomicU64,
     /// A quarter of the log.
     log_quarter: usize,
-    /// The commit interval; none under `SOURCE_DATE_EPOCH` (see
-    /// `commit.rs`).
+    /// The commit interval; none under a fixed clock (see `commit.rs`).
     interval: Option<Duration>,
     /// The journal was aborted: the running transaction never commits.
     aborted: AtomicBool,

@@ -18,25 +18,19 @@ pub(crate) struct Identity {
 impl Identity {
     /// The UUID as given, else a random version-4 one (mke2fs's
     /// `uuid_generate`); the hash seed as given, else derived from the
-    /// UUID when the time is fixed (a reproducible build), else random;
-    /// the time as given (`SOURCE_DATE_EPOCH`), else the clock.
+    /// UUID when the clock is fixed (a reproducible build), else random;
+    /// the time from the options' clock.
     pub(crate) fn resolve(opts: &MkfsOptions) -> Result<Self> {
         let uuid = match opts.uuid {
             Some(u) => u,
             None => random_uuid()?,
         };
-        let hash_seed = match (opts.hash_seed, opts.timestamp) {
-            (Some(u), _) => u,
-            (None, Some(_)) => hash_seed_from_uuid(&uuid),
-            (None, None) => random_uuid()?,
+        let hash_seed = match opts.hash_seed {
+            Some(u) => u,
+            None if opts.clock.is_fixed() => hash_seed_from_uuid(&uuid),
+            None => random_uuid()?,
         };
-        let now = match opts.timestamp {
-            Some(t) => t,
-            None => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs() as i64)
-                .unwrap_or(0),
-        };
+        let now = opts.clock.now().sec;
         Ok(Identity { uuid, hash_seed, now })
     }
 
@@ -57,9 +51,9 @@ impl Identity {
     }
 }
 
-/// The directory hash seed of a reproducible build (`timestamp` given, no
+/// The directory hash seed of a reproducible build (a fixed clock, no
 /// `hash_seed`): a fixed function of the UUID, so that one fixed UUID and
-/// `SOURCE_DATE_EPOCH` are enough for byte-identical images. Shaped as a
+/// fixed clock are enough for byte-identical images. Shaped as a
 /// version-4 UUID, like the random seeds mke2fs draws; distinct from the
 /// UUID itself so the two never coincide.
 pub fn hash_seed_from_uuid(uuid: &[u8; 16]) -> [u8; 16] {

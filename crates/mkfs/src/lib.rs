@@ -37,8 +37,8 @@
 //! feature bits (`64BIT`, `CSUM_V3`, which the kernel would set at first
 //! mount); `tests/mkfs.rs` makes that comparison.
 //!
-//! Nothing here reads the clock or a random source when `uuid` and
-//! `timestamp` are given (`hash_seed` then defaults to a function of the
+//! Nothing here reads the system clock or a random source when `uuid` is
+//! given and `clock` is fixed (`hash_seed` then defaults to a function of the
 //! UUID): the output is a pure function of the options and the size.
 //!
 //! Not made here: `orphan_file`, `bigalloc`, `inline_data`, `encrypt`,
@@ -71,6 +71,8 @@ mod writer;
 use ext4kit_blockdev::BlockDevice;
 
 pub use error::{MkfsError, Result};
+/// The clock [`MkfsOptions::clock`] takes (fixed for a reproducible build).
+pub use ext4kit_format::time::Clock;
 pub use geometry::default_journal_blocks;
 pub use identity::hash_seed_from_uuid;
 pub use options::{FsType, MkfsOptions};
@@ -170,7 +172,7 @@ mod tests {
             fs_type: t,
             uuid: Some([1; 16]),
             hash_seed: Some([2; 16]),
-            timestamp: Some(1_700_000_000),
+            clock: ext4kit_format::time::Clock::fixed(1_700_000_000),
             ..Default::default()
         }
     }

@@ -3,6 +3,7 @@
 //! large enough, the label fits, the reserve and the time are in range.
 
 use ext4kit_blockdev::BlockDevice;
+use ext4kit_format::time::Clock;
 
 use crate::error::{MkfsError, Result};
 
@@ -49,15 +50,17 @@ pub struct MkfsOptions {
     /// Filesystem UUID; `None` draws a random (version 4) one.
     pub uuid: Option<[u8; 16]>,
     /// Directory hash seed; `None` draws a random one — or, when
-    /// `timestamp` is set (a reproducible build), derives it from the UUID
+    /// `clock` is fixed (a reproducible build), derives it from the UUID
     /// ([`crate::hash_seed_from_uuid`]), so a fixed `uuid` is all else it
     /// takes.
     pub hash_seed: Option<[u8; 16]>,
     /// Percentage of blocks reserved for root.
     pub reserved_percent: f64,
-    /// Seconds since the epoch for every timestamp (`SOURCE_DATE_EPOCH`);
-    /// `None` uses the current time.
-    pub timestamp: Option<i64>,
+    /// The time every timestamp carries: `s_mkfs_time`, `s_wtime`,
+    /// `s_lastcheck` and every inode time. A fixed clock
+    /// ([`Clock::from_source_date_epoch`]) makes a reproducible build; the
+    /// default is the system clock.
+    pub clock: Clock,
     /// Feature edits applied after the type's defaults, in mke2fs `-O`
     /// syntax: `name` adds, `^name` removes, `none` clears everything.
     pub features: Vec<String>,
@@ -77,7 +80,7 @@ impl Default for MkfsOptions {
             uuid: None,
             hash_seed: None,
             reserved_percent: 5.0,
-            timestamp: None,
+            clock: Clock::System,
             features: Vec::new(),
             device_zeroed: false,
         }
@@ -101,7 +104,8 @@ impl MkfsOptions {
                 self.reserved_percent
             )));
         }
-        if let Some(t) = self.timestamp {
+        if let Clock::Fixed(ts) = self.clock {
+            let t = ts.sec;
             if !(0..1 << 40).contains(&t) {
                 return Err(MkfsError::invalid(format!("timestamp {t} outside 0..2^40 seconds")));
             }

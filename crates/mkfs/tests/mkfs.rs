@@ -37,7 +37,7 @@ fn opts(t: FsType, bs: Option<u32>) -> MkfsOptions {
         block_size: bs,
         uuid: Some(UUID),
         hash_seed: Some(SEED),
-        timestamp: Some(1_700_000_000),
+        clock: ext4kit_format::time::Clock::fixed(1_700_000_000),
         label: "ext4kit-test".into(),
         device_zeroed: true,
         ..Default::default()

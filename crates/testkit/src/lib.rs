@@ -62,5 +62,6 @@ pub use rng::TestRng;
 pub const FIXTURE_VERSION: u32 = 1;
 pub use tree::{build_source_tree, TreeManifest, TreeOpts, POST_2038_SECS, PRE_1970_SECS};
 pub use util::{
-    describe, drop_kernel_caches_until, env_u64, escape_bytes, ext4kit_bin, require_root_and_fuse, run_ok, Scratch,
+    describe, drop_kernel_caches_until, env_u64, escape_bytes, ext4kit_bin, require_root_and_fuse, run_ok, sh_as,
+    Scratch,
 };

@@ -127,6 +127,29 @@ pub fn mkfs_ext4(image: &Path, size_mib: u64, extra: &[&str]) -> io::Result<()> 
     run_ok(&mut c, &[0]).map(|_| ())
 }
 
+/// Require the same observations (one line each) from the kernel's ext4
+/// and from ext4kit for scenario `tag`: a panic listing the lines that
+/// differ, with both counts, when they do. With `show_var` set in the
+/// environment the kernel's lines are printed (to write a new scenario).
+pub fn assert_same_observations(tag: &str, kernel: &[String], ours: &[String], show_var: &str) {
+    if std::env::var_os(show_var).is_some() {
+        eprintln!("{tag}, the kernel's observations:\n  {}", kernel.join("\n  "));
+    }
+    let diff: Vec<String> = kernel
+        .iter()
+        .zip(ours.iter().chain(std::iter::repeat(&String::new())))
+        .filter(|(k, o)| k != o)
+        .map(|(k, o)| format!("  kernel:  {k}\n  ext4kit: {o}"))
+        .collect();
+    assert!(
+        diff.is_empty() && kernel.len() == ours.len(),
+        "{tag}: ext4kit differs from the kernel's ext4:\n{}\n(kernel {} observations, ext4kit {})",
+        diff.join("\n"),
+        kernel.len(),
+        ours.len()
+    );
+}
+
 /// The filesystem type the mount table shows at exactly `dir`, if anything
 /// is mounted there (`ext4`, `fuse.ext4kit`, `fuse.fuse2fs`, ...).
 pub fn mounted_fstype(dir: &Path) -> Option<String> {

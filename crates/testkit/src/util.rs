@@ -138,6 +138,30 @@ pub fn env_u64(name: &str, default: u64) -> u64 {
     }
 }
 
+/// Run `script` with `sh -c` in `dir` as user and group `uid` (root:
+/// directly; others through `setpriv`, with no capabilities and no
+/// supplementary groups), its output discarded. Returns the exit code.
+pub fn sh_as(uid: u32, dir: &Path, script: &str) -> i32 {
+    let mut c = if uid == 0 {
+        Command::new("sh")
+    } else {
+        let mut c = Command::new("setpriv");
+        c.args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+            "sh",
+        ]);
+        c
+    };
+    c.args(["-c", script])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    c.status().map_or(-1, |s| s.code().unwrap_or(-1))
+}
+
 /// The ext4kit binary a test runs: `built` (the test crate's own,
 /// `env!("CARGO_BIN_EXE_ext4kit")`) unless `EXT4KIT_BIN` names another
 /// build to judge (a branch's release binary, say).

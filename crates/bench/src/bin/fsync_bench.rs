@@ -98,7 +98,7 @@ fn run_lib(img: &Path, threads: usize, files: usize, size: usize) -> Result<Samp
         fs.mkdir(format!("/t{t}").as_bytes(), 0o755, &root)
             .map_err(|e| e.to_string())?;
     }
-    let jbd = fs.vol.jbd().stats().ok_or("the library volume has no journal")?;
+    let jbd = fs.volume().jbd().stats().ok_or("the library volume has no journal")?;
     let before = jbd.commits();
     let data = vec![0xa5u8; size];
     let start = Instant::now();

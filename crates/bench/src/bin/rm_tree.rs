@@ -98,7 +98,7 @@ fn pop_dirs(a: &Args) -> usize {
 
 /// What the owner scan found (where it exists).
 fn scan_stats(fs: &Fs) -> String {
-    match fs.vol.owner_map().get() {
+    match fs.volume().owner_map().get() {
         Some(c) => {
             let s = c.stats();
             format!(

@@ -16,7 +16,7 @@
 //! ext4kit's CPU time per create is printed too (it leaves out what the
 //! hypervisor stole), twice: the creating thread's, and the whole
 //! process's — which adds the background worker's cache sweeps and
-//! checkpoints (`ext4kit::flusher`), work a create causes but does not wait
+//! checkpoints (`ext4kit::cache::flusher`), work a create causes but does not wait
 //! for. To see where a create's time goes at each size:
 //! `perf record -g target/release/seeds-create --no-kernel --runs 1
 //! --pause-ms 300`, then split the samples at the gaps (the first group
@@ -121,7 +121,7 @@ fn thread_cpu_ns() -> Option<f64> {
 }
 
 /// CPU time all this process's threads have used, in ns: the creating
-/// thread plus ext4kit's background worker (`ext4kit::flusher`), which
+/// thread plus ext4kit's background worker (`ext4kit::cache::flusher`), which
 /// sweeps the caches and checkpoints beside it.
 fn process_cpu_ns() -> Option<f64> {
     let mut sum = 0.0;

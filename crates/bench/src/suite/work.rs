@@ -1717,7 +1717,7 @@ fn w_fsmall(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
                     fs.mkdir(format!("/s{n}-{t}").as_bytes(), 0o755, &root())
                         .map_err(io("mkdir"))?;
                 }
-                let commits = || fs.vol.jbd().stats().map(|s| s.commits());
+                let commits = || fs.volume().jbd().stats().map(|s| s.commits());
                 let c0 = commits();
                 let (lat, d) = par(n, |t| {
                     let mut p = Process::new(fs.clone());

@@ -9,8 +9,8 @@
 use std::io::Read;
 use std::sync::Arc;
 
+use ext4kit::device::MemDevice;
 use ext4kit::{FileType, Fs, OpenFlags, OpenOptions};
-use ext4kit_blockdev::MemDevice;
 
 use crate::fmt::{human, mode_string};
 

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use ext4kit::vfs::namespace::RenameFlags;
+use ext4kit::RenameFlags;
 use ext4kit::{Cred, Errno, FileType, Fs, OpenOptions};
 
 use super::Image;
@@ -32,7 +32,7 @@ pub fn open_rw(image: &Image, budget: usize) -> Result<Arc<Fs>, String> {
     for w in fs.warnings() {
         eprintln!("ext4kit: warning: {}: {w}", image.display());
     }
-    if fs.vol.read_only() {
+    if fs.read_only() {
         return Err(format!(
             "{}: cannot be modified (see the warning above)",
             image.display()
@@ -472,7 +472,9 @@ pub fn truncate(image: &Image, size: u64, no_create: bool, paths: &[String], bud
                     Err(e) => return Err(super::err(image, &p, e)),
                 };
                 let inode = fs.inode(st.ino).map_err(|e| super::err(image, &p, e))?;
-                fs.truncate_inode(&inode, size).map_err(|e| super::err(image, &p, e))
+                fs.truncate_inode(&inode, size, &ext4kit::Caller::root())
+                    .map(|_| ())
+                    .map_err(|e| super::err(image, &p, e))
             }) as Op<'_>
         })
         .collect();

@@ -56,7 +56,7 @@ fn print_table(image: &Image, disk: &Disk) {
         "#", "start (bytes)", "size", "type", "name"
     );
     for p in &disk.parts {
-        let ty = if t.kind == ext4kit_blockdev::partition::TableKind::Mbr {
+        let ty = if t.kind == ext4kit::device::TableKind::Mbr {
             format!("{} ({})", p.part.type_name, p.part.type_id)
         } else {
             p.part.type_name.to_string()
@@ -82,7 +82,7 @@ fn print_table(image: &Image, disk: &Disk) {
         } else if let Some(why) = &p.part.write_conflict {
             println!("Partition {} opens read-only only: {why}", p.part.number);
         }
-        if t.kind == ext4kit_blockdev::partition::TableKind::Gpt && p.part.type_name == "unknown" {
+        if t.kind == ext4kit::device::TableKind::Gpt && p.part.type_name == "unknown" {
             println!("Partition {} type GUID: {}", p.part.number, p.part.type_id);
         }
     }

@@ -8,12 +8,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use ext4kit::device::{open_location, BlockDevice, FileDevice};
+use ext4kit::journal::{features, tag_name, End, Journal, Listing, Record, Recovery};
 use ext4kit::Location;
-use ext4kit_blockdev::{BlockDevice, FileDevice};
-use ext4kit_format::fast_commit::{tag_name, Record};
-use ext4kit_format::jbd2::features;
-use ext4kit_jbd2::listing::{End, Listing};
-use ext4kit_jbd2::{Journal, Recovery};
 use serde_json::{json, Value};
 
 use crate::fmt::time_full;
@@ -22,21 +19,17 @@ use crate::fmt::time_full;
 pub fn run(image: &Path, loc: Location, json_out: bool) -> Result<(), String> {
     let name = image.display();
     let file = FileDevice::open(image, false).map_err(|e| format!("{name}: opening the image: {e}"))?;
-    let dev: Arc<dyn BlockDevice> = ext4kit_blockdev::open_location(Arc::new(file), loc)
-        .map_err(|e| format!("{name}: finding the filesystem: {e}"))?;
-    let sb = ext4kit::ext4::journal::read_superblock(&*dev).map_err(|e| format!("{name}: {e}"))?;
-    let needs_recovery = sb.feature_incompat & ext4kit_format::features::incompat::RECOVER != 0;
-    let journal = ext4kit::ext4::journal::open_journal(&dev).map_err(|e| format!("{name}: {e}"))?;
-    let listing = ext4kit_jbd2::list(&journal);
-    let rec = ext4kit_jbd2::recover(&journal);
+    let dev: Arc<dyn BlockDevice> =
+        open_location(Arc::new(file), loc).map_err(|e| format!("{name}: finding the filesystem: {e}"))?;
+    let r = ext4kit::journal::inspect(&dev).map_err(|e| format!("{name}: {e}"))?;
     if json_out {
-        let v = to_json(&journal, sb.journal_inum, needs_recovery, &listing, &rec);
+        let v = to_json(&r.journal, r.journal_inum, r.needs_recovery, &r.listing, &r.recovery);
         println!(
             "{}",
             serde_json::to_string_pretty(&v).map_err(|e| format!("encoding JSON: {e}"))?
         );
     } else {
-        print_text(&journal, sb.journal_inum, needs_recovery, &listing, &rec);
+        print_text(&r.journal, r.journal_inum, r.needs_recovery, &r.listing, &r.recovery);
     }
     Ok(())
 }
@@ -241,7 +234,7 @@ fn to_json(j: &Journal, inum: u32, needs_recovery: bool, l: &Listing, rec: &Reco
                     "fs_block": b.fs_block,
                     "journal_block": b.log_block,
                     "flags": b.flags,
-                    "escaped": ext4kit_jbd2::listing::escaped(b.flags),
+                    "escaped": ext4kit::journal::escaped(b.flags),
                     "checksum_ok": b.checksum_ok,
                 })).collect::<Vec<_>>(),
                 "revokes": t.revokes.iter().map(|(b, ok, r)| json!({"block": b, "checksum_ok": ok, "fs_blocks": r})).collect::<Vec<_>>(),

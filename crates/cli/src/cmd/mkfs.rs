@@ -18,10 +18,9 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ext4kit::device::{open_location, partitions, probe_ext, BlockDevice, FileDevice, WindowDevice};
+use ext4kit::mkfs::{dry_run, mkfs, FsType, MkfsOptions};
 use ext4kit::Location;
-use ext4kit_blockdev::partition::{partitions, probe_ext};
-use ext4kit_blockdev::{open_location, BlockDevice, FileDevice, WindowDevice};
-use ext4kit_mkfs::{dry_run, mkfs, FsType, MkfsOptions};
 
 use super::Image;
 use crate::image::ImageArgs;
@@ -191,13 +190,7 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
     }
     let img = image.display().to_string();
     let fail = |m: String| format!("{img}: {m}");
-    if let Ok(v) = std::env::var("SOURCE_DATE_EPOCH") {
-        let t = v
-            .trim()
-            .parse::<i64>()
-            .map_err(|_| fail(format!("SOURCE_DATE_EPOCH=\"{v}\" is not a number of seconds")))?;
-        o.timestamp = Some(t);
-    }
+    o.clock = ext4kit::Clock::from_source_date_epoch().map_err(fail)?;
     let (dev, size) = match image.loc {
         Location::Whole => {
             let size = size.ok_or_else(|| fail("SIZE is needed (e.g. 64M)".into()))?;

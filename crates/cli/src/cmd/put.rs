@@ -472,7 +472,9 @@ impl Copier<'_> {
             off = end.max(start + 1);
         }
         if inode.size() < size {
-            self.fs.truncate_inode(&inode, size).map_err(|e| e.to_string())?;
+            self.fs
+                .truncate_inode(&inode, size, &ext4kit::Caller::root())
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     }

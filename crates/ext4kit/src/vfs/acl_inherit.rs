@@ -1,8 +1,10 @@
 //! Default-ACL inheritance for new inodes: the kernel's `posix_acl_create`
-//! (fs/posix_acl.c), for a frontend that creates inodes on behalf of a
-//! kernel that leaves it to the filesystem (FUSE with `FUSE_POSIX_ACL`
-//! and `FUSE_DONT_MASK`: the kernel neither applies the umask nor the
-//! parent's default ACL, it sends both the requested mode and the umask).
+//! (fs/posix_acl.c) as `ext4_init_acl` applies it to every inode
+//! `ext4_new_inode` makes — files, directories, device nodes, O_TMPFILE —
+//! inside the creating transaction, so a new inode never exists, even
+//! after a crash, with more or less access than its parent's default ACL
+//! gives, and a failure to store the ACLs fails the creation with nothing
+//! left behind.
 //!
 //! The rules:
 //! * a parent without a default ACL: the new mode is `mode & ~umask`, and
@@ -12,35 +14,56 @@
 //!   when there is no mask) entries limited by the requested mode, and the
 //!   mode's permission bits become those entries (`posix_acl_create_masq`);
 //!   an access ACL that says no more than the mode is not stored; a new
-//!   directory also inherits the default ACL itself as its own default.
+//!   directory also inherits the default ACL itself as its own default;
+//! * symbolic links take neither (their mode is always 0777).
 //!
-//! [`Fs::acl_create`] computes this from the parent (under its read lock);
-//! the caller creates the inode with [`AclCreate::mode`] and then stores
-//! the ACLs with [`Fs::apply_acl_create`]. Values are in the Linux xattr
+//! The creating paths (write.rs, namespace.rs) call `Fs::acl_for_new`
+//! under the parent's lock and `Fs::store_inherited_acl` with the new
+//! record before it is first written. Values are in the Linux xattr
 //! format, as everywhere in the vfs layer.
 
-use ext4kit_format::inode::FileType;
+use ext4kit_format::inode::{FileType, Inode};
 use ext4kit_format::xattr::acl_tag;
 
-use super::cred::Cred;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
+use crate::ext4::transaction::Handle;
+use crate::ext4::xattr;
+use crate::ext4::xattr_write::{self, XattrChange};
 
 /// Name of the default ACL attribute.
 pub const ACL_DEFAULT_NAME: &[u8] = b"system.posix_acl_default";
 /// Name of the access ACL attribute.
 pub const ACL_ACCESS_NAME: &[u8] = b"system.posix_acl_access";
 
+/// The mode a creating call asks for: the permission bits (with setuid,
+/// setgid and sticky) and the creator's umask. The umask applies only
+/// when the parent has no default ACL (see the module doc); a caller that
+/// applied it already passes 0 — a plain `u16` converts to that.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CreateMode {
+    /// Requested mode bits (`0o7777` of them count).
+    pub perm: u16,
+    /// The creator's umask (`0o777` of it counts).
+    pub umask: u16,
+}
+
+impl From<u16> for CreateMode {
+    fn from(perm: u16) -> Self {
+        CreateMode { perm, umask: 0 }
+    }
+}
+
 /// What a new inode gets from its parent (see the module comment).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AclCreate {
+pub(crate) struct AclCreate {
     /// Permission bits (and setuid/setgid/sticky as requested) to create
     /// the inode with.
-    pub mode: u16,
+    pub(crate) mode: u16,
     /// The access ACL to store, if it says more than the mode.
-    pub access: Option<Vec<u8>>,
+    pub(crate) access: Option<Vec<u8>>,
     /// The default ACL to store (new directories under a default ACL).
-    pub default: Option<Vec<u8>>,
+    pub(crate) default: Option<Vec<u8>>,
 }
 
 /// `posix_acl_create_masq`: limit the inherited ACL `acl` (xattr format)
@@ -91,41 +114,29 @@ pub fn create_masq(acl: &mut [u8], mode: u16) -> Option<(u16, bool)> {
 }
 
 impl Fs {
-    /// What an inode of type `ftype` created in directory `parent` with
-    /// the requested `mode` (permission bits plus setuid/setgid/sticky)
-    /// and the creator's `umask` gets (see the module comment). Symbolic
-    /// links take neither umask nor ACLs (their mode is always 0777).
-    pub fn acl_create(&self, parent: u32, ftype: FileType, mode: u16, umask: u16) -> Result<AclCreate> {
-        let mode = mode & 0o7777;
+    /// What an inode of type `ftype` created in directory `parent` (its
+    /// record `dir`, which the caller holds locked) with `mode` gets (see
+    /// the module comment).
+    pub(crate) fn acl_for_new(&self, parent: u32, dir: &Inode, ftype: FileType, mode: CreateMode) -> Result<AclCreate> {
+        let perm = mode.perm & 0o7777;
+        let plain = |m| AclCreate {
+            mode: m,
+            access: None,
+            default: None,
+        };
         if ftype == FileType::Symlink {
-            return Ok(AclCreate {
-                mode,
-                access: None,
-                default: None,
-            });
+            return Ok(plain(perm));
         }
-        let default = match self.getxattr_ino(parent, ACL_DEFAULT_NAME, &Cred::root()) {
-            Ok(v) if v.len() > 4 => v,
-            Ok(_) => {
-                return Ok(AclCreate {
-                    mode: mode & !(umask & 0o777),
-                    access: None,
-                    default: None,
-                })
-            }
-            Err(Error::Posix {
-                errno: Errno::ENODATA, ..
-            }) => {
-                return Ok(AclCreate {
-                    mode: mode & !(umask & 0o777),
-                    access: None,
-                    default: None,
-                })
-            }
-            Err(e) => return Err(e),
+        let default = xattr::list(&self.vol, parent, dir)?
+            .into_iter()
+            .find(|(n, _)| n == ACL_DEFAULT_NAME)
+            .map(|(_, v)| v)
+            .filter(|v| v.len() > 4);
+        let Some(default) = default else {
+            return Ok(plain(perm & !(mode.umask & 0o777)));
         };
         let mut access = default.clone();
-        let (new_mode, equiv) = create_masq(&mut access, mode).ok_or_else(|| {
+        let (new_mode, equiv) = create_masq(&mut access, perm).ok_or_else(|| {
             Error::posix(
                 Errno::EIO,
                 format!("inode {parent}: the default ACL is malformed; run e2fsck"),
@@ -138,15 +149,31 @@ impl Fs {
         })
     }
 
-    /// Store the ACLs [`Fs::acl_create`] computed on the new inode `ino`.
-    /// The access ACL is stored as it is (the mode already matches it).
-    pub fn apply_acl_create(&self, ino: u32, acl: &AclCreate) -> Result<()> {
-        let root = Cred::root();
-        if let Some(d) = &acl.default {
-            self.setxattr_ino(ino, ACL_DEFAULT_NAME, d, 0, &root)?;
-        }
-        if let Some(a) = &acl.access {
-            self.setxattr_ino(ino, ACL_ACCESS_NAME, a, 0, &root)?;
+    /// `ext4_init_acl`: store the ACLs [`Fs::acl_for_new`] computed on the
+    /// new inode `ino` (record `rec`, not yet written) in the creating
+    /// handle `h`. The access ACL is stored as it is (the mode already
+    /// matches it).
+    pub(crate) fn store_inherited_acl(
+        &self,
+        h: &mut Handle<'_>,
+        ino: u32,
+        rec: &mut Inode,
+        acl: &AclCreate,
+    ) -> Result<()> {
+        for (name, value) in [(ACL_DEFAULT_NAME, &acl.default), (ACL_ACCESS_NAME, &acl.access)] {
+            if let Some(v) = value {
+                xattr_write::set(
+                    &self.vol,
+                    h,
+                    ino,
+                    rec,
+                    XattrChange {
+                        name,
+                        value: Some(v),
+                        flags: 0,
+                    },
+                )?;
+            }
         }
         Ok(())
     }
@@ -201,18 +228,25 @@ mod tests {
 
     #[test]
     fn new_inodes_inherit_or_take_the_umask() {
+        use crate::Cred;
         let fs = crate::vfs::mem_fs();
         let root = Cred::root();
         // No default ACL: the umask applies, nothing is stored.
-        let plain = fs.acl_create(2, FileType::Regular, 0o666, 0o027).unwrap();
-        assert_eq!(
-            plain,
-            AclCreate {
-                mode: 0o640,
-                access: None,
-                default: None
-            }
-        );
+        let plain = fs
+            .mknod_at(
+                2,
+                b"plain",
+                FileType::Regular,
+                CreateMode {
+                    perm: 0o666,
+                    umask: 0o027,
+                },
+                (0, 0),
+                &root,
+            )
+            .unwrap();
+        assert_eq!(plain.perm(), 0o640);
+        assert!(fs.xattrs_ino(plain.ino).unwrap().is_empty());
         let d = fs.mkdir_at(2, b"d", 0o755, &root).unwrap();
         let default = acl(&[
             (acl_tag::USER_OBJ, 7, U),
@@ -223,29 +257,41 @@ mod tests {
         ]);
         fs.setxattr_ino(d.ino, ACL_DEFAULT_NAME, &default, 0, &root).unwrap();
         // Under it the umask is ignored; a directory inherits the default.
-        let sub = fs.acl_create(d.ino, FileType::Directory, 0o777, 0o077).unwrap();
-        assert_eq!(sub.mode, 0o775);
-        assert_eq!(sub.default.as_deref(), Some(&default[..]));
-        let st = fs.mkdir_at(d.ino, b"sub", sub.mode, &root).unwrap();
-        fs.apply_acl_create(st.ino, &sub).unwrap();
-        assert_eq!(fs.stat_ino(st.ino).unwrap().perm(), 0o775);
+        let st = fs
+            .mkdir_at(
+                d.ino,
+                b"sub",
+                CreateMode {
+                    perm: 0o777,
+                    umask: 0o077,
+                },
+                &root,
+            )
+            .unwrap();
+        assert_eq!(st.perm(), 0o775);
         assert_eq!(fs.getxattr_ino(st.ino, ACL_DEFAULT_NAME, &root).unwrap(), default);
-        assert_eq!(
-            fs.getxattr_ino(st.ino, ACL_ACCESS_NAME, &root).unwrap(),
-            sub.access.unwrap()
-        );
+        let mut want = default.clone();
+        create_masq(&mut want, 0o777).unwrap();
+        assert_eq!(fs.getxattr_ino(st.ino, ACL_ACCESS_NAME, &root).unwrap(), want);
         // A file: no default of its own; symlinks take nothing.
-        let f = fs.acl_create(d.ino, FileType::Regular, 0o640, 0o077).unwrap();
-        assert_eq!((f.mode, f.default.is_none(), f.access.is_some()), (0o640, true, true));
-        let l = fs.acl_create(d.ino, FileType::Symlink, 0o777, 0o077).unwrap();
-        assert_eq!(
-            l,
-            AclCreate {
-                mode: 0o777,
-                access: None,
-                default: None
-            }
-        );
+        let f = fs
+            .mknod_at(
+                d.ino,
+                b"f",
+                FileType::Regular,
+                CreateMode {
+                    perm: 0o640,
+                    umask: 0o077,
+                },
+                (0, 0),
+                &root,
+            )
+            .unwrap();
+        assert_eq!(f.perm(), 0o640);
+        assert!(fs.getxattr_ino(f.ino, ACL_DEFAULT_NAME, &root).is_err());
+        assert!(fs.getxattr_ino(f.ino, ACL_ACCESS_NAME, &root).is_ok());
+        let l = fs.symlink_at(d.ino, b"l", b"f", &root).unwrap();
+        assert!(fs.xattrs_ino(l.ino).unwrap().is_empty());
     }
 
     #[test]

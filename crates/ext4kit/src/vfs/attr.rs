@@ -13,9 +13,10 @@
 //!   caller is not in the file's (new) group;
 //! * explicit times need the owner or root (EPERM); setting both times to
 //!   "now" also works for anyone with write permission (else EACCES);
-//! * a chown of a non-directory clears S_ISUID, and S_ISGID when group-exec
+//! * a chown of a non-directory clears S_ISUID, S_ISGID when group-exec
 //!   is set or the caller is neither root nor in the group
-//!   (`setattr_should_drop_sgid`);
+//!   (`setattr_should_drop_sgid`), and `security.capability`
+//!   (`vfs::killpriv`);
 //! * ctime becomes now on every change;
 //! * a chmod rewrites the access ACL's owner, mask and other entries to the
 //!   new bits (`posix_acl_chmod`), so the ACL and the mode stay one.
@@ -29,17 +30,15 @@ use ext4kit_format::inode::{flags, FileType, Inode, TimeField, Timestamp};
 
 use super::acl::{acl_chmod, ACL_ACCESS};
 use super::cred::{Cred, MAY_WRITE};
+use super::killpriv::chown_drops;
 use super::namei::with_path;
-use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::xattr_write::{self, XattrChange, XATTR_REPLACE};
 use crate::ext4::ROOT_INO;
 use crate::ext4::{inode, xattr};
 
-const S_ISUID: u16 = 0o4000;
 const S_ISGID: u16 = 0o2000;
-const S_IXGRP: u16 = 0o0010;
 
 /// A time to set: the current time, or a given one (nanosecond precision).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,11 +112,6 @@ fn eperm(ino: u32, what: &str) -> Error {
     Error::posix(Errno::EPERM, format!("inode {ino}: {what}: operation not permitted"))
 }
 
-/// Whether `cred` owns `inode` or is root (`inode_owner_or_capable`).
-pub(crate) fn owner_or_root(cred: &Cred, inode: &Inode) -> bool {
-    cred.is_root() || cred.uid == inode.uid()
-}
-
 impl Fs {
     /// Change attributes of inode `ino` on behalf of `cred` (see the module
     /// comment for the rules). Returns the new attributes.
@@ -135,7 +129,7 @@ impl Fs {
         let ci = self.inode(ino)?;
         let mut rec = ci.disk.write();
         let old = &*rec;
-        let owner = owner_or_root(cred, old);
+        let owner = cred.owner_or_root(old);
         let immutable = old.base.flags & flags::IMMUTABLE != 0;
         let append = old.base.flags & flags::APPEND != 0;
         // utimensat(NOW, NOW) (or NULL times) is ATTR_TOUCH; any other
@@ -176,7 +170,7 @@ impl Fs {
         }
 
         let mut new = old.clone();
-        let t = now();
+        let t = self.now();
         let mut mode = old.base.mode;
         if let Some(m) = attr.mode {
             mode = (mode & 0o170000) | (m & 0o7777);
@@ -185,13 +179,11 @@ impl Fs {
                 mode &= !S_ISGID;
             }
         }
-        if (attr.uid.is_some() || attr.gid.is_some()) && ci.ftype != FileType::Directory {
-            mode &= !S_ISUID;
-            if old.base.mode & S_ISGID != 0
-                && (old.base.mode & S_IXGRP != 0 || !(cred.is_root() || cred.in_group(old.gid())))
-            {
-                mode &= !S_ISGID;
-            }
+        // chown_common: a non-directory loses setuid, setgid by the group
+        // rule, and its file capability (ATTR_KILL_SUID, ATTR_KILL_PRIV).
+        let chown = (attr.uid.is_some() || attr.gid.is_some()) && ci.ftype != FileType::Directory;
+        if chown {
+            mode &= !chown_drops(old.base.mode, old.gid(), cred);
         }
         new.base.mode = mode;
         if let Some(u) = attr.uid {
@@ -209,6 +201,9 @@ impl Fs {
         }
         new.set_time(TimeField::Ctime, clamp_time(&new, t));
         let mut h = self.vol.begin()?;
+        if chown {
+            self.drop_capability(&mut h, ino, &mut new)?;
+        }
         if attr.mode.is_some() {
             // posix_acl_chmod: an access ACL follows the new bits.
             let acl = xattr::list(&self.vol, ino, &new)?

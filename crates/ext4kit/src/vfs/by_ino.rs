@@ -16,11 +16,13 @@ use std::sync::Arc;
 
 use ext4kit_format::inode::FileType;
 
-use super::cred::Cred;
+use super::acl_inherit::CreateMode;
+use super::cred::{Caller, Cred};
 use super::file::{File, OpenFlags};
 use super::icache::CachedInode;
 use super::{Fs, Stat};
-use crate::error::{Errno, Result};
+use crate::error::{Errno, Error, Result};
+use crate::ext4::{inode, ROOT_INO};
 
 /// Who checks mode bits and ACLs at open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,8 +46,9 @@ impl Fs {
     }
 
     /// `open(O_CREAT)` of `name` in directory `parent`: create a regular
-    /// file with permission bits `perm` (already masked by the umask)
-    /// owned by `cred` (or the directory's group when it is set-group-id),
+    /// file with mode `perm` (a umask, or the parent's default ACL, as for
+    /// [`Fs::mknod_at`]) owned by `cred` (or the directory's group when it
+    /// is set-group-id),
     /// then open it. When the name exists, O_EXCL gives EEXIST and
     /// otherwise the existing file is opened (with the permission check a
     /// plain open makes), as `open(2)` does after losing a creation race.
@@ -54,12 +57,12 @@ impl Fs {
         &self,
         parent: u32,
         name: &[u8],
-        perm: u16,
+        perm: impl Into<CreateMode>,
         flags: OpenFlags,
         cred: &Cred,
         check: PermCheck,
     ) -> Result<(Stat, Arc<File>)> {
-        match self.mknod_at(parent, name, FileType::Regular, perm & 0o7777, (0, 0), cred) {
+        match self.mknod_at(parent, name, FileType::Regular, perm, (0, 0), cred) {
             Ok(st) => {
                 // A file we just created is opened without a permission
                 // check (its mode may well deny its creator, e.g. 0444).
@@ -78,8 +81,8 @@ impl Fs {
     }
 
     /// `open(O_TMPFILE)` in directory `parent` (`vfs_tmpfile` →
-    /// `ext4_tmpfile`, then the open): a regular file with permission bits
-    /// `perm` (already masked by the umask) and no name, open with `flags`
+    /// `ext4_tmpfile`, then the open): a regular file with mode `perm` (a
+    /// umask, or the parent's default ACL) and no name, open with `flags`
     /// (its access mode; O_CREAT, O_EXCL, O_TRUNC and O_DIRECTORY are the
     /// caller's to strip). With `linkable` (the open had no O_EXCL) a later
     /// [`Fs::link_at`] may name it; otherwise its last close frees it.
@@ -87,12 +90,12 @@ impl Fs {
     pub fn tmpfile_open_at(
         &self,
         parent: u32,
-        perm: u16,
+        perm: impl Into<CreateMode>,
         flags: OpenFlags,
         linkable: bool,
         cred: &Cred,
     ) -> Result<(Stat, Arc<File>)> {
-        let inode = self.tmpfile_inode(parent, perm, linkable, cred)?;
+        let inode = self.tmpfile_inode(parent, perm.into(), linkable, cred)?;
         let st = Stat::from_inode(&self.vol, inode.ino, &inode.disk.read());
         // Opened from the cached inode itself: it has no name to find it
         // by again, and cannot be read back from disk (links 0).
@@ -106,6 +109,30 @@ impl Fs {
                 Err(e)
             }
         }
+    }
+
+    /// The attributes of the inode a file handle names (`name_to_handle_at`,
+    /// NFS export: a frontend's handles are inode numbers), checked as
+    /// ext4's `ext4_nfs_get_inode` checks them before anything is read for
+    /// a number that came from a user: ESTALE for a reserved inode other
+    /// than the root, a number past `s_inodes_count`, or an inode that is
+    /// free or unlinked (no links); the record is read without caching
+    /// first, so a free inode's never enters the inode cache (`ext4_iget`).
+    pub fn stat_by_handle(&self, ino: u32) -> Result<Stat> {
+        let stale = || Error::posix(Errno::ESTALE, format!("inode {ino}: stale file handle"));
+        let (first_ino, count) = {
+            let sb = self.vol.sb().read();
+            (sb.first_ino, sb.inodes_count)
+        };
+        if (ino < first_ino && ino != ROOT_INO) || ino > count || ino == 0 {
+            return Err(stale());
+        }
+        let keep_eio = |e: Error| if e.errno() == Errno::EIO { e } else { stale() };
+        let rec = inode::read(&self.vol, ino).map_err(keep_eio)?;
+        if rec.base.links_count == 0 || rec.base.mode == 0 {
+            return Err(stale());
+        }
+        self.stat_ino(ino).map_err(keep_eio)
     }
 
     fn open_inode(
@@ -132,13 +159,14 @@ impl Fs {
         let check_perm = check == PermCheck::Engine && !created;
         self.may_open(inode, flags, cred, check_perm, &|| format!("inode {ino}"))?;
         if flags.trunc && inode.ftype == FileType::Regular && !created {
-            self.truncate_inode(inode, 0)?;
+            self.truncate_inode(inode, 0, &Caller::new(cred))?;
         }
         let r = super::pin::open(inode, None)
             .ok_or_else(|| crate::error::Error::posix(Errno::ENOENT, format!("inode {ino} was freed")))?;
         let mut file = File::new(r, flags);
-        // CAP_FSETID: only root's writes keep the setuid/setgid bits.
-        file.privileged = cred.is_root();
+        // Writes through it are the opener's (CAP_FSETID: only root's
+        // keep the setuid/setgid bits).
+        file.opener = cred.clone();
         Ok(Arc::new(file))
     }
 }

@@ -56,6 +56,13 @@ impl Cred {
         self.gid == gid || self.groups.contains(&gid)
     }
 
+    /// Whether the caller owns `inode` or is root: the kernel's
+    /// `inode_owner_or_capable` (CAP_FOWNER), which guards chmod, explicit
+    /// times, inode flags and trusted/system xattrs.
+    pub fn owner_or_root(&self, inode: &Inode) -> bool {
+        self.is_root() || self.uid == inode.uid()
+    }
+
     /// Whether the caller may access `inode` for `mask` (MAY_* bits).
     pub fn may(&self, inode: &Inode, mask: u8) -> bool {
         let mode = inode.base.mode;
@@ -72,6 +79,62 @@ impl Cred {
             mode & 7
         } as u8;
         class & mask == mask
+    }
+}
+
+/// Who changes a file's data or size, as the rules that depend on the
+/// caller see them: the setuid/setgid kill (`file_remove_privs`, see
+/// `vfs::killpriv`) and the root reserve (`ext4_has_free_clusters`).
+#[derive(Clone, Copy)]
+pub struct Caller<'a> {
+    /// The caller's ids (and the groups known for it).
+    pub cred: &'a Cred,
+    /// CAP_FSETID: changes by this caller keep setuid and setgid.
+    pub fsetid: bool,
+    /// Supplementary groups not in `cred.groups`, asked for only when a
+    /// rule needs to know whether the caller is in a file's group (the
+    /// setgid kill of a file without group execute). A FUSE request
+    /// carries no groups: the mount reads them from /proc only then.
+    pub more_groups: Option<&'a dyn Fn() -> Vec<u32>>,
+}
+
+impl std::fmt::Debug for Caller<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("cred", self.cred)
+            .field("fsetid", &self.fsetid)
+            .field("more_groups", &self.more_groups.is_some())
+            .finish()
+    }
+}
+
+/// The superuser's credentials, for callers that act as root.
+static ROOT: Cred = Cred {
+    uid: 0,
+    gid: 0,
+    groups: Vec::new(),
+};
+
+impl<'a> Caller<'a> {
+    /// `cred` with the capability root has and others lack (the library's
+    /// model of capabilities: uid 0 has them all).
+    pub fn new(cred: &'a Cred) -> Self {
+        Caller {
+            cred,
+            fsetid: cred.is_root(),
+            more_groups: None,
+        }
+    }
+
+    /// Root: keeps setuid/setgid, may use the root reserve.
+    pub fn root() -> Caller<'static> {
+        Caller::new(&ROOT)
+    }
+
+    /// Whether `gid` is one of the caller's groups (fetching the groups
+    /// not known yet only now).
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.cred.in_group(gid) || self.more_groups.is_some_and(|f| f().contains(&gid))
     }
 }
 

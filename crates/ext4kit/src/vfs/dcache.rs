@@ -1,6 +1,7 @@
 //! The dentry cache: (parent inode, name) → dentry, positive or negative.
 //!
-//! Seed 001, as it applies here:
+//! Lock-free dentry references and a seqcount path walk, as they apply
+//! here:
 //! - Lookups are lock-free map reads under an epoch guard; the path walk
 //!   borrows intermediate dentries from the map without taking a reference
 //!   (no refcount traffic on `/`, `/usr`, ... when many threads resolve paths
@@ -16,8 +17,16 @@
 //!   rename lock, so path builders never exclude one another.
 //! - `open` does not clone the final dentry either: it borrows it under the
 //!   walk's pin and finds its thread's pin on it (`vfs::pin`), which owns
-//!   the reference an open file needs (the `lockref` traffic of the seed,
+//!   the reference an open file needs (the kernel's `lockref` traffic,
 //!   made per-thread).
+//! - A miss never caches a name older than a concurrent removal, by
+//!   exclusion (the miss rule of `ext4kit_cache`): a lookup that misses
+//!   reads the directory and inserts its dentry holding the directory's
+//!   lock shared (`vfs::namei`), and every create, unlink and rename
+//!   changes the directory, then its dentries, holding it exclusively. So
+//!   what a lookup inserts is what the directory holds, and a dentry
+//!   evicted meanwhile was no newer: removals need no count, and the
+//!   cache is an `ext4kit_cache::Cache` with the `Excluded` proof.
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,7 +34,7 @@ use std::sync::{Arc, Weak};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 
-use crate::clock::{Clock, Visit};
+use ext4kit_cache::{Cache, CacheRef, Excluded, Visit};
 use ext4kit_format::inode::FileType;
 use parking_lot::RwLock;
 
@@ -68,7 +77,7 @@ impl Dentry {
             parent: ArcSwapOption::from(Some(parent.clone())),
             ino,
             ftype,
-            // Unreferenced until used again (see `crate::clock`).
+            // Unreferenced until used again (see `ext4kit_cache::clock`).
             referenced: AtomicBool::new(false),
         });
         (key, d)
@@ -98,7 +107,7 @@ impl DcacheGuard<'_> {
     /// open makes after counting itself (`Fs::open_walked`). Reads only —
     /// the parent and name through arc-swap guards (the calling thread's
     /// own debt slots), the map under this pin — so it writes no line
-    /// other openers share (seed 001). The root is never in the map and
+    /// other openers share. The root is never in the map and
     /// never goes away: always cached.
     pub fn holds(&self, d: &Arc<Dentry>) -> bool {
         let parent = d.parent.load();
@@ -109,12 +118,13 @@ impl DcacheGuard<'_> {
             .is_some_and(|cur| Arc::ptr_eq(cur, d))
     }
 
-    /// Insert a lookup result; an entry inserted concurrently wins.
+    /// Insert a lookup result; an entry inserted concurrently wins. The
+    /// caller holds the directory's lock, shared, since before its lookup
+    /// (the module doc).
     pub fn insert(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> &Arc<Dentry> {
         let (key, d) = Dentry::child(parent, self.c.key(parent.ino, name), ino, ftype);
-        let got = self.m.get_or_insert(key.clone(), d.clone());
-        if Arc::ptr_eq(got, &d) {
-            self.c.clock.push(key);
+        let (got, ours) = self.m.fill_excluded(key, d);
+        if ours {
             self.c.inserted();
         }
         self.c.index_dir(got);
@@ -132,8 +142,9 @@ impl DcacheGuard<'_> {
 /// when it copies its table (papaya does not reuse the slots of removed
 /// entries, so a cache at its limit copies its table every few tens of
 /// thousands of inserts) and the eviction sweep hashes each key it
-/// visits: past the dcache's limit in seed 004 both ran at one cold name
-/// — two cache misses, the `Arc` and the bytes — per key.
+/// visits: past the dcache's limit, creating a million files in one
+/// directory, both ran at one cold name — two cache misses, the `Arc` and
+/// the bytes — per key.
 #[derive(Debug, Clone)]
 struct Key {
     dir: u32,
@@ -194,8 +205,11 @@ impl Hasher for FpHasher {
     }
 }
 
+/// The dentry map with its clock.
+type Dentries = Cache<Key, Arc<Dentry>, Excluded, FpBuild>;
+
 /// A pinned view of the dentry map.
-type MapRef<'a> = papaya::HashMapRef<'a, Key, Arc<Dentry>, FpBuild, papaya::LocalGuard<'a>>;
+type MapRef<'a> = CacheRef<'a, Key, Arc<Dentry>, Excluded, FpBuild>;
 
 /// Borrowed form of [`Key`] for allocation-free lookups; hashes identically.
 #[derive(Clone, Copy)]
@@ -258,9 +272,10 @@ impl SeqCount {
 /// The dentry cache.
 #[derive(Debug)]
 pub struct Dcache {
-    map: papaya::HashMap<Key, Arc<Dentry>, FpBuild>,
+    /// The dentries and their eviction order.
+    map: Dentries,
     root: Arc<Dentry>,
-    /// Bumped around every rename (seed 001's `rename_lock` sequence).
+    /// Bumped around every rename (the kernel's `rename_lock` sequence).
     pub rename_seq: SeqCount,
     /// Taken exclusively by renames, shared by `d_path` after retries.
     pub rename_lock: RwLock<()>,
@@ -271,18 +286,16 @@ pub struct Dcache {
     /// keeps a dentry alive. Operations that name a directory by inode
     /// number (the FUSE server, `*_at` calls) find its dentry here to keep
     /// the cache and `d_path` right across renames.
-    dirs: crate::cachemap::Map<u32, Weak<Dentry>>,
+    dirs: ext4kit_cache::map::Map<u32, Weak<Dentry>>,
     /// One cross-directory rename at a time (the kernel's
     /// `s_vfs_rename_mutex`): while held, no directory changes parent, so
     /// "is A an ancestor of B" answers stay true for the whole rename.
     pub rename_mutex: parking_lot::Mutex<()>,
-    /// Eviction order (keys of `map`).
-    clock: Clock<Key>,
     /// Seeds the names' fingerprints (see [`Key`]): random per cache, so an
     /// image cannot choose names whose fingerprints collide.
-    names: crate::cachemap::KeyHasher,
+    names: ext4kit_cache::map::KeyHasher,
     /// When to sweep, and whether the background worker does it.
-    pub(crate) trigger: crate::flusher::Trigger,
+    pub(crate) trigger: ext4kit_cache::flusher::Trigger,
 }
 
 impl Dcache {
@@ -296,18 +309,14 @@ impl Dcache {
             referenced: AtomicBool::new(true),
         });
         Dcache {
-            map: papaya::HashMap::builder()
-                .hasher(FpBuild)
-                .collector(crate::cachemap::collector(1024))
-                .build(),
+            map: Cache::new(FpBuild, 1024, Excluded),
             root,
             rename_seq: SeqCount::default(),
             rename_lock: RwLock::new(()),
             limit: limit.max(256),
             d_path_fallbacks: AtomicU64::new(0),
-            dirs: crate::cachemap::new(),
+            dirs: ext4kit_cache::map::new(),
             rename_mutex: parking_lot::Mutex::new(()),
-            clock: Clock::default(),
             names: Default::default(),
             trigger: Default::default(),
         }
@@ -364,11 +373,8 @@ impl Dcache {
     pub fn set(&self, parent: &Arc<Dentry>, name: &[u8], ino: u32, ftype: Option<FileType>) -> Arc<Dentry> {
         let (key, d) = Dentry::child(parent, self.key(parent.ino, name), ino, ftype);
         let m = self.map.pin();
-        match m.insert(key.clone(), d.clone()) {
-            None => {
-                self.clock.push(key);
-                self.inserted();
-            }
+        match m.insert_current(key, d.clone()) {
+            None => self.inserted(),
             // The entry it replaces (negative, or stale) keeps its place
             // in the clock; a directory's stops being indexed.
             Some(old) => self.unindex_dir(old),
@@ -378,11 +384,11 @@ impl Dcache {
         d
     }
 
-    /// Count an insert on this thread (see [`crate::cachemap::FlushClock`]:
+    /// Count an insert on this thread (see [`ext4kit_cache::map::FlushClock`]:
     /// the creating threads would otherwise keep every old table).
     fn inserted(&self) {
-        thread_local!(static INSERTS: crate::cachemap::FlushClock = const { crate::cachemap::FlushClock::new() });
-        INSERTS.with(|c| c.tick(&self.map));
+        thread_local!(static INSERTS: ext4kit_cache::FlushClock = const { ext4kit_cache::FlushClock::new() });
+        INSERTS.with(|c| self.map.tick(c));
     }
 
     /// Second-chance sweep down to three quarters of the limit once the map
@@ -409,9 +415,9 @@ impl Dcache {
 
     fn sweep(&self, m: &MapRef<'_>) {
         self.trigger.sweep(self.limit, || {
-            // In clock order, never by iterating the map (see crate::clock).
+            // In clock order, never by iterating the map (see ext4kit_cache::clock).
             let target = self.limit / 4 * 3;
-            self.clock.sweep(
+            m.sweep(
                 || m.len() <= target,
                 |k| {
                     let Some(v) = m.get(k) else { return Visit::Gone };
@@ -424,7 +430,6 @@ impl Dcache {
                     }
                 },
             );
-            self.clock.compact_if(m.len(), |k| m.get(k).is_some());
             m.len()
         });
     }
@@ -479,7 +484,7 @@ impl Dcache {
     pub fn added(&self, dir_ino: u32, name: &[u8], ino: u32, ftype: FileType) {
         // `set` replaces what is there in one step: a separate remove first
         // was one more probe of the map per create, on cold memory once
-        // the directory is large (seed 004).
+        // the directory is large.
         match self.dir(dir_ino) {
             Some(p) => {
                 self.set(&p, name, ino, Some(ftype));
@@ -502,18 +507,12 @@ impl Dcache {
             // The moved dentry joins the clock under its new key (its old
             // key there is stale now): without it, a renamed dentry was
             // never evicted.
-            let key = self.key_of(new_dir, d.name.load_full());
-            if m.insert(key.clone(), d).is_none() {
-                self.clock.push(key);
-            }
+            m.insert_current(self.key_of(new_dir, d.name.load_full()), d);
         }
         if exchange {
             if let (Some(d), Some(op)) = (dst.filter(|d| d.is_positive()), op) {
                 self.move_dentry(&d, &op, old_name);
-                let key = self.key_of(old_dir, d.name.load_full());
-                if m.insert(key.clone(), d).is_none() {
-                    self.clock.push(key);
-                }
+                m.insert_current(self.key_of(old_dir, d.name.load_full()), d);
             }
         } else if let Some(d) = dst.filter(|d| d.ftype == Some(FileType::Directory)) {
             let dm = self.dirs.pin();
@@ -537,7 +536,7 @@ impl Dcache {
         self.map.is_empty()
     }
 
-    /// Build the absolute path of `d` (seed 001's `d_path`): an optimistic
+    /// Build the absolute path of `d` (the kernel's `d_path`): an optimistic
     /// walk up the parent chain validated by the rename sequence, retried a
     /// few times, then done under the shared rename lock.
     pub fn d_path(&self, d: &Arc<Dentry>) -> Vec<u8> {
@@ -693,7 +692,7 @@ mod tests {
         let c = Dcache::new(2, 256);
         c.trigger
             .worker
-            .set(Arc::new(crate::flusher::Signal::default()))
+            .set(Arc::new(ext4kit_cache::flusher::Signal::default()))
             .unwrap();
         let mut most = 0;
         for i in 0..3000u32 {

@@ -1,4 +1,4 @@
-//! Descriptor tables (seed 002).
+//! Descriptor tables: lookup without atomics while the table is not shared.
 //!
 //! A [`Process`] owns a table of open files indexed by small integers.
 //! While the table is not shared (the common case: one thread per
@@ -26,7 +26,7 @@ pub const DEFAULT_MAX_FDS: usize = 1 << 20;
 
 #[derive(Debug)]
 struct SharedTable {
-    files: crate::cachemap::Map<Fd, Arc<File>>,
+    files: ext4kit_cache::map::Map<Fd, Arc<File>>,
     /// Serialises allocation of numbers (open/close), never lookups.
     alloc: Mutex<Vec<Fd>>,
     next: AtomicI32,
@@ -75,7 +75,7 @@ impl Process {
     /// CLONE_FILES). Both handles see the same descriptors from now on.
     pub fn share(&mut self) -> Process {
         if let Table::Unshared(v) = &mut self.table {
-            let files = crate::cachemap::new();
+            let files = ext4kit_cache::map::new();
             let mut free = Vec::new();
             {
                 let m = files.pin();
@@ -165,7 +165,9 @@ impl Process {
     pub fn with_file<R>(&self, fd: Fd, f: impl FnOnce(&File) -> Result<R>) -> Result<R> {
         let ebadf = || Error::posix(Errno::EBADF, format!("bad file descriptor {fd}"));
         match &self.table {
-            // Seed 002 fast path: plain index, no atomic, no lock.
+            // Unshared table: a plain index, no atomic, no lock (only this
+            // thread can reach it, as the kernel's files_lookup_fd_raw when
+            // files->count is 1).
             Table::Unshared(v) => match usize::try_from(fd).ok().and_then(|i| v.get(i)) {
                 Some(Some(file)) => f(file),
                 _ => Err(ebadf()),

@@ -1,10 +1,10 @@
 //! Open files: an inode, the dentry it was opened through, and a position.
 //!
-//! Seed 001: the inode and dentry are held through an [`OpenRef`] on the
+//! Lock-free dentry references: the inode and dentry are held through an [`OpenRef`] on the
 //! opening thread's pin (`vfs::pin`), so opening and closing a file that
 //! thread opened before writes no line other threads write.
 //!
-//! Seed 000: the position is an atomic. SEEK_SET and SEEK_CUR touch only
+//! Lock-free lseek: the position is an atomic. SEEK_SET and SEEK_CUR touch only
 //! it — no inode lock — and SEEK_END reads the inode's atomic size, so any
 //! number of threads can seek their own (or a shared) open file while
 //! others read or write the inode.
@@ -18,8 +18,11 @@ use std::sync::Arc;
 
 use ext4kit_format::inode::FileType;
 
+use super::cred::{Caller, Cred};
 use super::dcache::Dentry;
 use super::pin::OpenRef;
+use super::request::{Fallocate, WriteAt, WriteRequest};
+use super::writeback::SyncLevel;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 
@@ -80,6 +83,12 @@ pub const O_APPEND: i32 = 0o2000;
 pub const O_DIRECTORY: i32 = 0o200000;
 /// `O_NOFOLLOW`.
 pub const O_NOFOLLOW: i32 = 0o400000;
+/// `O_DSYNC`: each write's data (and the metadata reading it needs) is
+/// durable when the write returns.
+pub const O_DSYNC: i32 = 0o10000;
+/// `O_SYNC` (`__O_SYNC | O_DSYNC`): each write is durable, metadata and
+/// all, when it returns.
+pub const O_SYNC: i32 = 0o4010000;
 
 /// Open flags. `Default` is O_RDONLY with nothing else.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -98,6 +107,10 @@ pub struct OpenFlags {
     pub trunc: bool,
     /// Every write goes to the end of file, atomically (O_APPEND).
     pub append: bool,
+    /// Writes are durable when they return: `Some(SyncLevel::Data)` for
+    /// O_DSYNC (fdatasync after each), `Some(SyncLevel::All)` for O_SYNC
+    /// (fsync after each), as `generic_write_sync`.
+    pub sync: Option<SyncLevel>,
 }
 
 impl OpenFlags {
@@ -116,6 +129,13 @@ impl OpenFlags {
             excl: bits & O_EXCL != 0,
             trunc: bits & O_TRUNC != 0,
             append: bits & O_APPEND != 0,
+            sync: if bits & O_SYNC == O_SYNC {
+                Some(SyncLevel::All)
+            } else if bits & O_DSYNC != 0 {
+                Some(SyncLevel::Data)
+            } else {
+                None
+            },
         }
     }
 }
@@ -129,9 +149,10 @@ pub struct File {
     pos: AtomicU64,
     /// Flags given at open.
     pub flags: OpenFlags,
-    /// Opened by a caller with CAP_FSETID (root): its writes keep the
-    /// setuid/setgid bits, others' writes clear them (`file_remove_privs`).
-    pub(crate) privileged: bool,
+    /// Who opened it: its writes, truncations and fallocates are made on
+    /// the opener's behalf (root's keep setuid/setgid, others' clear them:
+    /// `file_remove_privs`; the root reserve).
+    pub(crate) opener: Cred,
 }
 
 impl File {
@@ -140,7 +161,16 @@ impl File {
             inode,
             pos: AtomicU64::new(0),
             flags,
-            privileged: true,
+            opener: Cred::root(),
+        }
+    }
+
+    /// A write of `buf` at `at` through this file, by its opener.
+    fn write_req<'a>(&'a self, buf: &'a [u8], at: WriteAt) -> WriteRequest<'a> {
+        WriteRequest {
+            at,
+            sync: self.flags.sync,
+            ..WriteRequest::new(buf, Caller::new(&self.opener))
         }
     }
 
@@ -171,7 +201,7 @@ impl File {
         fs.read_at(&self.inode, off, buf)
     }
 
-    /// Move the position (seed 000: no lock for SET/CUR, atomic size for END).
+    /// Move the position (lock-free: no lock for SET/CUR, the atomic size for END).
     pub fn lseek(&self, fs: &Fs, off: i64, whence: Whence) -> Result<u64> {
         let einval = || Error::posix(Errno::EINVAL, format!("lseek to offset {off} is invalid"));
         let to_pos = |base: u64| -> Result<u64> {
@@ -245,21 +275,25 @@ impl File {
     pub fn write(&self, fs: &Fs, buf: &[u8]) -> Result<usize> {
         self.check_write()?;
         let at = if self.flags.append {
-            None
+            WriteAt::End
         } else {
-            Some(self.pos.load(Ordering::Relaxed))
+            WriteAt::Offset(self.pos.load(Ordering::Relaxed))
         };
-        let (off, n) = fs.write_as(&self.inode, at, buf, self.privileged)?;
-        self.pos.store(off + n as u64, Ordering::Relaxed);
-        Ok(n)
+        let w = fs.write_inode(&self.inode, &self.write_req(buf, at))?;
+        self.pos.store(w.offset + w.len as u64, Ordering::Relaxed);
+        Ok(w.len)
     }
 
     /// Write at `off` without touching the position. As on Linux, an
     /// O_APPEND description appends whatever `off` says.
     pub fn pwrite(&self, fs: &Fs, off: u64, buf: &[u8]) -> Result<usize> {
         self.check_write()?;
-        let at = if self.flags.append { None } else { Some(off) };
-        Ok(fs.write_as(&self.inode, at, buf, self.privileged)?.1)
+        let at = if self.flags.append {
+            WriteAt::End
+        } else {
+            WriteAt::Offset(off)
+        };
+        Ok(fs.write_inode(&self.inode, &self.write_req(buf, at))?.len)
     }
 
     /// ftruncate(2): EINVAL unless open for writing (as Linux).
@@ -267,13 +301,15 @@ impl File {
         if !self.flags.access.writes() {
             return Err(Error::posix(Errno::EINVAL, "ftruncate: file not open for writing"));
         }
-        fs.truncate_inode(&self.inode, len)
+        fs.truncate_inode(&self.inode, len, &Caller::new(&self.opener))
+            .map(|_| ())
     }
 
     /// fallocate(2) (see [`Fs::fallocate_inode`] for modes and errors).
     pub fn fallocate(&self, fs: &Fs, mode: u32, off: u64, len: u64) -> Result<()> {
         self.check_write()?;
-        fs.fallocate_inode(&self.inode, mode, off, len)
+        fs.fallocate_inode(&self.inode, Fallocate { mode, off, len }, &Caller::new(&self.opener))
+            .map(|_| ())
     }
 
     /// fsync(2): dirty pages, then the inode record if dirty at any level,

@@ -8,9 +8,10 @@
 //! (`Volume::sync_super`). ext4 also rewrites the backup superblocks
 //! (`ext4_update_superblocks_fn`); we change the primary only, which
 //! e2fsck does not compare with the backups for this field, and a later
-//! `tune2fs`/e2fsck run refreshes them. Who may set it (CAP_SYS_ADMIN) is
-//! the caller's check.
+//! `tune2fs`/e2fsck run refreshes them. Setting it needs CAP_SYS_ADMIN
+//! (root).
 
+use super::cred::Cred;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 
@@ -25,9 +26,13 @@ impl Fs {
         sb.volume_name[..end].to_vec()
     }
 
-    /// Set the label to `label` (up to its first NUL): EINVAL if longer
-    /// than 16 bytes, EROFS on a read-only filesystem.
-    pub fn set_fs_label(&self, label: &[u8]) -> Result<()> {
+    /// Set the label to `label` (up to its first NUL) for `cred`, in
+    /// `ext4_ioctl_setlabel`'s order: EPERM unless root (CAP_SYS_ADMIN),
+    /// EINVAL if longer than 16 bytes, EROFS on a read-only filesystem.
+    pub fn set_fs_label(&self, label: &[u8], cred: &Cred) -> Result<()> {
+        if !cred.is_root() {
+            return Err(Error::posix(Errno::EPERM, "setting the label needs CAP_SYS_ADMIN"));
+        }
         let end = label.iter().position(|&b| b == 0).unwrap_or(label.len());
         let label = &label[..end];
         if label.len() > LABEL_MAX {
@@ -50,11 +55,11 @@ impl Fs {
 
 #[cfg(test)]
 mod tests {
-    use ext4kit_mkfs::{mkfs, MkfsOptions};
+    use crate::mkfs::{mkfs, MkfsOptions};
 
     #[test]
     fn label_round_trips_and_long_labels_are_refused() {
-        let dev = std::sync::Arc::new(ext4kit_blockdev::MemDevice::new(8 << 20));
+        let dev = std::sync::Arc::new(crate::device::MemDevice::new(8 << 20));
         mkfs(&*dev, 8 << 20, &MkfsOptions::default()).unwrap();
         let opts = crate::OpenOptions {
             read_only: false,
@@ -62,13 +67,19 @@ mod tests {
             ..Default::default()
         };
         let fs = crate::Fs::open_device(dev.clone(), &opts).unwrap();
-        fs.set_fs_label(b"sixteen-bytes-ok").unwrap();
+        fs.set_fs_label(b"sixteen-bytes-ok", &crate::Cred::root()).unwrap();
         assert_eq!(fs.fs_label(), b"sixteen-bytes-ok");
         assert_eq!(
-            fs.set_fs_label(b"seventeen-bytes!!").unwrap_err().errno(),
+            fs.set_fs_label(b"seventeen-bytes!!", &crate::Cred::root())
+                .unwrap_err()
+                .errno(),
             crate::Errno::EINVAL
         );
-        fs.set_fs_label(b"short\0ignored").unwrap();
+        fs.set_fs_label(b"short\0ignored", &crate::Cred::root()).unwrap();
+        assert_eq!(
+            fs.set_fs_label(b"x", &crate::Cred::user(1, 1)).unwrap_err().errno(),
+            crate::Errno::EPERM
+        );
         assert_eq!(fs.fs_label(), b"short");
         fs.sync().unwrap();
         drop(fs);

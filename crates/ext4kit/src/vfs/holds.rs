@@ -48,7 +48,7 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 
-use crate::cachemap::KeyHasher;
+use ext4kit_cache::map::KeyHasher;
 
 /// Shards: parallel lookups of different inodes rarely meet on one lock.
 /// A shard owns whole 64-inode words of the held bitmap (see [`Shard`]).

@@ -1,13 +1,15 @@
 //! The inode cache: one [`CachedInode`] per inode in use, shared by every
 //! dentry and open file that refers to it.
 //!
-//! Lookups are lock-free reads of a concurrent map; a reference is an `Arc`
-//! clone (an atomic increment, never a lock — seed 001). A miss reads the
-//! record unlocked too, and meanwhile a writer may cache the inode, change
-//! it and see it evicted: so an inode leaves the map only under its
-//! shard's lock, which counts removals, and a miss inserts what it read
-//! under that lock only if no removal was counted since its read began
-//! (the buffer cache's rule, see `ext4::buffer`).
+//! Lookups are lock-free reads of a concurrent map (an
+//! `ext4kit_cache::Cache`); a reference is an `Arc` clone (an atomic
+//! increment, never a lock: lock-free references on hot shared objects).
+//! A miss reads the record unlocked too, and meanwhile a writer may cache
+//! the inode, change it, write it back and see it evicted: so the cache
+//! counts its removals (the miss rule of `ext4kit_cache`, by counted
+//! removals) — an inode leaves the map only under its stripe's lock,
+//! counted there, and a miss inserts what it read under that lock only if
+//! no removal was counted since its read began, else it reads again.
 //!
 //! A hit clones the `Arc` it borrowed from the map, and eviction removes
 //! an entry only when the map's is the only reference. Those two must
@@ -23,22 +25,22 @@
 //! and then reads the flag ([`Icache::claim`]). With both fences SeqCst
 //! one of them sees the other's write: either the evictor sees the clone
 //! and keeps the inode, or the reader sees the flag and does not trust
-//! its clone — it waits on the shard's removal lock, which the evictor
-//! holds from raising the flag to its verdict, and looks again. A hit
+//! its clone — it waits on the stripe's lock, which the evictor holds
+//! from raising the flag to its verdict, and looks again. A hit
 //! thus costs a fence and a read of a line nobody writes, and no shared
 //! write beyond the `Arc` count it always took.
 //!
 //! The on-disk record
 //! sits behind a reader/writer lock (the `i_rwsem` analogue) for the write
 //! path; the size is mirrored in an atomic so SEEK_END and reads never take
-//! that lock (seed 000).
+//! that lock (lock-free lseek).
 //!
 //! `disk` is the inode as it is *now* in memory — size, times, block map —
 //! not necessarily as it is on disk. Every change to it is made under its
-//! write lock together with a dirtiness level (seed 003, the patch's
-//! `I_DIRTY` / `I_RDIRTY`): [`DIRTY_TIME`] when only timestamps changed,
-//! [`DIRTY_DATA`] when something a later read of the data depends on
-//! changed (size, block map, `i_blocks`). fsync writes the record when
+//! write lock together with a dirtiness level (fsync costs O(dirty), and
+//! fdatasync is real: `I_DIRTY` / `I_RDIRTY`): [`DIRTY_TIME`] when only
+//! timestamps changed, [`DIRTY_DATA`] when something a later read of the
+//! data depends on changed (size, block map, `i_blocks`). fsync writes the record when
 //! either is set; fdatasync only for [`DIRTY_DATA`].
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -49,11 +51,11 @@ use ext4kit_format::inode::{FileType, Inode};
 use parking_lot::RwLock;
 
 use super::pagecache::{PageBudget, PageMap};
-use crate::clock::{Clock, Visit};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::{bmap, inode, BlockMap, Volume};
+use ext4kit_cache::{Cache, CacheRef, Counted, Fill, Visit};
 
-/// Only timestamps differ from the record on disk (`I_DIRTY` in seed 003).
+/// Only timestamps differ from the record on disk (`I_DIRTY`).
 pub const DIRTY_TIME: u8 = 1;
 /// Data-relevant fields differ: size, block map, `i_blocks` (`I_RDIRTY`).
 pub const DIRTY_DATA: u8 = 2;
@@ -75,8 +77,8 @@ pub struct CachedInode {
     /// thread's debt list), and in a create storm past the inode cache's
     /// limit an inode that never loaded its map is dropped per create —
     /// that walk, on cold memory, was ~0.6 µs of a create at 1,000,000
-    /// files (seed 004), and grew with the eviction the directory's size
-    /// brings.
+    /// files in one directory, and grew with the eviction the directory's
+    /// size brings.
     map: OnceLock<ArcSwapOption<BlockMap>>,
     /// Cached file pages.
     pub pages: PageMap,
@@ -103,7 +105,7 @@ pub struct CachedInode {
     dirty: AtomicU8,
     referenced: AtomicBool,
     /// An eviction is deciding about (or has made) this inode: raised by
-    /// the evictor under its shard's removal lock, lowered there if it
+    /// the evictor under its stripe's lock, lowered there if it
     /// keeps the inode, left up if it removed it. A reference taken from
     /// the map that finds it up is not trusted (`Icache::claim`).
     evicting: AtomicBool,
@@ -130,7 +132,7 @@ impl CachedInode {
             unlinked: AtomicBool::new(false),
             linkable: AtomicBool::new(false),
             dirty: AtomicU8::new(0),
-            // Unreferenced until used again (see `crate::clock`).
+            // Unreferenced until used again (see `ext4kit_cache::clock`).
             referenced: AtomicBool::new(false),
             evicting: AtomicBool::new(false),
         })
@@ -202,42 +204,31 @@ impl CachedInode {
 /// The cache of in-memory inodes.
 #[derive(Debug)]
 pub struct Icache {
-    map: crate::cachemap::Map<u32, Arc<CachedInode>>,
-    /// Eviction order (keys of `map`).
-    clock: Clock<u32>,
+    /// The inodes, their eviction order, and per stripe of inode numbers
+    /// the lock that orders removals against a miss's insert (see the
+    /// module doc).
+    map: Inodes,
     limit: usize,
     /// When to sweep, and whether the background worker does it.
-    pub(crate) trigger: crate::flusher::Trigger,
+    pub(crate) trigger: ext4kit_cache::flusher::Trigger,
     pages: Arc<PageBudget>,
-    /// Per shard of inode numbers: removals from the map so far. The lock
-    /// orders removals against a miss's insert (see the module doc).
-    removals: Box<[parking_lot::Mutex<u64>]>,
 }
 
-const SHARDS: usize = 64;
+/// Stripes of inode numbers (removal counts and their locks).
+const STRIPES: usize = 64;
 
-type MapRef<'a> = crate::cachemap::MapRef<'a, u32, Arc<CachedInode>>;
-
-thread_local! {
-    /// This thread's inserts into inode caches (`cachemap::FlushClock`).
-    static INSERTS: crate::cachemap::FlushClock = const { crate::cachemap::FlushClock::new() };
-}
+type Inodes = Cache<u32, Arc<CachedInode>, Counted>;
+type MapRef<'a> = CacheRef<'a, u32, Arc<CachedInode>, Counted>;
 
 impl Icache {
     /// A cache of about `limit` inodes (more while they are in use).
     pub fn new(limit: usize, pages: Arc<PageBudget>) -> Self {
         Icache {
-            map: crate::cachemap::churning(1024),
-            clock: Clock::default(),
+            map: Cache::new(Default::default(), 1024, Counted::new(STRIPES)),
             limit: limit.max(64),
             trigger: Default::default(),
             pages,
-            removals: (0..SHARDS).map(|_| parking_lot::Mutex::new(0)).collect(),
         }
-    }
-
-    fn shard(&self, ino: u32) -> &parking_lot::Mutex<u64> {
-        &self.removals[ino as usize % SHARDS]
     }
 
     /// The in-memory inode `ino`, reading it from disk on a miss.
@@ -257,7 +248,7 @@ impl Icache {
     }
 
     /// [`Self::get`] with the record read by `read` on a miss. What it
-    /// read is cached only if no inode of its shard left the cache during
+    /// read is cached only if no inode of its stripe left the cache during
     /// the read — one that did may have been a newer version of this one,
     /// written back and evicted after the read began — else it reads again.
     fn get_or_read(&self, ino: u32, mut read: impl FnMut() -> Result<Inode>) -> Result<Arc<CachedInode>> {
@@ -265,16 +256,32 @@ impl Icache {
             return Ok(i);
         }
         loop {
-            let before = *self.shard(ino).lock();
+            let miss = self.map.miss(&ino);
             let fresh = Self::checked(ino, read()?)?;
-            let g = self.shard(ino).lock();
-            if *g == before {
-                let got = self.put(fresh);
-                drop(g);
-                self.maybe_evict();
-                return Ok(got);
-            }
+            let g = self.map.lock(&ino);
+            let m = self.map.pin();
+            let got = match m.fill(&g, &miss, ino, fresh) {
+                Fill::Stale => continue,
+                Fill::Inserted(got) => {
+                    let got = got.clone();
+                    Self::inserted(&self.map);
+                    got
+                }
+                // A racing miss's, or a writer's. Under the stripe lock no
+                // entry has its eviction flag up, so this clone is good.
+                Fill::Cached(got) => got.clone(),
+            };
+            drop((m, g));
+            self.maybe_evict();
+            return Ok(got);
         }
+    }
+
+    /// Count an insert on this thread: the creating threads would
+    /// otherwise keep every old table (`ext4kit_cache::FlushClock`).
+    fn inserted(map: &Inodes) {
+        thread_local!(static INSERTS: ext4kit_cache::FlushClock = const { ext4kit_cache::FlushClock::new() });
+        INSERTS.with(|c| map.tick(c));
     }
 
     /// A record read from disk as a cached inode, refused if it is free.
@@ -303,8 +310,26 @@ impl Icache {
     /// also publish the block's draft, costing a copy of the block at the
     /// next inode written into it (see `ext4::buffer`).
     pub fn insert_new(&self, ino: u32, rec: Inode) -> Result<Arc<CachedInode>> {
-        // The newest record there is: no removal can make it stale.
-        let got = self.put(Arc::new(CachedInode::new(ino, rec)?));
+        let fresh = Arc::new(CachedInode::new(ino, rec)?);
+        let m = self.map.pin();
+        let got = loop {
+            // The newest record there is: no removal can make it stale.
+            match m.insert_new(ino, fresh.clone()) {
+                (_, true) => {
+                    Self::inserted(&self.map);
+                    break fresh;
+                }
+                // Cached already (a dead predecessor its freer has not
+                // dropped yet). Taken as a hit is; if an eviction removed
+                // it, ours goes in its place.
+                (cur, false) => {
+                    if let Some(c) = self.claim(&m, ino, cur) {
+                        break c;
+                    }
+                }
+            }
+        };
+        drop(m);
         self.maybe_evict();
         Ok(got)
     }
@@ -334,9 +359,9 @@ impl Icache {
         drop(got);
         // An evictor is deciding (it holds this lock from raising the flag
         // to its verdict) or has removed it: wait for the verdict. Under
-        // the lock no entry of this shard has the flag up, and none can be
+        // the lock no entry of this stripe has the flag up, and none can be
         // removed: what the map holds now is safe to clone.
-        let _g = self.shard(ino).lock();
+        let _g = self.map.lock(&ino);
         m.get(&ino).cloned()
     }
 
@@ -359,33 +384,9 @@ impl Icache {
         out
     }
 
-    /// Cache `fresh` unless its number is cached already; the cached one.
-    fn put(&self, fresh: Arc<CachedInode>) -> Arc<CachedInode> {
-        let ino = fresh.ino;
-        let m = self.map.pin();
-        loop {
-            let got = m.get_or_insert(ino, fresh.clone());
-            if Arc::ptr_eq(got, &fresh) {
-                self.clock.push(ino);
-                // The creating threads would otherwise keep every old
-                // table (see `cachemap::FlushClock`).
-                INSERTS.with(|c| c.tick(&self.map));
-                return fresh;
-            }
-            // Cached already (a racing miss, or a dead predecessor a new
-            // inode's creator has not dropped yet). Taken as a hit is; if
-            // an eviction removed it, insert ours in its place. (Under the
-            // shard's removal lock, as `get_or_read` calls this, the claim
-            // never has to wait: see `claim`.)
-            if let Some(c) = self.claim(&m, ino, got) {
-                return c;
-            }
-        }
-    }
-
     /// Past the sweep threshold, kick the background worker; past it by
     /// half the limit again (the worker is behind), sweep here. Not under
-    /// a shard lock: the sweep takes them.
+    /// a stripe lock: the sweep takes them.
     fn maybe_evict(&self) {
         if self.trigger.sweep_here(self.map.len(), self.limit, self.limit / 2) {
             self.sweep();
@@ -400,7 +401,7 @@ impl Icache {
     }
 
     /// Inodes in use or dirty stay, so a sweep may stop short of its
-    /// target (see `crate::flusher::Trigger` for what follows then).
+    /// target (see `ext4kit_cache::flusher::Trigger` for what follows then).
     fn sweep(&self) {
         let m = self.map.pin();
         self.trigger.sweep(self.limit, || {
@@ -410,7 +411,8 @@ impl Icache {
     }
 
     /// Drop unused inodes (clock: one sweep of grace for recently used),
-    /// in the order of [`Clock`] (never by iterating the map: see there).
+    /// in the order of the cache's clock (never by iterating the map: see
+    /// `ext4kit_cache::clock`).
     fn evict(&self, m: &MapRef<'_>) {
         self.evict_to(m, self.limit / 4 * 3);
     }
@@ -425,7 +427,7 @@ impl Icache {
     /// [`Self::evict`] down to `target` inodes.
     fn evict_to(&self, m: &MapRef<'_>, target: usize) {
         let (mut released, mut maps) = (0, 0);
-        self.clock.sweep(
+        m.sweep(
             || m.len() <= target,
             |ino| {
                 let Some(v) = m.get(ino) else { return Visit::Gone };
@@ -438,7 +440,7 @@ impl Icache {
                 {
                     return Visit::Keep;
                 }
-                let Some(mut removals) = self.shard(*ino).try_lock() else {
+                let Some(mut g) = self.map.try_lock(ino) else {
                     return Visit::Keep;
                 };
                 // Under the lock: what the map holds now (a forget may have
@@ -446,7 +448,7 @@ impl Icache {
                 let Some(v) = m.get(ino) else { return Visit::Gone };
                 // The evictor's half of the Dekker pair (module doc): flag
                 // up, fence, then the count. A reader whose clone this
-                // does not see sees the flag and waits on `removals`.
+                // does not see sees the flag and waits on the stripe lock.
                 v.evicting.store(true, Ordering::Relaxed);
                 fence(Ordering::SeqCst);
                 if Arc::strong_count(v) > 1 {
@@ -464,11 +466,10 @@ impl Icache {
                     v.evicting.store(false, Ordering::Relaxed);
                     return Visit::Keep;
                 }
-                *removals += 1;
-                // Nobody can take a reference now (readers wait on
-                // `removals`): the entry goes, the flag stays up on it for
-                // readers that cloned it meanwhile.
-                match m.remove_if(ino, |_, cur| Arc::ptr_eq(cur, v)) {
+                // Nobody can take a reference now (readers wait on the
+                // stripe lock): the entry goes, counted, and the flag stays
+                // up on it for readers that cloned it meanwhile.
+                match m.remove_if(&mut g, ino, |_, cur| Arc::ptr_eq(cur, v)) {
                     Ok(Some((_, v))) => {
                         released += v.pages.len();
                         maps += usize::from(v.pages.has_map());
@@ -484,7 +485,6 @@ impl Icache {
         );
         self.pages.release(released);
         self.pages.release_maps(maps);
-        self.clock.compact_if(m.len(), |ino| m.get(ino).is_some());
     }
 
     /// Whether nothing but the cached copy itself would be lost with it:
@@ -502,13 +502,13 @@ impl Icache {
     /// same number must be read afresh). Holders keep their reference.
     pub fn forget(&self, ino: u32) {
         let m = self.map.pin();
-        let mut removals = self.shard(ino).lock();
-        *removals += 1;
-        if let Some(v) = m.remove(&ino) {
+        let mut g = self.map.lock(&ino);
+        if let Some(v) = m.remove(&mut g, &ino) {
             self.pages.release(v.pages.len());
             self.pages.release_maps(usize::from(v.pages.has_map()));
         }
-        self.clock.compact_if(m.len(), |k| m.get(k).is_some());
+        drop(g);
+        m.compact();
     }
 
     /// Drop `inode` from the cache if it is still the cached one for its
@@ -517,12 +517,11 @@ impl Icache {
     /// bit at once), whose cache entry must stay.
     pub fn forget_if(&self, inode: &CachedInode) {
         let m = self.map.pin();
-        let mut removals = self.shard(inode.ino).lock();
+        let mut g = self.map.lock(&inode.ino);
         if m.get(&inode.ino)
             .is_some_and(|cur| std::ptr::eq(Arc::as_ptr(cur), inode))
         {
-            *removals += 1;
-            if let Some(v) = m.remove(&inode.ino) {
+            if let Some(v) = m.remove(&mut g, &inode.ino) {
                 self.pages.release(v.pages.len());
                 self.pages.release_maps(usize::from(v.pages.has_map()));
             }
@@ -555,7 +554,7 @@ impl Icache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::MemoryBudget;
+    use ext4kit_cache::budget::MemoryBudget;
 
     fn record(size: u32) -> Inode {
         let mut r = Inode::parse_raw(&[0u8; 256]).unwrap();
@@ -576,7 +575,7 @@ mod tests {
         );
         c.trigger
             .worker
-            .set(Arc::new(crate::flusher::Signal::default()))
+            .set(Arc::new(ext4kit_cache::flusher::Signal::default()))
             .unwrap();
         let mut most = 0;
         for ino in 100..3000 {

@@ -41,12 +41,14 @@
 use ext4kit_format::features::incompat;
 use ext4kit_format::inode::{flags as fl, FileType, Inode, TimeField};
 
-use super::attr::owner_or_root;
 use super::cred::Cred;
-use super::write::now;
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::inode;
+
+/// The `EXT4_*_FL` bits themselves (the values `FS_IOC_GETFLAGS` and
+/// `FS_IOC_SETFLAGS` use).
+pub use ext4kit_format::inode::flags;
 
 /// `EXT4_FL_USER_VISIBLE`: the flags `FS_IOC_GETFLAGS` shows.
 pub const USER_VISIBLE: u32 = 0x725B_DFFF;
@@ -200,7 +202,7 @@ impl Fs {
         let ci = self.inode(ino)?;
         let mut rec = ci.disk.write();
         let old = rec.base.flags;
-        if !owner_or_root(cred, &rec) {
+        if !cred.owner_or_root(&rec) {
             return Err(eperm(ino, "only the owner may change flags"));
         }
         let changed = (flags ^ old) & USER_MODIFIABLE;
@@ -236,7 +238,7 @@ impl Fs {
             relayout_empty(self, ino, ci.ftype, &mut new, flags & fl::EXTENTS != 0)?;
         }
         new.base.flags = (old & !USER_MODIFIABLE) | flags;
-        new.set_time(TimeField::Ctime, now());
+        new.set_time(TimeField::Ctime, self.now());
         let mut h = self.vol.begin()?;
         inode::write(&self.vol, &mut h, ino, &new)?;
         h.commit()?;
@@ -244,21 +246,98 @@ impl Fs {
         if changed & fl::EXTENTS != 0 {
             ci.reset_block_map();
         }
-        Ok(Stat::from_inode(&self.vol, ino, &rec))
+        let st = Stat::from_inode(&self.vol, ino, &rec);
+        // ext4_ioctl_setflags: a synchronous inode (before or after the
+        // change) has it durable now.
+        drop(rec);
+        self.sync_if_needed(&ci, old | flags)?;
+        Ok(st)
     }
 
-    /// `FS_IOC_FSSETXATTR`: set the `FS_XFLAG_*` flags `xflags` on inode
-    /// `ino` (extent-size hints and project ids are not supported: they
-    /// must be 0 / unchanged).
-    pub fn set_xflags_ino(&self, ino: u32, xflags: u32, cred: &Cred) -> Result<Stat> {
+    /// `FS_IOC_FSGETXATTR`: inode `ino`'s flags as a `struct fsxattr`
+    /// (extent-size hints, extent count and project id 0: what ext4
+    /// reports without the project feature).
+    pub fn get_xattr_flags_ino(&self, ino: u32) -> Result<FsXattr> {
+        Ok(FsXattr {
+            xflags: to_xflags(self.get_flags_ino(ino)?),
+            ..FsXattr::default()
+        })
+    }
+
+    /// `FS_IOC_FSSETXATTR`: set the `FS_XFLAG_*` flags of `fa` on inode
+    /// `ino` (`ext4_fileattr_set`). Extent-size hints are not ext4's
+    /// (EINVAL), nor a project id without the project feature
+    /// (EOPNOTSUPP); the flags as [`Fs::set_flags_ino`].
+    pub fn set_xflags_ino(&self, ino: u32, fa: &FsXattr, cred: &Cred) -> Result<Stat> {
+        if fa.extsize != 0 || fa.cowextsize != 0 {
+            return Err(Error::posix(
+                Errno::EINVAL,
+                format!("inode {ino}: ext4 has no extent-size hints"),
+            ));
+        }
+        if fa.projid != 0 {
+            return Err(Error::posix(
+                Errno::EOPNOTSUPP,
+                format!("inode {ino}: project ids need the project feature"),
+            ));
+        }
         let old = self.get_flags_ino(ino)?;
-        let flags = from_xflags(old, xflags).ok_or_else(|| {
+        let flags = from_xflags(old, fa.xflags).ok_or_else(|| {
             Error::posix(
                 Errno::EOPNOTSUPP,
-                format!("inode {ino}: FS_XFLAG bits {xflags:#x} are not supported by ext4"),
+                format!("inode {ino}: FS_XFLAG bits {:#x} are not supported by ext4", fa.xflags),
             )
         })?;
         self.set_flags_ino(ino, flags, cred)
+    }
+}
+
+/// `struct fsxattr`, what `FS_IOC_FSGETXATTR` / `FS_IOC_FSSETXATTR` pass
+/// (28 bytes, little-endian here as on every Linux ext4 host).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FsXattr {
+    /// `fsx_xflags`: `FS_XFLAG_*` bits.
+    pub xflags: u32,
+    /// `fsx_extsize`: extent-size hint.
+    pub extsize: u32,
+    /// `fsx_nextents`: extents (reported, never set).
+    pub nextents: u32,
+    /// `fsx_projid`: project id.
+    pub projid: u32,
+    /// `fsx_cowextsize`: copy-on-write extent-size hint.
+    pub cowextsize: u32,
+}
+
+impl FsXattr {
+    /// Size of `struct fsxattr` (five words and 8 bytes of padding).
+    pub const SIZE: usize = 28;
+
+    /// Decode the structure (`None` if `b` is shorter).
+    pub fn parse(b: &[u8]) -> Option<FsXattr> {
+        let w = |i: usize| {
+            b.get(i * 4..i * 4 + 4)
+                .map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
+        };
+        Some(FsXattr {
+            xflags: w(0)?,
+            extsize: w(1)?,
+            nextents: w(2)?,
+            projid: w(3)?,
+            cowextsize: w(4)?,
+        })
+        .filter(|_| b.len() >= Self::SIZE)
+    }
+
+    /// Encode the structure.
+    pub fn to_bytes(&self) -> [u8; Self::SIZE] {
+        let mut out = [0u8; Self::SIZE];
+        for (i, v) in [self.xflags, self.extsize, self.nextents, self.projid, self.cowextsize]
+            .into_iter()
+            .enumerate()
+        {
+            out[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        out
     }
 }
 
@@ -350,7 +429,7 @@ mod tests {
             fs.set_flags_ino(f.ino, old | flag, &root).unwrap();
             assert_eq!(errno(fs.unlink_at(2, b"f", &root)), Errno::EPERM);
             assert_eq!(errno(fs.link_at(f.ino, 2, b"g", &root)), Errno::EPERM);
-            let rf = super::super::namespace::RenameFlags::default();
+            let rf = super::super::rename::RenameFlags::default();
             assert_eq!(errno(fs.rename_at(2, b"f", 2, b"h", rf, &root)), Errno::EPERM);
             fs.set_flags_ino(f.ino, old, &root).unwrap();
         }

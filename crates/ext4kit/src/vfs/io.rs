@@ -11,7 +11,7 @@
 //! and marks them dirty; blocks are allocated at writeback. Size growth is
 //! data-relevant dirtiness ([`DIRTY_DATA`]); the mtime/ctime update of a
 //! write that does not change the size is timestamps-only ([`DIRTY_TIME`]),
-//! so fdatasync leaves the record alone (seed 003).
+//! so fdatasync leaves the record alone (fdatasync costs O(dirty)).
 //!
 //! On-disk rule kept throughout: the bytes of the last block past `i_size`
 //! are zero (the kernel zeroes them at writeout and in
@@ -22,13 +22,14 @@ use std::sync::Arc;
 
 use ext4kit_format::features::ro_compat;
 use ext4kit_format::indirect;
-use ext4kit_format::inode::{flags as iflags, FileType, Inode, TimeField};
+use ext4kit_format::inode::{flags as iflags, FileType, Inode, TimeField, Timestamp};
 
-use super::cred::{Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
+use super::cred::{Caller, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::file::{File, OpenFlags};
 use super::icache::{CachedInode, DIRTY_DATA, DIRTY_TIME};
 use super::namei::show;
-use super::write::now;
+use super::request::{Fallocate, WriteAt, WriteRequest, Written};
+use super::writeback::SyncLevel;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::bmap_write::{self, MapRequest};
@@ -73,8 +74,8 @@ fn set_size(inode: &CachedInode, rec: &mut Inode, size: u64) {
     inode.size.store(size, Ordering::Release);
 }
 
-fn touch_mtime(inode: &CachedInode, rec: &mut Inode) {
-    let t = now();
+/// A data change's mtime and ctime (`file_update_time`), at `t`.
+fn touch_mtime(inode: &CachedInode, rec: &mut Inode, t: Timestamp) {
     rec.set_time(TimeField::Mtime, t);
     rec.set_time(TimeField::Ctime, t);
     inode.mark_dirty(DIRTY_TIME);
@@ -185,28 +186,25 @@ impl Fs {
     }
 
     /// Buffered write of `buf` at `off` (`None`: at the end of file, read
-    /// under the lock — O_APPEND). Returns (offset written at, bytes).
+    /// under the lock — O_APPEND) by root. Returns (offset written at,
+    /// bytes). See [`Self::write_inode`] for the rules.
     pub fn write_at(&self, inode: &CachedInode, off: Option<u64>, buf: &[u8]) -> Result<(u64, usize)> {
-        self.write_as(inode, off, buf, true)
+        let w = self.write_inode(
+            inode,
+            &WriteRequest {
+                at: off.map_or(WriteAt::End, WriteAt::Offset),
+                ..WriteRequest::new(buf, Caller::root())
+            },
+        )?;
+        Ok((w.offset, w.len))
     }
 
-    /// [`Self::write_at`] by a caller that is `privileged` (CAP_FSETID) or
-    /// not: an unprivileged write clears setuid, and setgid when group
-    /// execute is set (`file_remove_privs`). A privileged caller (root)
-    /// may also fill the root reserve; see [`Self::write_claiming`].
-    pub fn write_as(
-        &self,
-        inode: &CachedInode,
-        off: Option<u64>,
-        buf: &[u8],
-        privileged: bool,
-    ) -> Result<(u64, usize)> {
-        let who = if privileged {
-            Reserver::Privileged
-        } else {
-            Reserver::User
-        };
-        self.write_claiming(inode, off, buf, privileged, who, true)
+    /// The error of a background write-back of `inode` that failed since
+    /// the last report (an I/O error on the image: memory pressure or the
+    /// periodic flush wrote its pages), taken: the kernel's
+    /// `filemap_check_errors` at close, which reports it once.
+    pub fn take_writeback_error(&self, inode: &CachedInode) -> Option<Error> {
+        inode.pages.take_wb_error()
     }
 
     /// Whether a caller with `uid`/`gid` may use the blocks reserved for
@@ -220,26 +218,23 @@ impl Fs {
         }
     }
 
-    /// The buffered write itself: `keep_privs` as `privileged` in
-    /// [`Self::write_as`]; `who` says whether the root reserve may be
-    /// used. Before a byte is accepted, the blocks it will need at
-    /// writeback are claimed (delayed allocation's accounting, see
-    /// `ext4::reserve`): with no room the write is short, or ENOSPC when
-    /// nothing fits — never a loss discovered at writeback.
+    /// The buffered write (`ext4_buffered_write_iter`): the data of `req`
+    /// into the page cache, with the rules of the kernel's write path —
+    /// immutable inodes refuse (EPERM); an append-only inode takes appends
+    /// only ([`WriteAt::End`]; a write at an offset is EPERM, the rule
+    /// `may_open` enforces for the kernel); setuid/setgid and a file
+    /// capability are cleared first as `file_remove_privs` says
+    /// (`vfs::killpriv`); mtime and ctime move; and the data is durable
+    /// before the call returns when the open asked (O_SYNC, O_DSYNC), the
+    /// inode is synchronous (`chattr +S`) or the filesystem was opened
+    /// `sync` (`generic_write_sync`).
     ///
-    /// `touch_times` false leaves mtime and ctime alone: for a caller that
-    /// owns them, as FUSE's write-back cache does (the kernel stamps them
-    /// at write(2) and sends them in a SETATTR, `fuse_flush_times`; the
-    /// data it writes back later must not stamp a later time over them).
-    pub fn write_claiming(
-        &self,
-        inode: &CachedInode,
-        off: Option<u64>,
-        buf: &[u8],
-        keep_privs: bool,
-        who: Reserver,
-        touch_times: bool,
-    ) -> Result<(u64, usize)> {
+    /// Before a byte is accepted, the blocks it will need at writeback are
+    /// claimed (delayed allocation's accounting, see `ext4::reservation`):
+    /// with no room the write is short, or ENOSPC when nothing fits — never
+    /// a loss discovered at writeback. The root reserve is for the callers
+    /// [`Self::reserver`] names.
+    pub fn write_inode(&self, inode: &CachedInode, req: &WriteRequest<'_>) -> Result<Written> {
         check_regular(inode)?;
         // Past the dirty budget because write-back keeps failing (a dying
         // device): refuse more data rather than hold it in memory without
@@ -252,14 +247,28 @@ impl Fs {
                 }
             }
         }
-        let r = self.write_locked(inode, off, buf, keep_privs, who, touch_times);
+        let r = self.write_locked(inode, req);
         // Memory pressure is handled with no inode lock held. Its failure
         // is not this write's (the data is accepted and stays dirty): it
         // is kept on the inode that failed for its next fsync.
         if r.is_ok() {
             let _ = self.balance_dirty(inode);
         }
-        r
+        let (written, inode_sync) = r?;
+        // generic_write_sync: O_SYNC writes back everything (fsync); O_DSYNC
+        // and a synchronous inode or filesystem what the data needs
+        // (fdatasync: the size, the block map).
+        let level = match req.sync {
+            Some(l) => Some(l),
+            None if inode_sync || self.sync_mount().sync => Some(SyncLevel::Data),
+            None => None,
+        };
+        if let Some(l) = level {
+            if written.len > 0 {
+                self.fsync_inode(inode, l == SyncLevel::Data)?;
+            }
+        }
+        Ok(written)
     }
 
     /// The blocks of `[first, upto]` that need a claim before they can be
@@ -287,27 +296,37 @@ impl Fs {
         Ok(out)
     }
 
-    fn write_locked(
-        &self,
-        inode: &CachedInode,
-        off: Option<u64>,
-        buf: &[u8],
-        privileged: bool,
-        who: Reserver,
-        touch_times: bool,
-    ) -> Result<(u64, usize)> {
+    /// The write under the inode's lock. Returns what was written and
+    /// whether the inode is synchronous (`chattr +S`).
+    fn write_locked(&self, inode: &CachedInode, req: &WriteRequest<'_>) -> Result<(Written, bool)> {
+        let buf = req.data;
+        let who = self.reserver(req.caller.cred.uid, req.caller.cred.gid);
         let mut rec = inode.disk.write();
         self.check_writable(inode, &rec)?;
         let old_size = rec.size();
-        // An append-only inode is written only at its end (the open check
-        // demands O_APPEND; pwrite on O_APPEND appends).
-        let off = if rec.base.flags & iflags::APPEND != 0 {
-            old_size
-        } else {
-            off.unwrap_or(old_size)
+        let append_only = rec.base.flags & iflags::APPEND != 0;
+        let off = match req.at {
+            WriteAt::End => old_size,
+            // Only an O_APPEND opener may write an append-only inode
+            // (`may_open`, and fcntl's F_SETFL refuses to drop O_APPEND).
+            WriteAt::Offset(_) if append_only => {
+                return Err(Error::posix(
+                    Errno::EPERM,
+                    format!("inode {}: append-only: writes must append", inode.ino),
+                ))
+            }
+            WriteAt::Offset(o) | WriteAt::Placed(o) => o,
         };
+        let inode_sync = rec.base.flags & iflags::SYNC != 0;
         if buf.is_empty() {
-            return Ok((off, 0));
+            return Ok((
+                Written {
+                    offset: off,
+                    len: 0,
+                    privs_cleared: false,
+                },
+                inode_sync,
+            ));
         }
         // generic_write_check_limits: past the limit EFBIG, up to it a short write.
         let max = max_file_size(self, &rec);
@@ -317,6 +336,8 @@ impl Fs {
                 format!("inode {}: offset {off} is past the largest file size {max}", inode.ino),
             ));
         }
+        // ext4_write_checks → file_modified: privileges go before the data.
+        let privs_cleared = self.remove_privs(inode, &mut rec, &req.caller)?;
         let buf = &buf[..buf.len().min((max - off) as usize)];
         let end = off + buf.len() as u64;
         let bs = self.vol.block_size() as u64;
@@ -409,7 +430,9 @@ impl Fs {
             if pos < end && self.pages.dirty_over() {
                 // The data is accepted; a failure to write it back now is
                 // the inode's to report at fsync (kept by writeback).
-                let _ = self.writeback_locked(inode, &mut rec, super::writeback::SyncLevel::All);
+                let _ = self
+                    .writer()
+                    .writeback_locked(inode, &mut rec, super::writeback::SyncLevel::All);
             }
         }
         if pos == off {
@@ -417,28 +440,39 @@ impl Fs {
                 return Err(e);
             }
         }
-        if touch_times {
-            touch_mtime(inode, &mut rec);
+        if req.stamp_times {
+            touch_mtime(inode, &mut rec, self.now());
         }
-        let m = rec.base.mode;
-        if !privileged && (m & 0o4000 != 0 || m & 0o2010 == 0o2010) {
-            rec.base.mode = m & !(if m & 0o0010 != 0 { 0o6000 } else { 0o4000 });
-            // A mode change is metadata fdatasync need not write; fsync does.
-            inode.mark_dirty(DIRTY_TIME);
-        }
-        Ok((off, (pos - off) as usize))
+        Ok((
+            Written {
+                offset: off,
+                len: (pos - off) as usize,
+                privs_cleared,
+            },
+            inode_sync,
+        ))
     }
 
-    /// Set the size of `inode` to `len` (truncate/ftruncate). Shrinking
-    /// frees every whole block past the new end and zeroes the tail of the
-    /// last partial block; growing only changes the size (the new range is
-    /// a hole). mtime and ctime are updated, as Linux does.
-    pub fn truncate_inode(&self, inode: &CachedInode, len: u64) -> Result<()> {
-        self.retry_enospc(|| self.truncate_inode_once(inode, len))
+    /// Set the size of `inode` to `len` (truncate/ftruncate) on behalf of
+    /// `caller`. Shrinking frees every whole block past the new end and
+    /// zeroes the tail of the last partial block; growing only changes the
+    /// size (the new range is a hole). As `do_truncate`: mtime and ctime
+    /// are updated, setuid/setgid and a file capability cleared
+    /// (`vfs::killpriv`); append-only and immutable inodes refuse (EPERM);
+    /// a synchronous inode or filesystem commits before the return
+    /// (`ext4_truncate`'s `ext4_handle_sync`). Returns whether
+    /// setuid/setgid were cleared.
+    pub fn truncate_inode(&self, inode: &CachedInode, len: u64, caller: &Caller<'_>) -> Result<bool> {
+        let (cleared, sync) = self.retry_enospc(|| self.truncate_inode_once(inode, len, caller))?;
+        if sync {
+            self.commit_for(inode)?;
+        }
+        Ok(cleared)
     }
 
-    /// One attempt of [`Self::truncate_inode`].
-    fn truncate_inode_once(&self, inode: &CachedInode, len: u64) -> Result<()> {
+    /// One attempt of [`Self::truncate_inode`]: whether setuid/setgid were
+    /// cleared, and whether the change must be durable now.
+    fn truncate_inode_once(&self, inode: &CachedInode, len: u64, caller: &Caller<'_>) -> Result<(bool, bool)> {
         check_regular(inode)?;
         let mut rec = inode.disk.write();
         self.check_writable(inode, &rec)?;
@@ -450,6 +484,8 @@ impl Fs {
                 format!("inode {}: size {len} is past the largest file size {max}", inode.ino),
             ));
         }
+        let cleared = self.remove_privs(inode, &mut rec, caller)?;
+        let sync = self.is_sync(rec.base.flags);
         let old = rec.size();
         let bs = self.vol.block_size() as u64;
         if len < old {
@@ -485,7 +521,7 @@ impl Fs {
             } else {
                 self.zero_block_tail(inode, &rec, len)
             };
-            touch_mtime(inode, &mut rec);
+            touch_mtime(inode, &mut rec, self.now());
             // Freed blocks and the map that no longer holds them go to disk
             // in one handle, so the record is written now.
             inode::write(&self.vol, &mut h, inode.ino, &rec)?;
@@ -500,9 +536,9 @@ impl Fs {
                 set_size(inode, &mut rec, len);
                 inode.mark_dirty(DIRTY_DATA);
             }
-            touch_mtime(inode, &mut rec);
+            touch_mtime(inode, &mut rec, self.now());
         }
-        Ok(())
+        Ok((cleared, sync))
     }
 
     /// fallocate(2) on `inode`: `mode` 0 (allocate, extend the size),
@@ -516,12 +552,23 @@ impl Fs {
     /// largest file size. On indirect-mapped files plain allocation is done
     /// by writing zeros into the new blocks (what glibc's posix_fallocate
     /// emulation does), hole punching works as on extent files.
-    pub fn fallocate_inode(&self, inode: &CachedInode, mode: u32, off: u64, len: u64) -> Result<()> {
-        self.retry_enospc(|| self.fallocate_inode_once(inode, mode, off, len))
+    ///
+    /// On behalf of `caller`: setuid/setgid and a file capability are
+    /// cleared first, for every mode (`ext4_fallocate` → `file_modified`),
+    /// and a synchronous inode or filesystem commits before the return.
+    /// Returns whether setuid/setgid were cleared.
+    pub fn fallocate_inode(&self, inode: &CachedInode, req: Fallocate, caller: &Caller<'_>) -> Result<bool> {
+        let (cleared, sync) = self.retry_enospc(|| self.fallocate_inode_once(inode, req, caller))?;
+        if sync {
+            self.commit_for(inode)?;
+        }
+        Ok(cleared)
     }
 
-    /// One attempt of [`Self::fallocate_inode`].
-    fn fallocate_inode_once(&self, inode: &CachedInode, mode: u32, off: u64, len: u64) -> Result<()> {
+    /// One attempt of [`Self::fallocate_inode`]: whether setuid/setgid
+    /// were cleared, and whether the change must be durable now.
+    fn fallocate_inode_once(&self, inode: &CachedInode, req: Fallocate, caller: &Caller<'_>) -> Result<(bool, bool)> {
+        let Fallocate { mode, off, len } = req;
         let ino = inode.ino;
         let bad = |why: &str| Error::posix(Errno::EOPNOTSUPP, format!("fallocate on inode {ino}: {why}"));
         if len == 0 {
@@ -555,15 +602,17 @@ impl Fs {
         if mode & FALLOC_FL_ZERO_RANGE != 0 && !rec.uses_extents() {
             return Err(bad("ZERO_RANGE needs an extent-mapped file"));
         }
+        let sync = self.is_sync(rec.base.flags);
         let bs = self.vol.block_size() as u64;
         let size = rec.size();
         if mode & FALLOC_FL_PUNCH_HOLE != 0 {
-            // ext4_punch_hole: nothing past EOF; partial edge blocks zeroed
-            // in the cache, whole blocks freed.
+            // ext4_punch_hole: nothing past EOF (not even file_modified);
+            // partial edge blocks zeroed in the cache, whole blocks freed.
             let end = end.min(size);
             if off >= end {
-                return Ok(());
+                return Ok((false, false));
             }
+            let cleared = self.remove_privs(inode, &mut rec, caller)?;
             let (fb, lb) = (off.div_ceil(bs), end / bs);
             if fb < lb {
                 // What the punch frees is checked while nothing has changed.
@@ -587,15 +636,16 @@ impl Fs {
                 self.pages.release(pages);
                 self.pages.release_dirty(dirty);
                 inode.reset_block_map();
-                touch_mtime(inode, &mut rec);
+                touch_mtime(inode, &mut rec, self.now());
                 inode::write(&self.vol, &mut h, ino, &rec)?;
                 h.commit()?;
                 inode.clear_dirty();
             } else {
-                touch_mtime(inode, &mut rec);
+                touch_mtime(inode, &mut rec, self.now());
             }
-            return Ok(());
+            return Ok((cleared, sync));
         }
+        let cleared = self.remove_privs(inode, &mut rec, caller)?;
         if mode & FALLOC_FL_ZERO_RANGE != 0 {
             // ZERO_RANGE punches the whole blocks before mapping them
             // unwritten: what it frees is checked while nothing has changed.
@@ -628,11 +678,11 @@ impl Fs {
             }
         }
         // ext4_fallocate updates the times like a write does.
-        touch_mtime(inode, &mut rec);
+        touch_mtime(inode, &mut rec, self.now());
         inode::write(&self.vol, &mut h, ino, &rec)?;
         h.commit()?;
         inode.clear_dirty();
-        r
+        r.map(|()| (cleared, sync))
     }
 
     /// The block-map part of fallocate's allocate and ZERO_RANGE modes.
@@ -744,7 +794,8 @@ impl Fs {
     fn open_once(&self, path: &[u8], flags: OpenFlags, mode: u16, cred: &Cred) -> Result<Option<Arc<File>>> {
         let follow = !(flags.nofollow || (flags.create && flags.excl));
         if !flags.create && !flags.trunc {
-            // The common open (seed 001): walk, find the thread's pin on
+            // The common open (a lock-free open that writes no shared
+            // line): walk, find the thread's pin on
             // (inode, dentry), check the dentry is still cached, done —
             // nothing shared is written when this thread opened the file
             // before (see `vfs::pin`).
@@ -834,7 +885,7 @@ impl Fs {
     /// open takes effect there, and never opens a freed inode, its
     /// number's next owner, or what a name renamed over used to be once
     /// the rename has completed. The check is reads only (a map lookup
-    /// and two arc-swap guards, the thread's own debt slots): seed 001's
+    /// and two arc-swap guards, the thread's own debt slots): the common
     /// open still writes no shared line. It runs on the thread's cached
     /// pin too, though that pin was checked when it was made (so its inode
     /// is `d`'s) — the same rule on both paths costs one map probe.
@@ -900,7 +951,7 @@ impl Fs {
             self.may_open(&inode, flags, cred, !created, &|| show(path).to_string())
                 .and_then(|()| {
                     if flags.trunc && inode.ftype == FileType::Regular && !created {
-                        self.truncate_inode(&inode, 0)?;
+                        self.truncate_inode(&inode, 0, &Caller::new(cred))?;
                     }
                     Ok(())
                 })
@@ -912,7 +963,7 @@ impl Fs {
             return Err(e);
         }
         let mut file = File::new(inode, flags);
-        file.privileged = cred.is_root();
+        file.opener = cred.clone();
         Ok(Arc::new(file))
     }
 
@@ -945,7 +996,7 @@ impl Fs {
         // and write anything; open never asks for exec), immutable and
         // append-only for a write or truncation. A read-only open by root
         // takes no lock: a reader lock is a write to the lock word, which
-        // every opener of the inode shares (seed 001).
+        // every opener of the inode shares (opens write no shared line).
         if !write && (!check_perm || cred.is_root()) {
             return Ok(());
         }

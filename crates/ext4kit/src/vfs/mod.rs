@@ -9,6 +9,7 @@ pub mod attr;
 pub mod by_ino;
 pub mod cred;
 pub mod dcache;
+mod evict;
 pub mod fdtable;
 pub mod file;
 pub mod fslabel;
@@ -16,14 +17,19 @@ pub mod holds;
 pub mod icache;
 pub mod iflags;
 pub mod io;
+pub mod killpriv;
 pub mod lookup;
+pub mod mount;
 pub mod namei;
 pub mod namespace;
 mod open;
 pub mod pagecache;
 pub mod pin;
+pub mod rename;
+pub mod request;
 pub mod shared;
 mod stat;
+pub mod syncmode;
 pub mod whiteout;
 pub mod write;
 pub mod writeback;
@@ -45,7 +51,7 @@ pub(crate) fn mem_fs() -> std::sync::Arc<Fs> {
 
 use std::sync::Arc;
 
-use ext4kit_format::inode::FileType;
+use ext4kit_format::inode::{FileType, Timestamp};
 
 pub use attr::{SetAttr, StatFs, TimeSet};
 pub use cred::Cred;
@@ -53,7 +59,7 @@ pub use dcache::Dentry;
 pub use fdtable::{Fd, Process};
 pub use file::{Access, File, OpenFlags, Whence};
 pub use icache::CachedInode;
-pub use stat::{FsInfo, Stat};
+pub use stat::{statx_attributes, FsInfo, Stat};
 pub use writeback::{SyncLevel, WritebackStats};
 
 use crate::error::{Errno, Error, Result};
@@ -62,21 +68,30 @@ use namei::show;
 use pagecache::{Page, PageBudget};
 
 /// An open filesystem. `Send + Sync`: share it between threads with `Arc`.
+///
+/// Every filesystem rule is applied by its methods — permissions,
+/// immutable and append-only, the setuid/setgid/capability kill, ACL
+/// inheritance, synchronous inodes and directories, the mount state — so
+/// a program calling it gets what the FUSE mount gives.
 #[derive(Debug)]
 pub struct Fs {
     /// The ext4 layer below (shared with the background worker).
-    pub vol: Arc<Volume>,
+    pub(crate) vol: Arc<Volume>,
     /// In-memory inodes.
-    pub icache: Arc<icache::Icache>,
+    pub(crate) icache: Arc<icache::Icache>,
     /// Dentries.
-    pub dcache: Arc<dcache::Dcache>,
+    pub(crate) dcache: Arc<dcache::Dcache>,
     /// Page-cache memory accounting.
-    pub pages: Arc<PageBudget>,
+    pub(crate) pages: Arc<PageBudget>,
     /// Frontend holds by inode number ([`Fs::hold_inode`], `vfs::holds`).
     pub(crate) holds: Arc<holds::Holds>,
-    /// Reclaim and checkpoints off the callers' threads (`crate::flusher`);
+    /// Reclaim and checkpoints off the callers' threads (`ext4kit_cache::flusher`);
     /// none when no thread could be started (the caches then work inline).
-    pub(crate) flusher: Option<crate::flusher::Flusher>,
+    pub(crate) flusher: Option<ext4kit_cache::flusher::Flusher>,
+    /// The `sync` / `dirsync` open options (`vfs::syncmode`).
+    pub(crate) sync_mount: syncmode::SyncMount,
+    /// Why a read-write open became read-only (`vfs::mount`).
+    pub(crate) read_only_reason: Option<String>,
 }
 
 /// Dropping the last handle writes back what is dirty, as an unmount does:
@@ -144,7 +159,7 @@ impl Fs {
     }
 }
 
-pub(crate) use crate::clock::touch;
+pub(crate) use ext4kit_cache::clock::touch;
 
 /// Largest single device read when filling the page cache (blocks).
 const MAX_READ_RUN: u64 = 256;
@@ -210,6 +225,27 @@ impl Fs {
             }
             r => r,
         }
+    }
+
+    /// The ext4 layer under this filesystem, for tools that inspect the
+    /// on-disk structures: tests, benchmarks, the crash harness. A
+    /// frontend needs none of it — every filesystem rule is applied by
+    /// `Fs`'s own methods, and a change made on the volume directly
+    /// bypasses both the rules and the caches above it.
+    pub fn volume(&self) -> &Volume {
+        &self.vol
+    }
+
+    /// Bytes per block (what `st_blksize` advertises).
+    pub fn block_size(&self) -> u32 {
+        self.vol.block_size() as u32
+    }
+
+    /// The current time, from the clock the filesystem was opened with
+    /// ([`crate::OpenOptions::clock`]): what every time this layer stamps
+    /// (inode times, `i_dtime`, the superblock's mount times) reads.
+    pub(crate) fn now(&self) -> Timestamp {
+        self.vol.clock().now()
     }
 
     /// Warnings from opening (read-only fallbacks, journal recovery).
@@ -399,7 +435,7 @@ impl Fs {
         })
     }
 
-    /// Build the absolute path of a dentry (seed 001 `d_path`).
+    /// Build the absolute path of a dentry (the kernel's `d_path`, built without a global lock).
     pub fn d_path(&self, d: &Arc<Dentry>) -> Vec<u8> {
         self.dcache.d_path(d)
     }
@@ -427,14 +463,14 @@ impl Fs {
             return Ok(0);
         }
         let want = ((size - off).min(buf.len() as u64)) as usize;
-        // The sequence is loaded before the map: a change to either after
-        // this point is seen by the rechecks below (PageMap's `seq`).
-        let mut seq = inode.pages.seq();
+        // The miss begins before the map is loaded: a change to either
+        // after this point is seen by the rechecks below (PageMap's `dirty`).
+        let mut miss = inode.pages.miss();
         // The map is loaded at the first page-cache miss: a read served
         // from cached pages never touches it (a loaded map is an `Arc`
-        // clone, a write to a count every reader of the file shares — seed
-        // 001's storm reads small cached files). Loaded after `seq`, as the
-        // rechecks require.
+        // clone, a write to a count every reader of the file shares — the
+        // `storm` benchmark reads small cached files). Loaded after `miss`,
+        // as the rechecks require.
         let mut map: Option<Arc<BlockMap>> = None;
         let bs = self.vol.block_size() as u64;
         let mut done = 0usize;
@@ -484,10 +520,10 @@ impl Fs {
                     }
                     let bytes = ((span * bs) as usize - in_blk).min(want - done);
                     buf[done..done + bytes].fill(0);
-                    if inode.pages.seq() != seq {
+                    if !inode.pages.unchanged(&miss) {
                         // Written back (and maybe evicted) or remapped
                         // meanwhile: redo this step with the current map.
-                        seq = inode.pages.seq();
+                        miss = inode.pages.miss();
                         map = None;
                         continue;
                     }
@@ -507,11 +543,11 @@ impl Fs {
                     let mut pages = Vec::with_capacity(run as usize);
                     for (k, chunk) in raw.chunks(bs as usize).enumerate() {
                         // A page cached meanwhile (dirty or not) wins; a
-                        // write-side change since `seq` voids what we read.
+                        // write-side change since `miss` voids what we read.
                         match inode.pages.insert_clean_at(
                             lblk + k as u64,
                             Arc::new(Page::new(chunk.into())),
-                            seq,
+                            &miss,
                             &self.pages,
                         ) {
                             Some((page, new)) => {
@@ -530,7 +566,7 @@ impl Fs {
                         // while we read the disk: what we read may be older
                         // than a write already written back and evicted, or
                         // come from blocks a truncate freed. Redo the step.
-                        seq = inode.pages.seq();
+                        miss = inode.pages.miss();
                         map = None;
                         continue;
                     }
@@ -554,7 +590,7 @@ impl Fs {
     /// Give back page-cache memory: sweep inodes' clean pages (clock).
     pub(crate) fn shrink_pages(&self) {
         // Buffers that grew into the pages' share while file data was idle
-        // give it back first (see `crate::budget`).
+        // give it back first (see `ext4kit_cache::budget`).
         self.vol.bcache().give_back();
         let target = self.pages.limit() / 4 * 3;
         self.icache.for_each(|i| {

@@ -1,4 +1,4 @@
-//! Path walk (the kernel's `namei.c`, RCU-walk flavour, seed 001).
+//! Path walk (the kernel's `namei.c`, RCU-walk flavour).
 //!
 //! Each component is looked up in the dentry cache by (directory inode,
 //! name) with a lock-free read; the intermediate dentry is *borrowed* from

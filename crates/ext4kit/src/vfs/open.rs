@@ -24,6 +24,7 @@ use ext4kit_format::inode::FileType;
 use super::{dcache, icache, Fs};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::journal::{self, has_orphans};
+use crate::ext4::write_access::{self, Access};
 use crate::ext4::{inode, OpenOptions, Volume, ROOT_INO};
 use crate::vfs::pagecache::PageBudget;
 
@@ -103,6 +104,15 @@ fn check_root(vol: &Volume) -> Result<()> {
     }
 }
 
+/// What the steps before the volume's open found, for the `Fs`.
+#[derive(Debug, Default)]
+struct Opened {
+    /// Recovery's and the mode decision's warnings, first in the list.
+    warnings: Vec<String>,
+    /// Why a read-write open became read-only.
+    read_only_reason: Option<String>,
+}
+
 impl Fs {
     /// Open an image file (or the partition or offset of it that
     /// `opts.location` names).
@@ -129,16 +139,41 @@ impl Fs {
 
     /// Open the filesystem on any block device, recovering what a crash
     /// left (journal, fast commits, orphans) as the module doc describes.
+    ///
+    /// A read-write open of a filesystem that must not be written (see
+    /// `ext4::write_access`: features we cannot maintain, `mmp`), or of a
+    /// read-only device, is decided before recovery writes anything: it
+    /// opens read-only, with the reason as a warning and in
+    /// [`Fs::read_only_reason`].
     pub fn open_device(dev: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Arc<Fs>> {
-        let read_only = opts.read_only || dev.read_only();
+        let why = if opts.read_only {
+            None
+        } else if dev.read_only() {
+            Some("the device is read-only".to_string())
+        } else {
+            // Errors reading the superblock are left to the open below,
+            // which reports them with their context.
+            match journal::read_superblock(&*dev).map(|sb| write_access::access(&sb)) {
+                Ok(Access::ReadOnly(why)) => Some(why),
+                _ => None,
+            }
+        };
+        let read_only = opts.read_only || why.is_some();
         let opts = OpenOptions {
             read_only,
             ..opts.clone()
         };
         let rec = journal::recover(dev, &opts)?;
         let mut warnings = rec.warnings;
+        if let Some(w) = &why {
+            warnings.insert(0, format!("opened read-only: {w}"));
+        }
+        let opened = Opened {
+            warnings,
+            read_only_reason: why,
+        };
         if !read_only {
-            let fs = Self::open_on(rec.dev, &opts, warnings)?;
+            let fs = Self::open_on(rec.dev, &opts, opened)?;
             if !rec.fast_commits.is_empty() {
                 fs.replay_fast_commits(&rec.fast_commits)?;
             }
@@ -156,7 +191,7 @@ impl Fs {
             if let Some(o) = &rec.overlay {
                 o.freeze();
             }
-            return Self::open_on(rec.dev, &opts, warnings);
+            return Self::open_on(rec.dev, &opts, opened);
         }
         let overlay = match rec.overlay {
             Some(o) => o,
@@ -166,10 +201,11 @@ impl Fs {
         match Self::recover_in_memory(&overlay, &opts, &rec.fast_commits) {
             Ok(()) => {
                 overlay.freeze();
-                Self::open_on(overlay, &opts, warnings)
+                Self::open_on(overlay, &opts, opened)
             }
             Err(e) => {
-                warnings.push(format!(
+                let mut opened = opened;
+                opened.warnings.push(format!(
                     "{} could not be applied in memory ({e}); showing the filesystem without them; run e2fsck",
                     if rec.fast_commits.is_empty() {
                         "orphan cleanup"
@@ -178,7 +214,7 @@ impl Fs {
                     }
                 ));
                 before.freeze();
-                Self::open_on(before, &opts, warnings)
+                Self::open_on(before, &opts, opened)
             }
         }
     }
@@ -192,7 +228,7 @@ impl Fs {
             ..opts.clone()
         };
         let dev: Arc<dyn BlockDevice> = overlay.clone();
-        let fs = Self::open_on(dev, &rw, Vec::new())?;
+        let fs = Self::open_on(dev, &rw, Opened::default())?;
         if !fast_commits.is_empty() {
             fs.replay_fast_commits(fast_commits)?;
         }
@@ -207,9 +243,9 @@ impl Fs {
     }
 
     /// The caches and the background worker over a recovered device.
-    fn open_on(dev: Arc<dyn BlockDevice>, opts: &OpenOptions, warnings: Vec<String>) -> Result<Arc<Fs>> {
+    fn open_on(dev: Arc<dyn BlockDevice>, opts: &OpenOptions, opened: Opened) -> Result<Arc<Fs>> {
         let mut vol = journal::open_volume(dev, opts)?;
-        vol.prepend_warnings(warnings);
+        vol.prepend_warnings(opened.warnings);
         check_root(&vol)?;
         let budget = opts.cache_budget;
         let block_size = vol.block_size();
@@ -225,6 +261,11 @@ impl Fs {
             holds: Arc::default(),
             vol,
             flusher,
+            sync_mount: super::syncmode::SyncMount {
+                sync: opts.sync,
+                dirsync: opts.dirsync,
+            },
+            read_only_reason: opened.read_only_reason,
         }))
     }
 
@@ -237,15 +278,15 @@ impl Fs {
         icache: &Arc<icache::Icache>,
         dcache: &Arc<dcache::Dcache>,
         pages: &Arc<PageBudget>,
-    ) -> Option<crate::flusher::Flusher> {
+    ) -> Option<ext4kit_cache::flusher::Flusher> {
         let (v, i, d, p) = (vol.clone(), icache.clone(), dcache.clone(), pages.clone());
         // With a journal the worker also wakes once a second to write back
         // file data dirty for longer than the commit interval and to commit
-        // a running transaction older than it (none under
-        // SOURCE_DATE_EPOCH: reproducible images allocate at sync).
+        // a running transaction older than it (none under a fixed clock:
+        // reproducible images allocate at sync).
         let expire = vol.jbd().commit_interval();
         let tick = vol.jbd().is_journaled().then(|| std::time::Duration::from_secs(1));
-        let f = crate::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {
+        let f = ext4kit_cache::flusher::Flusher::spawn_ticking("ext4kit-flush", tick, move || {
             if let Some(e) = expire {
                 super::writeback::write_back_expired(&v, &i, &p, e);
             }

@@ -6,14 +6,14 @@
 //! cached: they are zero-filled straight into the caller's buffer, so a
 //! sparse multi-GiB file costs no memory.
 //!
-//! Write side (seed 003). A page is never changed in place: a write builds
+//! Write side (fsync costs O(dirty)). A page is never changed in place: a write builds
 //! the new block contents and *replaces* the page's `Arc` in the map, so a
 //! lock-free reader copies either the old or the new block, never a torn
 //! mix, without any page lock. Each inode keeps a **dirty set** beside its
 //! page map — an ordered set of the logical blocks whose pages are dirty —
 //! so writeback (fsync) visits exactly the dirty pages in logical order and
-//! its cost does not grow with the number of clean cached pages (the seed
-//! patch's `i_drtypages`, as an ordered set).
+//! its cost does not grow with the number of clean cached pages (an
+//! `i_drtypages` list, as an ordered set).
 //!
 //! Invariant, kept under the dirty-set mutex: `lblk` is in the dirty set
 //! exactly when the page in the map at `lblk` has its `dirty` flag set.
@@ -23,6 +23,20 @@
 //! dirty). The clock sweep removes a page with `remove_if(!dirty)`, which is
 //! atomic against a concurrent replacement, so dirty pages are never
 //! evicted.
+//!
+//! A miss never caches a page older than a concurrent removal (the miss
+//! rule of `ext4kit_cache`, by counted removals): each file's dirty-set
+//! mutex is an `ext4kit_cache::Stripe` whose count readers note before
+//! they look at the block map and the disk, and a clean page goes in
+//! under the mutex only if nothing was counted since (`insert_clean_at`).
+//! Counted: writeback marking a page clean (after its write home; from
+//! then on the sweep may drop it uncounted, and a page read from disk is
+//! clean from the start), truncation and hole punching (pages dropped,
+//! their blocks freed); and, without the mutex, a block map replaced,
+//! which readers recheck (`PageMap::unchanged`). The map is the file's own
+//! rather than an `ext4kit_cache::Cache`: it is created with the file's
+//! first page and dropped with its last (see `PageMap::pages`), while the
+//! count must outlive it.
 //!
 //! The global budget bounds memory: past it, clean pages not touched since
 //! the last sweep are dropped; past the dirty budget, writers write back.
@@ -38,16 +52,16 @@
 //! death of the inode give back what the dropped pages held.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 
 use parking_lot::Mutex;
 
-use crate::budget::MemoryBudget;
 use crate::error::{Errno, Error};
 use crate::ext4::reservation::{self, Reserver};
+use ext4kit_cache::{MemoryBudget, Miss, Stripe};
 
 /// One cached block of file data.
 #[derive(Debug)]
@@ -95,24 +109,23 @@ pub struct PageMap {
     /// page sweep frees maps as it frees pages. Changed only under the
     /// `dirty` mutex; readers load it lock-free (arc-swap's per-thread
     /// debt slots: no shared line written).
-    pages: ArcSwapOption<crate::cachemap::Map<u64, Arc<Page>>>,
-    /// Logical blocks whose pages are dirty, in order (see the module doc).
-    /// Its mutex also serialises every change to `pages`: readers of the
-    /// map never take it.
-    dirty: Mutex<BTreeSet<u64>>,
-    /// `dirty.len()`, readable without the mutex (read path fast check).
-    ndirty: AtomicUsize,
-    /// Bumped whenever what a lock-free reader derived from the disk may
-    /// have become stale: a page made clean by writeback (it may now be
+    pages: ArcSwapOption<ext4kit_cache::map::Map<u64, Arc<Page>>>,
+    /// Logical blocks whose pages are dirty, in order (see the module
+    /// doc), behind the stripe lock that also serialises every change to
+    /// `pages` (readers of the map never take it). Its count moves
+    /// whenever what a lock-free reader derived from the disk may have
+    /// become stale: a page made clean by writeback (it may now be
     /// evicted, and a reader that read the block before the write must not
     /// cache its old bytes), pages dropped by truncate or hole punching
     /// (their blocks may be reused), and the block map replaced (a reader
     /// holding the old map may think a written block is a hole). Readers
-    /// load it before the map and recheck it after using the disk or the
-    /// map; on a change they undo what they inserted and redo the step. A
-    /// plain write does not bump it: its page is in the map before any
-    /// reader could miss it.
-    seq: AtomicU64,
+    /// begin a miss ([`Self::miss`]) before the map and recheck it after
+    /// using the disk or the map; on a change they undo what they inserted
+    /// and redo the step. A plain write does not count: its page is in the
+    /// map before any reader could miss it.
+    dirty: Stripe<BTreeSet<u64>>,
+    /// `dirty.len()`, readable without the mutex (read path fast check).
+    ndirty: AtomicUsize,
     /// Delayed allocation's books (see the module doc). Changed only by
     /// callers holding the inode's write lock; the mutex makes the type
     /// shareable, it is never contended.
@@ -130,9 +143,8 @@ impl Default for PageMap {
     fn default() -> Self {
         PageMap {
             pages: ArcSwapOption::empty(),
-            dirty: Mutex::default(),
+            dirty: Stripe::default(),
             ndirty: AtomicUsize::new(0),
-            seq: AtomicU64::new(0),
             resv: Mutex::default(),
             wb_error: Mutex::default(),
             dirtied: Mutex::default(),
@@ -220,13 +232,12 @@ impl PageMap {
     /// The map, created (and charged) if there is none; the caller holds
     /// the `dirty` mutex. Each map has its own collector: papaya 0.2.5 with
     /// one collector shared among page maps panicked in a resize under
-    /// concurrent writers ("next_table().unwrap()" on None) — see issue
-    /// 3's notes.
-    fn map_or_init(&self, budget: &PageBudget) -> Arc<crate::cachemap::Map<u64, Arc<Page>>> {
+    /// concurrent writers ("next_table().unwrap()" on None).
+    fn map_or_init(&self, budget: &PageBudget) -> Arc<ext4kit_cache::map::Map<u64, Arc<Page>>> {
         if let Some(m) = self.pages.load_full() {
             return m;
         }
-        let m = Arc::new(crate::cachemap::new());
+        let m = Arc::new(ext4kit_cache::map::new());
         self.pages.store(Some(m.clone()));
         budget.charge_map();
         m
@@ -270,17 +281,17 @@ impl PageMap {
 
     /// Insert a clean page read from disk at `lblk`, unless a page is
     /// cached there already (that one is returned, `false`), or the write
-    /// side moved the sequence past `seq0` — the value the reader loaded
-    /// before it looked at the block map — in which case nothing is
-    /// inserted and `None` tells the reader to redo the step.
+    /// side counted something since `miss` — which the reader began before
+    /// it looked at the block map — in which case nothing is inserted and
+    /// `None` tells the reader to redo the step.
     ///
-    /// The emptiness check, the sequence check and the insertion happen
+    /// The emptiness check, the count's check and the insertion happen
     /// under the map's mutex, which every change to the map holds (writes,
     /// writeback's `mark_clean`, truncation, eviction): a slot can only
     /// have become empty by eviction of a clean page or by truncation, and
-    /// both happen after the sequence was bumped (see `mark_clean` and
+    /// both happen after a count under the mutex (see `mark_clean` and
     /// `remove_range`), so a reader that finds the slot empty also sees the
-    /// bump. A stale page is thus never made visible. Only misses (which
+    /// count. A stale page is thus never made visible. Only misses (which
     /// read the disk anyway) take the mutex; hits stay lock-free.
     ///
     /// This used to be one lock-free papaya `compute`. With concurrent
@@ -293,16 +304,16 @@ impl PageMap {
         &self,
         lblk: u64,
         page: Arc<Page>,
-        seq0: u64,
+        miss: &Miss,
         budget: &PageBudget,
     ) -> Option<(Arc<Page>, bool)> {
-        let _w = self.dirty.lock();
+        let w = self.dirty.lock();
         let map = self.map_or_init(budget);
         let m = map.pin();
         if let Some(v) = m.get(&lblk) {
             return Some((v.clone(), false));
         }
-        if self.seq() != seq0 {
+        if !w.admits(miss) {
             drop(m);
             self.drop_map_if_empty(budget);
             return None;
@@ -311,14 +322,24 @@ impl PageMap {
         Some((page, true))
     }
 
-    /// The write-side sequence number (see the field doc).
-    pub fn seq(&self) -> u64 {
-        self.seq.load(Ordering::SeqCst)
+    /// Begin a read that may cache pages: before the block map is looked
+    /// at (see the `dirty` field).
+    pub fn miss(&self) -> Miss {
+        self.dirty.miss()
     }
 
-    /// Tell readers that what they derived from the disk may be stale.
+    /// Whether nothing was counted since `m` began (checked without the
+    /// lock; see the `dirty` field).
+    pub fn unchanged(&self, m: &Miss) -> bool {
+        self.dirty.unchanged(m)
+    }
+
+    /// Tell readers that what they derived from the disk may be stale (a
+    /// block map replaced, a punch about to free blocks): uncounted by a
+    /// check under way, so it is followed by a counted removal or checked
+    /// by the readers themselves (`ext4kit_cache::Stripe::invalidate`).
     pub fn bump(&self) {
-        self.seq.fetch_add(1, Ordering::SeqCst);
+        self.dirty.invalidate();
     }
 
     /// Install new contents for blocks as dirty pages (replacing cached
@@ -383,10 +404,10 @@ impl PageMap {
         let m = map.pin();
         match m.get(&lblk) {
             Some(cur) if Arc::ptr_eq(cur, page) => {
-                // Bump first: once the flag is clear the sweep may evict
-                // the page, and a reader finding the slot empty must see
-                // the bump (`insert_clean_at`).
-                self.bump();
+                // Counted first: once the flag is clear the sweep may evict
+                // the page uncounted, and a reader finding the slot empty
+                // must see the count (`insert_clean_at`).
+                set.count_removal();
                 cur.dirty.store(false, Ordering::SeqCst);
                 let was = set.remove(&lblk);
                 if set.is_empty() {
@@ -407,8 +428,8 @@ impl PageMap {
             return (0, 0);
         }
         let mut set = self.dirty.lock();
-        // Bump before anything goes (see `insert_clean_at`).
-        self.bump();
+        // Counted before anything goes (see `insert_clean_at`).
+        set.count_removal();
         let mut dropped = 0;
         let g = self.pages.load();
         let Some(map) = g.as_ref() else {
@@ -592,11 +613,13 @@ impl PageMap {
 
     /// Drop clean pages not referenced since the last sweep; returns how
     /// many. Dirty pages are skipped; holding the map's mutex, no page can
-    /// be replaced or re-dirtied between the check and the removal.
+    /// be replaced or re-dirtied between the check and the removal. Not
+    /// counted: a clean page was counted when it became clean, or read
+    /// clean from disk (see the module doc).
     pub fn sweep(&self, budget: &PageBudget) -> usize {
         // Under the map's mutex, like every change to the map (see
         // `insert_clean_at`). Page maps are per inode and see far less
-        // churn than the caches whose sweeps moved to `crate::clock`
+        // churn than the caches whose sweeps moved to `ext4kit_cache::clock`
         // (papaya iteration after heavy removal is the hazard described
         // there).
         let _w = self.dirty.lock();
@@ -623,7 +646,7 @@ impl PageMap {
 pub const MAP_BYTES: usize = 17 << 10;
 
 /// Memory accounting shared by every inode's page map, within the budget
-/// the page cache shares with the metadata buffers (`crate::budget`).
+/// the page cache shares with the metadata buffers (`ext4kit_cache::budget`).
 #[derive(Debug)]
 pub struct PageBudget {
     budget: Arc<MemoryBudget>,
@@ -644,24 +667,24 @@ impl PageBudget {
 
     /// Account for `n` new pages; true when the budget is now exceeded.
     pub fn charge(&self, n: usize) -> bool {
-        self.budget.pages.fetch_add(n * self.page_size, Ordering::Relaxed) + n * self.page_size > self.limit()
+        self.budget.charge_pages(n * self.page_size) > self.limit()
     }
 
     /// Release `n` pages.
     pub fn release(&self, n: usize) {
-        self.budget.pages.fetch_sub(n * self.page_size, Ordering::Relaxed);
+        self.budget.release_pages(n * self.page_size);
     }
 
     /// Account for a new page map ([`MAP_BYTES`]); the next page charge
     /// sees it and sweeps if the budget is exceeded.
     pub fn charge_map(&self) {
-        self.budget.pages.fetch_add(MAP_BYTES, Ordering::Relaxed);
+        self.budget.charge_pages(MAP_BYTES);
     }
 
     /// `n` page maps went away (emptied, or their inodes left the cache).
     pub fn release_maps(&self, n: usize) {
         if n != 0 {
-            self.budget.pages.fetch_sub(n * MAP_BYTES, Ordering::Relaxed);
+            self.budget.release_pages(n * MAP_BYTES);
         }
     }
 
@@ -713,7 +736,7 @@ mod tests {
     /// A clean page as a reader caches it.
     fn read_in(m: &PageMap, l: u64, b: &PageBudget) {
         assert!(m
-            .insert_clean_at(l, Arc::new(Page::new(block(0))), m.seq(), b)
+            .insert_clean_at(l, Arc::new(Page::new(block(0))), &m.miss(), b)
             .is_some());
     }
 
@@ -765,9 +788,9 @@ mod tests {
             read_in(&m, l, &b);
         }
         m.write_pages([(3, block(1)), (8, block(1)), (1 << 40, block(1))], &b);
-        let s = m.seq();
+        let s = m.miss();
         assert_eq!(m.remove_range(5, u64::MAX, &b), (6, 2));
-        assert!(m.seq() > s);
+        assert!(!m.unchanged(&s));
         assert_eq!(m.len(), 5);
         assert_eq!(m.dirty_blocks(), vec![3]);
         assert_eq!(m.remove_range(0, 2, &b), (2, 0));

@@ -1,4 +1,4 @@
-//! Open-file references that write no shared cache line (seed 001).
+//! Open-file references that write no shared cache line.
 //!
 //! An open file keeps its inode (and the dentry it was opened through) in
 //! memory, and an unlinked inode must not be freed while it is open. The
@@ -6,7 +6,7 @@
 //! increment of the inode's open count per open, the reverse per close — is
 //! six read-modify-writes of lines that every opener of that file writes:
 //! with N threads opening one file they bounce between cores on every open.
-//! That is the `d_lock` / `d_count` traffic of seed 001; the kernel's
+//! That is the kernel's `d_lock` / `d_count` traffic; the kernel's
 //! lockref makes it one cmpxchg per get or put, still a shared write.
 //!
 //! Here an open file holds an [`OpenRef`] on a [`Pin`]: a per-thread
@@ -71,7 +71,7 @@ use super::icache::CachedInode;
 /// `Pin::state` bit: the pin gave its unit back and takes no more opens.
 const REVOKED: u32 = 1 << 31;
 
-/// Pins cached per thread. Eight: seed 001's storm opens four files per
+/// Pins cached per thread. Eight: the open-storm benchmark opens four files per
 /// thread; a lookup scans the slots at two pointer compares each (not
 /// measured on its own: the whole reopen is inside the storm's ~170 ns per
 /// open/read/close). A thread cycling through more files than this takes

@@ -1,4 +1,4 @@
-//! Counting the shared writes of the open path (seed 001).
+//! Counting the shared writes of the open path.
 //!
 //! A write to a cache line that other threads write too — an atomic
 //! read-modify-write of a shared reference count, taking or releasing a

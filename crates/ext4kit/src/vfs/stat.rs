@@ -80,6 +80,24 @@ impl Stat {
     pub fn perm(&self) -> u16 {
         self.mode & 0o7777
     }
+
+    /// statx's `STATX_ATTR_*` bits for this inode and the mask of those
+    /// ext4 reports (`ext4_getattr`): append-only, compressed, encrypted,
+    /// immutable, nodump and verity, whose `STATX_ATTR_*` values are the
+    /// `EXT4_*_FL` ones. DAX is not among them: the kernel reports
+    /// `STATX_ATTR_DAX` from the inode's effective DAX mode (`IS_DAX`, set
+    /// by `vfs_getattr_nosec`), never from the flag, and an image in a
+    /// file has none; the VFS adds that bit to every mask itself.
+    pub fn statx_attributes(&self) -> (u64, u64) {
+        statx_attributes(self.flags)
+    }
+}
+
+/// [`Stat::statx_attributes`] of inode flags `flags`.
+pub fn statx_attributes(flags: u32) -> (u64, u64) {
+    use ext4kit_format::inode::flags as fl;
+    const MASK: u32 = fl::APPEND | fl::COMPR | fl::ENCRYPT | fl::IMMUTABLE | fl::NODUMP | fl::VERITY;
+    (u64::from(flags & MASK), u64::from(MASK))
 }
 
 /// A summary of the filesystem (what `ext4kit info` prints).

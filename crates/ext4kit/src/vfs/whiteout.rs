@@ -21,7 +21,7 @@
 use ext4kit_format::inode::FileType;
 
 use super::cred::Cred;
-use super::namespace::RenameFlags;
+use super::rename::RenameFlags;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 

@@ -7,13 +7,13 @@
 //! commit, and only then publish the new name in the dentry cache.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use ext4kit_format::dirent::NAME_MAX;
-use ext4kit_format::inode::{FileType, TimeField, Timestamp};
+use ext4kit_format::inode::{FileType, TimeField};
 
 use ext4kit_format::inode::Inode;
 
+use super::acl_inherit::CreateMode;
 use super::cred::{Cred, MAY_EXEC, MAY_WRITE};
 use super::icache::CachedInode;
 use super::namei::{show, with_path};
@@ -24,23 +24,8 @@ use crate::ext4::dir_insert::{self, NewEntry};
 use crate::ext4::htree::CreateLookup;
 use crate::ext4::ialloc::{self, NewInode};
 use crate::ext4::transaction::Handle;
+use crate::ext4::xattr_write;
 use crate::ext4::{alloc_map, balloc, bmap, dir, inode, orphan, DirRef};
-
-/// The current time as an ext4 timestamp (honours `SOURCE_DATE_EPOCH` for
-/// reproducible images).
-pub fn now() -> Timestamp {
-    if let Some(s) = std::env::var("SOURCE_DATE_EPOCH")
-        .ok()
-        .and_then(|v| v.parse::<i64>().ok())
-    {
-        return Timestamp { sec: s, nsec: 0 };
-    }
-    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    Timestamp {
-        sec: d.as_secs() as i64,
-        nsec: d.subsec_nanos(),
-    }
-}
 
 /// Split "/a/b/c" into ("/a/b", "c"); trailing slashes ignored.
 fn split_parent(path: &[u8]) -> Result<(&[u8], &[u8])> {
@@ -94,12 +79,17 @@ impl Fs {
     /// Create a file, fifo, socket or device node `name` in directory
     /// `parent`, owned by the caller (or the directory's group when it is
     /// set-group-id).
+    ///
+    /// `perm` is the requested mode; with a umask ([`CreateMode`]) it is
+    /// applied unless the parent's default ACL is inherited instead
+    /// (`vfs::acl_inherit`). A directory with the dirsync flag (or a
+    /// `sync`/`dirsync` filesystem) has the change durable at the return.
     pub fn mknod_at(
         &self,
         parent: u32,
         name: &[u8],
         ftype: FileType,
-        perm: u16,
+        perm: impl Into<CreateMode>,
         rdev: (u32, u32),
         cred: &Cred,
     ) -> Result<Stat> {
@@ -109,18 +99,18 @@ impl Fs {
     /// [`Fs::mknod_at`] with an explicit owner: image building copies
     /// owners from a source tree while acting with `cred`'s rights.
     #[allow(clippy::too_many_arguments)]
-    #[allow(clippy::too_many_arguments)]
     pub fn mknod_owned(
         &self,
         parent: u32,
         name: &[u8],
         ftype: FileType,
-        perm: u16,
+        perm: impl Into<CreateMode>,
         rdev: (u32, u32),
         cred: &Cred,
         owner: Option<(u32, u32)>,
     ) -> Result<Stat> {
-        self.retry_enospc(|| self.mknod_owned_once(parent, name, ftype, perm, rdev, cred, owner))
+        let mode = perm.into();
+        self.retry_enospc(|| self.mknod_owned_once(parent, name, ftype, mode, rdev, cred, owner))
     }
 
     /// One attempt of [`Self::mknod_owned`].
@@ -130,7 +120,7 @@ impl Fs {
         parent: u32,
         name: &[u8],
         ftype: FileType,
-        perm: u16,
+        perm: CreateMode,
         rdev: (u32, u32),
         cred: &Cred,
         owner: Option<(u32, u32)>,
@@ -194,7 +184,7 @@ impl Fs {
             parent,
             name,
             FileType::Symlink,
-            0o777,
+            0o777.into(),
             cred,
             owner,
             |vol, h, ino, rec| {
@@ -237,13 +227,16 @@ impl Fs {
     /// link it in (growing the directory if needed), update the parent's
     /// times, commit, then publish the name in the dentry cache. A failure
     /// after the inode was allocated gives it back (logical undo).
+    ///
+    /// The new inode inherits its parent's default ACL in the same
+    /// transaction (`ext4_init_acl`, `vfs::acl_inherit`).
     #[allow(clippy::too_many_arguments)]
     fn create_at(
         &self,
         parent: u32,
         name: &[u8],
         ftype: FileType,
-        perm: u16,
+        mode: CreateMode,
         cred: &Cred,
         owner: Option<(u32, u32)>,
         init: impl FnOnce(&crate::ext4::Volume, &mut Handle<'_>, u32, &mut Inode) -> Result<()>,
@@ -295,12 +288,13 @@ impl Fs {
             None if dir_rec.base.mode & 0o2000 != 0 => (cred.uid, dir_rec.gid()),
             None => (cred.uid, cred.gid),
         };
+        let acl = self.acl_for_new(parent, &dir_rec, ftype, mode)?;
         // Blocks (a growing directory, a symlink's) and the name come
         // after the inode: refuse now if allocation or the insertion would
         // meet damage (release_check.rs, dir_insert.rs).
         balloc::check_allocatable(&self.vol, self.vol.geo().group_first_block_of_inode(parent))?;
         dir_insert::check_insertable(&self.vol, dref)?;
-        let t = now();
+        let t = self.now();
         let mut h = self.vol.begin()?;
         let ino = ialloc::new_inode(&self.vol, &mut h, parent, ftype)?;
         // A cached inode of this number is a dead predecessor whose freer
@@ -310,7 +304,7 @@ impl Fs {
             &self.vol,
             &NewInode {
                 ftype,
-                perm,
+                perm: acl.mode,
                 uid,
                 gid,
                 now: t,
@@ -319,6 +313,7 @@ impl Fs {
         );
         let mut new_dir = dir_rec.clone();
         let linked = init(&self.vol, &mut h, ino, &mut rec)
+            .and_then(|()| self.store_inherited_acl(&mut h, ino, &mut rec, &acl))
             .and_then(|()| inode::write(&self.vol, &mut h, ino, &rec))
             .and_then(|()| {
                 dir_insert::add_link(
@@ -337,12 +332,16 @@ impl Fs {
         let grew = match linked {
             Ok(g) => g,
             Err(e) => {
-                // Logical undo: blocks the init mapped and the inode go back.
+                // Logical undo: blocks the init mapped, an xattr block the
+                // ACLs took, and the inode go back.
                 if matches!(
                     bmap::load(&self.vol, ino, &rec),
                     Ok(crate::ext4::BlockMap::Extents(_) | crate::ext4::BlockMap::Indirect(_))
                 ) {
                     bmap_write::punch(&self.vol, &mut h, ino, &mut rec, 0..u64::MAX)?;
+                }
+                if rec.file_acl() != 0 {
+                    xattr_write::drop_block(&self.vol, &mut h, ino, &mut rec)?;
                 }
                 rec.base.links_count = 0;
                 rec.base.dtime = t.sec as u32;
@@ -366,9 +365,11 @@ impl Fs {
         // of the same name could run first and ours would overwrite its
         // entry with a stale one (a dead inode, or a name that is gone).
         self.dcache.added(parent, name, ino, ftype);
+        let flags = dir_rec.base.flags;
         drop(dir_rec);
         let inode = self.icache.insert_new(ino, rec)?;
         let st = Stat::from_inode(&self.vol, ino, &inode.disk.read());
+        self.dirsync_after(&dir, flags)?;
         Ok(st)
     }
 
@@ -381,18 +382,29 @@ impl Fs {
     /// times), as in the kernel. The caller opens the returned inode at
     /// once and closes it with [`Fs::close_file`]; `linkable` (no
     /// `O_EXCL`) lets [`Fs::link_at`] give it a name later.
+    ///
+    /// It inherits the parent's default ACL as a created file does
+    /// (`ext4_tmpfile` → `ext4_new_inode` → `ext4_init_acl`), and a
+    /// directory with the dirsync flag has the change durable at the
+    /// return (`ext4_tmpfile`'s `ext4_handle_sync`).
     pub(crate) fn tmpfile_inode(
         &self,
         parent: u32,
-        perm: u16,
+        mode: CreateMode,
         linkable: bool,
         cred: &Cred,
     ) -> Result<Arc<CachedInode>> {
-        self.retry_enospc(|| self.tmpfile_inode_once(parent, perm, linkable, cred))
+        self.retry_enospc(|| self.tmpfile_inode_once(parent, mode, linkable, cred))
     }
 
     /// One attempt of [`Self::tmpfile_inode`].
-    fn tmpfile_inode_once(&self, parent: u32, perm: u16, linkable: bool, cred: &Cred) -> Result<Arc<CachedInode>> {
+    fn tmpfile_inode_once(
+        &self,
+        parent: u32,
+        mode: CreateMode,
+        linkable: bool,
+        cred: &Cred,
+    ) -> Result<Arc<CachedInode>> {
         if self.vol.read_only() {
             return Err(Error::posix(Errno::EROFS, "filesystem is read-only"));
         }
@@ -424,7 +436,8 @@ impl Fs {
         } else {
             cred.gid
         };
-        let t = now();
+        let acl = self.acl_for_new(parent, &dir_rec, FileType::Regular, mode)?;
+        let t = self.now();
         let mut h = self.vol.begin()?;
         let ino = ialloc::new_inode(&self.vol, &mut h, parent, FileType::Regular)?;
         // A cached inode of this number is a dead predecessor (see `create_at`).
@@ -433,14 +446,25 @@ impl Fs {
             &self.vol,
             &NewInode {
                 ftype: FileType::Regular,
-                perm: perm & 0o7777,
+                perm: acl.mode,
                 uid: cred.uid,
                 gid,
                 now: t,
                 parent: (dir_rec.base.flags, dir_rec.extra.projid),
             },
         );
+        let dir_flags = dir_rec.base.flags;
         drop(dir_rec);
+        if let Err(e) = self.store_inherited_acl(&mut h, ino, &mut rec, &acl) {
+            // The creation fails whole (ext4_init_acl): the inode and an
+            // xattr block the ACLs took go back.
+            if rec.file_acl() != 0 {
+                xattr_write::drop_block(&self.vol, &mut h, ino, &mut rec)?;
+            }
+            ialloc::free_inode(&self.vol, &mut h, ino, &rec)?;
+            h.commit()?;
+            return Err(e);
+        }
         // d_tmpfile drops the link new_inode gave, ext4_tmpfile puts the
         // inode on the orphan list; one transaction with the allocation.
         rec.base.links_count = 0;
@@ -456,6 +480,7 @@ impl Fs {
         // gives it one first.
         inode.unlinked.store(true, std::sync::atomic::Ordering::SeqCst);
         inode.linkable.store(linkable, std::sync::atomic::Ordering::SeqCst);
+        self.dirsync_after(&dir, dir_flags)?;
         Ok(inode)
     }
 

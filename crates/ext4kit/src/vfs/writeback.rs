@@ -1,28 +1,35 @@
 //! Writeback: turning an inode's dirty pages (and dirty record) into disk
-//! writes — the kernel's `ext4_writepages` + `ext4_sync_file`, seed 003.
+//! writes — the kernel's `ext4_writepages` + `ext4_sync_file`.
 //!
 //! For one inode, under its `disk` write lock (the `i_rwsem` analogue; a
 //! writer cannot re-dirty a page while we run, and the record we write is
-//! the one the pages belong to):
+//! the one the pages belong to), one pass (`Pass`, the kernel's
+//! `struct mpage_da_data`) runs these phases:
 //!
-//! 1. take the dirty set — exactly the dirty blocks, in logical order, so
-//!    the cost is O(dirty) however many clean pages are cached;
-//! 2. group consecutive blocks into runs; look each run up in the cached
-//!    block map: written blocks are overwritten in place, holes and
-//!    unwritten extents go through `map_blocks` — delayed allocation: the
-//!    blocks are chosen only now, so a run of dirty pages becomes one
-//!    contiguous allocation;
-//! 3. write each physical run with one device write (runs are capped at
-//!    [`MAX_RUN`] blocks to bound the staging buffer), then convert
-//!    unwritten extents it covered (`mark_written`);
-//! 4. write the inode record if the map changed or the caller's level asks
-//!    for it, and commit the handle: data reaches the device before the
-//!    metadata that points at it (ordered mode);
-//! 5. mark clean only the pages whose contents were written and are still
-//!    the cached ones.
+//! 1. **collect** the dirty set — exactly the dirty blocks, in logical
+//!    order, so the cost is O(dirty) however many clean pages are cached
+//!    ("fsync costs O(dirty)") — grouped into runs of consecutive blocks
+//!    capped at [`MAX_RUN`] to bound the staging buffer, and each run's
+//!    cached pages (`Pass::collect_pages`, as
+//!    `mpage_prepare_extent_to_map` gathers them);
+//! 2. **map** each run extent by extent (`Pass::map_extent`, the kernel's
+//!    `mpage_map_one_extent` → `ext4_map_blocks`): written blocks are
+//!    overwritten in place, holes and unwritten extents go through
+//!    `map_blocks` — delayed allocation: the blocks are chosen only now,
+//!    so a run of dirty pages becomes one contiguous allocation;
+//! 3. **write** each extent's data with one device write
+//!    (`Pass::submit_extent`), then convert the unwritten extents it
+//!    covered (`Pass::convert_unwritten`, `ext4_convert_unwritten_extents`);
+//! 4. **journal the metadata**: write the inode record (size, block map)
+//!    if the map changed or the caller's level asks for it
+//!    (`Pass::write_inode`), settle the space claims
+//!    (`Pass::settle_claims`), and commit the handle — data reaches the
+//!    device before the metadata that points at it (ordered mode);
+//! 5. **complete**: mark clean only the pages whose contents were written
+//!    and are still the cached ones (`Pass::complete`).
 //!
 //! Space: the blocks step 2 allocates were claimed when the writes were
-//! accepted (`pagecache`'s reservations, `ext4::reserve`). The inode's
+//! accepted (`pagecache`'s reservations, `ext4::reservation`). The inode's
 //! claims are handed to the transaction before the first allocation, the
 //! allocator draws from them, and afterwards the books are settled: the
 //! pages now on disk leave the delayed set, and what is left of the claims
@@ -45,9 +52,9 @@ use super::icache::{CachedInode, DIRTY_DATA};
 use super::pagecache::{Page, PageBudget};
 use super::Fs;
 use crate::error::{Errno, Error, Result};
-use crate::ext4::bmap_write::{self, MapRequest};
+use crate::ext4::bmap_write::{self, MapRequest, MappedRun};
 use crate::ext4::transaction::Handle;
-use crate::ext4::{inode, Mapping, Volume};
+use crate::ext4::{inode, BlockMap, Mapping, Volume};
 
 /// Longest run written with one device write (blocks).
 pub const MAX_RUN: u64 = 1024;
@@ -83,22 +90,23 @@ pub(crate) struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    /// Write back inode `inode`: dirty pages, then the record as `level`
-    /// requires. Does not flush the device (fsync does).
-    pub fn writeback_inode(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
+    /// Write back inode `inode` (the kernel's `writeback_single_inode`):
+    /// take its `disk` write lock, then [`Self::writeback_locked`]. Does
+    /// not flush the device (fsync does).
+    pub fn writeback_single_inode(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
         // ext4_should_retry_alloc: with a journal, blocks freed by the
         // running transaction are reused only once it commits.
-        match self.writeback_inode_once(inode, level) {
+        match self.writeback_single_inode_once(inode, level) {
             Err(e) if e.errno() == Errno::ENOSPC && self.vol.has_busy_blocks() => {
                 self.vol.commit_running()?;
-                self.writeback_inode_once(inode, level)
+                self.writeback_single_inode_once(inode, level)
             }
             r => r,
         }
     }
 
-    /// One attempt of [`Self::writeback_inode`].
-    fn writeback_inode_once(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
+    /// One attempt of [`Self::writeback_single_inode`].
+    fn writeback_single_inode_once(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
         if !inode.is_dirty() {
             return Ok(WritebackStats::default());
         }
@@ -106,205 +114,299 @@ impl Writer<'_> {
         self.writeback_locked(inode, &mut rec, level)
     }
 
-    /// [`Self::writeback_inode`] for a caller holding the `disk` write lock
-    /// (`rec` is the guarded record).
+    /// Write back inode `inode` for a caller holding its `disk` write lock
+    /// (`rec` is the guarded record): the phases of the module doc, the
+    /// way `ext4_writepages` runs them.
     pub(crate) fn writeback_locked(
         &self,
         inode: &CachedInode,
         rec: &mut Inode,
         level: SyncLevel,
     ) -> Result<WritebackStats> {
-        let ino = inode.ino;
-        let bs = self.vol.block_size();
-        let mut st = WritebackStats::default();
         let dirty = inode.pages.dirty_blocks();
-        let mut h: Option<Handle<'_>> = None;
-        let mut map_changed = false;
-        let mut written: Vec<(u64, Arc<Page>)> = Vec::with_capacity(dirty.len());
-        let mut failure: Option<Error> = None;
-        // Claims handed to the handle (see the module doc), once taken.
-        let mut claims_taken = false;
-        let map = if dirty.is_empty() {
+        let mut pass = Pass::new(self, inode, rec, dirty.len());
+        let failure = if dirty.is_empty() {
             None
         } else {
-            Some(inode.block_map_locked(self.vol, rec)?)
+            let map = inode.block_map_locked(self.vol, pass.rec)?;
+            pass.write_dirty(&map, &dirty).err()
         };
+        pass.finish(level, failure)
+    }
+}
 
-        'runs: for (start, len) in runs(&dirty) {
-            let mut pages = Vec::with_capacity(len as usize);
-            for l in start..start + len {
-                match inode.pages.get(l) {
-                    Some(p) => pages.push(p),
-                    None => {
-                        failure = Some(Error::corrupt_msg(
-                            format!("inode {ino}"),
-                            "page cache",
-                            format!("dirty block {l} has no cached page"),
-                        ));
-                        break 'runs;
-                    }
+/// One writeback pass over one inode, under its `disk` write lock: the
+/// state `ext4_writepages` keeps in `struct mpage_da_data`.
+struct Pass<'a> {
+    vol: &'a Volume,
+    pages: &'a PageBudget,
+    inode: &'a CachedInode,
+    rec: &'a mut Inode,
+    /// The handle, opened at the first allocation (or for the record).
+    h: Option<Handle<'a>>,
+    /// Whether the inode's claims were handed to `h` (see the module doc).
+    claims_taken: bool,
+    /// Whether the block map changed (allocations, conversions).
+    map_changed: bool,
+    /// The pages written, with the version written.
+    written: Vec<(u64, Arc<Page>)>,
+    /// Device writes issued for data.
+    data_writes: usize,
+}
+
+impl<'a> Pass<'a> {
+    fn new(w: &Writer<'a>, inode: &'a CachedInode, rec: &'a mut Inode, dirty: usize) -> Self {
+        Pass {
+            vol: w.vol,
+            pages: w.pages,
+            inode,
+            rec,
+            h: None,
+            claims_taken: false,
+            map_changed: false,
+            written: Vec::with_capacity(dirty),
+            data_writes: 0,
+        }
+    }
+
+    /// Steps 1–3 for every dirty block (`dirty`: sorted): each run of
+    /// consecutive blocks is collected, mapped and written. The first
+    /// failure ends the pass.
+    fn write_dirty(&mut self, map: &BlockMap, dirty: &[u64]) -> Result<()> {
+        for (start, len) in runs(dirty) {
+            let pages = self.collect_pages(start, len)?;
+            self.write_run(map, start, &pages)?;
+        }
+        Ok(())
+    }
+
+    /// The cached pages of blocks `start..start + len` (the collecting half
+    /// of `mpage_prepare_extent_to_map`). A dirty block always has one.
+    fn collect_pages(&self, start: u64, len: u64) -> Result<Vec<Arc<Page>>> {
+        let mut pages = Vec::with_capacity(len as usize);
+        for l in start..start + len {
+            match self.inode.pages.get(l) {
+                Some(p) => pages.push(p),
+                None => {
+                    return Err(Error::corrupt_msg(
+                        format!("inode {}", self.inode.ino),
+                        "page cache",
+                        format!("dirty block {l} has no cached page"),
+                    ))
                 }
             }
-            let map = map.as_ref().expect("loaded when pages are dirty");
-            let mut l = start;
-            while l < start + len {
-                let end = start + len;
-                let seg: Vec<(u64, u64, u64, bool, bool)> = match map.map(self.vol, l) {
-                    Err(e) => {
-                        failure = Some(e);
-                        break 'runs;
-                    }
-                    Ok(Mapping::Mapped {
-                        pblk,
-                        len: n,
-                        uninit: false,
-                    }) => vec![(l, pblk, n.min(end - l), false, false)],
-                    Ok(Mapping::Mapped { len: n, .. }) | Ok(Mapping::Hole { len: n }) => {
-                        // Delayed allocation happens here.
-                        let n = n.min(end - l);
-                        if h.is_none() {
-                            match self.vol.begin() {
-                                Ok(x) => h = Some(x),
-                                Err(e) => {
-                                    failure = Some(e);
-                                    break 'runs;
-                                }
-                            }
-                        }
-                        let hh = h.as_mut().expect("just begun");
-                        if !claims_taken {
-                            claims_taken = true;
-                            hh.add_reserved(inode.pages.take_claims());
-                        }
-                        match bmap_write::map_blocks(
-                            self.vol,
-                            hh,
-                            ino,
-                            rec,
-                            MapRequest {
-                                lblk: l,
-                                len: n,
-                                uninit: false,
-                            },
-                        ) {
-                            Ok(rs) => {
-                                map_changed = true;
-                                rs.into_iter()
-                                    .map(|r| (r.lblk, r.pblk, r.len, r.uninit, r.new))
-                                    .collect()
-                            }
-                            Err(e) => {
-                                failure = Some(e);
-                                break 'runs;
-                            }
-                        }
-                    }
+        }
+        Ok(pages)
+    }
+
+    /// Map and write one run of dirty pages, `pages[0]` being block
+    /// `start` (`mpage_map_and_submit_extent`): extent by extent, as the
+    /// block map and the allocator cut it.
+    fn write_run(&mut self, map: &BlockMap, start: u64, pages: &[Arc<Page>]) -> Result<()> {
+        let end = start + pages.len() as u64;
+        let mut l = start;
+        while l < end {
+            let mut extents = self.map_extent(map, l, end)?.into_iter();
+            while let Some(ext) = extents.next() {
+                let first = (ext.lblk - start) as usize;
+                let chunk = &pages[first..first + ext.len as usize];
+                self.submit_extent(&ext, chunk, &mut extents)?;
+                self.convert_unwritten(&ext)?;
+                for (k, p) in chunk.iter().enumerate() {
+                    self.written.push((ext.lblk + k as u64, p.clone()));
+                }
+                l = ext.lblk + ext.len;
+            }
+        }
+        Ok(())
+    }
+
+    /// Where blocks `l..end` go (`mpage_map_one_extent` → `ext4_map_blocks`):
+    /// written blocks are overwritten in place; holes and unwritten
+    /// extents are allocated now — delayed allocation, so a run of dirty
+    /// pages becomes one contiguous allocation where the allocator can.
+    fn map_extent(&mut self, map: &BlockMap, l: u64, end: u64) -> Result<Vec<MappedRun>> {
+        match map.map(self.vol, l)? {
+            Mapping::Mapped {
+                pblk,
+                len: n,
+                uninit: false,
+            } => Ok(vec![MappedRun {
+                lblk: l,
+                pblk,
+                len: n.min(end - l),
+                uninit: false,
+                new: false,
+            }]),
+            Mapping::Mapped { len: n, .. } | Mapping::Hole { len: n } => {
+                let n = n.min(end - l);
+                self.begin_alloc()?;
+                let h = self.h.as_mut().expect("begun by begin_alloc");
+                let req = MapRequest {
+                    lblk: l,
+                    len: n,
+                    uninit: false,
                 };
-                let mut seg = seg.into_iter();
-                while let Some((sl, pblk, n, uninit, new)) = seg.next() {
-                    let first = (sl - start) as usize;
-                    let chunk = &pages[first..first + n as usize];
-                    let mut buf = Vec::with_capacity(n as usize * bs);
-                    for p in chunk {
-                        buf.extend_from_slice(&p.data);
+                let extents = bmap_write::map_blocks(self.vol, h, self.inode.ino, self.rec, req)?;
+                self.map_changed = true;
+                Ok(extents)
+            }
+        }
+    }
+
+    /// Make ready the handle allocations go through: begun at the first
+    /// one, when the inode's claims are handed to it, so the allocator
+    /// draws from them (settled in [`Self::settle_claims`]).
+    fn begin_alloc(&mut self) -> Result<()> {
+        if self.h.is_none() {
+            self.h = Some(self.vol.begin()?);
+        }
+        if !self.claims_taken {
+            self.claims_taken = true;
+            let h = self.h.as_mut().expect("just begun");
+            h.add_reserved(self.inode.pages.take_claims());
+        }
+        Ok(())
+    }
+
+    /// Write one extent's pages with one device write. If the write fails,
+    /// the blocks this pass allocated for it and for the rest of its
+    /// mapping (`rest`) leave the map again: committed, the map would show
+    /// whatever they held before. The pages stay dirty (and delayed) for a
+    /// later try.
+    fn submit_extent(
+        &mut self,
+        ext: &MappedRun,
+        chunk: &[Arc<Page>],
+        rest: &mut impl Iterator<Item = MappedRun>,
+    ) -> Result<()> {
+        let ino = self.inode.ino;
+        let mut buf = Vec::with_capacity(chunk.len() * self.vol.block_size());
+        for p in chunk {
+            buf.extend_from_slice(&p.data);
+        }
+        if let Err(e) = self.vol.disk().write_raw(ext.pblk, &buf) {
+            let e = crate::ext4::error::annotate(e, &format!("data of inode {ino}"));
+            let unmap: Vec<(u64, u64)> = std::iter::once((ext.lblk, ext.len, ext.new))
+                .chain(rest.map(|r| (r.lblk, r.len, r.new)))
+                .filter(|r| r.2)
+                .map(|r| (r.0, r.1))
+                .collect();
+            if let Some(h) = self.h.as_mut() {
+                for (ul, un) in unmap {
+                    if let Err(e2) = bmap_write::punch(self.vol, h, ino, self.rec, ul..ul + un) {
+                        eprintln!(
+                            "ext4kit: inode {ino}: unmapping blocks {ul}..{} after a failed data write: {e2}",
+                            ul + un
+                        );
+                        break;
                     }
-                    if let Err(e) = self.vol.disk().write_raw(pblk, &buf) {
-                        failure = Some(crate::ext4::error::annotate(e, &format!("data of inode {ino}")));
-                        // Blocks allocated for data that never reached them
-                        // leave the map again: committed, the map would show
-                        // whatever they held before. The pages stay dirty
-                        // (and delayed) for a later try.
-                        let hh = h.as_mut();
-                        let unmap: Vec<(u64, u64)> = std::iter::once((sl, n, new))
-                            .chain(seg.by_ref().map(|(l2, _, n2, _, new2)| (l2, n2, new2)))
-                            .filter(|r| r.2)
-                            .map(|r| (r.0, r.1))
-                            .collect();
-                        if let Some(hh) = hh {
-                            for (ul, un) in unmap {
-                                if let Err(e2) = bmap_write::punch(self.vol, hh, ino, rec, ul..ul + un) {
-                                    eprintln!(
-                                        "ext4kit: inode {ino}: unmapping blocks {ul}..{} after a failed data write: {e2}",
-                                        ul + un
-                                    );
-                                    break;
-                                }
-                            }
-                        }
-                        break 'runs;
-                    }
-                    st.data_writes += 1;
-                    if uninit {
-                        let hh = h.as_mut().expect("uninit extents come from map_blocks");
-                        if let Err(e) = bmap_write::mark_written(self.vol, hh, ino, rec, sl..sl + n) {
-                            failure = Some(e);
-                            break 'runs;
-                        }
-                        map_changed = true;
-                    }
-                    for (k, p) in chunk.iter().enumerate() {
-                        written.push((sl + k as u64, p.clone()));
-                    }
-                    l = sl + n;
                 }
             }
+            return Err(e);
         }
+        self.data_writes += 1;
+        Ok(())
+    }
 
-        // Commit what was done, even after a failure: allocations already
-        // installed in the handle's blocks must reach the disk together
-        // with the map that owns them.
-        if map_changed {
-            inode.mark_dirty(DIRTY_DATA);
+    /// An unwritten extent whose data is now on the device becomes a
+    /// written one (`ext4_convert_unwritten_extents`, at I/O completion).
+    fn convert_unwritten(&mut self, ext: &MappedRun) -> Result<()> {
+        if !ext.uninit {
+            return Ok(());
         }
-        let need_inode = match level {
-            SyncLevel::All => inode.dirty_level() != 0,
-            SyncLevel::Data => inode.dirty_level() & DIRTY_DATA != 0,
-        };
-        if need_inode {
-            if h.is_none() {
-                h = Some(self.vol.begin()?);
-            }
-            inode::write(self.vol, h.as_mut().expect("just begun"), ino, rec)?;
-        }
-        let left = h.as_ref().map_or(0, |h| h.reserved_left());
-        if claims_taken {
-            // Settle before the commit can fail: the claims must not leak.
-            let meta = |n: u64| crate::ext4::reservation::worst_map_growth(self.vol.block_size(), rec, n);
-            inode.pages.settle(written.iter().map(|w| w.0), left, &meta);
-        }
+        let h = self.h.as_mut().expect("uninit extents come from map_blocks");
+        bmap_write::mark_written(self.vol, h, self.inode.ino, self.rec, ext.lblk..ext.lblk + ext.len)?;
+        self.map_changed = true;
+        Ok(())
+    }
+
+    /// Steps 4–5, run even after a failure: allocations already installed
+    /// in the handle's blocks must reach the disk together with the map
+    /// that owns them. Returns `failure` if there was one.
+    fn finish(mut self, level: SyncLevel, failure: Option<Error>) -> Result<WritebackStats> {
+        let inode_written = self.write_inode(level)?;
+        self.settle_claims();
         if let Some(e) = &failure {
-            inode.pages.set_wb_error(e);
+            self.inode.pages.set_wb_error(e);
         }
-        if let Some(h) = h {
+        if let Some(h) = self.h.take() {
             if let Err(e) = h.commit() {
-                inode.pages.set_wb_error(&e);
+                self.inode.pages.set_wb_error(&e);
                 return Err(e);
             }
         }
-        if map_changed {
-            inode.reset_block_map();
+        if self.map_changed {
+            self.inode.reset_block_map();
         }
-        if need_inode {
-            inode.clear_dirty();
-            st.inode_written = true;
+        if inode_written {
+            self.inode.clear_dirty();
         }
-        let mut cleaned = 0;
-        for (l, p) in &written {
-            if inode.pages.mark_clean(*l, p) {
-                cleaned += 1;
-            }
-        }
-        self.pages.release_dirty(cleaned);
-        st.pages = written.len();
+        let st = WritebackStats {
+            pages: self.written.len(),
+            data_writes: self.data_writes,
+            inode_written,
+        };
+        self.complete();
         match failure {
             Some(e) => Err(e),
             None => Ok(st),
         }
     }
+
+    /// Write the inode record through the handle when the map changed (the
+    /// size and block map `mpage_map_and_submit_extent` journals with
+    /// `ext4_mark_inode_dirty`) or the caller's level asks for it (fsync's
+    /// `ext4_write_inode`). Returns whether it was written.
+    fn write_inode(&mut self, level: SyncLevel) -> Result<bool> {
+        if self.map_changed {
+            self.inode.mark_dirty(DIRTY_DATA);
+        }
+        let need_inode = match level {
+            SyncLevel::All => self.inode.dirty_level() != 0,
+            SyncLevel::Data => self.inode.dirty_level() & DIRTY_DATA != 0,
+        };
+        if need_inode {
+            if self.h.is_none() {
+                self.h = Some(self.vol.begin()?);
+            }
+            let h = self.h.as_mut().expect("just begun");
+            inode::write(self.vol, h, self.inode.ino, self.rec)?;
+        }
+        Ok(need_inode)
+    }
+
+    /// Settle the claims before the commit can fail, so they never leak
+    /// (`ext4_da_update_reserve_space`): the pages now on disk leave the
+    /// delayed set, and what the handle did not use is kept for the pages
+    /// still delayed or given back.
+    fn settle_claims(&self) {
+        if !self.claims_taken {
+            return;
+        }
+        let left = self.h.as_ref().map_or(0, |h| h.reserved_left());
+        let rec: &Inode = self.rec;
+        let meta = |n: u64| crate::ext4::reservation::worst_map_growth(self.vol.block_size(), rec, n);
+        self.inode.pages.settle(self.written.iter().map(|w| w.0), left, &meta);
+    }
+
+    /// Mark clean the pages whose written version is still the cached one
+    /// (a page replaced meanwhile stays dirty), and give their dirty budget
+    /// back (`ext4_finish_bio` → `end_page_writeback`).
+    fn complete(self) {
+        let mut cleaned = 0;
+        for (l, p) in &self.written {
+            if self.inode.pages.mark_clean(*l, p) {
+                cleaned += 1;
+            }
+        }
+        self.pages.release_dirty(cleaned);
+    }
 }
 
 impl Fs {
-    fn writer(&self) -> Writer<'_> {
+    /// What writeback needs of this filesystem.
+    pub(super) fn writer(&self) -> Writer<'_> {
         Writer {
             vol: &self.vol,
             pages: &self.pages,
@@ -314,18 +416,7 @@ impl Fs {
     /// Write back inode `inode`: dirty pages, then the record as `level`
     /// requires. Does not flush the device (fsync does).
     pub fn writeback_inode(&self, inode: &CachedInode, level: SyncLevel) -> Result<WritebackStats> {
-        self.writer().writeback_inode(inode, level)
-    }
-
-    /// [`Self::writeback_inode`] for a caller holding the `disk` write lock
-    /// (`rec` is the guarded record).
-    pub(crate) fn writeback_locked(
-        &self,
-        inode: &CachedInode,
-        rec: &mut Inode,
-        level: SyncLevel,
-    ) -> Result<WritebackStats> {
-        self.writer().writeback_locked(inode, rec, level)
+        self.writer().writeback_single_inode(inode, level)
     }
 
     /// Write back every dirty inode (sync(2), and memory pressure). Tries
@@ -366,7 +457,8 @@ impl Fs {
             // the inode's metadata if anything of it changed (and whatever
             // else is running: jbd2's fsync does the same). Concurrent
             // fsyncs share one commit (`commit_upto`). Its cost is what
-            // the transaction holds, not the file's size (seed 003); an
+            // the transaction holds, not the file's size (fsync costs
+            // O(dirty)); an
             // fdatasync of an overwrite that changed only timestamps finds
             // nothing running and commits nothing.
             // Always through the commit path, even with nothing running:
@@ -434,7 +526,7 @@ pub(crate) fn write_back_expired(vol: &Volume, icache: &Icache, pages: &PageBudg
     todo.sort_by_key(|i| i.ino);
     let w = Writer { vol, pages };
     for i in todo {
-        if let Err(e) = w.writeback_inode(&i, SyncLevel::All) {
+        if let Err(e) = w.writeback_single_inode(&i, SyncLevel::All) {
             eprintln!("ext4kit: background write-back of inode {} failed: {e}", i.ino);
         }
     }

@@ -25,11 +25,9 @@ use ext4kit_format::xattr::{
 };
 
 use super::acl::acl_mode;
-use super::attr::owner_or_root;
 use super::cred::{Cred, MAY_READ, MAY_WRITE};
 use super::icache::CachedInode;
 use super::namei::{show, with_path};
-use super::write::now;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::xattr_write::{self, xattr_key, XattrChange, XATTR_REPLACE};
@@ -61,7 +59,7 @@ impl Fs {
                 if ci.ftype == FileType::Symlink {
                     return deny(Errno::EOPNOTSUPP, "symbolic links have no ACLs");
                 }
-                if !owner_or_root(cred, inode) {
+                if !cred.owner_or_root(inode) {
                     return deny(Errno::EPERM, "only the owner may change ACLs");
                 }
                 Ok(())
@@ -78,7 +76,7 @@ impl Fs {
                 if write
                     && ci.ftype == FileType::Directory
                     && inode.base.mode & 0o1000 != 0
-                    && !owner_or_root(cred, inode)
+                    && !cred.owner_or_root(inode)
                 {
                     return deny(Errno::EPERM, "sticky directory");
                 }
@@ -155,11 +153,14 @@ impl Fs {
             }) if flags & XATTR_REPLACE == 0 && value.is_none() => {}
             r => r?,
         }
-        new.set_time(TimeField::Ctime, now());
+        new.set_time(TimeField::Ctime, self.now());
         inode::write(&self.vol, &mut h, ino, &new)?;
         h.commit()?;
         *rec = new;
-        Ok(())
+        let flags = rec.base.flags;
+        drop(rec);
+        // ext4_xattr_set: a synchronous inode's change is durable now.
+        self.sync_if_needed(&ci, flags)
     }
 
     /// The value of attribute `name` of inode `ino` (ENODATA if absent;

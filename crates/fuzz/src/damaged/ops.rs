@@ -94,7 +94,7 @@ impl Op {
             Op::Symlink(p, n) => fs.symlink(&payload(n), p.as_bytes(), 0, 0).map(drop),
             Op::Truncate(p, n) => {
                 let f = fs.open(p.as_bytes(), OpenFlags { access: Access::WriteOnly, ..Default::default() })?;
-                let t = fs.truncate_inode(&f.inode, n);
+                let t = fs.truncate_inode(&f.inode, n, &ext4kit::Caller::root()).map(drop);
                 let c = fs.close_file(f);
                 t.and(c)
             }

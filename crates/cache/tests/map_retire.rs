@@ -1,5 +1,5 @@
 //! The old tables of a churning cache map are freed while a thread that
-//! only inserts keeps inserting (`cachemap::FlushClock`).
+//! only inserts keeps inserting (`ext4kit_cache::map::FlushClock`).
 //!
 //! A cache at its limit: one thread inserts new keys (the creating
 //! threads), another removes the oldest (the background worker's sweep).
@@ -9,7 +9,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
-use ext4kit_ext4::cachemap::{self, FlushClock};
+use ext4kit_cache::map::{self as cachemap, FlushClock};
 
 struct Counting;
 

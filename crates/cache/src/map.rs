@@ -4,15 +4,16 @@
 //! Keys are block and inode numbers and (directory, name) pairs, hashed on
 //! every lookup of every cache: with std's SipHash (`RandomState`),
 //! `hash_one` and `DefaultHasher::write` were ~4% of a create's samples
-//! (seed 004 under `perf`); with foldhash the same run to 200,000 files
-//! used ~4% less CPU. foldhash is built for exactly this — short keys,
+//! (creates into one directory, under `perf`); with foldhash the same run
+//! to 200,000 files used ~4% less CPU. foldhash is built for exactly this — short keys,
 //! hash tables — at a fraction of the cost, and is still seeded at random
 //! per map, so a crafted image cannot choose numbers or names that collide
 //! in every process (papaya also bounds probe lengths). The dentry cache
 //! hashes each name once, with this hasher, into a fingerprint its key
 //! carries, and its map folds only the directory into that (`dcache.rs`).
 //!
-//! Eviction order lives beside each map in a [`crate::clock::Clock`].
+//! Eviction order lives beside each map in a [`crate::clock::Clock`]; a
+//! [`crate::Cache`] keeps the two together.
 
 /// The hasher of the cache maps (and of the dentry cache's fingerprints).
 pub type KeyHasher = foldhash::fast::RandomState;
@@ -45,7 +46,7 @@ pub fn churning<K, V>(batch: usize) -> Map<K, V> {
 /// that a system call per 16 creates once the caches evicted, and with the
 /// background worker sweeping on one CPU and a create storm on the other,
 /// each one an inter-processor interrupt: `membarrier` was 2 µs per create
-/// of the worker's time at a million files (seed 004) and stalled the
+/// of the worker's time at a million files in one directory and stalled the
 /// creating thread too. Larger batches keep that many removed entries
 /// alive a little longer (per thread: `batch` entries of this map).
 pub fn collector(batch: usize) -> seize::Collector {

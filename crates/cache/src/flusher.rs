@@ -5,10 +5,11 @@
 //! Why: once a cache is at its limit, every insert is paid for by an
 //! eviction, and once the dirty-metadata set is at its limit, commits pay
 //! for a checkpoint. Done inline, that work landed on whichever caller
-//! crossed the line: in seed 004's create storm the clock sweeps, the
-//! freeing of what they evicted and the checkpoint writes were ~1.5 µs of
-//! a 10 µs create past 200,000 files and nothing at 10,000 — the part of
-//! the curve that grew with the directory without being about it.
+//! crossed the line: creating a million files in one directory, the clock
+//! sweeps, the freeing of what they evicted and the checkpoint writes
+//! were ~1.5 µs of a 10 µs create past 200,000 files and nothing at
+//! 10,000 — the part of the curve that grew with the directory without
+//! being about it.
 //!
 //! The rule that keeps memory bounded: a cache past its threshold *kicks*
 //! the worker and goes on; a cache past its threshold by a further margin

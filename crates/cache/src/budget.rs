@@ -1,5 +1,5 @@
-//! One memory budget for the two big caches: metadata buffers
-//! (`ext4::buffer`) and file pages (`vfs::pagecache`).
+//! One memory budget for the two big caches: metadata buffers (ext4's
+//! `buffer.rs`) and file pages (the vfs layer's `pagecache.rs`).
 //!
 //! Each used to own a fixed slice of `OpenOptions::cache_budget` — pages a
 //! half, buffers a quarter — so a create storm thrashed its 64 MiB of
@@ -28,9 +28,9 @@ pub struct MemoryBudget {
     buffer_share: usize,
     dirty_pages: usize,
     /// Bytes of metadata buffers cached (kept by the buffer cache).
-    pub(crate) buffers: AtomicUsize,
+    buffers: AtomicUsize,
     /// Bytes of file pages cached (kept by the page budget).
-    pub pages: AtomicUsize,
+    pages: AtomicUsize,
 }
 
 impl MemoryBudget {
@@ -48,9 +48,9 @@ impl MemoryBudget {
         }
     }
 
-    /// A budget with fixed limits and nothing shared (unit tests).
-    #[cfg(test)]
-    pub(crate) fn fixed(buffers: usize, pages: usize) -> Self {
+    /// A budget with fixed limits and nothing shared: for tests of one
+    /// cache, whose limit must not move with the other's use.
+    pub fn fixed(buffers: usize, pages: usize) -> Self {
         MemoryBudget {
             shared: 0,
             buffer_floor: buffers,
@@ -95,6 +95,30 @@ impl MemoryBudget {
     pub fn page_bytes(&self) -> usize {
         self.pages.load(Ordering::Relaxed)
     }
+
+    /// The buffer cache took `bytes` more; the bytes it holds now.
+    #[inline]
+    pub fn charge_buffers(&self, bytes: usize) -> usize {
+        self.buffers.fetch_add(bytes, Ordering::Relaxed) + bytes
+    }
+
+    /// The buffer cache let `bytes` go.
+    #[inline]
+    pub fn release_buffers(&self, bytes: usize) {
+        self.buffers.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// The page cache took `bytes` more; the bytes it holds now.
+    #[inline]
+    pub fn charge_pages(&self, bytes: usize) -> usize {
+        self.pages.fetch_add(bytes, Ordering::Relaxed) + bytes
+    }
+
+    /// The page cache let `bytes` go.
+    #[inline]
+    pub fn release_pages(&self, bytes: usize) {
+        self.pages.fetch_sub(bytes, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]
@@ -110,10 +134,10 @@ mod tests {
             "pages idle: buffers may use the shared part"
         );
         assert_eq!(b.page_limit(), 192 << 20);
-        b.pages.store(180 << 20, Ordering::Relaxed);
+        b.charge_pages(180 << 20);
         assert_eq!(b.buffer_limit(), 32 << 20, "never below the floor (an eighth)");
-        b.pages.store(0, Ordering::Relaxed);
-        b.buffers.store(150 << 20, Ordering::Relaxed);
+        b.release_pages(180 << 20);
+        b.charge_buffers(150 << 20);
         assert_eq!(b.page_limit(), 64 << 20, "never below the floor (a quarter)");
         assert_eq!(b.buffer_share(), 64 << 20);
     }

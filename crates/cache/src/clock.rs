@@ -16,8 +16,8 @@
 //! second chance by being used again after it was cached, as the kernel's
 //! new pages start on the inactive list. Entries used once — every dentry
 //! and inode of a create storm, every inode of a `find` — then cost one
-//! visit each to evict instead of two: in seed 004's experiment past
-//! 131,072 files each create evicts a dentry and an inode, and every visit
+//! visit each to evict instead of two: creating a million files in one
+//! directory, past 131,072 files each create evicts a dentry and an inode, and every visit
 //! is a few cache misses (hash the key, probe the map, read the entry).
 
 use std::collections::VecDeque;
@@ -127,7 +127,8 @@ impl<K> Clock<K> {
 /// Mark a cache entry as recently used for the clock sweep. Reads first and
 /// writes only when the bit is clear, so a hot entry shared by many threads
 /// stays in every core's cache in the shared state instead of bouncing on
-/// each access (seed 001: hot shared objects must not become write-shared).
+/// each access (lock-free dentry references: hot shared objects must not
+/// become write-shared).
 #[inline]
 pub fn touch(flag: &std::sync::atomic::AtomicBool) {
     if !flag.load(std::sync::atomic::Ordering::Relaxed) {
