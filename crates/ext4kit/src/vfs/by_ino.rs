@@ -174,6 +174,7 @@ impl Fs {
 #[cfg(test)]
 mod tests {
     use super::PermCheck;
+    use crate::ext4::orphan;
     use crate::{Cred, Errno, OpenFlags};
 
     use crate::vfs::mem_fs as fs;
@@ -266,14 +267,14 @@ mod tests {
         // Never linked: an orphan while open, freed by its close.
         let (st, f) = fs.tmpfile_open_at(2, 0o600, rw, true, &root).unwrap();
         assert_eq!((st.nlink, st.ftype, st.perm()), (0, crate::FileType::Regular, 0o600));
-        assert_eq!(fs.vol.orphan_chain().unwrap(), vec![st.ino]);
+        assert_eq!(orphan::chain(&fs.vol).unwrap(), vec![st.ino]);
         assert_eq!(fs.statfs().unwrap().files_free, free0 - 1);
         f.pwrite(&fs, 0, &[7u8; 10000]).unwrap();
         fs.fsync_inode(&f.inode, false).unwrap();
         // The directory did not change.
         assert!(fs.read_dir_ino(2).unwrap().iter().all(|e| e.ino != st.ino));
         fs.close_file(f).unwrap();
-        assert!(fs.vol.orphan_chain().unwrap().is_empty());
+        assert!(orphan::chain(&fs.vol).unwrap().is_empty());
         assert_eq!(fs.statfs().unwrap().files_free, free0);
 
         // Linked: off the orphan list, a name, data kept, alive after close.
@@ -281,11 +282,11 @@ mod tests {
         f.pwrite(&fs, 0, b"tmpfile data").unwrap();
         let linked = fs.link_at(st.ino, 2, b"named", &root).unwrap();
         assert_eq!((linked.ino, linked.nlink), (st.ino, 1));
-        assert!(fs.vol.orphan_chain().unwrap().is_empty());
+        assert!(orphan::chain(&fs.vol).unwrap().is_empty());
         // Only the first link is the tmpfile's: after unlinking the name
         // again it is a plain unlinked open file, which cannot be relinked.
         fs.unlink_at(2, b"named", &root).unwrap();
-        assert_eq!(fs.vol.orphan_chain().unwrap(), vec![st.ino]);
+        assert_eq!(orphan::chain(&fs.vol).unwrap(), vec![st.ino]);
         let e = fs.link_at(st.ino, 2, b"again", &root).unwrap_err();
         assert_eq!(e.errno(), Errno::ENOENT);
         fs.close_file(f).unwrap();
@@ -310,7 +311,7 @@ mod tests {
         let e = fs.link_at(st.ino, 2, b"excl", &root).unwrap_err();
         assert_eq!(e.errno(), Errno::ENOENT);
         fs.close_file(f).unwrap();
-        assert!(fs.vol.orphan_chain().unwrap().is_empty());
+        assert!(orphan::chain(&fs.vol).unwrap().is_empty());
         assert_eq!(fs.statfs().unwrap().files_free, free0 - 1);
 
         // The directory's write permission is needed, as for a create.

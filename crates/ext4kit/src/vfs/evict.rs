@@ -20,7 +20,7 @@ use ext4kit_format::inode::{FileType, Inode, Timestamp};
 use super::icache::CachedInode;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
-use crate::ext4::{bmap, bmap_write, inode, xattr_write, BlockMap};
+use crate::ext4::{bmap, bmap_write, ialloc, inode, orphan, xattr_write, BlockMap};
 
 /// What became of an inode whose link count dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl Fs {
         // count here, under the inode's writer lock, after the flag, is
         // enough).
         if inode.opens.load(Ordering::SeqCst) > 0 || self.holds.is_held(inode.ino) {
-            self.vol.orphan_add(h, inode.ino, rec)?;
+            orphan::add(&self.vol, h, inode.ino, rec)?;
             return Ok(Death::Orphaned);
         }
         self.discard_pages(inode);
@@ -92,7 +92,6 @@ impl Fs {
         rec: &mut Inode,
         t: Timestamp,
     ) -> Result<()> {
-        let is_dir = rec.file_type() == Some(FileType::Directory);
         if matches!(
             bmap::load(&self.vol, ino, rec)?,
             BlockMap::Extents(_) | BlockMap::Indirect(_)
@@ -104,7 +103,7 @@ impl Fs {
         rec.base.set_size(0);
         rec.base.dtime = t.sec as u32;
         inode::write(&self.vol, h, ino, rec)?;
-        self.vol.free_inode(h, ino, is_dir)
+        ialloc::free_inode(&self.vol, h, ino, rec)
     }
 
     /// The last close of inode `inode`: if it has no name left, it leaves
@@ -125,7 +124,7 @@ impl Fs {
         let mut h = self.vol.begin()?;
         let mut new = rec.clone();
         self.discard_pages(inode);
-        self.vol.orphan_remove(&mut h, inode.ino, &mut new)?;
+        orphan::remove(&self.vol, &mut h, inode.ino, &mut new)?;
         self.destroy(&mut h, inode.ino, &mut new, t)?;
         h.commit()?;
         self.vol.sync_super()?;
@@ -275,8 +274,8 @@ impl Fs {
         if self.vol.read_only() {
             return Ok(0);
         }
-        let chain = self.vol.orphan_chain()?;
-        let slots = self.vol.orphan_file_slots()?;
+        let chain = orphan::chain(&self.vol)?;
+        let slots = orphan::file_slots(&self.vol)?;
         let present = self.vol.sb().read().feature_ro_compat & ro_compat::ORPHAN_PRESENT != 0;
         if chain.is_empty() && slots.is_empty() && !present {
             return Ok(0);
@@ -311,7 +310,7 @@ impl Fs {
             }
         }
         if !slots.is_empty() {
-            self.vol.orphan_file_clear(&mut h, &slots)?;
+            orphan::clear_file_slots(&self.vol, &mut h, &slots)?;
         }
         h.commit()?;
         {

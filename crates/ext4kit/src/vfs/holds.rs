@@ -243,14 +243,15 @@ impl Holds {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ext4::orphan;
     use crate::vfs::{mem_fs, Cred, Fs};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
     /// Inodes on the orphan list (the classic chain and the orphan file).
     fn orphans(fs: &Fs) -> Vec<u32> {
-        let mut v = fs.vol.orphan_chain().unwrap();
-        v.extend(fs.vol.orphan_file_slots().unwrap().iter().map(|s| s.ino));
+        let mut v = orphan::chain(&fs.vol).unwrap();
+        v.extend(orphan::file_slots(&fs.vol).unwrap().iter().map(|s| s.ino));
         v
     }
 

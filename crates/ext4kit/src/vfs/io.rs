@@ -33,6 +33,7 @@ use super::writeback::SyncLevel;
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::bmap_write::{self, MapRequest};
+use crate::ext4::release_check::{self, Punch};
 use crate::ext4::reservation::Reserver;
 use crate::ext4::{inode, BlockMap, Mapping};
 
@@ -492,7 +493,16 @@ impl Fs {
             // Everything the punch will free and the tail zeroing will
             // write is checked while nothing has changed (release_check.rs).
             let tail = (!len.is_multiple_of(bs)).then_some(len / bs);
-            self.vol.check_punch(inode.ino, &rec, fb, u64::MAX, tail)?;
+            release_check::punch(
+                &self.vol,
+                &Punch {
+                    ino: inode.ino,
+                    rec: &rec,
+                    from: fb,
+                    to: u64::MAX,
+                    tail,
+                },
+            )?;
             // Punch first: it fails (interim limits) before changing anything.
             let mut h = self.vol.begin()?;
             // Readers that looked at the old map must not trust blocks we
@@ -606,7 +616,16 @@ impl Fs {
             let (fb, lb) = (off.div_ceil(bs), end / bs);
             if fb < lb {
                 // What the punch frees is checked while nothing has changed.
-                self.vol.check_punch(ino, &rec, fb, lb, None)?;
+                release_check::punch(
+                    &self.vol,
+                    &Punch {
+                        ino,
+                        rec: &rec,
+                        from: fb,
+                        to: lb,
+                        tail: None,
+                    },
+                )?;
             }
             self.zero_range_edges(inode, &rec, off, end)?;
             if fb < lb {
@@ -632,7 +651,16 @@ impl Fs {
             // unwritten: what it frees is checked while nothing has changed.
             let (fb, lb) = (off.div_ceil(bs), end / bs);
             if fb < lb {
-                self.vol.check_punch(ino, &rec, fb, lb, None)?;
+                release_check::punch(
+                    &self.vol,
+                    &Punch {
+                        ino,
+                        rec: &rec,
+                        from: fb,
+                        to: lb,
+                        tail: None,
+                    },
+                )?;
             }
         }
         let mut h = self.vol.begin()?;

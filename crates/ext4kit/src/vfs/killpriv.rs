@@ -29,7 +29,7 @@ use super::Fs;
 use crate::error::Result;
 use crate::ext4::transaction::Handle;
 use crate::ext4::xattr_write::{self, XattrChange, XATTR_REPLACE};
-use crate::ext4::{inode, xattr};
+use crate::ext4::{inode, release_check, xattr};
 
 /// The attribute name of file capabilities.
 pub const CAPABILITY: &[u8] = b"security.capability";
@@ -94,7 +94,7 @@ impl Fs {
         if !self.has_capability(ino, rec)? {
             return Ok(false);
         }
-        self.vol.check_xattr_block_change(ino, rec)?;
+        release_check::xattr_change(&self.vol, ino, rec)?;
         xattr_write::set(
             &self.vol,
             h,

@@ -38,8 +38,9 @@ use super::namei::{show, with_path};
 use super::{Fs, Stat};
 use crate::error::{Errno, Error, Result};
 use crate::ext4::dir_insert::{self, NewEntry};
-use crate::ext4::ialloc::NewInode;
-use crate::ext4::{dir, dir_delete, inode, BlockMap, DirRef};
+use crate::ext4::ialloc::{self, NewInode};
+use crate::ext4::reservation::Reserver;
+use crate::ext4::{balloc, dir, dir_delete, inode, orphan, owner_scan, release_check, BlockMap, DirRef};
 
 /// The most links an inode may have (`EXT4_LINK_MAX`). A directory with
 /// `dir_nlink` goes to a link count of 1 ("many") past it.
@@ -223,26 +224,36 @@ impl Fs {
         // The directory's first block is allocated after its inode, and the
         // name goes in after both: refuse now rather than half-way if
         // either would meet damage.
-        self.vol
-            .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
+        balloc::check_allocatable(&self.vol, self.vol.geo().group_first_block_of_inode(parent))?;
         dir_insert::check_insertable(&self.vol, dref)?;
+        // No block for the directory's first block: ENOSPC now, before the
+        // inode. An inode allocated and freed again (the undo below) still
+        // leaves `bg_itable_unused` lowered, so that refusal would change
+        // the image (the kernel's ext4_mkdir leaves it so too). Only a
+        // concurrent allocation taking the last block in between can still
+        // reach the undo.
+        self.vol.reservations().reserve(1, Reserver::User)?;
+        self.vol.reservations().release(1);
         let t = self.now();
         let mut h = self.vol.begin()?;
-        let ino = self.vol.alloc_inode(&mut h, parent, true)?;
+        let ino = ialloc::new_inode(&self.vol, &mut h, parent, FileType::Directory)?;
         // A cached inode of this number is a dead predecessor whose freer
         // has not dropped it yet: the number is ours now.
         self.icache.forget(ino);
-        let mut rec = self.vol.new_inode_record(&NewInode {
-            ftype: FileType::Directory,
-            perm,
-            uid,
-            gid,
-            now: t,
-            parent: (drec.base.flags, drec.extra.projid),
-        });
+        let mut rec = ialloc::new_record(
+            &self.vol,
+            &NewInode {
+                ftype: FileType::Directory,
+                perm,
+                uid,
+                gid,
+                now: t,
+                parent: (drec.base.flags, drec.extra.projid),
+            },
+        );
         rec.base.links_count = 2;
         if let Err(e) = dir_insert::init_dir(&self.vol, &mut h, ino, &mut rec, parent) {
-            self.vol.free_inode(&mut h, ino, true)?;
+            ialloc::free_inode(&self.vol, &mut h, ino, &rec)?;
             h.commit()?;
             return Err(e);
         }
@@ -355,8 +366,12 @@ impl Fs {
         if is_dir || vrec.base.links_count <= 1 {
             // Its last name: look at everything its death will free while
             // the name is still there to refuse with (release_check.rs).
-            self.vol.check_release(ino, &vrec)?;
+            release_check::release(&self.vol, ino, &vrec)?;
         }
+        // Both records are rewritten: neither may lie in a cross-linked
+        // inode-table block (owner_scan.rs).
+        owner_scan::check_record(&self.vol, parent)?;
+        owner_scan::check_record(&self.vol, ino)?;
         let t = self.now();
         let mut h = self.vol.begin()?;
         dir_delete::remove_link(&self.vol, &mut h, dref, name)?;
@@ -445,8 +460,7 @@ impl Fs {
         }
         // The directory may grow: refuse now if allocation or the
         // insertion would meet damage.
-        self.vol
-            .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
+        balloc::check_allocatable(&self.vol, self.vol.geo().group_first_block_of_inode(parent))?;
         dir_insert::check_insertable(&self.vol, dref)?;
         let t = self.now();
         let mut h = self.vol.begin()?;
@@ -463,7 +477,7 @@ impl Fs {
         inode::write(&self.vol, &mut h, parent, &newd)?;
         let mut newt = trec.clone();
         if first {
-            self.vol.orphan_remove(&mut h, ino, &mut newt)?;
+            orphan::remove(&self.vol, &mut h, ino, &mut newt)?;
         }
         newt.base.links_count += 1;
         newt.set_time(TimeField::Ctime, t);

@@ -54,7 +54,7 @@ use super::Fs;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::dir_insert::{self, NewEntry};
 use crate::ext4::transaction::Handle;
-use crate::ext4::{bmap, dir, dir_delete, inode, BlockMap, DirRef};
+use crate::ext4::{balloc, bmap, dir, dir_delete, inode, owner_scan, release_check, BlockMap, DirRef, Volume};
 
 /// How a rename treats an existing target.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -249,6 +249,19 @@ impl Parents<'_> {
 
 /// A rename with both sides looked up and everything it changes locked:
 /// the parents, then the source inode and the target inode (if any).
+/// Every record a rename rewrites — both directories, the source and a
+/// replaced or exchanged target — must not lie in an inode-table block
+/// another inode's map names (cross-linked: `owner_scan.rs`): refused
+/// before the handle begins.
+fn check_records(vol: &Volume, r: &Renaming<'_>) -> Result<()> {
+    for ino in [r.old.dir, r.new.dir, r.old.ino(), r.new.ino()] {
+        if ino != 0 {
+            owner_scan::check_record(vol, ino)?;
+        }
+    }
+    Ok(())
+}
+
 struct Renaming<'a> {
     old: &'a Side<'a>,
     new: &'a Side<'a>,
@@ -643,15 +656,15 @@ impl Fs {
         match r.dst.as_deref() {
             // Everything the replaced target's death frees, checked while
             // its name is still there to refuse with (release_check.rs).
-            Some(t) if new.is_dir || t.base.links_count <= 1 => self.vol.check_release(new.ino(), t)?,
+            Some(t) if new.is_dir || t.base.links_count <= 1 => release_check::release(&self.vol, new.ino(), t)?,
             Some(_) => {}
             // The new name may grow its directory.
             None => {
-                self.vol
-                    .check_block_allocatable(self.vol.geo().group_first_block_of_inode(new.dir))?;
+                balloc::check_allocatable(&self.vol, self.vol.geo().group_first_block_of_inode(new.dir))?;
                 dir_insert::check_insertable(&self.vol, r.dirs.new_dir())?;
             }
         }
+        check_records(&self.vol, &r)?;
 
         let t = self.now();
         let mut h = self.vol.begin()?;
@@ -697,6 +710,7 @@ impl Fs {
                 self.rename_dir_prepare(new.ino(), t)?;
             }
         }
+        check_records(&self.vol, &r)?;
 
         let t = self.now();
         let mut h = self.vol.begin()?;

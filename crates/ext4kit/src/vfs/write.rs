@@ -22,10 +22,10 @@ use crate::error::{Errno, Error, Result};
 use crate::ext4::bmap_write::{self, MapRequest};
 use crate::ext4::dir_insert::{self, NewEntry};
 use crate::ext4::htree::CreateLookup;
-use crate::ext4::ialloc::NewInode;
+use crate::ext4::ialloc::{self, NewInode};
 use crate::ext4::transaction::Handle;
 use crate::ext4::xattr_write;
-use crate::ext4::{alloc_map, bmap, dir, inode, DirRef};
+use crate::ext4::{alloc_map, balloc, bmap, dir, inode, orphan, DirRef};
 
 /// Split "/a/b/c" into ("/a/b", "c"); trailing slashes ignored.
 fn split_parent(path: &[u8]) -> Result<(&[u8], &[u8])> {
@@ -292,23 +292,25 @@ impl Fs {
         // Blocks (a growing directory, a symlink's) and the name come
         // after the inode: refuse now if allocation or the insertion would
         // meet damage (release_check.rs, dir_insert.rs).
-        self.vol
-            .check_block_allocatable(self.vol.geo().group_first_block_of_inode(parent))?;
+        balloc::check_allocatable(&self.vol, self.vol.geo().group_first_block_of_inode(parent))?;
         dir_insert::check_insertable(&self.vol, dref)?;
         let t = self.now();
         let mut h = self.vol.begin()?;
-        let ino = self.vol.alloc_inode(&mut h, parent, false)?;
+        let ino = ialloc::new_inode(&self.vol, &mut h, parent, ftype)?;
         // A cached inode of this number is a dead predecessor whose freer
         // has not dropped it yet: the number is ours now.
         self.icache.forget(ino);
-        let mut rec = self.vol.new_inode_record(&NewInode {
-            ftype,
-            perm: acl.mode,
-            uid,
-            gid,
-            now: t,
-            parent: (dir_rec.base.flags, dir_rec.extra.projid),
-        });
+        let mut rec = ialloc::new_record(
+            &self.vol,
+            &NewInode {
+                ftype,
+                perm: acl.mode,
+                uid,
+                gid,
+                now: t,
+                parent: (dir_rec.base.flags, dir_rec.extra.projid),
+            },
+        );
         let mut new_dir = dir_rec.clone();
         let linked = init(&self.vol, &mut h, ino, &mut rec)
             .and_then(|()| self.store_inherited_acl(&mut h, ino, &mut rec, &acl))
@@ -344,7 +346,7 @@ impl Fs {
                 rec.base.links_count = 0;
                 rec.base.dtime = t.sec as u32;
                 inode::write(&self.vol, &mut h, ino, &rec)?;
-                self.vol.free_inode(&mut h, ino, false)?;
+                ialloc::free_inode(&self.vol, &mut h, ino, &rec)?;
                 h.commit()?;
                 return Err(e);
             }
@@ -437,17 +439,20 @@ impl Fs {
         let acl = self.acl_for_new(parent, &dir_rec, FileType::Regular, mode)?;
         let t = self.now();
         let mut h = self.vol.begin()?;
-        let ino = self.vol.alloc_inode(&mut h, parent, false)?;
+        let ino = ialloc::new_inode(&self.vol, &mut h, parent, FileType::Regular)?;
         // A cached inode of this number is a dead predecessor (see `create_at`).
         self.icache.forget(ino);
-        let mut rec = self.vol.new_inode_record(&NewInode {
-            ftype: FileType::Regular,
-            perm: acl.mode,
-            uid: cred.uid,
-            gid,
-            now: t,
-            parent: (dir_rec.base.flags, dir_rec.extra.projid),
-        });
+        let mut rec = ialloc::new_record(
+            &self.vol,
+            &NewInode {
+                ftype: FileType::Regular,
+                perm: acl.mode,
+                uid: cred.uid,
+                gid,
+                now: t,
+                parent: (dir_rec.base.flags, dir_rec.extra.projid),
+            },
+        );
         let dir_flags = dir_rec.base.flags;
         drop(dir_rec);
         if let Err(e) = self.store_inherited_acl(&mut h, ino, &mut rec, &acl) {
@@ -456,7 +461,7 @@ impl Fs {
             if rec.file_acl() != 0 {
                 xattr_write::drop_block(&self.vol, &mut h, ino, &mut rec)?;
             }
-            self.vol.free_inode(&mut h, ino, false)?;
+            ialloc::free_inode(&self.vol, &mut h, ino, &rec)?;
             h.commit()?;
             return Err(e);
         }
@@ -465,7 +470,7 @@ impl Fs {
         rec.base.links_count = 0;
         // (It fails only when the journal refuses the superblock, which
         // aborts the journal: as for an unlink's orphan, `drop_link`.)
-        self.vol.orphan_add(&mut h, ino, &mut rec)?;
+        orphan::add(&self.vol, &mut h, ino, &mut rec)?;
         h.commit()?;
         // Without a journal the orphan chain's head is in the superblock
         // only (as after an unlink of an open file, `remove_at`).

@@ -31,7 +31,7 @@ use super::namei::{show, with_path};
 use super::Fs;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::xattr_write::{self, xattr_key, XattrChange, XATTR_REPLACE};
-use crate::ext4::{inode, xattr};
+use crate::ext4::{inode, release_check, xattr};
 
 const S_ISGID: u16 = 0o2000;
 
@@ -144,7 +144,7 @@ impl Fs {
         }
         // The xattr block may be rewritten, copied or freed: checked while
         // nothing has changed (release_check.rs).
-        self.vol.check_xattr_block_change(ino, &new)?;
+        release_check::xattr_change(&self.vol, ino, &new)?;
         let mut h = self.vol.begin()?;
         match xattr_write::set(&self.vol, &mut h, ino, &mut new, XattrChange { name, value, flags }) {
             // Dropping an ACL that is not there (an equivalent or empty ACL).
