@@ -22,7 +22,7 @@
 //! one can need a new tree node; those may use the root reserve
 //! (`s_r_blocks_count`), like the kernel's `EXT4_EX_NOFAIL`, so truncate
 //! and unlink work on a filesystem an unprivileged writer has filled.
-//! Data blocks and nodes for new mappings never do (see `alloc_blocks`).
+//! Data blocks and nodes for new mappings never do (see `balloc::new_blocks`).
 //!
 //! Caller rules (for every function here): the caller holds the inode's
 //! write lock (`i_rwsem`), passes the current record in `rec`, and writes
@@ -35,6 +35,7 @@ use std::ops::Range;
 use ext4kit_format::extent::Extent;
 use ext4kit_format::inode::{flags, Inode};
 
+use super::balloc::{self, BlockRequest};
 use super::extent_tree::{self, convert_leaf, merge, punch_leaf, Edit, EditKind, INIT_MAX, UNINIT_MAX};
 use super::indirect_map::{self, IndirectMap};
 use super::inode::{add_blocks, is_fast_symlink, sub_blocks};
@@ -171,7 +172,7 @@ pub fn punch(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, range:
         // drops them from it (`forget_freed`).
         let data: u64 = freed.iter().map(|&(_, n)| n).sum();
         // One bitmap change per group, however fragmented the range.
-        vol.free_block_runs(h, &freed)?;
+        balloc::free_runs(vol, h, &freed)?;
         add_blocks(rec, nodes.added, bs);
         sub_blocks(rec, data + nodes.removed, bs);
         Ok(())
@@ -286,7 +287,7 @@ fn map_extents(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, req:
         let hole_end = found.next_start.map_or(end, |n| n.min(end));
         let cap = if uninit { UNINIT_MAX } else { INIT_MAX };
         let want = (hole_end - l).min(cap) as u32;
-        let (p, n) = match vol.alloc_blocks(h, goal, want) {
+        let (p, n) = match balloc::new_blocks(vol, h, BlockRequest::near(goal, want)) {
             Ok(r) => r,
             Err(e) => {
                 unwind(vol, h, ino, rec, &runs)?;
@@ -315,7 +316,7 @@ fn map_extents(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, req:
         let nodes = match edited {
             Ok(nodes) => nodes,
             Err(e) => {
-                vol.free_block_runs(h, &[(p, n as u64)])?;
+                balloc::free_runs(vol, h, &[(p, n as u64)])?;
                 unwind(vol, h, ino, rec, &runs)?;
                 return Err(e);
             }
@@ -430,7 +431,7 @@ fn map_indirect_runs(
         for k in 0..got as u64 {
             if let Err(e) = map.set(l + k, (pb + k) as u32) {
                 // Blocks not yet in the map go straight back.
-                vol.free_block_runs(h, &[(pb + k, got as u64 - k)])?;
+                balloc::free_runs(vol, h, &[(pb + k, got as u64 - k)])?;
                 if k > 0 {
                     push_run(runs, l, pb, k, true);
                 }

@@ -142,6 +142,7 @@ fn take_allocated(alloc: &mut BTreeMap<u64, u64>, p: u64, n: u64) -> Vec<(u64, u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::balloc::{self, BlockRequest};
     use crate::volume::scratch_volume;
 
     #[test]
@@ -160,18 +161,18 @@ mod tests {
         let v = scratch_volume();
         // Allocate a block, log it as metadata, commit: it is live in the log.
         let mut h = v.begin().unwrap();
-        let (blk, _) = v.alloc_blocks(&mut h, 0, 1).unwrap();
+        let (blk, _) = balloc::new_blocks(&v, &mut h, BlockRequest::near(0, 1)).unwrap();
         h.overwrite(blk, vec![7u8; v.block_size()].into_boxed_slice()).unwrap();
         h.commit().unwrap();
         v.commit_running().unwrap();
         // Free it: busy now, revoked in the running transaction.
         let mut h = v.begin().unwrap();
-        v.free_blocks(&mut h, blk, 1).unwrap();
+        balloc::free_blocks(&v, &mut h, blk, 1).unwrap();
         h.commit().unwrap();
         assert!(v.has_busy_blocks());
         let mut h = v.begin().unwrap();
         for _ in 0..64 {
-            let (b, n) = v.alloc_blocks(&mut h, blk, 1).unwrap();
+            let (b, n) = balloc::new_blocks(&v, &mut h, BlockRequest::near(blk, 1)).unwrap();
             assert!(!(b..b + n as u64).contains(&blk), "a busy block was handed out again");
         }
         drop(h);

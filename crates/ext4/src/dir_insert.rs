@@ -26,6 +26,7 @@ use super::dir_leaf::{self, LeafLayout, NewRec};
 use super::dirblock::{self, DirRef};
 use super::dx_split;
 use super::htree::{self, InsertHint};
+use super::owner_scan;
 use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
@@ -154,8 +155,12 @@ fn add_linear(vol: &Volume, h: &mut Handle<'_>, dir: DirRef<'_>, new_dir: &mut I
 /// there), or — for a one-block linear directory, which a full block
 /// turns into an htree (`make_indexed_dir`) — a block 0 that does not
 /// start with "." and "..". Without a journal, meeting either after the
-/// inode was allocated would leave the image changed. Reads only.
+/// inode was allocated would leave the image changed. The directory's
+/// own record, which the insertion rewrites (mtime, size), must not lie
+/// in a cross-linked inode-table block ([`owner_scan::check_record`]).
+/// Reads only.
 pub fn check_insertable(vol: &Volume, dir: DirRef<'_>) -> Result<()> {
+    owner_scan::check_record(vol, dir.ino)?;
     if !matches!(dir.map, BlockMap::Extents(_) | BlockMap::Indirect(_)) || dir.nblocks(vol) == 0 {
         return Ok(());
     }

@@ -38,6 +38,8 @@ use ext4kit_format::extent::{
 };
 use ext4kit_format::inode::Inode;
 
+use super::balloc::{self, BlockRequest};
+use super::reservation::Reserver;
 use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
@@ -245,7 +247,7 @@ impl<'a> Tree<'a> {
 
     /// Give node block `blk` back to the free space.
     fn free(&self, h: &mut Handle<'_>, blk: u64) -> Result<()> {
-        self.vol.free_block_runs(h, &[(blk, 1)])
+        balloc::free_runs(self.vol, h, &[(blk, 1)])
     }
 
     /// Find what maps `lblk` (descending by index keys, as `ext4_find_extent`).
@@ -377,7 +379,11 @@ pub(crate) fn edit(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, 
         goal,
         pool: Vec::new(),
         nodes: NodeCount::default(),
-        privileged: kind != EditKind::Insert,
+        who: if kind == EditKind::Insert {
+            Reserver::User
+        } else {
+            Reserver::Privileged
+        },
         shrinking: kind != EditKind::Insert,
         start,
         end,
@@ -412,9 +418,10 @@ struct EditCx<'a, 'f> {
     pool: Vec<u64>,
     /// Node blocks put into and removed from the tree by this edit.
     nodes: NodeCount,
-    /// May use the root reserve: removing or converting blocks must not
-    /// fail for want of a node block (the kernel's `EXT4_EX_NOFAIL`).
-    privileged: bool,
+    /// Whose free space node blocks come from: removing or converting
+    /// blocks may use the root reserve, so that it does not fail for want
+    /// of a node block (the kernel's `EXT4_EX_NOFAIL`).
+    who: Reserver,
     /// The edit removes entries: join siblings and collapse the root.
     shrinking: bool,
     start: u64,
@@ -598,7 +605,15 @@ impl EditCx<'_, '_> {
     fn reserve_pool(&mut self, h: &mut Handle<'_>, need: u64) -> Result<()> {
         while (self.pool.len() as u64) < need {
             let want = (need - self.pool.len() as u64) as u32;
-            match self.tree.vol.alloc_blocks_as(h, self.goal, want, self.privileged) {
+            match balloc::new_blocks(
+                self.tree.vol,
+                h,
+                BlockRequest {
+                    goal: self.goal,
+                    len: want,
+                    who: self.who,
+                },
+            ) {
                 Ok((p, n)) => self.pool.extend((0..n as u64).map(|k| p + k)),
                 Err(e) => {
                     for b in std::mem::take(&mut self.pool) {
@@ -615,7 +630,18 @@ impl EditCx<'_, '_> {
     fn take_block(&mut self, h: &mut Handle<'_>) -> Result<u64> {
         let b = match self.pool.pop() {
             Some(b) => b,
-            None => self.tree.vol.alloc_blocks_as(h, self.goal, 1, self.privileged)?.0,
+            None => {
+                balloc::new_blocks(
+                    self.tree.vol,
+                    h,
+                    BlockRequest {
+                        goal: self.goal,
+                        len: 1,
+                        who: self.who,
+                    },
+                )?
+                .0
+            }
         };
         self.nodes.added += 1;
         Ok(b)

@@ -12,7 +12,7 @@
 //!   record concerns another inode (e2fsck's `ext4_fc_flush_extents`).
 //!   Bitmap bits follow: blocks cut out are cleared, every block the list
 //!   maps is set (fast commits do not log bitmaps, so a bit may already be
-//!   as wanted; see `Volume::set_block_runs`).
+//!   as wanted; see `balloc::set_runs`).
 //! - `INODE`: the logged record replaces the on-disk one except for
 //!   `i_block` (the extent tree the ranges built), `i_blocks` is counted
 //!   again, and the inode's bitmap bit follows its link count.
@@ -44,6 +44,7 @@ use ext4kit_format::extent::{Extent, ExtentHeader, EXTENT_MAGIC};
 use ext4kit_format::fast_commit::{self, Record};
 use ext4kit_format::inode::{flags, FileType, Inode, GOOD_OLD_INODE_SIZE};
 
+use super::balloc::{self, BlockRequest};
 use super::bmap::{self, BlockMap};
 use super::bmap_write;
 use super::dir;
@@ -51,7 +52,9 @@ use super::dir_delete;
 use super::dir_insert::{self, NewEntry};
 use super::dirblock::DirRef;
 use super::extent_tree::{self, merge, Rebuild};
+use super::ialloc;
 use super::inode;
+use super::reservation::Reserver;
 use super::transaction::Handle;
 use super::volume::Volume;
 use super::xattr_write;
@@ -200,8 +203,8 @@ impl Replayer<'_> {
         list.extents = kept;
         let mapped: Vec<(u64, u64)> = list.extents.iter().map(|e| (e.start(), e.length() as u64)).collect();
         let mut h = self.vol.begin()?;
-        self.vol.set_block_runs(&mut h, &removed, false)?;
-        self.vol.set_block_runs(&mut h, &mapped, true)?;
+        balloc::set_runs(self.vol, &mut h, &removed, false)?;
+        balloc::set_runs(self.vol, &mut h, &mapped, true)?;
         h.commit()
     }
 
@@ -231,7 +234,15 @@ impl Replayer<'_> {
         let mut held: Vec<(u64, u64)> = Vec::new();
         let mut alloc = |h: &mut Handle<'_>| -> Result<u64> {
             loop {
-                let (b, _) = vol.alloc_blocks_as(h, goal, 1, true)?;
+                let (b, _) = balloc::new_blocks(
+                    vol,
+                    h,
+                    BlockRequest {
+                        goal,
+                        len: 1,
+                        who: Reserver::Privileged,
+                    },
+                )?;
                 let hit = |runs: &[(u64, u64)]| runs.iter().any(|&(s, n)| b >= s && b < s + n);
                 if hit(excluded) || hit(&mapped) {
                     held.push((b, 1));
@@ -251,8 +262,8 @@ impl Replayer<'_> {
             },
         )?;
         let old: Vec<(u64, u64)> = old.into_iter().map(|b| (b, 1)).collect();
-        vol.set_block_runs(&mut h, &old, false)?;
-        vol.set_block_runs(&mut h, &held, false)?;
+        balloc::set_runs(vol, &mut h, &old, false)?;
+        balloc::set_runs(vol, &mut h, &held, false)?;
         let data: u64 = mapped.iter().map(|m| m.1).sum();
         set_iblocks(vol, &mut inode, data + new.len() as u64);
         inode::write(vol, &mut h, ino, &inode)?;
@@ -316,7 +327,7 @@ impl Replayer<'_> {
         }
         inode::write(vol, &mut h, ino, &inode)?;
         let dir = inode.file_type() == Some(FileType::Directory) || was == Some(FileType::Directory);
-        vol.set_inode_used(&mut h, ino, inode.base.links_count != 0, dir)?;
+        ialloc::set_used(vol, &mut h, ino, inode.base.links_count != 0, dir)?;
         h.commit()
     }
 
@@ -369,7 +380,7 @@ impl Replayer<'_> {
         inode.base.set_size(0);
         inode.base.dtime = vol.clock().now().sec.max(1) as u32;
         inode::write(vol, h, ino, inode)?;
-        vol.set_inode_used(h, ino, false, false)?;
+        ialloc::set_used(vol, h, ino, false, false)?;
         Ok(())
     }
 
@@ -422,7 +433,7 @@ impl Replayer<'_> {
                 inode.base.links_count.saturating_add(1)
             };
             inode::write(vol, &mut h, ino, &inode)?;
-            vol.set_inode_used(&mut h, ino, true, false)?;
+            ialloc::set_used(vol, &mut h, ino, true, false)?;
         }
         h.commit()
     }

@@ -9,7 +9,7 @@
 //! superblock (behind its lock) instead of read from it.
 
 use ext4kit_format::dirent::DirFormat;
-use ext4kit_format::features::incompat;
+use ext4kit_format::features::{incompat, ro_compat};
 use ext4kit_format::superblock::Superblock;
 
 /// Sizes, counts and features of an open filesystem (see the module doc).
@@ -177,6 +177,34 @@ impl Geometry {
             block_size: self.block_size,
             filetype: self.has_incompat(incompat::FILETYPE),
         }
+    }
+
+    /// Whether group descriptors carry checksums and lazy-init flags
+    /// (`gdt_csum` or `metadata_csum`: the kernel's
+    /// `ext4_has_group_desc_csum`). Without it BLOCK_UNINIT,
+    /// INODE_UNINIT and `bg_itable_unused` mean nothing to the kernel.
+    #[inline]
+    pub fn has_group_desc_csum(&self) -> bool {
+        self.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM)
+    }
+
+    /// Blocks in group `g` (the last group may be short).
+    #[inline]
+    pub fn blocks_in_group(&self, g: usize) -> u64 {
+        let start = self.group_first_block(g as u64);
+        (self.blocks_count - start).min(self.blocks_per_group)
+    }
+
+    /// The group block `b` lies in (`b` at or past the first data block).
+    #[inline]
+    pub fn group_of_block(&self, b: u64) -> usize {
+        ((b - self.first_data_block) / self.blocks_per_group) as usize
+    }
+
+    /// Blocks of one group's inode table.
+    #[inline]
+    pub fn itable_blocks(&self) -> u64 {
+        (self.inodes_per_group as u64 * self.inode_size as u64).div_ceil(self.block_size as u64)
     }
 
     /// First block of group `g`.

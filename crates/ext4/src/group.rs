@@ -10,16 +10,19 @@
 //! for the life of the filesystem, so layout questions take no lock; the
 //! hints and bitmap states are atomics read without the group lock.
 
-use std::sync::atomic::{AtomicU32, AtomicU8};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use ext4kit_format::checksum::crc32c;
+use ext4kit_format::features::incompat;
 use ext4kit_format::group_desc::{GdCsum, GroupDesc};
 use ext4kit_format::superblock::Superblock;
 use parking_lot::RwLock;
 
+use crate::bitmap::{set_bit, test_bit};
 use crate::disk::Disk;
 use crate::error::{annotate, Error, Result};
 use crate::geometry::Geometry;
+use crate::system_zone::SystemZone;
 
 /// [`Group::bitmap_state`]: the block bitmap was checked.
 pub const BITMAP_BLOCK_CHECKED: u8 = 1;
@@ -132,7 +135,7 @@ pub struct GroupTable {
     inode_bitmap_bytes: usize,
     block_bitmap_bytes: usize,
     /// Where file inodes went last when their parent's group was full
-    /// (the search for the next one starts there; see `alloc_inode`).
+    /// (the search for the next one starts there; see `ialloc::new_inode`).
     inode_overflow: AtomicU32,
 }
 
@@ -259,6 +262,102 @@ impl GroupTable {
             let c = crc32c(seed, &bitmap[..self.inode_bitmap_bytes]);
             gd.set_inode_bitmap_csum(c, self.desc_size >= 64);
         }
+    }
+
+    /// The block bitmap uninitialised group `g` (BLOCK_UNINIT) implicitly
+    /// has (the kernel's `ext4_init_block_bitmap`): its superblock backup,
+    /// descriptor table and reserved GDT blocks when it carries a backup,
+    /// any group's bitmaps and inode table placed inside it (flex_bg), and
+    /// the padding past its last block.
+    pub(crate) fn implied_block_bitmap(&self, g: usize, geo: &Geometry, sb: &Superblock) -> Result<Vec<u8>> {
+        let bs = geo.block_size();
+        let mut bm = vec![0u8; bs];
+        let first = geo.group_first_block(g as u64);
+        let n = geo.blocks_in_group(g);
+        for i in n as usize..bs * 8 {
+            set_bit(&mut bm, i);
+        }
+        if sb.group_has_super(g as u64) {
+            if geo.has_incompat(incompat::META_BG) {
+                return Err(Error::Unsupported(format!(
+                    "initialising the block bitmap of meta_bg group {g}"
+                )));
+            }
+            let per_block = bs / sb.desc_size();
+            let gdt = self.groups.len().div_ceil(per_block) as u64;
+            let meta = 1 + gdt + sb.reserved_gdt_blocks as u64;
+            // Group 0 with 1 KiB blocks starts at block 1 (the superblock).
+            for b in 0..meta.min(n) {
+                set_bit(&mut bm, b as usize);
+            }
+        }
+        let itable_blocks = geo.itable_blocks();
+        for grp in &self.groups {
+            let (bb, ib, it) = grp.meta;
+            for (start, len) in [(bb, 1), (ib, 1), (it, itable_blocks)] {
+                for b in start..start + len {
+                    if b >= first && b < first + n {
+                        set_bit(&mut bm, (b - first) as usize);
+                    }
+                }
+            }
+        }
+        Ok(bm)
+    }
+
+    /// Whether group `g`'s block bitmap `bm` may be allocated from: checked
+    /// once per open — its free bits must number what the descriptor `gd`
+    /// counts (the kernel's `ext4_mb_generate_buddy`: "block bitmap and bg
+    /// descriptor inconsistent"), and no block of the system zone may be
+    /// marked free. A bitmap that lies about a live block (a cleared bit
+    /// the count does not know of) would hand that block to a second
+    /// owner; such a group is marked corrupt and skipped, as the kernel
+    /// skips a group with `BBITMAP_CORRUPT`.
+    pub(crate) fn block_bitmap_usable(
+        &self,
+        g: usize,
+        gd: &GroupDesc,
+        bm: &[u8],
+        geo: &Geometry,
+        zone: &SystemZone,
+    ) -> bool {
+        let st = &self.groups[g].bitmap_state;
+        let s = st.load(Ordering::Relaxed);
+        if s & BITMAP_BLOCK_CHECKED != 0 {
+            return s & BITMAP_BLOCK_CORRUPT == 0;
+        }
+        let n = geo.blocks_in_group(g) as usize;
+        let free = (0..n).filter(|&i| !test_bit(bm, i)).count() as u64;
+        let first = geo.group_first_block(g as u64);
+        let zone_free =
+            (first..first + n as u64).any(|b| !test_bit(bm, (b - first) as usize) && zone.hit(b, b + 1).is_some());
+        let ok = free == gd.free_blocks_count() as u64 && !zone_free;
+        st.fetch_or(
+            BITMAP_BLOCK_CHECKED | if ok { 0 } else { BITMAP_BLOCK_CORRUPT },
+            Ordering::Relaxed,
+        );
+        ok
+    }
+
+    /// Whether group `g`'s inode bitmap `bm` may be allocated from: checked
+    /// once per open — its free bits must number the descriptor's free
+    /// count (a cleared bit the count does not know of is a live inode the
+    /// bitmap lies about). The kernel marks such a group
+    /// `EXT4_GROUP_INFO_IBITMAP_CORRUPT` and allocates elsewhere.
+    pub(crate) fn inode_bitmap_usable(&self, g: usize, gd: &GroupDesc, bm: &[u8], geo: &Geometry) -> bool {
+        let st = &self.groups[g].bitmap_state;
+        let s = st.load(Ordering::Relaxed);
+        if s & BITMAP_INODE_CHECKED != 0 {
+            return s & BITMAP_INODE_CORRUPT == 0;
+        }
+        let ipg = geo.inodes_per_group() as usize;
+        let free = (0..ipg).filter(|&i| !test_bit(bm, i)).count() as u64;
+        let ok = free == gd.free_inodes_count() as u64;
+        st.fetch_or(
+            BITMAP_INODE_CHECKED | if ok { 0 } else { BITMAP_INODE_CORRUPT },
+            Ordering::Relaxed,
+        );
+        ok
     }
 
     /// Store the checksum of a block bitmap in its descriptor

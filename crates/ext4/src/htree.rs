@@ -17,7 +17,7 @@ use ext4kit_format::htree::{self, DxIndex};
 use ext4kit_format::inode::FileType;
 
 use super::buffer::Buffer;
-use super::dir_leaf::LeafLayout;
+use super::dir_leaf::{self, LeafLayout};
 use super::dirblock::{self, DirRef, LeafAccess};
 use super::volume::Volume;
 use crate::error::{Error, Result};
@@ -278,13 +278,31 @@ pub(crate) fn lookup(
 /// The leaf block holding `name` and what the name's entry says,
 /// following a collision chain across leaves when the name's hash
 /// continues into the next block.
+///
+/// A writer (`LeafAccess::Write`: about to add, remove or change a name)
+/// whose leaf is a hole is refused: the change would meet the hole only
+/// after it began (`ext4_dx_find_entry` and `ext4_dx_add_entry` refuse it
+/// too: "Directory hole found for htree leaf block"). A reader passes it
+/// by, as a name that is not there.
 pub(crate) fn find(vol: &Volume, dir: DirRef<'_>, name: &[u8], access: LeafAccess) -> Result<Option<LeafHit>> {
     let mut probe = probe(vol, dir, name)?;
     let leaf = probe.leaf(vol, dir)?;
-    if let Some(hit) = dirblock::search_leaf(vol, dir, leaf, name, access)? {
-        return Ok(Some((leaf, hit)));
+    let fmt = vol.geo().dir_format();
+    match dirblock::with_leaf(vol, dir, leaf, access, |_, d| dir_leaf::find_name(d, fmt, name))? {
+        Some(Some(hit)) => return Ok(Some((leaf, hit))),
+        None if access == LeafAccess::Write => return Err(leaf_hole(dir, leaf)),
+        Some(None) | None => {}
     }
     probe.find_in_chain(vol, dir, name, access)
+}
+
+/// The refusal of a leaf the index names that is a hole.
+fn leaf_hole(dir: DirRef<'_>, leaf: u64) -> Error {
+    Error::corrupt_msg(
+        format!("htree of directory inode {}", dir.ino),
+        "htree entry",
+        format!("leaf {leaf} is a hole"),
+    )
 }
 
 /// [`find`] for a create: the entry of `name` if present, else an
@@ -302,8 +320,10 @@ pub(crate) fn find_for_create<'n>(vol: &Volume, dir: DirRef<'_>, name: &'n [u8])
     let room = match first {
         Some(Ok(_)) => return Ok(CreateLookup::Exists),
         Some(Err(room)) => room,
-        // A hole: `add_link` meets it again and says so.
-        None => None,
+        // A hole where the index sends the name: the insert would meet it
+        // only after the new inode was allocated, and without a journal
+        // that half-made create would be written as it stood (see `find`).
+        None => return Err(leaf_hole(dir, leaf)),
     };
     // Leaves after the first hold the name only when its hash continues
     // into them (a collision chain): rare, searched as before. The hint

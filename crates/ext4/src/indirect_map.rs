@@ -18,6 +18,7 @@ use std::ops::Range;
 
 use ext4kit_format::indirect::{self, DIND, DIRECT, IND, TIND};
 
+use super::balloc::{self, BlockRequest};
 use super::transaction::Handle;
 use super::volume::Volume;
 use crate::error::{Errno, Error, Result};
@@ -49,7 +50,7 @@ pub(crate) struct IndirectMap<'a> {
 }
 
 /// The state of one punch: its range and the blocks freed so far, given
-/// back together at the end (`free_block_runs`: one bitmap change per
+/// back together at the end (`balloc::free_runs`: one bitmap change per
 /// group).
 struct Punch {
     start: u64,
@@ -116,11 +117,11 @@ impl<'a> IndirectMap<'a> {
         // At most: the goal's try, a try from the start of the filesystem,
         // and a trimmed run that ends at the limit.
         for _ in 0..3 {
-            let (p, n) = vol.alloc_blocks(h, goal, want)?;
+            let (p, n) = balloc::new_blocks(vol, h, BlockRequest::near(goal, want))?;
             if p + n as u64 <= LIMIT {
                 return Ok((p, n));
             }
-            vol.free_block_runs(h, &[(p, n as u64)])?;
+            balloc::free_runs(vol, h, &[(p, n as u64)])?;
             if p < LIMIT {
                 want = (LIMIT - p) as u32;
                 goal = p;
@@ -274,7 +275,7 @@ impl<'a> IndirectMap<'a> {
             }
             base += span;
         }
-        self.vol.free_block_runs(h, &pu.runs)
+        balloc::free_runs(self.vol, h, &pu.runs)
     }
 
     /// Punch below indirect block `blk` (at `depth`, covering from `base`);

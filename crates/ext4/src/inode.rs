@@ -8,6 +8,8 @@
 //! filesystems a group flagged INODE_UNINIT, or an index beyond
 //! `bg_itable_unused`, holds no valid inode: the table may be garbage.
 
+use std::collections::HashMap;
+
 use ext4kit_format::features::ro_compat;
 use ext4kit_format::group_desc::BG_INODE_UNINIT;
 use ext4kit_format::inode::{flags, Inode};
@@ -91,15 +93,37 @@ pub fn write(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &Inode) -> Result<
     if rec.base.links_count == 0 {
         let links = vol.orphans().lock();
         if links.contains_key(&ino) {
-            return vol.write_inode_linked(h, ino, rec, &links);
+            return write_linked(vol, h, ino, rec, &links);
         }
     }
     write_raw(vol, h, ino, rec)
 }
 
+/// [`write`] for a caller holding the orphan links (`links`): an orphan's
+/// record is written with its current link as `i_dtime`.
+pub(crate) fn write_linked(
+    vol: &Volume,
+    h: &mut Handle<'_>,
+    ino: u32,
+    rec: &Inode,
+    links: &HashMap<u32, u32>,
+) -> Result<()> {
+    match links.get(&ino) {
+        Some(&next) if rec.base.dtime != next => {
+            let mut linked = rec.clone();
+            linked.base.dtime = next;
+            write_raw(vol, h, ino, &linked)
+        }
+        _ => write_raw(vol, h, ino, rec),
+    }
+}
+
 /// Write inode `ino` exactly as given (`i_dtime` included).
 pub(crate) fn write_raw(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &Inode) -> Result<()> {
     let (blk, off) = location(vol, ino)?;
+    // The last line behind the operations' own checks: never into an
+    // inode-table block another inode's map names (`owner_scan.rs`).
+    vol.owner_map().check_record(ino, blk)?;
     let n = vol.geo().inode_size();
     if rec.record_len() != n {
         return Err(Error::posix(

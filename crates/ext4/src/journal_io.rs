@@ -16,6 +16,7 @@ use ext4kit_jbd2::Buffers;
 use crate::buffer::{Buffer, BufferCache, StripeGuard};
 use crate::disk::Disk;
 use crate::error::{Error, Result};
+use crate::owners::OwnerMap;
 use crate::superblock::SuperState;
 use ext4kit_cache::MemoryBudget;
 
@@ -29,7 +30,20 @@ pub(crate) struct MetaIo<'v> {
     disk: &'v Disk,
     sup: &'v SuperState,
     budget: &'v MemoryBudget,
+    owners: &'v OwnerMap,
     block_size: usize,
+}
+
+/// The volume's parts a [`MetaIo`] is built over.
+pub(crate) struct MetaParts<'v> {
+    pub(crate) bcache: &'v BufferCache,
+    pub(crate) disk: &'v Disk,
+    pub(crate) sup: &'v SuperState,
+    pub(crate) budget: &'v MemoryBudget,
+    /// Whether the journal's blocks are shared with a file (the log then
+    /// refuses every write).
+    pub(crate) owners: &'v OwnerMap,
+    pub(crate) block_size: usize,
 }
 
 impl std::fmt::Debug for MetaIo<'_> {
@@ -40,18 +54,21 @@ impl std::fmt::Debug for MetaIo<'_> {
 
 impl<'v> MetaIo<'v> {
     /// The bundle over a volume's parts.
-    pub(crate) fn new(
-        bcache: &'v BufferCache,
-        disk: &'v Disk,
-        sup: &'v SuperState,
-        budget: &'v MemoryBudget,
-        block_size: usize,
-    ) -> Self {
+    pub(crate) fn new(parts: MetaParts<'v>) -> Self {
+        let MetaParts {
+            bcache,
+            disk,
+            sup,
+            budget,
+            owners,
+            block_size,
+        } = parts;
         MetaIo {
             bcache,
             disk,
             sup,
             budget,
+            owners,
             block_size,
         }
     }
@@ -159,6 +176,12 @@ impl Buffers for MetaIo<'_> {
     /// which holds such a directory.
     fn checkpoint_limit(&self) -> usize {
         (self.budget.buffer_limit() / 2 / self.block_size).max(16)
+    }
+
+    /// Refused when the owner scan found a journal block named by another
+    /// inode too (`owner_scan.rs`).
+    fn check_log_writable(&self) -> Result<()> {
+        self.owners.check_journal()
     }
 }
 

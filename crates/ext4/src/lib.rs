@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod error;
 pub mod fs_errors;
@@ -24,7 +25,6 @@ pub mod bmap;
 pub mod bmap_write;
 pub mod buffer;
 pub mod busy;
-pub mod claims;
 pub mod dir;
 pub mod dir_delete;
 pub mod dir_insert;
@@ -44,12 +44,14 @@ pub mod journal;
 pub mod journal_io;
 pub mod orphan;
 pub mod orphan_links;
+pub mod owner_scan;
 pub mod owners;
 pub mod release_check;
 pub mod reservation;
 pub mod stats;
 pub mod superblock;
 pub mod symlink;
+pub mod system_zone;
 pub mod transaction;
 pub mod volume;
 pub mod write_access;

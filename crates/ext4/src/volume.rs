@@ -27,7 +27,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 use ext4kit_blockdev::BlockDevice;
-use ext4kit_format::features::{incompat, ro_compat};
+use ext4kit_format::features::incompat;
 use ext4kit_format::group_desc::{GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use ext4kit_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 use ext4kit_format::time::Clock;
@@ -40,12 +40,13 @@ use crate::error::{Errno, Error, Result};
 use crate::fs_errors::FsErrors;
 use crate::geometry::Geometry;
 use crate::group::GroupTable;
-use crate::journal_io::{Journal, MetaIo};
+use crate::journal_io::{Journal, MetaIo, MetaParts};
 use crate::orphan_links::OrphanLinks;
 use crate::owners::OwnerMap;
 use crate::reservation::Reservations;
 use crate::stats::Stats;
 use crate::superblock::SuperState;
+use crate::system_zone::SystemZone;
 use crate::write_access::{self, Access};
 use ext4kit_cache::MemoryBudget;
 
@@ -121,15 +122,17 @@ pub struct Volume {
     /// Free blocks and delayed-allocation reservations; shared with the
     /// page cache, whose pages give theirs back when dropped.
     reservations: Arc<Reservations>,
-    /// Blocks claimed twice, or claimed and marked free (see `claims.rs`),
-    /// found at the first free.
+    /// Blocks named twice, or named and marked free, and inode-table
+    /// blocks a map names (see `owner_scan.rs`), found at the first
+    /// allocation or free.
     owners: OwnerMap,
     orphans: OrphanLinks,
     errors: FsErrors,
     /// Where the times the filesystem stamps come from.
     clock: Clock,
-    /// The system zone (see `release_check.rs`), built on first use.
-    system_zone: OnceLock<Vec<(u64, u64, &'static str)>>,
+    /// The blocks no file may own (see `system_zone.rs`), built on first
+    /// use.
+    system_zone: OnceLock<SystemZone>,
     /// Some handle changed metadata since the open: a sync with nothing
     /// changed writes nothing (a refused command leaves the image as it
     /// was, byte for byte).
@@ -352,7 +355,14 @@ impl Volume {
     /// The parts a metadata change and the journal write through.
     #[inline]
     pub(crate) fn meta_io(&self) -> MetaIo<'_> {
-        MetaIo::new(&self.bcache, &self.disk, &self.sup, &self.budget, self.geo.block_size())
+        MetaIo::new(MetaParts {
+            bcache: &self.bcache,
+            disk: &self.disk,
+            sup: &self.sup,
+            budget: &self.budget,
+            owners: &self.owners,
+            block_size: self.geo.block_size(),
+        })
     }
 
     /// Free blocks and delayed-allocation reservations.
@@ -361,10 +371,17 @@ impl Volume {
         &self.reservations
     }
 
-    /// The block-owner sets, built at the first free.
+    /// The block-owner sets, built at the first allocation or free
+    /// (`owner_scan.rs`).
     #[inline]
     pub fn owner_map(&self) -> &OwnerMap {
         &self.owners
+    }
+
+    /// Forget the owner sets: the next allocation or free scans again.
+    #[cfg(test)]
+    pub(crate) fn forget_owner_map(&mut self) {
+        self.owners.forget();
     }
 
     /// The orphan chain's links in memory.
@@ -379,10 +396,12 @@ impl Volume {
         &self.errors
     }
 
-    /// The system zone's slot (see `release_check.rs`), filled on first use.
+    /// The blocks no file may own: bitmaps, inode tables, superblock and
+    /// descriptor copies (built on first use from the group layout).
     #[inline]
-    pub(crate) fn system_zone(&self) -> &OnceLock<Vec<(u64, u64, &'static str)>> {
-        &self.system_zone
+    pub fn system_zone(&self) -> &SystemZone {
+        self.system_zone
+            .get_or_init(|| SystemZone::new(&self.geo, &self.sup.read(), self.groups.iter().map(|g| g.meta())))
     }
 
     /// Whether some handle changed metadata since the open (set by the
@@ -430,6 +449,12 @@ impl Volume {
         }
         if self.errors.failed() {
             return Err(self.errors.refused_after_error());
+        }
+        if self.jbd.is_journaled() {
+            // A journal sharing a block with a file cannot be written
+            // (found by the owner scan, which the operations run before
+            // their handle): refused while nothing has changed.
+            self.owners.check_journal()?;
         }
         Ok(Handle::begin(
             self.meta_io(),
@@ -577,7 +602,7 @@ impl Volume {
             let sb = self.sup.read();
             (sb.free_blocks_count() as i64, sb.free_inodes_count as i64)
         };
-        let csum_groups = self.geo.has_ro_compat(ro_compat::GDT_CSUM | ro_compat::METADATA_CSUM);
+        let csum_groups = self.geo.has_group_desc_csum();
         let mut bias = (0, 0);
         if sb_b != fb {
             let lying = (0..self.groups.len()).any(|g| {
@@ -585,8 +610,10 @@ impl Volume {
                 if csum_groups && gd.flags & BG_BLOCK_UNINIT != 0 {
                     return false;
                 }
-                match self.block_bitmap_of(g, &gd) {
-                    Ok((bm, _)) => !self.block_bitmap_usable(g, &gd, &bm),
+                match self.buffer(gd.block_bitmap()) {
+                    Ok(bm) => !self
+                        .groups
+                        .block_bitmap_usable(g, &gd, &bm.data, &self.geo, self.system_zone()),
                     Err(_) => true,
                 }
             });
@@ -601,7 +628,7 @@ impl Volume {
                     return false;
                 }
                 match self.buffer(gd.inode_bitmap()) {
-                    Ok(bm) => !self.inode_bitmap_usable(g, &gd, &bm.data),
+                    Ok(bm) => !self.groups.inode_bitmap_usable(g, &gd, &bm.data, &self.geo),
                     Err(_) => true,
                 }
             });

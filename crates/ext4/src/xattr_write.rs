@@ -30,6 +30,7 @@ use ext4kit_format::features::compat;
 use ext4kit_format::inode::Inode;
 use ext4kit_format::xattr::{self, XattrEntry};
 
+use super::balloc::{self, BlockRequest};
 use super::error::annotate;
 use super::inode::{add_blocks, sub_blocks};
 use super::transaction::Handle;
@@ -354,7 +355,7 @@ fn store_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, b: B
     // The kernel's goal: the first block of the inode's group.
     let group = (ino - 1) / vol.geo().inodes_per_group();
     let goal = vol.geo().group_first_block(group as u64);
-    let (nr, _) = vol.alloc_blocks(h, goal, 1)?;
+    let (nr, _) = balloc::new_blocks(vol, h, BlockRequest::near(goal, 1))?;
     let bytes = xattr::serialize_block(&b.entries, bs, 1, nr, vol.geo().csum_seed()).map_err(too_big)?;
     h.overwrite(nr, bytes.into_boxed_slice())?;
     rec.base.set_file_acl(nr);
@@ -372,14 +373,14 @@ fn store_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, rec: &mut Inode, b: B
 /// the last reference. A freed block is never dirtied by this handle,
 /// so the commit cannot write stale metadata over its next owner.
 /// The last reference is released only if no other inode still names
-/// the block (`claims.rs`: a refcount that lies is damage, refused).
+/// the block (`owner_scan.rs`: a refcount that lies is damage, refused).
 fn release_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, nr: u64) -> Result<()> {
     let seed = vol.geo().csum_seed();
     let last = h.modify(nr, |d| {
         let rc = le32(d, 4);
         // Under the block's lock, where the count of inodes naming the
-        // block moves with the refcount (claims.rs).
-        vol.xattr_refcount_agrees(ino, nr, rc)?;
+        // block moves with the refcount (owner_scan.rs).
+        vol.owner_map().check_xattr_refcount(ino, nr, rc)?;
         if rc <= 1 {
             // Returning an error leaves the block out of the handle.
             return Err(Error::posix(Errno::ENODATA, "last reference"));
@@ -388,7 +389,7 @@ fn release_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, nr: u64) -> Result<
         if let Some(s) = seed {
             xattr::set_block_checksum(d, nr, s);
         }
-        vol.claims_xattr_unref(nr);
+        vol.owner_map().xattr_unref(nr);
         Ok(())
     });
     match last {
@@ -416,8 +417,8 @@ fn release_block(vol: &Volume, h: &mut Handle<'_>, ino: u32, nr: u64) -> Result<
                     b.mark_clean();
                 }
             }
-            vol.free_blocks(h, nr, 1)?;
-            vol.claims_xattr_unref(nr);
+            balloc::free_blocks(vol, h, nr, 1)?;
+            vol.owner_map().xattr_unref(nr);
             Ok(())
         }
         Err(e) => Err(e),

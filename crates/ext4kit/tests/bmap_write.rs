@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use ext4kit::ext4::balloc::{self, BlockRequest};
 use ext4kit::ext4::bmap_write::{self, MapRequest};
+use ext4kit::ext4::reservation::Reserver;
 use ext4kit::ext4::{bmap, inode, Mapping};
 use ext4kit::{Errno, Error, Fs, OpenFlags, OpenOptions};
 
@@ -527,13 +529,22 @@ fn enospc_leaves_a_consistent_map() {
             let mut h = fs.volume().begin().unwrap();
             let mut taken = Vec::new();
             while free_blocks(&fs) + 2 > reserved {
-                let (p, n) = fs.volume().alloc_blocks_as(&mut h, 0, 64, true).unwrap();
+                let (p, n) = balloc::new_blocks(
+                    fs.volume(),
+                    &mut h,
+                    BlockRequest {
+                        goal: 0,
+                        len: 64,
+                        who: Reserver::Privileged,
+                    },
+                )
+                .unwrap();
                 taken.push((p, n));
             }
-            let e = fs.volume().alloc_blocks(&mut h, 0, 1).unwrap_err();
+            let e = balloc::new_blocks(fs.volume(), &mut h, BlockRequest::near(0, 1)).unwrap_err();
             assert_eq!(e.errno(), Errno::ENOSPC);
             for (p, n) in taken {
-                fs.volume().free_blocks(&mut h, p, n).unwrap();
+                balloc::free_blocks(fs.volume(), &mut h, p, n).unwrap();
             }
             h.commit().unwrap();
             assert_eq!(free_blocks(&fs), left);
@@ -869,13 +880,13 @@ fn freeing_a_free_block_frees_the_rest_and_counts_once() {
     let fs = open_rw(&img);
     let vol = &fs.volume();
     let mut h = vol.begin().unwrap();
-    let (p, n) = vol.alloc_blocks(&mut h, 0, 4).unwrap();
+    let (p, n) = balloc::new_blocks(vol, &mut h, BlockRequest::near(0, 4)).unwrap();
     assert_eq!(n, 4);
     let free = free_blocks(&fs);
-    vol.free_blocks(&mut h, p + 3, 1).unwrap();
+    balloc::free_blocks(vol, &mut h, p + 3, 1).unwrap();
     assert_eq!(free_blocks(&fs), free + 1);
     // The run's last block is free already: the other three are freed, once.
-    vol.free_block_runs(&mut h, &[(p, 4)]).unwrap();
+    balloc::free_runs(vol, &mut h, &[(p, 4)]).unwrap();
     assert_eq!(free_blocks(&fs), free + 4);
     let g = ((p - vol.geo().first_data_block()) / vol.geo().blocks_per_group()) as usize;
     let st = vol.groups()[g]

@@ -239,7 +239,7 @@ fn a_claimed_block_the_bitmap_calls_free_is_never_handed_out() {
         let fs = open_rw(&img);
         // The first free builds the claim set.
         fs.unlink(b"/c", &Cred::root()).unwrap();
-        let set = fs.volume().claim_set_if_built().expect("the scan ran");
+        let set = fs.volume().owner_map().get().expect("the scan ran");
         assert_eq!(set.unmarked_blocks(), a_blocks);
         let d = put(&fs, "/d", 20);
         let rec = inode::read(fs.volume(), d).unwrap();
@@ -330,7 +330,7 @@ fn the_scan_beside_concurrent_allocations_finds_nothing_wrong() {
                 fs.unlink(format!("/pop/f{round}").as_bytes(), &Cred::root()).unwrap();
             });
         });
-        let set = fs.volume().claim_set_if_built().expect("the scan ran");
+        let set = fs.volume().owner_map().get().expect("the scan ran");
         assert!(
             set.multi_blocks().is_empty() && set.unmarked_blocks().is_empty(),
             "round {round}"

@@ -17,7 +17,7 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 
 use ext4kit::ext4::dir_insert::{self, NewEntry};
-use ext4kit::ext4::{dir, dir_delete, inode, DirRef, Mapping};
+use ext4kit::ext4::{dir, dir_delete, ialloc, inode, DirRef, Mapping};
 use ext4kit::{Errno, FileType, Fs, OpenOptions};
 use ext4kit_format::htree;
 
@@ -278,15 +278,18 @@ fn run_case(c: &Case) {
     );
     // A new directory made at the ext4 layer inside /d, then moved to /moved.
     let sub_ino = with_dir(&fs, b"/d", |h, d, new| {
-        let ino = fs.volume().alloc_inode(h, d_ino, true).unwrap();
-        let mut rec = fs.volume().new_inode_record(&ext4kit::ext4::ialloc::NewInode {
-            ftype: FileType::Directory,
-            perm: 0o755,
-            uid: 0,
-            gid: 0,
-            now: ext4kit::Timestamp { sec: 1, nsec: 0 },
-            parent: (0, 0),
-        });
+        let ino = ialloc::new_inode(fs.volume(), h, d_ino, FileType::Directory).unwrap();
+        let mut rec = ialloc::new_record(
+            fs.volume(),
+            &ialloc::NewInode {
+                ftype: FileType::Directory,
+                perm: 0o755,
+                uid: 0,
+                gid: 0,
+                now: ext4kit::Timestamp { sec: 1, nsec: 0 },
+                parent: (0, 0),
+            },
+        );
         dir_insert::init_dir(fs.volume(), h, ino, &mut rec, d_ino).unwrap();
         inode::write(fs.volume(), h, ino, &rec).unwrap();
         dir_insert::add_link(

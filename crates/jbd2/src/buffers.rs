@@ -75,6 +75,15 @@ pub trait Buffers {
     /// How many blocks the checkpoint set may hold before it is written
     /// home (the filesystem's memory budget for dirty metadata).
     fn checkpoint_limit(&self) -> usize;
+
+    /// Whether the log may be written at all: a filesystem that found one
+    /// of the journal's blocks named by a file too (cross-linked) refuses,
+    /// since every log write could change what that file holds. Asked
+    /// before a commit writes anything; a refused commit leaves its
+    /// transaction running. Yes unless the filesystem says otherwise.
+    fn check_log_writable(&self) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 /// What the journal's own machinery can fail with.

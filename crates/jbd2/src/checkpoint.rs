@@ -192,12 +192,12 @@ impl<B: Buffer> Checkpoint<B> {
     }
 
     /// Blocks waiting to be written.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
     }
 
     /// Whether nothing waits.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -205,7 +205,7 @@ impl<B: Buffer> Checkpoint<B> {
     /// (one in flight is waited for). A filesystem freeing metadata blocks
     /// holds it while it forgets them (the kernel's `bforget`), so that a
     /// block's old contents are never written after the block is reused.
-    pub fn hold(&self) -> MutexGuard<'_, ()> {
+    pub(crate) fn hold(&self) -> MutexGuard<'_, ()> {
         self.io.lock()
     }
 

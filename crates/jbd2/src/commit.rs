@@ -236,6 +236,11 @@ impl Committer {
             // an operation could not finish.
             return Err(Error::Aborted.into());
         }
+        if !self.txns.running_is_empty() {
+            // Before anything is taken or written: a refusal leaves the
+            // transaction as it was.
+            io.check_log_writable()?;
+        }
         let t = self.lock_transaction(io);
         if t.versions.is_empty() && t.revokes.is_empty() {
             return self.commit_nothing(t, cp, io);
@@ -813,6 +818,24 @@ mod tests {
         r.rec.write_at(20 * BS as u64, &[9; BS]).unwrap();
         r.jbd.checkpoint(&r.mem).unwrap();
         assert_eq!((r.mem.home(20)[0], r.mem.home(21)[0]), (9, 6));
+    }
+
+    /// A filesystem that refuses the log (its journal shares a block with
+    /// a file): a commit writes nothing at all and leaves its transaction
+    /// running, to be committed once the log may be written again.
+    #[test]
+    fn a_commit_the_filesystem_refuses_writes_nothing_and_keeps_its_transaction() {
+        let r = rig();
+        r.change(&[40], 1);
+        r.mem.refuse_log(true);
+        let before = r.rec.position();
+        assert!(r.jbd.commit_running(&r.mem).is_err());
+        assert!(r.jbd.close(&r.mem).is_err());
+        assert_eq!(r.rec.position(), before, "a refused commit wrote");
+        assert!(!r.jbd.running_is_empty() && !r.mem.needs_recovery_at_home());
+        r.mem.refuse_log(false);
+        r.jbd.commit_running(&r.mem).unwrap();
+        assert_eq!(r.now()[40], 1, "committed once allowed");
     }
 
     #[test]

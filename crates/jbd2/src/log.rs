@@ -96,7 +96,12 @@ impl Log {
     /// `want` are the INCOMPAT features the filesystem's writer uses (the
     /// kernel sets 64bit and checksum v3 at mount when the filesystem has
     /// 64bit and metadata_csum; revoke always): they are added to the
-    /// journal superblock now, with the checksum type and seed they imply.
+    /// in-memory journal superblock now, with the checksum type and seed
+    /// they imply, and reach the disk with the first commit, which writes
+    /// the superblock before any of its blocks anyway (to point `s_start`
+    /// at itself). Starting a log writes nothing: the on-disk superblock
+    /// already says "empty" (`s_start` 0), so until something commits an
+    /// image whose every operation is refused stays byte-identical.
     pub fn start(mut journal: Journal, want: u32) -> io::Result<Log> {
         if journal.sb.start != 0 {
             return Err(io::Error::new(
@@ -126,14 +131,12 @@ impl Log {
         }
         let first = journal.first;
         let next_tid = sb.sequence;
-        let mut log = Log {
+        Ok(Log {
             journal,
             head: first,
             next_tid,
             empty_on_disk: true,
-        };
-        log.write_superblock(0)?;
-        Ok(log)
+        })
     }
 
     /// The journal being written.
@@ -480,6 +483,23 @@ mod tests {
                 "{want:#x}: the escaped block comes back whole"
             );
         }
+    }
+
+    /// Starting a log (a read-write open) writes nothing, even when it
+    /// adds features; the first commit writes them with the superblock.
+    #[test]
+    fn starting_a_log_writes_nothing_until_the_first_commit() {
+        let (dev, j) = fresh(0);
+        let mut before = vec![0u8; LEN as usize * BS];
+        dev.read_at(0, &mut before).unwrap();
+        let mut log = Log::start(j, V3_64).unwrap();
+        let mut after = vec![0u8; LEN as usize * BS];
+        dev.read_at(0, &mut after).unwrap();
+        assert!(before == after, "Log::start changed the device");
+        assert_eq!(reload(&dev).sb.feature_incompat, 0);
+        log.commit(&[(500, &data(1))], &[], (1, 0)).unwrap();
+        assert_eq!(reload(&dev).sb.feature_incompat, V3_64);
+        assert_eq!(replayed(&dev).len(), 1);
     }
 
     #[test]

@@ -62,6 +62,7 @@ pub(crate) struct Mem {
     current: Mutex<HashMap<u64, Arc<MemBuffer>>>,
     home_writes: Mutex<Vec<(u64, usize)>>,
     fail: AtomicBool,
+    refuse_log: AtomicBool,
     limit: AtomicUsize,
 }
 
@@ -78,6 +79,7 @@ impl Mem {
             current: Mutex::new(HashMap::new()),
             home_writes: Mutex::new(Vec::new()),
             fail: AtomicBool::new(false),
+            refuse_log: AtomicBool::new(false),
             limit: AtomicUsize::new(1 << 20),
         }
     }
@@ -116,6 +118,12 @@ impl Mem {
     /// Make home writes fail (a device error) or succeed again.
     pub(crate) fn fail_home_writes(&self, fail: bool) {
         self.fail.store(fail, Ordering::Relaxed);
+    }
+
+    /// Refuse every log write (as a filesystem whose journal shares a
+    /// block with a file does), or allow them again.
+    pub(crate) fn refuse_log(&self, refuse: bool) {
+        self.refuse_log.store(refuse, Ordering::Relaxed);
     }
 
     /// Set the checkpoint set's limit.
@@ -167,6 +175,13 @@ impl Buffers for Mem {
 
     fn checkpoint_limit(&self) -> usize {
         self.limit.load(Ordering::Relaxed)
+    }
+
+    fn check_log_writable(&self) -> Result<(), Error> {
+        if self.refuse_log.load(Ordering::Relaxed) {
+            return Err(dev_error("the log", io::Error::other("refused by the filesystem")));
+        }
+        Ok(())
     }
 }
 

@@ -99,17 +99,17 @@ fn pop_dirs(a: &Args) -> usize {
     a.others.div_ceil(1000).max(1)
 }
 
-/// What the scan found (where the claim scan exists).
+/// What the owner scan found (where it exists).
 fn scan_stats(fs: &Fs) -> String {
-    match fs.volume().claim_set_if_built() {
+    match fs.volume().owner_map().get() {
         Some(c) => {
             let s = c.stats();
             format!(
-                "scan: {} records read, {} live inodes, {} blocks claimed, {} claimed twice, {} marked free; \
-                 {:.3} s, {} KiB of claim bits",
+                "scan: {} records read, {} live inodes, {} blocks owned, {} named twice, {} marked free; \
+                 {:.3} s, {} KiB of found-block bits",
                 s.records,
                 s.inodes,
-                s.claimed,
+                s.owned,
                 s.multi,
                 s.unmarked,
                 s.elapsed.as_secs_f64(),

@@ -20,7 +20,7 @@ use ext4kit_format::inode::{FileType, Inode, Timestamp};
 use super::icache::CachedInode;
 use super::super_block::SuperBlock;
 use crate::error::{Errno, Error, Result};
-use crate::ext4::{bmap, bmap_write, inode, xattr_write, BlockMap};
+use crate::ext4::{bmap, bmap_write, ialloc, inode, orphan, xattr_write, BlockMap};
 
 /// What became of an inode whose link count dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +57,7 @@ pub(crate) fn drop_link(
     // count here, under the inode's writer lock, after the flag, is
     // enough).
     if inode.opens.load(Ordering::SeqCst) > 0 || sb.holds().is_held(inode.ino) {
-        sb.vol().orphan_add(h, inode.ino, rec)?;
+        orphan::add(sb.vol(), h, inode.ino, rec)?;
         return Ok(Death::Orphaned);
     }
     discard_pages(sb, inode);
@@ -91,7 +91,6 @@ pub(crate) fn destroy(
     rec: &mut Inode,
     t: Timestamp,
 ) -> Result<()> {
-    let is_dir = rec.file_type() == Some(FileType::Directory);
     if matches!(
         bmap::load(sb.vol(), ino, rec)?,
         BlockMap::Extents(_) | BlockMap::Indirect(_)
@@ -103,7 +102,7 @@ pub(crate) fn destroy(
     rec.base.set_size(0);
     rec.base.dtime = t.sec as u32;
     inode::write(sb.vol(), h, ino, rec)?;
-    sb.vol().free_inode(h, ino, is_dir)
+    ialloc::free_inode(sb.vol(), h, ino, rec)
 }
 
 /// The work of [`Fs::release_unlinked`](crate::Fs::release_unlinked).
@@ -123,7 +122,7 @@ pub(crate) fn release_unlinked(sb: &SuperBlock, inode: &CachedInode) -> Result<(
     let mut h = sb.vol().begin()?;
     let mut new = rec.clone();
     discard_pages(sb, inode);
-    sb.vol().orphan_remove(&mut h, inode.ino, &mut new)?;
+    orphan::remove(sb.vol(), &mut h, inode.ino, &mut new)?;
     destroy(sb, &mut h, inode.ino, &mut new, t)?;
     h.commit()?;
     sb.vol().sync_super()?;
@@ -234,8 +233,8 @@ pub(crate) fn recover_orphans(sb: &SuperBlock) -> Result<usize> {
     if sb.vol().read_only() {
         return Ok(0);
     }
-    let chain = sb.vol().orphan_chain()?;
-    let slots = sb.vol().orphan_file_slots()?;
+    let chain = orphan::chain(sb.vol())?;
+    let slots = orphan::file_slots(sb.vol())?;
     let present = sb.vol().sb().read().feature_ro_compat & ro_compat::ORPHAN_PRESENT != 0;
     if chain.is_empty() && slots.is_empty() && !present {
         return Ok(0);
@@ -270,7 +269,7 @@ pub(crate) fn recover_orphans(sb: &SuperBlock) -> Result<usize> {
         }
     }
     if !slots.is_empty() {
-        sb.vol().orphan_file_clear(&mut h, &slots)?;
+        orphan::clear_file_slots(sb.vol(), &mut h, &slots)?;
     }
     h.commit()?;
     {

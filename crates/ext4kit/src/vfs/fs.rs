@@ -290,7 +290,7 @@ impl Fs {
     /// else.
     #[inline]
     pub fn read_link<'a>(&self, t: impl Into<Target<'a>>) -> Result<Vec<u8>> {
-        namei::read_link(&self.sb, t.into())
+        stat::read_link(&self.sb, t.into())
     }
 
     /// Where inode `ino`'s data lives (`FS_IOC_FIEMAP`'s view).

@@ -243,6 +243,7 @@ impl Holds {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ext4::orphan;
     use crate::vfs::{mem_fs, Cred, Fs};
     use crate::NewInode;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -250,8 +251,8 @@ mod tests {
 
     /// Inodes on the orphan list (the classic chain and the orphan file).
     fn orphans(fs: &Fs) -> Vec<u32> {
-        let mut v = fs.volume().orphan_chain().unwrap();
-        v.extend(fs.volume().orphan_file_slots().unwrap().iter().map(|s| s.ino));
+        let mut v = orphan::chain(fs.volume()).unwrap();
+        v.extend(orphan::file_slots(fs.volume()).unwrap().iter().map(|s| s.ino));
         v
     }
 

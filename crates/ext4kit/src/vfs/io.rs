@@ -33,6 +33,7 @@ use super::writeback;
 use super::writeback::SyncLevel;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::bmap_write::{self, MapRequest};
+use crate::ext4::release_check::{self, Punch};
 use crate::ext4::reservation::Reserver;
 use crate::ext4::{inode, BlockMap, Mapping};
 
@@ -454,7 +455,16 @@ fn truncate_inode_once(sb: &SuperBlock, inode: &CachedInode, len: u64, caller: &
         // Everything the punch will free and the tail zeroing will
         // write is checked while nothing has changed (release_check.rs).
         let tail = (!len.is_multiple_of(bs)).then_some(len / bs);
-        sb.vol().check_punch(inode.ino, &rec, fb, u64::MAX, tail)?;
+        release_check::punch(
+            sb.vol(),
+            &Punch {
+                ino: inode.ino,
+                rec: &rec,
+                from: fb,
+                to: u64::MAX,
+                tail,
+            },
+        )?;
         // Punch first: it fails (interim limits) before changing anything.
         let mut h = sb.vol().begin()?;
         // Readers that looked at the old map must not trust blocks we
@@ -563,7 +573,16 @@ fn fallocate_inode_once(
         let (fb, lb) = (off.div_ceil(bs), end / bs);
         if fb < lb {
             // What the punch frees is checked while nothing has changed.
-            sb.vol().check_punch(ino, &rec, fb, lb, None)?;
+            release_check::punch(
+                sb.vol(),
+                &Punch {
+                    ino,
+                    rec: &rec,
+                    from: fb,
+                    to: lb,
+                    tail: None,
+                },
+            )?;
         }
         zero_range_edges(sb, inode, &rec, off, end)?;
         if fb < lb {
@@ -589,7 +608,16 @@ fn fallocate_inode_once(
         // unwritten: what it frees is checked while nothing has changed.
         let (fb, lb) = (off.div_ceil(bs), end / bs);
         if fb < lb {
-            sb.vol().check_punch(ino, &rec, fb, lb, None)?;
+            release_check::punch(
+                sb.vol(),
+                &Punch {
+                    ino,
+                    rec: &rec,
+                    from: fb,
+                    to: lb,
+                    tail: None,
+                },
+            )?;
         }
     }
     let mut h = sb.vol().begin()?;

@@ -29,7 +29,7 @@ use super::super_block::SuperBlock;
 use crate::error::Result;
 use crate::ext4::transaction::Handle;
 use crate::ext4::xattr_write::{self, XattrChange, XATTR_REPLACE};
-use crate::ext4::{inode, xattr};
+use crate::ext4::{inode, release_check, xattr};
 
 /// The attribute name of file capabilities.
 pub const CAPABILITY: &[u8] = b"security.capability";
@@ -93,7 +93,7 @@ pub(crate) fn drop_capability(sb: &SuperBlock, h: &mut Handle<'_>, ino: u32, rec
     if !has_capability(sb, ino, rec)? {
         return Ok(false);
     }
-    sb.vol().check_xattr_block_change(ino, rec)?;
+    release_check::xattr_change(sb.vol(), ino, rec)?;
     xattr_write::set(
         sb.vol(),
         h,

@@ -19,7 +19,6 @@ use ext4kit_format::dirent::NAME_MAX;
 use ext4kit_format::inode::FileType;
 
 use super::dcache::{DcacheGuard, Dentry};
-use super::lookup;
 use super::super_block::SuperBlock;
 use super::target::{Named, Target};
 use crate::error::{Errno, Error, Result};
@@ -257,21 +256,6 @@ pub(crate) fn resolve_target(sb: &SuperBlock, t: Target<'_>) -> Result<Arc<Dentr
         Named::Path(p) => resolve(sb, p, t.follows()),
         _ => Err(Error::posix(Errno::EINVAL, "only a path has a dentry to walk to")),
     }
-}
-
-/// Target of the symlink `t` names ([`Fs::read_link`](crate::Fs::read_link)):
-/// a path's final symlink is the one read, never followed.
-pub(crate) fn read_link(sb: &SuperBlock, t: Target<'_>) -> Result<Vec<u8>> {
-    let ino = match t.named() {
-        Named::Path(p) => resolve(sb, p, false)?.ino,
-        _ => lookup::target_ino(sb, t)?,
-    };
-    read_link_ino(sb, ino).map_err(|e| match t.path_shown() {
-        Some(p) if e.errno() == Errno::EINVAL => {
-            Error::posix(Errno::EINVAL, format!("{}: not a symbolic link", show(p)))
-        }
-        _ => e,
-    })
 }
 
 /// Target of symlink inode `ino` (`vfs_readlink`).

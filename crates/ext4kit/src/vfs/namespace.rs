@@ -46,7 +46,8 @@ use super::Stat;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::dir_insert::{self, NewEntry};
 use crate::ext4::ialloc;
-use crate::ext4::{dir, dir_delete, inode, BlockMap, DirRef};
+use crate::ext4::reservation::Reserver;
+use crate::ext4::{balloc, dir, dir_delete, inode, orphan, owner_scan, release_check, BlockMap, DirRef};
 
 /// The most links an inode may have (`EXT4_LINK_MAX`). A directory with
 /// `dir_nlink` goes to a link count of 1 ("many") past it.
@@ -191,26 +192,36 @@ pub(crate) fn mkdir_once(sb: &SuperBlock, parent: u32, name: &[u8], req: &NewIno
     // The directory's first block is allocated after its inode, and the
     // name goes in after both: refuse now rather than half-way if
     // either would meet damage.
-    sb.vol()
-        .check_block_allocatable(sb.vol().geo().group_first_block_of_inode(parent))?;
+    balloc::check_allocatable(sb.vol(), sb.vol().geo().group_first_block_of_inode(parent))?;
     dir_insert::check_insertable(sb.vol(), dref)?;
+    // No block for the directory's first block: ENOSPC now, before the
+    // inode. An inode allocated and freed again (the undo below) still
+    // leaves `bg_itable_unused` lowered, so that refusal would change
+    // the image (the kernel's ext4_mkdir leaves it so too). Only a
+    // concurrent allocation taking the last block in between can still
+    // reach the undo.
+    sb.vol().reservations().reserve(1, Reserver::User)?;
+    sb.vol().reservations().release(1);
     let t = sb.now();
     let mut h = sb.vol().begin()?;
-    let ino = sb.vol().alloc_inode(&mut h, parent, true)?;
+    let ino = ialloc::new_inode(sb.vol(), &mut h, parent, FileType::Directory)?;
     // A cached inode of this number is a dead predecessor whose freer
     // has not dropped it yet: the number is ours now.
     sb.icache().forget(ino);
-    let mut rec = sb.vol().new_inode_record(&ialloc::NewInode {
-        ftype: FileType::Directory,
-        perm,
-        uid,
-        gid,
-        now: t,
-        parent: (drec.base.flags, drec.extra.projid),
-    });
+    let mut rec = ialloc::new_record(
+        sb.vol(),
+        &ialloc::NewInode {
+            ftype: FileType::Directory,
+            perm,
+            uid,
+            gid,
+            now: t,
+            parent: (drec.base.flags, drec.extra.projid),
+        },
+    );
     rec.base.links_count = 2;
     if let Err(e) = dir_insert::init_dir(sb.vol(), &mut h, ino, &mut rec, parent) {
-        sb.vol().free_inode(&mut h, ino, true)?;
+        ialloc::free_inode(sb.vol(), &mut h, ino, &rec)?;
         h.commit()?;
         return Err(e);
     }
@@ -322,8 +333,12 @@ fn remove_at(sb: &SuperBlock, parent: u32, name: &[u8], want_dir: bool, cred: &C
     if is_dir || vrec.base.links_count <= 1 {
         // Its last name: look at everything its death will free while
         // the name is still there to refuse with (release_check.rs).
-        sb.vol().check_release(ino, &vrec)?;
+        release_check::release(sb.vol(), ino, &vrec)?;
     }
+    // Both records are rewritten: neither may lie in a cross-linked
+    // inode-table block (owner_scan.rs).
+    owner_scan::check_record(sb.vol(), parent)?;
+    owner_scan::check_record(sb.vol(), ino)?;
     let t = sb.now();
     let mut h = sb.vol().begin()?;
     dir_delete::remove_link(sb.vol(), &mut h, dref, name)?;
@@ -412,8 +427,7 @@ fn link_at_once(sb: &SuperBlock, ino: u32, parent: u32, name: &[u8], cred: &Cred
     }
     // The directory may grow: refuse now if allocation or the
     // insertion would meet damage.
-    sb.vol()
-        .check_block_allocatable(sb.vol().geo().group_first_block_of_inode(parent))?;
+    balloc::check_allocatable(sb.vol(), sb.vol().geo().group_first_block_of_inode(parent))?;
     dir_insert::check_insertable(sb.vol(), dref)?;
     let t = sb.now();
     let mut h = sb.vol().begin()?;
@@ -430,7 +444,7 @@ fn link_at_once(sb: &SuperBlock, ino: u32, parent: u32, name: &[u8], cred: &Cred
     inode::write(sb.vol(), &mut h, parent, &newd)?;
     let mut newt = trec.clone();
     if first {
-        sb.vol().orphan_remove(&mut h, ino, &mut newt)?;
+        orphan::remove(sb.vol(), &mut h, ino, &mut newt)?;
     }
     newt.base.links_count += 1;
     newt.set_time(TimeField::Ctime, t);

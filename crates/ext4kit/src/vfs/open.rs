@@ -512,6 +512,7 @@ mod tests {
 
 #[cfg(test)]
 mod tests_by_inode {
+    use crate::ext4::orphan;
     use crate::vfs::request::PermCheck;
     use crate::{Cred, Errno, OpenFlags};
     use crate::{NewInode, OpenRequest, Target};
@@ -621,14 +622,14 @@ mod tests_by_inode {
         // Never linked: an orphan while open, freed by its close.
         let (st, f) = tmpfile(&fs, 2, &OpenRequest::new(rw).mode(0o600).cred(&root), true).unwrap();
         assert_eq!((st.nlink, st.ftype, st.perm()), (0, crate::FileType::Regular, 0o600));
-        assert_eq!(fs.volume().orphan_chain().unwrap(), vec![st.ino]);
+        assert_eq!(orphan::chain(fs.volume()).unwrap(), vec![st.ino]);
         assert_eq!(fs.statfs().unwrap().files_free, free0 - 1);
         fs.pwrite(&f, 0, &[7u8; 10000]).unwrap();
         fs.fsync_inode(&f.inode, crate::SyncLevel::All).unwrap();
         // The directory did not change.
         assert!(fs.read_dir(2).unwrap().iter().all(|e| e.ino != st.ino));
         fs.close_file(f).unwrap();
-        assert!(fs.volume().orphan_chain().unwrap().is_empty());
+        assert!(orphan::chain(fs.volume()).unwrap().is_empty());
         assert_eq!(fs.statfs().unwrap().files_free, free0);
 
         // Linked: off the orphan list, a name, data kept, alive after close.
@@ -636,11 +637,11 @@ mod tests_by_inode {
         fs.pwrite(&f, 0, b"tmpfile data").unwrap();
         let linked = fs.link(st.ino, Target::at(2, b"named"), &root).unwrap();
         assert_eq!((linked.ino, linked.nlink), (st.ino, 1));
-        assert!(fs.volume().orphan_chain().unwrap().is_empty());
+        assert!(orphan::chain(fs.volume()).unwrap().is_empty());
         // Only the first link is the tmpfile's: after unlinking the name
         // again it is a plain unlinked open file, which cannot be relinked.
         fs.unlink(Target::at(2, b"named"), &root).unwrap();
-        assert_eq!(fs.volume().orphan_chain().unwrap(), vec![st.ino]);
+        assert_eq!(orphan::chain(fs.volume()).unwrap(), vec![st.ino]);
         let e = fs.link(st.ino, Target::at(2, b"again"), &root).unwrap_err();
         assert_eq!(e.errno(), Errno::ENOENT);
         fs.close_file(f).unwrap();
@@ -670,7 +671,7 @@ mod tests_by_inode {
         let e = fs.link(st.ino, Target::at(2, b"excl"), &root).unwrap_err();
         assert_eq!(e.errno(), Errno::ENOENT);
         fs.close_file(f).unwrap();
-        assert!(fs.volume().orphan_chain().unwrap().is_empty());
+        assert!(orphan::chain(fs.volume()).unwrap().is_empty());
         assert_eq!(fs.statfs().unwrap().files_free, free0 - 1);
 
         // The directory's write permission is needed, as for a create.

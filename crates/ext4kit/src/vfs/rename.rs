@@ -59,7 +59,7 @@ use super::target::Target;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::dir_insert::{self, NewEntry};
 use crate::ext4::transaction::Handle;
-use crate::ext4::{bmap, dir, dir_delete, inode, BlockMap, DirRef};
+use crate::ext4::{balloc, bmap, dir, dir_delete, inode, owner_scan, release_check, BlockMap, DirRef, Volume};
 
 /// How a rename treats an existing target.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -258,6 +258,19 @@ impl Parents<'_> {
 
 /// A rename with both sides looked up and everything it changes locked:
 /// the parents, then the source inode and the target inode (if any).
+/// Every record a rename rewrites — both directories, the source and a
+/// replaced or exchanged target — must not lie in an inode-table block
+/// another inode's map names (cross-linked: `owner_scan.rs`): refused
+/// before the handle begins.
+fn check_records(vol: &Volume, r: &Renaming<'_>) -> Result<()> {
+    for ino in [r.old.dir, r.new.dir, r.old.ino(), r.new.ino()] {
+        if ino != 0 {
+            owner_scan::check_record(vol, ino)?;
+        }
+    }
+    Ok(())
+}
+
 struct Renaming<'a> {
     old: &'a Side<'a>,
     new: &'a Side<'a>,
@@ -642,15 +655,15 @@ fn rename_plain(sb: &SuperBlock, r: Renaming<'_>) -> Result<()> {
     match r.dst.as_deref() {
         // Everything the replaced target's death frees, checked while
         // its name is still there to refuse with (release_check.rs).
-        Some(t) if new.is_dir || t.base.links_count <= 1 => sb.vol().check_release(new.ino(), t)?,
+        Some(t) if new.is_dir || t.base.links_count <= 1 => release_check::release(sb.vol(), new.ino(), t)?,
         Some(_) => {}
         // The new name may grow its directory.
         None => {
-            sb.vol()
-                .check_block_allocatable(sb.vol().geo().group_first_block_of_inode(new.dir))?;
+            balloc::check_allocatable(sb.vol(), sb.vol().geo().group_first_block_of_inode(new.dir))?;
             dir_insert::check_insertable(sb.vol(), r.dirs.new_dir())?;
         }
     }
+    check_records(sb.vol(), &r)?;
 
     let t = sb.now();
     let mut h = sb.vol().begin()?;
@@ -696,6 +709,7 @@ fn cross_rename(sb: &SuperBlock, r: Renaming<'_>) -> Result<()> {
             rename_dir_prepare(sb, new.ino(), t)?;
         }
     }
+    check_records(sb.vol(), &r)?;
 
     let t = sb.now();
     let mut h = sb.vol().begin()?;

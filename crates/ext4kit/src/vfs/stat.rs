@@ -5,9 +5,10 @@ use ext4kit_format::inode::{FileType, Inode, TimeField, Timestamp};
 use ext4kit_format::superblock::{STATE_ERROR, STATE_VALID};
 
 use super::lookup;
+use super::namei;
 use super::super_block::SuperBlock;
-use super::target::Target;
-use crate::error::Result;
+use super::target::{Named, Target};
+use crate::error::{Errno, Error, Result};
 use crate::ext4::Volume;
 
 /// What `stat(2)` reports, plus ext4 details the CLI shows.
@@ -208,6 +209,21 @@ pub(crate) fn stat_ino(sb: &SuperBlock, ino: u32) -> Result<Stat> {
     let i = sb.inode(ino)?;
     let disk = i.disk.read();
     Ok(Stat::from_inode(sb.vol(), ino, &disk))
+}
+
+/// `readlinkat(2)` (fs/stat.c): the target of the symlink `t` names ([`Fs::read_link`](crate::Fs::read_link)):
+/// a path's final symlink is the one read, never followed.
+pub(crate) fn read_link(sb: &SuperBlock, t: Target<'_>) -> Result<Vec<u8>> {
+    let ino = match t.named() {
+        Named::Path(p) => namei::resolve(sb, p, false)?.ino,
+        _ => lookup::target_ino(sb, t)?,
+    };
+    namei::read_link_ino(sb, ino).map_err(|e| match t.path_shown() {
+        Some(p) if e.errno() == Errno::EINVAL => {
+            Error::posix(Errno::EINVAL, format!("{}: not a symbolic link", namei::show(p)))
+        }
+        _ => e,
+    })
 }
 
 /// Counters the tests and benchmarks look at ([`Fs::stats`](crate::Fs::stats)).

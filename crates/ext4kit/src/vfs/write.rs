@@ -31,7 +31,7 @@ use crate::ext4::htree::CreateLookup;
 use crate::ext4::ialloc;
 use crate::ext4::transaction::Handle;
 use crate::ext4::xattr_write;
-use crate::ext4::{alloc_map, bmap, dir, inode, DirRef};
+use crate::ext4::{alloc_map, balloc, bmap, dir, inode, orphan, DirRef};
 
 /// The work of [`Fs::create`](crate::Fs::create): a new inode of any
 /// kind and its name, in one transaction.
@@ -179,23 +179,25 @@ fn create_at(
     // Blocks (a growing directory, a symlink's) and the name come
     // after the inode: refuse now if allocation or the insertion would
     // meet damage (release_check.rs, dir_insert.rs).
-    sb.vol()
-        .check_block_allocatable(sb.vol().geo().group_first_block_of_inode(parent))?;
+    balloc::check_allocatable(sb.vol(), sb.vol().geo().group_first_block_of_inode(parent))?;
     dir_insert::check_insertable(sb.vol(), dref)?;
     let t = sb.now();
     let mut h = sb.vol().begin()?;
-    let ino = sb.vol().alloc_inode(&mut h, parent, false)?;
+    let ino = ialloc::new_inode(sb.vol(), &mut h, parent, ftype)?;
     // A cached inode of this number is a dead predecessor whose freer
     // has not dropped it yet: the number is ours now.
     sb.icache().forget(ino);
-    let mut rec = sb.vol().new_inode_record(&ialloc::NewInode {
-        ftype,
-        perm: acl.mode,
-        uid,
-        gid,
-        now: t,
-        parent: (dir_rec.base.flags, dir_rec.extra.projid),
-    });
+    let mut rec = ialloc::new_record(
+        sb.vol(),
+        &ialloc::NewInode {
+            ftype,
+            perm: acl.mode,
+            uid,
+            gid,
+            now: t,
+            parent: (dir_rec.base.flags, dir_rec.extra.projid),
+        },
+    );
     let mut new_dir = dir_rec.clone();
     let linked = init(sb.vol(), &mut h, ino, &mut rec)
         .and_then(|()| acl_inherit::store_inherited_acl(sb, &mut h, ino, &mut rec, &acl))
@@ -231,7 +233,7 @@ fn create_at(
             rec.base.links_count = 0;
             rec.base.dtime = t.sec as u32;
             inode::write(sb.vol(), &mut h, ino, &rec)?;
-            sb.vol().free_inode(&mut h, ino, false)?;
+            ialloc::free_inode(sb.vol(), &mut h, ino, &rec)?;
             h.commit()?;
             return Err(e);
         }
@@ -324,17 +326,20 @@ fn tmpfile_inode_once(
     let acl = acl_inherit::acl_for_new(sb, parent, &dir_rec, FileType::Regular, mode)?;
     let t = sb.now();
     let mut h = sb.vol().begin()?;
-    let ino = sb.vol().alloc_inode(&mut h, parent, false)?;
+    let ino = ialloc::new_inode(sb.vol(), &mut h, parent, FileType::Regular)?;
     // A cached inode of this number is a dead predecessor (see `create_at`).
     sb.icache().forget(ino);
-    let mut rec = sb.vol().new_inode_record(&ialloc::NewInode {
-        ftype: FileType::Regular,
-        perm: acl.mode,
-        uid: cred.uid,
-        gid,
-        now: t,
-        parent: (dir_rec.base.flags, dir_rec.extra.projid),
-    });
+    let mut rec = ialloc::new_record(
+        sb.vol(),
+        &ialloc::NewInode {
+            ftype: FileType::Regular,
+            perm: acl.mode,
+            uid: cred.uid,
+            gid,
+            now: t,
+            parent: (dir_rec.base.flags, dir_rec.extra.projid),
+        },
+    );
     let dir_flags = dir_rec.base.flags;
     drop(dir_rec);
     if let Err(e) = acl_inherit::store_inherited_acl(sb, &mut h, ino, &mut rec, &acl) {
@@ -343,7 +348,7 @@ fn tmpfile_inode_once(
         if rec.file_acl() != 0 {
             xattr_write::drop_block(sb.vol(), &mut h, ino, &mut rec)?;
         }
-        sb.vol().free_inode(&mut h, ino, false)?;
+        ialloc::free_inode(sb.vol(), &mut h, ino, &rec)?;
         h.commit()?;
         return Err(e);
     }
@@ -352,7 +357,7 @@ fn tmpfile_inode_once(
     rec.base.links_count = 0;
     // (It fails only when the journal refuses the superblock, which
     // aborts the journal: as for an unlink's orphan, `drop_link`.)
-    sb.vol().orphan_add(&mut h, ino, &mut rec)?;
+    orphan::add(sb.vol(), &mut h, ino, &mut rec)?;
     h.commit()?;
     // Without a journal the orphan chain's head is in the superblock
     // only (as after an unlink of an open file, `remove_at`).

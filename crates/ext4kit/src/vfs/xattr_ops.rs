@@ -35,7 +35,7 @@ use super::syncmode;
 use super::target::Target;
 use crate::error::{Errno, Error, Result};
 use crate::ext4::xattr_write::{self, xattr_key, XattrChange, XATTR_REPLACE};
-use crate::ext4::{inode, xattr};
+use crate::ext4::{inode, release_check, xattr};
 
 const S_ISGID: u16 = 0o2000;
 
@@ -152,7 +152,7 @@ fn change_xattr(sb: &SuperBlock, ino: u32, name: &[u8], value: Option<&[u8]>, fl
     }
     // The xattr block may be rewritten, copied or freed: checked while
     // nothing has changed (release_check.rs).
-    sb.vol().check_xattr_block_change(ino, &new)?;
+    release_check::xattr_change(sb.vol(), ino, &new)?;
     let mut h = sb.vol().begin()?;
     match xattr_write::set(sb.vol(), &mut h, ino, &mut new, XattrChange { name, value, flags }) {
         // Dropping an ACL that is not there (an equivalent or empty ACL).

@@ -119,7 +119,9 @@ pub fn compare_images(before: &[u8], after: &[u8]) -> Option<bool> {
     (same_rest && masked(before) == masked(after) && state & 2 != 0).then_some(true)
 }
 
-fn blames_damage(msg: &str) -> bool {
+/// Whether a refusal's message blames damage (it must then say "run
+/// e2fsck").
+pub fn blames_damage(msg: &str) -> bool {
     let m = msg.to_ascii_lowercase();
     m.contains("corrupt") || m.contains("structure needs cleaning")
 }
@@ -201,16 +203,23 @@ fn run_library(op: Op, path: &Path, limit: Duration) -> Result<Result<(), String
 fn run_cli(op: Op, path: &Path, bin: &Path, limit: Duration) -> Result<Result<(), String>, Outcome> {
     let host = path.parent().unwrap_or(Path::new("/tmp"));
     let args = op.cli_args(path, host).map_err(|e| Outcome::Broken(format!("put source: {e}")))?;
+    run_binary(bin, &args, limit)
+}
+
+/// Run `bin ARGS` under `timeout`: `Ok(Ok(()))` on success, `Ok(Err(msg))`
+/// on a refusal (its stderr), `Err` on a panic or a hang.
+pub fn run_binary(bin: &Path, args: &[String], limit: Duration) -> Result<Result<(), String>, Outcome> {
     let out = Command::new("timeout")
         .arg(limit.as_secs().max(1).to_string())
         .arg(bin)
-        .args(&args)
+        .args(args)
         .output()
         .map_err(|e| Outcome::Broken(format!("running {}: {e}", bin.display())))?;
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     match out.status.code() {
         Some(0) => Ok(Ok(())),
         Some(124) => Err(Outcome::Hang),
+        None => Err(Outcome::Panic(format!("killed by a signal ({}): {stderr}", out.status))),
         _ if stderr.contains("panicked") => Err(Outcome::Panic(stderr)),
         _ => Ok(Err(stderr.trim().to_string())),
     }
@@ -341,7 +350,7 @@ impl CorpusReport {
 #[derive(Debug, Clone)]
 pub struct CorpusConfig {
     /// Seeds (one damaged image each).
-    pub seeds: std::ops::Range<u64>,
+    pub seeds: Vec<u64>,
     /// Operations to run on every image.
     pub ops: Vec<Op>,
     /// Frontends; the CLI runs only every `cli_every`-th operation of an
@@ -364,11 +373,11 @@ pub fn run_corpus(cfg: &CorpusConfig) -> Result<CorpusReport, String> {
     let dir = scratch_dir();
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let next = AtomicUsize::new(0);
-    let seeds: Vec<u64> = cfg.seeds.clone().collect();
+    let seeds = &cfg.seeds;
     let report = Mutex::new(CorpusReport::default());
     std::thread::scope(|s| {
         for w in 0..cfg.threads.max(1) {
-            let (next, seeds, report, dir) = (&next, &seeds, &report, &dir);
+            let (next, report, dir) = (&next, &report, &dir);
             s.spawn(move || loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&seed) = seeds.get(i) else { break };
@@ -379,8 +388,17 @@ pub fn run_corpus(cfg: &CorpusConfig) -> Result<CorpusReport, String> {
                     None => r.uncheckable += 1,
                     Some(recs) => {
                         if cfg.verbose {
-                            for c in recs.iter().filter(|c| c.outcome.is_failure()) {
-                                eprintln!("{:?} {}: {}", c.outcome, c.damage, c.op.label());
+                            let loud =
+                                |o: &Outcome| o.is_failure() || matches!(o, Outcome::Refused { recorded: true, .. });
+                            for c in recs.iter().filter(|c| loud(&c.outcome)) {
+                                eprintln!(
+                                    "[{}] seed {} {:?} {}: {}",
+                                    c.frontend,
+                                    c.seed,
+                                    c.outcome,
+                                    c.damage,
+                                    c.op.label()
+                                );
                             }
                         }
                         r.cases.extend(recs)

@@ -22,8 +22,12 @@
 //! - [`fsck`]: `e2fsck -fn`'s problem lines as a multiset to compare.
 //! - [`ops`]: the operations, as library calls and as command lines.
 //! - [`check`]: one case (image × operation × frontend) and its verdict.
+//! - [`e2fsprogs`]: e2fsprogs' own corrupt test images (`tests/f_*`) with
+//!   mkdir, put and rm through the `ext4kit` binary, e2fsck before and
+//!   after — a campaign over images fetched from outside, never CI.
 
 pub mod check;
 pub mod corpus;
+pub mod e2fsprogs;
 pub mod fsck;
 pub mod ops;
