@@ -17,8 +17,8 @@
 //!   directory also inherits the default ACL itself as its own default;
 //! * symbolic links take neither (their mode is always 0777).
 //!
-//! The creating paths (write.rs, namespace.rs) call `Fs::acl_for_new`
-//! under the parent's lock and `Fs::store_inherited_acl` with the new
+//! The creating paths (write.rs, namespace.rs) call `acl_for_new`
+//! under the parent's lock and `store_inherited_acl` with the new
 //! record before it is first written. Values are in the Linux xattr
 //! format, as everywhere in the vfs layer.
 

@@ -5,7 +5,7 @@
 //! - Lookups are lock-free map reads under an epoch guard; the path walk
 //!   borrows intermediate dentries from the map without taking a reference
 //!   (no refcount traffic on `/`, `/usr`, ... when many threads resolve paths
-//!   below them). `Fs::resolve` clones the final dentry for its caller.
+//!   below them). `namei::resolve` clones the final dentry for its caller.
 //! - A reference is an `Arc` clone: an atomic increment, never a lock (no
 //!   lock at the zero transition either: eviction removes only entries
 //!   whose count says the map is their only holder, `remove_if`).

@@ -1,8 +1,8 @@
 //! [`Fs`], the library's API: one handle on an open filesystem, whose
 //! methods are the whole contract a frontend (the FUSE mount, the CLI, a
 //! program) uses. Each method is a thin call into the module that does
-//! the work, named as the kernel names it — `namespace::mkdir_at`,
-//! `io::write_inode`, `rename::rename_at` — on the filesystem's state,
+//! the work, named as the kernel names it — `namespace::unlink`,
+//! `io::write_inode`, `rename::rename` — on the filesystem's state,
 //! [`SuperBlock`] (the volume, the caches, the holds, the mount's flags).
 //! A reader looking for an operation finds it by its file name; this file
 //! only lists them. The calls are `#[inline]`: going through the facade
@@ -543,7 +543,7 @@ impl Fs {
     /// claimed (delayed allocation's accounting, see `ext4::reservation`):
     /// with no room the write is short, or ENOSPC when nothing fits — never
     /// a loss discovered at writeback. The root reserve is for the callers
-    /// [`Self::reserver`] names.
+    /// [`Fs::reserver`] names.
     #[inline]
     pub fn write_inode(&self, inode: &CachedInode, req: &WriteRequest<'_>) -> Result<Written> {
         io::write_inode(&self.sb, inode, req)

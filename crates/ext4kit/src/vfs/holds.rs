@@ -19,7 +19,7 @@
 //! then an unlinked inode sits on the orphan list, `ext4_orphan_add` from
 //! `ext4_unlink`):
 //!
-//! - **0 → 1** (`Fs::hold_inode`'s slow path) under the inode's `disk`
+//! - **0 → 1** (`evict::hold_inode`'s slow path) under the inode's `disk`
 //!   reader lock, after checking the record is not freed (mode 0).
 //!   `drop_link` and `release_unlinked` read the count under the writer
 //!   side when they decide between freeing and the orphan list: so either
@@ -30,7 +30,7 @@
 //!   adding to it is just counting, under the shard mutex. A lookup of an
 //!   inode the kernel already holds (the common case) takes one short
 //!   uncontended-in-practice mutex and nothing of the inode's.
-//! - **n → 0** (`Fs::drop_holds`) under the shard mutex. `drop_link` sets
+//! - **n → 0** (`evict::drop_holds`) under the shard mutex. `drop_link` sets
 //!   `CachedInode::unlinked` before it takes the same mutex to read the
 //!   count; so if the last drop came after that read (the inode went to
 //!   the orphan list), the dropper, reading the flag after its mutex

@@ -1,5 +1,5 @@
 //! The write side of file I/O on an inode: buffered writes through the page
-//! cache, truncate, fallocate, and `open` with creation flags.
+//! cache, truncate and fallocate.
 //!
 //! Locking: every function here takes the inode's `disk` write lock (the
 //! `i_rwsem` analogue) for the whole change, so writers to one file are

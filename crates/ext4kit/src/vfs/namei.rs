@@ -233,7 +233,7 @@ pub(crate) fn show(p: &[u8]) -> String {
 }
 
 /// Name the path a caller gave in a POSIX error's message: the path
-/// wrappers of every `*_at` / `*_ino` call use this, so a message names the
+/// targets of every call use this (`lookup::annotate`), so a message names the
 /// path once, replacing the bare final name the inode-level call put first.
 pub(crate) fn with_path(e: Error, path: &[u8]) -> Error {
     match e {

@@ -2,8 +2,9 @@
 //! own module, `rename.rs`; what happens at an inode's last link is in
 //! `evict.rs`).
 //!
-//! Every operation has an inode-number core (`*_at`: what the FUSE server
-//! calls) and a path wrapper. Each takes the caller's [`Cred`].
+//! Each operation names its entry with a [`Target`] (a path, or a name in
+//! a directory: what the FUSE server has) and works on the directory's
+//! inode and the name (`*_at`); each takes the caller's [`Cred`].
 //!
 //! Locking (the kernel's rules; ARCHITECTURE.md, "Locking and memory
 //! ordering"):
@@ -383,7 +384,7 @@ fn link_at(sb: &SuperBlock, ino: u32, parent: u32, name: &[u8], cred: &Cred) -> 
     sb.retry_enospc(|| link_at_once(sb, ino, parent, name, cred))
 }
 
-/// One attempt of [`Fs::link_at`].
+/// One attempt of [`link_at`].
 fn link_at_once(sb: &SuperBlock, ino: u32, parent: u32, name: &[u8], cred: &Cred) -> Result<Stat> {
     check_name(name)?;
     if is_dot(name) {

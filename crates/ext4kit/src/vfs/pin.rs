@@ -31,7 +31,7 @@
 //! revocation sees the open (and the inode stays), or the open sees the
 //! revocation and takes the slow path, which makes a new pin under the
 //! inode's `disk` reader lock and finds no inode if it was freed meanwhile
-//! (the argument of `Fs::hold_inode`). The word lives in its own
+//! (the argument of `evict::hold_inode`). The word lives in its own
 //! allocation (`PinWord`, `vfs::pin_word`) which the inode's registry holds strongly, so
 //! a revocation reaches a pin that is being dropped too; the drop gives
 //! its unit back under the reader lock (compare-and-swap on the same word
@@ -41,7 +41,7 @@
 //! A pin's count says the inode is *alive*, not that it is the inode the
 //! name the walk went through names: numbers are reused at once. What
 //! makes an open by path open the right inode is the check after the
-//! count that the walk's dentry is still cached (`Fs::open_walked`).
+//! count that the walk's dentry is still cached (`open::open_walked`).
 //!
 //! The last close of an unlinked file: `drop_link` sets
 //! `CachedInode::unlinked` before it revokes; a close drops its open

@@ -5,25 +5,25 @@
 //!
 //! - **The VFS half** (fs/namei.c) is `rename`: check the names
 //!   and flags (`do_renameat2`); take the rename mutex and both parents'
-//!   locks in ancestor order (`lock_rename`, `Fs::lock_parents`); look
-//!   both names up (`Fs::lookup_sides`); refuse the loops `lock_rename`
+//!   locks in ancestor order (`lock_rename`, `lock_parents`); look
+//!   both names up (`lookup_sides`); refuse the loops `lock_rename`
 //!   traps and the type mismatches `vfs_rename` refuses
 //!   (`check_traps`); lock the inodes moved or replaced
-//!   (`Renaming::lock`); check permissions (`Fs::may_rename`).
+//!   (`Renaming::lock`); check permissions (`may_rename`).
 //! - **The ext4 half** (fs/ext4/namei.c) is two functions:
-//!   `Fs::rename_plain` (`ext4_rename`: move one name, replacing the
-//!   target if there is one) and `Fs::cross_rename`
+//!   `rename_plain` (`ext4_rename`: move one name, replacing the
+//!   target if there is one) and `cross_rename`
 //!   (`ext4_cross_rename`: swap two names). Both work on per-side state,
 //!   `Side` (the kernel's `struct ext4_renament`: the directory, the
 //!   name, the inode it names, whether that is a directory, and the change
 //!   to the directory's link count), through small helpers named for the
 //!   kernel's: reading a moved directory's ".." before anything changes
-//!   (`Fs::rename_dir_prepare`) and pointing it at the new parent
-//!   (`Fs::rename_dir_finish`), taking the old name out
-//!   (`Fs::rename_delete`), the parents' link counts
+//!   (`rename_dir_prepare`) and pointing it at the new parent
+//!   (`rename_dir_finish`), taking the old name out
+//!   (`rename_delete`), the parents' link counts
 //!   (`update_dir_count`), a replaced target's last link
-//!   (`Fs::drop_replaced_target`: out of the dentry cache, then freed or
-//!   orphaned), and publishing the result (`Fs::rename_finish`).
+//!   (`drop_replaced_target`: out of the dentry cache, then freed or
+//!   orphaned), and publishing the result (`rename_finish`).
 //!
 //! Everything that could refuse is checked before the handle opens —
 //! including what the edits will read (a moved directory's "..", what a

@@ -3,7 +3,7 @@
 //! caller ([`OpenRequest`]), where a write goes and who makes it
 //! ([`WriteRequest`]), what it did ([`Written`]), an fallocate's range
 //! ([`Fallocate`]). Their own module, below the open file (`file.rs`) and
-//! the operations (`write.rs`, `namespace.rs`, `io.rs`, `by_ino.rs`) that
+//! the operations (`write.rs`, `namespace.rs`, `open.rs`, `io.rs`) that
 //! take them.
 
 use ext4kit_format::inode::FileType;

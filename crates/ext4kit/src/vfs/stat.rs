@@ -204,7 +204,7 @@ pub(crate) fn stat(sb: &SuperBlock, t: Target<'_>) -> Result<Stat> {
     lookup::on_inode(sb, t, |ino| stat_ino(sb, ino))
 }
 
-/// Attributes of inode `ino` ([`Fs::stat_ino`](crate::Fs::stat_ino)).
+/// Attributes of inode `ino`.
 pub(crate) fn stat_ino(sb: &SuperBlock, ino: u32) -> Result<Stat> {
     let i = sb.inode(ino)?;
     let disk = i.disk.read();

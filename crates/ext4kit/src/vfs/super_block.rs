@@ -7,7 +7,7 @@
 //! frontends' holds, the background worker, and the mount's flags
 //! (`SB_SYNCHRONOUS`, `SB_DIRSYNC`, why it is read-only) — and gives them
 //! out by reference. The operations themselves are module functions that
-//! take `sb: &SuperBlock` (`namespace::mkdir_at(sb, ...)`,
+//! take `sb: &SuperBlock` (`namespace::unlink(sb, ...)`,
 //! `io::write_inode(sb, ...)`), and [`Fs`](super::Fs) is the public face
 //! that calls them. Nothing here imports an operation: data flows down.
 //!

@@ -1,4 +1,6 @@
-//! The write side of the `Fs` API (growing: see the write-engine issue).
+//! Making inodes: one [`NewInode`] request for every kind (`creat`,
+//! `mknod`, `symlink`; directories through `namespace::mkdir_once`),
+//! `O_TMPFILE`'s nameless inode, and `sync(2)`.
 //!
 //! Every operation follows the same shape: resolve the parent, take the
 //! parent directory's inode lock (the `i_rwsem` analogue, writer side),
@@ -261,14 +263,14 @@ fn create_at(
 }
 
 /// `O_TMPFILE`'s inode (`ext4_tmpfile`): a regular file with permission
-/// bits `perm` owned as [`Fs::mknod_at`] would own it in directory
+/// bits `perm` owned as a created file would be in directory
 /// `parent`, but with no name: its link count is 0 and it is on the
 /// orphan list from the transaction that allocates it, so a crash
 /// before its last close leaves an orphan that the next mount or
 /// e2fsck frees. The directory itself is not changed (no entry, no
 /// times), as in the kernel. The caller opens the returned inode at
 /// once and closes it with [`Fs::close_file`]; `linkable` (no
-/// `O_EXCL`) lets [`Fs::link_at`] give it a name later.
+/// `O_EXCL`) lets a link give it a name later.
 ///
 /// It inherits the parent's default ACL as a created file does
 /// (`ext4_tmpfile` → `ext4_new_inode` → `ext4_init_acl`), and a
