@@ -150,3 +150,61 @@ fn held_inodes_leave_the_cache_and_unlinked_ones_wait_for_forget() {
     ext4kit_testkit::e2fsck_clean(&img).unwrap();
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// `rm` of a big closed file, then `df`: over FUSE the blocks are freed at
+/// the kernel's FORGET, which another server thread may still be working
+/// on when the STATFS arrives; the kernel's ext4 shows them free as soon
+/// as `unlink(2)` returns, and so must we after the `syncfs` xfstests
+/// generic/015 runs between the two.
+#[test]
+fn space_of_a_removed_file_is_free_at_the_next_statfs() {
+    ext4kit_testkit::require_root_and_fuse("this test mounts with mount(2)");
+    let work = std::env::temp_dir().join(format!("ext4kit-fuse-df-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let img = work.join("img");
+    let st = Command::new("mke2fs")
+        .args(["-q", "-F", "-t", "ext4"])
+        .arg(&img)
+        .arg("256M")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mnt = work.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let m = ext4kit_fuse::mount(&img, &mnt, &ext4kit_fuse::MountOptions::default()).unwrap();
+    let server = std::thread::spawn(move || m.run());
+    let avail = || {
+        let s = rustix::fs::statvfs(&mnt).unwrap();
+        (s.f_bavail, s.f_blocks)
+    };
+    let (empty, total) = avail();
+    let chunk = vec![0x5au8; 1 << 20];
+    for round in 0..3 {
+        let f = mnt.join("fill");
+        {
+            let mut w = std::fs::File::create(&f).unwrap();
+            for _ in 0..200 {
+                std::io::Write::write_all(&mut w, &chunk).unwrap();
+            }
+        }
+        let (full, _) = avail();
+        assert!(
+            full < empty / 4,
+            "round {round}: 200 MiB written, {full} of {total} blocks still free"
+        );
+        std::fs::remove_file(&f).unwrap();
+        // As the test does: syncfs(2), which over FUSE waits for the
+        // kernel's writeback, not for the server's FORGET work.
+        rustix::fs::syncfs(std::fs::File::open(&mnt).unwrap()).unwrap();
+        let (after, _) = avail();
+        assert!(
+            after + 64 >= empty,
+            "round {round}: right after rm, {after} blocks free; {empty} before the file was written"
+        );
+    }
+    ext4kit_fuse::unmount(&mnt, Duration::from_secs(30)).unwrap();
+    server.join().unwrap().unwrap();
+    ext4kit_testkit::e2fsck_clean(&img).unwrap();
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -305,6 +305,9 @@ pub(crate) fn access(sb: &SuperBlock, t: Target<'_>, mask: u8, cred: &Cred) -> R
 
 /// The work of [`Fs::statfs`](crate::Fs::statfs).
 pub(crate) fn statfs(sb: &SuperBlock) -> Result<StatFs> {
+    // The space of a removed file counts as free once its free is done
+    // (`vfs::releasing`).
+    sb.releasing().wait_idle();
     let (free_blocks, free_inodes) = sb.vol().groups().iter().fold((0u64, 0u64), |(b, i), g| {
         let d = g.desc().read();
         (b + d.free_blocks_count() as u64, i + d.free_inodes_count() as u64)

@@ -108,6 +108,7 @@ pub(crate) fn destroy(
 /// The work of [`Fs::release_unlinked`](crate::Fs::release_unlinked).
 pub(crate) fn release_unlinked(sb: &SuperBlock, inode: &CachedInode) -> Result<()> {
     super::shared::note(2);
+    let _freeing = sb.releasing().enter();
     let mut rec = inode.disk.write();
     if rec.base.links_count != 0 || rec.base.mode == 0 {
         return Ok(());
@@ -198,6 +199,9 @@ pub(crate) fn drop_hold(sb: &SuperBlock, inode: &CachedInode) -> Result<()> {
 
 /// The work of [`Fs::drop_holds`](crate::Fs::drop_holds).
 pub(crate) fn drop_holds(sb: &SuperBlock, ino: u32, n: u64) -> Result<()> {
+    // Counted from before the count goes down: a `statfs` that comes
+    // after this FORGET waits for the free it may start.
+    let _freeing = sb.releasing().enter();
     if !sb.holds().sub(ino, n) {
         return Ok(());
     }

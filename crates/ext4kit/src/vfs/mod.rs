@@ -34,6 +34,7 @@ mod pin_word;
 mod read;
 mod read_write;
 mod readdir;
+mod releasing;
 pub mod rename;
 pub mod request;
 pub mod shared;

@@ -23,6 +23,7 @@ use super::dcache::Dcache;
 use super::holds::Holds;
 use super::icache::{CachedInode, Icache};
 use super::pagecache::PageBudget;
+use super::releasing::Releasing;
 use crate::error::{Errno, Result};
 use crate::ext4::{OpenOptions, Volume, ROOT_INO};
 use ext4kit_cache::flusher::Flusher;
@@ -65,6 +66,8 @@ pub(crate) struct SuperBlock {
     pages: Arc<PageBudget>,
     /// Frontend holds by inode number (`vfs::holds`).
     holds: Arc<Holds>,
+    /// Frees of unlinked inodes in flight (`vfs::releasing`).
+    releasing: Releasing,
     /// Reclaim and checkpoints off the callers' threads (`ext4kit_cache::flusher`);
     /// none when no thread could be started (the caches then work inline),
     /// and none once stopped at the close.
@@ -89,6 +92,7 @@ impl SuperBlock {
             dcache: Arc::new(Dcache::new(ROOT_INO, (budget / 8 / 256).max(4096))),
             pages,
             holds: Arc::default(),
+            releasing: Releasing::default(),
             vol: Arc::new(vol),
             flusher: None,
             sync_mount: SyncMount {
@@ -141,6 +145,11 @@ impl SuperBlock {
     #[inline]
     pub(crate) fn holds(&self) -> &Arc<Holds> {
         &self.holds
+    }
+
+    /// Frees of unlinked inodes in flight, which `statfs` waits for.
+    pub(crate) fn releasing(&self) -> &Releasing {
+        &self.releasing
     }
 
     /// The filesystem-wide synchronous modes.
