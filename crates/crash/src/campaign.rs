@@ -272,9 +272,17 @@ pub fn check_run(
         ..Default::default()
     });
     let threads = threads.max(1);
+    let tally = &Tally {
+        rec,
+        cell: &cell,
+        sum: &sum,
+        keep,
+        saved,
+        repro,
+    };
     std::thread::scope(|s| {
         for k in 0..threads {
-            let (sum, cell) = (&sum, &cell);
+            let sum = &sum;
             s.spawn(move || {
                 let checker = match Checker::new(&format!("check{k}")) {
                     Ok(c) => c,
@@ -300,7 +308,7 @@ pub fn check_run(
                         }
                     };
                     let fails = checker.check(rec, cut, &img);
-                    record(rec, cut, &img, &fails, cell, sum, keep, saved, repro);
+                    tally.record(cut, &img, &fails);
                 }
             });
         }
@@ -308,91 +316,107 @@ pub fn check_run(
     sum.into_inner().expect("summary")
 }
 
-#[allow(clippy::too_many_arguments)]
-fn record(
-    rec: &Recorded,
-    cut: &CrashPoint,
-    img: &[u8],
-    fails: &[Failure],
-    cell: &str,
-    sum: &Mutex<Summary>,
-    keep: Option<&PathBuf>,
-    saved: &Mutex<BTreeSet<FailKind>>,
-    repro: &str,
-) {
-    let kinds: BTreeSet<FailKind> = fails.iter().map(|f| f.kind).collect();
-    let repro_cmd = repro.replace("{}", &format!("{} --cut {cut}", rec.spec.args()));
-    let mut image_path = None;
-    // Held to the end: the image kept for a kind and the first failure the
-    // summary reports for it must be the same one.
-    let mut saved = saved.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(dir) = keep {
-        let new: Vec<FailKind> = kinds.iter().copied().filter(|k| !saved.contains(k)).collect();
-        saved.extend(new.iter().copied());
-        if let Some(k) = new.first() {
-            let name = format!(
-                "{}-{}-{}-s{}-{}",
-                k.name(),
-                rec.spec.workload,
-                rec.spec.fs.name(),
-                rec.spec.seed,
-                cut.to_string().replace(['@', '/'], "_")
-            );
-            let report = format!(
-                "run: {}\ncut: {cut} (flushes {}, {} writes dropped)\nreproduce: {repro_cmd}{}\n\n{}\n\n{}",
-                rec.spec.label(),
-                cut.flushes,
-                cut.dropped(&rec.log),
-                if rec.spec.threads > 1 {
-                    " (several threads: a rerun records another interleaving; this image and the log below are \
-                     the evidence)"
-                } else {
-                    ""
-                },
-                fails
-                    .iter()
-                    .map(|f| format!("[{}] {}", f.kind, f.detail))
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-                crate::check::explain(rec, cut, 60)
-            );
-            image_path = save_image(dir, &name, img, &report).ok();
+/// What every checked image of one recorded run is counted into, shared
+/// by the checking threads.
+struct Tally<'a> {
+    rec: &'a Recorded,
+    /// The summary's cell of this run (workload/filesystem).
+    cell: &'a str,
+    sum: &'a Mutex<Summary>,
+    /// Where to save the first image of each failure kind.
+    keep: Option<&'a PathBuf>,
+    /// The kinds an image was saved for already (across runs).
+    saved: &'a Mutex<BTreeSet<FailKind>>,
+    /// The command that reproduces a run, `{}` for its arguments.
+    repro: &'a str,
+}
+
+impl Tally<'_> {
+    /// Count the image of `cut` and its failures; save it if it is the
+    /// first of a failure kind.
+    fn record(&self, cut: &CrashPoint, img: &[u8], fails: &[Failure]) {
+        let Tally {
+            rec,
+            cell,
+            sum,
+            keep,
+            saved,
+            repro,
+        } = *self;
+        let kinds: BTreeSet<FailKind> = fails.iter().map(|f| f.kind).collect();
+        let repro_cmd = repro.replace("{}", &format!("{} --cut {cut}", rec.spec.args()));
+        let mut image_path = None;
+        // Held to the end: the image kept for a kind and the first failure the
+        // summary reports for it must be the same one.
+        let mut saved = saved.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(dir) = keep {
+            let new: Vec<FailKind> = kinds.iter().copied().filter(|k| !saved.contains(k)).collect();
+            saved.extend(new.iter().copied());
+            if let Some(k) = new.first() {
+                let name = format!(
+                    "{}-{}-{}-s{}-{}",
+                    k.name(),
+                    rec.spec.workload,
+                    rec.spec.fs.name(),
+                    rec.spec.seed,
+                    cut.to_string().replace(['@', '/'], "_")
+                );
+                let report = format!(
+                    "run: {}\ncut: {cut} (flushes {}, {} writes dropped)\nreproduce: {repro_cmd}{}\n\n{}\n\n{}",
+                    rec.spec.label(),
+                    cut.flushes,
+                    cut.dropped(&rec.log),
+                    if rec.spec.threads > 1 {
+                        " (several threads: a rerun records another interleaving; this image and the log below are \
+                         the evidence)"
+                    } else {
+                        ""
+                    },
+                    fails
+                        .iter()
+                        .map(|f| format!("[{}] {}", f.kind, f.detail))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                    crate::check::explain(rec, cut, 60)
+                );
+                image_path = save_image(dir, &name, img, &report).ok();
+            }
         }
-    }
-    let mut s = sum.lock().expect("summary");
-    s.images += 1;
-    if cut.is_flush_cut() {
-        s.flush_images += 1;
-    }
-    let c = s.cells.get_mut(cell).expect("the run's cell");
-    c.images += 1;
-    if !kinds.is_empty() {
-        c.failed += 1;
+        let mut s = sum.lock().expect("summary");
+        s.images += 1;
         if cut.is_flush_cut() {
-            c.failed_at_flush += 1;
+            s.flush_images += 1;
         }
-        s.failed_images += 1;
-    }
-    s.lost_bytes += fails.iter().map(|f| f.lost_bytes).sum::<u64>();
-    for k in kinds {
-        let e = s.kinds.entry(k).or_default();
-        e.images += 1;
-        if cut.is_flush_cut() {
-            e.at_flush += 1;
+        let c = s.cells.get_mut(cell).expect("the run's cell");
+        c.images += 1;
+        if !kinds.is_empty() {
+            c.failed += 1;
+            if cut.is_flush_cut() {
+                c.failed_at_flush += 1;
+            }
+            s.failed_images += 1;
         }
-        if e.first.is_none() {
-            e.first = Some(FirstFailure {
-                run: rec.spec.label(),
-                cut: cut.to_string(),
-                detail: fails
-                    .iter()
-                    .filter(|f| f.kind == k)
-                    .map(|f| f.detail.clone())
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-                repro: repro_cmd.clone(),
-                image: image_path.clone(),
-            });
+        s.lost_bytes += fails.iter().map(|f| f.lost_bytes).sum::<u64>();
+        for k in kinds {
+            let e = s.kinds.entry(k).or_default();
+            e.images += 1;
+            if cut.is_flush_cut() {
+                e.at_flush += 1;
+            }
+            if e.first.is_none() {
+                e.first = Some(FirstFailure {
+                    run: rec.spec.label(),
+                    cut: cut.to_string(),
+                    detail: fails
+                        .iter()
+                        .filter(|f| f.kind == k)
+                        .map(|f| f.detail.clone())
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                    repro: repro_cmd.clone(),
+                    image: image_path.clone(),
+                });
+            }
         }
     }
 }

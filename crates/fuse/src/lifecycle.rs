@@ -217,9 +217,10 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             // unless strictatime): accepted, as mount(8) and xfstests pass it.
             "relatime" => {}
             // The kernel keeps no atime for FUSE inodes (S_NOATIME), so a
-            // directory's atime is never updated either way: accepted, as
-            // xfstests' cycle mounts pass them.
-            "nodiratime" | "diratime" => {}
+            // directory's atime is never updated either way, and no atime
+            // rule (strictatime) or deferral (lazytime) changes anything:
+            // accepted, as xfstests' cycle mounts pass them.
+            "nodiratime" | "diratime" | "strictatime" | "lazytime" | "nolazytime" => {}
             // Always on (see the crate docs): accepted for familiarity.
             "default_permissions" => {}
             "nosuid" => opts.kernel.push(MountOption::NoSuid),
@@ -277,7 +278,7 @@ pub fn parse_options(list: &str, opts: &mut MountOptions) -> Result<(), String> 
             other => {
                 return Err(format!(
                     "unknown mount option `{other}` (known: ro, rw, cache=writethrough|writeback|direct, no_open, allow_other, allow_root, default_permissions, busy_poll=US, readahead=KIB, \
-                     transport=auto|uring|dev, commit=SECONDS, partition=N, offset=BYTES, noload, [no]suid, [no]dev, [no]exec, [no]atime, relatime, [no]diratime, sync, async, dirsync)"
+                     transport=auto|uring|dev, commit=SECONDS, partition=N, offset=BYTES, noload, [no]suid, [no]dev, [no]exec, [no]atime, relatime, strictatime, [no]lazytime, [no]diratime, sync, async, dirsync)"
                 ))
             }
         }
@@ -1203,7 +1204,7 @@ mod tests {
         assert_eq!(o.cache, CacheMode::Direct);
         assert_eq!(o.busy_poll, Duration::ZERO);
         assert_eq!(o.kernel, vec![MountOption::NoAtime]);
-        parse_options("relatime,nodiratime,diratime", &mut o).unwrap();
+        parse_options("relatime,nodiratime,diratime,strictatime,lazytime,nolazytime", &mut o).unwrap();
         assert_eq!(o.kernel, vec![MountOption::NoAtime], "accepted, nothing passed on");
         parse_options("partition=2", &mut o).unwrap();
         assert_eq!(o.location, Location::Partition(2));

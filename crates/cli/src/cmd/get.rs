@@ -77,7 +77,14 @@ pub fn run(image: &Image, path: &str, dest: &Path, budget: usize) -> Result<(), 
         .top_fd
         .try_clone()
         .map_err(|e| format!("{}: {e}", parent.display()))?;
-    let r = ctx.copy(&top_dir, Path::new(""), &name, path.as_bytes(), &st, 0, fill_existing);
+    let top = Item {
+        name: &name,
+        src: path.as_bytes(),
+        st: &st,
+        depth: 0,
+        fill_existing,
+    };
+    let r = ctx.copy(&top_dir, Path::new(""), &top);
     ctx.bar.finish_and_clear();
     r.map_err(|e| format!("{}: {e}", dest.display()))?;
     if ctx.problems > 0 {
@@ -199,6 +206,20 @@ fn ts(t: Timestamp) -> Timespec {
     }
 }
 
+/// One object of the image being copied out, and where it sits in the
+/// walk.
+struct Item<'a> {
+    /// Its name in its directory (the name it gets in DEST).
+    name: &'a [u8],
+    /// Its path in the image, for messages.
+    src: &'a [u8],
+    st: &'a Stat,
+    /// Directories above it in the copy, bounded by `MAX_DEPTH`.
+    depth: usize,
+    /// DEST is an existing empty directory that takes its place.
+    fill_existing: bool,
+}
+
 impl Ctx<'_> {
     fn warn(&mut self, src: &[u8], what: impl std::fmt::Display) {
         self.problems += 1;
@@ -215,17 +236,8 @@ impl Ctx<'_> {
     /// relative to the top parent is `rel`). Errors returned are errors
     /// writing DEST (fatal); problems reading the image are reported and
     /// counted, and the copy goes on.
-    #[allow(clippy::too_many_arguments)]
-    fn copy(
-        &mut self,
-        dir: &OwnedFd,
-        rel: &Path,
-        name: &[u8],
-        src: &[u8],
-        st: &Stat,
-        depth: usize,
-        fill_existing: bool,
-    ) -> io::Result<()> {
+    fn copy(&mut self, dir: &OwnedFd, rel: &Path, item: &Item<'_>) -> io::Result<()> {
+        let Item { name, src, st, .. } = *item;
         let my_rel = rel.join(os(name));
         if st.ftype != FileType::Directory && st.nlink > 1 {
             if let Some(first) = self.links.get(&st.ino) {
@@ -235,7 +247,7 @@ impl Ctx<'_> {
             self.links.insert(st.ino, my_rel.clone());
         }
         match st.ftype {
-            FileType::Directory => self.copy_dir(dir, &my_rel, name, src, st, depth, fill_existing),
+            FileType::Directory => self.copy_dir(dir, &my_rel, item),
             FileType::Regular => self.copy_file(dir, name, src, st),
             FileType::Symlink => {
                 let target = match self.fs.read_link(st.ino) {
@@ -269,18 +281,9 @@ impl Ctx<'_> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn copy_dir(
-        &mut self,
-        dir: &OwnedFd,
-        my_rel: &Path,
-        name: &[u8],
-        src: &[u8],
-        st: &Stat,
-        depth: usize,
-        fill_existing: bool,
-    ) -> io::Result<()> {
-        if depth > MAX_DEPTH {
+    fn copy_dir(&mut self, dir: &OwnedFd, my_rel: &Path, item: &Item<'_>) -> io::Result<()> {
+        let Item { name, src, st, .. } = *item;
+        if item.depth > MAX_DEPTH {
             self.warn(
                 src,
                 format!("nested deeper than {MAX_DEPTH} directories; not descended"),
@@ -297,7 +300,7 @@ impl Ctx<'_> {
             );
             return Ok(());
         }
-        if !fill_existing {
+        if !item.fill_existing {
             rfs::mkdirat(dir, os(name), Mode::from_raw_mode(0o700))?;
         }
         let sub = rfs::openat(
@@ -342,7 +345,16 @@ impl Ctx<'_> {
                         continue;
                     }
                     match self.fs.stat(e.ino) {
-                        Ok(cst) => self.copy(&sub, my_rel, &e.name, &child_src, &cst, depth + 1, false)?,
+                        Ok(cst) => {
+                            let child = Item {
+                                name: &e.name,
+                                src: &child_src,
+                                st: &cst,
+                                depth: item.depth + 1,
+                                fill_existing: false,
+                            };
+                            self.copy(&sub, my_rel, &child)?
+                        }
                         Err(err) => self.warn(&child_src, err),
                     }
                 }
