@@ -571,19 +571,8 @@ fn fallocate_inode_once(
         }
         let cleared = killpriv::remove_privs(sb, inode, &mut rec, caller)?;
         let (fb, lb) = (off.div_ceil(bs), end / bs);
-        if fb < lb {
-            // What the punch frees is checked while nothing has changed.
-            release_check::punch(
-                sb.vol(),
-                &Punch {
-                    ino,
-                    rec: &rec,
-                    from: fb,
-                    to: lb,
-                    tail: None,
-                },
-            )?;
-        }
+        // What the punch frees is checked while nothing has changed.
+        check_whole_blocks_freed(sb, ino, &rec, fb, lb)?;
         zero_range_edges(sb, inode, &rec, off, end)?;
         if fb < lb {
             let mut h = sb.vol().begin()?;
@@ -606,19 +595,7 @@ fn fallocate_inode_once(
     if mode & FALLOC_FL_ZERO_RANGE != 0 {
         // ZERO_RANGE punches the whole blocks before mapping them
         // unwritten: what it frees is checked while nothing has changed.
-        let (fb, lb) = (off.div_ceil(bs), end / bs);
-        if fb < lb {
-            release_check::punch(
-                sb.vol(),
-                &Punch {
-                    ino,
-                    rec: &rec,
-                    from: fb,
-                    to: lb,
-                    tail: None,
-                },
-            )?;
-        }
+        check_whole_blocks_freed(sb, ino, &rec, off.div_ceil(bs), end / bs)?;
     }
     let mut h = sb.vol().begin()?;
     let r = fallocate_blocks(sb, &mut h, inode, &mut rec, mode, off, end);
@@ -702,6 +679,25 @@ fn fallocate_blocks(
         }
     }
     Ok(())
+}
+
+/// Check what freeing file blocks `fb..lb` of inode `ino` (none when
+/// `fb >= lb`) would release, before anything changes
+/// (`release_check`): a block another inode also claims stops the call.
+fn check_whole_blocks_freed(sb: &SuperBlock, ino: u32, rec: &Inode, fb: u64, lb: u64) -> Result<()> {
+    if fb >= lb {
+        return Ok(());
+    }
+    release_check::punch(
+        sb.vol(),
+        &Punch {
+            ino,
+            rec,
+            from: fb,
+            to: lb,
+            tail: None,
+        },
+    )
 }
 
 /// Zero the partial blocks at the edges of `[off, end)` through the

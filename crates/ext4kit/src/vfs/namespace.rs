@@ -176,9 +176,7 @@ pub(crate) fn mkdir_once(sb: &SuperBlock, parent: u32, name: &[u8], req: &NewIno
         inode: &drec,
         map: &map,
     };
-    if dir::lookup_for_write(sb.vol(), dref, name)?.is_some() {
-        return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name))));
-    }
+    refuse_taken(sb, dref, name)?;
     if drec.base.links_count >= LINK_MAX && !dir_nlink(sb) {
         return Err(Error::posix(
             Errno::EMLINK,
@@ -384,6 +382,14 @@ fn link_at(sb: &SuperBlock, ino: u32, parent: u32, name: &[u8], cred: &Cred) -> 
     sb.retry_enospc(|| link_at_once(sb, ino, parent, name, cred))
 }
 
+/// EEXIST when directory `dref` (locked for writing) already has `name`.
+fn refuse_taken(sb: &SuperBlock, dref: DirRef<'_>, name: &[u8]) -> Result<()> {
+    if dir::lookup_for_write(sb.vol(), dref, name)?.is_some() {
+        return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name))));
+    }
+    Ok(())
+}
+
 /// One attempt of [`link_at`].
 fn link_at_once(sb: &SuperBlock, ino: u32, parent: u32, name: &[u8], cred: &Cred) -> Result<Stat> {
     check_name(name)?;
@@ -399,9 +405,7 @@ fn link_at_once(sb: &SuperBlock, ino: u32, parent: u32, name: &[u8], cred: &Cred
         inode: &drec,
         map: &map,
     };
-    if dir::lookup_for_write(sb.vol(), dref, name)?.is_some() {
-        return Err(Error::posix(Errno::EEXIST, format!("{}: file exists", show(name))));
-    }
+    refuse_taken(sb, dref, name)?;
     let target = sb.inode(ino)?;
     if target.ftype == FileType::Directory {
         return Err(Error::posix(
