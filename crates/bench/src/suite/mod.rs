@@ -28,8 +28,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::peers::{fsck_verdict, PeerConfig};
 pub use live::{Live, Target};
-pub use report::{Figure, Report};
+pub use report::Report;
 pub use sizes::Sizes;
+pub use work::Figure;
 pub use work::{Workload, WORKLOADS};
 
 /// The metric of the FUSE servers' peak resident memory, recorded for
@@ -379,6 +380,11 @@ pub fn run(opts: &Options) -> Result<Report, String> {
     };
     report.set_bounds(bounds);
     report.finish(started.elapsed().as_secs_f64());
-    report.write(&opts.out)?;
+    let mut written = report.write(&opts.out)?;
+    written.extend(charts::draw(&report, &opts.out)?);
+    println!("report, data and charts in {}:", opts.out.display());
+    for p in &written {
+        println!("  {}", p.display());
+    }
     Ok(report)
 }

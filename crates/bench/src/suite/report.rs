@@ -8,25 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::bounds::{Bound, MountBounds, PerOp};
+use super::work::Figure;
 use super::{notes, Availability, Options, PeerId, Sizes, Workload};
-
-/// One figure of one round on one peer, as a workload measured it.
-#[derive(Debug, Clone)]
-pub struct Figure {
-    /// What was measured ("creates/s in the interval").
-    pub metric: String,
-    /// Its unit ("files/s", "µs/op", "s").
-    pub unit: &'static str,
-    /// Rates (higher is better) or times (lower is better).
-    pub higher_better: bool,
-    /// The point on a curve (threads, directory size, file blocks).
-    pub x: Option<f64>,
-    /// A library-only variant shown as a peer of its own ("i_mutex":
-    /// the locked baseline; "shared-fd-table").
-    pub variant: Option<&'static str>,
-    /// The value.
-    pub value: f64,
-}
 
 /// Every round of one (workload, metric, x, peer).
 #[derive(Debug, Clone)]
@@ -905,8 +888,9 @@ impl Report {
         s
     }
 
-    /// Write `report.md`, `results.json`, `results.csv` and the charts
-    /// into `out`, and print the report on standard output.
+    /// Write `report.md`, `results.json` and `results.csv` into `out`,
+    /// and print the report on standard output (the charts are drawn
+    /// from the report by `charts::draw`).
     pub fn write(&self, out: &Path) -> Result<Vec<PathBuf>, String> {
         let md = self.markdown();
         println!("{md}");
@@ -921,11 +905,6 @@ impl Report {
         let json = serde_json::to_string_pretty(&self.json()).map_err(|e| e.to_string())?;
         put("results.json", json.as_bytes())?;
         put("results.csv", self.csv().as_bytes())?;
-        written.extend(super::charts::draw(self, out)?);
-        println!("report, data and charts in {}:", out.display());
-        for p in &written {
-            println!("  {}", p.display());
-        }
         Ok(written)
     }
 }

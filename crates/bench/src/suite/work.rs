@@ -22,9 +22,26 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::live::{Live, Target};
-use super::report::Figure;
 use super::{Availability, PeerId, Sizes};
 use crate::srctree::{tarball, TreeCounts, TreeShape};
+
+/// One figure of one round on one peer, as a workload measured it.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    /// What was measured ("creates/s in the interval").
+    pub metric: String,
+    /// Its unit ("files/s", "µs/op", "s").
+    pub unit: &'static str,
+    /// Rates (higher is better) or times (lower is better).
+    pub higher_better: bool,
+    /// The point on a curve (threads, directory size, file blocks).
+    pub x: Option<f64>,
+    /// A library-only variant shown as a peer of its own ("i_mutex":
+    /// the locked baseline; "shared-fd-table").
+    pub variant: Option<&'static str>,
+    /// The value.
+    pub value: f64,
+}
 
 // ---------------------------------------------------------------------
 // Metric names the report and charts look up again: one definition.
