@@ -772,10 +772,7 @@ impl Filesystem for Ext4Fuse {
             ))?;
             self.entry_of(&st)
         });
-        match r {
-            Ok((a, g)) => reply.entry(&TTL, &a, g),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, r);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
@@ -788,28 +785,19 @@ impl Filesystem for Ext4Fuse {
             ))?;
             self.entry_of(&st)
         });
-        match r {
-            Ok((a, g)) => reply.entry(&TTL, &a, g),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, r);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.busy.touch();
         let r = Self::ino(parent).and_then(|p| res(self.fs.unlink(Target::at(p, name.as_bytes()), &Self::cred(req))));
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.busy.touch();
         let r = Self::ino(parent).and_then(|p| res(self.fs.rmdir(Target::at(p, name.as_bytes()), &Self::cred(req))));
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -821,10 +809,7 @@ impl Filesystem for Ext4Fuse {
             ))?;
             self.entry_of(&st)
         });
-        match r {
-            Ok((a, g)) => reply.entry(&TTL, &a, g),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, r);
     }
 
     fn rename(
@@ -858,10 +843,7 @@ impl Filesystem for Ext4Fuse {
                 &Self::cred(req),
             ))
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
@@ -873,10 +855,7 @@ impl Filesystem for Ext4Fuse {
                 .link(Self::ino(ino)?, Target::at(to, newname.as_bytes()), &Self::cred(req)))?;
             self.entry_of(&st)
         })();
-        match r {
-            Ok((a, g)) => reply.entry(&TTL, &a, g),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, r);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -1198,10 +1177,7 @@ impl Filesystem for Ext4Fuse {
                 .fsync_inode(&inode, if datasync { SyncLevel::Data } else { SyncLevel::All }))
             .map(|_| ())
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -1354,10 +1330,7 @@ impl Filesystem for Ext4Fuse {
                 .fsync_inode(&inode, if datasync { SyncLevel::Data } else { SyncLevel::All }))
             .map(|_| ())
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -1386,10 +1359,7 @@ impl Filesystem for Ext4Fuse {
                 .fs
                 .setxattr(i, name.as_bytes(), value, flags as u32, &Self::cred(req)))
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -1426,10 +1396,7 @@ impl Filesystem for Ext4Fuse {
             Self::cred(req)
         };
         let r = Self::ino(ino).and_then(|i| res(self.fs.removexattr(i, name.as_bytes(), &cred)));
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
@@ -1437,10 +1404,7 @@ impl Filesystem for Ext4Fuse {
         // The engine's check: mode bits, ACLs, EROFS for writes to a
         // read-only filesystem, immutable inodes.
         let r = Self::ino(ino).and_then(|i| res(self.fs.access(i, (mask.bits() & 7) as u8, &Self::cred(req))));
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        reply_empty(reply, r);
     }
 
     fn fallocate(
@@ -1619,6 +1583,21 @@ fn empty_attr() -> fuser::FileAttr {
     }
 }
 
+/// Answer a request that returns nothing but success or an errno.
+fn reply_empty(reply: ReplyEmpty, r: Result<(), Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// Answer a request that creates or finds a name with the new entry.
+fn reply_entry(reply: ReplyEntry, r: Result<(fuser::FileAttr, Generation), Errno>) {
+    match r {
+        Ok((a, g)) => reply.entry(&TTL, &a, g),
+        Err(e) => reply.error(e),
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
