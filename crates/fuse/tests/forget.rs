@@ -5,6 +5,7 @@
 //!
 //! Needs /dev/fuse and root (CI runs as root); fails loudly otherwise.
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -76,19 +77,7 @@ fn lookups_are_counted_and_forgotten() {
 #[test]
 fn held_inodes_leave_the_cache_and_unlinked_ones_wait_for_forget() {
     ext4kit_testkit::require_root_and_fuse("this test mounts with mount(2)");
-    let work = std::env::temp_dir().join(format!("ext4kit-fuse-held-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).unwrap();
-    let img = work.join("img");
-    let st = Command::new("mke2fs")
-        .args(["-q", "-F", "-t", "ext4", "-N", "20000"])
-        .arg(&img)
-        .arg("64M")
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let mnt = work.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
+    let (work, img, mnt) = fresh_image("held", &["-N", "20000"], "64M");
     let opts = ext4kit_fuse::MountOptions {
         // The smallest caches: 1,024 inodes.
         cache_budget: 4 << 20,
@@ -159,19 +148,7 @@ fn held_inodes_leave_the_cache_and_unlinked_ones_wait_for_forget() {
 #[test]
 fn space_of_a_removed_file_is_free_at_the_next_statfs() {
     ext4kit_testkit::require_root_and_fuse("this test mounts with mount(2)");
-    let work = std::env::temp_dir().join(format!("ext4kit-fuse-df-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).unwrap();
-    let img = work.join("img");
-    let st = Command::new("mke2fs")
-        .args(["-q", "-F", "-t", "ext4"])
-        .arg(&img)
-        .arg("256M")
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let mnt = work.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
+    let (work, img, mnt) = fresh_image("df", &[], "256M");
     let m = ext4kit_fuse::mount(&img, &mnt, &ext4kit_fuse::MountOptions::default()).unwrap();
     let server = std::thread::spawn(move || m.run());
     let avail = || {
@@ -207,4 +184,25 @@ fn space_of_a_removed_file_is_free_at_the_next_statfs() {
     server.join().unwrap().unwrap();
     ext4kit_testkit::e2fsck_clean(&img).unwrap();
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// A fresh work directory `ext4kit-fuse-TAG-PID` with an ext4 image of
+/// `size` made by mke2fs (`extra` options) and an empty mount point:
+/// (work, image, mount point).
+fn fresh_image(tag: &str, extra: &[&str], size: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let work = std::env::temp_dir().join(format!("ext4kit-fuse-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let img = work.join("img");
+    let st = Command::new("mke2fs")
+        .args(["-q", "-F", "-t", "ext4"])
+        .args(extra)
+        .arg(&img)
+        .arg(size)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mke2fs {extra:?} {size}");
+    let mnt = work.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    (work, img, mnt)
 }
