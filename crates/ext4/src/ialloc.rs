@@ -49,6 +49,22 @@ pub struct NewInode {
     pub parent: (u32, u32),
 }
 
+#[cfg(test)]
+impl NewInode {
+    /// A root-owned 0644 regular file at time 0 in a directory without
+    /// flags: what tests that only need some file allocate.
+    pub(crate) fn plain_file() -> NewInode {
+        NewInode {
+            ftype: FileType::Regular,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            now: Timestamp::default(),
+            parent: (0, 0),
+        }
+    }
+}
+
 /// `EXT4_FL_INHERITED`: the flags a new inode takes from its directory
 /// (`__ext4_new_inode`): secure/undelete deletion, compression hints,
 /// sync, nodump, noatime, data journaling, notail, dirsync, project
@@ -534,17 +550,7 @@ mod tests {
         let v = volume();
         let mut h = v.begin().unwrap();
         let new = |h: &mut Handle<'_>| new_inode(&v, h, 2, FileType::Regular).unwrap();
-        let file = new_record(
-            &v,
-            &NewInode {
-                ftype: FileType::Regular,
-                perm: 0o644,
-                uid: 0,
-                gid: 0,
-                now: Timestamp::default(),
-                parent: (0, 0),
-            },
-        );
+        let file = new_record(&v, &NewInode::plain_file());
         let a: Vec<u32> = (0..200).map(|_| new(&mut h)).collect();
         assert!(
             a.windows(2).all(|w| w[1] == w[0] + 1),

@@ -26,15 +26,11 @@ pub type Journal = ext4kit_jbd2::Jbd<Buffer>;
 /// The volume's parts a metadata change and its journal go through.
 #[derive(Clone, Copy)]
 pub(crate) struct MetaIo<'v> {
-    bcache: &'v BufferCache,
-    disk: &'v Disk,
-    sup: &'v SuperState,
-    budget: &'v MemoryBudget,
-    owners: &'v OwnerMap,
-    block_size: usize,
+    parts: MetaParts<'v>,
 }
 
 /// The volume's parts a [`MetaIo`] is built over.
+#[derive(Clone, Copy)]
 pub(crate) struct MetaParts<'v> {
     pub(crate) bcache: &'v BufferCache,
     pub(crate) disk: &'v Disk,
@@ -48,60 +44,49 @@ pub(crate) struct MetaParts<'v> {
 
 impl std::fmt::Debug for MetaIo<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MetaIo").field("block_size", &self.block_size).finish()
+        f.debug_struct("MetaIo")
+            .field("block_size", &self.parts.block_size)
+            .finish()
     }
 }
 
 impl<'v> MetaIo<'v> {
     /// The bundle over a volume's parts.
     pub(crate) fn new(parts: MetaParts<'v>) -> Self {
-        let MetaParts {
-            bcache,
-            disk,
-            sup,
-            budget,
-            owners,
-            block_size,
-        } = parts;
-        MetaIo {
-            bcache,
-            disk,
-            sup,
-            budget,
-            owners,
-            block_size,
-        }
+        MetaIo { parts }
     }
 
     /// The metadata buffer cache.
     #[inline]
     pub(crate) fn bcache(&self) -> &'v BufferCache {
-        self.bcache
+        self.parts.bcache
     }
 
     /// The device and bounded raw block I/O.
     #[inline]
     pub(crate) fn disk(&self) -> &'v Disk {
-        self.disk
+        self.parts.disk
     }
 
     /// The in-memory superblock.
     #[inline]
     pub(crate) fn sup(&self) -> &'v SuperState {
-        self.sup
+        self.parts.sup
     }
 
     /// Bytes per block.
     #[inline]
     pub(crate) fn block_size(&self) -> usize {
-        self.block_size
+        self.parts.block_size
     }
 
     /// A metadata block through the cache, for a caller holding its
     /// stripe lock (a pointer outside the filesystem is refused).
     pub(crate) fn buffer_locked(&self, g: &mut StripeGuard<'_>, block: u64) -> Result<Arc<Buffer>> {
-        self.disk.check_meta_block(block)?;
-        self.bcache.get_locked(g, block, |d| self.disk.read_raw(block, d))
+        self.parts.disk.check_meta_block(block)?;
+        self.parts
+            .bcache
+            .get_locked(g, block, |d| self.parts.disk.read_raw(block, d))
     }
 }
 
@@ -122,21 +107,22 @@ impl Buffers for MetaIo<'_> {
     /// Under the block's stripe lock, so no writer is half-way through it
     /// (and none can be: a commit captures with no handle in flight).
     fn capture(&self, block: u64) -> Option<Arc<Buffer>> {
-        let mut g = self.bcache.lock(block);
-        self.bcache.peek_locked(&mut g, block)
+        let mut g = self.parts.bcache.lock(block);
+        self.parts.bcache.peek_locked(&mut g, block)
     }
 
     fn written_home(&self, block: u64, version: &Arc<Buffer>) {
-        let _g = self.bcache.lock(block);
+        let _g = self.parts.bcache.lock(block);
         version.mark_clean();
     }
 
     fn write_home(&self, block: u64, data: &[u8]) -> Result<()> {
-        self.disk.write_meta_raw(block, data)
+        self.parts.disk.write_meta_raw(block, data)
     }
 
     fn flush(&self) -> Result<()> {
-        self.disk
+        self.parts
+            .disk
             .device()
             .flush()
             .map_err(|e| Error::io("flushing the device", e))
@@ -147,9 +133,10 @@ impl Buffers for MetaIo<'_> {
     /// the in-memory superblock may hold changes no transaction has
     /// committed yet, which must not reach the disk outside the log.
     fn set_needs_recovery(&self, on: bool) -> Result<()> {
-        let _g = self.sup.update_lock();
+        let _g = self.parts.sup.update_lock();
         let mut raw = vec![0u8; Superblock::SIZE];
-        self.disk
+        self.parts
+            .disk
             .device()
             .read_at(SUPERBLOCK_OFFSET, &mut raw)
             .map_err(|e| Error::io("reading the superblock", e))?;
@@ -159,7 +146,8 @@ impl Buffers for MetaIo<'_> {
         } else {
             sb.feature_incompat &= !incompat::RECOVER;
         }
-        self.disk
+        self.parts
+            .disk
             .device()
             .write_at(SUPERBLOCK_OFFSET, &sb.to_bytes_with_checksum())
             .map_err(|e| Error::io("writing the superblock", e))
@@ -175,13 +163,13 @@ impl Buffers for MetaIo<'_> {
     /// evicted). With file pages idle, that is 96 MiB of a 256 MiB budget,
     /// which holds such a directory.
     fn checkpoint_limit(&self) -> usize {
-        (self.budget.buffer_limit() / 2 / self.block_size).max(16)
+        (self.parts.budget.buffer_limit() / 2 / self.parts.block_size).max(16)
     }
 
     /// Refused when the owner scan found a journal block named by another
     /// inode too (`owner_scan.rs`).
     fn check_log_writable(&self) -> Result<()> {
-        self.owners.check_journal()
+        self.parts.owners.check_journal()
     }
 }
 

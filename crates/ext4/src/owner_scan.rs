@@ -621,24 +621,13 @@ mod tests {
     use crate::ialloc::{self, NewInode};
     use crate::volume::scratch_volume_unjournaled;
     use crate::{alloc_map, bmap};
-    use ext4kit_format::inode::Timestamp;
 
     /// A regular file of `blocks` blocks (not linked anywhere: the scan
     /// goes by the inode table, not by names).
     fn file(v: &Volume, blocks: usize) -> (u32, Inode) {
         let mut h = v.begin().unwrap();
         let ino = ialloc::new_inode(v, &mut h, 2, FileType::Regular).unwrap();
-        let mut rec = ialloc::new_record(
-            v,
-            &NewInode {
-                ftype: FileType::Regular,
-                perm: 0o644,
-                uid: 0,
-                gid: 0,
-                now: Timestamp::default(),
-                parent: (0, 0),
-            },
-        );
+        let mut rec = ialloc::new_record(v, &NewInode::plain_file());
         alloc_map::store(v, &mut h, ino, &mut rec, &vec![7u8; blocks * v.block_size()]).unwrap();
         inode::write(v, &mut h, ino, &rec).unwrap();
         h.commit().unwrap();

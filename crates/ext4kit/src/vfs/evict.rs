@@ -199,9 +199,14 @@ pub(crate) fn drop_hold(sb: &SuperBlock, inode: &CachedInode) -> Result<()> {
 
 /// The work of [`Fs::drop_holds`](crate::Fs::drop_holds).
 pub(crate) fn drop_holds(sb: &SuperBlock, ino: u32, n: u64) -> Result<()> {
-    // Counted from before the count goes down: a `statfs` that comes
-    // after this FORGET waits for the free it may start.
-    let _freeing = sb.releasing().enter();
+    // A FORGET of an inode already unlinked may free it: counted from
+    // before the hold count goes down, so a `statfs` that comes after
+    // this FORGET waits for the free. Only those: every other FORGET
+    // leaves the one shared counter alone (the flag is read in place in
+    // the inode cache: no shared write). It is read again after the count
+    // went down (`after_last_hold`); an unlink that sets it meanwhile
+    // still frees the inode there, only without the `statfs` wait.
+    let _freeing = sb.icache().is_unlinked(ino).then(|| sb.releasing().enter());
     if !sb.holds().sub(ino, n) {
         return Ok(());
     }

@@ -344,6 +344,14 @@ impl Icache {
         Some(got)
     }
 
+    /// Whether `ino` is cached and unlinked, read in place: no reference
+    /// taken, no use recorded, nothing written (an entry borrowed under
+    /// the map's pin stays alive until the pin drops, evicting or not).
+    pub(crate) fn is_unlinked(&self, ino: u32) -> bool {
+        let m = self.map.pin();
+        m.get(&ino).is_some_and(|i| i.unlinked.load(Ordering::Acquire))
+    }
+
     /// A counted reference to `v`, which the caller borrowed from the map
     /// as the entry of `ino` under the pin `m` — or to whatever replaced
     /// it, or `None` if an eviction removed it meanwhile. The reader's

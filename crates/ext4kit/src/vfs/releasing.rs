@@ -6,9 +6,10 @@
 //! ahead of later requests (`fuse_dev_do_read` reads pending forgets
 //! first) but which a multi-threaded server may still be working on when
 //! another thread answers the STATFS that `df` sends next: freeing a
-//! 230 MiB file took about 280 ms of CPU on our test machine, and `df`
-//! right after `rm; sync` showed the disk still full (xfstests
-//! generic/015). `statfs` therefore waits until no free is in flight.
+//! 230 MiB file with dirty pages took about 280 ms (a server traced with
+//! strace, which slows it), and `df` right after `rm; sync` showed the
+//! disk still full (xfstests generic/015). `statfs` therefore waits until
+//! no free is in flight.
 //!
 //! The wait is bounded ([`WAIT_CAP`]): under a stream of overlapping
 //! frees the count need never reach zero, and a `statfs` that is late by
@@ -34,7 +35,8 @@ pub(crate) struct Release<'a>(&'a Releasing);
 
 impl Releasing {
     /// Count a free (or a dropped hold that may free) until the guard
-    /// drops. One atomic add: FORGETs take this path for every inode.
+    /// drops: one add to a shared word, taken only by frees and by
+    /// FORGETs of unlinked inodes.
     pub(crate) fn enter(&self) -> Release<'_> {
         self.busy.fetch_add(1, Ordering::SeqCst);
         Release(self)
