@@ -98,23 +98,18 @@ enum Command {
     /// file is created or truncated and extended to SIZE as a sparse file.
     /// SOURCE_DATE_EPOCH fixes all timestamps; with -U and -E hash_seed= the
     /// image is reproducible byte for byte.
-    Mkfs(cmd::mkfs::Args),
+    Mkfs(Box<cmd::mkfs::Args>),
     /// Mount an image with the ext4kit FUSE server (read-write when the
     /// image allows); detaches once the mount works.
     Mount(cmd::mount::MountArgs),
     /// Unmount an ext4kit mount and wait for its server to finish.
     Umount(cmd::mount::UmountArgs),
-    /// Copy host files or directory trees into the image, preserving type,
-    /// mode, owner, times (ns), symlinks, hard links, device nodes, xattrs
-    /// and ACLs; sparse files stay sparse. With one SRC, DEST may be a new
-    /// name; otherwise DEST must be an existing directory.
-    Put {
-        /// Files or directories on the host.
-        #[arg(required = true)]
-        srcs: Vec<PathBuf>,
-        /// IMAGE:DEST, e.g. disk.img:/srv.
-        target: String,
-    },
+    /// Copy host files, directory trees or tar archives into the image,
+    /// preserving type, mode, owner, times (ns), symlinks, hard links,
+    /// device nodes, xattrs and ACLs; sparse files stay sparse. With one
+    /// SRC, DEST may be a new name; otherwise DEST must be an existing
+    /// directory.
+    Put(cmd::put::Args),
     /// Make directories in the image.
     Mkdir {
         /// Make missing parents too; an existing directory is not an error.
@@ -359,7 +354,7 @@ fn main() -> ExitCode {
             let given = matches.value_source("cache_mib") == Some(clap::parser::ValueSource::CommandLine);
             cmd::bench::run(&args, given.then_some(cli.cache_mib))
         }
-        Command::Put { srcs, target } => cmd::put::run(&srcs, &target, sel, budget),
+        Command::Put(args) => cmd::put::run(&args, sel, budget),
         Command::Mkdir {
             parents,
             mode,

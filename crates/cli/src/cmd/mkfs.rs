@@ -31,6 +31,12 @@ use crate::image::ImageArgs;
   ext4kit mkfs disk.img 256M                  an empty ext4 filesystem
   ext4kit mkfs -t ext2 -b 1024 small.img 8M
   ext4kit mkfs -d rootfs/ disk.img 256M       filled from a directory tree
+  ext4kit mkfs -d rootfs.tar.gz --all-root disk.img 256M
+                                              from a tar, every file root's
+  ext4kit mkfs -d base.tar -d overlay/ disk.img 1G
+                                              the directory over the tar
+  ext4kit mkfs -d alpine-oci/ --platform linux/arm64 --all-root disk.img 64M
+                                              an OCI image's layers, in order
 
 REPRODUCIBLE BUILDS:
   SOURCE_DATE_EPOCH=1700000000 ext4kit mkfs -U 01234567-89ab-cdef-0123-456789abcdef -d rootfs/ disk.img 256M
@@ -70,10 +76,23 @@ pub struct Args {
     /// Percentage of blocks reserved for root (default 5).
     #[arg(short = 'm', value_name = "PERCENT")]
     pub reserved_percent: Option<f64>,
-    /// Populate from a directory tree: modes, owners, times, symlinks, hard
-    /// links, device nodes, xattrs (as `put` copies them).
-    #[arg(short = 'd', value_name = "DIR")]
-    pub root_dir: Option<PathBuf>,
+    /// Populate from a directory tree, a tar archive (plain, gzip, zstd or
+    /// xz) or an OCI image (a layout directory, an oci-archive or `docker
+    /// save` tar), told apart by content: modes, owners, times, symlinks,
+    /// hard links, device nodes, xattrs, holes; an image's layers with
+    /// their whiteouts. Repeatable: later sources overlay earlier ones.
+    #[arg(short = 'd', value_name = "SOURCE")]
+    pub sources: Vec<PathBuf>,
+    #[command(flatten)]
+    pub owners: super::put::OwnerArgs,
+    /// With an OCI image as SOURCE holding several: the one of this name
+    /// (NAME[:TAG], or only TAG).
+    #[arg(long = "image", value_name = "NAME[:TAG]")]
+    pub oci_image: Option<String>,
+    /// With an OCI image index offering several platforms: this one
+    /// (default: linux and this machine's architecture).
+    #[arg(long, value_name = "OS/ARCH[/VARIANT]")]
+    pub platform: Option<String>,
     /// Print nothing on success.
     #[arg(short = 'q')]
     pub quiet: bool,
@@ -126,12 +145,15 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
     image.check_writable()?;
     let img = image.display().to_string();
     let fail = |m: String| format!("{img}: {m}");
-    if let Some(d) = &a.root_dir {
-        // Check the source before the image is touched.
-        let md = std::fs::metadata(d).map_err(|e| format!("{}: {e}", d.display()))?;
-        if !md.is_dir() {
-            return Err(format!("{}: -d needs a directory", d.display()));
-        }
+    // Check the sources and the owner options before the image is touched.
+    let owners = a.owners.owners()?;
+    let mut sources = Vec::new();
+    let choice = ext4kit_populate::source::oci::ImageChoice {
+        image: a.oci_image.clone(),
+        platform: a.platform.clone(),
+    };
+    for d in &a.sources {
+        sources.push(ext4kit_populate::source::open(d, &choice).map_err(|e| e.to_string())?);
     }
     let fs_type = FsType::parse(&a.fs_type).ok_or_else(|| {
         fail(format!(
@@ -191,6 +213,8 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
     let img = image.display().to_string();
     let fail = |m: String| format!("{img}: {m}");
     o.clock = ext4kit::Clock::from_source_date_epoch().map_err(fail)?;
+    // Whether this run made the image file (a failed build removes it).
+    let mut made_file = false;
     let (dev, size) = match image.loc {
         Location::Whole => {
             let size = size.ok_or_else(|| fail("SIZE is needed (e.g. 64M)".into()))?;
@@ -203,6 +227,7 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
                 .map(|m| m.file_type().is_block_device())
                 .unwrap_or(false);
             if !is_block_dev {
+                made_file = !image.path.exists();
                 create_sparse(&image.path, size).map_err(|e| fail(e.to_string()))?;
                 o.device_zeroed = true;
             }
@@ -278,10 +303,32 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
         println!("Features: {}", r.features.join(" "));
     }
     drop(dev);
-    if let Some(d) = &a.root_dir {
-        populate(&image, d)?;
+    if !sources.is_empty() {
+        if let Err(e) = populate(&image, &a.sources, &mut sources, owners, a.quiet) {
+            return Err(match unmake(&image, made_file) {
+                Ok(what) => format!("{e}\n{img}: {what}"),
+                Err(u) => format!("{e}\n{img}: and the unfinished filesystem could not be removed: {u}"),
+            });
+        }
     }
     Ok(())
+}
+
+/// A build that failed leaves nothing that mounts as if it had
+/// succeeded: an image file mkfs created is removed; otherwise (a device,
+/// a partition, an offset) the superblock's magic is cleared, so no tool
+/// takes what is there for a filesystem.
+fn unmake(image: &Image, made_file: bool) -> Result<&'static str, String> {
+    if made_file {
+        std::fs::remove_file(&image.path).map_err(|e| e.to_string())?;
+        return Ok("removed the unfinished image");
+    }
+    let disk: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(&image.path, true).map_err(|e| e.to_string())?);
+    let dev = open_location(disk, image.loc).map_err(|e| e.to_string())?;
+    // s_magic is at byte 56 of the superblock, which starts at 1024.
+    dev.write_at(1024 + 56, &[0, 0]).map_err(|e| e.to_string())?;
+    dev.flush().map_err(|e| e.to_string())?;
+    Ok("cleared the unfinished filesystem's superblock magic")
 }
 
 /// Refuse to make a filesystem over a whole disk that holds a partition
@@ -306,29 +353,33 @@ fn refuse_partitioned(image: &Image) -> Result<(), String> {
     }
 }
 
-/// `-d DIR`: copy the tree in through the library, as `put` does, with
-/// DIR's own mode, owner and times on the root directory.
-fn populate(image: &Image, dir: &Path) -> Result<(), String> {
+/// `-d SOURCE...`: copy each source in through the library, as `put`
+/// does, its root's mode, owner and times on the root directory, later
+/// sources over earlier ones.
+fn populate(
+    image: &Image,
+    paths: &[PathBuf],
+    sources: &mut [Box<dyn ext4kit_populate::Source>],
+    owners: ext4kit_populate::Owners,
+    quiet: bool,
+) -> Result<(), String> {
     let fs = super::edit::open_rw(image, 256 << 20)?;
-    let s = super::put::copy_in(&fs, image, dir, 2, b"", true)?;
+    let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+    let mut c = super::put::Copy::new(&fs, &refs, owners);
+    for s in sources.iter_mut() {
+        c.add(&mut **s, ext4kit_populate::Placement::Into(2))?;
+    }
+    let s = c.finish()?;
     fs.sync()
         .map_err(|e| format!("{}: writing back: {e}", image.display()))?;
-    if s.problems > 0 {
-        return Err(format!(
-            "{}: {} entries copied from {}, {} could not be (see above)",
+    if !quiet {
+        eprintln!(
+            "ext4kit: {}: copied {} entries, {} bytes",
             image.display(),
             s.entries,
-            dir.display(),
-            s.problems
-        ));
+            s.bytes,
+        );
     }
-    eprintln!(
-        "ext4kit: {}: copied {} entries, {} bytes from {}",
-        image.display(),
-        s.entries,
-        s.bytes,
-        dir.display()
-    );
     Ok(())
 }
 

@@ -1,0 +1,36 @@
+//! Filling an ext2/3/4 image from sources — a host directory, a tar
+//! archive (plain, gzip, zstd or xz), an OCI image — through the `ext4kit` library's
+//! public calls, without root: `mke2fs -d` and `cp -a` into an image,
+//! with the owners a rootless build cannot give a host tree.
+//!
+//! A [`Source`] reads its own format and reports [`Entry`]s (one per
+//! file, a directory before what it holds); the [`Populator`] puts them
+//! into an open [`ext4kit::Fs`], each source overlaying the ones before,
+//! owners as the [`Owners`] rule makes them. Errors name the source and
+//! the entry, and stop the build.
+//!
+//! ```no_run
+//! use ext4kit_populate::{source, Owners, Placement, Populator};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let fs = ext4kit::Fs::open_image("disk.img", &ext4kit::OpenOptions::default())?;
+//! let mut p = Populator::new(&fs, Owners::all_root());
+//! let mut tar = source::open("rootfs.tar.gz".as_ref(), &Default::default())?;
+//! p.add(&mut *tar, Placement::Into(2))?;
+//! p.finish()?;
+//! fs.sync()?;
+//! # Ok(()) }
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod entry;
+mod error;
+mod owners;
+mod populator;
+pub mod source;
+
+pub use entry::{Entry, EntryKind, EntryPath, FileData, Meta, Xattrs};
+pub use error::{Error, Result};
+pub use owners::{IdMap, IdRange, Owners};
+pub use populator::{Placement, Populator, Progress};
+pub use source::{Sink, Source};
