@@ -400,3 +400,28 @@ fn hostile_archives_are_refused_with_the_member_named_and_leave_no_image() {
     }
     std::fs::remove_dir_all(&work).unwrap();
 }
+
+#[test]
+fn the_same_archive_and_options_give_the_same_bytes() {
+    need_root_and_kernel();
+    let work = workdir("repro");
+    let src = work.join("src");
+    std::fs::create_dir(&src).unwrap();
+    make_tree(&src);
+    let tar = work.join("root.tar.gz");
+    run(Command::new("tar").args(["--format=posix", "--xattrs", "--xattrs-include=*", "--sparse", "-czf", s(&tar), "-C", s(&src), "."]));
+    let build = |name: &str| {
+        let img = work.join(name);
+        ok_as_nobody(&[
+            "mkfs", "-q", "-U", "01234567-89ab-cdef-0123-456789abcdef", "-d", s(&tar), "--all-root", s(&img), "4G",
+        ]);
+        img
+    };
+    let (a, b) = (build("a.img"), build("b.img"));
+    assert_eq!(
+        ext4kit_testkit::first_difference(&a, &b).unwrap(),
+        None,
+        "two builds of one archive differ"
+    );
+    std::fs::remove_dir_all(&work).unwrap();
+}
