@@ -409,17 +409,35 @@ fn the_same_archive_and_options_give_the_same_bytes() {
     std::fs::create_dir(&src).unwrap();
     make_tree(&src);
     let tar = work.join("root.tar.gz");
-    run(Command::new("tar").args(["--format=posix", "--xattrs", "--xattrs-include=*", "--sparse", "-czf", s(&tar), "-C", s(&src), "."]));
+    run(Command::new("tar").args([
+        "--format=posix",
+        "--xattrs",
+        "--xattrs-include=*",
+        "--sparse",
+        "-czf",
+        s(&tar),
+        "-C",
+        s(&src),
+        ".",
+    ]));
     let build = |name: &str| {
         let img = work.join(name);
         ok_as_nobody(&[
-            "mkfs", "-q", "-U", "01234567-89ab-cdef-0123-456789abcdef", "-d", s(&tar), "--all-root", s(&img), "4G",
+            "mkfs",
+            "-q",
+            "-U",
+            "01234567-89ab-cdef-0123-456789abcdef",
+            "-d",
+            s(&tar),
+            "--all-root",
+            s(&img),
+            "4G",
         ]);
         img
     };
     let (a, b) = (build("a.img"), build("b.img"));
     assert_eq!(
-        ext4kit_testkit::first_difference(&a, &b).unwrap(),
+        ext4kit_testkit::journal::first_difference(&a, &b).unwrap(),
         None,
         "two builds of one archive differ"
     );

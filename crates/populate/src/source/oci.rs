@@ -33,7 +33,7 @@ const MAX_JSON: u64 = 64 << 20;
 /// Which image of several to take.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImageChoice {
-    /// NAME[:TAG] (or only TAG), as the index's annotations or `docker
+    /// `NAME[:TAG]` (or only `TAG`), as the index's annotations or `docker
     /// save`'s RepoTags name it.
     pub image: Option<String>,
     /// OS/ARCH[/VARIANT]; default linux and this machine's architecture

@@ -699,7 +699,10 @@ mod tests {
     fn rich_archive() -> Vec<u8> {
         let mut t = member_bytes(ustar(b"dir/", b'5', 0, 0o755), b"");
         let pax = [record("path", b"dir/paxname"), record("SCHILY.xattr.user.a", b"v")].concat();
-        t.extend(member_bytes(ustar(b"PaxHeaders/x", b'x', pax.len() as u64, 0o644), &pax));
+        t.extend(member_bytes(
+            ustar(b"PaxHeaders/x", b'x', pax.len() as u64, 0o644),
+            &pax,
+        ));
         t.extend(member_bytes(ustar(b"x", b'0', 3, 0o644), b"abc"));
         t.extend(member_bytes(ustar(b"././@LongLink", b'L', 5, 0o644), b"long\0"));
         t.extend(member_bytes(ustar(b"short", b'0', 0, 0o644), b""));
@@ -717,7 +720,10 @@ mod tests {
             record("GNU.sparse.realsize", b"65536"),
         ]
         .concat();
-        t.extend(member_bytes(ustar(b"PaxHeaders/big", b'x', pax.len() as u64, 0o644), &pax));
+        t.extend(member_bytes(
+            ustar(b"PaxHeaders/big", b'x', pax.len() as u64, 0o644),
+            &pax,
+        ));
         let mut map = b"1\n1024\n3\n".to_vec();
         map.resize(BLOCK, 0);
         let data = [map, b"xyz".to_vec()].concat();
