@@ -7,7 +7,8 @@
 //! file, a directory before what it holds); the [`Populator`] puts them
 //! into an open [`ext4kit::Fs`], each source overlaying the ones before,
 //! owners as the [`Owners`] rule makes them. Errors name the source and
-//! the entry, and stop the build.
+//! the entry, and stop the build. [`sizing`] says how large an image must
+//! be before it is made.
 //!
 //! ```no_run
 //! use ext4kit_populate::{source, Owners, Placement, Populator};
@@ -27,6 +28,7 @@ pub mod entry;
 mod error;
 mod owners;
 mod populator;
+pub mod sizing;
 pub mod source;
 
 pub use entry::{Entry, EntryKind, EntryPath, FileData, Meta, Xattrs};

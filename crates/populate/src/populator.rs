@@ -276,7 +276,8 @@ impl PopulateSink<'_, '_, '_> {
     fn create(&mut self, e: &Entry, parent: u32, name: &[u8], data: Option<&mut dyn FileData>) -> Why<u32> {
         let mut replaced = false;
         let made = loop {
-            match self.make(e, parent, name) {
+            let fs = self.w.fs;
+            match retry_when_full(fs, || self.make(e, parent, name)) {
                 Ok(m) => break m,
                 Err(err) if err.errno() == Errno::EEXIST && !replaced => {
                     let (ino, ft) = self
@@ -416,7 +417,7 @@ impl PopulateSink<'_, '_, '_> {
                 let mut done = 0;
                 while done < n {
                     let req = WriteRequest::at(off + done as u64, &buf[done..n]);
-                    let w = fs.write_inode(&inode, &req).map_err(why)?;
+                    let w = retry_when_full(fs, || fs.write_inode(&inode, &req)).map_err(why)?;
                     done += w.len;
                 }
                 self.w.progress.bytes += n as u64;
@@ -436,11 +437,10 @@ impl PopulateSink<'_, '_, '_> {
     }
 
     fn set_xattrs(&mut self, ino: u32, e: &Entry) -> Why<()> {
+        let fs = self.w.fs;
         for (name, value) in &e.xattrs {
-            self.w
-                .fs
-                .setxattr(ino, name, value, 0, &self.w.cred)
-                .map_err(|err| format!("xattr {}: {err}", String::from_utf8_lossy(name)))?;
+            retry_when_full(fs, || fs.setxattr(ino, name, value, 0, &self.w.cred))
+                .map_err(|err| format!("xattr {}: {}", String::from_utf8_lossy(name), why(err)))?;
         }
         Ok(())
     }
@@ -512,6 +512,21 @@ impl PopulateSink<'_, '_, '_> {
             self.w.dir_times.remove(&d.ino);
         }
         Ok(())
+    }
+}
+
+/// Run `op`; when it finds the image full, write back what is dirty and
+/// run it once more. Room that looks taken may only be promised: each
+/// dirty range holds its worst case of block-map growth until it is
+/// written back — the kernel's ext4_should_retry_alloc forces a commit
+/// and retries for the same reason.
+fn retry_when_full<T>(fs: &Fs, mut op: impl FnMut() -> ext4kit::Result<T>) -> ext4kit::Result<T> {
+    match op() {
+        Err(e) if e.errno() == Errno::ENOSPC => {
+            fs.writeback_all()?;
+            op()
+        }
+        r => r,
     }
 }
 

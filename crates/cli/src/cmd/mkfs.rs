@@ -89,6 +89,14 @@ pub struct Args {
     /// (NAME[:TAG], or only TAG).
     #[arg(long = "image", value_name = "NAME[:TAG]")]
     pub oci_image: Option<String>,
+    /// Without SIZE (or SIZE "min"): free space to leave beyond what the
+    /// sources need, as a size (64M) or a percentage of the image (10%).
+    #[arg(long, value_name = "SIZE|PCT", default_value = "0")]
+    pub free: String,
+    /// Without SIZE (or SIZE "min"): inodes to leave free, as a count or a
+    /// percentage of what the sources use.
+    #[arg(long, value_name = "N|PCT", default_value = "0")]
+    pub free_inodes: String,
     /// With an OCI image index offering several platforms: this one
     /// (default: linux and this machine's architecture).
     #[arg(long, value_name = "OS/ARCH[/VARIANT]")]
@@ -105,7 +113,10 @@ pub struct Args {
     pub image: PathBuf,
     /// Size: 64M, 1G, 4096K, 8s (sectors); a bare number counts -b blocks,
     /// else KiB. Optional with --partition (default: the whole partition)
-    /// and --offset (default: to the end of the image).
+    /// and --offset (default: to the end of the image), and with -d: then
+    /// (or with "min") the smallest image that holds the sources plus
+    /// --free and --free-inodes, computed before anything is written (4
+    /// KiB blocks unless -b says otherwise; no root reserve unless -m).
     pub size: Option<String>,
 }
 
@@ -161,8 +172,8 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
             a.fs_type
         ))
     })?;
-    let size = match &a.size {
-        None => None,
+    let size = match a.size.as_deref() {
+        None | Some("min") => None,
         Some(s) => Some(
             parse_size(s, a.block_size)
                 .filter(|&s| s > 0)
@@ -213,6 +224,16 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
     let img = image.display().to_string();
     let fail = |m: String| format!("{img}: {m}");
     o.clock = ext4kit::Clock::from_source_date_epoch().map_err(fail)?;
+    // The smallest size that holds the sources, when none is given.
+    let min_wanted = a.size.as_deref() == Some("min") || (a.size.is_none() && !sources.is_empty());
+    let size = if min_wanted && matches!(image.loc, Location::Whole) {
+        if sources.is_empty() {
+            return Err(fail("SIZE \"min\" needs -d SOURCE".into()));
+        }
+        Some(smallest_size(a, &mut o, &mut sources, &img)?)
+    } else {
+        size
+    };
     // Whether this run made the image file (a failed build removes it).
     let mut made_file = false;
     let (dev, size) = match image.loc {
@@ -312,6 +333,39 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The smallest image that holds `sources` with the free space asked
+/// for: the sources are read once to count what they need, mkfs's dry
+/// run finds the size; `o` gets the block size and the inode count used.
+fn smallest_size(
+    a: &Args,
+    o: &mut ext4kit::mkfs::MkfsOptions,
+    sources: &mut [Box<dyn ext4kit_populate::Source>],
+    img: &str,
+) -> Result<u64, String> {
+    use ext4kit_populate::sizing::{measure, smallest, Extra};
+    let free = Extra::parse(&a.free, true).map_err(|e| format!("--free {e}"))?;
+    let free_inodes = Extra::parse(&a.free_inodes, false).map_err(|e| format!("--free-inodes {e}"))?;
+    let bs = o.block_size.unwrap_or(4096);
+    o.block_size = Some(bs);
+    // A smallest image keeps no root reserve unless -m asks for one: its
+    // free space is what --free says.
+    if a.reserved_percent.is_none() {
+        o.reserved_percent = 0.0;
+    }
+    let needs = measure(sources, bs).map_err(|e| e.to_string())?;
+    let (bytes, inodes) = smallest(&needs, o, free, free_inodes).map_err(|e| e.to_string())?;
+    if o.inodes.is_none() {
+        o.inodes = inodes;
+    }
+    if !a.quiet {
+        eprintln!(
+            "ext4kit: {img}: the sources need {} inodes and {} blocks of {bs} bytes ({} bytes of data): size {bytes} bytes",
+            needs.inodes, needs.blocks, needs.data_bytes
+        );
+    }
+    Ok(bytes)
 }
 
 /// A build that failed leaves nothing that mounts as if it had
