@@ -16,7 +16,7 @@
 //! let fs = ext4kit::Fs::open_image("disk.img", &ext4kit::OpenOptions::default())?;
 //! let mut p = Populator::new(&fs, Owners::all_root());
 //! let mut tar = source::open("rootfs.tar.gz".as_ref(), &Default::default())?;
-//! p.add(&mut *tar, Placement::Into(2))?;
+//! p.add(&mut *tar, Placement::Into { dir: 2, path: b"/" })?;
 //! p.finish()?;
 //! fs.sync()?;
 //! # Ok(()) }
@@ -26,6 +26,8 @@
 
 pub mod entry;
 mod error;
+pub mod file_contexts;
+pub mod fs_config;
 mod owners;
 mod populator;
 pub mod sizing;

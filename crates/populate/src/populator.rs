@@ -18,32 +18,76 @@
 //! Any failure stops the build with the source and the entry named:
 //! nothing is skipped in silence.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ext4kit::vfs::{SetAttr, TimeSet};
 use ext4kit::{Cred, Errno, FileType, Fs, NewInode, NodeKind, Target, Timestamp, WriteRequest};
 
-use crate::entry::{Entry, EntryKind, EntryPath, FileData};
+use crate::entry::{Entry, EntryKind, EntryPath, FileData, Meta};
 use crate::error::{Error, Result};
+use crate::file_contexts::FileContexts;
+use crate::fs_config::FsConfig;
 use crate::owners::Owners;
 use crate::source::{Sink, Source};
 
 /// Largest write handed to the library at once.
 const CHUNK: usize = 1 << 20;
 
-/// Where a source's root lands in the image.
+/// Where a source's root lands in the image. The paths are the image's
+/// absolute paths of the directories named, which `--file-contexts` and
+/// `--fs-config` match against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placement<'a> {
     /// Into this existing directory (`mkfs -d`, `cp -a SRC/. DEST`): it
     /// takes the root entry's owner, mode, xattrs and times.
-    Into(u32),
+    Into {
+        /// The directory's inode.
+        dir: u32,
+        /// Its path in the image (`/` for the root).
+        path: &'a [u8],
+    },
     /// As this name in this directory (`cp -a SRC DEST/NAME`).
     Named {
         /// The directory it goes in.
         parent: u32,
+        /// That directory's path in the image.
+        parent_path: &'a [u8],
         /// Its name there.
         name: &'a [u8],
     },
+}
+
+impl Placement<'_> {
+    /// The image path the source's root becomes.
+    fn base(&self) -> Vec<u8> {
+        let join = |dir: &[u8], name: &[u8]| {
+            let mut v = dir.trim_end_matches_slash().to_vec();
+            v.push(b'/');
+            v.extend_from_slice(name);
+            v
+        };
+        match *self {
+            Placement::Into { path, .. } if path.trim_end_matches_slash().is_empty() => b"/".to_vec(),
+            Placement::Into { path, .. } => path.trim_end_matches_slash().to_vec(),
+            Placement::Named { parent_path, name, .. } => join(parent_path, name),
+        }
+    }
+}
+
+/// `trim_end_matches('/')` for bytes.
+trait TrimSlash {
+    fn trim_end_matches_slash(&self) -> &[u8];
+}
+
+impl TrimSlash for [u8] {
+    fn trim_end_matches_slash(&self) -> &[u8] {
+        let mut end = self.len();
+        while end > 0 && self[end - 1] == b'/' {
+            end -= 1;
+        }
+        &self[..end]
+    }
 }
 
 /// What a build has done so far.
@@ -68,12 +112,16 @@ pub struct Populator<'a> {
     progress: Progress,
     on_progress: Option<Box<dyn FnMut(Progress) + 'a>>,
     buf: Vec<u8>,
+    labels: Option<FileContexts>,
+    fs_config: Option<FsConfig>,
 }
 
 /// The state of one source being put in.
 struct Placing<'p> {
     name: String,
     placement: Placement<'p>,
+    /// The image path of the source's root.
+    base: Vec<u8>,
     /// The inode the source's root became, once known.
     root: Option<u32>,
     /// Directories of this source already found or made.
@@ -94,7 +142,21 @@ impl<'a> Populator<'a> {
             progress: Progress::default(),
             on_progress: None,
             buf: vec![0u8; CHUNK],
+            labels: None,
+            fs_config: None,
         }
+    }
+
+    /// Label every file from a file_contexts file (its `security.selinux`
+    /// replaced, or removed where the file says none).
+    pub fn set_file_contexts(&mut self, fc: FileContexts) {
+        self.labels = Some(fc);
+    }
+
+    /// Owners, modes and capabilities from an Android fs_config file, for
+    /// the paths it lists (over the owner rule).
+    pub fn set_fs_config(&mut self, c: FsConfig) {
+        self.fs_config = Some(c);
     }
 
     /// Call `f` as the build goes (after every entry, and during a large
@@ -108,6 +170,7 @@ impl<'a> Populator<'a> {
     pub fn add(&mut self, source: &mut dyn Source, placement: Placement<'_>) -> Result<()> {
         let mut p = Placing {
             name: source.name(),
+            base: placement.base(),
             placement,
             root: None,
             dirs: HashMap::new(),
@@ -187,9 +250,13 @@ impl PopulateSink<'_, '_, '_> {
                 let ino = self.dir(&e.path)?;
                 self.clear(ino, &e.path)
             }
-            (_, None) => self.root(e, data),
+            (_, None) => {
+                let e = self.image_entry(e, &e.path)?;
+                self.root(&e, data)
+            }
             (_, Some((dir, name))) => {
                 let parent = self.dir(&dir)?;
+                let e = &*self.image_entry(e, &e.path)?;
                 let ino = self.create(e, parent, name, data)?;
                 if e.kind == EntryKind::Dir {
                     self.p.dirs.insert(e.path.clone(), ino);
@@ -200,17 +267,56 @@ impl PopulateSink<'_, '_, '_> {
         }
     }
 
+    /// The image path of tree path `at`.
+    fn image_path(&self, at: &EntryPath) -> Vec<u8> {
+        let mut v = self.p.base.trim_end_matches_slash().to_vec();
+        if !at.is_root() || v.is_empty() {
+            v.push(b'/');
+        }
+        v.extend_from_slice(at.as_bytes());
+        v
+    }
+
+    /// Entry `e` as the image gets it: owners mapped, then what
+    /// --fs-config says of its path, then its label from --file-contexts.
+    fn image_entry<'e>(&self, e: &'e Entry, at: &EntryPath) -> Why<Cow<'e, Entry>> {
+        let w = &*self.w;
+        if w.fs_config.is_none() && w.labels.is_none() && w.owners == Owners::as_source() {
+            return Ok(Cow::Borrowed(e));
+        }
+        let mut e = e.clone();
+        (e.meta.uid, e.meta.gid) = w.owners.map(e.meta.uid, e.meta.gid)?;
+        let path = self.image_path(at);
+        if let Some(c) = w.fs_config.as_ref().and_then(|c| c.lookup(&path[1..])) {
+            e.meta.uid = c.uid;
+            e.meta.gid = c.gid;
+            e.meta.perm = c.perm;
+            if let Some(cap) = c.capability_xattr() {
+                e.xattrs.retain(|(n, _)| n != b"security.capability");
+                e.xattrs.push((b"security.capability".to_vec(), cap));
+            }
+        }
+        if let Some(fc) = &w.labels {
+            e.xattrs.retain(|(n, _)| n != b"security.selinux");
+            if let Some(label) = fc.lookup(&path, &e.kind) {
+                e.xattrs
+                    .push((b"security.selinux".to_vec(), FileContexts::xattr_value(label)));
+            }
+        }
+        Ok(Cow::Owned(e))
+    }
+
     /// The source's own root entry.
     fn root(&mut self, e: &Entry, data: Option<&mut dyn FileData>) -> Why<()> {
         let ino = match self.p.placement {
-            Placement::Into(ino) => {
+            Placement::Into { dir: ino, .. } => {
                 if e.kind != EntryKind::Dir {
                     return Err("the source's root is not a directory, and the destination is one".into());
                 }
                 self.merge(ino, e)?;
                 ino
             }
-            Placement::Named { parent, name } => self.create(e, parent, name, data)?,
+            Placement::Named { parent, name, .. } => self.create(e, parent, name, data)?,
         };
         if e.kind == EntryKind::Dir {
             self.p.root = Some(ino);
@@ -228,8 +334,8 @@ impl PopulateSink<'_, '_, '_> {
             Some(r) => r,
             None => {
                 let r = match self.p.placement {
-                    Placement::Into(ino) => ino,
-                    Placement::Named { parent, name } => self.implicit_dir(parent, name)?,
+                    Placement::Into { dir, .. } => dir,
+                    Placement::Named { parent, name, .. } => self.implicit_dir(parent, name, &EntryPath::root())?,
                 };
                 self.p.root = Some(r);
                 r
@@ -241,7 +347,7 @@ impl PopulateSink<'_, '_, '_> {
             ino = match self.p.dirs.get(&at) {
                 Some(&i) => i,
                 None => {
-                    let i = self.implicit_dir(ino, c)?;
+                    let i = self.implicit_dir(ino, c, &at)?;
                     self.p.dirs.insert(at.clone(), i);
                     self.p.made.insert(at.clone());
                     i
@@ -251,8 +357,10 @@ impl PopulateSink<'_, '_, '_> {
         Ok(ino)
     }
 
-    /// Directory `name` in `parent`, made if missing.
-    fn implicit_dir(&mut self, parent: u32, name: &[u8]) -> Why<u32> {
+    /// Directory `name` in `parent` (tree path `at`), made if missing:
+    /// root's, 0755, unless the owner rule or --fs-config say otherwise,
+    /// labelled by --file-contexts.
+    fn implicit_dir(&mut self, parent: u32, name: &[u8], at: &EntryPath) -> Why<u32> {
         match self.w.fs.lookup_at(parent, name).map_err(why)? {
             Some((ino, FileType::Directory)) => Ok(ino),
             Some(_) => Err(format!(
@@ -260,12 +368,29 @@ impl PopulateSink<'_, '_, '_> {
                 String::from_utf8_lossy(name)
             )),
             None => {
-                let (uid, gid) = self.w.owners.map(0, 0)?;
+                // Its times are the filesystem's clock's, as for any
+                // directory created now: these two are not applied.
+                let now = Timestamp { sec: 0, nsec: 0 };
+                let implicit = Entry {
+                    path: at.clone(),
+                    kind: EntryKind::Dir,
+                    meta: Meta {
+                        perm: 0o755,
+                        uid: 0,
+                        gid: 0,
+                        atime: now,
+                        mtime: now,
+                    },
+                    xattrs: Vec::new(),
+                    identity: None,
+                };
+                let e = self.image_entry(&implicit, at)?;
                 let new = NewInode::new(Target::at(parent, name), NodeKind::Dir)
-                    .mode(0o755)
+                    .mode(e.meta.perm)
                     .cred(&self.w.cred)
-                    .owner(uid, gid);
+                    .owner(e.meta.uid, e.meta.gid);
                 let st = self.w.fs.create(&new).map_err(why)?;
+                self.set_xattrs(st.ino, &e)?;
                 self.w.progress.entries += 1;
                 Ok(st.ino)
             }
@@ -353,15 +478,11 @@ impl PopulateSink<'_, '_, '_> {
                 return Err(ext4kit::Error::posix(Errno::EINVAL, "a whiteout is not a file to make"))
             }
         };
-        let (uid, gid) = self
-            .w
-            .owners
-            .map(e.meta.uid, e.meta.gid)
-            .map_err(|r| ext4kit::Error::posix(Errno::EINVAL, r))?;
+        // Owners are image ids already (image_entry).
         let new = NewInode::new(at, kind)
             .mode(e.meta.perm)
             .cred(&self.w.cred)
-            .owner(uid, gid);
+            .owner(e.meta.uid, e.meta.gid);
         Ok(Made::New(fs.create(&new)?.ino))
     }
 
@@ -385,7 +506,7 @@ impl PopulateSink<'_, '_, '_> {
     /// An existing directory takes entry `e`'s owner, mode and xattrs
     /// (its times at the end).
     fn merge(&mut self, ino: u32, e: &Entry) -> Why<()> {
-        let (uid, gid) = self.w.owners.map(e.meta.uid, e.meta.gid)?;
+        let (uid, gid) = (e.meta.uid, e.meta.gid);
         // Owner first: a chown clears setgid, which the mode then sets.
         for attr in [
             SetAttr {

@@ -157,7 +157,7 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
     let img = image.display().to_string();
     let fail = |m: String| format!("{img}: {m}");
     // Check the sources and the owner options before the image is touched.
-    let owners = a.owners.owners()?;
+    let rules = a.owners.rules()?;
     let mut sources = Vec::new();
     let choice = ext4kit_populate::source::oci::ImageChoice {
         image: a.oci_image.clone(),
@@ -325,7 +325,7 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
     }
     drop(dev);
     if !sources.is_empty() {
-        if let Err(e) = populate(&image, &a.sources, &mut sources, owners, a.quiet) {
+        if let Err(e) = populate(&image, &a.sources, &mut sources, rules, a.quiet) {
             return Err(match unmake(&image, made_file) {
                 Ok(what) => format!("{e}\n{img}: {what}"),
                 Err(u) => format!("{e}\n{img}: and the unfinished filesystem could not be removed: {u}"),
@@ -414,14 +414,14 @@ fn populate(
     image: &Image,
     paths: &[PathBuf],
     sources: &mut [Box<dyn ext4kit_populate::Source>],
-    owners: ext4kit_populate::Owners,
+    rules: super::put::Rules,
     quiet: bool,
 ) -> Result<(), String> {
     let fs = super::edit::open_rw(image, 256 << 20)?;
     let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
-    let mut c = super::put::Copy::new(&fs, &refs, owners);
+    let mut c = super::put::Copy::new(&fs, &refs, rules);
     for s in sources.iter_mut() {
-        c.add(&mut **s, ext4kit_populate::Placement::Into(2))?;
+        c.add(&mut **s, ext4kit_populate::Placement::Into { dir: 2, path: b"/" })?;
     }
     let s = c.finish()?;
     fs.sync()

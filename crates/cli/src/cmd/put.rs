@@ -10,6 +10,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use ext4kit::{FileType, Fs};
+use ext4kit_populate::file_contexts::FileContexts;
+use ext4kit_populate::fs_config::FsConfig;
 use ext4kit_populate::source::{self, dir::DirSource};
 use ext4kit_populate::{IdMap, Owners, Placement, Populator, Progress, Source};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -29,11 +31,46 @@ pub struct OwnerArgs {
     /// The same for gids.
     #[arg(long, value_name = "IMAGE:SOURCE:COUNT")]
     pub gid_map: Vec<String>,
+    /// Owners, modes and capabilities of the paths an Android fs_config
+    /// file lists (`path uid gid mode [capabilities=0xMASK]`), over the
+    /// rules above.
+    #[arg(long, value_name = "FILE")]
+    pub fs_config: Option<PathBuf>,
+    /// SELinux labels from a file_contexts file, matched as libselinux
+    /// (matchpathcon, restorecon) matches it; a path it gives no label
+    /// (or `<<none>>`) gets none.
+    #[arg(long, value_name = "FILE")]
+    pub file_contexts: Option<PathBuf>,
+}
+
+/// What the owner and label options make: the rules a build applies.
+pub struct Rules {
+    owners: Owners,
+    file_contexts: Option<FileContexts>,
+    fs_config: Option<FsConfig>,
 }
 
 impl OwnerArgs {
+    /// The rules these options give, their files read and checked.
+    pub fn rules(&self) -> Result<Rules, String> {
+        let read = |p: &PathBuf| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
+        let file_contexts = match &self.file_contexts {
+            None => None,
+            Some(p) => Some(FileContexts::parse(&read(p)?, &p.display().to_string())?),
+        };
+        let fs_config = match &self.fs_config {
+            None => None,
+            Some(p) => Some(FsConfig::parse(&read(p)?, &p.display().to_string())?),
+        };
+        Ok(Rules {
+            owners: self.owners()?,
+            file_contexts,
+            fs_config,
+        })
+    }
+
     /// The owner rule these options give.
-    pub fn owners(&self) -> Result<Owners, String> {
+    fn owners(&self) -> Result<Owners, String> {
         if self.all_root {
             return Ok(Owners::all_root());
         }
@@ -136,9 +173,15 @@ impl<'a> Copy<'a> {
     /// bar). One copy serves every source of a command, so that names of
     /// one file given as different sources become hard links of one inode,
     /// as with `cp -a A B DEST/`.
-    pub fn new(fs: &'a Fs, srcs: &[&Path], owners: Owners) -> Self {
+    pub fn new(fs: &'a Fs, srcs: &[&Path], rules: Rules) -> Self {
         let bar = progress_bar(srcs);
-        let mut pop = Populator::new(fs, owners);
+        let mut pop = Populator::new(fs, rules.owners);
+        if let Some(fc) = rules.file_contexts {
+            pop.set_file_contexts(fc);
+        }
+        if let Some(c) = rules.fs_config {
+            pop.set_fs_config(c);
+        }
         let b = bar.clone();
         pop.on_progress(move |p: Progress| {
             b.set_position(p.bytes);
@@ -198,17 +241,14 @@ fn last_component(p: &Path) -> &[u8] {
 /// the name of the copy. Sources that are hard links of one file become
 /// one inode with several names.
 pub fn run(a: &Args, sel: &crate::image::ImageArgs, budget: usize) -> Result<(), String> {
-    let owners = a.owners.owners()?;
+    let rules = a.owners.rules()?;
     let (image, dest) = split_target(&a.target)?;
     let image = &sel.image(image)?;
     // Every source is looked at before the image is opened.
     let mut sources: Vec<(Box<dyn Source>, &PathBuf, bool)> = Vec::new();
     for src in &a.srcs {
         let md = std::fs::symlink_metadata(src).map_err(|e| format!("{}: {e}", src.display()))?;
-        let archive = md.is_file() && !ends_in_dot(src) && {
-            let c = source::compress::sniff(src).map_err(|e| format!("{}: {e}", src.display()))?;
-            c != source::compress::Compression::Unknown
-        };
+        let archive = md.is_file() && !ends_in_dot(src) && source::is_archive(src);
         let s: Box<dyn Source> = if archive {
             source::open(src, &Default::default()).map_err(|e| e.to_string())?
         } else {
@@ -238,17 +278,26 @@ pub fn run(a: &Args, sel: &crate::image::ImageArgs, budget: usize) -> Result<(),
         }
     }
     let paths: Vec<&Path> = a.srcs.iter().map(|p| p.as_path()).collect();
-    let mut c = Copy::new(&fs, &paths, owners);
+    let mut c = Copy::new(&fs, &paths, rules);
     let fail = |e: String| format!("{}: {e}", image.display());
     for (s, src, archive) in &mut sources {
         match &dest_dir {
-            Some(d) if *archive || ends_in_dot(src) => c.add(&mut **s, Placement::Into(d.ino)).map_err(fail)?,
+            Some(d) if *archive || ends_in_dot(src) => c
+                .add(
+                    &mut **s,
+                    Placement::Into {
+                        dir: d.ino,
+                        path: dest.as_bytes(),
+                    },
+                )
+                .map_err(fail)?,
             Some(d) => {
                 let name = last_component(src).to_vec();
                 c.add(
                     &mut **s,
                     Placement::Named {
                         parent: d.ino,
+                        parent_path: dest.as_bytes(),
                         name: &name,
                     },
                 )
@@ -263,6 +312,7 @@ pub fn run(a: &Args, sel: &crate::image::ImageArgs, budget: usize) -> Result<(),
                     &mut **s,
                     Placement::Named {
                         parent: pst.ino,
+                        parent_path: pp.as_bytes(),
                         name: n.as_bytes(),
                     },
                 )

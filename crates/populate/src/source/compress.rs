@@ -1,17 +1,16 @@
-//! Telling a tar archive from its compressed forms by their first bytes
-//! (gzip `1f 8b`, zstd `28 b5 2f fd`, xz `fd 37 7a 58 5a 00`; a plain tar
-//! by a valid header checksum), and the decompressing reader for each.
+//! Telling the compressed forms of a stream apart by their first bytes
+//! (gzip `1f 8b`, zstd `28 b5 2f fd`, xz `fd 37 7a 58 5a 00`), and the
+//! decompressing reader for each. Whether what is inside is a tar is the
+//! tar reader's to say.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
-use super::tar::looks_like_tar;
-
-/// What a file's first bytes say it is.
+/// How a file's first bytes say it is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
-    /// A plain tar archive.
+    /// Not compressed (or in a form we do not read).
     None,
     /// gzip (RFC 1952), members concatenated as `gzip` writes them.
     Gzip,
@@ -19,31 +18,10 @@ pub enum Compression {
     Zstd,
     /// xz (LZMA2).
     Xz,
-    /// Something else.
-    Unknown,
 }
 
-impl Compression {
-    /// Whether this is (possibly) a tar archive; a compressed stream's
-    /// contents are checked as they are read.
-    pub fn is_tar(self) -> bool {
-        self != Compression::Unknown
-    }
-
-    /// Its name, for messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            Compression::None => "tar",
-            Compression::Gzip => "gzip-compressed tar",
-            Compression::Zstd => "zstd-compressed tar",
-            Compression::Xz => "xz-compressed tar",
-            Compression::Unknown => "unknown",
-        }
-    }
-}
-
-/// Look at the first bytes of `path`.
-pub fn sniff(path: &Path) -> Result<Compression, String> {
+/// The first 512 bytes of `path` (fewer if it is shorter).
+pub fn head(path: &Path) -> Result<Vec<u8>, String> {
     let mut f = File::open(path).map_err(|e| e.to_string())?;
     let mut head = [0u8; 512];
     let mut n = 0;
@@ -55,7 +33,7 @@ pub fn sniff(path: &Path) -> Result<Compression, String> {
             Err(e) => return Err(e.to_string()),
         }
     }
-    Ok(classify(&head[..n]))
+    Ok(head[..n].to_vec())
 }
 
 /// What bytes at the start of a stream say it is.
@@ -66,10 +44,8 @@ pub fn classify(head: &[u8]) -> Compression {
         Compression::Zstd
     } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
         Compression::Xz
-    } else if looks_like_tar(head) {
-        Compression::None
     } else {
-        Compression::Unknown
+        Compression::None
     }
 }
 
@@ -77,7 +53,7 @@ pub fn classify(head: &[u8]) -> Compression {
 pub fn reader(path: &Path, c: Compression) -> io::Result<Box<dyn Read>> {
     let f = BufReader::with_capacity(1 << 20, File::open(path)?);
     Ok(match c {
-        Compression::None | Compression::Unknown => Box::new(f),
+        Compression::None => Box::new(f),
         Compression::Gzip => Box::new(BufReader::with_capacity(
             1 << 20,
             flate2::bufread::MultiGzDecoder::new(f),
@@ -121,13 +97,13 @@ mod tests {
         ] {
             let p = dir.join(name);
             std::fs::write(&p, &bytes).unwrap();
-            assert_eq!(sniff(&p).unwrap(), kind);
+            assert_eq!(classify(&head(&p).unwrap()), kind);
             let mut out = Vec::new();
             reader(&p, kind).unwrap().read_to_end(&mut out).unwrap();
             assert_eq!(out, payload, "{name}");
         }
-        assert_eq!(classify(b"BZh91AY&SY"), Compression::Unknown);
-        assert_eq!(classify(b""), Compression::Unknown);
+        assert_eq!(classify(b"BZh91AY&SY"), Compression::None);
+        assert_eq!(classify(b""), Compression::None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -38,17 +38,36 @@ pub trait Source {
     fn visit(&mut self, sink: &mut dyn Sink) -> Result<()>;
 }
 
+/// What `path` holds, by its contents: a directory, a tar archive
+/// (compressed as said), or neither.
+pub fn kind_of(path: &Path) -> Result<Option<compress::Compression>> {
+    let md = std::fs::metadata(path).map_err(|e| Error::source(path, format!("{e}")))?;
+    if md.is_dir() {
+        return Ok(None);
+    }
+    let head = compress::head(path).map_err(|e| Error::source(path, e))?;
+    let c = compress::classify(&head);
+    if c == compress::Compression::None && !tar::looks_like_tar(&head) {
+        return Err(Error::source(
+            path,
+            "not a directory and not a tar archive (plain, gzip, zstd or xz) or OCI image",
+        ));
+    }
+    Ok(Some(c))
+}
+
+/// Whether `path` is an archive (a tar, compressed or not, or an OCI
+/// image packed in one) rather than a file to copy as it is.
+pub fn is_archive(path: &Path) -> bool {
+    path.is_file() && matches!(kind_of(path), Ok(Some(_)))
+}
+
 /// Open `path` as the source it is: an OCI image (layout directory or
 /// archive, the image `choice` picks), a directory, or a tar archive
 /// (plain, gzip, zstd or xz).
 pub fn open(path: &Path, choice: &oci::ImageChoice) -> Result<Box<dyn Source>> {
-    let md = std::fs::metadata(path).map_err(|e| Error::source(path, format!("{e}")))?;
-    let kind = if md.is_dir() {
-        compress::Compression::None
-    } else {
-        compress::sniff(path).map_err(|e| Error::source(path, e))?
-    };
-    if oci::is_image(path, kind) {
+    let kind = kind_of(path)?;
+    if oci::is_image(path, kind.unwrap_or(compress::Compression::None)) {
         return Ok(Box::new(oci::OciSource::new(path, choice.clone())));
     }
     if *choice != oci::ImageChoice::default() {
@@ -57,14 +76,8 @@ pub fn open(path: &Path, choice: &oci::ImageChoice) -> Result<Box<dyn Source>> {
             "--image and --platform choose within an OCI image; this is none",
         ));
     }
-    if md.is_dir() {
-        return Ok(Box::new(dir::DirSource::new(path)));
+    match kind {
+        None => Ok(Box::new(dir::DirSource::new(path))),
+        Some(c) => Ok(Box::new(tar::TarSource::new(PathBuf::from(path), c))),
     }
-    if !kind.is_tar() {
-        return Err(Error::source(
-            path,
-            "not a directory and not a tar archive (plain, gzip, zstd or xz)".to_string(),
-        ));
-    }
-    Ok(Box::new(tar::TarSource::new(PathBuf::from(path), kind)))
 }

@@ -473,17 +473,13 @@ fn platform_matches(p: &Platform, want: &str) -> bool {
 type BlobReader = BufReader<Hashing<Box<dyn Read>>>;
 
 fn decompress(r: BlobReader, c: Compression) -> io::Result<Layered> {
+    // What is not compressed is read as a tar; the tar reader refuses
+    // anything else at its first header.
     Ok(match c {
         Compression::None => Layered::Plain(r),
         Compression::Gzip => Layered::Gzip(flate2::bufread::MultiGzDecoder::new(r)),
         Compression::Zstd => Layered::Zstd(zstd::stream::read::Decoder::with_buffer(r)?),
         Compression::Xz => Layered::Xz(liblzma::bufread::XzDecoder::new_multi_decoder(r)),
-        Compression::Unknown => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the layer is neither a tar nor a compressed tar",
-            ))
-        }
     })
 }
 
