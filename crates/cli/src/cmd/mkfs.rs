@@ -417,7 +417,11 @@ fn populate(
     rules: super::put::Rules,
     quiet: bool,
 ) -> Result<(), String> {
-    let fs = super::edit::open_rw(image, 256 << 20)?;
+    // A build streams each file through once: a large page cache only
+    // adds pages to allocate and zero. From /usr/include + /usr/share/doc
+    // (14,277 entries, 265 MiB) against mke2fs -d, wall time: 1.40× with
+    // 256 MiB, 0.96× with 64, 0.93× with 32, 0.92× with 16.
+    let fs = super::edit::open_rw(image, 32 << 20)?;
     let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
     let mut c = super::put::Copy::new(&fs, &refs, rules);
     for s in sources.iter_mut() {
