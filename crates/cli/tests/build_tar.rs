@@ -443,3 +443,38 @@ fn the_same_archive_and_options_give_the_same_bytes() {
     );
     std::fs::remove_dir_all(&work).unwrap();
 }
+
+#[test]
+fn put_takes_an_archive_into_an_existing_directory() {
+    need_root_and_kernel();
+    let work = workdir("put");
+    let src = work.join("src");
+    for (p, d) in [("a/b/c", &b"c"[..]), ("a/d", b"d"), ("e", b"e")] {
+        let f = src.join(p);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, d).unwrap();
+    }
+    set_owner(&src.join("a/d"), 4242, 4242);
+    let tar = work.join("t.tar.xz");
+    run(Command::new("tar").args(["--format=posix", "-cJf", s(&tar), "-C", s(&src), "."]));
+    let img = work.join("img");
+    ok_as_nobody(&["mkfs", "-q", s(&img), "32M"]);
+    ok_as_nobody(&["mkdir", s(&img), "/srv"]);
+    ok_as_nobody(&["put", s(&tar), &format!("{}:/srv", s(&img))]);
+    ext4kit_testkit::e2fsck_clean(&img).unwrap_or_else(|e| panic!("{e}"));
+    let mnt = work.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let m = LoopMount::mount(&img, &mnt, "ext4", true).unwrap();
+    let opts = CompareOpts {
+        times: TimeFidelity::Nanoseconds,
+        ..CompareOpts::default()
+    };
+    let diffs = compare_trees(&src, &m.path().join("srv"), &opts).unwrap();
+    assert!(diffs.is_empty(), "{diffs:#?}");
+    m.unmount().unwrap();
+    // An archive needs an existing directory as DEST.
+    let o = ext4kit_as_nobody(&["put", s(&tar), &format!("{}:/nothere", s(&img))]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not an existing directory"));
+    std::fs::remove_dir_all(&work).unwrap();
+}
