@@ -11,43 +11,11 @@ use std::process::Command;
 
 use ext4kit_testkit::LoopMount;
 
+mod building;
+use building::{need_kernel, need_tool, run, s};
+
 fn workdir(tag: &str) -> PathBuf {
-    let w = std::env::temp_dir().join(format!("ext4kit-buildlabels-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&w);
-    std::fs::create_dir_all(&w).unwrap();
-    w
-}
-
-fn need_kernel() {
-    if let Err(e) = ext4kit_testkit::kernel_available() {
-        panic!("this test reads images back with the kernel (loop mount): {e}; CI runs as root");
-    }
-}
-
-fn need_kernel_and(tool: &str, package: &str) {
-    need_kernel();
-    if Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
-        panic!("this test compares with {tool} ({package}), which is not installed; .ci/run installs it");
-    }
-}
-
-fn run(cmd: &mut Command) -> String {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
+    building::workdir("buildlabels", tag)
 }
 
 const FILE_CONTEXTS: &str = r#"
@@ -163,7 +131,8 @@ fn label_of(p: &Path) -> Option<String> {
 
 #[test]
 fn file_contexts_labels_are_what_matchpathcon_says() {
-    need_kernel_and("matchpathcon", "selinux-utils");
+    need_kernel();
+    need_tool("matchpathcon", "selinux-utils");
     let work = workdir("fc");
     let src = work.join("src");
     make_tree(&src);

@@ -6,62 +6,20 @@
 //! whose digest does not match, and a whiteout of what no lower layer
 //! has, fail the build with the reason and leave no image.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use ext4kit_testkit::{compare_trees, CompareOpts, LoopMount, TimeFidelity};
 
-const NOBODY: u32 = 65534;
+mod building;
+use building::{ext4kit_as_nobody, need_root_and_kernel, run, s};
 
 fn workdir(tag: &str) -> PathBuf {
-    let w = std::env::temp_dir().join(format!("ext4kit-buildoci-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&w);
-    std::fs::create_dir_all(&w).unwrap();
-    std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o777)).unwrap();
-    w
-}
-
-fn need_root_and_kernel() {
-    if !rustix::process::geteuid().is_root() {
-        panic!("this test builds its fixtures as root and runs the build as uid {NOBODY}; CI runs as root");
-    }
-    if let Err(e) = ext4kit_testkit::kernel_available() {
-        panic!("this test reads images back with the kernel (loop mount): {e}; CI runs as root");
-    }
-}
-
-fn ext4kit_as_nobody(args: &[&str]) -> Output {
-    Command::new("setpriv")
-        .args([
-            &format!("--reuid={NOBODY}"),
-            &format!("--regid={NOBODY}"),
-            "--clear-groups",
-            "--",
-        ])
-        .arg(env!("CARGO_BIN_EXE_ext4kit"))
-        .args(args)
-        .env("SOURCE_DATE_EPOCH", "1700000000")
-        .output()
-        .expect("setpriv (util-linux) runs")
-}
-
-fn run(cmd: &mut Command) -> Vec<u8> {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o.stdout
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
+    building::workdir("buildoci", tag)
 }
 
 fn sha256(p: &Path) -> String {
-    let out = String::from_utf8(run(Command::new("sha256sum").arg(p))).unwrap();
+    let out = run(Command::new("sha256sum").arg(p));
     out.split_whitespace().next().unwrap().to_string()
 }
 

@@ -11,31 +11,11 @@ use std::process::Command;
 
 use ext4kit_testkit::{compare_trees, CompareOpts, LoopMount};
 
+mod building;
+use building::{need_kernel, run, s};
+
 fn workdir(tag: &str) -> PathBuf {
-    let w = std::env::temp_dir().join(format!("ext4kit-buildsize-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&w);
-    std::fs::create_dir_all(&w).unwrap();
-    w
-}
-
-fn need_kernel() {
-    if let Err(e) = ext4kit_testkit::kernel_available() {
-        panic!("this test reads images back with the kernel (loop mount): {e}; CI runs as root");
-    }
-}
-
-fn run(cmd: &mut Command) -> String {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
+    building::workdir("buildsize", tag)
 }
 
 /// A tree with what costs blocks: files of many sizes, a directory of

@@ -10,66 +10,15 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use ext4kit_testkit::{compare_trees, read_xattrs, CompareOpts, LoopMount, TimeFidelity};
 
-const NOBODY: u32 = 65534;
+mod building;
+use building::{ext4kit_as_nobody, need_root_and_kernel, ok_as_nobody, run, s, NOBODY};
 
 fn workdir(tag: &str) -> PathBuf {
-    let w = std::env::temp_dir().join(format!("ext4kit-buildtar-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&w);
-    std::fs::create_dir_all(&w).unwrap();
-    // The unprivileged builder writes its image here.
-    std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o777)).unwrap();
-    w
-}
-
-fn need_root_and_kernel() {
-    if !rustix::process::geteuid().is_root() {
-        panic!("this test builds its fixtures as root (owners, devices) and runs the build as uid {NOBODY}; CI runs as root");
-    }
-    if let Err(e) = ext4kit_testkit::kernel_available() {
-        panic!("this test reads images back with the kernel (loop mount): {e}; CI runs as root");
-    }
-}
-
-/// `ext4kit ARGS` as uid/gid 65534 with no supplementary groups.
-fn ext4kit_as_nobody(args: &[&str]) -> Output {
-    Command::new("setpriv")
-        .args([
-            &format!("--reuid={NOBODY}"),
-            &format!("--regid={NOBODY}"),
-            "--clear-groups",
-            "--",
-        ])
-        .arg(env!("CARGO_BIN_EXE_ext4kit"))
-        .args(args)
-        .env("SOURCE_DATE_EPOCH", "1700000000")
-        .output()
-        .expect("setpriv (util-linux) runs")
-}
-
-fn ok_as_nobody(args: &[&str]) {
-    let o = ext4kit_as_nobody(args);
-    assert!(
-        o.status.success(),
-        "ext4kit {args:?} as uid {NOBODY} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn run(cmd: &mut Command) {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
+    building::workdir("buildtar", tag)
 }
 
 fn set_owner(p: &Path, uid: u32, gid: u32) {
