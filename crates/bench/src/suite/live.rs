@@ -127,6 +127,11 @@ impl<'a> Live<'a> {
         }
     }
 
+    /// The `ext4kit` binary of the mount (and of the image builds).
+    pub fn ext4kit_bin(&self) -> &Path {
+        &self.cfg.ext4kit_bin
+    }
+
     /// Which peer this is.
     pub fn peer(&self) -> PeerId {
         self.peer

@@ -95,15 +95,15 @@ impl DirSource {
     }
 
     /// Report one entry, with its data if it is a regular file.
-    fn report(&self, sink: &mut dyn Sink, p: &Path, e: &Entry) -> Result<()> {
+    fn report(&self, sink: &mut dyn Sink, p: &Path, md: &Metadata, e: &Entry) -> Result<()> {
         if let EntryKind::File { size } = e.kind {
             let fd = open_noatime(p, false).map_err(|err| self.err(p, err))?;
-            let mut data = HostData {
-                fd,
-                size,
-                pos: 0,
-                end: 0,
-            };
+            // A file with a block allocated for every block of its size
+            // has no hole to look for: one data region, without two seeks
+            // per file (a third of the syscalls of a small file).
+            let dense = md.blocks() * 512 >= size.div_ceil(4096) * 4096;
+            let end = if dense { size } else { 0 };
+            let mut data = HostData { fd, size, pos: 0, end };
             sink.entry(e, Some(&mut data))
         } else {
             sink.entry(e, None)
@@ -124,7 +124,7 @@ impl Source for DirSource {
         }
         .map_err(|e| Error::source(&self.root, e.to_string()))?;
         let root = self.entry_for(&self.root, &md, EntryPath::root())?;
-        self.report(sink, &self.root, &root)?;
+        self.report(sink, &self.root, &md, &root)?;
         if !md.is_dir() {
             return Ok(());
         }
@@ -138,7 +138,7 @@ impl Source for DirSource {
                 let md = std::fs::symlink_metadata(&k).map_err(|e| self.err(&k, e))?;
                 let name = k.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default();
                 let e = self.entry_for(&k, &md, at.join(&name))?;
-                self.report(sink, &k, &e)?;
+                self.report(sink, &k, &md, &e)?;
                 if md.is_dir() {
                     dirs.push((k, e.path));
                 }
