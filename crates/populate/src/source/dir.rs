@@ -11,9 +11,9 @@
 //! and a symlink's atime, which `readlink` moves, is put back.
 
 use std::fs::Metadata;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use ext4kit::Timestamp;
@@ -22,6 +22,62 @@ use rustix::fs::SeekFrom;
 use super::{Sink, Source};
 use crate::entry::{Entry, EntryKind, EntryPath, FileData, Meta, Xattrs};
 use crate::error::{Error, Result};
+
+/// What the walk needs of a host file's inode, from `lstat` of the root
+/// or `statat` in its directory.
+#[derive(Debug, Clone, Copy)]
+struct HostStat {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    blocks: u64,
+    nlink: u64,
+    dev: u64,
+    ino: u64,
+    rdev: u64,
+    atime: Timestamp,
+    mtime: Timestamp,
+}
+
+impl HostStat {
+    fn of_metadata(md: &Metadata) -> Self {
+        HostStat {
+            mode: md.mode(),
+            uid: md.uid(),
+            gid: md.gid(),
+            size: md.len(),
+            blocks: md.blocks(),
+            nlink: md.nlink(),
+            dev: md.dev(),
+            ino: md.ino(),
+            rdev: md.rdev(),
+            atime: ts(md.atime(), md.atime_nsec()),
+            mtime: ts(md.mtime(), md.mtime_nsec()),
+        }
+    }
+
+    #[allow(clippy::unnecessary_cast)] // the field types differ between targets
+    fn of_stat(st: &rustix::fs::Stat) -> Self {
+        HostStat {
+            mode: st.st_mode as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            size: st.st_size as u64,
+            blocks: st.st_blocks as u64,
+            nlink: st.st_nlink as u64,
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            rdev: st.st_rdev as u64,
+            atime: ts(st.st_atime as i64, st.st_atime_nsec as i64),
+            mtime: ts(st.st_mtime as i64, st.st_mtime_nsec as i64),
+        }
+    }
+
+    fn kind(&self) -> rustix::fs::FileType {
+        rustix::fs::FileType::from_raw_mode(self.mode as rustix::fs::RawMode)
+    }
+}
 
 /// A host directory.
 pub struct DirSource {
@@ -58,55 +114,83 @@ impl DirSource {
         )
     }
 
-    /// The entry for host path `p` at tree path `at`.
-    fn entry_for(&self, p: &Path, md: &Metadata, at: EntryPath) -> Result<Entry> {
-        let ft = md.file_type();
-        let (major, minor) = (rustix::fs::major(md.rdev()), rustix::fs::minor(md.rdev()));
-        let kind = if ft.is_dir() {
-            EntryKind::Dir
-        } else if ft.is_symlink() {
-            let t = read_link_keep_atime(p, md).map_err(|e| self.err(p, e))?;
-            EntryKind::Symlink(t.as_os_str().as_bytes().to_vec())
-        } else if ft.is_file() {
-            EntryKind::File { size: md.len() }
-        } else if ft.is_fifo() {
-            EntryKind::Fifo
-        } else if ft.is_socket() {
-            EntryKind::Socket
-        } else if ft.is_char_device() {
-            EntryKind::CharDevice(major, minor)
-        } else {
-            EntryKind::BlockDevice(major, minor)
+    /// The entry for host path `p` (named `name` in directory `dir`, when
+    /// the walk has the directory open) at tree path `at`.
+    fn entry_for(&self, p: &Path, at_dir: Option<(&OwnedFd, &[u8])>, st: &HostStat, at: EntryPath) -> Result<Entry> {
+        use rustix::fs::FileType as T;
+        let (major, minor) = (rustix::fs::major(st.rdev), rustix::fs::minor(st.rdev));
+        let ft = st.kind();
+        let kind = match ft {
+            T::Directory => EntryKind::Dir,
+            T::Symlink => {
+                let t = read_link_keep_atime(p, at_dir, st).map_err(|e| self.err(p, e))?;
+                EntryKind::Symlink(t)
+            }
+            T::RegularFile => EntryKind::File { size: st.size },
+            T::Fifo => EntryKind::Fifo,
+            T::Socket => EntryKind::Socket,
+            T::CharacterDevice => EntryKind::CharDevice(major, minor),
+            _ => EntryKind::BlockDevice(major, minor),
         };
-        let identity = (!ft.is_dir() && md.nlink() > 1).then(|| (md.dev(), md.ino()));
+        let identity = (ft != T::Directory && st.nlink > 1).then_some((st.dev, st.ino));
         Ok(Entry {
             path: at,
             kind,
             meta: Meta {
-                perm: (md.mode() & 0o7777) as u16,
-                uid: md.uid(),
-                gid: md.gid(),
-                atime: ts(md.atime(), md.atime_nsec()),
-                mtime: ts(md.mtime(), md.mtime_nsec()),
+                perm: (st.mode & 0o7777) as u16,
+                uid: st.uid,
+                gid: st.gid,
+                atime: st.atime,
+                mtime: st.mtime,
             },
-            xattrs: read_xattrs(p).map_err(|e| self.err(p, e))?,
+            xattrs: Vec::new(),
             identity,
         })
     }
 
-    /// Report one entry, with its data if it is a regular file.
-    fn report(&self, sink: &mut dyn Sink, p: &Path, md: &Metadata, e: &Entry) -> Result<()> {
-        if let EntryKind::File { size } = e.kind {
-            let fd = open_noatime(p, false).map_err(|err| self.err(p, err))?;
-            // A file with a block allocated for every block of its size
-            // has no hole to look for: one data region, without two seeks
-            // per file (a third of the syscalls of a small file).
-            let dense = md.blocks() * 512 >= size.div_ceil(4096) * 4096;
-            let end = if dense { size } else { 0 };
-            let mut data = HostData { fd, size, pos: 0, end };
-            sink.entry(e, Some(&mut data))
+    /// Report one entry, with its xattrs and, for a regular file, its data.
+    /// A file or directory is opened (in its directory, when the walk has
+    /// that open: no path walk per entry) and its xattrs read through the
+    /// descriptor; the others' xattrs are read by path.
+    fn report(
+        &self,
+        sink: &mut dyn Sink,
+        p: &Path,
+        at_dir: Option<(&OwnedFd, &[u8])>,
+        st: &HostStat,
+        mut e: Entry,
+    ) -> Result<Option<OwnedFd>> {
+        let openable = matches!(e.kind, EntryKind::File { .. } | EntryKind::Dir);
+        let fd = if openable {
+            let dir = e.kind == EntryKind::Dir;
+            let fd = match at_dir {
+                Some((d, name)) => open_noatime_at(d, name, dir),
+                None => open_noatime(p, dir),
+            };
+            Some(fd.map_err(|err| self.err(p, err))?)
         } else {
-            sink.entry(e, None)
+            None
+        };
+        e.xattrs = match &fd {
+            Some(fd) => read_xattrs(XattrOf::Fd(fd)),
+            None => read_xattrs(XattrOf::Path(p)),
+        }
+        .map_err(|err| self.err(p, err))?;
+        match (&e.kind, fd) {
+            (&EntryKind::File { size }, Some(fd)) => {
+                // A file with a block allocated for every block of its
+                // size has no hole to look for: one data region, without
+                // two seeks per file.
+                let dense = st.blocks * 512 >= size.div_ceil(4096) * 4096;
+                let end = if dense { size } else { 0 };
+                let mut data = HostData { fd, size, pos: 0, end };
+                sink.entry(&e, Some(&mut data))?;
+                Ok(None)
+            }
+            (_, fd) => {
+                sink.entry(&e, None)?;
+                Ok(fd)
+            }
         }
     }
 }
@@ -123,24 +207,36 @@ impl Source for DirSource {
             std::fs::symlink_metadata(&self.root)
         }
         .map_err(|e| Error::source(&self.root, e.to_string()))?;
-        let root = self.entry_for(&self.root, &md, EntryPath::root())?;
-        self.report(sink, &self.root, &md, &root)?;
-        if !md.is_dir() {
+        let st = HostStat::of_metadata(&md);
+        let root = self.entry_for(&self.root, None, &st, EntryPath::root())?;
+        let Some(root_fd) = self.report(sink, &self.root, None, &st, root)? else {
             return Ok(());
-        }
-        let mut stack = vec![(self.root.clone(), EntryPath::root())];
-        while let Some((dir, at)) = stack.pop() {
-            let mut kids = list_dir(&dir).map_err(|e| self.err(&dir, e))?;
+        };
+        // Directories still to read: their host path and tree path, and
+        // the descriptor when it is open already (pending directories are
+        // opened when their turn comes: a wide tree must not hold a
+        // descriptor for each).
+        let mut stack = vec![(self.root.clone(), EntryPath::root(), Some(root_fd))];
+        while let Some((dir, at, fd)) = stack.pop() {
+            let dfd = match fd {
+                Some(fd) => fd,
+                None => open_noatime(&dir, true).map_err(|e| self.err(&dir, e))?,
+            };
+            let mut names = list_dir(&dfd).map_err(|e| self.err(&dir, e))?;
             // Byte order of names: the same tree, the same order.
-            kids.sort_by(|a, b| a.as_os_str().as_bytes().cmp(b.as_os_str().as_bytes()));
+            names.sort();
             let mut dirs = Vec::new();
-            for k in kids {
-                let md = std::fs::symlink_metadata(&k).map_err(|e| self.err(&k, e))?;
-                let name = k.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default();
-                let e = self.entry_for(&k, &md, at.join(&name))?;
-                self.report(sink, &k, &md, &e)?;
-                if md.is_dir() {
-                    dirs.push((k, e.path));
+            for name in names {
+                let k = dir.join(std::ffi::OsStr::from_bytes(&name));
+                let st = rustix::fs::statat(&dfd, name.as_slice(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|s| HostStat::of_stat(&s))
+                    .map_err(|e| self.err(&k, e))?;
+                let e = self.entry_for(&k, Some((&dfd, &name)), &st, at.join(&name))?;
+                let path = e.path.clone();
+                // A subdirectory's descriptor is not kept: it is opened
+                // again when its turn comes.
+                if self.report(sink, &k, Some((&dfd, &name)), &st, e)?.is_some() {
+                    dirs.push((k, path, None));
                 }
             }
             // Subdirectories after the files of this level, in order.
@@ -169,16 +265,25 @@ fn open_noatime(p: &Path, dir: bool) -> std::io::Result<OwnedFd> {
     }
 }
 
-/// The entries of host directory `p` (without "." and ".."), read without
-/// touching its atime.
-pub(crate) fn list_dir(p: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let fd = open_noatime(p, true)?;
+/// [`open_noatime`] for `name` in the open directory `dir`.
+fn open_noatime_at(dir: &OwnedFd, name: &[u8], is_dir: bool) -> std::io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let base =
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | if is_dir { OFlags::DIRECTORY } else { OFlags::empty() };
+    match rustix::fs::openat(dir, name, base | OFlags::NOATIME, Mode::empty()) {
+        Err(rustix::io::Errno::PERM) => Ok(rustix::fs::openat(dir, name, base, Mode::empty())?),
+        r => Ok(r?),
+    }
+}
+
+/// The names in an open host directory (without "." and "..").
+fn list_dir(fd: &OwnedFd) -> std::io::Result<Vec<Vec<u8>>> {
     let mut out = Vec::new();
-    for e in rustix::fs::Dir::read_from(&fd)? {
+    for e in rustix::fs::Dir::read_from(fd)? {
         let e = e?;
         let name = e.file_name().to_bytes();
         if name != b"." && name != b".." {
-            out.push(p.join(std::ffi::OsStr::from_bytes(name)));
+            out.push(name.to_vec());
         }
     }
     Ok(out)
@@ -186,30 +291,45 @@ pub(crate) fn list_dir(p: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 /// readlink(2) updates a symlink's atime and there is no O_NOATIME for it:
 /// put the atime back (as `tar --atime-preserve=replace` does) when we may.
-fn read_link_keep_atime(p: &Path, md: &Metadata) -> std::io::Result<PathBuf> {
-    use rustix::fs::{utimensat, AtFlags, Timespec, Timestamps, CWD, UTIME_OMIT};
-    let t = std::fs::read_link(p)?;
-    if std::fs::symlink_metadata(p).is_ok_and(|now| now.atime() != md.atime() || now.atime_nsec() != md.atime_nsec()) {
+fn read_link_keep_atime(p: &Path, at_dir: Option<(&OwnedFd, &[u8])>, st: &HostStat) -> std::io::Result<Vec<u8>> {
+    use rustix::fs::{AtFlags, Timespec, Timestamps, CWD, UTIME_OMIT};
+    let (dir, name): (rustix::fd::BorrowedFd<'_>, Vec<u8>) = match at_dir {
+        Some((d, n)) => (d.as_fd(), n.to_vec()),
+        None => (CWD, p.as_os_str().as_bytes().to_vec()),
+    };
+    let t = rustix::fs::readlinkat(dir, name.as_slice(), Vec::new())?.into_bytes();
+    let now = rustix::fs::statat(dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW).map(|s| HostStat::of_stat(&s));
+    if now.is_ok_and(|n| n.atime != st.atime) {
         let ts = Timestamps {
             last_access: Timespec {
-                tv_sec: md.atime(),
-                tv_nsec: md.atime_nsec(),
+                tv_sec: st.atime.sec,
+                tv_nsec: st.atime.nsec.into(),
             },
             last_modification: Timespec {
                 tv_sec: 0,
                 tv_nsec: UTIME_OMIT,
             },
         };
-        let _ = utimensat(CWD, p, &ts, AtFlags::SYMLINK_NOFOLLOW);
+        let _ = rustix::fs::utimensat(dir, name.as_slice(), &ts, AtFlags::SYMLINK_NOFOLLOW);
     }
     Ok(t)
 }
 
-/// Every xattr of host path `p` (not following a symlink); none where the
-/// host filesystem has no xattrs.
-fn read_xattrs(p: &Path) -> std::result::Result<Xattrs, String> {
+/// Whose xattrs to read: an open file's, or a path's (not following a
+/// symlink).
+enum XattrOf<'a> {
+    Fd(&'a OwnedFd),
+    Path(&'a Path),
+}
+
+/// Every xattr (none where the host filesystem has none).
+fn read_xattrs(of: XattrOf<'_>) -> std::result::Result<Xattrs, String> {
     let mut names = vec![0u8; 65536];
-    let n = match rustix::fs::llistxattr(p, &mut names) {
+    let n = match &of {
+        XattrOf::Fd(fd) => rustix::fs::flistxattr(fd, &mut names),
+        XattrOf::Path(p) => rustix::fs::llistxattr(*p, &mut names),
+    };
+    let n = match n {
         Ok(n) => n,
         Err(rustix::io::Errno::NOTSUP) => return Ok(Vec::new()),
         Err(e) => return Err(format!("listing xattrs: {e}")),
@@ -218,8 +338,11 @@ fn read_xattrs(p: &Path) -> std::result::Result<Xattrs, String> {
     let mut val = vec![0u8; 65536];
     for name in names[..n].split(|&b| b == 0).filter(|n| !n.is_empty()) {
         let os = std::ffi::OsStr::from_bytes(name);
-        let len = rustix::fs::lgetxattr(p, os, &mut val)
-            .map_err(|e| format!("xattr {}: {e}", String::from_utf8_lossy(name)))?;
+        let len = match &of {
+            XattrOf::Fd(fd) => rustix::fs::fgetxattr(fd, os, &mut val),
+            XattrOf::Path(p) => rustix::fs::lgetxattr(*p, os, &mut val),
+        }
+        .map_err(|e| format!("xattr {}: {e}", String::from_utf8_lossy(name)))?;
         out.push((name.to_vec(), val[..len].to_vec()));
     }
     Ok(out)
