@@ -9,10 +9,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ext4kit_testkit::LoopMount;
-
 mod building;
-use building::{need_kernel, need_tool, run, s};
+use building::{mkfs_and_mount, need_kernel, need_tool, run, s};
 
 fn workdir(tag: &str) -> PathBuf {
     building::workdir("buildlabels", tag)
@@ -139,20 +137,11 @@ fn file_contexts_labels_are_what_matchpathcon_says() {
     let fc = work.join("file_contexts");
     std::fs::write(&fc, FILE_CONTEXTS).unwrap();
     let img = work.join("out.img");
-    run(Command::new(env!("CARGO_BIN_EXE_ext4kit")).args([
-        "mkfs",
-        "-q",
-        "-d",
-        s(&src),
-        "--file-contexts",
-        s(&fc),
-        s(&img),
-        "32M",
-    ]));
-    ext4kit_testkit::e2fsck_clean(&img).unwrap_or_else(|e| panic!("{e}"));
-    let mnt = work.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let m = LoopMount::mount(&img, &mnt, "ext4", true).unwrap();
+    let m = mkfs_and_mount(
+        &work,
+        &["-q", "-d", s(&src), "--file-contexts", s(&fc), s(&img), "32M"],
+        &img,
+    );
     let paths = walk(m.path());
     assert!(paths.len() > 30, "{paths:?}");
     let mut wrong = Vec::new();
@@ -196,8 +185,7 @@ fn fs_config_sets_owners_modes_and_capabilities() {
     )
     .unwrap();
     let img = work.join("out.img");
-    run(Command::new(env!("CARGO_BIN_EXE_ext4kit")).args([
-        "mkfs",
+    let args = [
         "-q",
         "-d",
         s(&src),
@@ -209,11 +197,8 @@ fn fs_config_sets_owners_modes_and_capabilities() {
         s(&conf),
         s(&img),
         "32M",
-    ]));
-    ext4kit_testkit::e2fsck_clean(&img).unwrap_or_else(|e| panic!("{e}"));
-    let mnt = work.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let m = LoopMount::mount(&img, &mnt, "ext4", true).unwrap();
+    ];
+    let m = mkfs_and_mount(&work, &args, &img);
     let st = |p: &str| std::fs::symlink_metadata(m.path().join(p)).unwrap();
     assert_eq!(
         (

@@ -90,3 +90,14 @@ pub fn run(cmd: &mut Command) -> String {
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// `ext4kit mkfs ARGS` (as the caller), which must succeed; the image at
+/// `img` checked by e2fsck and mounted read-only by the kernel at
+/// `work/mnt`.
+pub fn mkfs_and_mount(work: &Path, args: &[&str], img: &Path) -> ext4kit_testkit::LoopMount {
+    run(Command::new(env!("CARGO_BIN_EXE_ext4kit")).arg("mkfs").args(args));
+    ext4kit_testkit::e2fsck_clean(img).unwrap_or_else(|e| panic!("{e}"));
+    let mnt = work.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    ext4kit_testkit::LoopMount::mount(img, &mnt, "ext4", true).unwrap()
+}
