@@ -126,8 +126,13 @@ struct Placing<'p> {
     root: Option<u32>,
     /// Directories of this source already found or made.
     dirs: HashMap<EntryPath, u32>,
-    /// Paths this source made (an opaque marker keeps them).
+    /// Paths the current layer made (an opaque marker keeps them); kept
+    /// only for a source in layers (an OCI image): a plain tree or tar
+    /// has no opaque markers, and its every path held here would cost
+    /// memory in proportion to the tree.
     made: HashSet<EntryPath>,
+    /// The source announced layers (`Sink::begin_layer`).
+    layered: bool,
 }
 
 impl<'a> Populator<'a> {
@@ -175,6 +180,7 @@ impl<'a> Populator<'a> {
             root: None,
             dirs: HashMap::new(),
             made: HashSet::new(),
+            layered: false,
         };
         let mut sink = PopulateSink { w: self, p: &mut p };
         source.visit(&mut sink)
@@ -213,6 +219,7 @@ struct PopulateSink<'w, 'a, 'p> {
 impl Sink for PopulateSink<'_, '_, '_> {
     fn begin_layer(&mut self) -> Result<()> {
         self.p.made.clear();
+        self.p.layered = true;
         Ok(())
     }
 
@@ -246,6 +253,9 @@ impl PopulateSink<'_, '_, '_> {
                 self.p.dirs.retain(|p, _| !p.starts_with(&e.path));
                 Ok(())
             }
+            (EntryKind::Opaque, Some(_)) if !self.p.layered => {
+                Err("an opaque marker outside an image's layers (Sink::begin_layer)".into())
+            }
             (EntryKind::Opaque, Some(_)) => {
                 let ino = self.dir(&e.path)?;
                 self.clear(ino, &e.path)
@@ -261,7 +271,9 @@ impl PopulateSink<'_, '_, '_> {
                 if e.kind == EntryKind::Dir {
                     self.p.dirs.insert(e.path.clone(), ino);
                 }
-                self.p.made.insert(e.path.clone());
+                if self.p.layered {
+                    self.p.made.insert(e.path.clone());
+                }
                 Ok(())
             }
         }
@@ -349,7 +361,9 @@ impl PopulateSink<'_, '_, '_> {
                 None => {
                     let i = self.implicit_dir(ino, c, &at)?;
                     self.p.dirs.insert(at.clone(), i);
-                    self.p.made.insert(at.clone());
+                    if self.p.layered {
+                        self.p.made.insert(at.clone());
+                    }
                     i
                 }
             };
@@ -578,6 +592,14 @@ impl PopulateSink<'_, '_, '_> {
 
     /// A whiteout: `name` in `parent` and everything below it go.
     fn remove(&mut self, parent: u32, name: &[u8]) -> Why<()> {
+        // A lookup of "." or ".." finds the directory or the one above it,
+        // which a whiteout must never empty.
+        if name == b"." || name == b".." || name.contains(&b'/') {
+            return Err(format!(
+                "a whiteout of \"{}\": not a name",
+                String::from_utf8_lossy(name)
+            ));
+        }
         match self.w.fs.lookup_at(parent, name).map_err(why)? {
             None => Err("a whiteout of a path no earlier layer has".into()),
             Some((ino, ft)) => {
@@ -657,4 +679,78 @@ enum Made {
     New(u32),
     /// A new name for an inode made before.
     Linked(u32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::Meta;
+    use ext4kit::device::MemDevice;
+    use std::sync::Arc;
+
+    /// A fresh 16 MiB ext4 in memory, opened read-write.
+    fn scratch() -> Arc<Fs> {
+        let dev = MemDevice::new(16 << 20);
+        let o = ext4kit::mkfs::MkfsOptions {
+            device_zeroed: true,
+            ..Default::default()
+        };
+        ext4kit::mkfs::mkfs(&dev, 16 << 20, &o).unwrap();
+        let o = ext4kit::OpenOptions {
+            read_only: false,
+            ..Default::default()
+        };
+        Fs::open_device(Arc::new(dev), &o).unwrap()
+    }
+
+    fn entry(path: &str, kind: EntryKind) -> Entry {
+        Entry {
+            path: EntryPath::parse(path.as_bytes()).unwrap(),
+            kind,
+            meta: Meta {
+                perm: 0o755,
+                uid: 0,
+                gid: 0,
+                atime: Timestamp::default(),
+                mtime: Timestamp::default(),
+            },
+            xattrs: Vec::new(),
+            identity: None,
+        }
+    }
+
+    /// A source of fixed entries.
+    struct Fixed(Vec<Entry>);
+
+    impl Source for Fixed {
+        fn name(&self) -> String {
+            "fixed".into()
+        }
+        fn visit(&mut self, sink: &mut dyn Sink) -> Result<()> {
+            for e in &self.0 {
+                sink.begin_layer()?;
+                sink.entry(e, None)?;
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_whiteout_never_reaches_above_its_directory() {
+        let fs = scratch();
+        let mut p = Populator::new(&fs, Owners::as_source());
+        let root = Placement::Into { dir: 2, path: b"/" };
+        p.add(
+            &mut Fixed(vec![entry("keep", EntryKind::Dir), entry("keep/d", EntryKind::Dir)]),
+            root,
+        )
+        .unwrap();
+        // "keep/d/.." as a whiteout (a layer's `.wh...`, or a library
+        // caller's own path): refused, and nothing removed.
+        let mut hostile = entry("keep/d", EntryKind::Whiteout);
+        hostile.path = EntryPath::parse(b"keep/d").unwrap().join(b"..");
+        let e = p.add(&mut Fixed(vec![hostile]), root).unwrap_err();
+        assert!(e.reason().contains("not a name"), "{e}");
+        assert!(fs.stat("/keep/d").is_ok(), "the tree above the whiteout was emptied");
+    }
 }

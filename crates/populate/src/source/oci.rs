@@ -561,6 +561,15 @@ impl Sink for Whiteouts<'_> {
         let (path, kind) = match hidden {
             b".wh..opq" => (dir, EntryKind::Opaque),
             b"" => return self.inner.entry(e, data),
+            // `.wh..` and `.wh...` would name the directory itself or its
+            // parent: a whiteout of those would empty what lies above.
+            b"." | b".." => {
+                return Err(Error::entry(
+                    "layer",
+                    e.path.to_string(),
+                    "a whiteout of \".\" or \"..\" (it would remove the directory above)",
+                ))
+            }
             h => (dir.join(h), EntryKind::Whiteout),
         };
         let w = Entry {
