@@ -440,3 +440,58 @@ fn put_takes_an_archive_into_an_existing_directory() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("not an existing directory"));
     std::fs::remove_dir_all(&work).unwrap();
 }
+
+#[test]
+fn a_build_killed_half_way_leaves_image_as_it_was() {
+    need_root_and_kernel();
+    let work = workdir("killed");
+    let src = work.join("src");
+    for d in 0..20 {
+        let dir = src.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..100 {
+            std::fs::write(dir.join(format!("f{f}")), vec![(d * 7 + f) as u8; 64 << 10]).unwrap();
+        }
+    }
+    let tar = work.join("big.tar");
+    run(Command::new("tar").args(["-cf", s(&tar), "-C", s(&src), "."]));
+    let img = work.join("out.img");
+    // Once with no image there, once over an old image: killed as soon as
+    // its staged build has started writing, IMAGE is what it was before.
+    for old in [None, Some(b"an old image".to_vec())] {
+        let _ = std::fs::remove_file(&img);
+        if let Some(o) = &old {
+            std::fs::write(&img, o).unwrap();
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+            .args(["mkfs", "-q", "-d", s(&tar), s(&img), "512M"])
+            .spawn()
+            .unwrap();
+        let staged = work.join(format!(".out.img.ext4kit-mkfs-{}", child.id()));
+        let t = std::time::Instant::now();
+        while std::fs::metadata(&staged).map_or(true, |m| m.blocks() < 2048) {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the build ended before it could be killed"
+            );
+            assert!(t.elapsed().as_secs() < 60, "the staged build never started writing");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        match &old {
+            None => assert!(!img.exists(), "a killed build left an image"),
+            Some(o) => assert_eq!(&std::fs::read(&img).unwrap(), o, "a killed build changed the old image"),
+        }
+        let _ = std::fs::remove_file(&staged);
+    }
+    // Not killed, the same build puts a complete image in place.
+    ok_as_nobody(&["mkfs", "-q", "-d", s(&tar), s(&img), "512M"]);
+    ext4kit_testkit::e2fsck_clean(&img).unwrap_or_else(|e| panic!("{e}"));
+    assert!(std::fs::read_dir(&work).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .contains("ext4kit-mkfs")));
+    std::fs::remove_dir_all(&work).unwrap();
+}

@@ -234,6 +234,16 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
     } else {
         size
     };
+    // A build into a regular file is made under a temporary name beside
+    // it and renamed over IMAGE once written back: a build that dies half
+    // way (a crash, a kill, a power cut) leaves IMAGE as it was — absent,
+    // or the old image — never a filesystem that mounts as if the build
+    // had finished. (A device, a partition or an offset is built in place.)
+    let staged = staged_path(&image, !sources.is_empty());
+    let build = match &staged {
+        Some(t) => Image::new(t.clone(), Location::Whole, false),
+        None => image.clone(),
+    };
     // Whether this run made the image file (a failed build removes it).
     let mut made_file = false;
     let (dev, size) = match image.loc {
@@ -248,12 +258,12 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
                 .map(|m| m.file_type().is_block_device())
                 .unwrap_or(false);
             if !is_block_dev {
-                made_file = !image.path.exists();
-                create_sparse(&image.path, size).map_err(|e| fail(e.to_string()))?;
+                made_file = !build.path.exists();
+                create_sparse(&build.path, size).map_err(|e| fail(e.to_string()))?;
                 o.device_zeroed = true;
             }
             let dev: Arc<dyn BlockDevice> =
-                Arc::new(FileDevice::open(&image.path, true).map_err(|e| fail(e.to_string()))?);
+                Arc::new(FileDevice::open(&build.path, true).map_err(|e| fail(e.to_string()))?);
             (dev, size)
         }
         Location::Partition(_) => {
@@ -325,14 +335,55 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
     }
     drop(dev);
     if !sources.is_empty() {
-        if let Err(e) = populate(&image, &a.sources, &mut sources, rules, a.quiet) {
-            return Err(match unmake(&image, made_file) {
+        if let Err(e) = populate(&build, &a.sources, &mut sources, rules, a.quiet) {
+            return Err(match unmake(&build, made_file) {
                 Ok(what) => format!("{e}\n{img}: {what}"),
                 Err(u) => format!("{e}\n{img}: and the unfinished filesystem could not be removed: {u}"),
             });
         }
     }
+    if let Some(t) = &staged {
+        // `populate` wrote back and flushed the file; the rename makes it
+        // IMAGE, and the directory's fsync makes the rename durable.
+        std::fs::rename(t, &image.path).map_err(|e| fail(format!("renaming {} into place: {e}", t.display())))?;
+        let dir = image
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+    }
     Ok(())
+}
+
+/// Where a build into `image` is made before it is renamed into place:
+/// `.NAME.ext4kit-mkfs-PID` beside it, for a build (`-d`) into a whole
+/// regular file (or one not there yet) that is not a symlink — renaming
+/// over a symlink would replace the link, not its target.
+fn staged_path(image: &Image, building: bool) -> Option<PathBuf> {
+    if !building || image.loc != Location::Whole {
+        return None;
+    }
+    match std::fs::symlink_metadata(&image.path) {
+        Ok(m) if !m.file_type().is_file() => return None,
+        Ok(_) | Err(_) => {}
+    }
+    // The rename needs the directory writable; where it is not, the build
+    // goes in place as before.
+    let dir = image
+        .path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    rustix::fs::access(dir, rustix::fs::Access::WRITE_OK).ok()?;
+    let name = image.path.file_name()?.to_string_lossy().into_owned();
+    Some(
+        image
+            .path
+            .with_file_name(format!(".{name}.ext4kit-mkfs-{}", std::process::id())),
+    )
 }
 
 /// The smallest image that holds `sources` with the free space asked
