@@ -11,10 +11,16 @@
 //! be before it is made.
 //!
 //! ```no_run
-//! use ext4kit_populate::{source, Owners, Placement, Populator};
+//! use ext4kit_populate::{source, Owners, Placement, Populator, Rules};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let fs = ext4kit::Fs::open_image("disk.img", &ext4kit::OpenOptions::default())?;
-//! let mut p = Populator::new(&fs, Owners::all_root());
+//! let mut p = Populator::new(
+//!     &fs,
+//!     Rules {
+//!         owners: Owners::all_root(),
+//!         ..Default::default()
+//!     },
+//! );
 //! let mut tar = source::open("rootfs.tar.gz".as_ref(), &Default::default())?;
 //! p.add(&mut *tar, Placement::Into { dir: 2, path: b"/" })?;
 //! p.finish()?;
@@ -36,5 +42,5 @@ pub mod source;
 pub use entry::{Entry, EntryKind, EntryPath, FileData, Meta, Xattrs};
 pub use error::{Error, Result};
 pub use owners::{IdMap, IdRange, Owners};
-pub use populator::{Placement, Populator, Progress};
+pub use populator::{Placement, Populator, Progress, Rules};
 pub use source::{Sink, Source};

@@ -99,11 +99,25 @@ pub struct Progress {
     pub bytes: u64,
 }
 
+/// What a build makes of the sources' owners, modes and labels: the
+/// request a [`Populator`] is made with.
+#[derive(Debug, Default)]
+pub struct Rules {
+    /// Who owns the files in the image.
+    pub owners: Owners,
+    /// SELinux labels, when given: every file's `security.selinux` is
+    /// replaced (or removed where the file says none).
+    pub file_contexts: Option<FileContexts>,
+    /// Android owners, modes and capabilities of the paths it lists,
+    /// over the owner rule.
+    pub fs_config: Option<FsConfig>,
+}
+
 /// Puts the entries of one source after another into an image.
 pub struct Populator<'a> {
     fs: &'a Fs,
     cred: Cred,
-    owners: Owners,
+    rules: Rules,
     /// Host identity of a multiply-linked file → its inode in the image,
     /// across every source of the build.
     links: HashMap<(u64, u64), u32>,
@@ -112,8 +126,6 @@ pub struct Populator<'a> {
     progress: Progress,
     on_progress: Option<Box<dyn FnMut(Progress) + 'a>>,
     buf: Vec<u8>,
-    labels: Option<FileContexts>,
-    fs_config: Option<FsConfig>,
 }
 
 /// The state of one source being put in.
@@ -136,32 +148,18 @@ struct Placing<'p> {
 }
 
 impl<'a> Populator<'a> {
-    /// A build into `fs` with this owner rule.
-    pub fn new(fs: &'a Fs, owners: Owners) -> Self {
+    /// A build into `fs` under these rules.
+    pub fn new(fs: &'a Fs, rules: Rules) -> Self {
         Populator {
             fs,
             cred: Cred::root(),
-            owners,
+            rules,
             links: HashMap::new(),
             dir_times: BTreeMap::new(),
             progress: Progress::default(),
             on_progress: None,
             buf: vec![0u8; CHUNK],
-            labels: None,
-            fs_config: None,
         }
-    }
-
-    /// Label every file from a file_contexts file (its `security.selinux`
-    /// replaced, or removed where the file says none).
-    pub fn set_file_contexts(&mut self, fc: FileContexts) {
-        self.labels = Some(fc);
-    }
-
-    /// Owners, modes and capabilities from an Android fs_config file, for
-    /// the paths it lists (over the owner rule).
-    pub fn set_fs_config(&mut self, c: FsConfig) {
-        self.fs_config = Some(c);
     }
 
     /// Call `f` as the build goes (after every entry, and during a large
@@ -292,8 +290,8 @@ impl PopulateSink<'_, '_, '_> {
     /// Entry `e` as the image gets it: owners mapped, then what
     /// --fs-config says of its path, then its label from --file-contexts.
     fn image_entry<'e>(&self, e: &'e Entry, at: &EntryPath) -> Why<Cow<'e, Entry>> {
-        let w = &*self.w;
-        if w.fs_config.is_none() && w.labels.is_none() && w.owners == Owners::as_source() {
+        let w = &self.w.rules;
+        if w.fs_config.is_none() && w.file_contexts.is_none() && w.owners == Owners::as_source() {
             return Ok(Cow::Borrowed(e));
         }
         let mut e = e.clone();
@@ -308,7 +306,7 @@ impl PopulateSink<'_, '_, '_> {
                 e.xattrs.push((b"security.capability".to_vec(), cap));
             }
         }
-        if let Some(fc) = &w.labels {
+        if let Some(fc) = &w.file_contexts {
             e.xattrs.retain(|(n, _)| n != b"security.selinux");
             if let Some(label) = fc.lookup(&path, &e.kind) {
                 e.xattrs
@@ -738,7 +736,7 @@ mod tests {
     #[test]
     fn a_whiteout_never_reaches_above_its_directory() {
         let fs = scratch();
-        let mut p = Populator::new(&fs, Owners::as_source());
+        let mut p = Populator::new(&fs, Rules::default());
         let root = Placement::Into { dir: 2, path: b"/" };
         p.add(
             &mut Fixed(vec![entry("keep", EntryKind::Dir), entry("keep/d", EntryKind::Dir)]),

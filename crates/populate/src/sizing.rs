@@ -59,30 +59,23 @@ pub enum Extra {
 }
 
 impl Extra {
-    /// Parse `10%`, `64M`, `1000` (a bare number: bytes for space,
-    /// a count for inodes).
-    pub fn parse(s: &str, units: bool) -> std::result::Result<Extra, String> {
+    /// Parse `10%` as a percentage, anything else with `amount` (the
+    /// caller's own size syntax for space, a plain count for inodes).
+    pub fn parse(
+        s: &str,
+        amount: impl Fn(&str) -> std::result::Result<u64, String>,
+    ) -> std::result::Result<Extra, String> {
         let s = s.trim();
-        if let Some(p) = s.strip_suffix('%') {
-            let v: f64 = p.trim().parse().map_err(|_| format!("\"{s}\": not a percentage"))?;
-            if !(0.0..100.0).contains(&v) {
-                return Err(format!("\"{s}\": a percentage from 0 to below 100"));
+        match s.strip_suffix('%') {
+            Some(p) => {
+                let v: f64 = p.trim().parse().map_err(|_| format!("\"{s}\": not a percentage"))?;
+                if !(0.0..100.0).contains(&v) {
+                    return Err(format!("\"{s}\": a percentage from 0 to below 100"));
+                }
+                Ok(Extra::Percent(v))
             }
-            return Ok(Extra::Percent(v));
+            None => amount(s).map(Extra::Amount),
         }
-        let (num, mult) = match (units, s.char_indices().last()) {
-            (true, Some((i, 'k' | 'K'))) => (&s[..i], 1u64 << 10),
-            (true, Some((i, 'm' | 'M'))) => (&s[..i], 1 << 20),
-            (true, Some((i, 'g' | 'G'))) => (&s[..i], 1 << 30),
-            (true, Some((i, 't' | 'T'))) => (&s[..i], 1 << 40),
-            _ => (s, 1),
-        };
-        num.trim()
-            .parse::<u64>()
-            .ok()
-            .and_then(|n| n.checked_mul(mult))
-            .map(Extra::Amount)
-            .ok_or_else(|| format!("\"{s}\": not a size (examples: 64M, 10%)"))
     }
 
     /// How many of `total`, for a need of `amount` units of `unit` bytes.
@@ -404,11 +397,12 @@ mod tests {
 
     #[test]
     fn extras() {
-        assert_eq!(Extra::parse("10%", true), Ok(Extra::Percent(10.0)));
-        assert_eq!(Extra::parse("64M", true), Ok(Extra::Amount(64 << 20)));
-        assert_eq!(Extra::parse("1000", false), Ok(Extra::Amount(1000)));
-        assert!(Extra::parse("100%", true).is_err());
-        assert!(Extra::parse("x", true).is_err());
+        let count = |s: &str| s.parse::<u64>().map_err(|e| e.to_string());
+        assert_eq!(Extra::parse("10%", count), Ok(Extra::Percent(10.0)));
+        assert_eq!(Extra::parse("1000", count), Ok(Extra::Amount(1000)));
+        assert!(Extra::parse("100%", count).is_err());
+        assert!(Extra::parse("x%", count).is_err());
+        assert!(Extra::parse("x", count).is_err());
         assert_eq!(Extra::Percent(10.0).of(1000, 4096), 100);
         assert_eq!(Extra::Amount(8192).of(0, 4096), 2);
     }

@@ -396,8 +396,9 @@ fn smallest_size(
     img: &str,
 ) -> Result<u64, String> {
     use ext4kit_populate::sizing::{measure, smallest, Extra};
-    let free = Extra::parse(&a.free, true).map_err(|e| format!("--free {e}"))?;
-    let free_inodes = Extra::parse(&a.free_inodes, false).map_err(|e| format!("--free-inodes {e}"))?;
+    let free = Extra::parse(&a.free, crate::parse_bytes).map_err(|e| format!("--free {e}"))?;
+    let count = |s: &str| s.parse::<u64>().map_err(|_| format!("\"{s}\" is not a count"));
+    let free_inodes = Extra::parse(&a.free_inodes, count).map_err(|e| format!("--free-inodes {e}"))?;
     let bs = o.block_size.unwrap_or(4096);
     o.block_size = Some(bs);
     // A smallest image keeps no root reserve unless -m asks for one: its
@@ -465,7 +466,7 @@ fn populate(
     image: &Image,
     paths: &[PathBuf],
     sources: &mut [Box<dyn ext4kit_populate::Source>],
-    rules: super::put::Rules,
+    rules: ext4kit_populate::Rules,
     quiet: bool,
 ) -> Result<(), String> {
     // A build streams each file through once: a large page cache only

@@ -13,7 +13,7 @@ use ext4kit::{FileType, Fs};
 use ext4kit_populate::file_contexts::FileContexts;
 use ext4kit_populate::fs_config::FsConfig;
 use ext4kit_populate::source::{self, dir::DirSource};
-use ext4kit_populate::{IdMap, Owners, Placement, Populator, Progress, Source};
+use ext4kit_populate::{IdMap, Owners, Placement, Populator, Progress, Rules, Source};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Who owns the copied files in the image.
@@ -41,13 +41,6 @@ pub struct OwnerArgs {
     /// (or `<<none>>`) gets none.
     #[arg(long, value_name = "FILE")]
     pub file_contexts: Option<PathBuf>,
-}
-
-/// What the owner and label options make: the rules a build applies.
-pub struct Rules {
-    owners: Owners,
-    file_contexts: Option<FileContexts>,
-    fs_config: Option<FsConfig>,
 }
 
 impl OwnerArgs {
@@ -180,13 +173,7 @@ impl<'a> Copy<'a> {
     /// as with `cp -a A B DEST/`.
     pub fn new(fs: &'a Fs, srcs: &[&Path], rules: Rules) -> Self {
         let bar = progress_bar(srcs);
-        let mut pop = Populator::new(fs, rules.owners);
-        if let Some(fc) = rules.file_contexts {
-            pop.set_file_contexts(fc);
-        }
-        if let Some(c) = rules.fs_config {
-            pop.set_fs_config(c);
-        }
+        let mut pop = Populator::new(fs, rules);
         let b = bar.clone();
         pop.on_progress(move |p: Progress| {
             b.set_position(p.bytes);
