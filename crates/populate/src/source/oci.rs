@@ -110,8 +110,15 @@ impl Store {
         Ok(Store::Tar(path.to_path_buf(), members))
     }
 
-    /// A reader of the file at `rel` in the layout.
+    /// A reader of the file at `rel` in the layout. `rel` comes from the
+    /// image's own JSON (`docker save`'s manifest names its layers and
+    /// config by path): one that climbs out of the layout (`..`, a
+    /// leading `/`) is refused, not read from the host.
     fn reader(&self, rel: &str) -> io::Result<(Box<dyn Read>, u64)> {
+        let inside = crate::entry::EntryPath::parse(rel.as_bytes())
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, format!("{rel}: {why}")))?;
+        let rel = String::from_utf8_lossy(inside.as_bytes()).into_owned();
+        let rel = rel.as_str();
         match self {
             Store::Dir(d) => {
                 let f = File::open(d.join(rel))?;
@@ -613,6 +620,19 @@ mod tests {
         assert!(blob_path("sha256:../../etc/passwd").is_err());
         assert!(blob_path(&format!("sha512:{}", "a".repeat(128))).is_err());
         assert!(blob_path(&format!("sha256:{}", "A".repeat(64))).is_err());
+    }
+
+    #[test]
+    fn a_path_out_of_the_layout_is_not_read() {
+        let dir = std::env::temp_dir().join(format!("ext4kit-oci-store-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("layout")).unwrap();
+        std::fs::write(dir.join("secret"), b"host file").unwrap();
+        let store = Store::Dir(dir.join("layout"));
+        for rel in ["../secret", "/etc/passwd", "a/../../secret"] {
+            let e = store.reader(rel).err().expect(rel);
+            assert!(e.to_string().contains("outside the tree"), "{rel}: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
