@@ -137,6 +137,8 @@ struct Fsx<'a> {
     maxlen: u64,
     falloc: Falloc,
     peer: &'a str,
+    /// The FUSE server's log: a server that died mid-run says why there.
+    server_log: Option<PathBuf>,
     counts: [u64; 14],
     nanos: [u64; 14],
 }
@@ -180,6 +182,13 @@ impl Fsx<'_> {
         );
         for l in &self.log {
             let _ = writeln!(s, "  {l}");
+        }
+        if let Some(text) = self.server_log.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            let _ = writeln!(s, "the server's log (last {} lines):", tail.len());
+            for l in tail.iter().rev() {
+                let _ = writeln!(s, "  {l}");
+            }
         }
         panic!("{s}");
     }
@@ -500,6 +509,7 @@ fn run_one(peer: &Peer, seed: u64, ops: u64, maxlen: u64) {
         maxlen,
         falloc,
         peer: peer.name(),
+        server_log: m.log_path().map(Path::to_path_buf),
         counts: [0; 14],
         nanos: [0; 14],
     };

@@ -287,6 +287,12 @@ impl PeerMount {
         self.server.as_ref().map(Child::id)
     }
 
+    /// Where the FUSE server's stdout/stderr go (None for the kernel): a
+    /// caller that outlives its borrow of the mount can still quote it.
+    pub fn log_path(&self) -> Option<&Path> {
+        self.log.as_deref()
+    }
+
     /// What the FUSE server wrote to stdout/stderr so far.
     pub fn server_log(&self) -> String {
         self.log
