@@ -4,8 +4,10 @@
 //! many threads can read and write at once without sharing a file cursor.
 //! Everything above this crate sees only the [`BlockDevice`] trait. Besides
 //! image files and memory there are a window onto part of a device (a
-//! partition), a copy-on-write overlay (journal replay of a read-only open)
-//! and, for crash tests, a recording device.
+//! partition), a copy-on-write overlay (journal replay of a read-only open),
+//! a scratch device that keeps only written blocks (for output formats
+//! other than raw, such as Android sparse images) and, for crash tests, a
+//! recording device.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -17,14 +19,17 @@ use std::path::Path;
 
 use parking_lot::RwLock;
 
+pub mod android_sparse;
 pub mod overlay;
 pub mod partition;
 pub mod record;
+pub mod scratch;
 pub mod window;
 
 pub use overlay::OverlayDevice;
 pub use partition::{open_location, Location};
 pub use record::{CrashImages, CrashPoint, RecordingDevice, WriteLog};
+pub use scratch::ScratchDevice;
 pub use window::WindowDevice;
 
 /// Storage the filesystem lives on.

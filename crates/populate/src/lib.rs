@@ -7,7 +7,9 @@
 //! file, a directory before what it holds); the [`Populator`] puts them
 //! into an open [`ext4kit::Fs`], each source overlaying the ones before,
 //! owners as the [`Owners`] rule makes them. Errors name the source and
-//! the entry, and stop the build. [`sizing`] says how large an image must
+//! the entry, and stop the build.
+//! [`ImageBuilder`] does the whole build — size, mkfs, fill, output format
+//! (raw or Android sparse) — as `ext4kit mkfs -d` does. [`sizing`] says how large an image must
 //! be before it is made.
 //!
 //! ```no_run
@@ -30,6 +32,7 @@
 
 #![deny(missing_docs)]
 
+mod builder;
 pub mod entry;
 mod error;
 pub mod file_contexts;
@@ -39,6 +42,7 @@ mod populator;
 pub mod sizing;
 pub mod source;
 
+pub use builder::{BuildReport, ImageBuilder, ImageSize, OutputFormat};
 pub use entry::{Entry, EntryKind, EntryPath, FileData, Meta, Xattrs};
 pub use error::{Error, Result};
 pub use owners::{IdMap, IdRange, Owners};

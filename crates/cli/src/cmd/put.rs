@@ -129,7 +129,7 @@ fn measure(src: &Path) -> (u64, u64) {
 
 /// A progress bar over the bytes of the host trees among `srcs` (an
 /// archive's size is not known before it is read: the bar then counts).
-fn progress_bar(srcs: &[&Path]) -> ProgressBar {
+pub(crate) fn progress_bar(srcs: &[&Path]) -> ProgressBar {
     use std::io::IsTerminal;
     if !std::io::stderr().is_terminal() {
         // Nobody sees it: do not walk the trees twice to draw it.
