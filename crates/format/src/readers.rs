@@ -89,6 +89,9 @@ pub struct Support {
     pub bit: u32,
     /// The first Linux that supports it; `None`: no version does.
     pub linux: Option<LinuxVersion>,
+    /// The first Linux that accepts the bit, when earlier than `linux`:
+    /// the versions between mount it with known serious bugs (ext4(5)).
+    pub linux_early: Option<LinuxVersion>,
     /// GRUB 2.06 as released reads it.
     pub grub: bool,
     /// GRUB 2.12 reads it.
@@ -115,6 +118,7 @@ macro_rules! row {
             word: Word::$word,
             bit: $bit,
             linux: $linux,
+            linux_early: None,
             grub: $g,
             grub_2_12: $g12,
             uboot_read: $ur,
@@ -246,9 +250,12 @@ pub const TABLE: &[Support] = &[
     row!("bigalloc", RoCompat, ro_compat::BIGALLOC, v(3, 2, 0),
          grub true true, uboot true false, android false,
          ""),
-    row!("metadata_csum", RoCompat, ro_compat::METADATA_CSUM, v(3, 18, 0),
-         grub true true, uboot true false, android false,
-         "in Linux since 3.5, with serious bugs before 3.18 (ext4(5)); U-Boot refuses to write since v2019.04"),
+    Support {
+        linux_early: v(3, 5, 0),
+        ..row!("metadata_csum", RoCompat, ro_compat::METADATA_CSUM, v(3, 18, 0),
+               grub true true, uboot true false, android false,
+               "in Linux since 3.5, with serious bugs before 3.18 (ext4(5)); U-Boot refuses to write since v2019.04")
+    },
     row!("replica", RoCompat, ro_compat::REPLICA, None,
          grub true true, uboot true false, android false,
          "Linux mounts read-only"),
@@ -315,7 +322,9 @@ pub enum Effect {
     Refuses,
     /// It reads the image but will not write it.
     ReadOnly,
-    /// It writes, except where this feature is in use.
+    /// It opens and writes it, with a caveat the reason states (U-Boot
+    /// will not write into an indexed directory; a kernel with known
+    /// bugs in the feature; a feature Android's build does not make).
     Limited,
     /// It does not know the feature and goes on; the feature is not
     /// maintained by its writes.
@@ -344,6 +353,39 @@ pub struct FeatureWords {
     pub incompat: u32,
     /// `s_feature_ro_compat`.
     pub ro_compat: u32,
+}
+
+impl FeatureWords {
+    /// The set features' names in dumpe2fs's order (compat, incompat,
+    /// ro_compat); a bit no table names as `FEATURE_0x…`.
+    pub fn names(&self) -> Vec<String> {
+        let mut v = crate::features::names(self.compat, COMPAT_NAMES);
+        v.extend(crate::features::names(self.incompat, INCOMPAT_NAMES));
+        v.extend(crate::features::names(self.ro_compat, RO_COMPAT_NAMES));
+        v
+    }
+
+    /// The feature words of a superblock's 1024 bytes. Only the length and
+    /// the magic are checked: a reader decides from these words alone, so
+    /// an image the engine would refuse for other reasons is still judged.
+    pub fn from_superblock(buf: &[u8]) -> crate::Result<FeatureWords> {
+        use crate::superblock::{Superblock, EXT4_MAGIC};
+        if buf.len() < Superblock::SIZE {
+            return Err(crate::error::corrupt("superblock", format!("only {} bytes", buf.len())));
+        }
+        let sb = Superblock::parse_raw(buf);
+        if sb.magic != EXT4_MAGIC {
+            return Err(crate::error::corrupt(
+                "superblock",
+                format!("bad magic {:#06x} (want 0xef53): not an ext2/3/4 filesystem", sb.magic),
+            ));
+        }
+        Ok(FeatureWords {
+            compat: sb.feature_compat,
+            incompat: sb.feature_incompat,
+            ro_compat: sb.feature_ro_compat,
+        })
+    }
 }
 
 /// How one reader fares with one image.
@@ -465,13 +507,19 @@ impl Reader {
 
     /// What a feature of this word that the reader does not support does
     /// to it (the reader's rule, module docs).
+    ///
+    /// Android's column says what its build makes, not what a device's
+    /// kernel refuses (that depends on the device): anything else is a
+    /// caveat, [`Effect::Limited`].
     fn effect(&self, row: Option<&Support>, word: Word) -> Effect {
         match (self, word) {
-            (_, Word::Incompat) if *self == Reader::UBoot && row.is_some_and(|r| r.uboot_read) => Effect::ReadOnly,
+            (Reader::Android, _) => Effect::Limited,
+            (Reader::Linux(v), _) if row.and_then(|r| r.linux_early).is_some_and(|e| e <= *v) => Effect::Limited,
+            (Reader::UBoot, Word::Incompat) if row.is_some_and(|r| r.uboot_read) => Effect::ReadOnly,
             (_, Word::Incompat) => Effect::Refuses,
             (Reader::UBoot, Word::RoCompat) => Effect::ReadOnly,
             (Reader::UBoot, Word::Compat) if row.is_some_and(|r| r.bit == compat::DIR_INDEX) => Effect::Limited,
-            (Reader::Linux(_) | Reader::Android, Word::RoCompat) => Effect::ReadOnly,
+            (Reader::Linux(_), Word::RoCompat) => Effect::ReadOnly,
             _ => Effect::Ignored,
         }
     }
@@ -481,6 +529,10 @@ impl Reader {
         let word = row.word.name();
         match self {
             Reader::Linux(v) => match row.linux {
+                Some(since) if row.linux_early.is_some_and(|e| e <= *v) => format!(
+                    "Linux {v} mounts {} but it had known serious bugs until {since} (ext4(5))",
+                    row.name
+                ),
                 Some(since) => format!("Linux supports {} from {since}; {v} is older", row.name),
                 None => format!("no Linux version supports {}", row.name),
             },
@@ -706,6 +758,19 @@ mod tests {
         assert_eq!(ub.with(Effect::Limited), vec!["dir_index"]);
         assert!(Reader::UBootRead.check(f).writable());
 
+        let early = Reader::Linux(LinuxVersion(3, 10, 0)).check(f);
+        assert_eq!(early.with(Effect::Limited), vec!["metadata_csum"]);
+        assert_eq!(
+            Reader::Linux(LinuxVersion(3, 4, 0)).check(f).with(Effect::ReadOnly),
+            vec!["metadata_csum"]
+        );
+        let android = Reader::Android.check(f);
+        assert!(android.writable());
+        assert_eq!(
+            android.with(Effect::Limited),
+            vec!["orphan_file", "metadata_csum_seed", "metadata_csum"]
+        );
+
         let old = Reader::Linux(LinuxVersion(4, 1, 0)).check(f);
         assert_eq!(old.with(Effect::Refuses), vec!["metadata_csum_seed"]);
         assert_eq!(old.with(Effect::Ignored), vec!["orphan_file"]);
@@ -728,6 +793,30 @@ mod tests {
         };
         let u = Reader::Linux(LinuxVersion(6, 1, 0)).check(unknown);
         assert_eq!(u.with(Effect::Refuses), vec!["FEATURE_0x80000000"]);
+    }
+
+    #[test]
+    fn feature_words_come_from_the_superblock_fields() {
+        let mut sb = vec![0u8; 1024];
+        sb[0x38..0x3A].copy_from_slice(&0xEF53u16.to_le_bytes());
+        sb[0x5C..0x60].copy_from_slice(&compat::ORPHAN_FILE.to_le_bytes());
+        sb[0x60..0x64].copy_from_slice(&incompat::CASEFOLD.to_le_bytes());
+        sb[0x64..0x68].copy_from_slice(&ro_compat::VERITY.to_le_bytes());
+        let f = FeatureWords::from_superblock(&sb).unwrap();
+        assert_eq!(
+            f,
+            FeatureWords {
+                compat: compat::ORPHAN_FILE,
+                incompat: incompat::CASEFOLD,
+                ro_compat: ro_compat::VERITY
+            }
+        );
+        sb[0x38] = 0;
+        assert!(FeatureWords::from_superblock(&sb)
+            .unwrap_err()
+            .to_string()
+            .contains("magic"));
+        assert!(FeatureWords::from_superblock(&sb[..100]).is_err());
     }
 
     #[test]
