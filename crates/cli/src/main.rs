@@ -47,7 +47,21 @@ enum Command {
     Demo,
     /// Summarise an image: features, block size, counts, groups, free
     /// space, label, UUID and state.
+    #[command(after_help = "EXAMPLES:
+  ext4kit info disk.img             the summary
+  ext4kit info --compat disk.img    which boot loaders and kernels open it
+
+  With --compat, each reader (u-boot-read, u-boot, grub, grub-2.12,
+  android, and Linux 3.10 to 6.1) is judged from the superblock's feature
+  words: opens, read-only (e.g. Linux meeting an ro_compat feature it
+  lacks, U-Boot meeting metadata_csum) or cannot open, with the features
+  responsible and the reader's rule. The table behind it is README.md's
+  \"Readers\" section; build for a reader with mkfs --compat READER.")]
     Info {
+        /// Instead of the summary, say for each boot loader and kernel
+        /// whether it can open the image and which features stop it.
+        #[arg(long)]
+        compat: bool,
         /// The image file (or block device).
         image: PathBuf,
     },
@@ -342,7 +356,8 @@ fn main() -> ExitCode {
             "--partition, --offset and --no-replay choose the filesystem in an image; this command takes none".into(),
         ),
         Command::Demo => cmd::demo::run(budget),
-        Command::Info { image } => img(image).and_then(|i| cmd::info::run(&i, budget)),
+        Command::Info { image, compat: false } => img(image).and_then(|i| cmd::info::run(&i, budget)),
+        Command::Info { image, compat: true } => img(image).and_then(|i| cmd::info::readers(&i)),
         Command::Ls { long, all, image, path } => img(image).and_then(|i| cmd::ls::run(&i, &path, long, all, budget)),
         Command::Cat { image, path } => img(image).and_then(|i| cmd::cat::run(&i, &path, budget)),
         Command::Stat { image, path } => img(image).and_then(|i| cmd::stat::run(&i, &path, budget)),

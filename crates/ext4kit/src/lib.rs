@@ -61,6 +61,7 @@
 pub mod device;
 pub mod journal;
 pub mod mkfs;
+pub mod readers;
 pub mod vfs;
 
 /// The ext4 layer below (its own crate, so nothing in it can reach up into

@@ -22,6 +22,7 @@ pub mod htree;
 pub mod indirect;
 pub mod inode;
 pub mod jbd2;
+pub mod readers;
 pub mod superblock;
 pub mod time;
 pub mod xattr;

@@ -71,6 +71,9 @@ mod writer;
 use ext4kit_blockdev::BlockDevice;
 
 pub use error::{MkfsError, Result};
+/// The readers [`MkfsOptions::readers`] takes (`--compat`), and what each
+/// supports.
+pub use ext4kit_format::readers::{self, Reader};
 /// The clock [`MkfsOptions::clock`] takes (fixed for a reproducible build).
 pub use ext4kit_format::time::Clock;
 pub use geometry::default_journal_blocks;

@@ -3,6 +3,7 @@
 //! large enough, the label fits, the reserve and the time are in range.
 
 use ext4kit_blockdev::BlockDevice;
+use ext4kit_format::readers::Reader;
 use ext4kit_format::time::Clock;
 
 use crate::error::{MkfsError, Result};
@@ -64,6 +65,12 @@ pub struct MkfsOptions {
     /// Feature edits applied after the type's defaults, in mke2fs `-O`
     /// syntax: `name` adds, `^name` removes, `none` clears everything.
     pub features: Vec<String>,
+    /// The programs that must open the image (`--compat`): boot loaders,
+    /// Android, an older kernel. The type's default features that any of
+    /// them does not support are left out, and a `features` edit that
+    /// asks for one is refused, so the image is found unreadable here
+    /// rather than at boot. Empty: no restriction.
+    pub readers: Vec<Reader>,
     /// The device already reads as zeros (a fresh sparse file), so inode
     /// tables and the journal need not be written.
     pub device_zeroed: bool,
@@ -82,6 +89,7 @@ impl Default for MkfsOptions {
             reserved_percent: 5.0,
             clock: Clock::System,
             features: Vec::new(),
+            readers: Vec::new(),
             device_zeroed: false,
         }
     }

@@ -34,8 +34,8 @@ impl Plan {
     /// checksums, each failing with the message mke2fs would give.
     pub(crate) fn new(size_bytes: u64, opts: &MkfsOptions) -> Result<Plan> {
         opts.check()?;
-        let mut features = Features::from_options(opts)?;
         let mut notes = Vec::new();
+        let mut features = Features::from_options(opts, &mut notes)?;
         let geometry = Geometry::compute(size_bytes, &mut features, opts, &mut notes)?;
         let journal_blocks = journal_size(&geometry, &mut features, &mut notes);
         let identity = Identity::resolve(opts)?;

@@ -154,3 +154,43 @@ fn print_summary(image: &Image, fs: &Fs, disk: Option<&Disk>) {
         time_full(ext4kit::Timestamp { sec: i.wtime, nsec: 0 })
     );
 }
+
+/// `info --compat`: for each reader of the survey (boot loaders, Android,
+/// long-term kernels), whether it opens the image and which features stop
+/// it, from the superblock's feature words alone (the library's
+/// `readers` table), so an image the engine itself refuses is judged too.
+pub fn readers(image: &Image) -> Result<(), String> {
+    use ext4kit::readers::{image_features, Effect, SURVEY};
+    let loc = image.resolve()?;
+    let fail = |e: String| format!("{}: {e}", image.display());
+    let disk = ext4kit::device::FileDevice::open(&image.path, false).map_err(|e| fail(e.to_string()))?;
+    let dev = ext4kit::device::open_location(std::sync::Arc::new(disk), loc).map_err(|e| fail(e.to_string()))?;
+    let words = image_features(&*dev).map_err(|e| fail(e.to_string()))?;
+    println!("Image:            {}", image.display());
+    println!("Features:         {}", words.names().join(" "));
+    println!();
+    for r in SURVEY {
+        let v = r.check(words);
+        let list = |e: Effect| v.with(e).join(", ");
+        let status = if !v.opens() {
+            format!("cannot open: {}", list(Effect::Refuses))
+        } else if !v.writable() {
+            format!("read-only: {}", list(Effect::ReadOnly))
+        } else if v.with(Effect::Limited).is_empty() {
+            "opens".to_string()
+        } else {
+            format!("opens, with caveats: {}", list(Effect::Limited))
+        };
+        let ignored = list(Effect::Ignored);
+        let ignored = if ignored.is_empty() {
+            String::new()
+        } else {
+            format!(" (ignores {ignored})")
+        };
+        println!("{:<12}  {:<26}  {status}{ignored}", r.name(), r.describe());
+        for o in v.obstacles.iter().filter(|o| o.effect != Effect::Ignored) {
+            println!("{:<14}{} ({}): {}", "", o.feature, o.word.name(), o.why);
+        }
+    }
+    Ok(())
+}

@@ -75,6 +75,16 @@ pub struct Args {
     /// Feature edits, e.g. "^has_journal,metadata_csum_seed" (repeatable).
     #[arg(short = 'O', value_name = "FEATURES")]
     pub features: Vec<String>,
+    /// Build for a program that must open the image: u-boot (reading and
+    /// writing), u-boot-read, grub (2.06), grub-2.12, android, or
+    /// linux-X.Y (e.g. linux-4.19). Default features it lacks are left
+    /// out (each named in a note); an -O feature it lacks is an error.
+    /// Repeatable: every reader given must open the image. Example:
+    /// `--compat grub --compat linux-4.19`. `ext4kit info --compat IMAGE`
+    /// judges an existing image; README.md's "Readers" table says who
+    /// supports what.
+    #[arg(long = "compat", value_name = "READER", value_parser = ext4kit::readers::Reader::parse)]
+    pub compat: Vec<ext4kit::readers::Reader>,
     /// Extended options: hash_seed=UUID (default random; derived from the
     /// UUID when SOURCE_DATE_EPOCH is set), offset=BYTES (as --offset)
     /// (repeatable).
@@ -199,6 +209,7 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
         inodes: a.inodes,
         label: a.label.clone().unwrap_or_default(),
         features: a.features.clone(),
+        readers: a.compat.clone(),
         ..MkfsOptions::default()
     };
     if let Some(i) = a.inode_size {
