@@ -28,7 +28,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use ext4kit_testkit::mountpeer::{mkfs_ext4, peer_available, peers_from_env, Peer, PeerMount};
+use ext4kit_testkit::mountpeer::{mkfs_ext4, peer_available, peers_from_env, process_state, Peer, PeerMount};
 use ext4kit_testkit::{e2fsck_clean, LoopMount, TestRng};
 use rustix::fs::FallocateFlags;
 use rustix::io::Errno;
@@ -139,6 +139,9 @@ struct Fsx<'a> {
     peer: &'a str,
     /// The FUSE server's log: a server that died mid-run says why there.
     server_log: Option<PathBuf>,
+    /// The FUSE server's pid: whether it still runs, exited or was killed
+    /// by a signal (which writes nothing to its log) is part of a failure.
+    server_pid: Option<u32>,
     counts: [u64; 14],
     nanos: [u64; 14],
 }
@@ -182,6 +185,18 @@ impl Fsx<'_> {
         );
         for l in &self.log {
             let _ = writeln!(s, "  {l}");
+        }
+        if let Some(pid) = self.server_pid {
+            // A server that is going away (ECONNABORTED: it died with our
+            // request in flight) may still be flushing: give it a moment, so
+            // that its state and the end of its log are final.
+            let t = Instant::now();
+            let mut state = process_state(pid);
+            while state.starts_with("running") && t.elapsed() < std::time::Duration::from_secs(3) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                state = process_state(pid);
+            }
+            let _ = writeln!(s, "the server (pid {pid}): {state}");
         }
         if let Some(text) = self.server_log.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
             let tail: Vec<&str> = text.lines().rev().take(40).collect();
@@ -510,6 +525,7 @@ fn run_one(peer: &Peer, seed: u64, ops: u64, maxlen: u64) {
         falloc,
         peer: peer.name(),
         server_log: m.log_path().map(Path::to_path_buf),
+        server_pid: m.server_pid(),
         counts: [0; 14],
         nanos: [0; 14],
     };

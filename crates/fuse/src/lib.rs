@@ -198,7 +198,9 @@
 //! style of busy polling, the thread reading the session's own descriptor
 //! is the one that spins. The engine
 //! underneath is built for that: lock-free caches, per-inode locks, no
-//! filesystem-wide lock.
+//! filesystem-wide lock. A panic in any thread of a serving process is
+//! written to stderr with a backtrace and named in the unmount's result
+//! ([`panics`], which also says what it does to the mount).
 //!
 //! # POSIX extras
 //!
@@ -240,6 +242,7 @@ pub mod ioctl;
 pub mod killpriv;
 pub mod lifecycle;
 pub mod nodes;
+pub mod panics;
 pub mod readahead;
 pub mod server;
 

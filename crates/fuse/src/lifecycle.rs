@@ -782,6 +782,10 @@ impl Mounted {
     /// Serve until unmounted or signalled; flush; write the superblock
     /// clean (read-write); release the image.
     pub fn run(mut self) -> Result<(), String> {
+        // Every thread's panic goes to stderr with a backtrace and the first
+        // is named in the result (see `crate::panics` for what a panic does
+        // to a serving process).
+        crate::panics::install();
         let transport = self.transport.to_string();
         let mut unmounter = self.session.unmount_callable();
         let mp = self.mount_point.clone();
@@ -831,6 +835,17 @@ impl Mounted {
         let synced = match self.state {
             Some(st) => self.fs.record_unmount(st),
             None => self.fs.sync(),
+        };
+        // A panic in a request thread ends the session with "event loop
+        // thread panicked": the first panic says where. One in a thread the
+        // session does not join (the engine's background worker) leaves
+        // `served` Ok; it is a failure of the server all the same, and the
+        // exit status says so.
+        let served = match (served, crate::panics::first()) {
+            (Ok(()), None) => Ok(()),
+            (Ok(()), Some(p)) => Err(format!("a server thread failed ({p})")),
+            (Err(e), None) => Err(e.to_string()),
+            (Err(e), Some(p)) => Err(format!("{e} ({p})")),
         };
         let result = served
             .map_err(|e| format!("serving {}: {e}", self.mount_point.display()))

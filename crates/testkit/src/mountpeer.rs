@@ -107,6 +107,45 @@ pub fn peer_available(peer: &Peer) -> io::Result<()> {
     }
 }
 
+/// What became of process `pid`, a child its parent has not reaped yet
+/// (a FUSE server the test started): "running", or how it ended — its
+/// wait status stays in `/proc/PID/stat` (field 52, `exit_code`) while it
+/// is a zombie. A server that died mid-run says there whether it exited
+/// (after a panic, say: its log has the message) or was killed by a signal
+/// (SIGKILL: the OOM killer; SIGABRT: an abort, such as a stack overflow
+/// or a failed allocation; SIGSEGV), which leaves nothing in its log.
+pub fn process_state(pid: u32) -> String {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return "gone (already reaped, or not our child)".into();
+    };
+    // The command name (field 2) is in parentheses and may hold spaces:
+    // the fields after the last ')' start with the state (field 3).
+    let rest: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or_else(Vec::new, |(_, r)| r.split_whitespace().collect());
+    let state = rest.first().copied().unwrap_or("?");
+    if state != "Z" && state != "X" {
+        return format!("running (state {state})");
+    }
+    match rest.get(49).and_then(|c| c.parse::<i32>().ok()) {
+        Some(st) if st & 0x7f == 0 => format!("exited with status {}", (st >> 8) & 0xff),
+        Some(st) => {
+            let sig = st & 0x7f;
+            let name = match sig {
+                6 => " (SIGABRT)",
+                9 => " (SIGKILL)",
+                11 => " (SIGSEGV)",
+                7 => " (SIGBUS)",
+                15 => " (SIGTERM)",
+                _ => "",
+            };
+            let core = if st & 0x80 != 0 { ", core dumped" } else { "" };
+            format!("killed by signal {sig}{name}{core}")
+        }
+        None => format!("ended (state {state}, no exit status readable)"),
+    }
+}
+
 /// `mke2fs -t ext4 -b 4096` of a fresh sparse image of `size_mib` MiB,
 /// with the fixtures' fixed UUID and hash seed (two images made with the
 /// same arguments are identical), plus `extra` mke2fs arguments.
@@ -430,6 +469,31 @@ mod tests {
         assert!(Peer::from_name("ext3", bin).is_err());
         assert!(!Peer::Kernel.has_server());
         assert!(Peer::Fuse2fs.has_server());
+    }
+
+    #[test]
+    fn process_state_tells_running_exited_and_killed_apart() {
+        let wait_zombie = |c: &Child| {
+            let t = Instant::now();
+            while !process_state(c.id()).starts_with("exited") && !process_state(c.id()).starts_with("killed") {
+                assert!(t.elapsed() < Duration::from_secs(10), "{}", process_state(c.id()));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            process_state(c.id())
+        };
+        let mut running = Command::new("sleep").arg("30").spawn().unwrap();
+        assert!(
+            process_state(running.id()).starts_with("running"),
+            "{}",
+            process_state(running.id())
+        );
+        running.kill().unwrap();
+        assert_eq!(wait_zombie(&running), "killed by signal 9 (SIGKILL)");
+        running.wait().unwrap();
+        assert!(process_state(running.id()).starts_with("gone"));
+        let mut exits = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        assert_eq!(wait_zombie(&exits), "exited with status 3");
+        exits.wait().unwrap();
     }
 
     #[test]
