@@ -69,8 +69,9 @@ pub struct ScratchDevice {
 
 impl ScratchDevice {
     /// A device of `size` bytes (a multiple of [`UNIT`]) whose written
-    /// blocks are kept in an unlinked file created in `dir` (`O_TMPFILE`:
-    /// nothing is left behind if the process dies).
+    /// blocks are kept in an unlinked file created in `dir` (`O_TMPFILE`,
+    /// or a name unlinked at once where the filesystem has none: nothing
+    /// is left behind if the process dies).
     pub fn new(dir: &Path, size: u64) -> io::Result<ScratchDevice> {
         if size == 0 || !size.is_multiple_of(UNIT) {
             return Err(io::Error::new(
@@ -78,19 +79,24 @@ impl ScratchDevice {
                 format!("a scratch device's size must be a positive multiple of {UNIT} bytes, not {size}"),
             ));
         }
-        let fd = rustix::fs::open(
-            dir,
-            OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| {
+        let fail = |e: io::Error| {
             io::Error::new(
-                io::Error::from(e).kind(),
+                e.kind(),
                 format!("cannot make a temporary file in {}: {e}", dir.display()),
             )
-        })?;
+        };
+        let mode = Mode::from_raw_mode(0o600);
+        let file = match rustix::fs::open(dir, OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, mode) {
+            Ok(fd) => File::from(fd),
+            // A filesystem without O_TMPFILE (NFS, some FUSE servers): a
+            // new name, unlinked at once.
+            Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::ISDIR | rustix::io::Errno::INVAL) => {
+                unlinked_file(dir).map_err(fail)?
+            }
+            Err(e) => return Err(fail(e.into())),
+        };
         Ok(ScratchDevice {
-            file: File::from(fd),
+            file,
             size,
             state: Mutex::new(State {
                 spans: BTreeMap::new(),
@@ -238,6 +244,16 @@ impl ScratchDevice {
     }
 }
 
+/// A new file in `dir` under a name of its own, unlinked at once: the
+/// scratch where the filesystem has no `O_TMPFILE` (NFS, some FUSE
+/// servers).
+fn unlinked_file(dir: &Path) -> io::Result<File> {
+    let path = dir.join(format!(".ext4kit-scratch-{}", std::process::id()));
+    let f = File::options().read(true).write(true).create_new(true).open(&path)?;
+    std::fs::remove_file(&path)?;
+    Ok(f)
+}
+
 impl BlockDevice for ScratchDevice {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
         self.check_range(off, buf.len(), "read")?;
@@ -371,6 +387,19 @@ mod tests {
         assert!(b[..(3 * UNIT) as usize].iter().all(|&x| x == 5));
         assert!(b[(3 * UNIT) as usize..(7 * UNIT) as usize].iter().all(|&x| x == 0));
         assert!(b[(7 * UNIT) as usize..].iter().all(|&x| x == 5));
+    }
+
+    #[test]
+    fn the_fallback_scratch_file_leaves_no_name() {
+        let d = std::env::temp_dir().join(format!("ext4kit-scratch-fallback-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let f = unlinked_file(&d).unwrap();
+        f.write_all_at(b"kept", 0).unwrap();
+        let mut b = [0u8; 4];
+        f.read_exact_at(&mut b, 0).unwrap();
+        assert_eq!(&b, b"kept");
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0, "the name is gone");
+        std::fs::remove_dir(&d).unwrap();
     }
 
     #[test]
