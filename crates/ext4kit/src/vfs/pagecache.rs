@@ -52,7 +52,7 @@
 //! death of the inode give back what the dropped pages held.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -616,44 +616,27 @@ impl PageMap {
     /// be replaced or re-dirtied between the check and the removal. Not
     /// counted: a clean page was counted when it became clean, or read
     /// clean from disk (see the module doc).
-    pub fn sweep(&self, budget: &PageBudget) -> Sweep {
+    pub fn sweep(&self, budget: &PageBudget) -> usize {
         // Under the map's mutex, like every change to the map (see
         // `insert_clean_at`). Page maps are per inode and see far less
         // churn than the caches whose sweeps moved to `ext4kit_cache::clock`
         // (papaya iteration after heavy removal is the hazard described
         // there).
         let _w = self.dirty.lock();
-        let Some(map) = self.pages.load_full() else {
-            return Sweep::default();
-        };
+        let Some(map) = self.pages.load_full() else { return 0 };
         let m = map.pin();
-        let mut out = Sweep::default();
+        let mut n = 0;
         for (k, p) in m.iter() {
-            if p.is_dirty() {
-                continue;
-            }
-            out.clean += 1;
-            if p.referenced.swap(false, Ordering::Relaxed) {
+            if p.is_dirty() || p.referenced.swap(false, Ordering::Relaxed) {
                 continue;
             }
             m.remove(k);
-            out.freed += 1;
+            n += 1;
         }
         drop(m);
         self.drop_map_if_empty(budget);
-        out
+        n
     }
-}
-
-/// What one [`PageMap::sweep`] did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Sweep {
-    /// Pages dropped.
-    pub freed: usize,
-    /// Clean pages found (dropped, or their reference bit cleared for the
-    /// next sweep): none means sweeping again frees nothing until a page
-    /// becomes clean.
-    pub clean: usize,
 }
 
 /// What an inode's page map costs beside its pages: papaya's map with its
@@ -669,12 +652,6 @@ pub struct PageBudget {
     budget: Arc<MemoryBudget>,
     dirty: AtomicUsize,
     page_size: usize,
-    /// Moves whenever pages become clean (written back) or clean pages come
-    /// in (read): see [`PageBudget::sweep_is_futile`].
-    clean_events: AtomicU64,
-    /// `clean_events` when a sweep of every inode last found no clean page
-    /// (`u64::MAX`: it found some).
-    futile_at: AtomicU64,
 }
 
 impl PageBudget {
@@ -685,8 +662,6 @@ impl PageBudget {
             budget,
             dirty: AtomicUsize::new(0),
             page_size,
-            clean_events: AtomicU64::new(0),
-            futile_at: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -723,30 +698,6 @@ impl PageBudget {
     /// `n` pages were written back (or dropped).
     pub fn release_dirty(&self, n: usize) {
         self.dirty.fetch_sub(n * self.page_size, Ordering::Relaxed);
-        self.note_clean();
-    }
-
-    /// Clean pages came in (a read): the next sweep may free something.
-    pub fn note_clean(&self) {
-        self.clean_events.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Whether a sweep would find no clean page: the last sweep of every
-    /// inode found none, and no page became clean or came in clean since.
-    /// While a build's dirty pages keep the budget exceeded, every new
-    /// page asked a sweep of every cached inode that could free nothing
-    /// (7% of a 30,000-file build's time); what frees memory then is the
-    /// write-back, which [`PageBudget::release_dirty`] announces. Returns
-    /// the event count to give [`PageBudget::sweep_done`].
-    pub fn sweep_is_futile(&self) -> (bool, u64) {
-        let now = self.clean_events.load(Ordering::Relaxed);
-        (self.futile_at.load(Ordering::Relaxed) == now, now)
-    }
-
-    /// A sweep begun at event count `at` found `clean` clean pages.
-    pub fn sweep_done(&self, at: u64, clean: usize) {
-        let v = if clean == 0 { at } else { u64::MAX };
-        self.futile_at.store(v, Ordering::Relaxed);
     }
 
     /// Whether dirty pages exceed the dirty budget.
@@ -824,30 +775,10 @@ mod tests {
         read_in(&m, 1, &b);
         m.write_pages([(2, block(1))], &b);
         // Two sweeps: the first clears reference bits, the second evicts.
-        assert_eq!(m.sweep(&b), Sweep { freed: 0, clean: 1 });
-        assert_eq!(m.sweep(&b), Sweep { freed: 1, clean: 1 });
+        m.sweep(&b);
+        m.sweep(&b);
         assert!(m.get(1).is_none());
         assert!(m.get(2).is_some_and(|p| p.is_dirty()));
-    }
-
-    #[test]
-    fn a_sweep_that_found_no_clean_page_is_not_repeated_until_one_is() {
-        let (m, b) = (PageMap::default(), budget());
-        m.write_pages([(1, block(1))], &b);
-        let (futile, at) = b.sweep_is_futile();
-        assert!(!futile, "nothing swept yet");
-        assert_eq!(m.sweep(&b), Sweep { freed: 0, clean: 0 });
-        b.sweep_done(at, 0);
-        assert!(b.sweep_is_futile().0, "only dirty pages: the next sweep is skipped");
-        // The page is written back: sweeping is worth it again.
-        b.release_dirty(1);
-        assert!(!b.sweep_is_futile().0);
-        let (_, at) = b.sweep_is_futile();
-        b.sweep_done(at, 0);
-        assert!(b.sweep_is_futile().0);
-        // A read brought clean pages in.
-        b.note_clean();
-        assert!(!b.sweep_is_futile().0);
     }
 
     #[test]

@@ -140,7 +140,6 @@ pub(crate) fn read_at(sb: &SuperBlock, inode: &CachedInode, off: u64, buf: &mut 
                     }
                 }
                 sb.pages().release(run as usize - added);
-                sb.pages().note_clean();
                 if over {
                     sb.shrink_pages();
                 }

@@ -199,19 +199,12 @@ impl SuperBlock {
         // Buffers that grew into the pages' share while file data was idle
         // give it back first (see `ext4kit_cache::budget`).
         self.vol.bcache().give_back();
-        let (futile, at) = self.pages.sweep_is_futile();
-        if futile {
-            return;
-        }
         let target = self.pages.limit() / 4 * 3;
-        let mut clean = 0;
         self.icache.for_each(|i| {
-            let s = i.pages.sweep(&self.pages);
-            self.pages.release(s.freed);
-            clean += s.clean;
+            let n = i.pages.sweep(&self.pages);
+            self.pages.release(n);
             self.pages.used() > target
         });
-        self.pages.sweep_done(at, clean);
     }
 
     /// Drop every cached page, dirty ones included, with the budget's
