@@ -10,28 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod building;
-use building::{need_tool, run, s};
+use building::{ext4kit, need_tool, ok, run, s};
 
 fn workdir(tag: &str) -> PathBuf {
     building::workdir("buildcompat", tag)
-}
-
-fn ext4kit(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ext4kit"))
-        .args(args)
-        .env("SOURCE_DATE_EPOCH", "1700000000")
-        .output()
-        .unwrap()
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = ext4kit(args);
-    assert!(
-        o.status.success(),
-        "ext4kit {args:?} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
 /// The features dumpe2fs reports.

@@ -101,3 +101,24 @@ pub fn mkfs_and_mount(work: &Path, args: &[&str], img: &Path) -> ext4kit_testkit
     std::fs::create_dir_all(&mnt).unwrap();
     ext4kit_testkit::LoopMount::mount(img, &mnt, "ext4", true).unwrap()
 }
+
+/// `ext4kit ARGS` as the caller, at a fixed SOURCE_DATE_EPOCH.
+pub fn ext4kit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args(args)
+        .env("SOURCE_DATE_EPOCH", "1700000000")
+        .output()
+        .unwrap()
+}
+
+/// The same, which must succeed: its standard output and error (notes
+/// go to standard error).
+pub fn ok(args: &[&str]) -> String {
+    let o = ext4kit(args);
+    assert!(
+        o.status.success(),
+        "ext4kit {args:?} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
