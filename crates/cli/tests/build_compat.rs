@@ -251,3 +251,29 @@ fn an_old_kernel_gets_nothing_newer() {
     assert!(!o.status.success() && err.contains("linux-X.Y"), "{err}");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+#[test]
+fn info_compat_on_what_is_not_an_image_is_a_clear_error() {
+    // A hostile or truncated IMAGE: an error that says what is wrong and
+    // where, a failing exit status, no verdicts.
+    let work = workdir("notimage");
+    let junk = work.join("junk.img");
+    std::fs::write(&junk, vec![0x5au8; 4096]).unwrap();
+    let short = work.join("short.img");
+    std::fs::write(&short, vec![0u8; 1500]).unwrap();
+    for (img, want) in [
+        (&junk, "not an ext2/3/4 filesystem"),
+        (&short, "past the end of the image"),
+    ] {
+        let o = ext4kit(&["info", "--compat", s(img)]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{}: info --compat succeeded", img.display());
+        assert!(
+            err.contains(want),
+            "{}: the error says \"{want}\":\n{err}",
+            img.display()
+        );
+        assert!(o.stdout.is_empty(), "{}: no verdicts printed", img.display());
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -232,3 +232,58 @@ fn android_sparse_refusals_leave_nothing_behind() {
     assert_eq!(left, [std::ffi::OsString::from("tree")], "nothing was left: {left:?}");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+#[test]
+fn a_killed_android_sparse_build_leaves_image_as_it_was() {
+    // The sparse image is written under a temporary name and renamed into
+    // place at the end, its scratch an unlinked file: killed mid-build,
+    // IMAGE is the old image and no scratch name is left.
+    let work = workdir("killed");
+    let tree = work.join("tree");
+    make_tree(&tree, 96 << 20);
+    let img = work.join("out.simg");
+    std::fs::write(&img, b"an old image").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
+        .args([
+            "mkfs",
+            "-q",
+            "-d",
+            s(&tree),
+            "--output-format",
+            "android-sparse",
+            s(&img),
+            "1G",
+        ])
+        .spawn()
+        .unwrap();
+    let staged = work.join(format!(".out.simg.ext4kit-mkfs-{}", child.id()));
+    let t = std::time::Instant::now();
+    while !staged.exists() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the build ended before it could be killed"
+        );
+        assert!(t.elapsed().as_secs() < 60, "the staged build never started");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the build ended before it could be killed"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        std::fs::read(&img).unwrap(),
+        b"an old image",
+        "a killed build changed IMAGE"
+    );
+    let _ = std::fs::remove_file(&staged);
+    let left: Vec<String> = std::fs::read_dir(&work)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "tree" && n != "out.simg")
+        .collect();
+    assert!(left.is_empty(), "nothing else is left beside IMAGE: {left:?}");
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -68,7 +68,7 @@ impl OutputFormat {
     pub fn parse(s: &str) -> std::result::Result<OutputFormat, String> {
         match s {
             "raw" => Ok(OutputFormat::Raw),
-            "android-sparse" | "simg" => Ok(OutputFormat::AndroidSparse),
+            "android-sparse" => Ok(OutputFormat::AndroidSparse),
             _ => Err(format!("unknown output format \"{s}\" (raw or android-sparse)")),
         }
     }
@@ -327,7 +327,11 @@ impl<'a> ImageBuilder<'a> {
         // emptied, needs_recovery cleared); its errors are only printed,
         // so the superblock says whether it closed clean.
         drop(fs);
-        check_closed(&*dev).map_err(|m| Error::entry(&place, "closing", m))?;
+        check_closed(dev.clone()).map_err(|m| Error::entry(&place, "closing", m))?;
+        // The close's own writes (the journal emptied, needs_recovery
+        // cleared) are durable before anyone renames or reads the image.
+        dev.flush()
+            .map_err(|e| Error::entry(&place, "flushing", e.to_string()))?;
         Ok(BuildReport {
             size,
             needs,
@@ -338,20 +342,17 @@ impl<'a> ImageBuilder<'a> {
     }
 }
 
-/// The superblock on `dev` after a close: `s_state` clean (bit 0 of the
-/// u16 at 0x3A) and no `needs_recovery` (0x4 in `s_feature_incompat` at
-/// 0x60).
-fn check_closed(dev: &dyn BlockDevice) -> std::result::Result<(), String> {
-    let mut sb = [0u8; 1024];
-    dev.read_at(1024, &mut sb)
-        .map_err(|e| format!("reading the superblock back: {e}"))?;
-    let state = u16::from_le_bytes([sb[0x3a], sb[0x3b]]);
-    let incompat = u32::from_le_bytes([sb[0x60], sb[0x61], sb[0x62], sb[0x63]]);
-    if state & 1 == 0 {
-        return Err("the filesystem was not closed clean (s_state)".into());
-    }
-    if incompat & 0x4 != 0 {
+/// What the image on `dev` is after the close, as the engine reads it (a
+/// read-only open: nothing is written): clean, and its journal empty, or
+/// an error naming what is not.
+fn check_closed(dev: Arc<dyn BlockDevice>) -> std::result::Result<(), String> {
+    let fs = Fs::open_device(dev, &OpenOptions::default()).map_err(|e| format!("opening it again: {e}"))?;
+    let info = fs.info();
+    if info.features.iter().any(|f| f == "needs_recovery") {
         return Err("the journal still needs recovery after the close".into());
+    }
+    if info.state != "clean" {
+        return Err(format!("the filesystem is {} after the close", info.state));
     }
     Ok(())
 }

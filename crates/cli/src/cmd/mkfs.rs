@@ -253,7 +253,14 @@ pub fn run(a: &Args, sel: &ImageArgs) -> Result<(), String> {
         return Err(fail("SIZE \"min\" needs -d SOURCE".into()));
     }
     if !sources.is_empty() || format != OutputFormat::Raw {
-        return build(a, &image, o, size, sources, rules, format);
+        let req = BuildRequest {
+            mkfs: o,
+            size,
+            sources,
+            rules,
+            format,
+        };
+        return build(a, &image, req);
     }
     let (dev, size) = place(a, &image, size, &mut o)?;
     let r = mkfs(&*dev, size, &o).map_err(|e| fail(e.to_string()))?;
@@ -375,15 +382,32 @@ fn print_made(a: &Args, img: &str, r: &MkfsReport) {
 /// back, so a build that dies half way leaves IMAGE as it was; on a
 /// device, a partition or at an offset it is made in place, and a failed
 /// build clears the superblock's magic.
-fn build(
-    a: &Args,
-    image: &Image,
-    mut o: MkfsOptions,
+/// What `run` hands `build`: the checked options and the opened sources.
+struct BuildRequest {
+    mkfs: MkfsOptions,
+    /// SIZE, when given.
     size: Option<u64>,
     sources: Vec<Box<dyn ext4kit_populate::Source>>,
     rules: ext4kit_populate::Rules,
     format: OutputFormat,
-) -> Result<(), String> {
+}
+
+/// Where `build` writes: a whole regular file, made under a temporary
+/// name and renamed into place, or a device, partition or range of a
+/// file of this size, in place.
+enum Target {
+    File(ImageSize),
+    Device(Arc<dyn BlockDevice>, u64),
+}
+
+fn build(a: &Args, image: &Image, req: BuildRequest) -> Result<(), String> {
+    let BuildRequest {
+        mkfs: mut o,
+        size,
+        sources,
+        rules,
+        format,
+    } = req;
     let img = image.display().to_string();
     let into_file = image.loc == Location::Whole && !is_block_device(&image.path);
     if into_file && !a.force {
@@ -395,26 +419,27 @@ fn build(
              partition or at an offset (write it to a file, then flash or copy that)"
         ));
     }
-    // Without SIZE, into a file: the smallest image that holds the
-    // sources, with no root reserve unless -m asks for one (its free
-    // space is what --free says), 4 KiB blocks unless -b.
-    let rule = match size {
-        Some(b) => ImageSize::Bytes(b),
-        None if into_file => {
-            let free = Extra::parse(&a.free, crate::parse_bytes).map_err(|e| format!("--free {e}"))?;
-            let count = |s: &str| s.parse::<u64>().map_err(|_| format!("\"{s}\" is not a count"));
-            let free_inodes = Extra::parse(&a.free_inodes, count).map_err(|e| format!("--free-inodes {e}"))?;
-            if a.reserved_percent.is_none() {
-                o.reserved_percent = 0.0;
+    // Into a file: SIZE, or without it the smallest image that holds the
+    // sources, with no root reserve unless -m asks for one (its free space
+    // is what --free says), 4 KiB blocks unless -b. Elsewhere: SIZE, or
+    // the partition's, or to the end of the image (`place`).
+    let target = if into_file {
+        let rule = match size {
+            Some(b) => ImageSize::Bytes(b),
+            None => {
+                let free = Extra::parse(&a.free, crate::parse_bytes).map_err(|e| format!("--free {e}"))?;
+                let count = |s: &str| s.parse::<u64>().map_err(|_| format!("\"{s}\" is not a count"));
+                let free_inodes = Extra::parse(&a.free_inodes, count).map_err(|e| format!("--free-inodes {e}"))?;
+                if a.reserved_percent.is_none() {
+                    o.reserved_percent = 0.0;
+                }
+                ImageSize::Smallest { free, free_inodes }
             }
-            ImageSize::Smallest { free, free_inodes }
-        }
-        // A partition's size, or to the end of the image (`place`).
-        None => ImageSize::Bytes(0),
-    };
-    let placed = match into_file {
-        true => None,
-        false => Some(place(a, image, size, &mut o)?),
+        };
+        Target::File(rule)
+    } else {
+        let (dev, size) = place(a, image, size, &mut o)?;
+        Target::Device(dev, size)
     };
     let refs: Vec<&Path> = a.sources.iter().map(|p| p.as_path()).collect();
     let bar = super::put::progress_bar(&refs);
@@ -429,12 +454,17 @@ fn build(
     for s in sources {
         builder = builder.source(s);
     }
-    let r = match placed {
-        None => builder.size(rule).build(&image.path),
-        Some((dev, size)) => builder.size(ImageSize::Bytes(size)).build_on(dev, zeroed),
+    let r = match target {
+        Target::File(rule) => builder
+            .size(rule)
+            .build(&image.path)
+            .map_err(|e| format!("{e}\n{img}: left as it was (the build stopped before the image was complete)")),
+        Target::Device(dev, size) => builder.size(ImageSize::Bytes(size)).build_on(dev, zeroed).map_err(|e| {
+            format!("{e}\n{img}: the unfinished filesystem's superblock magic is cleared: nothing takes it for one")
+        }),
     };
     bar.finish_and_clear();
-    let r = r.map_err(|e| format!("{e}\n{img}: nothing was made (the build stopped before the image was complete)"))?;
+    let r = r?;
     if !a.quiet {
         if let Some(n) = &r.needs {
             eprintln!(
