@@ -16,6 +16,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
@@ -51,10 +52,15 @@ pub trait BlockDevice: Send + Sync {
 }
 
 /// An image file (or block device node) accessed with `pread`/`pwrite`.
+///
+/// A file grows when written past its end, and its size follows: the
+/// container formats (qcow2, VHD, VHDX, sparse VMDK) allocate by appending
+/// to the file and read back what they appended. A block device node
+/// cannot grow; its write past the end fails in the kernel.
 #[derive(Debug)]
 pub struct FileDevice {
     file: File,
-    size: u64,
+    size: AtomicU64,
     read_only: bool,
 }
 
@@ -73,7 +79,7 @@ impl FileDevice {
         };
         Ok(FileDevice {
             file,
-            size,
+            size: AtomicU64::new(size),
             read_only: !writable,
         })
     }
@@ -81,13 +87,13 @@ impl FileDevice {
 
 impl BlockDevice for FileDevice {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        if off.checked_add(buf.len() as u64).is_none_or(|end| end > self.size) {
+        let size = self.size();
+        if off.checked_add(buf.len() as u64).is_none_or(|end| end > size) {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 format!(
-                    "read of {} bytes at offset {off} past the end of the image ({} bytes)",
+                    "read of {} bytes at offset {off} past the end of the image ({size} bytes)",
                     buf.len(),
-                    self.size
                 ),
             ));
         }
@@ -101,7 +107,11 @@ impl BlockDevice for FileDevice {
                 "device opened read-only",
             ));
         }
-        self.file.write_all_at(buf, off)
+        self.file.write_all_at(buf, off)?;
+        // Published after the write: a reader that sees the new size finds
+        // the bytes (Release pairs with the Acquire in `size`).
+        self.size.fetch_max(off + buf.len() as u64, Ordering::Release);
+        Ok(())
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -112,7 +122,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn size(&self) -> u64 {
-        self.size
+        self.size.load(Ordering::Acquire)
     }
 
     fn read_only(&self) -> bool {

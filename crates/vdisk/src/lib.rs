@@ -31,6 +31,7 @@ pub use ext4kit_blockdev::BlockDevice;
 pub mod android_sparse;
 pub mod named;
 pub mod probe;
+pub mod vhd;
 
 pub use named::NamedFiles;
 pub use probe::{detect, DiskFormat};
