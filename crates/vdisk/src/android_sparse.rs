@@ -68,7 +68,10 @@ impl AndroidSparseDisk {
         let header = FileHeader::from_bytes(&hb).map_err(|e| corrupt(FORMAT, format_args!("file header: {e}")))?;
         let block_size = header.block_size as u64;
         if block_size == 0 || block_size % 4 != 0 {
-            return Err(corrupt(FORMAT, format_args!("block size {block_size} is not a positive multiple of 4")));
+            return Err(corrupt(
+                FORMAT,
+                format_args!("block size {block_size} is not a positive multiple of 4"),
+            ));
         }
         let size = block_size * header.blocks as u64;
         let file_size = file.size();
@@ -78,7 +81,10 @@ impl AndroidSparseDisk {
         if header.chunks as u64 > max_chunks {
             return Err(corrupt(
                 FORMAT,
-                format_args!("the header counts {} chunks, more than a {file_size}-byte file holds", header.chunks),
+                format_args!(
+                    "the header counts {} chunks, more than a {file_size}-byte file holds",
+                    header.chunks
+                ),
             ));
         }
         let mut runs = Vec::with_capacity(header.chunks as usize);
@@ -174,12 +180,19 @@ impl std::fmt::Debug for AndroidSparseDisk {
 
 impl BlockDevice for AndroidSparseDisk {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        let end = off.checked_add(buf.len() as u64).filter(|&e| e <= self.size).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("read of {} bytes at offset {off} past the end of the disk ({} bytes)", buf.len(), self.size),
-            )
-        })?;
+        let end = off
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= self.size)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "read of {} bytes at offset {off} past the end of the disk ({} bytes)",
+                        buf.len(),
+                        self.size
+                    ),
+                )
+            })?;
         let mut pos = off;
         while pos < end {
             let run = *self.run_of(pos / self.block_size);
@@ -202,7 +215,10 @@ impl BlockDevice for AndroidSparseDisk {
     }
 
     fn write_at(&self, _off: u64, _buf: &[u8]) -> io::Result<()> {
-        Err(io::Error::new(io::ErrorKind::PermissionDenied, "android-sparse: opened read-only"))
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "android-sparse: opened read-only",
+        ))
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -220,7 +236,12 @@ impl BlockDevice for AndroidSparseDisk {
 
 impl DiskImage for AndroidSparseDisk {
     fn layer(&self) -> LayerInfo {
-        let stored = self.runs.iter().filter(|r| matches!(r.source, Source::Raw(_))).map(|r| r.blocks).sum::<u64>();
+        let stored = self
+            .runs
+            .iter()
+            .filter(|r| matches!(r.source, Source::Raw(_)))
+            .map(|r| r.blocks)
+            .sum::<u64>();
         LayerInfo {
             format: FORMAT,
             variant: String::new(),
@@ -308,7 +329,10 @@ mod tests {
             assert_eq!(buf, raw[off..off + len], "at {off}+{len}");
         }
         let mut past = [0u8; 2];
-        assert_eq!(d.read_at(raw.len() as u64 - 1, &mut past).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        assert_eq!(
+            d.read_at(raw.len() as u64 - 1, &mut past).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
     }
 
     #[test]

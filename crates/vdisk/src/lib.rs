@@ -21,7 +21,9 @@
 //! only as [`NamedFiles`] allows.
 
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
+// One module implements imago's storage trait, whose methods are declared
+// `unsafe fn` (see qcow2/storage.rs); nothing else may use `unsafe`.
+#![deny(unsafe_code)]
 
 use std::fmt;
 use std::io;
@@ -31,10 +33,13 @@ pub use ext4kit_blockdev::BlockDevice;
 pub mod android_sparse;
 pub mod named;
 pub mod probe;
+pub mod qcow2;
+pub mod stack;
 pub mod vhd;
 
 pub use named::NamedFiles;
 pub use probe::{detect, DiskFormat};
+pub use stack::{open_device, open_file, Disk, DiskRequest};
 
 /// What one layer of the stack tells `info`: the format, its variant and
 /// the size of the disk it presents, plus format-specific facts (a backing

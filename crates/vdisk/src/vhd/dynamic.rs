@@ -149,7 +149,9 @@ pub(super) mod tests {
         assert_eq!(h.bitmap_len(), 512);
         let h = Header::parse(&header(1536, 4, 4096)).unwrap();
         assert_eq!(h.bitmap_len(), 512);
-        assert!(Header::parse(&header(1536, 4, 3000)).unwrap_err().contains("power of two"));
+        assert!(Header::parse(&header(1536, 4, 3000))
+            .unwrap_err()
+            .contains("power of two"));
     }
 
     #[test]

@@ -104,7 +104,9 @@ impl Footer {
 
     /// The creator application, as text ("qemu", "win ", "vpc ").
     pub(super) fn creator(&self) -> String {
-        String::from_utf8_lossy(&self.raw[28..32]).trim_end_matches(['\0', ' ']).to_string()
+        String::from_utf8_lossy(&self.raw[28..32])
+            .trim_end_matches(['\0', ' '])
+            .to_string()
     }
 
     /// The disk's size in bytes, as qemu's `vpc_open` decides it (so that
@@ -135,7 +137,13 @@ pub(super) mod tests {
     use super::*;
 
     /// A footer as qemu writes one (creator "qemu", geometry for `sectors`).
-    pub(crate) fn footer(disk_type: u32, data_offset: u64, size: u64, chs: (u16, u8, u8), creator: &[u8; 4]) -> [u8; FOOTER_LEN] {
+    pub(crate) fn footer(
+        disk_type: u32,
+        data_offset: u64,
+        size: u64,
+        chs: (u16, u8, u8),
+        creator: &[u8; 4],
+    ) -> [u8; FOOTER_LEN] {
         let mut f = [0u8; FOOTER_LEN];
         f[..8].copy_from_slice(COOKIE);
         f[8..12].copy_from_slice(&2u32.to_be_bytes());

@@ -69,7 +69,10 @@ impl VhdDisk {
     pub fn open(file: Arc<dyn BlockDevice>, writable: bool) -> io::Result<VhdDisk> {
         let file_size = file.size();
         if file_size < FOOTER_LEN as u64 {
-            return Err(corrupt(FORMAT, format_args!("a {file_size}-byte file cannot hold a footer")));
+            return Err(corrupt(
+                FORMAT,
+                format_args!("a {file_size}-byte file cannot hold a footer"),
+            ));
         }
         // The footer at the end is authoritative; a dynamic disk's copy in
         // sector 0 stands in when the end was cut short (a crash between
@@ -80,7 +83,12 @@ impl VhdDisk {
             Ok(f) => (f, true),
             Err(end_err) => match read_footer(&*file, 0) {
                 Ok(f) if f.disk_type() != DiskType::Fixed => (f, false),
-                _ => return Err(corrupt(FORMAT, format_args!("the footer in the last sector: {end_err}"))),
+                _ => {
+                    return Err(corrupt(
+                        FORMAT,
+                        format_args!("the footer in the last sector: {end_err}"),
+                    ))
+                }
             },
         };
         let size = footer.virtual_size();
@@ -106,7 +114,10 @@ impl VhdDisk {
             DiskType::Dynamic => Some(Self::open_dynamic(&*file, &footer, size, footer_at_end)?),
         };
         if writable && file.read_only() {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "vhd: the file is open read-only"));
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "vhd: the file is open read-only",
+            ));
         }
         Ok(VhdDisk {
             file,
@@ -128,7 +139,8 @@ impl VhdDisk {
         }
         let mut raw = [0u8; HEADER_LEN];
         file.read_at(at, &mut raw)?;
-        let header = Header::parse(&raw).map_err(|e| corrupt(FORMAT, format_args!("dynamic header at byte {at}: {e}")))?;
+        let header =
+            Header::parse(&raw).map_err(|e| corrupt(FORMAT, format_args!("dynamic header at byte {at}: {e}")))?;
         let bat_len = header.max_entries as u64 * 4;
         let bat_end = header
             .table_offset
@@ -186,12 +198,19 @@ impl VhdDisk {
             if w[0].0 + span > w[1].0 {
                 return Err(corrupt(
                     FORMAT,
-                    format_args!("block table entries {} and {} overlap (bytes {} and {})", w[0].1, w[1].1, w[0].0, w[1].0),
+                    format_args!(
+                        "block table entries {} and {} overlap (bytes {} and {})",
+                        w[0].1, w[1].1, w[0].0, w[1].0
+                    ),
                 ));
             }
         }
         let data_end = starts.last().map_or(meta_end, |s| s.0 + span).max(meta_end);
-        let end = if footer_at_end { file_size - FOOTER_LEN as u64 } else { file_size };
+        let end = if footer_at_end {
+            file_size - FOOTER_LEN as u64
+        } else {
+            file_size
+        };
         Ok(Dynamic {
             header,
             bat,
@@ -202,7 +221,10 @@ impl VhdDisk {
     fn past_end(&self, off: u64, len: usize) -> io::Error {
         io::Error::new(
             io::ErrorKind::UnexpectedEof,
-            format!("vhd: {len} bytes at offset {off} run past the end of the {}-byte disk", self.size),
+            format!(
+                "vhd: {len} bytes at offset {off} run past the end of the {}-byte disk",
+                self.size
+            ),
         )
     }
 
@@ -221,7 +243,12 @@ impl VhdDisk {
         let sector = u32::try_from(start / 512)
             .ok()
             .filter(|&s| s != dynamic::UNALLOCATED)
-            .ok_or_else(|| unsupported(FORMAT, "the file would grow past the 2 TiB a block table entry can address"))?;
+            .ok_or_else(|| {
+                unsupported(
+                    FORMAT,
+                    "the file would grow past the 2 TiB a block table entry can address",
+                )
+            })?;
         let bitmap = d.header.bitmap_len() as usize;
         let mut block = vec![0u8; bitmap + d.header.block_size as usize];
         block[..bitmap].fill(0xFF);
@@ -251,7 +278,9 @@ impl BlockDevice for VhdDisk {
             let n = ((bs - in_block) as usize).min(buf.len() - done);
             let out = &mut buf[done..done + n];
             match d.bat.get(i) {
-                Some(s) => self.file.read_at(s as u64 * 512 + d.header.bitmap_len() + in_block, out)?,
+                Some(s) => self
+                    .file
+                    .read_at(s as u64 * 512 + d.header.bitmap_len() + in_block, out)?,
                 None => out.fill(0),
             }
             done += n;

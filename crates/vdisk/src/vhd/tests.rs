@@ -85,7 +85,10 @@ fn an_unflushed_block_is_unreachable_after_reopen_and_the_footer_copy_opens_a_cu
     let d = open_file(&p, true).unwrap();
     let mut b = [1u8; 4096];
     d.read_at(MIB, &mut b).unwrap();
-    assert_eq!(b, [0u8; 4096], "a block no flushed entry points to reads as never written");
+    assert_eq!(
+        b, [0u8; 4096],
+        "a block no flushed entry points to reads as never written"
+    );
     d.write_at(0, &[3u8; 512]).unwrap();
     d.flush().unwrap();
     drop(d);
@@ -107,7 +110,10 @@ fn a_fixed_disk_is_its_bytes_and_reads_past_the_end_fail() {
     d.write_at(10, &[9, 9]).unwrap();
     d.read_at(0, &mut b[..12]).unwrap();
     assert_eq!(&b[10..12], &[9, 9]);
-    assert_eq!(d.read_at(MIB - 1, &mut b[..2]).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+    assert_eq!(
+        d.read_at(MIB - 1, &mut b[..2]).unwrap_err().kind(),
+        io::ErrorKind::UnexpectedEof
+    );
     assert_eq!(d.layer().variant, "fixed");
 }
 
@@ -118,38 +124,59 @@ fn hostile_tables_are_named_errors() {
     let cases: Vec<(&str, Box<dyn Fn(&mut Vec<u8>)>)> = vec![
         ("entry past the end", Box::new(move |v| set_entry(v, 0, 1 << 20))),
         ("entry into the header", Box::new(move |v| set_entry(v, 1, 1))),
-        ("entry beyond the disk", Box::new(move |v| {
-            v[512..1536].copy_from_slice(&header(1536, 8, 1 << 20));
-            v.extend(vec![0u8; 3 << 20]);
-            set_entry(v, 6, 8)
-        })),
-        ("overlapping entries", Box::new(move |v| {
-            v.extend(vec![0u8; 3 << 20]);
-            set_entry(v, 0, 8);
-            set_entry(v, 1, 9)
-        })),
-        ("huge table", Box::new(|v| {
-            let h = header(1536, u32::MAX, 1 << 20);
-            v[512..1536].copy_from_slice(&h);
-        })),
-        ("header offset outside", Box::new(|v| {
-            let f = footer(3, 1 << 40, 4 * MIB, (0, 0, 0), b"win ");
-            let n = v.len();
-            v[n - 512..].copy_from_slice(&f);
-        })),
-        ("table too small for the size", Box::new(|v| {
-            let h = header(1536, 2, 1 << 20);
-            v[512..1536].copy_from_slice(&h);
-        })),
-        ("bad block size", Box::new(|v| {
-            let h = header(1536, 4, 1000);
-            v[512..1536].copy_from_slice(&h);
-        })),
-        ("no footer anywhere", Box::new(|v| {
-            v[0] = 0;
-            let n = v.len();
-            v[n - 512] = 0;
-        })),
+        (
+            "entry beyond the disk",
+            Box::new(move |v| {
+                v[512..1536].copy_from_slice(&header(1536, 8, 1 << 20));
+                v.extend(vec![0u8; 3 << 20]);
+                set_entry(v, 6, 8)
+            }),
+        ),
+        (
+            "overlapping entries",
+            Box::new(move |v| {
+                v.extend(vec![0u8; 3 << 20]);
+                set_entry(v, 0, 8);
+                set_entry(v, 1, 9)
+            }),
+        ),
+        (
+            "huge table",
+            Box::new(|v| {
+                let h = header(1536, u32::MAX, 1 << 20);
+                v[512..1536].copy_from_slice(&h);
+            }),
+        ),
+        (
+            "header offset outside",
+            Box::new(|v| {
+                let f = footer(3, 1 << 40, 4 * MIB, (0, 0, 0), b"win ");
+                let n = v.len();
+                v[n - 512..].copy_from_slice(&f);
+            }),
+        ),
+        (
+            "table too small for the size",
+            Box::new(|v| {
+                let h = header(1536, 2, 1 << 20);
+                v[512..1536].copy_from_slice(&h);
+            }),
+        ),
+        (
+            "bad block size",
+            Box::new(|v| {
+                let h = header(1536, 4, 1000);
+                v[512..1536].copy_from_slice(&h);
+            }),
+        ),
+        (
+            "no footer anywhere",
+            Box::new(|v| {
+                v[0] = 0;
+                let n = v.len();
+                v[n - 512] = 0;
+            }),
+        ),
     ];
     for (what, damage) in cases {
         let mut v = good.clone();

@@ -1,0 +1,169 @@
+//! The qcow2 header facts `info` shows, and the features we refuse before
+//! imago sees them.
+//!
+//! Header (qemu's docs/interop/qcow2.txt, big-endian): magic (0), version
+//! (4), backing_file_offset (8), backing_file_size (16), cluster_bits (20),
+//! size (24), crypt_method (32), l1_size (36), l1_table_offset (40),
+//! refcount_table_offset (48), refcount_table_clusters (56), nb_snapshots
+//! (60), snapshots_offset (64); version 3 adds incompatible_features (72),
+//! compatible_features (80), autoclear_features (88), refcount_order (96),
+//! header_length (100) and, when the header is long enough,
+//! compression_type (104: 0 zlib, 1 zstd).
+//!
+//! A snapshot table entry: l1_table_offset (0), l1_size (8), id_str_size
+//! (12), name_size (14), date_sec (16), date_nsec (20), vm_clock_nsec
+//! (24), vm_state_size (32), extra_data_size (36), then the extra data,
+//! the id, the name, padded to 8 bytes.
+
+use std::io;
+
+use crate::{corrupt, unsupported, BlockDevice, DiskFormat};
+
+const FORMAT: DiskFormat = DiskFormat::Qcow2;
+/// qemu's QCOW_MAX_SNAPSHOTS.
+const MAX_SNAPSHOTS: u32 = 65536;
+/// incompatible_features bit 3: compression type other than zlib.
+const INCOMPAT_COMPRESSION: u64 = 1 << 3;
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn be64(b: &[u8], at: usize) -> u64 {
+    (be32(b, at) as u64) << 32 | be32(b, at + 4) as u64
+}
+
+/// What the header says, for `info`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Facts {
+    pub(super) version: u32,
+    pub(super) cluster_size: u64,
+    pub(super) size: u64,
+    /// The backing file's name as the image spells it.
+    pub(super) backing: Option<String>,
+    /// Compression of compressed clusters ("zlib", "zstd").
+    pub(super) compression: &'static str,
+    /// Snapshot names (id when unnamed), in table order.
+    pub(super) snapshots: Vec<String>,
+}
+
+/// Read the facts from the header of `file`, refusing what imago would
+/// refuse with a less useful message (zstd compression, encryption).
+pub(super) fn read(file: &dyn BlockDevice) -> io::Result<Facts> {
+    let fsize = file.size();
+    let mut h = [0u8; 112];
+    let n = fsize.min(h.len() as u64) as usize;
+    file.read_at(0, &mut h[..n])?;
+    if n < 72 {
+        return Err(corrupt(
+            FORMAT,
+            format_args!("a {fsize}-byte file cannot hold a header"),
+        ));
+    }
+    let version = be32(&h, 4);
+    if !(2..=3).contains(&version) {
+        return Err(unsupported(FORMAT, format_args!("version {version} (2 and 3 exist)")));
+    }
+    let cluster_bits = be32(&h, 20);
+    // qemu's MIN_CLUSTER_BITS and MAX_CLUSTER_BITS.
+    if !(9..=21).contains(&cluster_bits) {
+        return Err(corrupt(
+            FORMAT,
+            format_args!("cluster_bits {cluster_bits} (9 to 21 are valid)"),
+        ));
+    }
+    if be32(&h, 32) != 0 {
+        return Err(unsupported(
+            FORMAT,
+            "an encrypted image (convert it with qemu-img and its key first)",
+        ));
+    }
+    let mut compression = "zlib";
+    if version >= 3 {
+        let incompat = be64(&h, 72);
+        let header_len = be32(&h, 100);
+        if incompat & INCOMPAT_COMPRESSION != 0 {
+            compression = if header_len > 104 && n > 104 && h[104] == 1 {
+                "zstd"
+            } else {
+                "unknown"
+            };
+            return Err(unsupported(
+                FORMAT,
+                format_args!(
+                    "compressed clusters use {compression}, which is not supported yet (zlib is); \
+                     `qemu-img convert -O qcow2 -o compression_type=zlib` or `-O raw` makes an image that opens"
+                ),
+            ));
+        }
+    }
+    let backing = match (be64(&h, 8), be32(&h, 16)) {
+        (0, _) | (_, 0) => None,
+        (off, len) if len <= 1023 && off.checked_add(len as u64).is_some_and(|e| e <= fsize) => {
+            let mut name = vec![0u8; len as usize];
+            file.read_at(off, &mut name)?;
+            Some(String::from_utf8_lossy(&name).into_owned())
+        }
+        (off, len) => {
+            return Err(corrupt(
+                FORMAT,
+                format_args!("the backing file name ({len} bytes at byte {off}) is outside the file or too long"),
+            ))
+        }
+    };
+    let snapshots = snapshot_names(file, be32(&h, 60), be64(&h, 64))?;
+    Ok(Facts {
+        version,
+        cluster_size: 1 << cluster_bits,
+        size: be64(&h, 24),
+        backing,
+        compression,
+        snapshots,
+    })
+}
+
+/// The names in the snapshot table (bounded by qemu's limit and the file).
+fn snapshot_names(file: &dyn BlockDevice, count: u32, mut at: u64) -> io::Result<Vec<String>> {
+    if count > MAX_SNAPSHOTS {
+        return Err(corrupt(
+            FORMAT,
+            format_args!("{count} snapshots (qemu allows {MAX_SNAPSHOTS})"),
+        ));
+    }
+    let fsize = file.size();
+    let mut names = Vec::new();
+    for i in 0..count {
+        let mut e = [0u8; 40];
+        if at.checked_add(40).is_none_or(|end| end > fsize) {
+            return Err(corrupt(
+                FORMAT,
+                format_args!("snapshot {i}'s table entry at byte {at} is past the end"),
+            ));
+        }
+        file.read_at(at, &mut e)?;
+        let id_len = u16::from_be_bytes([e[12], e[13]]) as u64;
+        let name_len = u16::from_be_bytes([e[14], e[15]]) as u64;
+        let extra = be32(&e, 36) as u64;
+        // qemu bounds the extra data at 1 KiB (QCOW_MAX_SNAPSHOT_EXTRA_DATA).
+        if extra > 1024 {
+            return Err(corrupt(
+                FORMAT,
+                format_args!("snapshot {i} has {extra} bytes of extra data"),
+            ));
+        }
+        let strings = at + 40 + extra;
+        if strings.checked_add(id_len + name_len).is_none_or(|end| end > fsize) {
+            return Err(corrupt(
+                FORMAT,
+                format_args!("snapshot {i}'s names run past the end of the file"),
+            ));
+        }
+        let mut s = vec![0u8; (id_len + name_len) as usize];
+        file.read_at(strings, &mut s)?;
+        let (id, name) = s.split_at(id_len as usize);
+        let shown = if name.is_empty() { id } else { name };
+        names.push(String::from_utf8_lossy(shown).into_owned());
+        at = (strings + id_len + name_len).next_multiple_of(8);
+    }
+    Ok(names)
+}
