@@ -67,7 +67,7 @@ impl AndroidSparseDisk {
             .map_err(|e| corrupt(FORMAT, format_args!("the file header cannot be read: {e}")))?;
         let header = FileHeader::from_bytes(&hb).map_err(|e| corrupt(FORMAT, format_args!("file header: {e}")))?;
         let block_size = header.block_size as u64;
-        if block_size == 0 || block_size % 4 != 0 {
+        if block_size == 0 || !block_size.is_multiple_of(4) {
             return Err(corrupt(
                 FORMAT,
                 format_args!("block size {block_size} is not a positive multiple of 4"),
@@ -343,11 +343,14 @@ mod tests {
         assert!(e.to_string().contains("simg2img"), "{e}");
     }
 
+    /// A change that damages an image.
+    type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+
     #[test]
     fn hostile_headers_and_chunks_are_errors() {
         let (good, _) = build(&[(ChunkType::Raw, 2, 0), (ChunkType::DontCare, 2, 0)]);
         let le32 = |v: &mut Vec<u8>, at: usize, x: u32| v[at..at + 4].copy_from_slice(&x.to_le_bytes());
-        let cases: Vec<(&str, Box<dyn Fn(&mut Vec<u8>)>)> = vec![
+        let cases: Vec<(&str, Damage)> = vec![
             ("huge chunk count", Box::new(move |v| le32(v, 20, u32::MAX))),
             ("blocks beyond the header's", Box::new(move |v| le32(v, 16, 3))),
             ("block size 0", Box::new(move |v| le32(v, 12, 0))),

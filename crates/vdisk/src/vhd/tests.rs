@@ -117,11 +117,14 @@ fn a_fixed_disk_is_its_bytes_and_reads_past_the_end_fail() {
     assert_eq!(d.layer().variant, "fixed");
 }
 
+/// A change that damages an image.
+type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+
 #[test]
 fn hostile_tables_are_named_errors() {
     let good = empty_dynamic(4 * MIB, 1 << 20);
     let set_entry = |v: &mut Vec<u8>, i: usize, s: u32| v[1536 + 4 * i..][..4].copy_from_slice(&s.to_be_bytes());
-    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<u8>)>)> = vec![
+    let cases: Vec<(&str, Damage)> = vec![
         ("entry past the end", Box::new(move |v| set_entry(v, 0, 1 << 20))),
         ("entry into the header", Box::new(move |v| set_entry(v, 1, 1))),
         (
