@@ -15,9 +15,8 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use ext4kit::device::{partitions, probe_ext, BlockDevice, FileDevice, Partition, PartitionTable};
+use ext4kit::device::{partitions, probe_ext, DiskFormat, DiskRequest, Partition, PartitionTable};
 use ext4kit::Location;
 
 use crate::fmt::human;
@@ -43,12 +42,25 @@ pub struct ImageArgs {
     /// writes refuses it.
     #[arg(long, global = true)]
     pub no_replay: bool,
+    /// The image file's container format: raw, qcow2, vhdx, vmdk, vhd (or
+    /// qemu's name vpc), android-sparse. Chosen by content (the format's
+    /// magic) when left out, so a .img that is really qcow2 opens as
+    /// qcow2; force it only for a file whose content misleads (a raw disk
+    /// that happens to end in a VHD footer).
+    #[arg(long = "format", global = true, value_name = "FORMAT")]
+    pub format: Option<DiskFormat>,
+    /// Follow a backing file (qcow2) or extent file (VMDK) that the image
+    /// names anywhere on this machine. By default only names that resolve
+    /// inside the image's own directory are followed: the name was chosen
+    /// by whoever made the image. Device nodes and URLs are never followed.
+    #[arg(long, global = true)]
+    pub any_backing_path: bool,
 }
 
 impl ImageArgs {
     /// Whether any option was given (for commands that take no image).
     pub fn any(&self) -> bool {
-        self.partition.is_some() || self.offset.is_some() || self.no_replay
+        self.partition.is_some() || self.offset.is_some() || self.no_replay || self.format.is_some() || self.any_backing_path
     }
 
     /// The image named `arg` on the command line, with these options and
@@ -77,7 +89,10 @@ impl ImageArgs {
             (None, None, Some(off)) => Location::Offset(off),
             (None, None, None) => Location::Whole,
         };
-        Ok(Image::new(path, loc, self.no_replay))
+        let mut image = Image::new(path, loc, self.no_replay);
+        image.format = self.format;
+        image.any_backing_path = self.any_backing_path;
+        Ok(image)
     }
 }
 
@@ -106,6 +121,10 @@ pub struct Image {
     pub loc: Location,
     /// `--no-replay`.
     pub no_replay: bool,
+    /// `--format`: the container format, when forced.
+    pub format: Option<DiskFormat>,
+    /// `--any-backing-path`.
+    pub any_backing_path: bool,
     shown: String,
 }
 
@@ -121,6 +140,8 @@ impl Image {
             path,
             loc,
             no_replay,
+            format: None,
+            any_backing_path: false,
             shown,
         }
     }
@@ -147,8 +168,8 @@ impl Image {
         if self.loc != Location::Whole {
             return Ok(Probe::Filesystem);
         }
-        let dev: Arc<dyn BlockDevice> = match FileDevice::open(&self.path, false) {
-            Ok(d) => Arc::new(d),
+        let dev = match self.disk() {
+            Ok(d) => d.into_device(),
             // Let the real open report it, with the engine's context.
             Err(_) => return Ok(Probe::Filesystem),
         };
@@ -219,10 +240,10 @@ impl Image {
     /// magic", which reads as if a filesystem had been damaged). Problems
     /// opening the image or the partition are left to the real open.
     fn check_magic(&self) -> Result<(), String> {
-        let Ok(disk) = FileDevice::open(&self.path, false) else {
+        let Ok(disk) = self.disk() else {
             return Ok(());
         };
-        let Ok(dev) = ext4kit::device::open_location(Arc::new(disk), self.loc) else {
+        let Ok(dev) = ext4kit::device::open_location(disk.into_device(), self.loc) else {
             return Ok(());
         };
         if probe_ext(&*dev, 0).is_some() {
@@ -230,9 +251,10 @@ impl Image {
         }
         let what = match self.loc {
             Location::Partition(n) => {
-                let ty = FileDevice::open(&self.path, false)
+                let ty = self
+                    .disk()
                     .ok()
-                    .and_then(|d| partitions(&d).ok().flatten())
+                    .and_then(|d| partitions(&**d.device()).ok().flatten())
                     .and_then(|t| t.get(n).map(|p| p.type_name))
                     .unwrap_or("unknown");
                 format!("partition {n} (type {ty})")
@@ -249,7 +271,21 @@ impl Image {
 
     /// The same image at `loc`.
     pub fn at(&self, loc: Location) -> Image {
-        Image::new(self.path.clone(), loc, self.no_replay)
+        let mut at = Image::new(self.path.clone(), loc, self.no_replay);
+        at.format = self.format;
+        at.any_backing_path = self.any_backing_path;
+        at
+    }
+
+    /// The disk the image file holds, read-only, through its container
+    /// format (qcow2, VHDX, ...; the file itself when raw).
+    pub fn disk(&self) -> std::io::Result<ext4kit::device::Disk> {
+        let req = DiskRequest {
+            writable: false,
+            format: self.format,
+            any_backing_path: self.any_backing_path,
+        };
+        ext4kit::device::vdisk::open_file(&self.path, &req)
     }
 }
 

@@ -86,6 +86,13 @@ pub struct OpenOptions {
     /// Directory changes durable when their call returns (`-o dirsync`),
     /// as for a directory with the dirsync flag.
     pub dirsync: bool,
+    /// The image file's container format (qcow2, VHDX, VMDK, VHD, Android
+    /// sparse, raw) when the user forced it; chosen by content when `None`.
+    pub disk_format: Option<ext4kit_vdisk::DiskFormat>,
+    /// Follow files an image names (a qcow2 backing file, VMDK extents)
+    /// anywhere on this machine; by default only inside the image's own
+    /// directory (`ext4kit_vdisk::NamedFiles`).
+    pub any_backing_path: bool,
 }
 
 impl Default for OpenOptions {
@@ -99,6 +106,8 @@ impl Default for OpenOptions {
             clock: Clock::from_source_date_epoch().unwrap_or_default(),
             sync: false,
             dirsync: false,
+            disk_format: None,
+            any_backing_path: false,
         }
     }
 }

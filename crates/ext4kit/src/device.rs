@@ -14,3 +14,7 @@
 pub use ext4kit_blockdev::partition::{partitions, probe_ext, ExtProbe, Partition, PartitionTable, TableKind};
 pub use ext4kit_blockdev::{android_sparse, scratch};
 pub use ext4kit_blockdev::{open_location, BlockDevice, FileDevice, Location, MemDevice, WindowDevice};
+/// Container formats (qcow2, VHDX, VMDK, VHD, Android sparse): the
+/// `ext4kit-vdisk` crate, re-exported.
+pub use ext4kit_vdisk as vdisk;
+pub use ext4kit_vdisk::{Disk, DiskFormat, DiskRequest, LayerInfo};

@@ -113,6 +113,12 @@ pub struct MountOptions {
     /// `-o readahead=KIB`: the mount's readahead window (root only; 0
     /// leaves the kernel's 128 KiB); see [`crate::readahead`].
     pub readahead_kib: u32,
+    /// The image file's container format (`--format`); by content when
+    /// `None`.
+    pub disk_format: Option<ext4kit::device::DiskFormat>,
+    /// Follow files the image names (backing files) anywhere
+    /// (`--any-backing-path`).
+    pub any_backing_path: bool,
 }
 
 impl Default for MountOptions {
@@ -133,6 +139,8 @@ impl Default for MountOptions {
             no_open: false,
             transport: TransportChoice::from_env(),
             readahead_kib: crate::readahead::DEFAULT_KIB,
+            disk_format: None,
+            any_backing_path: false,
         }
     }
 }
@@ -683,6 +691,8 @@ fn open_for_mount(image: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, bool), 
                 // an FSYNC, which then finds nothing left to do).
                 sync: opts.kernel_flag(MountOption::Sync),
                 dirsync: opts.kernel_flag(MountOption::DirSync),
+                disk_format: opts.disk_format,
+                any_backing_path: opts.any_backing_path,
                 ..OpenOptions::default()
             },
         )

@@ -10,6 +10,7 @@ use crate::image::{Disk, Probe};
 
 /// Print the filesystem summary, or the partition table of a disk.
 pub fn run(image: &Image, budget: usize) -> Result<(), String> {
+    print_container(image);
     if let Probe::Table(disk) = image.probe()? {
         print_table(image, &disk);
         if let Some(p) = disk.only_ext() {
@@ -32,6 +33,18 @@ pub fn run(image: &Image, budget: usize) -> Result<(), String> {
     };
     print_summary(image, &fs, disk.as_ref());
     Ok(())
+}
+
+/// The container layer (qcow2, VHDX, VMDK, VHD, Android sparse) the disk
+/// is read through, when the file is not a raw disk: the first layer of
+/// the stack (container → partition table → filesystem).
+fn print_container(image: &Image) {
+    let Ok(disk) = image.disk() else { return };
+    let Some(l) = disk.layer() else { return };
+    println!("Container:        {l}, a {} disk", human(l.virtual_size));
+    for (k, v) in &l.details {
+        println!("  {:<18}{v}", format!("{k}:"));
+    }
 }
 
 /// The partition table: one line per partition, then its problems.
@@ -163,8 +176,8 @@ pub fn readers(image: &Image) -> Result<(), String> {
     use ext4kit::readers::{image_features, Effect, SURVEY};
     let loc = image.resolve()?;
     let fail = |e: String| format!("{}: {e}", image.display());
-    let disk = ext4kit::device::FileDevice::open(&image.path, false).map_err(|e| fail(e.to_string()))?;
-    let dev = ext4kit::device::open_location(std::sync::Arc::new(disk), loc).map_err(|e| fail(e.to_string()))?;
+    let disk = image.disk().map_err(|e| fail(e.to_string()))?;
+    let dev = ext4kit::device::open_location(disk.into_device(), loc).map_err(|e| fail(e.to_string()))?;
     let words = image_features(&*dev).map_err(|e| fail(e.to_string()))?;
     println!("Image:            {}", image.display());
     println!("Features:         {}", words.names().join(" "));

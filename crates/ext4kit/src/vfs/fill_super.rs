@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use ext4kit_blockdev::{BlockDevice, FileDevice, OverlayDevice};
+use ext4kit_blockdev::{BlockDevice, OverlayDevice};
 use ext4kit_format::fast_commit::Record;
 use ext4kit_format::inode::FileType;
 
@@ -117,8 +117,14 @@ struct Opened {
 /// `opts.location` names): [`Fs::open_image`](super::Fs::open_image).
 pub(crate) fn open_image(path: &Path, opts: &OpenOptions) -> Result<SuperBlock> {
     let p = path;
-    let dev = FileDevice::open(p, !opts.read_only).map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
-    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let req = ext4kit_vdisk::DiskRequest {
+        writable: !opts.read_only,
+        format: opts.disk_format,
+        any_backing_path: opts.any_backing_path,
+    };
+    let dev = ext4kit_vdisk::open_file(p, &req)
+        .map_err(|e| Error::io(format!("opening {}", p.display()), e))?
+        .into_device();
     if opts.location == ext4kit_blockdev::Location::Whole {
         if let Some(e) = partitioned_disk(&*dev) {
             return Err(e);
