@@ -60,7 +60,11 @@ pub struct ImageArgs {
 impl ImageArgs {
     /// Whether any option was given (for commands that take no image).
     pub fn any(&self) -> bool {
-        self.partition.is_some() || self.offset.is_some() || self.no_replay || self.format.is_some() || self.any_backing_path
+        self.partition.is_some()
+            || self.offset.is_some()
+            || self.no_replay
+            || self.format.is_some()
+            || self.any_backing_path
     }
 
     /// The image named `arg` on the command line, with these options and
