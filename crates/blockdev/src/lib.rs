@@ -16,6 +16,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
@@ -54,7 +55,10 @@ pub trait BlockDevice: Send + Sync {
 #[derive(Debug)]
 pub struct FileDevice {
     file: File,
-    size: u64,
+    /// The file's length: set at open and raised by writes past the end, so
+    /// a container format that appends to its file (a VHDX or qcow2 block
+    /// allocated at the end) can read back what it appended.
+    size: AtomicU64,
     read_only: bool,
 }
 
@@ -73,7 +77,7 @@ impl FileDevice {
         };
         Ok(FileDevice {
             file,
-            size,
+            size: AtomicU64::new(size),
             read_only: !writable,
         })
     }
@@ -81,13 +85,13 @@ impl FileDevice {
 
 impl BlockDevice for FileDevice {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        if off.checked_add(buf.len() as u64).is_none_or(|end| end > self.size) {
+        let size = self.size.load(Ordering::Acquire);
+        if off.checked_add(buf.len() as u64).is_none_or(|end| end > size) {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 format!(
-                    "read of {} bytes at offset {off} past the end of the image ({} bytes)",
+                    "read of {} bytes at offset {off} past the end of the image ({size} bytes)",
                     buf.len(),
-                    self.size
                 ),
             ));
         }
@@ -101,7 +105,12 @@ impl BlockDevice for FileDevice {
                 "device opened read-only",
             ));
         }
-        self.file.write_all_at(buf, off)
+        let end = off
+            .checked_add(buf.len() as u64)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("write at {off} past the end")))?;
+        self.file.write_all_at(buf, off)?;
+        self.size.fetch_max(end, Ordering::AcqRel);
+        Ok(())
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -112,7 +121,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn size(&self) -> u64 {
-        self.size
+        self.size.load(Ordering::Acquire)
     }
 
     fn read_only(&self) -> bool {
@@ -237,6 +246,13 @@ mod tests {
         exercise(&FileDevice::open(&p, true).unwrap());
         let ro = FileDevice::open(&p, false).unwrap();
         assert!(ro.write_at(0, b"x").is_err());
+        // A write past the end grows the file, and what it wrote reads back.
+        let rw = FileDevice::open(&p, true).unwrap();
+        rw.write_at(8192, b"tail").unwrap();
+        assert_eq!(rw.size(), 8196);
+        let mut t = [0u8; 4];
+        rw.read_at(8192, &mut t).unwrap();
+        assert_eq!(&t, b"tail");
         std::fs::remove_file(&p).unwrap();
     }
 }
