@@ -179,6 +179,18 @@ impl Bat {
         self.region.offset + self.geo.index(block) * 8
     }
 
+    /// The file space a block that reads as zeros still has reserved: a
+    /// `ZERO`, `UNMAPPED` or `UNDEFINED` entry may keep its `FileOffsetMB`
+    /// (qemu's fixed VHDX marks untouched blocks `ZERO` at their
+    /// preallocated place), which a write may reuse once
+    /// [`super::layout`] found it inside the file and apart from
+    /// everything else.
+    pub(crate) fn reserved(&self, block: u64) -> Option<u64> {
+        let raw = self.raw(block);
+        let off = raw & OFFSET_MASK;
+        (matches!(raw & STATE_MASK, UNDEFINED | ZERO | UNMAPPED | UNMAPPED_QEMU) && off != 0).then_some(off)
+    }
+
     /// Payload blocks and their places in the file, for layout checks.
     pub(crate) fn present(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         (0..self.geo.data_blocks).filter_map(|b| match self.lookup(b) {
@@ -221,9 +233,9 @@ mod tests {
     #[test]
     fn states_decode_as_the_spec_says() {
         for s in [NOT_PRESENT, UNDEFINED, ZERO, UNMAPPED, UNMAPPED_QEMU] {
-            assert_eq!(decode(s | 5 * MIB, 0).unwrap(), Block::Zero);
+            assert_eq!(decode(s | (5 * MIB), 0).unwrap(), Block::Zero);
         }
-        assert_eq!(decode(FULLY_PRESENT | 5 * MIB, 0).unwrap(), Block::Data(5 * MIB));
+        assert_eq!(decode(FULLY_PRESENT | (5 * MIB), 0).unwrap(), Block::Data(5 * MIB));
         assert!(decode(PARTIALLY_PRESENT, 3)
             .unwrap_err()
             .to_string()

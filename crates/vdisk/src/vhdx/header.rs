@@ -124,7 +124,7 @@ pub(crate) fn read_current(file: &dyn BlockDevice) -> io::Result<Current> {
         ));
     }
     let log_len = u64::from(h.log_length);
-    if h.log_offset % MIB != 0 || log_len % MIB != 0 || h.log_offset < MIB {
+    if !h.log_offset.is_multiple_of(MIB) || !log_len.is_multiple_of(MIB) || h.log_offset < MIB {
         return Err(bad(format!(
             "header at {at}: log at {} of {} bytes is not 1 MiB-aligned past the header section",
             h.log_offset, h.log_length

@@ -8,6 +8,7 @@
 //! it, so every range is checked against the file's end and against every
 //! other before the first read or write follows one.
 
+use std::collections::HashSet;
 use std::io;
 
 use super::bat::{Bat, Geometry};
@@ -16,7 +17,10 @@ use super::{bad, MIB};
 
 /// Check that the header section, `log` (if any), `bat_region`,
 /// `metadata`, and every present payload block of `bat` lie inside the
-/// file (`file_size` bytes) and do not overlap.
+/// file (`file_size` bytes) and do not overlap. Returns the blocks whose
+/// reserved space ([`Bat::reserved`]) lies inside the file and overlaps
+/// nothing, so a write may use it; other reservations are ignored (a
+/// write allocates anew).
 pub(crate) fn check(
     file_size: u64,
     log: Option<Region>,
@@ -24,7 +28,7 @@ pub(crate) fn check(
     metadata: Region,
     bat: &Bat,
     geo: &Geometry,
-) -> io::Result<()> {
+) -> io::Result<HashSet<u64>> {
     let mut ranges: Vec<(u64, u64, String)> = vec![
         (0, MIB, "the header section".into()),
         (bat_region.offset, bat_region.end(), "the BAT".into()),
@@ -59,5 +63,29 @@ pub(crate) fn check(
             widest = Some(r);
         }
     }
-    Ok(())
+    // Reservations: each must fit the file and touch no range above and
+    // no other reservation.
+    let mut soft: Vec<(u64, u64, u64)> = (0..geo.data_blocks)
+        .filter_map(|b| {
+            let off = bat.reserved(b)?;
+            let end = off.checked_add(geo.block_size).filter(|&e| e <= file_size)?;
+            Some((off, end, b))
+        })
+        .collect();
+    soft.sort_unstable();
+    let overlaps_fixed = |s: u64, e: u64| {
+        // `ranges` is sorted and disjoint: only the last range starting
+        // before `e` can overlap.
+        let i = ranges.partition_point(|r| r.0 < e);
+        i > 0 && ranges[i - 1].1 > s
+    };
+    let mut ok = HashSet::new();
+    for (i, &(s, e, b)) in soft.iter().enumerate() {
+        let clash_prev = i > 0 && soft[i - 1].1 > s;
+        let clash_next = soft.get(i + 1).is_some_and(|n| n.0 < e);
+        if !clash_prev && !clash_next && !overlaps_fixed(s, e) {
+            ok.insert(b);
+        }
+    }
+    Ok(ok)
 }

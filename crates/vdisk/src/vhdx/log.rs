@@ -136,9 +136,9 @@ impl Log {
         let sectors = length / SECTOR;
         let desc_sectors = (count + 2).div_ceil(SECTOR / 32);
         if length == 0
-            || length % SECTOR != 0
+            || !length.is_multiple_of(SECTOR)
             || length > self.len()
-            || tail % SECTOR != 0
+            || !tail.is_multiple_of(SECTOR)
             || tail >= self.len()
             || sequence == 0
             || Guid::at(h, 32) != self.guid
@@ -174,13 +174,13 @@ impl Log {
             let within = (pos % SECTOR) as usize;
             let d = &self.sector(start, pos / SECTOR)[within..within + 32];
             let offset = u64_at(d, 16);
-            if u64_at(d, 24) != sequence || offset % SECTOR != 0 {
+            if u64_at(d, 24) != sequence || !offset.is_multiple_of(SECTOR) {
                 return Ok(None);
             }
             match &d[..4] {
                 b"zero" => {
                     let length = u64_at(d, 8);
-                    if length % SECTOR != 0 {
+                    if !length.is_multiple_of(SECTOR) {
                         return Ok(None);
                     }
                     descs.push(Desc::Zero { offset, length });

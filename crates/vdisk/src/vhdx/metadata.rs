@@ -168,7 +168,7 @@ pub(crate) fn read(file: &dyn BlockDevice, r: Region) -> io::Result<Metadata> {
     let logical_sector = sector(LOGICAL_SECTOR_SIZE, "logical sector size")?;
     let physical_sector = sector(PHYSICAL_SECTOR_SIZE, "physical sector size")?;
     let virtual_size = u64_at(&item(VIRTUAL_DISK_SIZE, "virtual disk size", 8)?, 0);
-    if virtual_size > MAX_VIRTUAL_SIZE || virtual_size % u64::from(logical_sector) != 0 {
+    if virtual_size > MAX_VIRTUAL_SIZE || !virtual_size.is_multiple_of(u64::from(logical_sector)) {
         return Err(bad(format!(
             "metadata at {at}: virtual disk size {virtual_size} is over 64 TiB or not a multiple of the \
              {logical_sector}-byte logical sector"
@@ -234,7 +234,8 @@ mod tests {
 
     #[test]
     fn absurd_values_are_refused() {
-        let cases: [(&str, Box<dyn Fn(&mut [u8])>); 6] = [
+        type Edit = Box<dyn Fn(&mut [u8])>;
+        let cases: [(&str, Edit); 6] = [
             (
                 "block size",
                 Box::new(|m| put_u32(m, item_off(m, FILE_PARAMETERS), 3 * 1024 * 1024)),

@@ -23,7 +23,7 @@
 //!
 //! Not supported: differencing VHDX (a parent disk), refused at open.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,6 +87,9 @@ pub struct VhdxDisk {
     meta: Metadata,
     geo: Geometry,
     bat: Bat,
+    /// Blocks reading as zeros whose reserved file space a write reuses
+    /// (a fixed VHDX's untouched blocks); checked by [`layout`].
+    reusable: HashSet<u64>,
     /// Set once this session's header update is done: writes then take no
     /// lock unless they allocate.
     session: AtomicBool,
@@ -198,7 +201,7 @@ impl VhdxDisk {
             offset: cur.header.log_offset,
             length: u64::from(cur.header.log_length),
         };
-        layout::check(
+        let reusable = layout::check(
             view.size(),
             (log_region.length > 0).then_some(log_region),
             regions.bat,
@@ -247,6 +250,7 @@ impl VhdxDisk {
             meta,
             geo,
             bat,
+            reusable,
             session: AtomicBool::new(false),
             state: Mutex::new(WriteState {
                 header: cur,
@@ -304,14 +308,18 @@ impl VhdxDisk {
             drop(st);
             return self.file.write_at(off + within, data);
         }
-        // 2.1: payload blocks are 1 MiB-aligned.
-        let at = st
-            .file_end
-            .checked_next_multiple_of(MIB)
-            .and_then(|a| a.checked_add(self.geo.block_size).map(|end| (a, end)))
-            .filter(|&(a, _)| a <= (1u64 << 63))
-            .ok_or_else(|| bad("no room for another block in a 2^63-byte file"))?;
-        let (off, end) = at;
+        // The block's own reserved space, else a new block at the end
+        // (2.1: payload blocks are 1 MiB-aligned).
+        let reserved = self.bat.reserved(block).filter(|_| self.reusable.contains(&block));
+        let (off, end) = match reserved {
+            Some(off) => (off, st.file_end),
+            None => st
+                .file_end
+                .checked_next_multiple_of(MIB)
+                .and_then(|a| a.checked_add(self.geo.block_size).map(|end| (a, end)))
+                .filter(|&(a, _)| a <= (1u64 << 63))
+                .ok_or_else(|| bad("no room for another block in a 2^63-byte file"))?,
+        };
         let bs = self.geo.block_size;
         let (d0, d1) = (within, within + data.len() as u64);
         let mut piece = vec![0u8; MIB.min(bs) as usize];
@@ -469,7 +477,7 @@ impl Drop for VhdxDisk {
 /// `n` bytes in the largest binary unit that divides it.
 fn human(n: u64) -> String {
     for (unit, name) in [(1u64 << 30, "GiB"), (MIB, "MiB"), (1024, "KiB")] {
-        if n >= unit && n % unit == 0 {
+        if n >= unit && n.is_multiple_of(unit) {
             return format!("{} {name}", n / unit);
         }
     }

@@ -102,7 +102,7 @@ fn parse(b: &[u8], at: u64, file_size: u64) -> io::Result<Regions> {
             }
             continue;
         }
-        if r.offset % MIB != 0 || r.length % MIB != 0 || r.offset < MIB || r.length == 0 {
+        if !r.offset.is_multiple_of(MIB) || !r.length.is_multiple_of(MIB) || r.offset < MIB || r.length == 0 {
             return Err(bad(format!(
                 "region table at {at}: region {guid} at {} of {} bytes is not a non-empty 1 MiB-aligned range past \
                  the header section",

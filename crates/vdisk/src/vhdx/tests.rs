@@ -314,3 +314,35 @@ fn random_damage_never_panics() {
         }
     }
 }
+
+#[test]
+fn a_zero_block_reuses_its_reserved_space_only_when_it_is_safe() {
+    // A fixed disk whose block 1 is ZERO at its preallocated place (as
+    // qemu leaves untouched blocks), and block 2 ZERO "at" the BAT.
+    let mut s = Spec::dynamic(4 * MIB);
+    s.fixed = true;
+    let mut img = s.build();
+    let b1 = u64_at(&img, BAT_AT as usize + 8) & !(MIB - 1);
+    put_u64(&mut img, BAT_AT as usize + 8, b1 | super::bat::ZERO);
+    put_u64(&mut img, BAT_AT as usize + 16, BAT_AT | super::bat::ZERO);
+    img[b1 as usize..(b1 + MIB) as usize].fill(0xEE); // stale bytes
+    let (dev, d) = open(img, true);
+    let d = d.unwrap();
+    let size = dev.size();
+    let mut b = vec![1u8; 10];
+    d.read_at(MIB, &mut b).unwrap();
+    assert_eq!(b, [0; 10], "a ZERO block reads as zeros whatever its space holds");
+    d.write_at(MIB + 5, b"in place").unwrap();
+    assert_eq!(dev.size(), size, "block 1 reused its reserved space");
+    d.write_at(2 * MIB, b"elsewhere").unwrap();
+    assert!(dev.size() > size, "block 2's reservation overlaps the BAT: a new block");
+    d.flush().unwrap();
+    let img = dev.to_vec();
+    assert_eq!(u64_at(&img, BAT_AT as usize + 8), b1 | FULLY_PRESENT);
+    assert_ne!(u64_at(&img, BAT_AT as usize + 16) & !(MIB - 1), BAT_AT);
+    let mut all = vec![0u8; MIB as usize];
+    d.read_at(MIB, &mut all).unwrap();
+    assert_eq!(&all[5..13], b"in place");
+    all[5..13].fill(0);
+    assert!(all.iter().all(|&x| x == 0), "the rest of the reused block was zeroed");
+}
