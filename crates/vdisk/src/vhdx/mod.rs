@@ -18,8 +18,15 @@
 //! at the end of the file (1 MiB-aligned), writes its data and zeros, and
 //! only then points the in-memory BAT at it; [`BlockDevice::flush`] makes
 //! the data durable before it writes the new BAT entries, so no entry in
-//! the file ever points at a block whose data could be lost. BAT entries
-//! are written in place, not through the log (see the crate's docs).
+//! the file ever points at a block whose data could be lost.
+//!
+//! A deviation, on purpose: the spec (2.3) asks that metadata updates go
+//! through the log; here a new BAT entry (8 bytes, one per allocation) is
+//! written in place after its data is durable. A power cut can then lose
+//! the entry (the block reads as before the write, as an unflushed write
+//! may), never leave it pointing at garbage; what it does not cover is a
+//! device that tears a single 4 KiB sector write. qemu and Hyper-V read
+//! such files as written; the log this code writes is always empty.
 //!
 //! Not supported: differencing VHDX (a parent disk), refused at open.
 
@@ -237,7 +244,10 @@ impl VhdxDisk {
                     h.log_guid = Guid::ZERO;
                 })?;
                 file_guid_changed = true;
-                None
+                Some("in use but holding no valid entries: nothing to replay; the log GUID was cleared".to_string())
+            }
+            None if !cur.header.log_guid.is_zero() => {
+                Some("in use but holding no valid entries: nothing to replay".to_string())
             }
             None => None,
         };
