@@ -52,14 +52,12 @@ pub trait BlockDevice: Send + Sync {
 }
 
 /// An image file (or block device node) accessed with `pread`/`pwrite`.
-///
-/// A file grows when written past its end, and its size follows: the
-/// container formats (qcow2, VHD, VHDX, sparse VMDK) allocate by appending
-/// to the file and read back what they appended. A block device node
-/// cannot grow; its write past the end fails in the kernel.
 #[derive(Debug)]
 pub struct FileDevice {
     file: File,
+    /// The file's length: set at open and raised by writes past the end, so
+    /// a container format that appends to its file (a VHDX or qcow2 block
+    /// allocated at the end) can read back what it appended.
     size: AtomicU64,
     read_only: bool,
 }
@@ -87,7 +85,7 @@ impl FileDevice {
 
 impl BlockDevice for FileDevice {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        let size = self.size();
+        let size = self.size.load(Ordering::Acquire);
         if off.checked_add(buf.len() as u64).is_none_or(|end| end > size) {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -107,10 +105,11 @@ impl BlockDevice for FileDevice {
                 "device opened read-only",
             ));
         }
+        let end = off
+            .checked_add(buf.len() as u64)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("write at {off} past the end")))?;
         self.file.write_all_at(buf, off)?;
-        // Published after the write: a reader that sees the new size finds
-        // the bytes (Release pairs with the Acquire in `size`).
-        self.size.fetch_max(off + buf.len() as u64, Ordering::Release);
+        self.size.fetch_max(end, Ordering::AcqRel);
         Ok(())
     }
 
@@ -247,6 +246,13 @@ mod tests {
         exercise(&FileDevice::open(&p, true).unwrap());
         let ro = FileDevice::open(&p, false).unwrap();
         assert!(ro.write_at(0, b"x").is_err());
+        // A write past the end grows the file, and what it wrote reads back.
+        let rw = FileDevice::open(&p, true).unwrap();
+        rw.write_at(8192, b"tail").unwrap();
+        assert_eq!(rw.size(), 8196);
+        let mut t = [0u8; 4];
+        rw.read_at(8192, &mut t).unwrap();
+        assert_eq!(&t, b"tail");
         std::fs::remove_file(&p).unwrap();
     }
 }

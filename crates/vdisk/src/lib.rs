@@ -36,6 +36,7 @@ pub mod probe;
 pub mod qcow2;
 pub mod stack;
 pub mod vhd;
+pub mod vhdx;
 
 pub use named::NamedFiles;
 pub use probe::{detect, DiskFormat};

@@ -12,6 +12,7 @@ use ext4kit_blockdev::FileDevice;
 use crate::android_sparse::AndroidSparseDisk;
 use crate::qcow2::Qcow2Disk;
 use crate::vhd::VhdDisk;
+use crate::vhdx::VhdxDisk;
 use crate::{detect, unsupported, BlockDevice, DiskFormat, DiskImage, LayerInfo, NamedFiles};
 
 /// How to open an image file's container.
@@ -88,7 +89,8 @@ pub fn open_device(file: Arc<dyn BlockDevice>, path: Option<&Path>, req: &DiskRe
         DiskFormat::Qcow2 => Arc::new(Qcow2Disk::open(file, path, w, &named)?),
         DiskFormat::Vhd => Arc::new(VhdDisk::open(file, w)?),
         DiskFormat::AndroidSparse => Arc::new(AndroidSparseDisk::open(file, w)?),
-        DiskFormat::Vhdx | DiskFormat::Vmdk => {
+        DiskFormat::Vhdx => Arc::new(VhdxDisk::open(file, w)?),
+        DiskFormat::Vmdk => {
             let _ = named;
             return Err(unsupported(format, "this container format is not readable yet"));
         }
