@@ -30,6 +30,7 @@ pub use ext4kit_blockdev::BlockDevice;
 
 pub mod named;
 pub mod probe;
+pub mod vmdk;
 
 pub use named::NamedFiles;
 pub use probe::{detect, DiskFormat};
