@@ -44,7 +44,7 @@ pub(crate) enum Access {
     /// `RDONLY`
     ReadOnly,
     /// `NOACCESS`
-    NoAccess,
+    Denied,
 }
 
 /// The type of an extent (the third word of its line).
@@ -148,7 +148,7 @@ impl Descriptor {
             let access = match first {
                 "RW" => Some(Access::ReadWrite),
                 "RDONLY" => Some(Access::ReadOnly),
-                "NOACCESS" => Some(Access::NoAccess),
+                "NOACCESS" => Some(Access::Denied),
                 _ => None,
             };
             if let Some(access) = access {
@@ -267,7 +267,7 @@ mod tests {
         assert_eq!(d.extents[1].access, Access::ReadOnly);
         assert_eq!(d.extents[1].file, None);
         assert_eq!(d.extents[2].file.as_deref(), Some("bare.vmdk"));
-        assert_eq!(d.extents[2].access, Access::NoAccess);
+        assert_eq!(d.extents[2].access, Access::Denied);
     }
 
     #[test]

@@ -58,11 +58,11 @@ const LISTED_EXTENTS: usize = 8;
 /// What backs one run of the disk.
 enum Extent {
     Flat(FlatExtent),
-    Sparse(SparseExtent),
+    Sparse(Box<SparseExtent>),
     /// A ZERO extent.
     Zero,
     /// A NOACCESS extent: reading it is an error.
-    NoAccess,
+    Denied,
 }
 
 /// One extent placed in the disk.
@@ -178,7 +178,7 @@ impl VmdkDisk {
             extents: vec![Mapped {
                 start: 0,
                 len: size,
-                extent: Extent::Sparse(sp),
+                extent: Extent::Sparse(Box::new(sp)),
                 label,
             }],
             size,
@@ -248,7 +248,7 @@ impl VmdkDisk {
                     }
                     Extent::Zero
                 }
-                (Access::NoAccess, _) => Extent::NoAccess,
+                (Access::Denied, _) => Extent::Denied,
                 (_, kind) => {
                     let name = e.file.as_deref().unwrap_or_default();
                     let path = named.resolve(&format!("vmdk {what}"), name)?;
@@ -284,7 +284,7 @@ impl VmdkDisk {
                         if !details.iter().any(|(k, _)| k == "grain size") {
                             sparse_details(&mut details, &sp);
                         }
-                        Extent::Sparse(sp)
+                        Extent::Sparse(Box::new(sp))
                     } else {
                         Extent::Flat(FlatExtent::open(file, e.offset, len, &what)?)
                     }
@@ -353,7 +353,7 @@ impl BlockDevice for VmdkDisk {
                 Extent::Flat(f) => f.read(within, piece)?,
                 Extent::Sparse(s) => s.read(within, piece)?,
                 Extent::Zero => piece.fill(0),
-                Extent::NoAccess => {
+                Extent::Denied => {
                     return Err(io::Error::new(
                         io::ErrorKind::PermissionDenied,
                         format!("vmdk: {} is NOACCESS", m.label),
@@ -386,7 +386,7 @@ impl BlockDevice for VmdkDisk {
                 Extent::Flat(f) => f.write(within, piece)?,
                 Extent::Sparse(s) => s.write(within, piece)?,
                 // Refused at open; kept as an error, not a panic.
-                Extent::Zero | Extent::NoAccess => {
+                Extent::Zero | Extent::Denied => {
                     return Err(io::Error::new(
                         io::ErrorKind::PermissionDenied,
                         format!("vmdk: {} cannot be written", m.label),
@@ -406,7 +406,7 @@ impl BlockDevice for VmdkDisk {
             match &m.extent {
                 Extent::Flat(f) => f.flush()?,
                 Extent::Sparse(s) => s.flush()?,
-                Extent::Zero | Extent::NoAccess => {}
+                Extent::Zero | Extent::Denied => {}
             }
         }
         Ok(())
@@ -460,7 +460,7 @@ fn access_name(a: Access) -> &'static str {
     match a {
         Access::ReadWrite => "RW",
         Access::ReadOnly => "RDONLY",
-        Access::NoAccess => "NOACCESS",
+        Access::Denied => "NOACCESS",
     }
 }
 

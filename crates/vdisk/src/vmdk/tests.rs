@@ -568,3 +568,28 @@ fn the_extent_file_len_grows_with_appends() {
     f.write_at(1024, b"abc").unwrap();
     assert_eq!(f.len(), 1027);
 }
+
+#[test]
+fn a_cowd_extent_reads_and_refuses_writes() {
+    // COWDisk_Header: 64 sectors of 1-sector grains; GD at sector 1 (one
+    // GDE), its GT of 4096 entries at sector 2, grains from sector 34.
+    let mut v = vec![0u8; 34 * 512];
+    v[..4].copy_from_slice(b"COWD");
+    v[4..8].copy_from_slice(&1u32.to_le_bytes());
+    v[12..16].copy_from_slice(&64u32.to_le_bytes());
+    v[16..20].copy_from_slice(&1u32.to_le_bytes());
+    v[20..24].copy_from_slice(&1u32.to_le_bytes());
+    v[24..28].copy_from_slice(&1u32.to_le_bytes());
+    v[512..516].copy_from_slice(&2u32.to_le_bytes());
+    let mut want = vec![0u8; 64 * 512];
+    for (k, grain) in [3usize, 10, 63].into_iter().enumerate() {
+        let sector = 34 + k as u32;
+        v[1024 + grain * 4..1024 + grain * 4 + 4].copy_from_slice(&sector.to_le_bytes());
+        v.extend_from_slice(&[grain as u8 + 1; 512]);
+        want[grain * 512..(grain + 1) * 512].fill(grain as u8 + 1);
+    }
+    let (d, _) = open_mem(v.clone(), false).unwrap();
+    assert_eq!(d.layer().variant, "vmfsSparse");
+    assert!(read_all(&d, 1536) == want);
+    assert_eq!(open_mem(v, true).unwrap_err().kind(), io::ErrorKind::Unsupported);
+}
