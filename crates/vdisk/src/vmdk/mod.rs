@@ -251,7 +251,7 @@ impl VmdkDisk {
                 (Access::Denied, _) => Extent::Denied,
                 (_, kind) => {
                     let name = e.file.as_deref().unwrap_or_default();
-                    let path = named.resolve(&format!("vmdk {what}"), name)?;
+                    let path = named.resolve(&format!("vmdk extent {n}"), name)?;
                     let sparse = matches!(kind, ExtentType::Sparse | ExtentType::VmfsSparse);
                     let (lo, hi) = if sparse {
                         (0, u64::MAX)

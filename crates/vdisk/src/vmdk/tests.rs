@@ -593,3 +593,20 @@ fn a_cowd_extent_reads_and_refuses_writes() {
     assert!(read_all(&d, 1536) == want);
     assert_eq!(open_mem(v, true).unwrap_err().kind(), io::ErrorKind::Unsupported);
 }
+
+#[test]
+fn a_grain_inside_the_tables_is_read_but_never_written() {
+    let disk = sample_disk(64, 21);
+    let (mut img, lay) = build(&disk, &Opts::default());
+    // GTE 0 (and its redundant copy) point at sector 2: the tables.
+    let gt = (lay.gts[0] * 512) as usize;
+    img[gt..gt + 4].copy_from_slice(&2u32.to_le_bytes());
+    let (d, f) = open_mem(img, true).unwrap();
+    let mut b = [0u8; 16];
+    d.read_at(0, &mut b).unwrap();
+    let before = f.0.read().clone();
+    let e = d.write_at(100, b"overwrite the tables").unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+    assert!(e.to_string().contains("lies in the header or the tables"), "{e}");
+    assert!(*f.0.read() == before, "nothing was written");
+}
