@@ -37,6 +37,7 @@ pub mod qcow2;
 pub mod stack;
 pub mod vhd;
 pub mod vhdx;
+pub mod vmdk;
 
 pub use named::NamedFiles;
 pub use probe::{detect, DiskFormat};

@@ -13,7 +13,8 @@ use crate::android_sparse::AndroidSparseDisk;
 use crate::qcow2::Qcow2Disk;
 use crate::vhd::VhdDisk;
 use crate::vhdx::VhdxDisk;
-use crate::{detect, unsupported, BlockDevice, DiskFormat, DiskImage, LayerInfo, NamedFiles};
+use crate::vmdk::VmdkDisk;
+use crate::{detect, BlockDevice, DiskFormat, DiskImage, LayerInfo, NamedFiles};
 
 /// How to open an image file's container.
 #[derive(Debug, Clone, Default)]
@@ -90,10 +91,12 @@ pub fn open_device(file: Arc<dyn BlockDevice>, path: Option<&Path>, req: &DiskRe
         DiskFormat::Vhd => Arc::new(VhdDisk::open(file, w)?),
         DiskFormat::AndroidSparse => Arc::new(AndroidSparseDisk::open(file, w)?),
         DiskFormat::Vhdx => Arc::new(VhdxDisk::open(file, w)?),
-        DiskFormat::Vmdk => {
-            let _ = named;
-            return Err(unsupported(format, "this container format is not readable yet"));
-        }
+        // A sparse extent grows as grains are written: opened by path, the
+        // extent file follows its length (see vmdk/file.rs).
+        DiskFormat::Vmdk => match path {
+            Some(p) => Arc::new(VmdkDisk::open_path(p, w, &named)?),
+            None => Arc::new(VmdkDisk::open(file, w, &named)?),
+        },
     };
     let layer = Some(image.layer());
     Ok(Disk { dev: image, layer })
