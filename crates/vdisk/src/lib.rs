@@ -28,6 +28,7 @@ use std::io;
 
 pub use ext4kit_blockdev::BlockDevice;
 
+pub mod lvm;
 pub mod named;
 pub mod probe;
 
