@@ -265,8 +265,11 @@ mod tests {
         }
     }
 
+    /// A segment for the reference: start, length, chunk, (device, base) per area.
+    type Layout = Vec<(u64, u64, u64, Vec<(usize, u64)>)>;
+
     /// dm-stripe's rule computed sector by sector, to check the mapping.
-    fn reference(segs: &[(u64, u64, u64, Vec<(usize, u64)>)], off: u64) -> (usize, u64) {
+    fn reference(segs: &Layout, off: u64) -> (usize, u64) {
         for (start, len, chunk, areas) in segs {
             if off >= *start && off < start + len {
                 let rel = off - start;
@@ -286,7 +289,7 @@ mod tests {
         let devs: Vec<Arc<dyn BlockDevice>> = (0..3).map(|_| Arc::new(MemDevice::new(1 << 20)) as _).collect();
         // 64 KiB linear on dev 0 at 512 KiB; 96 KiB in 3 stripes of 8 KiB
         // chunks; 16 KiB linear on dev 2.
-        let layout: Vec<(u64, u64, u64, Vec<(usize, u64)>)> = vec![
+        let layout: Layout = vec![
             (0, 65536, 65536, vec![(0, 524288)]),
             (65536, 98304, 8192, vec![(1, 0), (2, 65536), (0, 0)]),
             (163840, 16384, 16384, vec![(2, 4096)]),

@@ -460,7 +460,6 @@ impl VolumeGroup {
         let extent = self.extent_size();
         let mut segments = Vec::with_capacity(meta.segments.len());
         for s in &meta.segments {
-            let per = s.extent_count / s.stripes.len() as u64;
             let mut areas = Vec::with_capacity(s.stripes.len());
             for &(pv, first) in &s.stripes {
                 let slot = &self.pvs[pv];
@@ -484,7 +483,6 @@ impl VolumeGroup {
             }
             let len = s.extent_count * extent;
             let chunk = if areas.len() > 1 { s.stripe_size * SECTOR } else { len };
-            debug_assert!(per * extent % chunk == 0 || areas.len() == 1);
             segments.push(Segment {
                 start: s.start_extent * extent,
                 len,
