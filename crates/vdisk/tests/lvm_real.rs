@@ -97,16 +97,17 @@ struct Lab {
 }
 
 impl Lab {
-    fn new() -> Lab {
+    /// `tag` tells apart the tests of one process (they run at once).
+    fn new(tag: &str) -> Lab {
         require_environment();
-        let dir = std::env::temp_dir().join(format!("ext4kit-lvm-real-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("ext4kit-lvm-real-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let image = dir.join("disk.img");
         Lab {
             image,
             dir,
-            vg: format!("ext4kit_test_{}", std::process::id()),
+            vg: format!("ext4kit_test_{}_{tag}", std::process::id()),
             loopdev: None,
             dm: device_mapper(),
         }
@@ -367,7 +368,7 @@ fn e2fsck_clean(lab: &Lab, name: &str, bytes: &[u8]) {
 
 #[test]
 fn lvm_tools_volumes_read_and_written() {
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("rw");
     std::fs::File::create(&lab.image).unwrap().set_len(64 * MIB).unwrap();
     let img = lab.image.to_str().unwrap().to_string();
     run("sgdisk", &["-n1:2048:+24M", "-t1:8e00", "-n2:0:+24M", "-t2:8e00", &img]);
@@ -501,4 +502,111 @@ fn lvm_tools_volumes_read_and_written() {
     }
     e2fsck_clean(&lab, "lin", &lin_bytes);
     e2fsck_clean(&lab, "str", &str_bytes);
+}
+
+/// The committed text's place in the metadata area at byte 4096 of `part`
+/// (the first `raw_locn`), and the area's size.
+fn first_mda_text(part: &str) -> (u64, u64, u64) {
+    let mut h = [0u8; 512];
+    std::fs::File::open(part).unwrap().read_exact_at(&mut h, 4096).unwrap();
+    let le = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap());
+    (le(40), le(48), le(32))
+}
+
+#[test]
+fn wrapped_metadata_and_a_second_copy_at_the_end() {
+    let mut lab = Lab::new("wrap");
+    std::fs::File::create(&lab.image).unwrap().set_len(64 * MIB).unwrap();
+    let img = lab.image.to_str().unwrap().to_string();
+    run("sgdisk", &["-n1:2048:+24M", "-t1:8e00", "-n2:0:+24M", "-t2:8e00", &img]);
+    lab.attach();
+    let (p1, p2) = (lab.part(1), lab.part(2));
+    let vg = lab.vg.clone();
+    // A 60 KiB metadata area at the start and another at the end of PV 1.
+    lab.lvm(&[
+        "pvcreate",
+        "-y",
+        "--dataalignment",
+        "64k",
+        "--metadatasize",
+        "16k",
+        "--pvmetadatacopies",
+        "2",
+        &p1,
+    ]);
+    lab.lvm(&["vgcreate", "-y", &vg, &p1, &p2]);
+    let create: &[&str] = if lab.dm { &["-y"] } else { &["-an", "-Zn", "-Wn", "-y"] };
+    let mut a = vec!["lvcreate", "-L", "4m", "-n", "lin"];
+    a.extend_from_slice(create);
+    a.extend_from_slice(&[&vg, &p1]);
+    lab.lvm(&a);
+    // Long tags make each commit's text ~1 KiB longer, so the circular
+    // buffer wraps after a few.
+    let long = "x".repeat(1000);
+    let mut wrapped = false;
+    for i in 0..30 {
+        lab.lvm(&["lvchange", "--addtag", &format!("t{i}{long}"), &format!("{vg}/lin")]);
+        let (offset, size, area) = first_mda_text(&p1);
+        if offset + size > area {
+            wrapped = true;
+            break;
+        }
+    }
+    assert!(wrapped, "the metadata never wrapped round its area");
+    let seqno: u64 = lab
+        .lvm(&["vgs", "--noheadings", "-o", "vg_seqno", &vg])
+        .trim()
+        .parse()
+        .unwrap();
+    if lab.dm {
+        lab.lvm(&["vgchange", "-an", &vg]);
+    }
+    let layout = Layout::of(&lab, "lin");
+    let data: Vec<u8> = (0..4 * MIB).map(|i| (i * 7 % 255) as u8).collect();
+    layout.put(&lab, &data);
+    lab.detach();
+
+    let disk: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(&lab.image, true).unwrap());
+    let devs: Vec<(String, Arc<dyn BlockDevice>)> = (1..=2)
+        .map(|n| {
+            (
+                format!("partition {n}"),
+                open_location(disk.clone(), Location::Partition(n)).unwrap(),
+            )
+        })
+        .collect();
+    let pv1 = physical_volume(devs[0].1.as_ref()).unwrap().unwrap();
+    let mdas = pv1.metadata_areas().to_vec();
+    assert_eq!(mdas.len(), 2);
+    assert!(mdas[1].offset() > 20 * MIB, "the second copy is at the end: {mdas:?}");
+    let check = || {
+        let vgs = volume_groups(&devs).unwrap();
+        assert_eq!(vgs[0].seqno(), seqno);
+        let lv = vgs[0].open("lin", false).unwrap();
+        let mut got = vec![0u8; data.len()];
+        lv.read_at(0, &mut got).unwrap();
+        assert!(got == data, "lin differs");
+    };
+    check();
+
+    // Damage the first copy's wrapped tail (just after the area's header):
+    // the copy at the end still serves.
+    let p1dev = &devs[0].1;
+    let mut b = [0u8; 1];
+    p1dev.read_at(mdas[0].offset() + 512 + 5, &mut b).unwrap();
+    p1dev.write_at(mdas[0].offset() + 512 + 5, &[b[0] ^ 0x20]).unwrap();
+    check();
+    // With both damaged the PV's metadata is an error naming the device.
+    let (offset, _, _) = {
+        let mut h = [0u8; 512];
+        p1dev.read_at(mdas[1].offset(), &mut h).unwrap();
+        let le = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap());
+        (le(40), le(48), le(32))
+    };
+    p1dev.write_at(mdas[1].offset() + offset + 3, b"#").unwrap();
+    let e = volume_groups(&devs).unwrap_err();
+    assert!(
+        e.to_string().contains("partition 1: lvm2: metadata area") && e.to_string().contains("checksum"),
+        "{e}"
+    );
 }
