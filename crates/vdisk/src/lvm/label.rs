@@ -325,4 +325,28 @@ mod tests {
         let e = physical_volume(&dev_with(0, &l)).unwrap_err();
         assert!(e.to_string().contains("runs past"), "{e}");
     }
+
+    proptest::proptest! {
+        /// Any label sector with a valid checksum: a PV or an error, never a panic.
+        #[test]
+        fn any_checksummed_label_never_panics(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 480), small in proptest::prelude::any::<bool>()) {
+            let mut l = build_label(0, UUID, 1 << 20, &[(1 << 19, 0)], &[(4096, 4096)]);
+            l[32..].copy_from_slice(&body);
+            if small {
+                // A valid uuid and lists that end, so the area checks are reached.
+                l[20..24].copy_from_slice(&32u32.to_le_bytes());
+                for b in l[32..64].iter_mut() {
+                    *b = b'a' + *b % 26;
+                }
+                // End the data list after 0-2 entries, the metadata list 0-2 later.
+                let n1 = 72 + 16 * (body[1] % 3) as usize;
+                let n2 = n1 + 16 + 16 * (body[2] % 3) as usize;
+                l[n1..n1 + 8].fill(0);
+                l[n2..n2 + 8].fill(0);
+            }
+            let crc = calc_crc(INITIAL_CRC, &l[20..]);
+            l[16..20].copy_from_slice(&crc.to_le_bytes());
+            let _ = physical_volume(&dev_with(0, &l));
+        }
+    }
 }
