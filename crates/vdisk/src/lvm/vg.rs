@@ -11,7 +11,7 @@
 //!   segment: `start_extent`, `extent_count`, `type` (default "striped"),
 //!   and for striped segments `stripe_count`, `stripe_size` (sectors;
 //!   only with more than one stripe) and `stripes`: PV key, first extent,
-//!   once per stripe).
+//!   once per stripe; during a `pvmove` a stripe names an LV instead).
 //! - Every PV with a metadata area holds a copy; the copy with the highest
 //!   seqno is the VG, and two different copies may not share a seqno
 //!   (LVM writes one text per seqno to every area).
@@ -54,6 +54,9 @@ struct SegMeta {
     stripes: Vec<(usize, u64)>,
     /// A snapshot segment's origin LV.
     origin: Option<String>,
+    /// A striped segment whose stripes are LVs, not PVs: the moved LV of a
+    /// `pvmove` in progress (stripes on the hidden `pvmove0` mirror).
+    on_lv: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -174,8 +177,14 @@ fn interpret(top: &Section) -> io::Result<VgMeta> {
 
     let mut lvs = Vec::new();
     if let Some(lvsec) = vg.section("logical_volumes") {
+        let names: HashSet<&str> = lvsec.sections().map(|(n, _)| n).collect();
+        let refs = Refs {
+            pvs: &pvs,
+            keys: &keys,
+            lvs: &names,
+        };
         for (lvname, lv) in lvsec.sections() {
-            lvs.push(interpret_lv(&ctx, lvname, lv, &pvs, &keys, extent_bytes)?);
+            lvs.push(interpret_lv(&ctx, lvname, lv, &refs, extent_bytes)?);
         }
     }
     check_no_shared_extents(&ctx, &pvs, &lvs)?;
@@ -191,26 +200,20 @@ fn interpret(top: &Section) -> io::Result<VgMeta> {
     })
 }
 
-fn interpret_lv(
-    vgctx: &str,
-    name: &str,
-    lv: &Section,
-    pvs: &[PvMeta],
-    keys: &HashMap<String, usize>,
-    extent_bytes: u64,
-) -> io::Result<LvMeta> {
+/// What a segment's stripes may name: the VG's PVs (by key) and its LVs.
+struct Refs<'a> {
+    pvs: &'a [PvMeta],
+    keys: &'a HashMap<String, usize>,
+    lvs: &'a HashSet<&'a str>,
+}
+
+fn interpret_lv(vgctx: &str, name: &str, lv: &Section, refs: &Refs, extent_bytes: u64) -> io::Result<LvMeta> {
     let ctx = format!("{vgctx}, logical volume {name}");
     let id = string(lv, "id", &ctx)?;
     let status = flags(lv, "status", &ctx)?;
     let mut segments = Vec::new();
     for (sname, seg) in lv.sections() {
-        segments.push(interpret_segment(
-            &format!("{ctx}, {sname}"),
-            seg,
-            pvs,
-            keys,
-            extent_bytes,
-        )?);
+        segments.push(interpret_segment(&format!("{ctx}, {sname}"), seg, refs, extent_bytes)?);
     }
     let count = int(lv, "segment_count", &ctx)?;
     if count != segments.len() as u64 {
@@ -250,13 +253,7 @@ fn interpret_lv(
     })
 }
 
-fn interpret_segment(
-    ctx: &str,
-    seg: &Section,
-    pvs: &[PvMeta],
-    keys: &HashMap<String, usize>,
-    extent_bytes: u64,
-) -> io::Result<SegMeta> {
+fn interpret_segment(ctx: &str, seg: &Section, refs: &Refs, extent_bytes: u64) -> io::Result<SegMeta> {
     let start_extent = int(seg, "start_extent", &ctx)?;
     let extent_count = int(seg, "extent_count", &ctx)?;
     if extent_count == 0 {
@@ -274,6 +271,7 @@ fn interpret_segment(
         stripe_size: 0,
         stripes: Vec::new(),
         origin: None,
+        on_lv: None,
     };
     if out.seg_type == "snapshot" {
         out.origin = Some(string(seg, "origin", &ctx)?);
@@ -322,11 +320,18 @@ fn interpret_segment(
                 "{ctx}: stripes must be pairs of PV name and extent"
             )));
         };
-        let idx = *keys
-            .get(key)
-            .ok_or_else(|| corrupt_lvm(format!("{ctx}: stripe on {key:?}, which is not a PV of the VG")))?;
+        let Some(&idx) = refs.keys.get(key) else {
+            if refs.lvs.contains(key.as_str()) {
+                out.on_lv = Some(key.clone());
+                out.stripes.clear();
+                return Ok(out);
+            }
+            return Err(corrupt_lvm(format!(
+                "{ctx}: stripe on {key:?}, which is not a PV of the VG"
+            )));
+        };
         let first = u64::try_from(*first).map_err(|_| corrupt_lvm(format!("{ctx}: negative extent {first}")))?;
-        let pe_count = pvs[idx].pe_count;
+        let pe_count = refs.pvs[idx].pe_count;
         if first.checked_add(per_stripe).is_none_or(|e| e > pe_count) {
             return Err(corrupt_lvm(format!(
                 "{ctx}: extents {first}..+{per_stripe} of {key} are past its {pe_count} extents"
@@ -430,7 +435,10 @@ impl VolumeGroup {
     ///
     /// Refused (`Unsupported`): LVs with segments other than linear or
     /// striped (thin, RAID, mirror, cache, VDO, snapshots: the error names
-    /// the type), hidden LVs (parts of another LV), and writing a
+    /// the type; a type with LVM's "+FLAG" suffix is refused too, since the
+    /// flag changes its meaning), striped segments laid on another LV
+    /// instead of PVs (a `pvmove` in progress), hidden LVs (parts of
+    /// another LV), and writing a
     /// snapshot's origin (the snapshot would silently change with it) or
     /// an LV or VG without LVM's WRITE permission. `NotFound` for an LV
     /// not in the VG or one on a PV that no device holds (the error names
@@ -460,6 +468,12 @@ impl VolumeGroup {
                     "{vg}/{lv}: segment {} has type {:?}; only linear and striped logical volumes are read",
                     n + 1,
                     s.seg_type
+                )));
+            }
+            if let Some(other) = &s.on_lv {
+                return Err(unsupported_lvm(format!(
+                    "{vg}/{lv}: segment {} is mapped onto logical volume {other} (a pvmove in progress?), not onto physical volumes",
+                    n + 1
                 )));
             }
         }
@@ -870,6 +884,13 @@ mod tests {
         let e = vg.open("str", false).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::Unsupported);
         assert!(e.to_string().contains("type \"thin\""), "{e}");
+
+        // A pvmove in progress: lin's first segment is on the hidden pvmove0.
+        let moving = TEXT.replace("\"pv0\", 0\n]", "\"str\", 0\n]");
+        assert_ne!(moving, TEXT);
+        let e = one_vg(&moving).unwrap().open("lin", false).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+        assert!(e.to_string().contains("mapped onto logical volume str"), "{e}");
 
         let hidden = TEXT.replacen(
             "status = [\"READ\", \"WRITE\", \"VISIBLE\"]",
