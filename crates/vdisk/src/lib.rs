@@ -31,6 +31,7 @@ use std::io;
 pub use ext4kit_blockdev::BlockDevice;
 
 pub mod android_sparse;
+pub mod lvm;
 pub mod named;
 pub mod probe;
 pub mod qcow2;

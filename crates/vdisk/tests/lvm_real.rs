@@ -1,0 +1,612 @@
+//! LVM2 volumes made by the real LVM tools (Debian's lvm2), read and
+//! written through `ext4kit_vdisk::lvm`.
+//!
+//! A GPT disk image with two partitions is attached with `losetup -P`;
+//! `pvcreate`, `vgcreate`, `lvcreate` make a VG with a two-segment linear
+//! LV and a two-stripe LV; an ext4 made by `mkfs.ext4 -d` is placed in
+//! each LV where LVM's own report (`lvs -o seg_pe_ranges`, `pvs -o
+//! pe_start`) says its extents are. The loop device is detached, the
+//! image opened in Rust (GPT partition → VG → LV), and every byte of each
+//! LV compared. Then bytes are written through the LV past the end of its
+//! filesystem and across segment and stripe boundaries, flushed, and the
+//! image attached again: LVM still accepts the VG (`vgck`), the LV read
+//! back where LVM says it is holds our bytes, and `e2fsck -fn` finds each
+//! filesystem clean.
+//!
+//! The kernel here may have no device-mapper (this VM's has none), so
+//! LVM runs with `global/activation = 0` and LVs are never activated; the
+//! placement comes from LVM's report instead of `/dev/VG/LV`. Where
+//! device-mapper works, the LVs are also activated and compared.
+//!
+//! Every LVM command sees only this test's loop partitions (a `devices`
+//! filter, no devices file), keeps no backup or archive, and the VG name
+//! is unique; a guard undoes everything even when the test fails. The
+//! test needs root, loop devices and the tools, and fails saying which is
+//! missing rather than pass without checking anything.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ext4kit_blockdev::partition::{open_location, Location};
+use ext4kit_blockdev::{BlockDevice, FileDevice};
+use ext4kit_vdisk::lvm::{physical_volume, volume_groups};
+
+const MIB: u64 = 1 << 20;
+
+fn require_environment() {
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if uid.ok().as_deref() != Some("0") {
+        panic!("lvm_real needs root (pvcreate, losetup); CI runs it as root");
+    }
+    for tool in ["lvm", "losetup", "partx", "sgdisk", "mkfs.ext4", "e2fsck"] {
+        let found = std::env::var_os("PATH")
+            .into_iter()
+            .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .chain(["/sbin".into(), "/usr/sbin".into()])
+            .any(|d| d.join(tool).exists());
+        if !found {
+            panic!("lvm_real needs {tool} (Debian packages lvm2, gdisk, util-linux, e2fsprogs)");
+        }
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        panic!("lvm_real needs loop devices (/dev/loop-control is missing)");
+    }
+}
+
+fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .env("LVM_SUPPRESS_FD_WARNINGS", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{cmd} {args:?} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether the kernel has device-mapper, so LVs can be activated.
+fn device_mapper() -> bool {
+    Command::new("dmsetup")
+        .arg("version")
+        .output()
+        .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("Driver version"))
+        .unwrap_or(false)
+}
+
+/// The disk image, its loop device, its VG; all undone on drop.
+struct Lab {
+    dir: PathBuf,
+    image: PathBuf,
+    vg: String,
+    loopdev: Option<String>,
+    dm: bool,
+}
+
+impl Lab {
+    /// `tag` tells apart the tests of one process (they run at once).
+    fn new(tag: &str) -> Lab {
+        require_environment();
+        let dir = std::env::temp_dir().join(format!("ext4kit-lvm-real-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let image = dir.join("disk.img");
+        Lab {
+            image,
+            dir,
+            vg: format!("ext4kit_test_{}_{tag}", std::process::id()),
+            loopdev: None,
+            dm: device_mapper(),
+        }
+    }
+
+    fn attach(&mut self) {
+        let img = self.image.to_str().unwrap().to_string();
+        let dev = run("losetup", &["-P", "-f", "--show", &img]).trim().to_string();
+        assert!(dev.starts_with("/dev/loop"), "losetup printed {dev:?}");
+        self.loopdev = Some(dev);
+        // A kernel without partition parsers scans nothing at -P; partx
+        // adds the partitions through BLKPG.
+        let wait = |p: &str, limit: Duration| {
+            let t = Instant::now();
+            while !Path::new(p).exists() {
+                if t.elapsed() > limit {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            true
+        };
+        let (p1, p2) = (self.part(1), self.part(2));
+        if !wait(&p1, Duration::from_millis(500)) || !wait(&p2, Duration::from_millis(100)) {
+            let _ = run("partx", &["-a", self.loopdev.as_deref().unwrap()]);
+            assert!(
+                wait(&p1, Duration::from_secs(10)) && wait(&p2, Duration::from_secs(10)),
+                "{p1} or {p2} did not appear"
+            );
+        }
+    }
+
+    fn detach(&mut self) {
+        if let Some(dev) = self.loopdev.take() {
+            let _ = Command::new("partx").args(["-d", &dev]).output();
+            run("losetup", &["-d", &dev]);
+        }
+    }
+
+    fn part(&self, n: u32) -> String {
+        format!("{}p{n}", self.loopdev.as_deref().expect("attached"))
+    }
+
+    /// The `--config` every LVM command gets: only our partitions, no
+    /// devices file, no backups, and no device-mapper if there is none.
+    fn config(&self) -> String {
+        let dev = self.loopdev.as_deref().expect("attached");
+        format!(
+            "devices {{ filter = [ \"a|^{dev}p[12]$|\", \"r|.*|\" ] use_devicesfile = 0 }} \
+             backup {{ backup = 0 archive = 0 }} \
+             activation {{ udev_sync = 0 udev_rules = 0 }} \
+             global {{ activation = {} }}",
+            if self.dm { 1 } else { 0 }
+        )
+    }
+
+    fn lvm(&self, args: &[&str]) -> String {
+        let cfg = self.config();
+        let mut a = vec![args[0], "--config", &cfg];
+        a.extend_from_slice(&args[1..]);
+        run("lvm", &a)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if self.loopdev.is_some() {
+            let cfg = self.config();
+            let lvm = |args: &[&str]| {
+                let _ = Command::new("lvm")
+                    .arg(args[0])
+                    .arg("--config")
+                    .arg(&cfg)
+                    .args(&args[1..])
+                    .env("LVM_SUPPRESS_FD_WARNINGS", "1")
+                    .output();
+            };
+            if self.dm {
+                lvm(&["vgchange", "-an", &self.vg]);
+            }
+            lvm(&["vgremove", "-ff", "-y", &self.vg]);
+            self.detach();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One segment of an LV as `lvs` reports it.
+#[derive(Debug)]
+struct Seg {
+    start: u64,
+    size: u64,
+    stripe_size: u64,
+    /// (partition number, first extent) per stripe.
+    ranges: Vec<(u32, u64)>,
+}
+
+/// LVM's own account of where an LV is: extent size, each PV's pe_start
+/// (by partition number) and the LV's segments.
+struct Layout {
+    extent: u64,
+    pe_start: [u64; 3],
+    segs: Vec<Seg>,
+}
+
+impl Layout {
+    fn of(lab: &Lab, lv: &str) -> Layout {
+        let extent: u64 = lab
+            .lvm(&[
+                "vgs",
+                "--noheadings",
+                "--nosuffix",
+                "--units",
+                "b",
+                "-o",
+                "vg_extent_size",
+                &lab.vg,
+            ])
+            .trim()
+            .parse()
+            .unwrap();
+        let mut pe_start = [0u64; 3];
+        for line in lab
+            .lvm(&[
+                "pvs",
+                "--noheadings",
+                "--nosuffix",
+                "--units",
+                "b",
+                "--separator",
+                ";",
+                "-o",
+                "pv_name,pe_start",
+            ])
+            .lines()
+        {
+            let (name, start) = line.trim().split_once(';').unwrap();
+            let n = if name == lab.part(1) {
+                1
+            } else if name == lab.part(2) {
+                2
+            } else {
+                panic!("pvs listed {name}")
+            };
+            pe_start[n] = start.parse().unwrap();
+        }
+        let full = format!("{}/{lv}", lab.vg);
+        let out = lab.lvm(&[
+            "lvs",
+            "--noheadings",
+            "--nosuffix",
+            "--units",
+            "b",
+            "--separator",
+            ";",
+            "-o",
+            "seg_start,seg_size,stripe_size,seg_pe_ranges",
+            &full,
+        ]);
+        let mut segs = Vec::new();
+        for line in out.lines() {
+            let f: Vec<&str> = line.trim().split(';').collect();
+            let ranges = f[3]
+                .split_whitespace()
+                .map(|r| {
+                    let (dev, pes) = r.rsplit_once(':').unwrap();
+                    let n = if dev == lab.part(1) { 1 } else { 2 };
+                    (n, pes.split('-').next().unwrap().parse().unwrap())
+                })
+                .collect();
+            segs.push(Seg {
+                start: f[0].parse().unwrap(),
+                size: f[1].parse().unwrap(),
+                stripe_size: f[2].parse().unwrap(),
+                ranges,
+            });
+        }
+        Layout { extent, pe_start, segs }
+    }
+
+    /// Each piece of the LV: (LV offset, partition, byte in the partition,
+    /// length), by dm-linear's and dm-stripe's rules.
+    fn pieces(&self) -> Vec<(u64, u32, u64, u64)> {
+        let mut out = Vec::new();
+        for s in &self.segs {
+            let n = s.ranges.len() as u64;
+            let chunk = if n == 1 { s.size } else { s.stripe_size };
+            for k in 0..s.size / chunk {
+                let (part, pe) = s.ranges[(k % n) as usize];
+                let at = self.pe_start[part as usize] + pe * self.extent + (k / n) * chunk;
+                out.push((s.start + k * chunk, part, at, chunk));
+            }
+        }
+        out
+    }
+
+    fn put(&self, lab: &Lab, data: &[u8]) {
+        let files: Vec<_> = (1..=2)
+            .map(|n| OpenOptions::new().write(true).open(lab.part(n)).unwrap())
+            .collect();
+        for (off, part, at, len) in self.pieces() {
+            files[part as usize - 1]
+                .write_all_at(&data[off as usize..(off + len) as usize], at)
+                .unwrap();
+        }
+        for f in files {
+            f.sync_all().unwrap();
+        }
+    }
+
+    fn get(&self, lab: &Lab, size: u64) -> Vec<u8> {
+        let files: Vec<_> = (1..=2).map(|n| std::fs::File::open(lab.part(n)).unwrap()).collect();
+        let mut data = vec![0u8; size as usize];
+        for (off, part, at, len) in self.pieces() {
+            files[part as usize - 1]
+                .read_exact_at(&mut data[off as usize..(off + len) as usize], at)
+                .unwrap();
+        }
+        data
+    }
+}
+
+/// An ext4 of `fs_size` bytes made by mkfs.ext4 -d, padded with a pattern
+/// to `lv_size`: the LV's expected bytes.
+fn filesystem(lab: &Lab, name: &str, fs_size: u64, lv_size: u64) -> Vec<u8> {
+    let src = lab.dir.join(format!("{name}-src"));
+    std::fs::create_dir_all(src.join("etc")).unwrap();
+    std::fs::write(src.join("etc/hostname"), format!("{name}\n")).unwrap();
+    let big: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(src.join("blob"), big).unwrap();
+    let img = lab.dir.join(format!("{name}.ext4"));
+    std::fs::File::create(&img).unwrap().set_len(fs_size).unwrap();
+    run(
+        "mkfs.ext4",
+        &["-q", "-F", "-d", src.to_str().unwrap(), img.to_str().unwrap()],
+    );
+    let mut data = std::fs::read(&img).unwrap();
+    data.extend((fs_size..lv_size).map(|i| (i % 251) as u8));
+    data
+}
+
+fn e2fsck_clean(lab: &Lab, name: &str, bytes: &[u8]) {
+    let img = lab.dir.join(format!("{name}.check"));
+    std::fs::File::create(&img).unwrap().write_all(bytes).unwrap();
+    let out = Command::new("e2fsck")
+        .args(["-fn", img.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn of {name}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn lvm_tools_volumes_read_and_written() {
+    let mut lab = Lab::new("rw");
+    std::fs::File::create(&lab.image).unwrap().set_len(64 * MIB).unwrap();
+    let img = lab.image.to_str().unwrap().to_string();
+    run("sgdisk", &["-n1:2048:+24M", "-t1:8e00", "-n2:0:+24M", "-t2:8e00", &img]);
+    lab.attach();
+    let (p1, p2) = (lab.part(1), lab.part(2));
+    let vg = lab.vg.clone();
+    lab.lvm(&["pvcreate", "-y", &p1, &p2]);
+    lab.lvm(&["vgcreate", "-y", "-s", "1m", &vg, &p1, &p2]);
+    // lin: 6 MiB on PV 1, then str takes 4 MiB of each PV, then lin grows
+    // by 6 MiB onto PV 2: two linear segments on different PVs.
+    let create: &[&str] = if lab.dm { &["-y"] } else { &["-an", "-Zn", "-Wn", "-y"] };
+    let mut a = vec!["lvcreate", "-L", "6m", "-n", "lin"];
+    a.extend_from_slice(create);
+    a.extend_from_slice(&[&vg, &p1]);
+    lab.lvm(&a);
+    let mut a = vec!["lvcreate", "-L", "8m", "-i", "2", "-I", "64k", "-n", "str"];
+    a.extend_from_slice(create);
+    a.push(&vg);
+    lab.lvm(&a);
+    lab.lvm(&["lvextend", "-L", "12m", &format!("{vg}/lin"), &p2]);
+    if lab.dm {
+        lab.lvm(&["vgchange", "-an", &vg]);
+    }
+
+    let lin_layout = Layout::of(&lab, "lin");
+    let str_layout = Layout::of(&lab, "str");
+    assert_eq!(
+        lin_layout.segs.len(),
+        2,
+        "lin should have two segments: {:?}",
+        lin_layout.segs
+    );
+    assert_eq!(
+        str_layout.segs[0].ranges.len(),
+        2,
+        "str should have two stripes: {:?}",
+        str_layout.segs
+    );
+    let p2_uuid = lab
+        .lvm(&["pvs", "--noheadings", "-o", "pv_uuid", &p2])
+        .trim()
+        .to_string();
+
+    // Each LV holds an ext4 smaller than the LV; the rest is a pattern.
+    let mut lin_bytes = filesystem(&lab, "lin", 7 * MIB, 12 * MIB);
+    let mut str_bytes = filesystem(&lab, "str", 5 * MIB, 8 * MIB);
+    lin_layout.put(&lab, &lin_bytes);
+    str_layout.put(&lab, &str_bytes);
+    lab.detach();
+
+    // Rust: the GPT partitions, their labels, the VG, the LVs.
+    {
+        let disk: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(&lab.image, true).unwrap());
+        let mut devs = vec![("disk".to_string(), disk.clone())];
+        for n in 1..=2 {
+            devs.push((
+                format!("partition {n}"),
+                open_location(disk.clone(), Location::Partition(n)).unwrap(),
+            ));
+        }
+        assert!(physical_volume(devs[0].1.as_ref()).unwrap().is_none());
+        let pv2 = physical_volume(devs[2].1.as_ref())
+            .unwrap()
+            .expect("partition 2 is a PV");
+        assert_eq!(pv2.uuid(), p2_uuid);
+
+        // With partition 2 left out, str (on both PVs) is refused naming it.
+        let vgs = volume_groups(&devs[..2]).unwrap();
+        let e = vgs[0].open("str", false).unwrap_err();
+        assert!(e.to_string().contains(&p2_uuid), "{e}");
+
+        let vgs = volume_groups(&devs).unwrap();
+        assert_eq!(vgs.len(), 1);
+        let g = &vgs[0];
+        assert_eq!(g.name(), vg);
+        assert_eq!(g.extent_size(), MIB);
+        let names: Vec<_> = g
+            .logical_volumes()
+            .iter()
+            .map(|l| (l.name().to_string(), l.size()))
+            .collect();
+        assert_eq!(names, [("lin".to_string(), 12 * MIB), ("str".to_string(), 8 * MIB)]);
+
+        for (name, expect) in [("lin", &lin_bytes), ("str", &str_bytes)] {
+            let lv = g.open(name, false).unwrap();
+            assert_eq!(lv.size(), expect.len() as u64);
+            let mut got = vec![0u8; expect.len()];
+            lv.read_at(0, &mut got).unwrap();
+            let first_diff = got.iter().zip(expect.iter()).position(|(a, b)| a != b);
+            assert!(first_diff.is_none(), "{name}: first difference at byte {first_diff:?}");
+            // Odd-sized reads across every boundary agree too.
+            let mut off = 0u64;
+            while off < lv.size() {
+                let n = (lv.size() - off).min(77_777);
+                let mut b = vec![0u8; n as usize];
+                lv.read_at(off, &mut b).unwrap();
+                assert_eq!(&b[..], &expect[off as usize..(off + n) as usize], "{name} at {off}");
+                off += n;
+            }
+        }
+
+        // Write past each filesystem: across lin's segment boundary (6 MiB,
+        // PV 1 → PV 2) and across str's 64 KiB chunks.
+        let lin = g.open("lin", true).unwrap();
+        let st = g.open("str", true).unwrap();
+        let patch: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8 ^ 0x5a).collect();
+        let write = |lv: &ext4kit_vdisk::lvm::LogicalVolume, bytes: &mut Vec<u8>, at: u64| {
+            lv.write_at(at, &patch).unwrap();
+            bytes[at as usize..at as usize + patch.len()].copy_from_slice(&patch);
+        };
+        write(&lin, &mut lin_bytes, 6 * MIB - 100_000);
+        write(&lin, &mut lin_bytes, 12 * MIB - 300_000);
+        write(&st, &mut str_bytes, 5 * MIB + 12_345);
+        lin.flush().unwrap();
+        st.flush().unwrap();
+    }
+
+    // The image again in the kernel: LVM accepts the VG unchanged, and
+    // where LVM says the LVs are, our bytes are.
+    lab.attach();
+    lab.lvm(&["vgck", &vg]);
+    assert_eq!(lin_layout.get(&lab, 12 * MIB), lin_bytes, "lin after our writes");
+    assert_eq!(str_layout.get(&lab, 8 * MIB), str_bytes, "str after our writes");
+    if lab.dm {
+        lab.lvm(&["vgchange", "-ay", &vg]);
+        for (name, expect) in [("lin", &lin_bytes), ("str", &str_bytes)] {
+            let got = std::fs::read(format!("/dev/mapper/{vg}-{name}")).unwrap();
+            assert!(got == **expect, "{name}: the kernel's LV differs");
+        }
+        lab.lvm(&["vgchange", "-an", &vg]);
+    }
+    e2fsck_clean(&lab, "lin", &lin_bytes);
+    e2fsck_clean(&lab, "str", &str_bytes);
+}
+
+/// The committed text's place in the metadata area at byte 4096 of `part`
+/// (the first `raw_locn`), and the area's size.
+fn first_mda_text(part: &str) -> (u64, u64, u64) {
+    let mut h = [0u8; 512];
+    std::fs::File::open(part).unwrap().read_exact_at(&mut h, 4096).unwrap();
+    let le = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap());
+    (le(40), le(48), le(32))
+}
+
+#[test]
+fn wrapped_metadata_and_a_second_copy_at_the_end() {
+    let mut lab = Lab::new("wrap");
+    std::fs::File::create(&lab.image).unwrap().set_len(64 * MIB).unwrap();
+    let img = lab.image.to_str().unwrap().to_string();
+    run("sgdisk", &["-n1:2048:+24M", "-t1:8e00", "-n2:0:+24M", "-t2:8e00", &img]);
+    lab.attach();
+    let (p1, p2) = (lab.part(1), lab.part(2));
+    let vg = lab.vg.clone();
+    // A 60 KiB metadata area at the start and another at the end of PV 1.
+    lab.lvm(&[
+        "pvcreate",
+        "-y",
+        "--dataalignment",
+        "64k",
+        "--metadatasize",
+        "16k",
+        "--pvmetadatacopies",
+        "2",
+        &p1,
+    ]);
+    lab.lvm(&["vgcreate", "-y", &vg, &p1, &p2]);
+    let create: &[&str] = if lab.dm { &["-y"] } else { &["-an", "-Zn", "-Wn", "-y"] };
+    let mut a = vec!["lvcreate", "-L", "4m", "-n", "lin"];
+    a.extend_from_slice(create);
+    a.extend_from_slice(&[&vg, &p1]);
+    lab.lvm(&a);
+    // Long tags make each commit's text ~1 KiB longer, so the circular
+    // buffer wraps after a few.
+    let long = "x".repeat(1000);
+    let mut wrapped = false;
+    for i in 0..30 {
+        lab.lvm(&["lvchange", "--addtag", &format!("t{i}{long}"), &format!("{vg}/lin")]);
+        let (offset, size, area) = first_mda_text(&p1);
+        if offset + size > area {
+            wrapped = true;
+            break;
+        }
+    }
+    assert!(wrapped, "the metadata never wrapped round its area");
+    let seqno: u64 = lab
+        .lvm(&["vgs", "--noheadings", "-o", "vg_seqno", &vg])
+        .trim()
+        .parse()
+        .unwrap();
+    if lab.dm {
+        lab.lvm(&["vgchange", "-an", &vg]);
+    }
+    let layout = Layout::of(&lab, "lin");
+    let data: Vec<u8> = (0..4 * MIB).map(|i| (i * 7 % 255) as u8).collect();
+    layout.put(&lab, &data);
+    lab.detach();
+
+    let disk: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(&lab.image, true).unwrap());
+    let devs: Vec<(String, Arc<dyn BlockDevice>)> = (1..=2)
+        .map(|n| {
+            (
+                format!("partition {n}"),
+                open_location(disk.clone(), Location::Partition(n)).unwrap(),
+            )
+        })
+        .collect();
+    let pv1 = physical_volume(devs[0].1.as_ref()).unwrap().unwrap();
+    let mdas = pv1.metadata_areas().to_vec();
+    assert_eq!(mdas.len(), 2);
+    assert!(mdas[1].offset() > 20 * MIB, "the second copy is at the end: {mdas:?}");
+    let check = || {
+        let vgs = volume_groups(&devs).unwrap();
+        assert_eq!(vgs[0].seqno(), seqno);
+        let lv = vgs[0].open("lin", false).unwrap();
+        let mut got = vec![0u8; data.len()];
+        lv.read_at(0, &mut got).unwrap();
+        assert!(got == data, "lin differs");
+    };
+    check();
+
+    // Damage the first copy's wrapped tail (just after the area's header):
+    // the copy at the end still serves.
+    let p1dev = &devs[0].1;
+    let mut b = [0u8; 1];
+    p1dev.read_at(mdas[0].offset() + 512 + 5, &mut b).unwrap();
+    p1dev.write_at(mdas[0].offset() + 512 + 5, &[b[0] ^ 0x20]).unwrap();
+    check();
+    // With both damaged the PV's metadata is an error naming the device.
+    let (offset, _, _) = {
+        let mut h = [0u8; 512];
+        p1dev.read_at(mdas[1].offset(), &mut h).unwrap();
+        let le = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap());
+        (le(40), le(48), le(32))
+    };
+    p1dev.write_at(mdas[1].offset() + offset + 3, b"#").unwrap();
+    let e = volume_groups(&devs).unwrap_err();
+    assert!(
+        e.to_string().contains("partition 1: lvm2: metadata area") && e.to_string().contains("checksum"),
+        "{e}"
+    );
+}
