@@ -127,6 +127,8 @@ fn qemu_format(name: &str) -> &'static str {
         "vpc"
     } else if name.ends_with(".vhdx") {
         "vhdx"
+    } else if name.ends_with(".vmdk") {
+        "vmdk"
     } else {
         "qcow2"
     }
@@ -142,6 +144,11 @@ fn get_through_every_format_is_the_raw_images_tree() {
         f.convert("v2.qcow2", &["-O", "qcow2", "-o", "compat=0.10"]),
         f.convert("dynamic.vhd", &["-O", "vpc"]),
         f.convert("fixed.vhd", &["-O", "vpc", "-o", "subformat=fixed"]),
+        f.convert("dynamic.vhdx", &["-O", "vhdx"]),
+        f.convert("fixed.vhdx", &["-O", "vhdx", "-o", "subformat=fixed"]),
+        f.convert("sparse.vmdk", &["-O", "vmdk"]),
+        f.convert("stream.vmdk", &["-O", "vmdk", "-o", "subformat=streamOptimized"]),
+        f.convert("flat.vmdk", &["-O", "vmdk", "-o", "subformat=monolithicFlat"]),
     ];
     let simg = f.path("android.simg");
     run("img2simg", Command::new("img2simg").arg(&f.raw).arg(&simg));
@@ -200,7 +207,7 @@ fn check_written(f: &Fixture, img: &Path) {
 }
 
 #[test]
-fn cli_writes_through_qcow2_and_vhd_are_clean_and_kernel_readable() {
+fn cli_writes_through_every_writable_format_are_clean_and_kernel_readable() {
     let f = Fixture::new("write");
     let base = f.convert("base.qcow2", &["-O", "qcow2"]);
     let top = f.path("top.qcow2");
@@ -216,6 +223,8 @@ fn cli_writes_through_qcow2_and_vhd_are_clean_and_kernel_readable() {
         f.convert("w-zlib.qcow2", &["-O", "qcow2", "-c"]),
         f.convert("w.vhd", &["-O", "vpc"]),
         f.convert("w-fixed.vhd", &["-O", "vpc", "-o", "subformat=fixed"]),
+        f.convert("w.vhdx", &["-O", "vhdx"]),
+        f.convert("w.vmdk", &["-O", "vmdk"]),
         top.clone(),
     ];
     for img in &images {
@@ -231,8 +240,8 @@ fn cli_writes_through_qcow2_and_vhd_are_clean_and_kernel_readable() {
 }
 
 #[test]
-fn the_read_write_mount_on_qcow2_and_vhd_is_clean_and_kernel_readable() {
-    ext4kit_testkit::require_root_and_fuse("the read-write mount of qcow2 and VHD images");
+fn the_read_write_mount_on_qcow2_vhd_and_vhdx_is_clean_and_kernel_readable() {
+    ext4kit_testkit::require_root_and_fuse("the read-write mount of qcow2, VHD and VHDX images");
     let f = Fixture::new("mount");
     for img in [
         f.convert("m.qcow2", &["-O", "qcow2"]),
