@@ -55,6 +55,13 @@ pub struct ImageArgs {
     /// by whoever made the image. Device nodes and URLs are never followed.
     #[arg(long, global = true)]
     pub any_backing_path: bool,
+    /// Use LVM2 logical volume VG/LV (as /dev/VG/LV names it), found on
+    /// the disk or any of its partitions; `info IMAGE` lists the volume
+    /// groups. Short form: IMAGE@VG/LV (e.g. disk.qcow2@rhel/root). Linear
+    /// and striped volumes are read and written; the volume must not be
+    /// active in a kernel at the same time.
+    #[arg(long = "lv", global = true, value_name = "VG/LV", conflicts_with_all = ["partition", "offset"])]
+    pub volume: Option<String>,
 }
 
 impl ImageArgs {
@@ -65,12 +72,33 @@ impl ImageArgs {
             || self.no_replay
             || self.format.is_some()
             || self.any_backing_path
+            || self.volume.is_some()
     }
 
     /// The image named `arg` on the command line, with these options and
     /// the `IMAGE@N` short form applied.
     pub fn image(&self, arg: impl Into<PathBuf>) -> Result<Image, String> {
         let arg: PathBuf = arg.into();
+        if let Some((path, spec)) = volume_short_form(&arg) {
+            if self.partition.is_some() || self.offset.is_some() {
+                return Err(format!(
+                    "{}: names a logical volume, which is found on its own; leave out --partition and --offset",
+                    arg.display()
+                ));
+            }
+            if self.volume.as_ref().is_some_and(|v| *v != spec) {
+                return Err(format!(
+                    "{}: names {spec}, but --lv {} was given",
+                    arg.display(),
+                    self.volume.as_deref().unwrap_or("")
+                ));
+            }
+            let mut image = Image::new(path, Location::Whole, self.no_replay);
+            image.format = self.format;
+            image.any_backing_path = self.any_backing_path;
+            image.set_volume(Some(spec));
+            return Ok(image);
+        }
         let short = short_form(&arg);
         let (path, from_short) = match short {
             Some((p, n)) => (p, Some(n)),
@@ -96,8 +124,23 @@ impl ImageArgs {
         let mut image = Image::new(path, loc, self.no_replay);
         image.format = self.format;
         image.any_backing_path = self.any_backing_path;
+        image.set_volume(self.volume.clone());
         Ok(image)
     }
+}
+
+/// `disk.qcow2@rhel/root` → (`disk.qcow2`, `rhel/root`), when no file is
+/// named that itself and the part after the last `@` is VG/LV (LVM names:
+/// letters, digits and `+_.-`).
+fn volume_short_form(arg: &Path) -> Option<(PathBuf, String)> {
+    if arg.exists() {
+        return None;
+    }
+    let s = arg.to_str()?;
+    let (base, spec) = s.rsplit_once('@')?;
+    let (vg, lv) = spec.split_once('/')?;
+    let name = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"+_.-".contains(&b));
+    (!base.is_empty() && name(vg) && name(lv)).then(|| (PathBuf::from(base), spec.to_string()))
 }
 
 /// `disk.img@2` → (`disk.img`, 2), when no file is named `disk.img@2`
@@ -129,6 +172,8 @@ pub struct Image {
     pub format: Option<DiskFormat>,
     /// `--any-backing-path`.
     pub any_backing_path: bool,
+    /// `--lv VG/LV`: the logical volume holding the filesystem.
+    pub volume: Option<String>,
     shown: String,
 }
 
@@ -146,8 +191,17 @@ impl Image {
             no_replay,
             format: None,
             any_backing_path: false,
+            volume: None,
             shown,
         }
+    }
+
+    /// Choose the logical volume (and say so in messages: `disk.img@vg/lv`).
+    fn set_volume(&mut self, volume: Option<String>) {
+        if let Some(v) = &volume {
+            self.shown = format!("{}@{v}", self.path.display());
+        }
+        self.volume = volume;
     }
 
     /// How messages name it: `disk.img`, `disk.img@2`, `disk.img (offset 1048576)`.
@@ -169,7 +223,7 @@ impl Image {
 
     /// What is at the start of the image, when no location was given.
     pub fn probe(&self) -> Result<Probe, String> {
-        if self.loc != Location::Whole {
+        if self.loc != Location::Whole || self.volume.is_some() {
             return Ok(Probe::Filesystem);
         }
         let dev = match self.disk() {
@@ -212,6 +266,9 @@ impl Image {
     /// one ext2/3/4 partition (a note on stderr says so); several or none
     /// is an error listing the partitions.
     pub fn resolve(&self) -> Result<Location, String> {
+        if self.volume.is_some() {
+            return Ok(Location::Whole);
+        }
         match self.probe()? {
             Probe::Filesystem if self.loc == Location::Whole => Ok(self.loc),
             Probe::Filesystem => {
@@ -230,10 +287,11 @@ impl Image {
                     Ok(Location::Partition(p.part.number))
                 }
                 None => Err(format!(
-                    "{}: a partitioned disk, not a filesystem: {}; choose one with --partition N (or {}@N)",
+                    "{}: a partitioned disk, not a filesystem: {}; choose one with --partition N (or {}@N){}",
                     self.display(),
                     disk.summary(),
-                    self.path.display()
+                    self.path.display(),
+                    self.volume_hint()
                 )),
             },
         }
@@ -273,11 +331,41 @@ impl Image {
         ))
     }
 
+    /// "; or a logical volume: ..." when the disk holds LVM2 volumes.
+    fn volume_hint(&self) -> String {
+        let lvs = self.logical_volumes();
+        if lvs.is_empty() {
+            return String::new();
+        }
+        format!(
+            "; or a logical volume with --lv VG/LV (or {}@VG/LV): {}",
+            self.path.display(),
+            lvs.iter()
+                .map(|l| format!("{}/{}", l.vg(), l.name()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+
+    /// The visible LVM2 logical volumes of the disk (none when it has no
+    /// PV, or its volume groups cannot be read: opening one reports why).
+    pub fn logical_volumes(&self) -> Vec<ext4kit::device::vdisk::lvm::LvInfo> {
+        let Ok(disk) = self.disk() else { return Vec::new() };
+        ext4kit::device::vdisk::lvm::disk_volume_groups(disk.device())
+            .map(|gs| {
+                gs.iter()
+                    .flat_map(|g| g.logical_volumes().iter().filter(|l| l.visible()).cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The same image at `loc`.
     pub fn at(&self, loc: Location) -> Image {
         let mut at = Image::new(self.path.clone(), loc, self.no_replay);
         at.format = self.format;
         at.any_backing_path = self.any_backing_path;
+        at.set_volume(self.volume.clone());
         at
     }
 
@@ -288,6 +376,7 @@ impl Image {
             writable: false,
             format: self.format,
             any_backing_path: self.any_backing_path,
+            volume: None,
         };
         ext4kit::device::vdisk::open_file(&self.path, &req)
     }

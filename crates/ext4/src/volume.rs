@@ -93,6 +93,10 @@ pub struct OpenOptions {
     /// anywhere on this machine; by default only inside the image's own
     /// directory (`ext4kit_vdisk::NamedFiles`).
     pub any_backing_path: bool,
+    /// An LVM2 logical volume ("VG/LV") of the image's disk that holds the
+    /// filesystem, found on the disk or any of its partitions; `location`
+    /// must then be `Whole`.
+    pub volume: Option<String>,
 }
 
 impl Default for OpenOptions {
@@ -108,6 +112,7 @@ impl Default for OpenOptions {
             dirsync: false,
             disk_format: None,
             any_backing_path: false,
+            volume: None,
         }
     }
 }

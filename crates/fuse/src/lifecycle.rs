@@ -119,6 +119,8 @@ pub struct MountOptions {
     /// Follow files the image names (backing files) anywhere
     /// (`--any-backing-path`).
     pub any_backing_path: bool,
+    /// The LVM2 logical volume holding the filesystem (`IMAGE@VG/LV`).
+    pub volume: Option<String>,
 }
 
 impl Default for MountOptions {
@@ -141,6 +143,7 @@ impl Default for MountOptions {
             readahead_kib: crate::readahead::DEFAULT_KIB,
             disk_format: None,
             any_backing_path: false,
+            volume: None,
         }
     }
 }
@@ -693,6 +696,7 @@ fn open_for_mount(image: &Path, opts: &MountOptions) -> Result<(Arc<Fs>, bool), 
                 dirsync: opts.kernel_flag(MountOption::DirSync),
                 disk_format: opts.disk_format,
                 any_backing_path: opts.any_backing_path,
+                volume: opts.volume.clone(),
                 ..OpenOptions::default()
             },
         )

@@ -43,6 +43,7 @@
 mod compare;
 mod image;
 pub mod journal;
+pub mod lvm;
 pub mod mountpeer;
 mod rng;
 mod tree;

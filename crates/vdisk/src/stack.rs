@@ -10,6 +10,7 @@ use std::sync::Arc;
 use ext4kit_blockdev::FileDevice;
 
 use crate::android_sparse::AndroidSparseDisk;
+use crate::lvm::LvInfo;
 use crate::qcow2::Qcow2Disk;
 use crate::vhd::VhdDisk;
 use crate::vhdx::VhdxDisk;
@@ -27,13 +28,18 @@ pub struct DiskRequest {
     /// Follow files the image names (backing files, extents) anywhere on
     /// this machine, not only inside the image's directory.
     pub any_backing_path: bool,
+    /// An LVM2 logical volume of the disk ("VG/LV"): the disk returned is
+    /// that volume, found on the disk or any of its partitions.
+    pub volume: Option<String>,
 }
 
-/// The disk an image file holds, and the container layer it came through.
+/// The disk an image file holds, and the layers it came through.
 pub struct Disk {
     dev: Arc<dyn BlockDevice>,
-    /// `None` for a raw image.
+    /// The container; `None` for a raw image.
     layer: Option<LayerInfo>,
+    /// The logical volume, when one was asked for.
+    volume: Option<LvInfo>,
 }
 
 impl std::fmt::Debug for Disk {
@@ -41,6 +47,7 @@ impl std::fmt::Debug for Disk {
         f.debug_struct("Disk")
             .field("size", &self.dev.size())
             .field("layer", &self.layer)
+            .field("volume", &self.volume)
             .finish()
     }
 }
@@ -59,6 +66,11 @@ impl Disk {
     /// The container layer (format, variant, facts); `None` for raw.
     pub fn layer(&self) -> Option<&LayerInfo> {
         self.layer.as_ref()
+    }
+
+    /// The logical volume the disk is, when one was asked for.
+    pub fn volume(&self) -> Option<&LvInfo> {
+        self.volume.as_ref()
     }
 
     /// The container format.
@@ -84,20 +96,50 @@ pub fn open_device(file: Arc<dyn BlockDevice>, path: Option<&Path>, req: &DiskRe
         Some(p) => NamedFiles::beside(p, req.any_backing_path),
         None => NamedFiles::none(),
     };
-    let w = req.writable;
+    let disk = open_container(file, path, format, &named, req.writable)?;
+    match &req.volume {
+        None => Ok(disk),
+        Some(spec) => {
+            let lv = crate::lvm::open_on_disk(&disk.dev, spec, req.writable)?;
+            Ok(Disk {
+                volume: Some(lv.describe()),
+                dev: Arc::new(lv),
+                layer: disk.layer,
+            })
+        }
+    }
+}
+
+fn open_container(
+    file: Arc<dyn BlockDevice>,
+    path: Option<&Path>,
+    format: DiskFormat,
+    named: &NamedFiles,
+    w: bool,
+) -> io::Result<Disk> {
     let image: Arc<dyn DiskImage> = match format {
-        DiskFormat::Raw => return Ok(Disk { dev: file, layer: None }),
-        DiskFormat::Qcow2 => Arc::new(Qcow2Disk::open(file, path, w, &named)?),
+        DiskFormat::Raw => {
+            return Ok(Disk {
+                dev: file,
+                layer: None,
+                volume: None,
+            })
+        }
+        DiskFormat::Qcow2 => Arc::new(Qcow2Disk::open(file, path, w, named)?),
         DiskFormat::Vhd => Arc::new(VhdDisk::open(file, w)?),
         DiskFormat::AndroidSparse => Arc::new(AndroidSparseDisk::open(file, w)?),
         DiskFormat::Vhdx => Arc::new(VhdxDisk::open(file, w)?),
         // A sparse extent grows as grains are written: opened by path, the
         // extent file follows its length (see vmdk/file.rs).
         DiskFormat::Vmdk => match path {
-            Some(p) => Arc::new(VmdkDisk::open_path(p, w, &named)?),
-            None => Arc::new(VmdkDisk::open(file, w, &named)?),
+            Some(p) => Arc::new(VmdkDisk::open_path(p, w, named)?),
+            None => Arc::new(VmdkDisk::open(file, w, named)?),
         },
     };
     let layer = Some(image.layer());
-    Ok(Disk { dev: image, layer })
+    Ok(Disk {
+        dev: image,
+        layer,
+        volume: None,
+    })
 }

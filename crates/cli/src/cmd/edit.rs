@@ -28,6 +28,7 @@ pub fn open_rw(image: &Image, budget: usize) -> Result<Arc<Fs>, String> {
             location,
             disk_format: image.format,
             any_backing_path: image.any_backing_path,
+            volume: image.volume.clone(),
             ..Default::default()
         },
     )

@@ -11,6 +11,9 @@ use crate::image::{Disk, Probe};
 /// Print the filesystem summary, or the partition table of a disk.
 pub fn run(image: &Image, budget: usize) -> Result<(), String> {
     print_container(image);
+    if image.volume.is_none() {
+        print_volumes(image);
+    }
     if let Probe::Table(disk) = image.probe()? {
         print_table(image, &disk);
         if let Some(p) = disk.only_ext() {
@@ -45,6 +48,49 @@ fn print_container(image: &Image) {
     for (k, v) in &l.details {
         println!("  {:<18}{v}", format!("{k}:"));
     }
+}
+
+/// The LVM2 volume groups on the disk (the whole disk or its
+/// partitions), each logical volume with its size and layout, and how to
+/// open one. Damaged LVM metadata is reported, not fatal: the rest of the
+/// disk is still described.
+fn print_volumes(image: &Image) {
+    use ext4kit::device::vdisk::lvm::disk_volume_groups;
+    let Ok(disk) = image.disk() else { return };
+    let groups = match disk_volume_groups(disk.device()) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("LVM2:             cannot be read: {e}");
+            println!();
+            return;
+        }
+    };
+    if groups.is_empty() {
+        return;
+    }
+    for g in &groups {
+        println!("Volume group:     {} (extents of {})", g.name(), human(g.extent_size()));
+        for lv in g.logical_volumes().iter().filter(|l| l.visible()) {
+            let layout = match (lv.segment_types(), lv.stripes()) {
+                (t, 1) if t == ["striped"] => "linear".to_string(),
+                (t, n) if t == ["striped"] => format!("striped x{n}"),
+                (t, _) => format!("{} (cannot be opened)", t.join(", ")),
+            };
+            println!("  {:<16}{:>10}  {layout}", lv.name(), human(lv.size()));
+        }
+        for (uuid, hint) in g.missing_physical_volumes() {
+            println!("  missing physical volume {uuid} (last seen as {hint})");
+        }
+    }
+    if let Some(lv) = groups.iter().flat_map(|g| g.logical_volumes()).find(|l| l.visible()) {
+        println!(
+            "Open one with --lv VG/LV or IMAGE@VG/LV, e.g.: ext4kit ls {}@{}/{} /",
+            image.path.display(),
+            lv.vg(),
+            lv.name()
+        );
+    }
+    println!();
 }
 
 /// The partition table: one line per partition, then its problems.

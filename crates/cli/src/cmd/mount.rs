@@ -177,6 +177,7 @@ pub fn run(a: &MountArgs, sel: &ImageArgs, budget: usize) -> Result<(), String> 
     opts.location = image.resolve()?;
     opts.disk_format = image.format;
     opts.any_backing_path = image.any_backing_path;
+    opts.volume = image.volume.clone();
     if let Some(n) = a.threads {
         if n == 0 {
             return Err("--threads must be at least 1".into());

@@ -117,15 +117,27 @@ struct Opened {
 /// `opts.location` names): [`Fs::open_image`](super::Fs::open_image).
 pub(crate) fn open_image(path: &Path, opts: &OpenOptions) -> Result<SuperBlock> {
     let p = path;
+    if opts.volume.is_some() && opts.location != ext4kit_blockdev::Location::Whole {
+        return Err(Error::posix(
+            Errno::EINVAL,
+            format!(
+                "{}: both {} and logical volume {} were given; a logical volume is found on its own",
+                p.display(),
+                opts.location,
+                opts.volume.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
     let req = ext4kit_vdisk::DiskRequest {
         writable: !opts.read_only,
         format: opts.disk_format,
         any_backing_path: opts.any_backing_path,
+        volume: opts.volume.clone(),
     };
     let dev = ext4kit_vdisk::open_file(p, &req)
         .map_err(|e| Error::io(format!("opening {}", p.display()), e))?
         .into_device();
-    if opts.location == ext4kit_blockdev::Location::Whole {
+    if opts.location == ext4kit_blockdev::Location::Whole && opts.volume.is_none() {
         if let Some(e) = partitioned_disk(&*dev) {
             return Err(e);
         }

@@ -57,3 +57,58 @@ pub(crate) fn corrupt_lvm(what: impl fmt::Display) -> io::Error {
 pub(crate) fn unsupported_lvm(what: impl fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::Unsupported, format!("lvm2: {what}"))
 }
+
+/// The volume groups on a disk: its PVs may be the whole disk or any of
+/// its partitions (the usual RHEL layout is a GPT or MBR partition holding
+/// one PV), so the disk and each partition that can be opened are read.
+pub fn disk_volume_groups(disk: &std::sync::Arc<dyn crate::BlockDevice>) -> io::Result<Vec<VolumeGroup>> {
+    use ext4kit_blockdev::partition::{open_location, partitions, Location};
+    let mut devs = vec![("the whole disk".to_string(), disk.clone())];
+    // A damaged table is the partition code's error to report; here it
+    // only means there are no partitions to look in.
+    if let Ok(Some(table)) = partitions(&**disk) {
+        for p in table.partitions.iter().filter(|p| !p.extended && p.problem.is_none()) {
+            if let Ok(dev) = open_location(disk.clone(), Location::Partition(p.number)) {
+                devs.push((format!("partition {}", p.number), dev));
+            }
+        }
+    }
+    // A whole disk that is itself a PV also shows its partitions' bytes
+    // inside its data area; LVM's filters skip a PV's partitions the same
+    // way: a labelled whole disk is the PV.
+    if physical_volume(&**disk)?.is_some() {
+        devs.truncate(1);
+    }
+    volume_groups(&devs)
+}
+
+/// Open the logical volume `spec` ("VG/LV", as `/dev/VG/LV` names it) of a
+/// disk (see [`disk_volume_groups`]).
+pub fn open_on_disk(
+    disk: &std::sync::Arc<dyn crate::BlockDevice>,
+    spec: &str,
+    writable: bool,
+) -> io::Result<LogicalVolume> {
+    let Some((vg, lv)) = spec
+        .split_once('/')
+        .filter(|(v, l)| !v.is_empty() && !l.is_empty() && !l.contains('/'))
+    else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{spec:?} is not VG/LV (a volume group and a logical volume, e.g. rhel/root)"),
+        ));
+    };
+    let groups = disk_volume_groups(disk)?;
+    let Some(g) = groups.iter().find(|g| g.name() == vg) else {
+        let names: Vec<&str> = groups.iter().map(|g| g.name()).collect();
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            if names.is_empty() {
+                format!("lvm2: no volume group {vg}: the disk holds no LVM2 physical volume")
+            } else {
+                format!("lvm2: no volume group {vg} on this disk (it has: {})", names.join(", "))
+            },
+        ));
+    };
+    g.open(lv, writable)
+}
