@@ -50,6 +50,7 @@ enum Command {
     #[command(after_help = "EXAMPLES:
   ext4kit info disk.img             the summary
   ext4kit info --compat disk.img    which boot loaders and kernels open it
+  ext4kit info --json vm.qcow2      container, partitions, LVM and filesystem as JSON
 
   With --compat, each reader (u-boot-read, u-boot, grub, grub-2.12,
   android, and Linux 3.10 to 6.1) is judged from the superblock's feature
@@ -62,6 +63,10 @@ enum Command {
         /// whether it can open the image and which features stop it.
         #[arg(long)]
         compat: bool,
+        /// The whole stack (container format, partition table, LVM2
+        /// volume groups, filesystem) as one JSON document, for scripts.
+        #[arg(long, conflicts_with = "compat")]
+        json: bool,
         /// The image file (or block device).
         image: PathBuf,
     },
@@ -356,8 +361,11 @@ fn main() -> ExitCode {
             "--partition, --offset and --no-replay choose the filesystem in an image; this command takes none".into(),
         ),
         Command::Demo => cmd::demo::run(budget),
-        Command::Info { image, compat: false } => img(image).and_then(|i| cmd::info::run(&i, budget)),
-        Command::Info { image, compat: true } => img(image).and_then(|i| cmd::info::readers(&i)),
+        Command::Info {
+            image, compat: true, ..
+        } => img(image).and_then(|i| cmd::info::readers(&i)),
+        Command::Info { image, json: true, .. } => img(image).and_then(|i| cmd::info_json::run(&i, budget)),
+        Command::Info { image, .. } => img(image).and_then(|i| cmd::info::run(&i, budget)),
         Command::Ls { long, all, image, path } => img(image).and_then(|i| cmd::ls::run(&i, &path, long, all, budget)),
         Command::Cat { image, path } => img(image).and_then(|i| cmd::cat::run(&i, &path, budget)),
         Command::Stat { image, path } => img(image).and_then(|i| cmd::stat::run(&i, &path, budget)),

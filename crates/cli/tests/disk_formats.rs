@@ -163,6 +163,30 @@ fn get_through_every_format_is_the_raw_images_tree() {
             info.starts_with("Container:"),
             "{name}: info shows no container:\n{info}"
         );
+        // The same stack for scripts: container first, the filesystem last.
+        let json = ok(
+            &format!("ext4kit info --json {name}"),
+            ext4kit(&[&"info", &"--json", &img]),
+        );
+        let doc: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{name}: {e}:\n{json}"));
+        let stack = doc["stack"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: no stack: {json}"));
+        let format = match name.rsplit('.').next() {
+            Some("simg") => "android-sparse",
+            Some(ext) => ext,
+            None => unreachable!(),
+        };
+        assert_eq!(stack[0]["layer"], "container", "{name}: {json}");
+        assert_eq!(stack[0]["format"], format, "{name}: {json}");
+        let last = stack.last().unwrap();
+        assert_eq!(last["layer"], "filesystem", "{name}: {json}");
+        let raw_info = ok("info --json raw", ext4kit(&[&"info", &"--json", &f.raw]));
+        let raw_doc: serde_json::Value = serde_json::from_str(&raw_info).unwrap();
+        assert_eq!(
+            last["uuid"], raw_doc["stack"][0]["uuid"],
+            "{name}: the filesystem inside is the raw image's"
+        );
     }
 }
 

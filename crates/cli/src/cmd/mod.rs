@@ -7,6 +7,7 @@ pub mod demo;
 pub mod edit;
 pub mod get;
 pub mod info;
+pub mod info_json;
 pub mod journal;
 pub mod ls;
 pub mod mkfs;
