@@ -31,6 +31,7 @@ use std::io;
 pub use ext4kit_blockdev::BlockDevice;
 
 pub mod android_sparse;
+pub mod create;
 pub mod lvm;
 pub mod named;
 pub mod probe;
@@ -40,6 +41,7 @@ pub mod vhd;
 pub mod vhdx;
 pub mod vmdk;
 
+pub use create::{create, CreateRequest, VhdSizing};
 pub use named::NamedFiles;
 pub use probe::{detect, DiskFormat};
 pub use stack::{open_device, open_file, Disk, DiskRequest};
