@@ -177,16 +177,22 @@ mod tests {
     #[test]
     fn zero_sizes_full_files_and_read_only_files_are_refused() {
         for f in [DiskFormat::Qcow2, DiskFormat::Vhd, DiskFormat::Vhdx] {
-            let e = create(Arc::new(MemDevice::new(0)), &CreateRequest::new(f, 0)).map(|_| ()).unwrap_err();
+            let e = create(Arc::new(MemDevice::new(0)), &CreateRequest::new(f, 0))
+                .map(|_| ())
+                .unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
             assert!(e.to_string().contains("0 bytes"), "{e}");
-            let e = create(Arc::new(MemDevice::new(4096)), &CreateRequest::new(f, 1 << 20)).map(|_| ()).unwrap_err();
+            let e = create(Arc::new(MemDevice::new(4096)), &CreateRequest::new(f, 1 << 20))
+                .map(|_| ())
+                .unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
             assert!(e.to_string().contains("must be empty"), "{e}");
             let ro = Arc::new(MemDevice::from_vec_read_only(Vec::new()));
             let e = create(ro, &CreateRequest::new(f, 1 << 20)).map(|_| ()).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
-            let e = create(Arc::new(MemDevice::new(0)), &CreateRequest::new(f, u64::MAX)).map(|_| ()).unwrap_err();
+            let e = create(Arc::new(MemDevice::new(0)), &CreateRequest::new(f, u64::MAX))
+                .map(|_| ())
+                .unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
         }
     }

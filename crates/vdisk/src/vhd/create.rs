@@ -155,12 +155,7 @@ fn header(entries: u32, block: u32) -> [u8; HEADER_LEN] {
 
 /// Create a dynamic VHD of at least `size` bytes (whole sectors) in the
 /// empty `file`, with blocks of `block` bytes (default 2 MiB).
-pub(crate) fn create(
-    file: Arc<dyn BlockDevice>,
-    size: u64,
-    block: Option<u64>,
-    how: VhdSizing,
-) -> io::Result<VhdDisk> {
+pub(crate) fn create(file: Arc<dyn BlockDevice>, size: u64, block: Option<u64>, how: VhdSizing) -> io::Result<VhdDisk> {
     let block = unit_or(FORMAT, block, DEFAULT_BLOCK, 512 << 10..=16 << 20, "block size")?;
     let (size, chs) = sizing(size, how);
     if size > MAX_SIZE {
