@@ -13,6 +13,10 @@
 //! (`ext4kit_blockdev::partition`) → an LVM2 logical volume → the
 //! filesystem.
 //!
+//! New images go the other way: [`create()`] writes an empty qcow2, VHD or
+//! VHDX of a given size into an empty file and opens it read-write, so
+//! `mkfs` can put a filesystem straight into the container a VM boots.
+//!
 //! Every format reads tables and headers from files that may be hostile:
 //! an offset is checked against the file before it is followed, a table's
 //! size against the file before it is allocated, a chain of files against
