@@ -13,6 +13,10 @@
 //! (`ext4kit_blockdev::partition`) → an LVM2 logical volume → the
 //! filesystem.
 //!
+//! New images go the other way: [`create()`] writes an empty qcow2, VHD or
+//! VHDX of a given size into an empty file and opens it read-write, so
+//! `mkfs` can put a filesystem straight into the container a VM boots.
+//!
 //! Every format reads tables and headers from files that may be hostile:
 //! an offset is checked against the file before it is followed, a table's
 //! size against the file before it is allocated, a chain of files against
@@ -31,6 +35,7 @@ use std::io;
 pub use ext4kit_blockdev::BlockDevice;
 
 pub mod android_sparse;
+pub mod create;
 pub mod lvm;
 pub mod named;
 pub mod probe;
@@ -40,6 +45,7 @@ pub mod vhd;
 pub mod vhdx;
 pub mod vmdk;
 
+pub use create::{create, CreateRequest, VhdSizing};
 pub use named::NamedFiles;
 pub use probe::{detect, DiskFormat};
 pub use stack::{open_device, open_file, Disk, DiskRequest};

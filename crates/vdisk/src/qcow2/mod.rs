@@ -17,6 +17,7 @@
 //! a power cut could still lose. Writes go to the top image only; a
 //! backing file is opened read-only.
 
+mod create;
 mod gate;
 mod header;
 mod storage;
@@ -31,6 +32,8 @@ use imago::{FormatAccess, FormatDriverBuilder};
 use crate::{BlockDevice, DiskFormat, DiskImage, LayerInfo, NamedFiles};
 use header::Facts;
 use storage::DevStorage;
+
+pub(crate) use create::create;
 
 const FORMAT: DiskFormat = DiskFormat::Qcow2;
 

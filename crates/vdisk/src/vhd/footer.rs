@@ -20,7 +20,7 @@ const COOKIE: &[u8; 8] = b"conectix";
 /// The largest CHS geometry (65535 cylinders, 16 heads, 255 sectors):
 /// a disk this size or larger records its true size only in
 /// `current_size`.
-const MAX_GEOMETRY_SECTORS: u64 = 65535 * 16 * 255;
+pub(super) const MAX_GEOMETRY_SECTORS: u64 = 65535 * 16 * 255;
 
 /// What kind of VHD the footer describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,6 +15,7 @@
 //! entry pointing at garbage; the copy of the footer in the first sector
 //! keeps the file readable even if the footer at the end was not written.
 
+mod create;
 mod dynamic;
 mod footer;
 
@@ -28,6 +29,8 @@ use dynamic::{Bat, Header, HEADER_LEN};
 use footer::{DiskType, Footer, FOOTER_LEN};
 
 const FORMAT: DiskFormat = DiskFormat::Vhd;
+
+pub(crate) use create::create;
 
 /// A fixed or dynamic VHD presented as its disk.
 pub struct VhdDisk {

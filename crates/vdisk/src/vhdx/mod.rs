@@ -43,6 +43,7 @@ use crate::{corrupt, BlockDevice, DiskFormat, DiskImage, LayerInfo};
 
 mod bat;
 mod bytes;
+mod create;
 mod guid;
 mod header;
 mod layout;
@@ -58,6 +59,8 @@ use bat::{Bat, Block, Geometry};
 use guid::Guid;
 use metadata::Metadata;
 use region::Region;
+
+pub(crate) use create::create;
 
 /// 1 MiB: the unit of the file's layout (MS-VHDX 2.1).
 pub(crate) const MIB: u64 = 1 << 20;
