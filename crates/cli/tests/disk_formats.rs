@@ -286,3 +286,59 @@ fn the_read_write_mount_on_qcow2_vhd_and_vhdx_is_clean_and_kernel_readable() {
         check_written(&f, &img);
     }
 }
+
+#[test]
+fn mkfs_writes_straight_into_qcow2_vhdx_and_vhd() {
+    let f = Fixture::new("mkfs");
+    let src = f.path("src");
+    for (name, format) in [("built.qcow2", "qcow2"), ("built.vhdx", "vhdx"), ("built.vhd", "vhd")] {
+        let img = f.path(name);
+        ok(
+            &format!("mkfs --output-format {format}"),
+            ext4kit(&[&"mkfs", &"--output-format", &format, &"-d", &src, &img]),
+        );
+        let info = ok("info --json", ext4kit(&[&"info", &"--json", &img]));
+        let doc: serde_json::Value = serde_json::from_str(&info).unwrap();
+        assert_eq!(doc["stack"][0]["format"], format, "{name}: {info}");
+        // qemu-img's view: a clean image whose raw conversion e2fsck and
+        // the kernel accept, holding the same tree mke2fs -d made.
+        let fmt = qemu_format(name);
+        if fmt != "vpc" {
+            run(
+                &format!("qemu-img check {name}"),
+                Command::new("qemu-img").args(["check", "-f", fmt]).arg(&img),
+            );
+        }
+        let back = f.path(&format!("{name}.raw"));
+        run(
+            "qemu-img convert",
+            Command::new("qemu-img")
+                .args(["convert", "-f", fmt, "-O", "raw"])
+                .arg(&img)
+                .arg(&back),
+        );
+        if let Err(e) = e2fsck_fn(&back).unwrap() {
+            panic!("{name}: e2fsck -fn of its raw conversion: {e}");
+        }
+        let kernel = f.path(&format!("kernel-{name}"));
+        if let Some(e) = kernel_tree(&back, &kernel, "ro").unwrap() {
+            panic!("{name}: the kernel could not read everything: {e}");
+        }
+        let opts = CompareOpts {
+            ignore_lost_found: true,
+            ignore_root_attrs: true,
+            ..Default::default()
+        };
+        let d = compare_trees(&src, &kernel, &opts).unwrap();
+        assert!(
+            d.is_empty(),
+            "{name}: the source tree vs ours through the kernel: {:?}",
+            &d[..d.len().min(5)]
+        );
+    }
+    let e = ext4kit(&[&"mkfs", &"--output-format", &"vmdk", &"-d", &src, &f.path("x.vmdk")]);
+    assert!(
+        !e.status.success() && String::from_utf8_lossy(&e.stderr).contains("not created"),
+        "{e:?}"
+    );
+}

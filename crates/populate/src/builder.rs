@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use ext4kit::device::android_sparse::{self, SparseSummary};
 use ext4kit::device::scratch::{ScratchDevice, UNIT};
+use ext4kit::device::vdisk::{create, CreateRequest, DiskFormat};
 use ext4kit::device::{BlockDevice, FileDevice};
 use ext4kit::mkfs::{dry_run, mkfs, MkfsOptions, MkfsReport};
 use ext4kit::{Fs, OpenOptions};
@@ -61,15 +62,24 @@ pub enum OutputFormat {
     /// without a raw image first: the scratch space it needs is the
     /// written size, given back as the output is written.
     AndroidSparse,
+    /// A VM disk (qcow2, VHDX or VHD) holding the filesystem as its whole
+    /// disk, written straight through the format: only the clusters the
+    /// filesystem writes are allocated, no raw image and no conversion.
+    Disk(DiskFormat),
 }
 
 impl OutputFormat {
-    /// `raw` or `android-sparse`.
+    /// `raw`, `android-sparse`, `qcow2`, `vhdx`, `vhd` (or qemu's `vpc`).
     pub fn parse(s: &str) -> std::result::Result<OutputFormat, String> {
         match s {
             "raw" => Ok(OutputFormat::Raw),
             "android-sparse" => Ok(OutputFormat::AndroidSparse),
-            _ => Err(format!("unknown output format \"{s}\" (raw or android-sparse)")),
+            _ => match s.parse::<DiskFormat>() {
+                Ok(f @ (DiskFormat::Qcow2 | DiskFormat::Vhdx | DiskFormat::Vhd)) => Ok(OutputFormat::Disk(f)),
+                _ => Err(format!(
+                    "unknown output format \"{s}\" (raw, android-sparse, qcow2, vhdx or vhd; a VMDK is read and written but not created here)"
+                )),
+            },
         }
     }
 }
@@ -203,7 +213,7 @@ impl<'a> ImageBuilder<'a> {
     pub fn build(mut self, path: &Path) -> Result<BuildReport> {
         let fail = |m: String| Error::entry(path.display().to_string(), "build", m);
         let multiple = match self.format {
-            OutputFormat::Raw => 1,
+            OutputFormat::Raw | OutputFormat::Disk(_) => 1,
             OutputFormat::AndroidSparse => UNIT,
         };
         let (size, needs) = self.plan(multiple)?;
@@ -243,6 +253,21 @@ impl<'a> ImageBuilder<'a> {
                     Arc::new(FileDevice::open(&staged, true).map_err(|e| fail(e.to_string()))?);
                 (self.make_and_fill(dev, size, needs, path)?, None)
             }
+            OutputFormat::Disk(format) => {
+                // A new container reads as zeros everywhere, so mkfs may
+                // skip zeroing (device_zeroed) and only what the
+                // filesystem writes is allocated.
+                drop(out);
+                let file: Arc<dyn BlockDevice> =
+                    Arc::new(FileDevice::open(&staged, true).map_err(|e| fail(e.to_string()))?);
+                let disk = create(file, &CreateRequest::new(format, size))
+                    .map_err(|e| fail(format!("creating the {format} image: {e}")))?;
+                let dev: Arc<dyn BlockDevice> = disk;
+                let r = self.make_and_fill(dev.clone(), size, needs, path)?;
+                dev.flush()
+                    .map_err(|e| fail(format!("writing the {format} tables: {e}")))?;
+                (r, None)
+            }
             OutputFormat::AndroidSparse => {
                 let scratch = Arc::new(ScratchDevice::new(&dir, size).map_err(|e| fail(e.to_string()))?);
                 let r = self.make_and_fill(scratch.clone(), size, needs, path)?;
@@ -271,7 +296,7 @@ impl<'a> ImageBuilder<'a> {
             return Err(Error::entry(
                 "image",
                 "format",
-                "an Android sparse image is a file: it cannot be written onto a device or a partition",
+                "an Android sparse image or a VM disk format is a file: it cannot be written onto a device or a partition",
             ));
         }
         let (size, needs) = self.plan(1)?;

@@ -119,9 +119,11 @@ pub struct Args {
     #[arg(long, value_name = "OS/ARCH[/VARIANT]")]
     pub platform: Option<String>,
     /// How IMAGE is written: raw (the filesystem byte for byte, a sparse
-    /// file) or android-sparse (what img2simg writes and fastboot flashes,
+    /// file); android-sparse (what img2simg writes and fastboot flashes,
     /// written from the blocks the filesystem holds, without a raw image
-    /// first; its size is a multiple of 4 KiB).
+    /// first; its size is a multiple of 4 KiB); or a VM disk, qcow2, vhdx
+    /// or vhd (qemu's vpc), whose whole disk is the filesystem, written
+    /// straight through the format (no raw image, no qemu-img convert).
     #[arg(long, value_name = "FORMAT", default_value = "raw")]
     pub output_format: String,
     /// Print nothing on success.
@@ -415,8 +417,8 @@ fn build(a: &Args, image: &Image, req: BuildRequest) -> Result<(), String> {
     }
     if !into_file && format != OutputFormat::Raw {
         return Err(format!(
-            "{img}: an Android sparse image is a file of its own: it cannot be written onto a device, a \
-             partition or at an offset (write it to a file, then flash or copy that)"
+            "{img}: an Android sparse image or a VM disk is a file of its own: it cannot be written onto a \
+             device, a partition or at an offset (write it to a file, then flash or copy that)"
         ));
     }
     // Into a file: SIZE, or without it the smallest image that holds the

@@ -43,8 +43,19 @@ use crate::create::{invalid, unit_or};
 use crate::{BlockDevice, DiskFormat};
 
 const FORMAT: DiskFormat = DiskFormat::Vhdx;
-/// Hyper-V's default block size.
-const DEFAULT_BLOCK: u64 = 32 * MIB;
+/// The block size qemu's vhdx_create picks for a disk of `size` bytes:
+/// small blocks for small disks (a freshly built image allocates a block
+/// per region the filesystem touches), Hyper-V's 32 MiB from 100 GiB, 64
+/// MiB past 32 TiB.
+fn default_block(size: u64) -> u64 {
+    const GIB: u64 = 1 << 30;
+    match size {
+        s if s > 32 * 1024 * GIB => 64 * MIB,
+        s if s > 100 * GIB => 32 * MIB,
+        s if s > GIB => 16 * MIB,
+        _ => 8 * MIB,
+    }
+}
 /// The log: at the end of the header section, 1 MiB (the least there is).
 const LOG_AT: u64 = MIB;
 const LOG_LEN: u64 = MIB;
@@ -124,9 +135,10 @@ fn metadata_region(m: &Metadata) -> Vec<u8> {
 }
 
 /// Create a dynamic VHDX of `size` bytes (whole sectors) in the empty
-/// `file`, with blocks of `block` bytes (default 32 MiB).
+/// `file`, with blocks of `block` bytes (by default as qemu picks them:
+/// [`default_block`]).
 pub(crate) fn create(file: Arc<dyn BlockDevice>, size: u64, block: Option<u64>) -> io::Result<VhdxDisk> {
-    let block = unit_or(FORMAT, block, DEFAULT_BLOCK, MIB..=256 * MIB, "block size")?;
+    let block = unit_or(FORMAT, block, default_block(size), MIB..=256 * MIB, "block size")?;
     if size > MAX_VIRTUAL_SIZE {
         return Err(invalid(
             FORMAT,
