@@ -193,7 +193,7 @@ mod tests {
     #[test]
     fn a_new_disk_opens_with_the_geometry_asked_for() {
         let file = Arc::new(GrowDevice::new(Vec::new()));
-        let disk = create(file.clone(), 64 * MIB + 512, None).unwrap();
+        let disk = create(file.clone(), 64 * MIB + 512, Some(32 * MIB)).unwrap();
         assert_eq!(disk.size(), 64 * MIB + 512);
         assert_eq!(file.size(), BAT_AT + MIB + METADATA_LEN);
         let layer = disk.layer();
@@ -213,11 +213,19 @@ mod tests {
     #[test]
     fn the_largest_disk_has_its_bat_interleaved_with_bitmap_entries() {
         let file = Arc::new(GrowDevice::new(Vec::new()));
-        let disk = create(file.clone(), MAX_VIRTUAL_SIZE, None).unwrap();
+        let disk = create(file.clone(), MAX_VIRTUAL_SIZE, Some(32 * MIB)).unwrap();
         assert_eq!(disk.size(), MAX_VIRTUAL_SIZE);
         // 2 Mi payload entries of 32 MiB, a sector bitmap entry after
         // every 128: 2113535 entries, 16.1 MiB, so a 17 MiB BAT.
         assert_eq!(file.size(), BAT_AT + 17 * MIB + METADATA_LEN);
+    }
+
+    #[test]
+    fn the_default_block_size_grows_with_the_disk_as_qemus() {
+        const GIB: u64 = 1 << 30;
+        for (size, block) in [(MIB, 8), (GIB, 8), (GIB + 512, 16), (200 * GIB, 32), (40 * 1024 * GIB, 64)] {
+            assert_eq!(default_block(size), block * MIB, "{size}");
+        }
     }
 
     #[test]
