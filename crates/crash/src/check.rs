@@ -142,7 +142,10 @@ impl Checker {
                                 out.push(Failure::new(FailKind::ContainerRead, d));
                             }
                         }
-                        Err(e) => out.push(Failure::new(FailKind::ContainerRead, format!("reading qemu's raw: {e}"))),
+                        Err(e) => out.push(Failure::new(
+                            FailKind::ContainerRead,
+                            format!("reading qemu's raw: {e}"),
+                        )),
                     }
                 }
             }
@@ -162,7 +165,10 @@ impl Checker {
             }
             match qemu_to_raw(&file, c, &replayed_raw) {
                 Ok(()) => e2fsck_after_replay(&replayed_raw, out),
-                Err(e) => out.push(Failure::new(FailKind::Container, format!("after ext4kit's replay: {e}"))),
+                Err(e) => out.push(Failure::new(
+                    FailKind::Container,
+                    format!("after ext4kit's replay: {e}"),
+                )),
             }
         }
 

@@ -103,9 +103,11 @@ impl fmt::Display for Container {
 pub fn require_qemu_img() -> Result<(), String> {
     match Command::new("qemu-img").arg("--version").output() {
         Ok(o) if o.status.success() => Ok(()),
-        _ => Err("qemu-img is missing: the crash tests over qcow2 and VHDX need it as their oracle \
+        _ => Err(
+            "qemu-img is missing: the crash tests over qcow2 and VHDX need it as their oracle \
                   (install qemu-utils: apt-get install qemu-utils)"
-            .into()),
+                .into(),
+        ),
     }
 }
 

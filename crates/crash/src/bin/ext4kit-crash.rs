@@ -178,8 +178,10 @@ fn real_main() -> Result<bool, String> {
                 .split(',')
                 .map(|f| FsVariant::parse(f.trim()).ok_or_else(|| format!("unknown filesystem {f:?}")))
                 .collect::<Result<_, _>>()?;
-            let containers: Vec<Option<Container>> =
-                format.split(',').map(|c| Container::parse(c.trim())).collect::<Result<_, _>>()?;
+            let containers: Vec<Option<Container>> = format
+                .split(',')
+                .map(|c| Container::parse(c.trim()))
+                .collect::<Result<_, _>>()?;
             if containers.iter().any(Option::is_some) {
                 ext4kit_crash::container::require_qemu_img()?;
             }
