@@ -116,7 +116,9 @@ pub fn require_qemu_img() -> Result<(), String> {
 /// leaves zero runs unallocated, so a workload allocates clusters and
 /// blocks as it writes.
 pub fn base_container(fs: FsVariant, c: Container) -> Result<Arc<Vec<u8>>, String> {
-    static CACHE: OnceLock<Mutex<HashMap<(FsVariant, Container), Arc<Vec<u8>>>>> = OnceLock::new();
+    /// Each filesystem variant's image in each format.
+    type Images = HashMap<(FsVariant, Container), Arc<Vec<u8>>>;
+    static CACHE: OnceLock<Mutex<Images>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(img) = cache.get(&(fs, c)) {
