@@ -134,15 +134,15 @@ impl BlockDevice for FileDevice {
 pub struct MemDevice {
     data: RwLock<Vec<u8>>,
     read_only: bool,
+    /// Writes past the end extend the device (zeros in any gap), as a
+    /// file does: [`MemDevice::growable`].
+    grows: bool,
 }
 
 impl MemDevice {
     /// A zero-filled device of `size` bytes.
     pub fn new(size: usize) -> Self {
-        MemDevice {
-            data: RwLock::new(vec![0; size]),
-            read_only: false,
-        }
+        Self::from_vec(vec![0; size])
     }
 
     /// A device holding `bytes`.
@@ -150,6 +150,7 @@ impl MemDevice {
         MemDevice {
             data: RwLock::new(bytes),
             read_only: false,
+            grows: false,
         }
     }
 
@@ -158,6 +159,19 @@ impl MemDevice {
         MemDevice {
             data: RwLock::new(bytes),
             read_only: true,
+            grows: false,
+        }
+    }
+
+    /// A device holding `bytes` that grows like a file: a write past the
+    /// end extends it (any gap reads as zeros). What a container format's
+    /// file (qcow2, VHDX: new clusters and blocks are appended) needs in
+    /// memory, as [`FileDevice`] is on disk.
+    pub fn growable(bytes: Vec<u8>) -> Self {
+        MemDevice {
+            data: RwLock::new(bytes),
+            read_only: false,
+            grows: true,
         }
     }
 
@@ -197,8 +211,11 @@ impl BlockDevice for MemDevice {
         let mut d = self.data.write();
         let end = off
             .checked_add(buf.len() as u64)
-            .filter(|&e| e <= d.len() as u64)
+            .filter(|&e| e <= d.len() as u64 || (self.grows && usize::try_from(e).is_ok()))
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("write at {off} past the end")))?;
+        if end > d.len() as u64 {
+            d.resize(end as usize, 0);
+        }
         d[off as usize..end as usize].copy_from_slice(buf);
         Ok(())
     }
@@ -237,6 +254,21 @@ mod tests {
         exercise(&MemDevice::new(4096));
         let ro = MemDevice::from_vec_read_only(vec![0; 10]);
         assert!(ro.write_at(0, b"x").is_err());
+    }
+
+    #[test]
+    fn growable_mem_device_extends_like_a_file() {
+        let d = MemDevice::growable(vec![1; 10]);
+        exercise(&d);
+        d.write_at(20, b"xy").unwrap();
+        assert_eq!(d.size(), 105);
+        d.write_at(200, b"end").unwrap();
+        assert_eq!(d.size(), 203);
+        let mut gap = [9u8; 95];
+        d.read_at(105, &mut gap).unwrap();
+        assert_eq!(gap, [0; 95]);
+        // A fixed-size one refuses.
+        assert!(MemDevice::new(10).write_at(8, b"xyz").is_err());
     }
 
     #[test]

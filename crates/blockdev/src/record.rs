@@ -307,8 +307,34 @@ impl WriteLog {
     /// recording stopped.
     pub fn replay(&self, base: &[u8]) -> io::Result<Vec<u8>> {
         let mut img = base.to_vec();
-        self.apply(&mut img, 0..self.entries.len(), |_| true)?;
+        self.apply_growing(&mut img, 0..self.entries.len(), |_| true)?;
         Ok(img)
+    }
+
+    /// [`WriteLog::apply`] onto an image that grows: a kept write past its
+    /// end extends it (zeros in any gap). The device may be a file that
+    /// grows (a container format appends clusters); the rule for a crash
+    /// image is that the file is as long as the base or the furthest kept
+    /// write, whichever is longer — its length became durable with the
+    /// data that made it (a dropped append leaves no trace).
+    pub fn apply_growing(
+        &self,
+        image: &mut Vec<u8>,
+        range: Range<usize>,
+        mut keep: impl FnMut(usize) -> bool,
+    ) -> io::Result<()> {
+        for i in range {
+            let e = &self.entries[i];
+            if !e.is_write() || !keep(i) {
+                continue;
+            }
+            let end = usize::try_from(e.offset + u64::from(e.len)).map_err(|_| bad("write offset"))?;
+            if end > image.len() {
+                image.resize(end, 0);
+            }
+            self.apply(image, i..i + 1, |_| true)?;
+        }
+        Ok(())
     }
 
     /// Index of the last honoured flush before entry `end`, if any.
@@ -413,9 +439,9 @@ impl WriteLog {
     /// The crash image `cut` describes, built on `base`.
     pub fn image(&self, base: &[u8], cut: &CrashPoint) -> io::Result<Vec<u8>> {
         let mut img = base.to_vec();
-        self.apply(&mut img, 0..cut.durable, |_| true)?;
+        self.apply_growing(&mut img, 0..cut.durable, |_| true)?;
         let kept = cut.kept(self);
-        self.apply(&mut img, cut.durable..cut.end, |i| kept[i - cut.durable])?;
+        self.apply_growing(&mut img, cut.durable..cut.end, |i| kept[i - cut.durable])?;
         Ok(img)
     }
 
@@ -653,15 +679,18 @@ impl<'a> CrashImages<'a> {
     /// fresh image-sized buffer each time, which costs more than the copy.
     pub fn image_into(&mut self, cut: &CrashPoint, img: &mut Vec<u8>) -> io::Result<()> {
         if cut.durable < self.at {
-            self.cur.copy_from_slice(&self.base);
+            // The image may have grown past the base: start again from it.
+            self.cur.clear();
+            self.cur.extend_from_slice(&self.base);
             self.at = 0;
         }
-        self.log.apply(&mut self.cur, self.at..cut.durable, |_| true)?;
+        self.log.apply_growing(&mut self.cur, self.at..cut.durable, |_| true)?;
         self.at = cut.durable;
         img.clear();
         img.extend_from_slice(&self.cur);
         let kept = cut.kept(self.log);
-        self.log.apply(img, cut.durable..cut.end, |i| kept[i - cut.durable])
+        self.log
+            .apply_growing(img, cut.durable..cut.end, |i| kept[i - cut.durable])
     }
 }
 
@@ -977,6 +1006,39 @@ mod tests {
             !c.kept(&log)[0]
         });
         assert!(lost, "no seed drops the write before the unhonoured flush");
+    }
+
+    #[test]
+    fn a_growing_device_gives_growing_crash_images() {
+        let mem = Arc::new(MemDevice::growable(base()));
+        let rec = RecordingDevice::new(mem.clone());
+        rec.write_at(SIZE as u64, &block(1)).unwrap(); // 0: appended
+        rec.flush().unwrap(); // 1
+        rec.write_at(SIZE as u64 + 8192, &block(2)).unwrap(); // 2: appended past a gap
+        rec.write_at(SIZE as u64 + 4096, &block(3)).unwrap(); // 3: fills the gap
+        let log = rec.take_log();
+        assert_eq!(log.replay(&base()).unwrap(), mem.to_vec());
+        let at_flush = log.image(&base(), &log.flush_cut(1).unwrap()).unwrap();
+        assert_eq!(at_flush.len(), SIZE + 4096);
+        // Every cut's image is as long as its furthest kept write.
+        let mut builder = CrashImages::new(&log, base());
+        for s in 0..32u64 {
+            let c = log.random_cut_at(4, s).unwrap();
+            let kept = c.kept(&log);
+            let img = builder.image(&c).unwrap();
+            // kept[0] is entry 2 (ends 3 blocks past the base), kept[1] entry 3.
+            let want = if kept[0] {
+                SIZE + 3 * 4096
+            } else if kept[1] {
+                SIZE + 2 * 4096
+            } else {
+                SIZE + 4096
+            };
+            assert_eq!(img.len(), want, "{c}");
+            assert_eq!(img, log.image(&base(), &c).unwrap());
+            // Going back to the start restarts from the (shorter) base.
+            assert_eq!(builder.image(&log.random_cut_at(0, 0).unwrap()).unwrap(), base());
+        }
     }
 
     #[test]

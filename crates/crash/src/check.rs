@@ -15,6 +15,10 @@
 //! 4. every durability promise of every workload thread
 //!    ([`crate::model::check_promises`]) is checked in the read-only view.
 //!
+//! A crash image that is a container file (qcow2, VHDX) is checked as
+//! [`Checker::check_container`] says: `qemu-img check` first, then the
+//! same steps through the container.
+//!
 //! e2fsck always runs under `timeout`: some corrupt images make it loop.
 
 use std::fs::File;
@@ -26,6 +30,7 @@ use std::process::Command;
 use ext4kit::{Fs, OpenOptions};
 use ext4kit_blockdev::CrashPoint;
 
+use crate::container::{qemu_check, qemu_to_raw, Container, QemuCheck};
 use crate::fsimage::scratch_root;
 use crate::model::{check_promises, CutView, FailKind, Failure};
 use crate::tree::{compare, summarize, walk, Data, Tree};
@@ -54,91 +59,126 @@ impl Checker {
 
     /// Every failed check of `img`, the image of `cut` in `rec`.
     pub fn check(&self, rec: &Recorded, cut: &CrashPoint, img: &[u8]) -> Vec<Failure> {
-        let mut out = Vec::new();
+        self.check_full(rec, cut, img).failures
+    }
+
+    /// Every failed check of `img`, and what else was seen: the raw checks
+    /// for a raw image, the container checks ([`Checker::check_container`])
+    /// for a run inside a container format.
+    pub fn check_full(&self, rec: &Recorded, cut: &CrashPoint, img: &[u8]) -> Checked {
+        let mut res = Checked::default();
+        match rec.spec.container {
+            None => self.check_raw(rec, cut, img, &mut res.failures),
+            Some(c) => self.check_container(c, rec, cut, img, &mut res),
+        }
+        res
+    }
+
+    /// The checks of a raw crash image (the module doc's 1–4).
+    fn check_raw(&self, rec: &Recorded, cut: &CrashPoint, img: &[u8], out: &mut Vec<Failure>) {
         let a = self.dir.join("crash.img");
         let b = self.dir.join("e2fsck.img");
         let runs = data_runs(img);
         if let Err(e) = write_runs(&a, img, &runs).and_then(|()| write_runs(&b, img, &runs)) {
             out.push(Failure::new(FailKind::RoOpen, format!("writing the crash image: {e}")));
-            return out;
+            return;
+        }
+        let ro = ro_view(&a, out);
+        if rw_replay(&a, ro.as_ref().ok(), out) {
+            e2fsck_after_replay(&a, out);
+        }
+        e2fsck_repair(&b, ro.as_ref().ok(), out);
+        promises(rec, cut, ro.as_ref().ok(), out);
+    }
+
+    /// The checks of a crash image that is a container file:
+    ///
+    /// 1. `qemu-img check` on it: clean, or leaked clusters only;
+    /// 2. the guest disk our format layer reads from it is the one
+    ///    `qemu-img convert -O raw` reads;
+    /// 3. ext4kit opens it through the container read-only (the
+    ///    read-only view) and read-write (our format layer and our replay
+    ///    writing into the container file); after that `qemu-img check`
+    ///    again, and `e2fsck -fn` on the guest disk qemu-img reads out;
+    /// 4. `e2fsck -fy` on qemu-img's reading of the crash image reaches
+    ///    the read-only view's tree;
+    /// 5. every promise, in the read-only view.
+    pub fn check_container(&self, c: Container, rec: &Recorded, cut: &CrashPoint, img: &[u8], res: &mut Checked) {
+        let out = &mut res.failures;
+        let file = self.dir.join(format!("crash.{c}"));
+        let qemu_raw = self.dir.join("e2fsck.img");
+        let replayed_raw = self.dir.join("replayed.img");
+        if let Err(e) = write_sparse(&file, img) {
+            out.push(Failure::new(FailKind::RoOpen, format!("writing the crash image: {e}")));
+            return;
         }
 
-        // 1. The read-only view.
-        let ro = open_walk(&a, true);
-        match &ro {
-            Err(e) => out.push(Failure::new(FailKind::RoOpen, e.clone())),
-            Ok(t) => {
-                let bad: Vec<String> = t
-                    .iter()
-                    .filter_map(|(p, n)| match &n.data {
-                        Data::Unreadable(e) => Some(format!("{p}: {e}")),
-                        _ => None,
-                    })
-                    .collect();
-                if !bad.is_empty() {
-                    out.push(Failure::new(
-                        FailKind::RoRead,
-                        format!("{} unreadable: {}", bad.len(), bad.join("; ")),
-                    ));
-                }
-            }
-        }
-
-        // 2. Read-write replay, then e2fsck -fn.
-        let rw = open_walk(&a, false);
-        match rw {
-            Err(e) => out.push(Failure::new(FailKind::RwOpen, e)),
-            Ok(rw) => {
-                if let Ok(ro) = &ro {
-                    let d = compare(ro, &rw, "the read-only view", "the read-write replay");
-                    if !d.is_empty() {
-                        out.push(Failure::new(FailKind::RwTree, summarize(&d, 8)));
-                    }
-                }
-                match e2fsck(&a, "-fn") {
-                    Ok((0, _)) => {}
-                    Ok((code, text)) => out.push(Failure::new(
-                        FailKind::Fsck,
-                        format!("e2fsck -fn exit {code} after ext4kit's replay:\n{text}"),
-                    )),
-                    Err(e) => out.push(Failure::new(FailKind::Fsck, e)),
-                }
-            }
-        }
-
-        // 3. e2fsck's own replay and repair of the raw image.
-        match e2fsck(&b, "-fy") {
-            Ok((0..=3, _)) => match (open_walk(&b, true), &ro) {
-                (Ok(fixed), Ok(ro)) => {
-                    let d = compare(ro, &fixed, "ext4kit's view", "e2fsck -fy's result");
-                    if !d.is_empty() {
-                        out.push(Failure::new(FailKind::E2fsckTree, summarize(&d, 8)));
-                    }
-                }
-                (Err(e), _) => out.push(Failure::new(
-                    FailKind::E2fsckFailed,
-                    format!("ext4kit cannot read e2fsck -fy's result: {e}"),
-                )),
-                (Ok(_), Err(_)) => {}
-            },
-            Ok((code, text)) => out.push(Failure::new(
-                FailKind::E2fsckFailed,
-                format!("e2fsck -fy exit {code}:\n{text}"),
+        // 1. The container as the power cut left it.
+        match qemu_check(&file, c) {
+            Ok(QemuCheck::Clean) => {}
+            Ok(QemuCheck::Leaks(_)) => res.leaked = true,
+            Ok(QemuCheck::Bad(code, text)) => out.push(Failure::new(
+                FailKind::Container,
+                format!("qemu-img check -f {c} exit {code} on the crash image:\n{text}"),
             )),
-            Err(e) => out.push(Failure::new(FailKind::E2fsckFailed, e)),
+            Err(e) => out.push(Failure::new(FailKind::Container, e)),
         }
 
-        // 4. The promises.
-        if let Ok(tree) = &ro {
-            let view = CutView {
-                end: cut.end as u64,
-                flushes: cut.flushes,
-            };
-            for h in &rec.histories {
-                check_promises(h, tree, view, &mut out);
+        // 2. qemu-img's guest disk and ours.
+        let converted = qemu_to_raw(&file, c, &qemu_raw);
+        if let Err(e) = &converted {
+            out.push(Failure::new(FailKind::Container, format!("on the crash image: {e}")));
+        }
+        match c.read_disk(img) {
+            Err(e) => out.push(Failure::new(
+                FailKind::ContainerRead,
+                format!("ext4kit's {c} layer cannot read the crash image: {e}"),
+            )),
+            Ok(ours) => {
+                if converted.is_ok() {
+                    match std::fs::read(&qemu_raw) {
+                        Ok(theirs) => {
+                            if let Some(d) = first_difference(&ours, &theirs) {
+                                out.push(Failure::new(FailKind::ContainerRead, d));
+                            }
+                        }
+                        Err(e) => out.push(Failure::new(
+                            FailKind::ContainerRead,
+                            format!("reading qemu's raw: {e}"),
+                        )),
+                    }
+                }
             }
         }
-        out
+
+        // 3. Through the container: the read-only view, then our replay
+        // writing into the container file.
+        let ro = ro_view(&file, out);
+        if rw_replay(&file, ro.as_ref().ok(), out) {
+            match qemu_check(&file, c) {
+                Ok(QemuCheck::Clean | QemuCheck::Leaks(_)) => {}
+                Ok(QemuCheck::Bad(code, text)) => out.push(Failure::new(
+                    FailKind::Container,
+                    format!("qemu-img check -f {c} exit {code} after ext4kit's replay into the container:\n{text}"),
+                )),
+                Err(e) => out.push(Failure::new(FailKind::Container, e)),
+            }
+            match qemu_to_raw(&file, c, &replayed_raw) {
+                Ok(()) => e2fsck_after_replay(&replayed_raw, out),
+                Err(e) => out.push(Failure::new(
+                    FailKind::Container,
+                    format!("after ext4kit's replay: {e}"),
+                )),
+            }
+        }
+
+        // 4. e2fsprogs' replay of the disk qemu reads from the crash image.
+        if converted.is_ok() {
+            e2fsck_repair(&qemu_raw, ro.as_ref().ok(), out);
+        }
+
+        // 5. The promises.
+        promises(rec, cut, ro.as_ref().ok(), out);
     }
 
     /// Where the checker writes the crash image (kept after a failure by
@@ -152,6 +192,136 @@ impl Drop for Checker {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// What checking one crash image found.
+#[derive(Debug, Default)]
+pub struct Checked {
+    /// The failed checks.
+    pub failures: Vec<Failure>,
+    /// The crash image's container had leaked clusters (`qemu-img check`
+    /// exit 3): space no table points at, accepted after a power cut.
+    pub leaked: bool,
+}
+
+/// Step 1: ext4kit's read-only view of `path` (the journal replayed in
+/// memory); a file it cannot read is a failure, the view still returned.
+fn ro_view(path: &Path, out: &mut Vec<Failure>) -> Result<Tree, String> {
+    let ro = open_walk(path, true);
+    match &ro {
+        Err(e) => out.push(Failure::new(FailKind::RoOpen, e.clone())),
+        Ok(t) => {
+            let bad: Vec<String> = t
+                .iter()
+                .filter_map(|(p, n)| match &n.data {
+                    Data::Unreadable(e) => Some(format!("{p}: {e}")),
+                    _ => None,
+                })
+                .collect();
+            if !bad.is_empty() {
+                out.push(Failure::new(
+                    FailKind::RoRead,
+                    format!("{} unreadable: {}", bad.len(), bad.join("; ")),
+                ));
+            }
+        }
+    }
+    ro
+}
+
+/// Step 2: ext4kit's read-write replay of `path`, in place, whose tree
+/// must be the read-only view's. Whether it opened and closed.
+fn rw_replay(path: &Path, ro: Option<&Tree>, out: &mut Vec<Failure>) -> bool {
+    match open_walk(path, false) {
+        Err(e) => {
+            out.push(Failure::new(FailKind::RwOpen, e));
+            false
+        }
+        Ok(rw) => {
+            if let Some(ro) = ro {
+                let d = compare(ro, &rw, "the read-only view", "the read-write replay");
+                if !d.is_empty() {
+                    out.push(Failure::new(FailKind::RwTree, summarize(&d, 8)));
+                }
+            }
+            true
+        }
+    }
+}
+
+/// `e2fsck -fn` on the raw image ext4kit's replay left.
+fn e2fsck_after_replay(raw: &Path, out: &mut Vec<Failure>) {
+    match e2fsck(raw, "-fn") {
+        Ok((0, _)) => {}
+        Ok((code, text)) => out.push(Failure::new(
+            FailKind::Fsck,
+            format!("e2fsck -fn exit {code} after ext4kit's replay:\n{text}"),
+        )),
+        Err(e) => out.push(Failure::new(FailKind::Fsck, e)),
+    }
+}
+
+/// Step 3: `e2fsck -fy`'s own replay and repair of the raw crash image
+/// `raw` must reach the read-only view's tree.
+fn e2fsck_repair(raw: &Path, ro: Option<&Tree>, out: &mut Vec<Failure>) {
+    match e2fsck(raw, "-fy") {
+        Ok((0..=3, _)) => match (open_walk(raw, true), ro) {
+            (Ok(fixed), Some(ro)) => {
+                let d = compare(ro, &fixed, "ext4kit's view", "e2fsck -fy's result");
+                if !d.is_empty() {
+                    out.push(Failure::new(FailKind::E2fsckTree, summarize(&d, 8)));
+                }
+            }
+            (Err(e), _) => out.push(Failure::new(
+                FailKind::E2fsckFailed,
+                format!("ext4kit cannot read e2fsck -fy's result: {e}"),
+            )),
+            (Ok(_), None) => {}
+        },
+        Ok((code, text)) => out.push(Failure::new(
+            FailKind::E2fsckFailed,
+            format!("e2fsck -fy exit {code}:\n{text}"),
+        )),
+        Err(e) => out.push(Failure::new(FailKind::E2fsckFailed, e)),
+    }
+}
+
+/// Step 4: every promise of every workload thread, in the read-only view.
+fn promises(rec: &Recorded, cut: &CrashPoint, ro: Option<&Tree>, out: &mut Vec<Failure>) {
+    if let Some(tree) = ro {
+        let view = CutView {
+            end: cut.end as u64,
+            flushes: cut.flushes,
+        };
+        for h in &rec.histories {
+            check_promises(h, tree, view, out);
+        }
+    }
+}
+
+/// Where two readings of one guest disk differ: the first byte, and how
+/// many 4 KiB blocks differ; `None` when they are the same.
+fn first_difference(ours: &[u8], theirs: &[u8]) -> Option<String> {
+    if ours == theirs {
+        return None;
+    }
+    if ours.len() != theirs.len() {
+        return Some(format!(
+            "ext4kit reads a {}-byte guest disk, qemu-img {} bytes",
+            ours.len(),
+            theirs.len()
+        ));
+    }
+    let first = ours.iter().zip(theirs).position(|(a, b)| a != b).unwrap_or(0);
+    let blocks = ours
+        .chunks(4096)
+        .zip(theirs.chunks(4096))
+        .filter(|(a, b)| a != b)
+        .count();
+    Some(format!(
+        "ext4kit and qemu-img read different guest disks: first at byte {first} (block {}), {blocks} 4 KiB blocks differ",
+        first / 4096
+    ))
 }
 
 /// Open `path` with ext4kit (read-only or read-write) and read its tree;

@@ -16,13 +16,18 @@
 //!   table, the first failing image of each kind kept with a one-line
 //!   reproduction command.
 //!
-//! The CI test is `tests/crash.rs`; the long campaign is the
-//! `ext4kit-crash` binary.
+//! - [`container`]: the same under qcow2 or VHDX — the recording device
+//!   holds the container file, so a cut falls anywhere in the format's
+//!   own writes; `qemu-img check` judges each crash image's container.
+//!
+//! The CI tests are `tests/crash.rs` and `tests/crash_formats.rs`; the
+//! long campaign is the `ext4kit-crash` binary (`--format qcow2|vhdx`).
 
 #![warn(missing_docs)]
 
 pub mod campaign;
 pub mod check;
+pub mod container;
 pub mod fsimage;
 pub mod model;
 pub mod tree;
@@ -30,6 +35,7 @@ pub mod workload;
 
 pub use campaign::{check_run, choose_cuts, run_campaign, Campaign, Summary};
 pub use check::Checker;
+pub use container::Container;
 pub use fsimage::FsVariant;
 pub use model::{FailKind, Failure};
 pub use workload::{run, Recorded, RunSpec, Workload};

@@ -282,6 +282,14 @@ pub struct History {
 /// Kinds of crash-check failure, in the order the summary lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FailKind {
+    /// `qemu-img check` finds the container file corrupt (exit 2) or
+    /// cannot check it — the crash image itself, or after ext4kit's
+    /// replay wrote to it; or qemu-img cannot convert it. Leaked clusters
+    /// alone (exit 3) are no failure.
+    Container,
+    /// ext4kit's format layer reads another guest disk from the crash
+    /// image's container than `qemu-img convert` does, or cannot read it.
+    ContainerRead,
     /// ext4kit could not open the raw crash image read-only (replaying in
     /// memory) or list its tree.
     RoOpen,
@@ -319,7 +327,9 @@ pub enum FailKind {
 
 impl FailKind {
     /// Every kind, in order.
-    pub const ALL: [FailKind; 14] = [
+    pub const ALL: [FailKind; 16] = [
+        FailKind::Container,
+        FailKind::ContainerRead,
         FailKind::RoOpen,
         FailKind::RoRead,
         FailKind::RwOpen,
@@ -339,6 +349,8 @@ impl FailKind {
     /// Short name (tables, file names).
     pub fn name(self) -> &'static str {
         match self {
+            FailKind::Container => "container-corrupt",
+            FailKind::ContainerRead => "container-read-differs",
             FailKind::RoOpen => "ro-open",
             FailKind::RoRead => "ro-read",
             FailKind::RwOpen => "rw-open",
@@ -359,6 +371,8 @@ impl FailKind {
     /// One line on what it means.
     pub fn meaning(self) -> &'static str {
         match self {
+            FailKind::Container => "qemu-img check finds the container corrupt (crash image, or after our replay)",
+            FailKind::ContainerRead => "ext4kit reads another guest disk from the container than qemu-img",
             FailKind::RoOpen => "ext4kit cannot open the crash image read-only (in-memory replay) or list it",
             FailKind::RoRead => "a file of the crash image cannot be read",
             FailKind::RwOpen => "ext4kit cannot open, list or close the crash image read-write (replay on disk)",
@@ -381,7 +395,9 @@ impl FailKind {
     pub fn is_consistency(self) -> bool {
         matches!(
             self,
-            FailKind::RoOpen
+            FailKind::Container
+                | FailKind::ContainerRead
+                | FailKind::RoOpen
                 | FailKind::RoRead
                 | FailKind::RwOpen
                 | FailKind::Fsck

@@ -13,6 +13,11 @@
 //! single-threaded run issues the same operations, and the engine the same
 //! writes, every time; with several threads the operations per thread are
 //! the same but their interleaving (and so the log) is not.
+//!
+//! With a container format ([`RunSpec::container`]) the recording device
+//! holds the container file instead (growing as the format appends), and
+//! the format layer sits between it and the engine
+//! ([`crate::container`]): the log is the container file's writes.
 
 use ext4kit::{NewInode, OpenRequest};
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,10 +26,11 @@ use std::sync::Arc;
 
 use ext4kit::vfs::io::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
 use ext4kit::{Access, Cred, Fd, Fs, OpenFlags, OpenOptions, Process, RenameFlags};
-use ext4kit_blockdev::{MemDevice, RecordingDevice, WriteLog};
+use ext4kit_blockdev::{BlockDevice, MemDevice, RecordingDevice, WriteLog};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::container::{base_container, Container};
 use crate::fsimage::{base_files, base_image, FsVariant};
 use crate::model::{Content, History, Mark, ObjId, ObjKind, Op, RenameRec, Touch};
 
@@ -139,6 +145,8 @@ pub struct RunSpec {
     pub drop_flushes: u64,
     /// Keep the log's data in an unlinked scratch file instead of memory.
     pub spill: bool,
+    /// The container format the image lives in (`None`: a raw image).
+    pub container: Option<Container>,
 }
 
 impl RunSpec {
@@ -152,12 +160,26 @@ impl RunSpec {
             threads: workload.default_threads(),
             drop_flushes: 0,
             spill: false,
+            container: None,
+        }
+    }
+
+    /// The same run inside container `c`.
+    pub fn in_container(self, c: Option<Container>) -> Self {
+        RunSpec { container: c, ..self }
+    }
+
+    /// The summary's cell: `mix/ext4-4k`, or `mix/ext4-4k/qcow2`.
+    pub fn cell(&self) -> String {
+        match self.container {
+            None => format!("{}/{}", self.workload, self.fs.name()),
+            Some(c) => format!("{}/{}/{c}", self.workload, self.fs.name()),
         }
     }
 
     /// `mix/ext4-4k/seed 7`.
     pub fn label(&self) -> String {
-        let mut s = format!("{}/{}/seed {}", self.workload, self.fs.name(), self.seed);
+        let mut s = format!("{}/seed {}", self.cell(), self.seed);
         if self.drop_flushes > 0 {
             s.push_str(&format!("/1 flush in {} unhonoured", self.drop_flushes));
         }
@@ -177,6 +199,9 @@ impl RunSpec {
         if self.drop_flushes > 0 {
             s.push_str(&format!(" --drop-flushes {}", self.drop_flushes));
         }
+        if let Some(c) = self.container {
+            s.push_str(&format!(" --format {c}"));
+        }
         s
     }
 }
@@ -186,7 +211,8 @@ impl RunSpec {
 pub struct Recorded {
     /// What ran.
     pub spec: RunSpec,
-    /// The image before the run.
+    /// The image before the run (the container file's bytes, in a
+    /// container).
     pub base: Arc<Vec<u8>>,
     /// Every write and flush the engine made, from its open to its close.
     pub log: WriteLog,
@@ -201,8 +227,19 @@ pub struct Recorded {
 /// workloads only issue operations that must succeed), as is a log that
 /// does not replay to what the device holds at the end.
 pub fn run(spec: &RunSpec) -> Result<Recorded, String> {
-    let base = base_image(spec.fs).map_err(|e| format!("making the {} image: {e}", spec.fs.name()))?;
-    let mem = Arc::new(MemDevice::from_vec(base.to_vec()));
+    let (base, mem) = match spec.container {
+        None => {
+            let base = base_image(spec.fs).map_err(|e| format!("making the {} image: {e}", spec.fs.name()))?;
+            let mem = Arc::new(MemDevice::from_vec(base.to_vec()));
+            (base, mem)
+        }
+        Some(c) => {
+            // A container file grows as the format appends to it.
+            let base = base_container(spec.fs, c)?;
+            let mem = Arc::new(MemDevice::growable(base.to_vec()));
+            (base, mem)
+        }
+    };
     let log = if spec.spill {
         let dir = crate::fsimage::scratch_root();
         let path = dir.join(format!("ext4kit-crash-log-{}-{}", std::process::id(), spec.seed));
@@ -223,8 +260,14 @@ pub fn run(spec: &RunSpec) -> Result<Recorded, String> {
         let n = spec.drop_flushes;
         rec.drop_flushes(move |k| k % n == 0);
     }
+    let disk: Arc<dyn BlockDevice> = match spec.container {
+        None => rec.clone(),
+        Some(c) => c
+            .open(rec.clone(), true)
+            .map_err(|e| format!("opening the fresh {c} image read-write: {e}"))?,
+    };
     let fs = Fs::open_device(
-        rec.clone(),
+        disk.clone(),
         &OpenOptions {
             read_only: false,
             ..Default::default()
@@ -307,6 +350,9 @@ pub fn run(spec: &RunSpec) -> Result<Recorded, String> {
         return Err(format!("{refs} references to the Fs remain at the end of the run"));
     }
     drop(fs);
+    // The format layer's close is recorded too (a VHDX writes what it did
+    // not flush when dropped).
+    drop(disk);
     let log = rec.take_log();
     let replayed = log.replay(&base).map_err(|e| format!("replaying the log: {e}"))?;
     if replayed != mem.to_vec() {

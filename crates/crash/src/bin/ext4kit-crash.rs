@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use ext4kit_blockdev::CrashPoint;
 use ext4kit_crash::campaign::{run_campaign, Campaign};
 use ext4kit_crash::check::{save_image, Checker};
-use ext4kit_crash::{run, FsVariant, RunSpec, Workload};
+use ext4kit_crash::{run, Container, FsVariant, RunSpec, Workload};
 
 const REPRO: &str = "cargo run --profile ci -p ext4kit-crash -- check {}";
 
@@ -20,7 +20,8 @@ const REPRO: &str = "cargo run --profile ci -p ext4kit-crash -- check {}";
              e2fsck after ext4kit's journal replay, e2fsck's own replay reaching the same tree, every fsync'd \
              file, directory and rename.",
     after_help = "Examples:\n  ext4kit-crash campaign --runs 100 --images-per-run 500\n  ext4kit-crash campaign \
-                  --workloads mix,g455 --fs ext4-1k --seed 7\n  ext4kit-crash check --workload mix --fs ext4-4k \
+                  --workloads mix,g455 --fs ext4-1k --seed 7\n  ext4kit-crash campaign --format qcow2,vhdx --runs 20 \
+                  --images-per-run 200\n  ext4kit-crash check --workload mix --fs ext4-4k \
                   --seed 3 --ops 400 --threads 1 --cut cut@1234/0x5eed --save crash.img\n  ext4kit-crash record \
                   --workload g482 --fs ext4-4k --seed 1 --log g482.dmlog --base g482-base.img"
 )]
@@ -52,6 +53,10 @@ struct RunArgs {
     /// Keep the log's written data in a scratch file instead of memory.
     #[arg(long)]
     spill: bool,
+    /// The image's container: raw, qcow2 or vhdx (the recording device then holds the container file, and
+    /// qemu-img check judges each crash image's container).
+    #[arg(long, default_value = "raw")]
+    format: String,
 }
 
 impl RunArgs {
@@ -67,6 +72,7 @@ impl RunArgs {
         }
         s.drop_flushes = self.drop_flushes;
         s.spill = self.spill;
+        s.container = Container::parse(&self.format)?;
         Ok(s)
     }
 }
@@ -105,6 +111,11 @@ enum Cmd {
         /// Keep the logs' written data in scratch files instead of memory.
         #[arg(long)]
         spill: bool,
+        /// Containers to cycle through (comma-separated: raw, qcow2, vhdx): with qcow2 or vhdx the recording
+        /// device holds the container file, so cuts fall among the format's own writes (tables, refcounts,
+        /// BAT entries), and qemu-img check must pass every crash image (leaked clusters allowed).
+        #[arg(long, default_value = "raw")]
+        format: String,
     },
     /// Rerun one workload and check one crash point (or all flushes).
     Check {
@@ -157,6 +168,7 @@ fn real_main() -> Result<bool, String> {
             keep,
             drop_flushes,
             spill,
+            format,
         } => {
             let ws: Vec<Workload> = workloads
                 .split(',')
@@ -166,11 +178,23 @@ fn real_main() -> Result<bool, String> {
                 .split(',')
                 .map(|f| FsVariant::parse(f.trim()).ok_or_else(|| format!("unknown filesystem {f:?}")))
                 .collect::<Result<_, _>>()?;
-            let cells: Vec<(Workload, FsVariant)> = fss.iter().flat_map(|f| ws.iter().map(move |w| (*w, *f))).collect();
+            let containers: Vec<Option<Container>> = format
+                .split(',')
+                .map(|c| Container::parse(c.trim()))
+                .collect::<Result<_, _>>()?;
+            if containers.iter().any(Option::is_some) {
+                ext4kit_crash::container::require_qemu_img()?;
+            }
+            let mut cells: Vec<(Workload, FsVariant, Option<Container>)> = Vec::new();
+            for &c in &containers {
+                for &f in &fss {
+                    cells.extend(ws.iter().map(|&w| (w, f, c)));
+                }
+            }
             let specs = (0..runs)
                 .map(|i| {
-                    let (w, f) = cells[i % cells.len()];
-                    let mut s = RunSpec::new(w, f, seed + i as u64);
+                    let (w, f, c) = cells[i % cells.len()];
+                    let mut s = RunSpec::new(w, f, seed + i as u64).in_container(c);
                     if let Some(o) = ops {
                         s.ops = o;
                     }

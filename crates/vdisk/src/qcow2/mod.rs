@@ -12,7 +12,8 @@
 //! ([`header`]).
 //!
 //! Durability: [`BlockDevice::flush`] writes imago's cached L2 tables and
-//! refcount blocks in dependency order, then syncs the file, so a journal
+//! refcount blocks in dependency order, each synced before the next (a
+//! barrier imago itself does not issue: [`storage`]), then syncs the file, so a journal
 //! commit the engine writes after a flush never depends on a table entry
 //! a power cut could still lose. Writes go to the top image only; a
 //! backing file is opened read-only.
@@ -24,6 +25,7 @@ mod storage;
 
 use std::io;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use imago::qcow2::Qcow2;
@@ -31,7 +33,7 @@ use imago::{FormatAccess, FormatDriverBuilder};
 
 use crate::{BlockDevice, DiskFormat, DiskImage, LayerInfo, NamedFiles};
 use header::Facts;
-use storage::DevStorage;
+use storage::{Barriers, DevStorage};
 
 pub(crate) use create::create;
 
@@ -40,6 +42,9 @@ const FORMAT: DiskFormat = DiskFormat::Qcow2;
 /// A qcow2 image (and its backing chain) presented as its disk.
 pub struct Qcow2Disk {
     access: FormatAccess<DevStorage>,
+    /// The top image's barrier switch: raised while imago writes its
+    /// caches back ([`storage`]'s module doc).
+    barriers: Arc<AtomicBool>,
     facts: Facts,
     writable: bool,
 }
@@ -89,11 +94,13 @@ impl Qcow2Disk {
         };
         let gate = gate::ChainGate::new(named, canonical.clone());
         let storage = DevStorage::new(file, canonical);
+        let barriers = storage.barrier_switch();
         let qcow2 = Qcow2::<DevStorage>::builder(storage)
             .write(writable)
             .open(gate)
             .map_err(said)?;
         Ok(Qcow2Disk {
+            barriers,
             access: FormatAccess::new(qcow2),
             facts,
             writable,
@@ -136,7 +143,12 @@ impl BlockDevice for Qcow2Disk {
         if !self.writable {
             return Ok(());
         }
+        // imago writes refcount blocks and L2 tables back in dependency
+        // order but without syncs between them: each is made durable
+        // before the next is written (storage.rs says why).
+        let barriers = Barriers::raise(&self.barriers);
         self.access.flush().map_err(said)?;
+        drop(barriers);
         self.access.sync().map_err(said)
     }
 

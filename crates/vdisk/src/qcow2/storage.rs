@@ -6,12 +6,26 @@
 //! overlapping requests, so only imago's own layers call them). The bodies
 //! here do nothing unsafe; they are plain positional reads and writes on
 //! a `BlockDevice`, which is safe to call from many threads.
+//!
+//! Write barriers while imago writes its metadata back: imago orders its
+//! cache write-back (refcount blocks before the L2 tables that point at
+//! newly allocated clusters; L2 tables before refcount blocks that free
+//! clusters) but issues those writes back to back, with no sync between
+//! them, so a device with a volatile cache may keep the L2 table and lose
+//! the refcount block — an L2 entry pointing at a cluster whose refcount
+//! is 0 (qemu-img check: corruption; the cluster could be handed out
+//! twice). qemu syncs the file between the two caches
+//! (`qcow2_cache_flush_dependency`). Here, while [`Barriers`]
+//! are raised (during [`crate::qcow2::Qcow2Disk`]'s flush, when imago
+//! writes only metadata), every write is followed by a sync, so each
+//! table is durable before the next one is written.
 
 #![allow(unsafe_code)]
 
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use imago::io_buffers::{IoVector, IoVectorMut};
@@ -27,6 +41,10 @@ pub(crate) struct DevStorage {
     /// (backing files); `None` for a device with no path.
     path: Option<PathBuf>,
     helper: CommonStorageHelper,
+    /// Raised while imago writes its caches back: every write is then
+    /// followed by a device flush (the module doc says why). Shared with
+    /// the disk, which raises it ([`Barriers`]).
+    barriers: Arc<AtomicBool>,
 }
 
 impl DevStorage {
@@ -35,7 +53,30 @@ impl DevStorage {
             dev,
             path,
             helper: CommonStorageHelper::default(),
+            barriers: Arc::default(),
         }
+    }
+
+    /// The storage's barrier switch, for [`Barriers::raise`].
+    pub(crate) fn barrier_switch(&self) -> Arc<AtomicBool> {
+        self.barriers.clone()
+    }
+}
+
+/// Every write of a storage durable before the next, while this lives.
+pub(crate) struct Barriers<'a>(&'a AtomicBool);
+
+impl<'a> Barriers<'a> {
+    /// Raise the barriers of the storage whose switch is `switch`.
+    pub(crate) fn raise(switch: &'a AtomicBool) -> Self {
+        switch.store(true, Ordering::Release);
+        Barriers(switch)
+    }
+}
+
+impl Drop for Barriers<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -104,6 +145,9 @@ impl Storage for DevStorage {
         for slice in bufv.into_inner() {
             self.dev.write_at(pos, &slice)?;
             pos += slice.len() as u64;
+        }
+        if self.barriers.load(Ordering::Acquire) {
+            self.dev.flush()?;
         }
         Ok(())
     }
