@@ -6,7 +6,7 @@
 //!   and holds a filesystem that walks without errors, so errors on the
 //!   mutated ones mean damage, not a broken harness.
 //! - `hostile_<format>`: `EXT4KIT_FUZZ_DISK_COUNT` cases per format
-//!   (default 250) from `EXT4KIT_FUZZ_DISK_START` (default 0), each in a
+//!   (default 200) from `EXT4KIT_FUZZ_DISK_START` (default 0), each in a
 //!   worker process limited to 10 s and 1 GiB of address space.
 //!
 //! The seeds need qemu-img (qemu-utils), img2simg
@@ -53,7 +53,7 @@ fn seeds_open_read_and_walk_cleanly() {
 
 fn campaign(family: Family) {
     let fam: Vec<Seed> = all_seeds().iter().filter(|s| s.family == family).cloned().collect();
-    let cases = env_u64("EXT4KIT_FUZZ_DISK_COUNT", 250);
+    let cases = env_u64("EXT4KIT_FUZZ_DISK_COUNT", 200);
     let start = env_u64("EXT4KIT_FUZZ_DISK_START", 0);
     let cfg = DiskCampaign {
         worker: PathBuf::from(env!("CARGO_BIN_EXE_ext4kit-fuzz-disks")),
@@ -66,7 +66,12 @@ fn campaign(family: Family) {
     };
     let r = run_family(&cfg, family, &fam, start, cases);
     eprintln!("{}", r.summary());
-    assert!(r.failures.is_empty(), "{} broke the no-panic/no-hang/bounded-memory contract:\n{}", family.name(), r.summary());
+    assert!(
+        r.failures.is_empty(),
+        "{} broke the no-panic/no-hang/bounded-memory contract:\n{}",
+        family.name(),
+        r.summary()
+    );
     let st = &r.families[&family];
     assert_eq!(st.cases, cases);
     // A degenerate mutator would break every image at the front door and

@@ -437,7 +437,7 @@ fn vmdk(b: &mut Builder) {
                 name: "embedded descriptor".into(),
                 rlocn: None,
                 qcow2_backing: false,
-            whole_file: false,
+                whole_file: false,
             });
         }
         if gdo != u64::MAX {
@@ -565,7 +565,7 @@ fn lvm(b: &mut Builder) {
                 name: "lvm metadata".into(),
                 rlocn: Some(r),
                 qcow2_backing: false,
-            whole_file: false,
+                whole_file: false,
             });
         }
     }

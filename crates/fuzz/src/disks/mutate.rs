@@ -143,7 +143,7 @@ fn value(r: &mut Rng, map: &DiskMap, f: &Field, v: u64, file_len: u64) -> u64 {
     let x = match f.kind {
         Kind::Plain => generic(r),
         Kind::Count => match r.index(6) {
-            0 => v + 1,
+            0 => v.wrapping_add(1),
             1 => v.wrapping_mul(1 << (1 + r.below(20))),
             2 => 1 << (8 + r.below(24)),
             3 => file_len,
@@ -154,7 +154,7 @@ fn value(r: &mut Rng, map: &DiskMap, f: &Field, v: u64, file_len: u64) -> u64 {
             1 => (file_len / unit).wrapping_sub(1),
             2 => file_len / unit + 1 + r.below(64),
             3 => landmark(r) / unit,
-            4 if unit == 1 => v + 1 + r.below(511),
+            4 if unit == 1 => v.wrapping_add(1 + r.below(511)),
             5 => (file_len * 2 + (1 << 40) * r.below(2)) / unit,
             _ => generic(r),
         },

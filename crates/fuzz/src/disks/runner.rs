@@ -192,7 +192,11 @@ enum Ended {
 }
 
 fn run_one(cfg: &DiskCampaign, family: Family, seed: u64, skip: u64) -> Ended {
-    let dir = std::env::temp_dir().join(format!("ext4kit-fuzz-disks-{}-{}-{seed}", std::process::id(), family.name()));
+    let dir = super::worker::scratch_dir().join(format!(
+        "ext4kit-fuzz-disks-{}-{}-{seed}",
+        std::process::id(),
+        family.name()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = std::fs::create_dir_all(&dir) {
         return Ended::Failed("crash", format!("cannot make {}: {e}", dir.display()), String::new());
@@ -267,7 +271,11 @@ fn supervise(cfg: &DiskCampaign, family: Family, seed: u64, skip: u64, dir: &Pat
     }
     if !status.success() {
         let tail: Vec<&str> = err.lines().rev().take(5).collect();
-        return Ended::Failed("crash", format!("worker {status}; last phase: {last_phase}; stderr: {tail:?}"), String::new());
+        return Ended::Failed(
+            "crash",
+            format!("worker {status}; last phase: {last_phase}; stderr: {tail:?}"),
+            String::new(),
+        );
     }
     let result = out.lines().find_map(|l| l.strip_prefix("RESULT ")).unwrap_or("");
     let hwm = out.lines().find_map(|l| l.strip_prefix("HWM ")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);

@@ -128,10 +128,7 @@ pub fn check_tools(families: &[Family]) -> Result<(), SeedError> {
 
 fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/sbin".into(), "/usr/sbin".into()])
-        .map(|d| d.join(tool))
-        .find(|p| p.exists())
+    std::env::split_paths(&path).chain(["/sbin".into(), "/usr/sbin".into()]).map(|d| d.join(tool)).find(|p| p.exists())
 }
 
 fn is_root() -> bool {
@@ -253,7 +250,20 @@ fn build_into(dir: &Path) -> Result<(), SeedError> {
     fs::write(&raw2, &changed).map_err(|e| err(e.to_string()))?;
     run(
         "qemu-img",
-        &["convert", "-q", "-f", "raw", "-O", "qcow2", "-B", "base.qcow2", "-F", "qcow2", p(&raw2), p(&d.join("overlay.qcow2"))],
+        &[
+            "convert",
+            "-q",
+            "-f",
+            "raw",
+            "-O",
+            "qcow2",
+            "-B",
+            "base.qcow2",
+            "-F",
+            "qcow2",
+            p(&raw2),
+            p(&d.join("overlay.qcow2")),
+        ],
     )?;
     conv("vpc", &["-o", "subformat=dynamic"], &sub("vhd-dynamic")?.join("disk.vhd"))?;
     conv("vpc", &["-o", "subformat=fixed,force_size=on"], &sub("vhd-fixed")?.join("disk.vhd"))?;
@@ -286,7 +296,22 @@ fn make_raw(dir: &Path, raw: &Path) -> Result<(), SeedError> {
     std::os::unix::fs::symlink("dir/a/b/deep.txt", tree.join("link")).map_err(|e| err(e.to_string()))?;
     run(
         "mke2fs",
-        &["-q", "-F", "-t", "ext4", "-b", "4096", "-L", "fuzzdisk", "-E", "root_owner=0:0", "-d", p(&tree), p(raw), "8M"],
+        &[
+            "-q",
+            "-F",
+            "-t",
+            "ext4",
+            "-b",
+            "4096",
+            "-L",
+            "fuzzdisk",
+            "-E",
+            "root_owner=0:0",
+            "-d",
+            p(&tree),
+            p(raw),
+            "8M",
+        ],
     )?;
     Ok(())
 }

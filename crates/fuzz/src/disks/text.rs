@@ -44,9 +44,33 @@ const NAMES: &[&str] = &[
 
 /// Words a parser dispatches on (extent types, segment types, access).
 const WORDS: &[&str] = &[
-    "RW", "RDONLY", "NOACCESS", "FLAT", "SPARSE", "ZERO", "VMFS", "VMFSSPARSE", "SESPARSE", "monolithicSparse",
-    "streamOptimized", "twoGbMaxExtentSparse", "linear", "striped", "thin", "mirror", "raid1", "ffffffff",
-    "READ", "WRITE", "VISIBLE", "stripes", "stripe_count", "extent_count", "start_extent", "pe_start", "pe_count",
+    "RW",
+    "RDONLY",
+    "NOACCESS",
+    "FLAT",
+    "SPARSE",
+    "ZERO",
+    "VMFS",
+    "VMFSSPARSE",
+    "SESPARSE",
+    "monolithicSparse",
+    "streamOptimized",
+    "twoGbMaxExtentSparse",
+    "linear",
+    "striped",
+    "thin",
+    "mirror",
+    "raid1",
+    "ffffffff",
+    "READ",
+    "WRITE",
+    "VISIBLE",
+    "stripes",
+    "stripe_count",
+    "extent_count",
+    "start_extent",
+    "pe_start",
+    "pe_count",
 ];
 
 fn spans(t: &[u8], pred: impl Fn(u8) -> bool) -> Vec<(usize, usize)> {
@@ -125,8 +149,7 @@ pub fn mutate(rng: &mut Rng, t: &mut Vec<u8>) -> String {
             }
             let span = *rng.pick(&qs);
             let old = t[span.0..span.1].to_vec();
-            let new =
-                if rng.chance(1, 8) { "A".repeat(1 + rng.index(8000)) } else { rng.pick(NAMES).to_string() };
+            let new = if rng.chance(1, 8) { "A".repeat(1 + rng.index(8000)) } else { rng.pick(NAMES).to_string() };
             splice(t, span, new.as_bytes());
             format!("string {} -> {}", show(&old), show(new.as_bytes()))
         }

@@ -50,6 +50,34 @@ pub fn install_panic_printer() {
     }));
 }
 
+/// Write `bytes` to `path`, leaving all-zero 4 KiB blocks as holes: the
+/// seeds are mostly empty disk, and a case should cost its tables, not
+/// its zeros.
+pub fn write_sparse(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::create(path)?;
+    f.set_len(bytes.len() as u64)?;
+    for (i, block) in bytes.chunks(4096).enumerate() {
+        if block.iter().any(|&b| b != 0) {
+            f.write_all_at(block, i as u64 * 4096)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where case directories go: `$EXT4KIT_FUZZ_DISK_TMP`, else `/dev/shm`
+/// (memory: flushes and file writes cost nothing), else the temp dir.
+pub fn scratch_dir() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("EXT4KIT_FUZZ_DISK_TMP") {
+        return d.into();
+    }
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() && rustix::fs::access(shm, rustix::fs::Access::WRITE_OK).is_ok() {
+        return shm.into();
+    }
+    std::env::temp_dir()
+}
+
 /// Run case (`family`, `seed`, `skip`) in `dir` with seeds from
 /// `seeds_dir`; prints `RESULT ...` and `HWM <KiB>` on stdout. Returns
 /// the process exit code.
@@ -79,7 +107,7 @@ pub fn run_worker(
     let case = generate(&seeds, seed, skip);
     drop(seeds);
     for (name, bytes) in &case.files {
-        if let Err(e) = std::fs::write(dir.join(name), bytes) {
+        if let Err(e) = write_sparse(&dir.join(name), bytes) {
             eprintln!("writing {name}: {e}");
             return 2;
         }
