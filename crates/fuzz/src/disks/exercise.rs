@@ -174,7 +174,7 @@ fn engine(name: &str, dev: Arc<dyn BlockDevice>, out: &mut Outcome, phase: &mut 
     let lim = WalkLimits { max_total_bytes: 16 << 20, max_inodes: 2000, ..Default::default() };
     let w = walk_with(&fs, &lim, None);
     out.walked += w.entries;
-    out.walk_errors += w.error_count() as u64;
+    out.walk_errors += w.error_count();
 }
 
 /// Write a block near the start, the middle and the end; flush; read back.
