@@ -75,8 +75,18 @@ fn campaign(family: Family) {
     let st = &r.families[&family];
     assert_eq!(st.cases, cases);
     // A degenerate mutator would break every image at the front door and
-    // leave the tables untested: a fair share must still open.
-    assert!(st.opened * 5 >= st.cases, "{}: only {} of {} cases opened", family.name(), st.opened, st.cases);
+    // leave the tables untested: a fair share must still open. Android
+    // sparse is the exception: every chunk header is cross-checked against
+    // the file header and the file's length, so almost any one changed
+    // field is (rightly) refused; a few percent open.
+    let share = if family == Family::AndroidSparse { 25 } else { 5 };
+    assert!(
+        st.opened > 0 && st.opened * share >= st.cases,
+        "{}: only {} of {} cases opened",
+        family.name(),
+        st.opened,
+        st.cases
+    );
 }
 
 #[test]
