@@ -118,3 +118,25 @@ fn hostile_android_sparse() {
 fn hostile_lvm() {
     campaign(Family::Lvm);
 }
+
+/// Cases the long campaign found (imago panics and stack overflows,
+/// now refused by crates/vdisk/src/qcow2/header.rs), replayed under the
+/// supervisor: feature name table not whole 48-byte entries (1109, 1488,
+/// 1573), no refcount table or no refcount block for cluster 0 (1027, 1507).
+#[test]
+fn qcow2_regressions() {
+    let fam: Vec<Seed> = all_seeds().iter().filter(|s| s.family == Family::Qcow2).cloned().collect();
+    let cfg = DiskCampaign {
+        worker: PathBuf::from(env!("CARGO_BIN_EXE_ext4kit-fuzz-disks")),
+        seeds_dir: seeds_dir(),
+        threads: 1,
+        time_limit: Duration::from_secs(10),
+        memory_limit: 1 << 30,
+        limits: ExerciseLimits { read_budget: 32 << 20, engine: true },
+        progress: None,
+    };
+    for seed in [1027, 1109, 1488, 1507, 1573] {
+        let r = run_family(&cfg, Family::Qcow2, &fam, seed, 1);
+        assert!(r.failures.is_empty(), "{}", r.summary());
+    }
+}
