@@ -31,6 +31,10 @@
 //!   the engine did; `--save FILE` writes the image; `--minimize` drops
 //!   edits the failure does not need.
 //!
+//! The container formats under the engine (qcow2, VHD, VHDX, VMDK,
+//! Android sparse, LVM2) have their own campaign in [`disks`]
+//! (`tests/hostile_disks.rs`, the `ext4kit-fuzz-disks` binary).
+//!
 //! Base images are cached in `target/fuzz-bases/` (or
 //! `$EXT4KIT_FUZZ_BASES`); delete the directory to rebuild them.
 
@@ -38,6 +42,7 @@ pub mod alloc;
 pub mod base;
 pub mod campaign;
 pub mod damaged;
+pub mod disks;
 pub mod map;
 pub mod mutate;
 pub mod prng;

@@ -111,6 +111,12 @@ pub(super) fn read(file: &dyn BlockDevice) -> io::Result<Facts> {
             ))
         }
     };
+    extensions(
+        file,
+        if version >= 3 { be32(&h, 100) as u64 } else { 72 },
+        1 << cluster_bits,
+    )?;
+    refcounts(file, &h, 1 << cluster_bits)?;
     let snapshots = snapshot_names(file, be32(&h, 60), be64(&h, 64))?;
     Ok(Facts {
         version,
@@ -120,6 +126,60 @@ pub(super) fn read(file: &dyn BlockDevice) -> io::Result<Facts> {
         compression,
         snapshots,
     })
+}
+
+/// Header extension type of the feature name table.
+const FEATURE_NAME_TABLE: u32 = 0x6803_f857;
+
+/// Header extensions (type u32, length u32, data padded to 8 bytes, until
+/// type 0) in the first cluster. The rule relied on: a feature name table
+/// is whole 48-byte entries (qcow2.txt); imago 0.2.6 slices a shorter
+/// last entry and panics (found by the hostile-disk campaign).
+fn extensions(file: &dyn BlockDevice, start: u64, cluster: u64) -> io::Result<()> {
+    let end = cluster.min(file.size());
+    let mut at = start;
+    while at + 8 <= end {
+        let mut e = [0u8; 8];
+        file.read_at(at, &mut e)?;
+        let (ty, len) = (be32(&e, 0), be32(&e, 4) as u64);
+        if ty == 0 {
+            break;
+        }
+        if ty == FEATURE_NAME_TABLE && !len.is_multiple_of(48) {
+            return Err(corrupt(
+                FORMAT,
+                format_args!("the feature name table at byte {at} is {len} bytes, not whole 48-byte entries"),
+            ));
+        }
+        at += 8 + len.div_ceil(8) * 8;
+    }
+    Ok(())
+}
+
+/// The rule relied on: every cluster in use has a refcount, the header's
+/// cluster 0 included, so an image has a refcount table and its first
+/// entry names a refcount block. imago 0.2.6 recurses without end
+/// (a stack overflow, found by the hostile-disk campaign) when asked to
+/// allocate on an image without either.
+fn refcounts(file: &dyn BlockDevice, h: &[u8; 112], cluster: u64) -> io::Result<()> {
+    let (table, clusters) = (be64(h, 48), be32(h, 56));
+    if clusters == 0 {
+        return Err(corrupt(
+            FORMAT,
+            "refcount_table_clusters is 0: the image has no refcount table",
+        ));
+    }
+    let mut first = [0u8; 8];
+    if table.is_multiple_of(cluster) && table.checked_add(8).is_some_and(|e| e <= file.size()) {
+        file.read_at(table, &mut first)?;
+        if be64(&first, 0) == 0 {
+            return Err(corrupt(
+                FORMAT,
+                format_args!("refcount table entry 0 (at byte {table}) is 0: the header's cluster has no refcount"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The names in the snapshot table (bounded by qemu's limit and the file).
