@@ -172,8 +172,10 @@ pub(crate) fn io_error(url: &str, what: &str, e: &object_store::Error) -> io::Er
             Some(404 | 410) => K::NotFound,
             Some(401 | 403) => K::PermissionDenied,
             Some(_) => K::Other,
-            None if text.contains("timed out") || text.contains("timeout") => K::TimedOut,
+            // The text also carries "retry_timeout: ..." whatever failed,
+            // so look for the cause's own words.
             None if text.contains("onnection refused") => K::ConnectionRefused,
+            None if text.contains("timed out") || text.contains("operation timeout") => K::TimedOut,
             None => K::Other,
         },
     };

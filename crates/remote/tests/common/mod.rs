@@ -89,7 +89,7 @@ http {{
     uwsgi_temp_path {d}/tmp/uwsgi;
     scgi_temp_path {d}/tmp/scgi;
     default_type application/octet-stream;
-    limit_req_zone $server_name zone=limited:1m rate=20r/s;
+    limit_req_zone $binary_remote_addr zone=limited:1m rate=20r/s;
     server {{
         listen 127.0.0.1:{port};
         root {d}/www;
