@@ -68,7 +68,9 @@ impl BlockCache {
             self.used -= old.len() as u64;
         }
         while self.used + len > self.cap {
-            let Some((_, victim)) = self.order.pop_first() else { break };
+            let Some((_, victim)) = self.order.pop_first() else {
+                break;
+            };
             if let Some((old, _)) = self.blocks.remove(&victim) {
                 self.used -= old.len() as u64;
             }

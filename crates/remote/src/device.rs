@@ -33,9 +33,9 @@ pub struct RemoteDevice {
     /// if something is wrong with the device itself.
     wait_limit: Duration,
     bytes_read: AtomicU64,
-    /// End offsets of recent reads and a round-robin cursor: a read that
-    /// starts where one of them ended continues a sequential stream.
-    streams: Mutex<([u64; STREAMS], usize)>,
+    /// Recent streams as (end offset, bytes read in a row) and a
+    /// round-robin cursor: a read that starts where one ended continues it.
+    streams: Mutex<([(u64, u64); STREAMS], usize)>,
 }
 
 impl std::fmt::Debug for RemoteDevice {
@@ -52,7 +52,10 @@ impl RemoteDevice {
     /// Open `url`; see [`crate::open_url`].
     pub fn open(url: &str, opts: &RemoteOptions) -> io::Result<Self> {
         if opts.block_size == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "remote block size must not be 0"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "remote block size must not be 0",
+            ));
         }
         let (store, path) = open_store(url, opts)?;
         // Two workers: the work is waiting on sockets, and the machine's
@@ -101,10 +104,14 @@ impl RemoteDevice {
             block_size: opts.block_size,
             // Readahead only fills the cache: without one it would fetch
             // blocks just to drop them.
-            readahead: if opts.cache_bytes >= opts.block_size { opts.readahead } else { 0 },
+            readahead: if opts.cache_bytes >= opts.block_size {
+                opts.readahead
+            } else {
+                0
+            },
             wait_limit,
             bytes_read: AtomicU64::new(0),
-            streams: Mutex::new(([u64::MAX; STREAMS], 0)),
+            streams: Mutex::new(([(u64::MAX, 0); STREAMS], 0)),
         })
     }
 
@@ -122,21 +129,29 @@ impl RemoteDevice {
         &self.url
     }
 
-    /// Whether a read at `off` continues a recent read, remembering where
-    /// this one ends either way.
-    fn sequential(&self, off: u64, end: u64) -> bool {
+    /// How many blocks to read ahead of a read at `off..end`: none unless
+    /// it continues a recent read, then one per block the stream has read
+    /// in a row, up to `readahead`. Ramping up keeps the filesystem's open
+    /// (superblock, then group descriptors: two reads in a row) and
+    /// metadata walks from fetching megabytes nobody reads, while a file
+    /// copy soon has the whole window in flight.
+    fn readahead_window(&self, off: u64, end: u64) -> u64 {
         let mut guard = self.streams.lock();
-        let (ends, next) = &mut *guard;
+        let (streams, next) = &mut *guard;
         // Continuing means starting at the previous end or a little past
         // it (less than one block): a filesystem's reads of one file skip
         // over nothing larger when its extents are contiguous.
-        if let Some(e) = ends.iter_mut().find(|e| **e <= off && off - **e < self.block_size) {
+        if let Some((e, run)) = streams
+            .iter_mut()
+            .find(|(e, _)| *e <= off && off - *e < self.block_size)
+        {
             *e = end;
-            return true;
+            *run += end - off;
+            return (*run / self.block_size).min(u64::from(self.readahead));
         }
-        ends[*next] = end;
+        streams[*next] = (end, end - off);
         *next = (*next + 1) % STREAMS;
-        false
+        0
     }
 }
 
@@ -161,8 +176,8 @@ impl BlockDevice for RemoteDevice {
         // Every block's request is under way before any is waited for, so
         // a read spanning blocks costs one round trip, not one per block.
         let pending: Vec<(u64, Pending)> = (first..=last).map(|i| (i, self.fetcher.get(i))).collect();
-        if self.readahead > 0 && self.sequential(off, end) {
-            for i in 1..=u64::from(self.readahead) {
+        if self.readahead > 0 {
+            for i in 1..=self.readahead_window(off, end) {
                 self.fetcher.prefetch(last + i);
             }
         }

@@ -214,7 +214,10 @@ impl Fetcher {
             let mut st = shared.state.lock();
             match &outcome {
                 Ok(data) => {
-                    shared.counters.bytes_fetched.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    shared
+                        .counters
+                        .bytes_fetched
+                        .fetch_add(data.len() as u64, Ordering::Relaxed);
                     // Cached before leaving the in-flight table, both under
                     // the lock, so no reader can miss it in between.
                     st.cache.insert(index, data.clone());

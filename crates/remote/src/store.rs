@@ -21,7 +21,9 @@ use crate::RemoteOptions;
 
 /// The schemes we accept, lower case. `file://` and `memory://` are left
 /// out on purpose: a local path opens as a file, without a runtime.
-const SCHEMES: &[&str] = &["http", "https", "s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl"];
+const SCHEMES: &[&str] = &[
+    "http", "https", "s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl",
+];
 
 /// The scheme of `s` if it is one we open remotely.
 pub(crate) fn scheme_of(s: &str) -> Option<&'static str> {
@@ -58,7 +60,10 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
         ObjectStoreScheme::AmazonS3 => {
             let mut b = AmazonS3Builder::new().with_retry(retry);
             b = b.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), &timeout);
-            b = b.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect_timeout);
+            b = b.with_config(
+                AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                &connect_timeout,
+            );
             for (k, v) in env_with_prefix("AWS_") {
                 if let Ok(key) = k.parse() {
                     b = b.with_config(key, v);
@@ -74,7 +79,10 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
         ObjectStoreScheme::GoogleCloudStorage => {
             let mut b = GoogleCloudStorageBuilder::new().with_retry(retry);
             b = b.with_config(GoogleConfigKey::Client(ClientConfigKey::Timeout), &timeout);
-            b = b.with_config(GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect_timeout);
+            b = b.with_config(
+                GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                &connect_timeout,
+            );
             if let Ok(path) = std::env::var("SERVICE_ACCOUNT") {
                 b = b.with_service_account_path(path);
             }
@@ -93,7 +101,10 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
         ObjectStoreScheme::MicrosoftAzure => {
             let mut b = MicrosoftAzureBuilder::new().with_retry(retry);
             b = b.with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), &timeout);
-            b = b.with_config(AzureConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect_timeout);
+            b = b.with_config(
+                AzureConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                &connect_timeout,
+            );
             for (k, v) in env_with_prefix("AZURE_") {
                 if let Ok(key) = k.parse() {
                     b = b.with_config(key, v);
@@ -111,7 +122,9 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
             // any query string; a presigned URL's signature lives there, so
             // refuse it plainly instead of failing later with a 403.
             if parsed.query().is_some() {
-                return Err(invalid("query strings (presigned URLs) are not supported over plain HTTP(S)".into()));
+                return Err(invalid(
+                    "query strings (presigned URLs) are not supported over plain HTTP(S)".into(),
+                ));
             }
             let client = ClientOptions::new()
                 .with_timeout(opts.timeout)
@@ -136,7 +149,10 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
 }
 
 fn unknown_key(url: &str, key: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: unknown store option {key:?}"))
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{url}: unknown store option {key:?}"),
+    )
 }
 
 /// The environment variables starting with `prefix`, keys lower-cased the
@@ -163,10 +179,9 @@ pub(crate) fn io_error(url: &str, what: &str, e: &object_store::Error) -> io::Er
         }
         // A 412 on a pinned request: the object was replaced after open.
         object_store::Error::Precondition { .. } => {
-            return io::Error::new(
-                K::Other,
-                format!("{url}: {what}: the object changed since it was opened (HTTP status 412): {text}"),
-            )
+            return io::Error::other(format!(
+                "{url}: {what}: the object changed since it was opened (HTTP status 412): {text}"
+            ))
         }
         _ => match status {
             Some(404 | 410) => K::NotFound,
@@ -217,23 +232,45 @@ mod tests {
 
     #[test]
     fn schemes() {
-        for u in ["https://h/x.img", "HTTP://h/x", "s3://b/k", "gs://b/k", "az://c/k", "abfss://c@a.dfs.core.windows.net/k"] {
+        for u in [
+            "https://h/x.img",
+            "HTTP://h/x",
+            "s3://b/k",
+            "gs://b/k",
+            "az://c/k",
+            "abfss://c@a.dfs.core.windows.net/k",
+        ] {
             assert!(scheme_of(u).is_some(), "{u}");
         }
-        for u in ["/tmp/x.img", "x.img", "file:///tmp/x", "memory:///x", "s3://", "ftp://h/x", "c:\\x"] {
+        for u in [
+            "/tmp/x.img",
+            "x.img",
+            "file:///tmp/x",
+            "memory:///x",
+            "s3://",
+            "ftp://h/x",
+            "c:\\x",
+        ] {
             assert!(scheme_of(u).is_none(), "{u}");
         }
     }
 
     #[test]
     fn status_from_text() {
-        assert_eq!(http_status("Error performing GET http://x in 1ms - Server returned non-2xx status code: 403 Forbidden: "), Some(403));
+        assert_eq!(
+            http_status("Error performing GET http://x in 1ms - Server returned non-2xx status code: 403 Forbidden: "),
+            Some(403)
+        );
         assert_eq!(http_status("connection refused"), None);
     }
 
     #[test]
     fn presigned_refused() {
-        let e = open_store("https://example.invalid/x.img?X-Amz-Signature=1", &RemoteOptions::default()).err();
+        let e = open_store(
+            "https://example.invalid/x.img?X-Amz-Signature=1",
+            &RemoteOptions::default(),
+        )
+        .err();
         assert_eq!(e.map(|e| e.kind()), Some(io::ErrorKind::InvalidInput));
     }
 }

@@ -55,7 +55,9 @@ fn random_reads_from_threads_match_the_file() {
     let mut tail = vec![0u8; 100];
     dev.read_at(data.len() as u64 - 100, &mut tail).expect("last bytes");
     assert_eq!(tail, data[data.len() - 100..]);
-    let e = dev.read_at(data.len() as u64 - 99, &mut tail).expect_err("past the end");
+    let e = dev
+        .read_at(data.len() as u64 - 99, &mut tail)
+        .expect_err("past the end");
     assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
     let e = dev.read_at(u64::MAX - 10, &mut tail).expect_err("overflow");
     assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);

@@ -39,7 +39,10 @@ fn upload(moto: &Moto, bucket: &str, key: &str, data: Vec<u8>) {
         .with_secret_access_key("testing")
         .build()
         .expect("S3 client");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(store.put(&Path::from(key), data.into())).expect("upload");
 }
 

@@ -241,7 +241,10 @@ impl Moto {
         .expect("send");
         let mut reply = String::new();
         let _ = s.read_to_string(&mut reply);
-        assert!(reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200"), "create bucket: {reply}");
+        assert!(
+            reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200"),
+            "create bucket: {reply}"
+        );
     }
 
     /// Kill the server now, as a crash would.
