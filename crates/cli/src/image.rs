@@ -378,7 +378,7 @@ impl Image {
             any_backing_path: self.any_backing_path,
             volume: None,
         };
-        ext4kit::device::vdisk::open_file(&self.path, &req)
+        ext4kit::device::open_disk(&self.path, &req)
     }
 }
 

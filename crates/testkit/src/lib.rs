@@ -46,6 +46,7 @@ pub mod journal;
 pub mod lvm;
 pub mod mountpeer;
 mod rng;
+pub mod servers;
 mod tree;
 mod util;
 

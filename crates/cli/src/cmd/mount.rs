@@ -153,6 +153,15 @@ pub fn run(a: &MountArgs, sel: &ImageArgs, budget: usize) -> Result<(), String> 
     // --partition/--offset/IMAGE@N and -o partition=/offset= name the same
     // thing: either may be used, both only if they agree.
     let image = sel.image(&a.image)?;
+    if ext4kit::device::is_remote(&image.path) {
+        // The mount keeps one server per image file (a lock on it, a
+        // status file named by its inode): none of that exists for a URL.
+        return Err(format!(
+            "{}: mounting a remote image is not supported yet; read it with ls, cat, get or info, or download it \
+             first",
+            image.display()
+        ));
+    }
     let location = match (image.loc, opts.location) {
         (l, Location::Whole) | (Location::Whole, l) => l,
         (l, o) if l == o => l,

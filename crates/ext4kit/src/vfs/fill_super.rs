@@ -134,7 +134,7 @@ pub(crate) fn open_image(path: &Path, opts: &OpenOptions) -> Result<SuperBlock> 
         any_backing_path: opts.any_backing_path,
         volume: opts.volume.clone(),
     };
-    let dev = ext4kit_vdisk::open_file(p, &req)
+    let dev = crate::device::open_disk(p, &req)
         .map_err(|e| Error::io(format!("opening {}", p.display()), e))?
         .into_device();
     if opts.location == ext4kit_blockdev::Location::Whole && opts.volume.is_none() {

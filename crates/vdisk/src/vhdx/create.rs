@@ -223,7 +223,13 @@ mod tests {
     #[test]
     fn the_default_block_size_grows_with_the_disk_as_qemus() {
         const GIB: u64 = 1 << 30;
-        for (size, block) in [(MIB, 8), (GIB, 8), (GIB + 512, 16), (200 * GIB, 32), (40 * 1024 * GIB, 64)] {
+        for (size, block) in [
+            (MIB, 8),
+            (GIB, 8),
+            (GIB + 512, 16),
+            (200 * GIB, 32),
+            (40 * 1024 * GIB, 64),
+        ] {
             assert_eq!(default_block(size), block * MIB, "{size}");
         }
     }

@@ -1,0 +1,165 @@
+//! Images at URLs: a qcow2 holding a GPT disk whose partition holds ext4,
+//! served by a real nginx (plain HTTP range requests) and a real
+//! S3-compatible server (moto's, from PyPI), read through the URL by every
+//! layer (remote object → qcow2 → GPT → ext4): `get` gives the tree it
+//! gives from the local file, `info` shows the stack, and a command that
+//! writes is refused by name (the mount too, for now).
+//!
+//! Needs nginx (nginx-light), moto (`pip install 'moto[server]'`),
+//! qemu-img and sgdisk; .ci/run installs them. A server
+//! that cannot start fails the test and says why.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use ext4kit_testkit::servers::{Moto, Nginx};
+use ext4kit_testkit::{build_source_tree, compare_trees, ext4kit_bin, CompareOpts, TreeOpts};
+
+mod building;
+use building::need_tool;
+
+fn ext4kit(args: &[&dyn AsRef<std::ffi::OsStr>], env: &[(&str, String)]) -> Output {
+    let mut c = Command::new(ext4kit_bin(env!("CARGO_BIN_EXE_ext4kit")));
+    for a in args {
+        c.arg(a);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.stdin(Stdio::null()).output().expect("run ext4kit")
+}
+
+fn ok(what: &str, o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn run(what: &str, c: &mut Command) {
+    let o = c
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    ok(what, o);
+}
+
+/// A qcow2 of a GPT disk whose partition 1 holds an ext4 made by
+/// mke2fs -d, and that filesystem's tree as `get` gives it from the file.
+fn disk(dir: &Path) -> (PathBuf, PathBuf) {
+    need_tool("qemu-img", "qemu-utils");
+    need_tool("sgdisk", "gdisk");
+    let src = dir.join("src");
+    build_source_tree(
+        &src,
+        &TreeOpts {
+            big_dir_entries: 2000,
+            huge_sparse: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let fs = dir.join("fs.img");
+    run(
+        "mke2fs -d",
+        Command::new("mke2fs")
+            .args(["-q", "-F", "-t", "ext4", "-d"])
+            .arg(&src)
+            .arg(&fs)
+            .arg("64M"),
+    );
+    let raw = dir.join("disk.raw");
+    std::fs::File::create(&raw).unwrap().set_len(80 << 20).unwrap();
+    run(
+        "sgdisk",
+        Command::new("sgdisk").args(["-n1:2048:+64M", "-t1:8300"]).arg(&raw),
+    );
+    run(
+        "dd",
+        Command::new("dd")
+            .arg(format!("if={}", fs.display()))
+            .arg(format!("of={}", raw.display()))
+            .args(["bs=1M", "seek=1", "conv=notrunc,sparse", "status=none"]),
+    );
+    let q = dir.join("disk.qcow2");
+    run(
+        "qemu-img convert",
+        Command::new("qemu-img")
+            .args(["convert", "-O", "qcow2"])
+            .arg(&raw)
+            .arg(&q),
+    );
+    let tree = dir.join("tree-local");
+    ok("get of the local qcow2", ext4kit(&[&"get", &q, &"/", &tree], &[]));
+    (q, tree)
+}
+
+fn workdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ext4kit-remote-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `get` through `url` is the local tree; `info` names every layer.
+fn check_url(url: &str, env: &[(&str, String)], local_tree: &Path, dir: &Path, tag: &str) {
+    let info = ok(&format!("info {url}"), ext4kit(&[&"info", &url], env));
+    assert!(info.starts_with("Container:        qcow2"), "{info}");
+    assert!(
+        info.contains("using partition 1") || info.contains("Partition"),
+        "{info}"
+    );
+    let out = dir.join(format!("tree-{tag}"));
+    ok(&format!("get {url}"), ext4kit(&[&"get", &url, &"/", &out], env));
+    let d = compare_trees(local_tree, &out, &CompareOpts::default()).unwrap();
+    assert!(d.is_empty(), "{tag}: {:?}", &d[..d.len().min(5)]);
+    let refused = ext4kit(&[&"mkdir", &url, &"/nope"], env);
+    assert!(!refused.status.success(), "mkdir on a URL succeeded");
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("read-only"), "{why}");
+}
+
+#[test]
+fn a_qcow2_gpt_disk_over_http_reads_as_the_local_file() {
+    let dir = workdir("http");
+    let (q, tree) = disk(&dir);
+    let nginx = Nginx::start();
+    nginx.put("disk.qcow2", &std::fs::read(&q).unwrap());
+    let url = nginx.url("/disk.qcow2");
+    check_url(&url, &[], &tree, &dir, "http");
+    // The mount is refused by name, not with a missing-file error.
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let m = ext4kit(&[&"mount", &"-o", &"ro", &url, &mnt], &[]);
+    assert!(!m.status.success());
+    assert!(String::from_utf8_lossy(&m.stderr).contains("remote image"), "{m:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_qcow2_gpt_disk_in_s3_reads_as_the_local_file() {
+    let dir = workdir("s3");
+    let (q, tree) = disk(&dir);
+    let moto = Moto::start();
+    moto.create_bucket("images");
+    moto.put_object("images", "vm/disk.qcow2", &std::fs::read(&q).unwrap());
+    // The standard AWS variables, for the child process only.
+    let env = [
+        ("AWS_ENDPOINT_URL", moto.endpoint()),
+        ("AWS_ALLOW_HTTP", "true".to_string()),
+        ("AWS_ACCESS_KEY_ID", "testing".to_string()),
+        ("AWS_SECRET_ACCESS_KEY", "testing".to_string()),
+        ("AWS_REGION", "us-east-1".to_string()),
+    ];
+    check_url("s3://images/vm/disk.qcow2", &env, &tree, &dir, "s3");
+    let missing = ext4kit(&[&"ls", &"s3://images/vm/none.qcow2", &"/"], &env);
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("none.qcow2"),
+        "{missing:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
