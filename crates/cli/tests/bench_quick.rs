@@ -22,8 +22,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_ext4kit");
 
 /// Every workload the suite has; a workload added later must be added here
 /// (the test checks that the report lists exactly these).
-const WORKLOADS: [&str; 13] = [
-    "lseek", "storm", "dpath", "dd", "fsync", "create", "lookup", "seq", "fio", "tree", "build", "pcreate", "fsmall",
+const WORKLOADS: [&str; 14] = [
+    "lseek", "storm", "dpath", "dd", "fsync", "create", "lookup", "seq", "fio", "tree", "build", "formats", "pcreate",
+    "fsmall",
 ];
 
 fn has_program(name: &str) -> bool {

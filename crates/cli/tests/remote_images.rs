@@ -2,11 +2,11 @@
 //! served by a real nginx (plain HTTP range requests) and a real
 //! S3-compatible server (moto's, from PyPI), read through the URL by every
 //! layer (remote object → qcow2 → GPT → ext4): `get` gives the tree it
-//! gives from the local file, `info` shows the stack, and a command that
-//! writes is refused by name (the mount too, for now).
+//! gives from the local file, `info` shows the stack, the mount serves it
+//! read-only, and a command that writes is refused by name.
 //!
 //! Needs nginx (nginx-light), moto (`pip install 'moto[server]'`),
-//! qemu-img and sgdisk; .ci/run installs them. A server
+//! qemu-img, sgdisk, root and /dev/fuse; .ci/run installs them. A server
 //! that cannot start fails the test and says why.
 
 use std::path::{Path, PathBuf};
@@ -130,12 +130,22 @@ fn a_qcow2_gpt_disk_over_http_reads_as_the_local_file() {
     nginx.put("disk.qcow2", &std::fs::read(&q).unwrap());
     let url = nginx.url("/disk.qcow2");
     check_url(&url, &[], &tree, &dir, "http");
-    // The mount is refused by name, not with a missing-file error.
+    // The mount serves it read-only; -o rw is refused by name.
+    ext4kit_testkit::require_root_and_fuse("the read-only mount of a remote image");
     let mnt = dir.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
-    let m = ext4kit(&[&"mount", &"-o", &"ro", &url, &mnt], &[]);
-    assert!(!m.status.success());
-    assert!(String::from_utf8_lossy(&m.stderr).contains("remote image"), "{m:?}");
+    let rw = ext4kit(&[&"mount", &"-o", &"rw", &url, &mnt], &[]);
+    assert!(!rw.status.success());
+    assert!(String::from_utf8_lossy(&rw.stderr).contains("read-only"), "{rw:?}");
+    ok("mount URL", ext4kit(&[&"mount", &url, &mnt], &[]));
+    let copy = dir.join("tree-mount");
+    let cp = Command::new("cp").arg("-a").arg(format!("{}/.", mnt.display())).arg(&copy).output();
+    let write = std::fs::write(mnt.join("nope"), b"x");
+    ok("umount", ext4kit(&[&"umount", &mnt], &[]));
+    ok("cp -a from the mount", cp.unwrap());
+    assert!(write.is_err(), "a write to the read-only mount of a URL succeeded");
+    let d = compare_trees(&tree, &copy, &CompareOpts::default()).unwrap();
+    assert!(d.is_empty(), "mount: {:?}", &d[..d.len().min(5)]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -46,10 +46,16 @@ use rustix::fs::{flock, FlockOperation};
 /// including kill -9).
 #[derive(Debug)]
 pub struct ImageLock {
-    _file: File,
+    /// `None` for an image that is not a local file (a URL, read-only).
+    _file: Option<File>,
 }
 
 impl ImageLock {
+    /// No lock: for a remote image, which no one else can write through us.
+    pub fn none() -> ImageLock {
+        ImageLock { _file: None }
+    }
+
     /// Take the exclusive lock or explain who holds it.
     pub fn acquire(image: &Path) -> Result<Self, String> {
         Self::try_acquire(image)?.ok_or_else(|| {
@@ -66,7 +72,7 @@ impl ImageLock {
     pub fn try_acquire(image: &Path) -> Result<Option<Self>, String> {
         let file = File::open(image).map_err(|e| format!("{}: {e}", image.display()))?;
         match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => Ok(Some(ImageLock { _file: file })),
+            Ok(()) => Ok(Some(ImageLock { _file: Some(file) })),
             Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(None),
             Err(e) => Err(format!("{}: cannot lock the image: {e}", image.display())),
         }

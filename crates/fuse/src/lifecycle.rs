@@ -373,6 +373,10 @@ const UNMOUNT_WAIT: Duration = Duration::from_secs(2);
 /// away, serves another partition of the file, or is a subdirectory's
 /// bind.)
 fn take_over(image: &Path, location: Location) -> Result<ImageLock, String> {
+    if ext4kit::device::is_remote(image) {
+        // A remote image is only ever read: nothing to serialize with.
+        return Ok(ImageLock::none());
+    }
     let start = Instant::now();
     let mut said = false;
     loop {
@@ -413,11 +417,20 @@ fn take_over(image: &Path, location: Location) -> Result<ImageLock, String> {
     }
 }
 
+/// The image as the mount names it: a local file by its absolute path
+/// (a detached server changes directory to "/"), a URL as given.
+fn image_name(image: &Path) -> Result<PathBuf, String> {
+    if ext4kit::device::is_remote(image) {
+        return Ok(image.to_path_buf());
+    }
+    std::fs::canonicalize(image).map_err(|e| format!("{}: {e}", image.display()))
+}
+
 /// Mount `image` at `mount_point`. Blocks SIGINT/SIGTERM/SIGHUP in the
 /// calling thread first (the server threads inherit the mask and
 /// [`Mounted::run`] waits for them on a thread of its own).
 pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mounted, String> {
-    let image = std::fs::canonicalize(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let image = image_name(image)?;
     let mount_point = std::fs::canonicalize(mount_point).map_err(|e| format!("{}: {e}", mount_point.display()))?;
     if !mount_point.is_dir() {
         return Err(format!("{}: not a directory", mount_point.display()));
@@ -942,7 +955,7 @@ fn fusermount(args: &[&str], mp: &Path) -> Result<(), String> {
 /// A mount where the server's own mount point already is is left to the
 /// usual path (it waits for an unmount in progress, else refuses).
 pub fn bind_existing(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Option<String>, String> {
-    let image = std::fs::canonicalize(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let image = image_name(image)?;
     let mp = std::fs::canonicalize(mount_point).map_err(|e| format!("{}: {e}", mount_point.display()))?;
     let Some(server) = served(&image, opts.location) else {
         return Ok(None);
@@ -1073,7 +1086,7 @@ pub fn bind_existing(image: &Path, mount_point: &Path, opts: &MountOptions) -> R
 /// first.
 pub fn run_detached(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<String, String> {
     // Absolute paths: the child changes directory to "/".
-    let image = std::fs::canonicalize(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let image = image_name(image)?;
     let mount_point = std::fs::canonicalize(mount_point).map_err(|e| format!("{}: {e}", mount_point.display()))?;
     // Served already: a bind mount, no new server (and no fork).
     if let Some(line) = bind_existing(&image, &mount_point, opts)? {

@@ -129,6 +129,13 @@ http {{
         p
     }
 
+    /// Copy the file at `from` into the served directory as `name`.
+    pub fn put_file(&self, name: &str, from: &Path) -> PathBuf {
+        let p = self.dir.path().join("www").join(name);
+        std::fs::copy(from, &p).unwrap_or_else(|e| panic!("copying {} to serve it: {e}", from.display()));
+        p
+    }
+
     /// The URL of `path` (which starts with '/').
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)

@@ -13,6 +13,7 @@
 
 pub mod bounds;
 pub mod charts;
+pub mod formats;
 pub mod fusetrace;
 pub mod live;
 pub mod notes;

@@ -108,7 +108,7 @@ pub struct Workload {
 const ALL4: &[PeerId] = &[PeerId::Lib, PeerId::Mount, PeerId::Fuse2fs, PeerId::Kernel];
 
 /// Every workload, in suite (and report) order.
-pub static WORKLOADS: [Workload; 13] = [
+pub static WORKLOADS: [Workload; 14] = [
     Workload {
         name: "lseek",
         seed: Some("000"),
@@ -251,6 +251,22 @@ pub static WORKLOADS: [Workload; 13] = [
         x_label: "",
         peers: &[PeerId::Lib],
         run: w_build,
+        image: std_image,
+    },
+    Workload {
+        name: "formats",
+        seed: None,
+        title: "the tree image copied out through qcow2 against raw, and read remotely over HTTP",
+        about: "The build workload's image (ext4kit mkfs -d of the tree) converted to an \
+                uncompressed qcow2 by qemu-img: `ext4kit get` of the whole tree from the raw \
+                file (peer lib) and from the qcow2 (lib:qcow2), page cache dropped before each. \
+                Then the qcow2 served by nginx on 127.0.0.1 and opened by URL through the \
+                library: for a walk of every name and inode (ls -lR) and for the largest file \
+                read whole, the bytes fetched ÷ the bytes the filesystem read, and the requests. \
+                Needs qemu-img and nginx.",
+        x_label: "",
+        peers: &[PeerId::Lib],
+        run: super::formats::w_formats,
         image: std_image,
     },
     Workload {
@@ -1467,17 +1483,8 @@ pub const BUILD_METRIC: &str = "image built from the tree";
 /// `ext4kit mkfs -d` from the tree and from its tar, and `mke2fs -d` from
 /// the tree, timed whole, in turn; each image is checked as it is made.
 fn w_build(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
-    let shape = tree_shape(s);
     let work = l.work_dir();
-    let (tar, counts) = tarball(&work, &shape)?;
-    // The tar unpacked once, beside it: the tree the two peers read.
-    let unpacked = tar.with_extension("unpacked");
-    if !unpacked.join("tree").is_dir() {
-        let _ = std::fs::remove_dir_all(&unpacked);
-        std::fs::create_dir_all(&unpacked).map_err(|e| format!("{}: {e}", unpacked.display()))?;
-        crate::run(Command::new("tar").arg("-xf").arg(&tar).arg("-C").arg(&unpacked))?;
-    }
-    let tree = unpacked.join("tree");
+    let (tar, tree, counts) = unpacked_tree(&work, s)?;
     // Every peer starts warm: the round began with the kernel's caches
     // dropped, and whichever builder ran first would read the tree from
     // the disk for the others (4.5 s against 1.4 s here).
@@ -1547,6 +1554,31 @@ fn w_build(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     }
     let _ = std::fs::remove_file(&img);
     Ok(out)
+}
+
+/// The tree workload's source tree as a tar, and unpacked beside it once
+/// (the tree the builders read), with its counts.
+fn unpacked_tree(work: &Path, s: &Sizes) -> Result<(PathBuf, PathBuf, TreeCounts), String> {
+    let (tar, counts) = tarball(work, &tree_shape(s))?;
+    let unpacked = tar.with_extension("unpacked");
+    if !unpacked.join("tree").is_dir() {
+        let _ = std::fs::remove_dir_all(&unpacked);
+        std::fs::create_dir_all(&unpacked).map_err(|e| format!("{}: {e}", unpacked.display()))?;
+        crate::run(Command::new("tar").arg("-xf").arg(&tar).arg("-C").arg(&unpacked))?;
+    }
+    Ok((tar, unpacked.join("tree"), counts))
+}
+
+/// An image of the tree workload's source tree made by `ext4kit mkfs -d`
+/// (4 KiB blocks, sized as the build workload sizes it), for workloads
+/// that read a realistic filesystem.
+pub(super) fn build_tree_image(bin: &Path, work: &Path, s: &Sizes) -> Result<PathBuf, String> {
+    let (_, tree, counts) = unpacked_tree(work, s)?;
+    let img = work.join("tree.img");
+    let _ = std::fs::remove_file(&img);
+    let size = format!("{}M", counts.bytes * 3 / (1 << 20) + 256);
+    crate::run(Command::new(bin).args(["mkfs", "-q", "-b", "4096", "-d"]).arg(&tree).arg(&img).arg(&size))?;
+    Ok(img)
 }
 
 /// The library as a [`crate::srctree::TreeSink`]: the tree's names,

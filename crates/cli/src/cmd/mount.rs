@@ -154,13 +154,14 @@ pub fn run(a: &MountArgs, sel: &ImageArgs, budget: usize) -> Result<(), String> 
     // thing: either may be used, both only if they agree.
     let image = sel.image(&a.image)?;
     if ext4kit::device::is_remote(&image.path) {
-        // The mount keeps one server per image file (a lock on it, a
-        // status file named by its inode): none of that exists for a URL.
-        return Err(format!(
-            "{}: mounting a remote image is not supported yet; read it with ls, cat, get or info, or download it \
-             first",
-            image.display()
-        ));
+        if opts.read_write {
+            return Err(format!(
+                "{}: a remote image is read-only; mount it without -o rw, or download it to change it",
+                image.display()
+            ));
+        }
+        // Served read-only, without the warning a read-only file gets.
+        opts.read_only = true;
     }
     let location = match (image.loc, opts.location) {
         (l, Location::Whole) | (Location::Whole, l) => l,
