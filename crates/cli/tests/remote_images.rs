@@ -139,7 +139,11 @@ fn a_qcow2_gpt_disk_over_http_reads_as_the_local_file() {
     assert!(String::from_utf8_lossy(&rw.stderr).contains("read-only"), "{rw:?}");
     ok("mount URL", ext4kit(&[&"mount", &url, &mnt], &[]));
     let copy = dir.join("tree-mount");
-    let cp = Command::new("cp").arg("-a").arg(format!("{}/.", mnt.display())).arg(&copy).output();
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", mnt.display()))
+        .arg(&copy)
+        .output();
     let write = std::fs::write(mnt.join("nope"), b"x");
     ok("umount", ext4kit(&[&"umount", &mnt], &[]));
     ok("cp -a from the mount", cp.unwrap());

@@ -40,6 +40,7 @@ pub mod lvm;
 pub mod named;
 pub mod probe;
 pub mod qcow2;
+mod sizing;
 pub mod stack;
 pub mod vhd;
 pub mod vhdx;

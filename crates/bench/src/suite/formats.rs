@@ -23,8 +23,9 @@ use ext4kit::{FileType, Fs, OpenFlags, OpenOptions};
 use ext4kit_remote::{open_url, RemoteDevice, RemoteOptions, RemoteStats};
 use ext4kit_testkit::servers::Nginx;
 
+use super::figure::Figure;
 use super::live::Live;
-use super::work::{build_tree_image, Figure};
+use super::tree_image::build_tree_image;
 use super::Sizes;
 
 /// Seconds to copy the whole tree out (`ext4kit get`), cold.
@@ -45,8 +46,13 @@ pub(super) fn w_formats(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> 
     let raw = build_tree_image(&bin, &work, s)?;
     let qcow2 = raw.with_extension("qcow2");
     let _ = std::fs::remove_file(&qcow2);
-    crate::run(Command::new("qemu-img").args(["convert", "-O", "qcow2"]).arg(&raw).arg(&qcow2))
-        .map_err(|e| format!("qemu-img convert (apt-get install qemu-utils): {e}"))?;
+    crate::run(
+        Command::new("qemu-img")
+            .args(["convert", "-O", "qcow2"])
+            .arg(&raw)
+            .arg(&qcow2),
+    )
+    .map_err(|e| format!("qemu-img convert (apt-get install qemu-utils): {e}"))?;
     let mut out = Vec::new();
     for (variant, image) in [(None, &raw), (Some("qcow2"), &qcow2)] {
         let dest = work.join("formats-out");

@@ -13,12 +13,14 @@
 
 pub mod bounds;
 pub mod charts;
+pub mod figure;
 pub mod formats;
 pub mod fusetrace;
 pub mod live;
 pub mod notes;
 pub mod report;
 pub mod sizes;
+pub mod tree_image;
 pub mod work;
 
 use std::path::{Path, PathBuf};

@@ -22,26 +22,11 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::live::{Live, Target};
+use super::tree_image::{tree_shape, unpacked_tree};
 use super::{Availability, PeerId, Sizes};
-use crate::srctree::{tarball, TreeCounts, TreeShape};
+use crate::srctree::{tarball, TreeCounts};
 
-/// One figure of one round on one peer, as a workload measured it.
-#[derive(Debug, Clone)]
-pub struct Figure {
-    /// What was measured ("creates/s in the interval").
-    pub metric: String,
-    /// Its unit ("files/s", "µs/op", "s").
-    pub unit: &'static str,
-    /// Rates (higher is better) or times (lower is better).
-    pub higher_better: bool,
-    /// The point on a curve (threads, directory size, file blocks).
-    pub x: Option<f64>,
-    /// A library-only variant shown as a peer of its own ("i_mutex":
-    /// the locked baseline; "shared-fd-table").
-    pub variant: Option<&'static str>,
-    /// The value.
-    pub value: f64,
-}
+pub use super::figure::Figure;
 
 // ---------------------------------------------------------------------
 // Metric names the report and charts look up again: one definition.
@@ -1469,14 +1454,6 @@ fn fio(file: &Path, rw: &str, s: &Sizes) -> Result<f64, String> {
 // ---------------------------------------------------------------------
 // untar / find / rm
 
-fn tree_shape(s: &Sizes) -> TreeShape {
-    TreeShape {
-        dirs: s.tree_dirs,
-        files: s.tree_files,
-        seed: 0x7472_6565,
-    }
-}
-
 /// The build workload's figure: seconds to build an image from the tree.
 pub const BUILD_METRIC: &str = "image built from the tree";
 
@@ -1554,31 +1531,6 @@ fn w_build(l: &mut Live, s: &Sizes) -> Result<Vec<Figure>, String> {
     }
     let _ = std::fs::remove_file(&img);
     Ok(out)
-}
-
-/// The tree workload's source tree as a tar, and unpacked beside it once
-/// (the tree the builders read), with its counts.
-fn unpacked_tree(work: &Path, s: &Sizes) -> Result<(PathBuf, PathBuf, TreeCounts), String> {
-    let (tar, counts) = tarball(work, &tree_shape(s))?;
-    let unpacked = tar.with_extension("unpacked");
-    if !unpacked.join("tree").is_dir() {
-        let _ = std::fs::remove_dir_all(&unpacked);
-        std::fs::create_dir_all(&unpacked).map_err(|e| format!("{}: {e}", unpacked.display()))?;
-        crate::run(Command::new("tar").arg("-xf").arg(&tar).arg("-C").arg(&unpacked))?;
-    }
-    Ok((tar, unpacked.join("tree"), counts))
-}
-
-/// An image of the tree workload's source tree made by `ext4kit mkfs -d`
-/// (4 KiB blocks, sized as the build workload sizes it), for workloads
-/// that read a realistic filesystem.
-pub(super) fn build_tree_image(bin: &Path, work: &Path, s: &Sizes) -> Result<PathBuf, String> {
-    let (_, tree, counts) = unpacked_tree(work, s)?;
-    let img = work.join("tree.img");
-    let _ = std::fs::remove_file(&img);
-    let size = format!("{}M", counts.bytes * 3 / (1 << 20) + 256);
-    crate::run(Command::new(bin).args(["mkfs", "-q", "-b", "4096", "-d"]).arg(&tree).arg(&img).arg(&size))?;
-    Ok(img)
 }
 
 /// The library as a [`crate::srctree::TreeSink`]: the tree's names,

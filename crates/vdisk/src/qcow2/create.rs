@@ -17,7 +17,7 @@ use imago::FormatCreateBuilder;
 
 use super::storage::DevStorage;
 use super::{said, Qcow2Disk, FORMAT};
-use crate::create::{invalid, unit_or};
+use crate::sizing::{invalid, unit_or};
 use crate::{BlockDevice, NamedFiles};
 
 /// qemu's (and imago's) default cluster size.

@@ -25,8 +25,9 @@ use std::sync::Arc;
 use super::dynamic::{HEADER_LEN, UNALLOCATED};
 use super::footer::{checksum, FOOTER_LEN, MAX_GEOMETRY_SECTORS};
 use super::{VhdDisk, FORMAT};
-use crate::create::{invalid, unit_or, SECTOR};
-use crate::{BlockDevice, VhdSizing};
+use crate::sizing::VhdSizing;
+use crate::sizing::{invalid, unit_or, SECTOR};
+use crate::BlockDevice;
 
 /// qemu's (and Virtual PC's) block size.
 const DEFAULT_BLOCK: u64 = 2 << 20;

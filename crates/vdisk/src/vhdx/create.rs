@@ -39,7 +39,7 @@ use super::metadata::{
 };
 use super::region::{BAT_GUID, METADATA_GUID, TABLE_OFFSETS, TABLE_SIZE};
 use super::{VhdxDisk, MIB};
-use crate::create::{invalid, unit_or};
+use crate::sizing::{invalid, unit_or};
 use crate::{BlockDevice, DiskFormat};
 
 const FORMAT: DiskFormat = DiskFormat::Vhdx;
