@@ -169,6 +169,35 @@ fn a_qcow2_gpt_disk_in_s3_reads_as_the_local_file() {
         ("AWS_REGION", "us-east-1".to_string()),
     ];
     check_url("s3://images/vm/disk.qcow2", &env, &tree, &dir, "s3");
+    // The same from the AWS shared files' named profile (what `aws s3 ls`
+    // reads) instead of the variables; only the plain-HTTP switch, which
+    // has no key in those files, stays in the environment.
+    let config = dir.join("aws-config");
+    let credentials = dir.join("aws-credentials");
+    std::fs::write(
+        &config,
+        format!(
+            "[profile lab]\nregion = us-east-1\nendpoint_url = {}\n",
+            moto.endpoint()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        &credentials,
+        "[lab]\naws_access_key_id = testing\naws_secret_access_key = testing\n",
+    )
+    .unwrap();
+    let profile_env = [
+        ("AWS_PROFILE", "lab".to_string()),
+        ("AWS_CONFIG_FILE", config.display().to_string()),
+        ("AWS_SHARED_CREDENTIALS_FILE", credentials.display().to_string()),
+        ("AWS_ALLOW_HTTP", "true".to_string()),
+    ];
+    let listed = ok(
+        "ls through a profile",
+        ext4kit(&[&"ls", &"s3://images/vm/disk.qcow2", &"/"], &profile_env),
+    );
+    assert!(listed.contains("lost+found"), "{listed}");
     let missing = ext4kit(&[&"ls", &"s3://images/vm/none.qcow2", &"/"], &env);
     assert!(!missing.status.success());
     assert!(

@@ -12,7 +12,8 @@
 //!
 //! The transport is Apache Arrow's `object_store`: one well-kept client that
 //! knows every store's URL forms, credentials (the standard AWS, Google and
-//! Azure environment variables) and request signing, and that retries
+//! Azure environment variables; the AWS shared files' profile is read
+//! here, `aws_profile.rs`) and request signing, and that retries
 //! transient failures with backoff under a bound. It is async; the device
 //! owns a small tokio runtime to drive it, so callers stay synchronous.
 //!
@@ -25,6 +26,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod aws_profile;
 mod cache;
 mod device;
 mod fetch;
@@ -131,7 +133,9 @@ pub fn is_url(s: &str) -> bool {
 /// here, at open, rather than at the first read. Credentials and endpoints
 /// come from the environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
 /// `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, `GOOGLE_*`,
-/// `AZURE_*`) and from [`RemoteOptions::store_options`].
+/// `AZURE_*`), for S3 also from the AWS shared files' profile
+/// (`~/.aws/credentials`, `~/.aws/config`, `AWS_PROFILE`; the environment
+/// wins), and from [`RemoteOptions::store_options`].
 pub fn open_url(url: &str, opts: &RemoteOptions) -> std::io::Result<RemoteDevice> {
     RemoteDevice::open(url, opts)
 }

@@ -64,7 +64,12 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
                 AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
                 &connect_timeout,
             );
-            for (k, v) in env_with_prefix("AWS_") {
+            // The shared files' profile first, the environment over it (the
+            // AWS CLI's precedence).
+            for (k, v) in crate::aws_profile::profile_settings()
+                .into_iter()
+                .chain(env_with_prefix("AWS_"))
+            {
                 if let Ok(key) = k.parse() {
                     b = b.with_config(key, v);
                 }
