@@ -1,18 +1,16 @@
 //! The files extents live in.
 //!
 //! A hosted sparse extent grows: a grain written for the first time is
-//! appended at the end of its file. A [`BlockDevice`] has a fixed size
-//! (reads past its end are `UnexpectedEof`), so an extent file is one of
-//! two things: a device handed to us, which is read (and written in
-//! place) but never grows, or a regular file opened here, whose length
+//! appended at the end of its file. An extent file is one of two things:
+//! a device handed to us, which is read (and written in place) but never
+//! grows, or a regular file opened here by name, whose `FileDevice`
 //! follows the writes appended to it.
 
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use ext4kit_blockdev::FileDevice;
 
 use crate::BlockDevice;
 
@@ -31,108 +29,49 @@ pub(crate) trait ExtentFile: Send + Sync {
     fn grows(&self) -> bool;
 }
 
-/// A block device handed to [`super::VmdkDisk::open`]: fixed size.
-pub(crate) struct Device(pub(crate) Arc<dyn BlockDevice>);
-
-impl ExtentFile for Device {
-    fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.0.read_at(off, buf)
-    }
-    fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
-        self.0.write_at(off, buf)
-    }
-    fn flush(&self) -> io::Result<()> {
-        self.0.flush()
-    }
-    fn len(&self) -> u64 {
-        self.0.size()
-    }
-    fn grows(&self) -> bool {
-        false
-    }
+/// The device an extent lives on: a block device handed to
+/// [`super::VmdkDisk::open`] (fixed size: it may not hold a device that
+/// grows), or a regular file opened here by name, which grows as grains
+/// are appended (`FileDevice` follows its length).
+pub(crate) struct Device {
+    dev: Arc<dyn BlockDevice>,
+    grows: bool,
 }
 
-/// A file opened here with `pread`/`pwrite`, whose length is tracked as
-/// writes extend it.
-pub(crate) struct OsFile {
-    file: File,
-    len: AtomicU64,
-    writable: bool,
-    regular: bool,
-}
+impl Device {
+    /// A device of fixed size.
+    pub(crate) fn fixed(dev: Arc<dyn BlockDevice>) -> Device {
+        Device { dev, grows: false }
+    }
 
-impl OsFile {
-    /// Open `path`, read-write if `writable`.
-    pub(crate) fn open(path: &Path, writable: bool) -> io::Result<OsFile> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .open(path)
+    /// The file at `path`, read-write if `writable`; it grows when it is a
+    /// regular file (a block device node cannot).
+    pub(crate) fn file(path: &Path, writable: bool) -> io::Result<Device> {
+        let dev = FileDevice::open(path, writable)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-        let meta = file.metadata()?;
-        let len = if meta.file_type().is_file() {
-            meta.len()
-        } else {
-            use std::io::Seek;
-            (&file).seek(io::SeekFrom::End(0))?
-        };
-        Ok(OsFile {
-            file,
-            len: AtomicU64::new(len),
-            writable,
-            regular: meta.file_type().is_file(),
+        let grows = std::fs::metadata(path)?.file_type().is_file();
+        Ok(Device {
+            dev: Arc::new(dev),
+            grows,
         })
     }
 }
 
-impl ExtentFile for OsFile {
+impl ExtentFile for Device {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        let len = self.len.load(Ordering::Acquire);
-        if off.checked_add(buf.len() as u64).is_none_or(|end| end > len) {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "read of {} bytes at offset {off} past the end of the file ({len} bytes)",
-                    buf.len()
-                ),
-            ));
-        }
-        self.file.read_exact_at(buf, off)
+        self.dev.read_at(off, buf)
     }
-
     fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
-        if !self.writable {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "file opened read-only"));
-        }
-        let end = off
-            .checked_add(buf.len() as u64)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "write offset overflows"))?;
-        if !self.regular && end > self.len.load(Ordering::Acquire) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("write at {off} past the end"),
-            ));
-        }
-        self.file.write_all_at(buf, off)?;
-        // Readers may read the new bytes only once they are written.
-        self.len.fetch_max(end, Ordering::AcqRel);
-        Ok(())
+        self.dev.write_at(off, buf)
     }
-
     fn flush(&self) -> io::Result<()> {
-        if self.writable {
-            self.file.sync_data()
-        } else {
-            Ok(())
-        }
+        self.dev.flush()
     }
-
     fn len(&self) -> u64 {
-        self.len.load(Ordering::Acquire)
+        self.dev.size()
     }
-
     fn grows(&self) -> bool {
-        self.regular
+        self.grows
     }
 }
 

@@ -44,7 +44,7 @@ mod testimage;
 mod tests;
 
 use descriptor::{Access, Descriptor, ExtentType, MAX_DESCRIPTOR};
-use file::{Device, ExtentFile, OsFile};
+use file::{Device, ExtentFile};
 use flat::FlatExtent;
 use header::{Kind, COWD, KDMV, SECTOR};
 use sparse::SparseExtent;
@@ -111,14 +111,14 @@ impl VmdkDisk {
     /// sparse extent held by `file` itself, since a device cannot grow to
     /// take new grains: open such an image with [`VmdkDisk::open_path`].
     pub fn open(file: Arc<dyn BlockDevice>, writable: bool, named: &NamedFiles) -> io::Result<VmdkDisk> {
-        Self::open_main(Arc::new(Device(file)), writable, named)
+        Self::open_main(Arc::new(Device::fixed(file)), writable, named)
     }
 
     /// Open the VMDK at `path`, which this opens itself so that a
     /// monolithicSparse image can grow as grains are written. `named` is
     /// usually `NamedFiles::beside(path, ..)`.
     pub fn open_path(path: &Path, writable: bool, named: &NamedFiles) -> io::Result<VmdkDisk> {
-        Self::open_main(Arc::new(OsFile::open(path, writable)?), writable, named)
+        Self::open_main(Arc::new(Device::file(path, writable)?), writable, named)
     }
 
     fn open_main(main: Arc<dyn ExtentFile>, writable: bool, named: &NamedFiles) -> io::Result<VmdkDisk> {
@@ -268,7 +268,7 @@ impl VmdkDisk {
                         ));
                     }
                     runs.push((sparse, lo, hi, n));
-                    let file: Arc<dyn ExtentFile> = Arc::new(OsFile::open(&path, writable)?);
+                    let file: Arc<dyn ExtentFile> = Arc::new(Device::file(&path, writable)?);
                     if sparse {
                         let sp = SparseExtent::open(file, writable, what.clone())?;
                         if sp.capacity_bytes() < len {
