@@ -512,7 +512,12 @@ fn names_outside_the_directory_devices_parents_and_raw_devices_are_refused() {
             format!("{head}RW 1 FLAT \"/etc/hostname\"\n"),
             io::ErrorKind::PermissionDenied,
         ),
-        (format!("{head}RW 1 FLAT \"../x\"\n"), io::ErrorKind::NotFound),
+        // A name that cannot exist (not "../x": a /tmp/x someone made would
+        // turn this into a refusal for being outside the directory).
+        (
+            format!("{head}RW 1 FLAT \"../ext4kit-no-such-extent-{}\"\n", std::process::id()),
+            io::ErrorKind::NotFound,
+        ),
         (
             format!("{head}RW 1 FLAT \"nbd:host:1\"\n"),
             io::ErrorKind::PermissionDenied,
