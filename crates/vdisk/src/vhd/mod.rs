@@ -265,6 +265,23 @@ impl VhdDisk {
     }
 }
 
+/// `len` bytes at disk offset `off` cut at block boundaries: (block index,
+/// offset in the block, the piece's range in the caller's buffer).
+fn pieces(block_size: u64, off: u64, len: usize) -> impl Iterator<Item = (u64, u64, std::ops::Range<usize>)> {
+    let mut done = 0usize;
+    std::iter::from_fn(move || {
+        if done >= len {
+            return None;
+        }
+        let pos = off + done as u64;
+        let in_block = pos % block_size;
+        let n = ((block_size - in_block) as usize).min(len - done);
+        let piece = (pos / block_size, in_block, done..done + n);
+        done += n;
+        Some(piece)
+    })
+}
+
 impl BlockDevice for VhdDisk {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
         if off.checked_add(buf.len() as u64).is_none_or(|e| e > self.size) {
@@ -273,20 +290,14 @@ impl BlockDevice for VhdDisk {
         let Some(d) = &self.dynamic else {
             return self.file.read_at(off, buf);
         };
-        let bs = d.header.block_size;
-        let mut done = 0usize;
-        while done < buf.len() {
-            let pos = off + done as u64;
-            let (i, in_block) = (pos / bs, pos % bs);
-            let n = ((bs - in_block) as usize).min(buf.len() - done);
-            let out = &mut buf[done..done + n];
+        for (i, in_block, range) in pieces(d.header.block_size, off, buf.len()) {
+            let out = &mut buf[range];
             match d.bat.get(i) {
                 Some(s) => self
                     .file
                     .read_at(s as u64 * 512 + d.header.bitmap_len() + in_block, out)?,
                 None => out.fill(0),
             }
-            done += n;
         }
         Ok(())
     }
@@ -301,14 +312,8 @@ impl BlockDevice for VhdDisk {
         let Some(d) = &self.dynamic else {
             return self.file.write_at(off, buf);
         };
-        let bs = d.header.block_size;
-        let mut done = 0usize;
-        while done < buf.len() {
-            let pos = off + done as u64;
-            let (i, in_block) = (pos / bs, pos % bs);
-            let n = ((bs - in_block) as usize).min(buf.len() - done);
-            self.write_block(d, i, in_block, &buf[done..done + n])?;
-            done += n;
+        for (i, in_block, range) in pieces(d.header.block_size, off, buf.len()) {
+            self.write_block(d, i, in_block, &buf[range])?;
         }
         Ok(())
     }
