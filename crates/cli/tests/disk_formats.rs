@@ -13,31 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use ext4kit_testkit::journal::{e2fsck_fn, kernel_tree};
-use ext4kit_testkit::{build_source_tree, compare_trees, ext4kit_bin, CompareOpts, TreeOpts};
+use ext4kit_testkit::{build_source_tree, compare_trees, CompareOpts, TreeOpts};
 
 mod building;
-use building::{need_kernel, need_tool};
-
-fn bin() -> PathBuf {
-    ext4kit_bin(env!("CARGO_BIN_EXE_ext4kit"))
-}
+use building::{expect_ok as ok, ext4kit_env, need_kernel, need_tool};
 
 fn ext4kit(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
-    let mut c = Command::new(bin());
-    for a in args {
-        c.arg(a);
-    }
-    c.stdin(Stdio::null()).output().expect("run ext4kit")
-}
-
-fn ok(what: &str, o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "{what} failed: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    ext4kit_env(args, &[])
 }
 
 fn run(what: &str, c: &mut Command) -> String {

@@ -12,34 +12,20 @@
 //! gdisk and qemu-img; CI runs as root and .ci/run installs them.
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use ext4kit_testkit::journal::kernel_tree;
 use ext4kit_testkit::lvm::{e2fsck_clean, filesystem, run, Lab, Layout};
-use ext4kit_testkit::{compare_trees, ext4kit_bin, CompareOpts};
+use ext4kit_testkit::{compare_trees, CompareOpts};
 
 mod building;
-use building::{need_kernel, need_tool};
-
-const MIB: u64 = 1 << 20;
+use building::{expect_ok as ok, ext4kit_env, need_kernel, need_tool};
 
 fn ext4kit(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
-    let mut c = Command::new(ext4kit_bin(env!("CARGO_BIN_EXE_ext4kit")));
-    for a in args {
-        c.arg(a);
-    }
-    c.stdin(Stdio::null()).output().expect("run ext4kit")
+    ext4kit_env(args, &[])
 }
 
-fn ok(what: &str, o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "{what} failed: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+const MIB: u64 = 1 << 20;
 
 #[test]
 fn a_logical_volume_is_read_and_written_as_image_at_vg_lv() {

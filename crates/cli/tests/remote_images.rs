@@ -10,34 +10,13 @@
 //! that cannot start fails the test and says why.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use ext4kit_testkit::servers::{Moto, Nginx};
-use ext4kit_testkit::{build_source_tree, compare_trees, ext4kit_bin, CompareOpts, TreeOpts};
+use ext4kit_testkit::{build_source_tree, compare_trees, CompareOpts, TreeOpts};
 
 mod building;
-use building::need_tool;
-
-fn ext4kit(args: &[&dyn AsRef<std::ffi::OsStr>], env: &[(&str, String)]) -> Output {
-    let mut c = Command::new(ext4kit_bin(env!("CARGO_BIN_EXE_ext4kit")));
-    for a in args {
-        c.arg(a);
-    }
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.stdin(Stdio::null()).output().expect("run ext4kit")
-}
-
-fn ok(what: &str, o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "{what} failed: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use building::{expect_ok as ok, ext4kit_env as ext4kit, need_tool};
 
 fn run(what: &str, c: &mut Command) {
     let o = c

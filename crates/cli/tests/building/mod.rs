@@ -122,3 +122,29 @@ pub fn ok(args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
+
+/// `ext4kit ARGS` (paths or strings) with `env` added and no standard
+/// input, the binary `EXT4KIT_BIN` names if set: the form the disk-format,
+/// LVM and remote-image tests use.
+pub fn ext4kit_env(args: &[&dyn AsRef<std::ffi::OsStr>], env: &[(&str, String)]) -> Output {
+    let mut c = Command::new(ext4kit_testkit::ext4kit_bin(env!("CARGO_BIN_EXE_ext4kit")));
+    for a in args {
+        c.arg(a);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.stdin(std::process::Stdio::null()).output().expect("run ext4kit")
+}
+
+/// A run that must succeed (`what` names it in the failure, with both
+/// outputs): its standard output.
+pub fn expect_ok(what: &str, o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
