@@ -16,6 +16,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use std::sync::{Arc, OnceLock};
+
 use ext4kit::device::{partitions, probe_ext, DiskFormat, DiskRequest, Partition, PartitionTable};
 use ext4kit::Location;
 
@@ -169,12 +171,19 @@ pub struct Image {
     /// `--no-replay`.
     pub no_replay: bool,
     /// `--format`: the container format, when forced.
-    pub format: Option<DiskFormat>,
+    format: Option<DiskFormat>,
     /// `--any-backing-path`.
-    pub any_backing_path: bool,
-    /// `--lv VG/LV`: the logical volume holding the filesystem.
-    pub volume: Option<String>,
+    any_backing_path: bool,
+    /// `--lv VG/LV`: the logical volume holding the filesystem; set with
+    /// `set_volume`, which keeps `shown` saying it.
+    volume: Option<String>,
     shown: String,
+    /// The disk opened read-only once and shared by every probe of this
+    /// image and of the same image at another location (`at`): a remote
+    /// image's open is a HEAD request and its first blocks fetched again,
+    /// a qcow2's its header and tables parsed again (`info` of a URL made
+    /// five opens before).
+    disk: Arc<OnceLock<Result<Arc<ext4kit::device::Disk>, String>>>,
 }
 
 impl Image {
@@ -193,7 +202,24 @@ impl Image {
             any_backing_path: false,
             volume: None,
             shown,
+            disk: Arc::default(),
         }
+    }
+
+    /// `--format`: the container format, when forced.
+    pub fn format(&self) -> Option<DiskFormat> {
+        self.format
+    }
+
+    /// `--any-backing-path`.
+    pub fn any_backing_path(&self) -> bool {
+        self.any_backing_path
+    }
+
+    /// `--lv VG/LV` (or `IMAGE@VG/LV`): the logical volume holding the
+    /// filesystem.
+    pub fn volume(&self) -> Option<&str> {
+        self.volume.as_deref()
     }
 
     /// Choose the logical volume (and say so in messages: `disk.img@vg/lv`).
@@ -227,7 +253,7 @@ impl Image {
             return Ok(Probe::Filesystem);
         }
         let dev = match self.disk() {
-            Ok(d) => d.into_device(),
+            Ok(d) => d.device().clone(),
             // Let the real open report it, with the engine's context.
             Err(_) => return Ok(Probe::Filesystem),
         };
@@ -305,7 +331,7 @@ impl Image {
         let Ok(disk) = self.disk() else {
             return Ok(());
         };
-        let Ok(dev) = ext4kit::device::open_location(disk.into_device(), self.loc) else {
+        let Ok(dev) = ext4kit::device::open_location(disk.device().clone(), self.loc) else {
             return Ok(());
         };
         if probe_ext(&*dev, 0).is_some() {
@@ -366,19 +392,29 @@ impl Image {
         at.format = self.format;
         at.any_backing_path = self.any_backing_path;
         at.set_volume(self.volume.clone());
+        // The container does not depend on the location: one open serves both.
+        at.disk = self.disk.clone();
         at
     }
 
     /// The disk the image file holds, read-only, through its container
     /// format (qcow2, VHDX, ...; the file itself when raw).
-    pub fn disk(&self) -> std::io::Result<ext4kit::device::Disk> {
-        let req = DiskRequest {
-            writable: false,
-            format: self.format,
-            any_backing_path: self.any_backing_path,
-            volume: None,
-        };
-        ext4kit::device::open_disk(&self.path, &req)
+    /// Opened once per image (see the `disk` field); the error is the
+    /// open's, as text.
+    pub fn disk(&self) -> Result<Arc<ext4kit::device::Disk>, String> {
+        self.disk
+            .get_or_init(|| {
+                let req = DiskRequest {
+                    writable: false,
+                    format: self.format,
+                    any_backing_path: self.any_backing_path,
+                    volume: None,
+                };
+                ext4kit::device::open_disk(&self.path, &req)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
     }
 }
 

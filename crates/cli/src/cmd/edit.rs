@@ -26,9 +26,9 @@ pub fn open_rw(image: &Image, budget: usize) -> Result<Arc<Fs>, String> {
             cache_budget: budget,
             no_replay: false,
             location,
-            disk_format: image.format,
-            any_backing_path: image.any_backing_path,
-            volume: image.volume.clone(),
+            disk_format: image.format(),
+            any_backing_path: image.any_backing_path(),
+            volume: image.volume().map(str::to_string),
             ..Default::default()
         },
     )

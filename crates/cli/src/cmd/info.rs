@@ -11,7 +11,7 @@ use crate::image::{Disk, Probe};
 /// Print the filesystem summary, or the partition table of a disk.
 pub fn run(image: &Image, budget: usize) -> Result<(), String> {
     print_container(image);
-    if image.volume.is_none() {
+    if image.volume().is_none() {
         print_volumes(image);
     }
     if let Probe::Table(disk) = image.probe()? {
@@ -222,8 +222,8 @@ pub fn readers(image: &Image) -> Result<(), String> {
     use ext4kit::readers::{image_features, Effect, SURVEY};
     let loc = image.resolve()?;
     let fail = |e: String| format!("{}: {e}", image.display());
-    let disk = image.disk().map_err(|e| fail(e.to_string()))?;
-    let dev = ext4kit::device::open_location(disk.into_device(), loc).map_err(|e| fail(e.to_string()))?;
+    let disk = image.disk().map_err(fail)?;
+    let dev = ext4kit::device::open_location(disk.device().clone(), loc).map_err(|e| fail(e.to_string()))?;
     let words = image_features(&*dev).map_err(|e| fail(e.to_string()))?;
     println!("Image:            {}", image.display());
     println!("Features:         {}", words.names().join(" "));

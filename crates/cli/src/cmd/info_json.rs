@@ -88,7 +88,7 @@ pub fn run(image: &Image, budget: usize) -> Result<(), String> {
                         })
                     })
                     .collect();
-                stack.push(json!({"layer": "lvm", "volume_groups": vgs, "selected": image.volume}));
+                stack.push(json!({"layer": "lvm", "volume_groups": vgs, "selected": image.volume()}));
             }
             Err(e) => stack.push(json!({"layer": "lvm", "error": e.to_string()})),
         }

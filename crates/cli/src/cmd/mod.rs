@@ -32,9 +32,9 @@ pub fn open(image: &Image, budget: usize) -> Result<Arc<Fs>, String> {
             cache_budget: budget,
             no_replay: image.no_replay,
             location,
-            disk_format: image.format,
-            any_backing_path: image.any_backing_path,
-            volume: image.volume.clone(),
+            disk_format: image.format(),
+            any_backing_path: image.any_backing_path(),
+            volume: image.volume().map(str::to_string),
             ..Default::default()
         },
     )

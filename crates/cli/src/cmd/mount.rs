@@ -185,9 +185,9 @@ pub fn run(a: &MountArgs, sel: &ImageArgs, budget: usize) -> Result<(), String> 
     }
     let image = image.at(location);
     opts.location = image.resolve()?;
-    opts.disk_format = image.format;
-    opts.any_backing_path = image.any_backing_path;
-    opts.volume = image.volume.clone();
+    opts.disk_format = image.format();
+    opts.any_backing_path = image.any_backing_path();
+    opts.volume = image.volume().map(str::to_string);
     if let Some(n) = a.threads {
         if n == 0 {
             return Err("--threads must be at least 1".into());
