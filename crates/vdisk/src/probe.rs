@@ -84,11 +84,19 @@ const VHDX_MAGIC: &[u8] = b"vhdxfile";
 /// Sparse VMDK extent header magic (`VMDK4_MAGIC`, "KDMV").
 const VMDK_SPARSE_MAGIC: &[u8] = b"KDMV";
 /// First line of a VMDK text descriptor.
-const VMDK_DESCRIPTOR: &[u8] = b"# Disk DescriptorFile";
+pub(crate) const VMDK_DESCRIPTOR: &[u8] = b"# Disk DescriptorFile";
 /// VHD footer cookie.
 const VHD_COOKIE: &[u8] = b"conectix";
 /// Android sparse header magic (libsparse's `SPARSE_HEADER_MAGIC`), little-endian.
 const ANDROID_SPARSE_MAGIC: [u8; 4] = 0xed26_ff3au32.to_le_bytes();
+
+/// Whether `head` (a file's first bytes) starts a VMDK text descriptor,
+/// which may follow a UTF-8 byte order mark or blank lines.
+pub(crate) fn is_vmdk_descriptor(head: &[u8]) -> bool {
+    let text = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head);
+    let first = text.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(text.len());
+    text[first..].starts_with(VMDK_DESCRIPTOR)
+}
 
 /// The container format of `file`, from its first bytes and its last
 /// sector. A file too short to hold any header is raw. Only a read error
@@ -110,10 +118,7 @@ pub fn detect(file: &dyn BlockDevice) -> io::Result<DiskFormat> {
     if starts(&ANDROID_SPARSE_MAGIC) {
         return Ok(DiskFormat::AndroidSparse);
     }
-    // A descriptor may follow a UTF-8 byte order mark or blank lines.
-    let text = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&head);
-    let first = text.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(text.len());
-    if text[first..].starts_with(VMDK_DESCRIPTOR) {
+    if is_vmdk_descriptor(&head) {
         return Ok(DiskFormat::Vmdk);
     }
     if starts(VHD_COOKIE) {

@@ -13,9 +13,9 @@ use super::file::ExtentFile;
 use super::header::SECTOR;
 use crate::{corrupt, DiskFormat};
 
-/// The first bytes of a descriptor: a flat extent that starts with them is
-/// a descriptor named as data (the descriptor itself, or another one).
-const DESCRIPTOR_MAGIC: &[u8] = b"# Disk DescriptorFile";
+// The first bytes of a descriptor: a flat extent that starts with them is
+// a descriptor named as data (the descriptor itself, or another one).
+use crate::probe::VMDK_DESCRIPTOR as DESCRIPTOR_MAGIC;
 
 /// A flat extent.
 pub(crate) struct FlatExtent {

@@ -49,8 +49,6 @@ use flat::FlatExtent;
 use header::{Kind, COWD, KDMV, SECTOR};
 use sparse::SparseExtent;
 
-/// The first line of a text descriptor.
-const DESCRIPTOR_MAGIC: &[u8] = b"# Disk DescriptorFile";
 /// Extents listed one by one in [`DiskImage::layer`]'s details; a longer
 /// list is summarised.
 const LISTED_EXTENTS: usize = 8;
@@ -128,9 +126,7 @@ impl VmdkDisk {
         if head.starts_with(KDMV) || head.starts_with(COWD) {
             return Self::open_sparse_file(main, writable);
         }
-        let text = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&head);
-        let first = text.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(text.len());
-        if !text[first..].starts_with(DESCRIPTOR_MAGIC) {
+        if !crate::probe::is_vmdk_descriptor(&head) {
             return Err(corrupt(
                 DiskFormat::Vmdk,
                 "neither a sparse extent (KDMV, COWD) nor a descriptor (\"# Disk DescriptorFile\")",
