@@ -323,3 +323,20 @@ fn a_backing_chain_that_cycles_is_an_error() {
     assert!(t.elapsed().as_secs() < 10);
     assert!(e.to_string().contains("comes back"), "{e}");
 }
+
+#[test]
+fn a_backing_chain_longer_than_64_files_is_an_error() {
+    let w = Work::new("long-chain");
+    qemu_img(&[&"create", &"-q", &"-f", &"qcow2", &w.path("c0.qcow2"), &"1M"]);
+    for i in 1..=65 {
+        let base = format!("c{}.qcow2", i - 1);
+        let top = w.path(&format!("c{i}.qcow2"));
+        qemu_img(&[
+            &"create", &"-q", &"-f", &"qcow2", &"-u", &"-b", &base, &"-F", &"qcow2", &top, &"1M",
+        ]);
+    }
+    // 64 files in all (c63 over c0) open; 65 (c64) and more do not.
+    assert!(open_file(&w.path("c63.qcow2"), &DiskRequest::default()).is_ok());
+    let e = open_file(&w.path("c64.qcow2"), &DiskRequest::default()).unwrap_err();
+    assert!(e.to_string().contains("longer than 64"), "{e}");
+}
