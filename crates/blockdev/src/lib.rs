@@ -109,7 +109,12 @@ impl BlockDevice for FileDevice {
             .checked_add(buf.len() as u64)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("write at {off} past the end")))?;
         self.file.write_all_at(buf, off)?;
-        self.size.fetch_max(end, Ordering::AcqRel);
+        // Only a write past the end touches the shared size: every write
+        // inside the file (all of an ext4 image's) stays a plain load, not
+        // a read-modify-write on a line all writers share.
+        if end > self.size.load(Ordering::Acquire) {
+            self.size.fetch_max(end, Ordering::AcqRel);
+        }
         Ok(())
     }
 
