@@ -55,12 +55,12 @@ pub(crate) fn create(file: Arc<dyn BlockDevice>, size: u64, cluster: Option<u64>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vhdx::testimg::GrowDevice;
     use crate::DiskImage;
+    use ext4kit_blockdev::MemDevice;
 
     #[test]
     fn a_new_image_has_the_size_and_reads_zeros_then_what_was_written() {
-        let file = Arc::new(GrowDevice::new(Vec::new()));
+        let file = Arc::new(MemDevice::growable(Vec::new()));
         let disk = create(file.clone(), (64 << 20) + 512, None).unwrap();
         assert_eq!(disk.size(), (64 << 20) + 512);
         let layer = disk.layer();
@@ -81,7 +81,7 @@ mod tests {
     #[test]
     fn sizes_past_the_l1_limit_and_bad_clusters_are_refused() {
         assert_eq!(max_size(DEFAULT_CLUSTER), 1 << 51);
-        let file = Arc::new(GrowDevice::new(Vec::new()));
+        let file = Arc::new(MemDevice::growable(Vec::new()));
         let e = create(file.clone(), (1 << 51) + 512, None).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
         assert!(e.to_string().contains("can address"), "{e}");

@@ -192,8 +192,8 @@ pub(crate) fn create(file: Arc<dyn BlockDevice>, size: u64, block: Option<u64>, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vhdx::testimg::GrowDevice;
     use crate::DiskImage;
+    use ext4kit_blockdev::MemDevice;
 
     const MIB: u64 = 1 << 20;
 
@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn a_new_disk_opens_as_written_and_grows_as_blocks_are_written() {
-        let file = Arc::new(GrowDevice::new(Vec::new()));
+        let file = Arc::new(MemDevice::growable(Vec::new()));
         let disk = create(file.clone(), 64 * MIB + 512, None, VhdSizing::Geometry).unwrap();
         assert!(disk.size() >= 64 * MIB + 512);
         let layer = disk.layer();
@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn exact_sizing_keeps_the_size_and_says_qem2() {
-        let file = Arc::new(GrowDevice::new(Vec::new()));
+        let file = Arc::new(MemDevice::growable(Vec::new()));
         let disk = create(file, 64 * MIB + 512, None, VhdSizing::Exact).unwrap();
         assert_eq!(disk.size(), 64 * MIB + 512);
         assert!(disk.layer().details.contains(&("creator".into(), "qem2".into())));
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn past_2040_gib_or_with_an_odd_block_size_is_refused() {
-        let file = Arc::new(GrowDevice::new(Vec::new()));
+        let file = Arc::new(MemDevice::growable(Vec::new()));
         let e = create(file.clone(), MAX_SIZE + 512, None, VhdSizing::Geometry).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         assert!(e.to_string().contains("2040 GiB"), "{e}");

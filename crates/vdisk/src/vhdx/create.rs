@@ -187,12 +187,12 @@ pub(crate) fn create(file: Arc<dyn BlockDevice>, size: u64, block: Option<u64>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vhdx::testimg::GrowDevice;
     use crate::DiskImage;
+    use ext4kit_blockdev::MemDevice;
 
     #[test]
     fn a_new_disk_opens_with_the_geometry_asked_for() {
-        let file = Arc::new(GrowDevice::new(Vec::new()));
+        let file = Arc::new(MemDevice::growable(Vec::new()));
         let disk = create(file.clone(), 64 * MIB + 512, Some(32 * MIB)).unwrap();
         assert_eq!(disk.size(), 64 * MIB + 512);
         assert_eq!(file.size(), BAT_AT + MIB + METADATA_LEN);
@@ -212,7 +212,7 @@ mod tests {
 
     #[test]
     fn the_largest_disk_has_its_bat_interleaved_with_bitmap_entries() {
-        let file = Arc::new(GrowDevice::new(Vec::new()));
+        let file = Arc::new(MemDevice::growable(Vec::new()));
         let disk = create(file.clone(), MAX_VIRTUAL_SIZE, Some(32 * MIB)).unwrap();
         assert_eq!(disk.size(), MAX_VIRTUAL_SIZE);
         // 2 Mi payload entries of 32 MiB, a sector bitmap entry after
@@ -236,7 +236,7 @@ mod tests {
 
     #[test]
     fn past_64_tib_or_with_an_odd_block_size_is_refused() {
-        let file = Arc::new(GrowDevice::new(Vec::new()));
+        let file = Arc::new(MemDevice::growable(Vec::new()));
         let e = create(file.clone(), MAX_VIRTUAL_SIZE + 512, None).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         assert!(e.to_string().contains("64 TiB"), "{e}");

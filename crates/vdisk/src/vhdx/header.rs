@@ -162,12 +162,13 @@ pub(crate) fn update(file: &dyn BlockDevice, cur: &mut Current, change: impl Fn(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vhdx::testimg::{GrowDevice, Spec};
+    use crate::vhdx::testimg::{corrupt_byte, Spec};
+    use ext4kit_blockdev::MemDevice;
 
     #[test]
     fn the_valid_copy_with_the_higher_sequence_is_current() {
         let img = Spec::dynamic(8 * MIB).build();
-        let dev = GrowDevice::new(img.clone());
+        let dev = MemDevice::growable(img.clone());
         let mut cur = read_current(&dev).unwrap();
         let first = cur.header.clone();
         update(&dev, &mut cur, |h| h.file_write_guid = Guid::random()).unwrap();
@@ -175,12 +176,12 @@ mod tests {
         let again = read_current(&dev).unwrap();
         assert_eq!(again.header, cur.header);
         // Tear the current copy: the other one (one sequence lower) wins.
-        dev.corrupt_byte(HEADER_OFFSETS[again.slot] + 100);
+        corrupt_byte(&dev, HEADER_OFFSETS[again.slot] + 100);
         let fallback = read_current(&dev).unwrap();
         assert_eq!(fallback.slot, 1 - again.slot);
         assert_eq!(fallback.header.sequence, again.header.sequence - 1);
         // Tear both: corrupt.
-        dev.corrupt_byte(HEADER_OFFSETS[fallback.slot] + 8);
+        corrupt_byte(&dev, HEADER_OFFSETS[fallback.slot] + 8);
         let e = read_current(&dev).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
         assert!(e.to_string().contains("neither header"), "{e}");
@@ -190,13 +191,13 @@ mod tests {
     fn a_log_outside_the_file_or_a_bad_signature_is_refused() {
         let mut spec = Spec::dynamic(8 * MIB);
         spec.log_offset = 512 * MIB;
-        let e = read_current(&GrowDevice::new(spec.build())).unwrap_err();
+        let e = read_current(&MemDevice::growable(spec.build())).unwrap_err();
         assert!(e.to_string().contains("past the end of the file"), "{e}");
         let mut img = Spec::dynamic(8 * MIB).build();
         img[0] = b'X';
-        let e = read_current(&GrowDevice::new(img)).unwrap_err();
+        let e = read_current(&MemDevice::growable(img)).unwrap_err();
         assert!(e.to_string().contains("not a VHDX"), "{e}");
-        let e = read_current(&GrowDevice::new(b"vhdxfile".to_vec())).unwrap_err();
+        let e = read_current(&MemDevice::growable(b"vhdxfile".to_vec())).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
     }
 }

@@ -355,9 +355,10 @@ pub(crate) fn read(file: &dyn BlockDevice, header: &Header) -> io::Result<Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vhdx::testimg::{log_entry, GrowDevice, LogDesc, Spec, LOG_AT};
+    use crate::vhdx::testimg::{log_entry, LogDesc, Spec, LOG_AT};
+    use ext4kit_blockdev::MemDevice;
 
-    fn spec_with(entries: Vec<(u64, Vec<u8>)>) -> (Spec, GrowDevice) {
+    fn spec_with(entries: Vec<(u64, Vec<u8>)>) -> (Spec, MemDevice) {
         let mut spec = Spec::dynamic(8 * MIB);
         spec.log_guid = Guid::new(1, 2, 3, [4; 8]);
         let mut img = spec.build();
@@ -367,10 +368,10 @@ mod tests {
                 img[LOG_AT as usize + p] = *b;
             }
         }
-        (spec, GrowDevice::new(img))
+        (spec, MemDevice::growable(img))
     }
 
-    fn header(dev: &GrowDevice) -> Header {
+    fn header(dev: &MemDevice) -> Header {
         crate::vhdx::header::read_current(dev).unwrap().header
     }
 

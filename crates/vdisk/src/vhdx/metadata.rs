@@ -189,13 +189,14 @@ pub(crate) fn read(file: &dyn BlockDevice, r: Region) -> io::Result<Metadata> {
 mod tests {
     use super::*;
     use crate::vhdx::bytes::{put_u16, put_u32, put_u64};
-    use crate::vhdx::testimg::{GrowDevice, Spec, METADATA_AT};
+    use crate::vhdx::testimg::{Spec, METADATA_AT};
+    use ext4kit_blockdev::MemDevice;
 
     fn edited(edit: impl Fn(&mut [u8])) -> io::Result<Metadata> {
         let mut img = Spec::dynamic(8 * MIB).build();
         edit(&mut img[METADATA_AT as usize..METADATA_AT as usize + MIB as usize]);
         read(
-            &GrowDevice::new(img),
+            &MemDevice::growable(img),
             Region {
                 offset: METADATA_AT,
                 length: MIB,

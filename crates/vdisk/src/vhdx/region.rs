@@ -142,7 +142,8 @@ fn parse(b: &[u8], at: u64, file_size: u64) -> io::Result<Regions> {
 mod tests {
     use super::*;
     use crate::vhdx::bytes::{put_u32, put_u64, seal};
-    use crate::vhdx::testimg::{GrowDevice, Spec};
+    use crate::vhdx::testimg::Spec;
+    use ext4kit_blockdev::MemDevice;
 
     fn with_table(edit: impl Fn(&mut [u8])) -> io::Result<Regions> {
         let mut img = Spec::dynamic(8 * MIB).build();
@@ -151,7 +152,7 @@ mod tests {
             edit(t);
             seal(t, 4);
         }
-        read(&GrowDevice::new(img))
+        read(&MemDevice::growable(img))
     }
 
     #[test]
@@ -192,7 +193,7 @@ mod tests {
         for off in TABLE_OFFSETS {
             img[off as usize + 20] ^= 1;
         }
-        let e = read(&GrowDevice::new(img)).unwrap_err();
+        let e = read(&MemDevice::growable(img)).unwrap_err();
         assert!(e.to_string().contains("checksum"), "{e}");
     }
 
@@ -200,6 +201,6 @@ mod tests {
     fn a_torn_first_copy_falls_back_to_the_second() {
         let mut img = Spec::dynamic(8 * MIB).build();
         img[TABLE_OFFSETS[0] as usize + 20] ^= 1;
-        assert!(read(&GrowDevice::new(img)).is_ok());
+        assert!(read(&MemDevice::growable(img)).is_ok());
     }
 }

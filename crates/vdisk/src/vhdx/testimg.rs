@@ -4,9 +4,7 @@
 //! test checks against qemu-img); a way to make each structure and break
 //! it on purpose.
 
-use std::io;
-
-use parking_lot::RwLock;
+use ext4kit_blockdev::MemDevice;
 
 use super::bat::{Geometry, FULLY_PRESENT};
 use super::bytes::{put_u16, put_u32, put_u64, seal};
@@ -187,71 +185,9 @@ pub(crate) fn log_entry(guid: Guid, seq: u64, tail: u32, descs: &[LogDesc]) -> V
     e
 }
 
-/// A file in memory that grows when written past its end, as a file does.
-#[derive(Debug, Default)]
-pub(crate) struct GrowDevice {
-    data: RwLock<Vec<u8>>,
-    read_only: bool,
-}
-
-impl GrowDevice {
-    pub(crate) fn new(v: Vec<u8>) -> GrowDevice {
-        GrowDevice {
-            data: RwLock::new(v),
-            read_only: false,
-        }
-    }
-
-    pub(crate) fn read_only(v: Vec<u8>) -> GrowDevice {
-        GrowDevice {
-            data: RwLock::new(v),
-            read_only: true,
-        }
-    }
-
-    pub(crate) fn to_vec(&self) -> Vec<u8> {
-        self.data.read().clone()
-    }
-
-    pub(crate) fn corrupt_byte(&self, off: u64) {
-        self.data.write()[off as usize] ^= 0x5a;
-    }
-}
-
-impl BlockDevice for GrowDevice {
-    fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        let d = self.data.read();
-        match off.checked_add(buf.len() as u64).filter(|&e| e <= d.len() as u64) {
-            Some(end) => {
-                buf.copy_from_slice(&d[off as usize..end as usize]);
-                Ok(())
-            }
-            None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "past the end")),
-        }
-    }
-
-    fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
-        if self.read_only {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "read-only"));
-        }
-        let mut d = self.data.write();
-        let end = off as usize + buf.len();
-        if d.len() < end {
-            d.resize(end, 0);
-        }
-        d[off as usize..end].copy_from_slice(buf);
-        Ok(())
-    }
-
-    fn flush(&self) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn size(&self) -> u64 {
-        self.data.read().len() as u64
-    }
-
-    fn read_only(&self) -> bool {
-        self.read_only
-    }
+/// Flip bits of the byte at `off` of `dev` (a torn or damaged write).
+pub(crate) fn corrupt_byte(dev: &MemDevice, off: u64) {
+    let mut b = [0u8; 1];
+    dev.read_at(off, &mut b).expect("the byte to damage is in the image");
+    dev.write_at(off, &[b[0] ^ 0x5a]).expect("the image is writable");
 }

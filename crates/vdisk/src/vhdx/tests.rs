@@ -11,12 +11,13 @@ use super::bat::FULLY_PRESENT;
 use super::bytes::{put_u64, u64_at};
 use super::guid::Guid;
 use super::header;
-use super::testimg::{log_entry, GrowDevice, LogDesc, Spec, BAT_AT, LOG_AT};
+use super::testimg::{log_entry, LogDesc, Spec, BAT_AT, LOG_AT};
 use super::{VhdxDisk, MIB};
 use crate::{BlockDevice, DiskImage};
+use ext4kit_blockdev::MemDevice;
 
-fn open(img: Vec<u8>, writable: bool) -> (Arc<GrowDevice>, io::Result<VhdxDisk>) {
-    let dev = Arc::new(GrowDevice::new(img));
+fn open(img: Vec<u8>, writable: bool) -> (Arc<MemDevice>, io::Result<VhdxDisk>) {
+    let dev = Arc::new(MemDevice::growable(img));
     let d = VhdxDisk::open(dev.clone(), writable);
     (dev, d)
 }
@@ -188,7 +189,7 @@ fn a_read_only_open_replays_the_log_in_memory_only() {
     let mut img = dirty(BAT_AT, &bat_sector_with_block2_at(&clean, data_at));
     img.extend(std::iter::repeat_n(0x77u8, MIB as usize));
     let before = img.clone();
-    let dev = Arc::new(GrowDevice::read_only(img));
+    let dev = Arc::new(MemDevice::from_vec_read_only(img));
     let d = VhdxDisk::open(dev.clone(), false).unwrap();
     let mut b = [0u8; 4];
     d.read_at(2 * MIB + 10, &mut b).unwrap();
