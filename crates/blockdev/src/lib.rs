@@ -49,6 +49,13 @@ pub trait BlockDevice: Send + Sync {
     fn size(&self) -> u64;
     /// Whether writes are refused.
     fn read_only(&self) -> bool;
+    /// Whether a write past the end extends the device, as it does a
+    /// regular file. A container format that appends to its file (a VMDK
+    /// sparse extent's new grains) can only write on a device that grows;
+    /// a disk, a partition or a fixed buffer does not.
+    fn grows(&self) -> bool {
+        false
+    }
 }
 
 /// An image file (or block device node) accessed with `pread`/`pwrite`.
@@ -60,6 +67,9 @@ pub struct FileDevice {
     /// allocated at the end) can read back what it appended.
     size: AtomicU64,
     read_only: bool,
+    /// A regular file opened for writing extends on a write past its end;
+    /// a block device node cannot.
+    grows: bool,
 }
 
 impl FileDevice {
@@ -79,6 +89,7 @@ impl FileDevice {
             file,
             size: AtomicU64::new(size),
             read_only: !writable,
+            grows: writable && meta.file_type().is_file(),
         })
     }
 }
@@ -131,6 +142,10 @@ impl BlockDevice for FileDevice {
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    fn grows(&self) -> bool {
+        self.grows
     }
 }
 
@@ -236,6 +251,10 @@ impl BlockDevice for MemDevice {
     fn read_only(&self) -> bool {
         self.read_only
     }
+
+    fn grows(&self) -> bool {
+        self.grows && !self.read_only
+    }
 }
 
 #[cfg(test)]
@@ -274,6 +293,26 @@ mod tests {
         assert_eq!(gap, [0; 95]);
         // A fixed-size one refuses.
         assert!(MemDevice::new(10).write_at(8, b"xyz").is_err());
+        // And each says which it is.
+        assert!(d.grows());
+        assert!(!MemDevice::new(10).grows());
+        assert!(!MemDevice::from_vec_read_only(vec![0; 10]).grows());
+    }
+
+    #[test]
+    fn a_writable_regular_file_grows_a_read_only_one_or_a_device_node_does_not() {
+        let p = std::env::temp_dir().join(format!("ext4kit-blockdev-grows-{}", std::process::id()));
+        std::fs::write(&p, vec![0u8; 512]).unwrap();
+        let rw = FileDevice::open(&p, true).unwrap();
+        assert!(rw.grows());
+        rw.write_at(1024, b"abc").unwrap();
+        assert_eq!(rw.size(), 1027);
+        assert!(!FileDevice::open(&p, false).unwrap().grows());
+        std::fs::remove_file(&p).unwrap();
+        // /dev/zero is a character device: its length is fixed.
+        if let Ok(z) = FileDevice::open("/dev/zero", true) {
+            assert!(!z.grows());
+        }
     }
 
     #[test]

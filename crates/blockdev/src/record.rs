@@ -831,6 +831,10 @@ impl BlockDevice for RecordingDevice {
     fn read_only(&self) -> bool {
         self.inner.read_only()
     }
+
+    fn grows(&self) -> bool {
+        self.inner.grows()
+    }
 }
 
 #[cfg(test)]

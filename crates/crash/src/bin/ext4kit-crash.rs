@@ -20,7 +20,7 @@ const REPRO: &str = "cargo run --profile ci -p ext4kit-crash -- check {}";
              e2fsck after ext4kit's journal replay, e2fsck's own replay reaching the same tree, every fsync'd \
              file, directory and rename.",
     after_help = "Examples:\n  ext4kit-crash campaign --runs 100 --images-per-run 500\n  ext4kit-crash campaign \
-                  --workloads mix,g455 --fs ext4-1k --seed 7\n  ext4kit-crash campaign --format qcow2,vhdx --runs 20 \
+                  --workloads mix,g455 --fs ext4-1k --seed 7\n  ext4kit-crash campaign --format qcow2,vhdx,vhd,vmdk --runs 20 \
                   --images-per-run 200\n  ext4kit-crash check --workload mix --fs ext4-4k \
                   --seed 3 --ops 400 --threads 1 --cut cut@1234/0x5eed --save crash.img\n  ext4kit-crash record \
                   --workload g482 --fs ext4-4k --seed 1 --log g482.dmlog --base g482-base.img"
@@ -111,9 +111,10 @@ enum Cmd {
         /// Keep the logs' written data in scratch files instead of memory.
         #[arg(long)]
         spill: bool,
-        /// Containers to cycle through (comma-separated: raw, qcow2, vhdx): with qcow2 or vhdx the recording
-        /// device holds the container file, so cuts fall among the format's own writes (tables, refcounts,
-        /// BAT entries), and qemu-img check must pass every crash image (leaked clusters allowed).
+        /// Containers to cycle through (comma-separated: raw, qcow2, vhdx, vhd, vmdk): with a container the
+        /// recording device holds the container file, so cuts fall among the format's own writes (tables,
+        /// refcounts, BAT entries, grain tables), and qemu-img check must pass every crash image (leaked
+        /// clusters allowed; qemu cannot check VHD, whose oracle is what qemu-img convert reads).
         #[arg(long, default_value = "raw")]
         format: String,
     },

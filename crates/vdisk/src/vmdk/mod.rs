@@ -106,10 +106,11 @@ impl VmdkDisk {
     ///
     /// Writing is refused (`Unsupported`) where it cannot be done safely:
     /// streamOptimized, ZERO / RDONLY / NOACCESS / COWD extents, and a
-    /// sparse extent held by `file` itself, since a device cannot grow to
-    /// take new grains: open such an image with [`VmdkDisk::open_path`].
+    /// sparse extent held by a `file` that does not grow
+    /// ([`BlockDevice::grows`]: a disk or partition cannot take new
+    /// grains): open a local image with [`VmdkDisk::open_path`].
     pub fn open(file: Arc<dyn BlockDevice>, writable: bool, named: &NamedFiles) -> io::Result<VmdkDisk> {
-        Self::open_main(Arc::new(Device::fixed(file)), writable, named)
+        Self::open_main(Arc::new(Device::new(file)), writable, named)
     }
 
     /// Open the VMDK at `path`, which this opens itself so that a

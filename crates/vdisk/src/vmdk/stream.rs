@@ -137,7 +137,7 @@ pub(crate) fn read_grain(
 
 #[cfg(test)]
 mod tests {
-    use super::super::file::MemFile;
+    use super::super::file::{mem_file, Device};
     use super::*;
     use flate2::{Compress, Compression, FlushCompress};
 
@@ -148,14 +148,14 @@ mod tests {
         out
     }
 
-    fn grain_file(lba: u64, size_override: Option<u32>, payload: &[u8]) -> MemFile {
+    fn grain_file(lba: u64, size_override: Option<u32>, payload: &[u8]) -> Device {
         let z = deflate(payload);
         let mut v = vec![0u8; 512];
         v.extend_from_slice(&lba.to_le_bytes());
         v.extend_from_slice(&size_override.unwrap_or(z.len() as u32).to_le_bytes());
         v.extend_from_slice(&z);
         v.resize(v.len().next_multiple_of(512), 0);
-        MemFile::new(v)
+        mem_file(v).0
     }
 
     #[test]
@@ -184,7 +184,7 @@ mod tests {
         let e = read_grain(&grain_file(8, None, &payload), 1, 8, true, &mut small, "t").unwrap_err();
         assert!(e.to_string().contains("more than a grain"), "{e}");
         // Garbage instead of deflate data.
-        let f = MemFile::new({
+        let (f, _) = mem_file({
             let mut v = vec![0u8; 1024];
             v[512..520].copy_from_slice(&8u64.to_le_bytes());
             v[520..524].copy_from_slice(&100u32.to_le_bytes());

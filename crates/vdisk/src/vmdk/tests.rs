@@ -9,14 +9,14 @@ use ext4kit_blockdev::MemDevice;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 
-use super::file::{ExtentFile, MemFile};
+use super::file::{mem_file, ExtentFile};
 use super::testimage::{build, sample_disk, Opts};
 use super::*;
 
-fn open_mem(img: Vec<u8>, writable: bool) -> io::Result<(VmdkDisk, Arc<MemFile>)> {
-    let f = Arc::new(MemFile::new(img));
-    let d = VmdkDisk::open_main(f.clone(), writable, &NamedFiles::none())?;
-    Ok((d, f))
+fn open_mem(img: Vec<u8>, writable: bool) -> io::Result<(VmdkDisk, Arc<MemDevice>)> {
+    let (f, mem) = mem_file(img);
+    let d = VmdkDisk::open_main(Arc::new(f), writable, &NamedFiles::none())?;
+    Ok((d, mem))
 }
 
 fn read_all(d: &VmdkDisk, chunk: usize) -> Vec<u8> {
@@ -153,7 +153,7 @@ fn writes_match_shadow(seed: u64, o: &Opts, ops: usize) {
     d.flush().unwrap();
     assert!(read_all(&d, 4096) == shadow);
     drop(d);
-    let bytes = f.0.read().clone();
+    let bytes = f.to_vec();
     let (again, _) = open_mem(bytes.clone(), false).unwrap();
     assert!(read_all(&again, 8192) == shadow, "reopened");
     if o.rgd {
@@ -201,11 +201,11 @@ fn table_entries_reach_the_file_only_at_flush() {
     assert_eq!(&b, b"hello");
     // Before the flush the file's tables still say "never written": a
     // crash now loses the write but never shows garbage.
-    let (before, _) = open_mem(f.0.read().clone(), false).unwrap();
+    let (before, _) = open_mem(f.to_vec(), false).unwrap();
     before.read_at(5000, &mut b).unwrap();
     assert_eq!(b, [0; 5]);
     d.flush().unwrap();
-    let (after, _) = open_mem(f.0.read().clone(), false).unwrap();
+    let (after, _) = open_mem(f.to_vec(), false).unwrap();
     after.read_at(5000, &mut b).unwrap();
     assert_eq!(&b, b"hello");
 }
@@ -242,7 +242,7 @@ fn threads_write_and_read_at_once() {
         }
     });
     d.flush().unwrap();
-    let (again, _) = open_mem(f.0.read().clone(), false).unwrap();
+    let (again, _) = open_mem(f.to_vec(), false).unwrap();
     for t in 0..4usize {
         for i in 0..per / 1000 {
             let mut b = vec![0u8; 1000];
@@ -569,7 +569,7 @@ fn a_descriptor_megabytes_long_is_refused_without_reading_it() {
 
 #[test]
 fn the_extent_file_len_grows_with_appends() {
-    let f = MemFile::new(vec![0; 512]);
+    let (f, _) = mem_file(vec![0; 512]);
     f.write_at(1024, b"abc").unwrap();
     assert_eq!(f.len(), 1027);
 }
@@ -609,9 +609,9 @@ fn a_grain_inside_the_tables_is_read_but_never_written() {
     let (d, f) = open_mem(img, true).unwrap();
     let mut b = [0u8; 16];
     d.read_at(0, &mut b).unwrap();
-    let before = f.0.read().clone();
+    let before = f.to_vec();
     let e = d.write_at(100, b"overwrite the tables").unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
     assert!(e.to_string().contains("lies in the header or the tables"), "{e}");
-    assert!(*f.0.read() == before, "nothing was written");
+    assert!(f.to_vec() == before, "nothing was written");
 }
