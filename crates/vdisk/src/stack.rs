@@ -129,12 +129,9 @@ fn open_container(
         DiskFormat::Vhd => Arc::new(VhdDisk::open(file, w)?),
         DiskFormat::AndroidSparse => Arc::new(AndroidSparseDisk::open(file, w)?),
         DiskFormat::Vhdx => Arc::new(VhdxDisk::open(file, w)?),
-        // A sparse extent grows as grains are written: opened by path, the
-        // extent file follows its length (see vmdk/file.rs).
-        DiskFormat::Vmdk => match path {
-            Some(p) => Arc::new(VmdkDisk::open_path(p, w, named)?),
-            None => Arc::new(VmdkDisk::open(file, w, named)?),
-        },
+        // A sparse extent grows as grains are written: a regular file's
+        // FileDevice grows (BlockDevice::grows) and follows its length.
+        DiskFormat::Vmdk => Arc::new(VmdkDisk::open(file, w, named)?),
     };
     let layer = Some(image.layer());
     Ok(Disk {

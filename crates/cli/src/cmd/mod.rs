@@ -25,7 +25,11 @@ pub use crate::image::Image;
 /// partitioned disk's one ext partition), printing the engine's warnings.
 pub fn open(image: &Image, budget: usize) -> Result<Arc<Fs>, String> {
     let location = image.resolve()?;
-    let fs = Fs::open_image(
+    // The image's container is already open (its probes used it): the
+    // engine reads the filesystem through that open instead of a second.
+    let disk = image.disk().map_err(|e| format!("{}: {e}", image.display()))?;
+    let fs = Fs::open_on_disk(
+        disk.device().clone(),
         &image.path,
         &OpenOptions {
             read_only: true,

@@ -116,37 +116,62 @@ struct Opened {
 /// Open an image file (or the partition or offset of it that
 /// `opts.location` names): [`Fs::open_image`](super::Fs::open_image).
 pub(crate) fn open_image(path: &Path, opts: &OpenOptions) -> Result<SuperBlock> {
-    let p = path;
-    if opts.volume.is_some() && opts.location != ext4kit_blockdev::Location::Whole {
-        return Err(Error::posix(
-            Errno::EINVAL,
-            format!(
-                "{}: both {} and logical volume {} were given; a logical volume is found on its own",
-                p.display(),
-                opts.location,
-                opts.volume.as_deref().unwrap_or_default()
-            ),
-        ));
-    }
+    both_places(path, opts)?;
     let req = ext4kit_vdisk::DiskRequest {
         writable: !opts.read_only,
         format: opts.disk_format,
         any_backing_path: opts.any_backing_path,
         volume: opts.volume.clone(),
     };
-    let dev = crate::device::open_disk(p, &req)
-        .map_err(|e| Error::io(format!("opening {}", p.display()), e))?
-        .into_device();
-    if opts.location == ext4kit_blockdev::Location::Whole && opts.volume.is_none() {
-        if let Some(e) = partitioned_disk(&*dev) {
+    let disk = crate::device::open_disk(path, &req).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+    place(disk.into_device(), path, opts, opts.volume.is_none())
+}
+
+/// Open the filesystem on a disk already opened through its container:
+/// [`Fs::open_on_disk`](super::Fs::open_on_disk).
+pub(crate) fn open_on_disk(disk: Arc<dyn BlockDevice>, name: &Path, opts: &OpenOptions) -> Result<SuperBlock> {
+    both_places(name, opts)?;
+    let disk = match &opts.volume {
+        None => disk,
+        Some(spec) => Arc::new(
+            ext4kit_vdisk::lvm::open_on_disk(&disk, spec, !opts.read_only)
+                .map_err(|e| Error::io(format!("opening {}", name.display()), e))?,
+        ),
+    };
+    place(disk, name, opts, opts.volume.is_none())
+}
+
+/// A logical volume is found on its own: a location beside it is a
+/// contradiction, not a choice.
+fn both_places(name: &Path, opts: &OpenOptions) -> Result<()> {
+    if opts.volume.is_some() && opts.location != ext4kit_blockdev::Location::Whole {
+        return Err(Error::posix(
+            Errno::EINVAL,
+            format!(
+                "{}: both {} and logical volume {} were given; a logical volume is found on its own",
+                name.display(),
+                opts.location,
+                opts.volume.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The filesystem at `opts.location` of `disk` (the guest's disk, or the
+/// logical volume asked for); a partitioned disk opened whole is refused
+/// with its partitions listed when `whole_disk` says `disk` is the disk.
+fn place(disk: Arc<dyn BlockDevice>, name: &Path, opts: &OpenOptions, whole_disk: bool) -> Result<SuperBlock> {
+    if whole_disk && opts.location == ext4kit_blockdev::Location::Whole {
+        if let Some(e) = partitioned_disk(&*disk) {
             return Err(e);
         }
     }
-    let dev = ext4kit_blockdev::open_location(dev, opts.location).map_err(|e| match e.kind() {
+    let dev = ext4kit_blockdev::open_location(disk, opts.location).map_err(|e| match e.kind() {
         // The table or the choice is wrong, not the device.
         std::io::ErrorKind::InvalidInput => Error::posix(Errno::EINVAL, e.to_string()),
         std::io::ErrorKind::InvalidData => Error::posix(Errno::EUCLEAN, e.to_string()),
-        _ => Error::io(format!("finding the filesystem in {}", p.display()), e),
+        _ => Error::io(format!("finding the filesystem in {}", name.display()), e),
     })?;
     open_device(dev, opts)
 }

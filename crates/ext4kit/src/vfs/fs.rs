@@ -83,6 +83,18 @@ impl Fs {
         fill_super::open_image(path.as_ref(), opts).map(Fs::new)
     }
 
+    /// Open the filesystem on a disk already opened through its container
+    /// ([`crate::device::open_disk`]'s [`Disk`](crate::device::Disk)
+    /// device), at `opts.volume` and `opts.location`, as
+    /// [`Fs::open_image`] would (`opts.disk_format` and the backing-path
+    /// choice were the container open's). A frontend that opened the image
+    /// to probe it reuses that open: a remote image's requests and a
+    /// qcow2's tables are read once. `name` is for messages.
+    #[inline]
+    pub fn open_on_disk(disk: Arc<dyn BlockDevice>, name: impl AsRef<Path>, opts: &OpenOptions) -> Result<Arc<Fs>> {
+        fill_super::open_on_disk(disk, name.as_ref(), opts).map(Fs::new)
+    }
+
     /// Open the filesystem on any block device, recovering what a crash
     /// left: the journal is replayed, then fast commits, then the orphan
     /// list is finished (`ext4_fill_super`'s order). A read-only open

@@ -126,8 +126,8 @@ impl SparseExtent {
                 return Err(unsupported(
                     DiskFormat::Vmdk,
                     format!(
-                        "{what}: writing a sparse extent appends grains to its file, which a fixed-size device cannot \
-                         hold; open the image by path (VmdkDisk::open_path) to write it"
+                        "{what}: writing a sparse extent appends grains to its file, which a device of fixed size (a disk, \
+                         a partition, a fixed buffer) cannot hold; copy the image to a regular file to write it"
                     ),
                 ));
             }

@@ -96,7 +96,7 @@ fn writing_a_stream_is_refused_and_says_how_to_convert() {
 }
 
 #[test]
-fn a_device_is_read_and_a_writable_sparse_on_a_device_points_at_open_path() {
+fn a_fixed_device_is_read_and_a_writable_sparse_on_it_is_refused_a_growable_one_written() {
     let disk = sample_disk(200, 3);
     let (img, _) = build(&disk, &Opts::default());
     let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_vec(img.clone()));
@@ -106,7 +106,14 @@ fn a_device_is_read_and_a_writable_sparse_on_a_device_points_at_open_path() {
     assert!(d.write_at(0, b"x").is_err());
     let e = VmdkDisk::open(dev, true, &NamedFiles::none()).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::Unsupported);
-    assert!(e.to_string().contains("open_path"), "{e}");
+    assert!(e.to_string().contains("regular file"), "{e}");
+    // A device that grows (BlockDevice::grows) takes new grains.
+    let grows: Arc<dyn BlockDevice> = Arc::new(MemDevice::growable(img));
+    let d = VmdkDisk::open(grows, true, &NamedFiles::none()).unwrap();
+    d.write_at(4096 * 20, &[7u8; 4096]).unwrap();
+    let mut back = [0u8; 4096];
+    d.read_at(4096 * 20, &mut back).unwrap();
+    assert_eq!(back, [7u8; 4096]);
 }
 
 #[test]
