@@ -233,57 +233,60 @@ fn android_sparse_refusals_leave_nothing_behind() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
-#[test]
-fn a_killed_android_sparse_build_leaves_image_as_it_was() {
-    // The sparse image is written under a temporary name and renamed into
-    // place at the end, its scratch an unlinked file: killed mid-build,
-    // IMAGE is the old image and no scratch name is left.
-    let work = workdir("killed");
+/// Kill `mkfs --output-format FORMAT` mid-build: the image is written
+/// under a temporary name and renamed into place at the end (a sparse
+/// image's scratch is an unlinked file), so IMAGE is the old image and no
+/// staged name is left.
+fn killed_build_leaves_image_as_it_was(format: &str, name: &str) {
+    let work = workdir(&format!("killed-{format}"));
     let tree = work.join("tree");
     make_tree(&tree, 96 << 20);
-    let img = work.join("out.simg");
+    let img = work.join(name);
     std::fs::write(&img, b"an old image").unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_ext4kit"))
-        .args([
-            "mkfs",
-            "-q",
-            "-d",
-            s(&tree),
-            "--output-format",
-            "android-sparse",
-            s(&img),
-            "1G",
-        ])
+        .args(["mkfs", "-q", "-d", s(&tree), "--output-format", format, s(&img), "1G"])
         .spawn()
         .unwrap();
-    let staged = work.join(format!(".out.simg.ext4kit-mkfs-{}", child.id()));
+    let staged = work.join(format!(".{name}.ext4kit-mkfs-{}", child.id()));
     let t = std::time::Instant::now();
     while !staged.exists() {
         assert!(
             child.try_wait().unwrap().is_none(),
-            "the build ended before it could be killed"
+            "{format}: the build ended before it could be killed"
         );
-        assert!(t.elapsed().as_secs() < 60, "the staged build never started");
+        assert!(t.elapsed().as_secs() < 60, "{format}: the staged build never started");
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     std::thread::sleep(std::time::Duration::from_millis(100));
     assert!(
         child.try_wait().unwrap().is_none(),
-        "the build ended before it could be killed"
+        "{format}: the build ended before it could be killed"
     );
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(
         std::fs::read(&img).unwrap(),
         b"an old image",
-        "a killed build changed IMAGE"
+        "{format}: a killed build changed IMAGE"
     );
     let _ = std::fs::remove_file(&staged);
     let left: Vec<String> = std::fs::read_dir(&work)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n != "tree" && n != "out.simg")
+        .filter(|n| n != "tree" && n != name)
         .collect();
-    assert!(left.is_empty(), "nothing else is left beside IMAGE: {left:?}");
+    assert!(left.is_empty(), "{format}: nothing else is left beside IMAGE: {left:?}");
     let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn a_killed_android_sparse_build_leaves_image_as_it_was() {
+    killed_build_leaves_image_as_it_was("android-sparse", "out.simg");
+}
+
+#[test]
+fn a_killed_build_into_a_vm_disk_leaves_image_as_it_was() {
+    for (format, name) in [("qcow2", "out.qcow2"), ("vhdx", "out.vhdx"), ("vhd", "out.vhd")] {
+        killed_build_leaves_image_as_it_was(format, name);
+    }
 }
