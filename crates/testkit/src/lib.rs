@@ -49,6 +49,7 @@ mod rng;
 pub mod servers;
 mod tree;
 mod util;
+pub mod vm;
 
 pub use compare::{compare_trees, read_xattrs, CompareOpts, DiffKind, Difference, TimeFidelity};
 pub use image::{
