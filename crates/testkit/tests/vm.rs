@@ -79,7 +79,12 @@ printf 'written by the VM' | dd of=/dev/vdb bs=512 seek=4096 conv=notrunc 2>/dev
     m.unmount().unwrap();
     let ours = ours.unwrap();
     assert_eq!(run.section_ok("tree").unwrap(), ours);
-    for line in ["./link a1ff 0 0 1 8 ", "-> sub/file", "./sub xattr user.note=0x6b657074", "./sub/file 81a4 0 0 2 20 "] {
+    for line in [
+        "./link a1ff 0 0 1 8 ",
+        "-> sub/file",
+        "./sub xattr user.note=0x6b657074",
+        "./sub/file 81a4 0 0 2 20 ",
+    ] {
         assert!(ours.contains(line), "{line:?} is not in\n{ours}");
     }
 

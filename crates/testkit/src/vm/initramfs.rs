@@ -46,7 +46,9 @@ impl Initramfs {
             if a.as_os_str().is_empty() {
                 break;
             }
-            self.entries.entry(a.to_string_lossy().into_owned()).or_insert(Entry::Dir);
+            self.entries
+                .entry(a.to_string_lossy().into_owned())
+                .or_insert(Entry::Dir);
         }
         self.entries.insert(path.to_string(), entry);
     }
@@ -75,8 +77,8 @@ impl Initramfs {
     /// `/usr/sbin/NAME`, with every shared library `ldd` lists for it at
     /// the path ldd gives. Fails naming the program when it is missing.
     pub fn program(&mut self, name: &str) -> io::Result<()> {
-        let path = find_program(name)
-            .ok_or_else(|| io::Error::other(format!("{name} is not installed on this host")))?;
+        let path =
+            find_program(name).ok_or_else(|| io::Error::other(format!("{name} is not installed on this host")))?;
         for lib in shared_libraries(&path)? {
             let dest = lib.to_string_lossy().into_owned();
             self.host_file(&dest, &lib, 0o755);
@@ -99,10 +101,7 @@ impl Initramfs {
                 }
                 Entry::Bytes(data, mode) => (b.mode(0o100000 | mode), data.clone()),
                 Entry::Symlink(target) => (b.mode(0o120777), target.as_bytes().to_vec()),
-                Entry::CharDevice(major, minor) => (
-                    b.mode(0o020600).rdev_major(*major).rdev_minor(*minor),
-                    Vec::new(),
-                ),
+                Entry::CharDevice(major, minor) => (b.mode(0o020600).rdev_major(*major).rdev_minor(*minor), Vec::new()),
             };
             let len = u32::try_from(data.len())
                 .map_err(|_| io::Error::other(format!("{path}: too large for a newc archive")))?;

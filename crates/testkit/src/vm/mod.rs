@@ -251,10 +251,7 @@ impl VmRun {
     pub fn section_ok(&self, name: &str) -> io::Result<String> {
         let s = self.section(name)?;
         if s.status != 0 {
-            return Err(self.missing(&format!(
-                "section {name} exited with {}:\n{}",
-                s.status, s.output
-            )));
+            return Err(self.missing(&format!("section {name} exited with {}:\n{}", s.status, s.output)));
         }
         Ok(s.output)
     }
@@ -426,7 +423,8 @@ pub fn boot(req: &VmRequest) -> io::Result<VmRun> {
     for d in req.disks {
         // qemu's option syntax doubles a comma inside a value.
         let file = d.to_string_lossy().replace(',', ",,");
-        cmd.arg("-drive").arg(format!("file={file},format=raw,if=virtio,cache=writeback"));
+        cmd.arg("-drive")
+            .arg(format!("file={file},format=raw,if=virtio,cache=writeback"));
     }
     let qemu_log = req.work_dir.join("qemu.log");
     let log = fs::File::create(&qemu_log).context(|| format!("create {}", qemu_log.display()))?;
@@ -456,7 +454,10 @@ pub fn boot(req: &VmRequest) -> io::Result<VmRun> {
         .and_then(|s| s.trim().parse::<i32>().ok());
     let Some(status) = status else {
         let how = match exit {
-            None => format!("was killed after {} s ({accel:?}; EXT4KIT_VM_TIMEOUT sets the limit)", limit.as_secs()),
+            None => format!(
+                "was killed after {} s ({accel:?}; EXT4KIT_VM_TIMEOUT sets the limit)",
+                limit.as_secs()
+            ),
             Some(st) => format!("exited ({st}) after {:.1} s", elapsed.as_secs_f64()),
         };
         return Err(io::Error::other(format!(

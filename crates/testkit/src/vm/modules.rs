@@ -78,11 +78,7 @@ fn read_dep(modules_dir: &Path) -> io::Result<DepMap> {
 fn read_builtin(modules_dir: &Path) -> io::Result<BTreeSet<String>> {
     let path = modules_dir.join("modules.builtin");
     let text = fs::read_to_string(&path).context(|| format!("read {}", path.display()))?;
-    Ok(text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(module_name)
-        .collect())
+    Ok(text.lines().filter(|l| !l.trim().is_empty()).map(module_name).collect())
 }
 
 #[cfg(test)]
