@@ -13,7 +13,9 @@
 //!   and `cp -a`), for "we read what the kernel wrote";
 //! - [`compare_trees`]: the whole-tree comparator that judges a read-back;
 //! - [`journal`]: images whose journal needs recovery (kernel- and
-//!   debugfs-written), with the replayed and unreplayed trees as oracles.
+//!   debugfs-written), with the replayed and unreplayed trees as oracles;
+//! - [`vm`]: Debian's kernel booted in qemu with a test's disk images and
+//!   a script, for what the host kernel lacks (device-mapper: [`lvm`]).
 //!
 //! Binaries: `ext4kit-treecmp` (the comparator on the command line) and
 //! `ext4kit-fixtures` (build the whole matrix into a directory).
@@ -49,6 +51,7 @@ mod rng;
 pub mod servers;
 mod tree;
 mod util;
+pub mod vm;
 
 pub use compare::{compare_trees, read_xattrs, CompareOpts, DiffKind, Difference, TimeFidelity};
 pub use image::{

@@ -3,14 +3,17 @@
 //!
 //! A [`Lab`] is a disk image file attached with `losetup -P`, whose
 //! partitions the test makes PVs, a VG and LVs on with the real tools.
-//! The kernel here may have no device-mapper, so LVM runs with
-//! `global/activation = 0` and LVs are never activated: [`Layout`] is
-//! LVM's own report of where an LV's extents are (`lvs -o
-//! seg_pe_ranges`, `pvs -o pe_start`), and data is placed and read there
-//! by dm-linear's and dm-stripe's rules. Every LVM command sees only the
-//! lab's loop partitions (a `devices` filter, no devices file) and keeps
-//! no backup; the VG name is unique; dropping the lab undoes everything,
-//! also when the test fails.
+//! The host's kernel is not asked to activate anything (this build
+//! machine's has no device-mapper), so LVM runs with `global/activation
+//! = 0`: [`Layout`] is LVM's own report of where an LV's extents are
+//! (`lvs -o seg_pe_ranges`, `pvs -o pe_start`), and data is placed and
+//! read there by dm-linear's and dm-stripe's rules. The real activation
+//! happens in a VM ([`Lab::boot_vm`]): Debian's kernel with
+//! device-mapper gets the detached disk image as `/dev/vda`, and a
+//! script there runs `vgchange -ay`, e2fsck and mounts on `/dev/VG/LV`.
+//! Every LVM command sees only the lab's loop partitions (a `devices`
+//! filter, no devices file) and keeps no backup; the VG name is unique;
+//! dropping the lab undoes everything, also when the test fails.
 
 #![allow(missing_docs)]
 
@@ -20,6 +23,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use crate::vm::{self, VmRequest, VmRun};
 
 pub fn require_environment() {
     let uid = Command::new("id")
@@ -61,14 +66,28 @@ pub fn run(cmd: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Whether the kernel has device-mapper, so LVs can be activated.
-pub fn device_mapper() -> bool {
-    Command::new("dmsetup")
-        .arg("version")
-        .output()
-        .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("Driver version"))
-        .unwrap_or(false)
+/// lvm.conf in the VM: only the virtio disk's partitions, no udev (the
+/// VM runs none: libdevmapper makes the /dev/mapper nodes and /dev/VG
+/// links itself), no dmeventd, no backups.
+pub const VM_LVM_CONF: &str = r#"devices {
+    filter = [ "a|^/dev/vd[a-z][0-9]+$|", "r|.*|" ]
+    use_devicesfile = 0
+    obtain_device_list_from_udev = 0
 }
+activation {
+    udev_sync = 0
+    udev_rules = 0
+    monitoring = 0
+}
+backup {
+    backup = 0
+    archive = 0
+}
+"#;
+
+/// `lvcreate` options for an LV that is not activated (and so neither
+/// zeroed nor wiped) on the host.
+pub const CREATE_INACTIVE: [&str; 4] = ["-an", "-Zn", "-Wn", "-y"];
 
 /// The disk image, its loop device, its VG; all undone on drop.
 pub struct Lab {
@@ -76,7 +95,6 @@ pub struct Lab {
     pub image: PathBuf,
     pub vg: String,
     pub loopdev: Option<String>,
-    pub dm: bool,
 }
 
 impl Lab {
@@ -92,7 +110,6 @@ impl Lab {
             dir,
             vg: format!("ext4kit_test_{}_{tag}", std::process::id()),
             loopdev: None,
-            dm: device_mapper(),
         }
     }
 
@@ -135,16 +152,42 @@ impl Lab {
     }
 
     /// The `--config` every LVM command gets: only our partitions, no
-    /// devices file, no backups, and no device-mapper if there is none.
+    /// devices file, no backups, no activation.
     pub fn config(&self) -> String {
         let dev = self.loopdev.as_deref().expect("attached");
         format!(
             "devices {{ filter = [ \"a|^{dev}p[12]$|\", \"r|.*|\" ] use_devicesfile = 0 }} \
              backup {{ backup = 0 archive = 0 }} \
              activation {{ udev_sync = 0 udev_rules = 0 }} \
-             global {{ activation = {} }}",
-            if self.dm { 1 } else { 0 }
+             global {{ activation = 0 }}"
         )
+    }
+
+    /// Detaches the disk image and boots the VM (ext4kit_testkit::vm)
+    /// with it as `/dev/vda`, then `extra_disks` as `/dev/vdb`, ...;
+    /// `script` runs there with lvm (lvm.conf [`VM_LVM_CONF`]), e2fsck,
+    /// getfattr, setfattr and device-mapper. Panics with the VM's error
+    /// (what to install, or its console).
+    pub fn boot_vm(&mut self, extra_disks: &[&Path], script: &str) -> VmRun {
+        self.detach();
+        let mut disks = vec![self.image.as_path()];
+        disks.extend_from_slice(extra_disks);
+        let run = vm::boot(&VmRequest {
+            work_dir: &self.dir,
+            disks: &disks,
+            programs: &["lvm", "e2fsck", "getfattr", "setfattr"],
+            modules: &["dm_mod"],
+            files: &[("etc/lvm/lvm.conf", VM_LVM_CONF)],
+            script,
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        eprintln!(
+            "VM boot and script: {:.1} s ({:?})",
+            run.elapsed().as_secs_f64(),
+            run.accel()
+        );
+        assert_eq!(run.status(), 0, "the VM script failed:\n{}", run.output());
+        run
     }
 
     pub fn lvm(&self, args: &[&str]) -> String {
@@ -168,9 +211,6 @@ impl Drop for Lab {
                     .env("LVM_SUPPRESS_FD_WARNINGS", "1")
                     .output();
             };
-            if self.dm {
-                lvm(&["vgchange", "-an", &self.vg]);
-            }
             lvm(&["vgremove", "-ff", "-y", &self.vg]);
             self.detach();
         }

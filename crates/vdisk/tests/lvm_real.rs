@@ -13,23 +13,27 @@
 //! back where LVM says it is holds our bytes, and `e2fsck -fn` finds each
 //! filesystem clean.
 //!
-//! The kernel here may have no device-mapper (this VM's has none), so
-//! LVM runs with `global/activation = 0` and LVs are never activated; the
-//! placement comes from LVM's report instead of `/dev/VG/LV`. Where
-//! device-mapper works, the LVs are also activated and compared.
+//! The host's kernel is not asked to activate the LVs (this build
+//! machine's has no device-mapper): LVM runs with `global/activation =
+//! 0` and the placement comes from LVM's report. The activation is
+//! checked in a VM (ext4kit_testkit::vm, Debian's kernel): after our
+//! writes, `vgchange -ay` there, each `/dev/VG/LV` is copied whole onto a
+//! second disk and compared with what we wrote, and e2fsck finds each
+//! filesystem clean on the activated LV.
 //!
 //! Every LVM command sees only this test's loop partitions (a `devices`
 //! filter, no devices file), keeps no backup or archive, and the VG name
 //! is unique; a guard undoes everything even when the test fails. The
-//! test needs root, loop devices and the tools, and fails saying which is
-//! missing rather than pass without checking anything.
+//! test needs root, loop devices, the tools and the VM kernel
+//! (`.ci/vm-kernel`), and fails saying which is missing rather than pass
+//! without checking anything.
 
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use ext4kit_blockdev::partition::{open_location, Location};
 use ext4kit_blockdev::{BlockDevice, FileDevice};
-use ext4kit_testkit::lvm::{e2fsck_clean, filesystem, run, Lab, Layout};
+use ext4kit_testkit::lvm::{e2fsck_clean, filesystem, run, Lab, Layout, CREATE_INACTIVE};
 use ext4kit_vdisk::lvm::{physical_volume, volume_groups};
 
 const MIB: u64 = 1 << 20;
@@ -47,7 +51,7 @@ fn lvm_tools_volumes_read_and_written() {
     lab.lvm(&["vgcreate", "-y", "-s", "1m", &vg, &p1, &p2]);
     // lin: 6 MiB on PV 1, then str takes 4 MiB of each PV, then lin grows
     // by 6 MiB onto PV 2: two linear segments on different PVs.
-    let create: &[&str] = if lab.dm { &["-y"] } else { &["-an", "-Zn", "-Wn", "-y"] };
+    let create = &CREATE_INACTIVE;
     let mut a = vec!["lvcreate", "-L", "6m", "-n", "lin"];
     a.extend_from_slice(create);
     a.extend_from_slice(&[&vg, &p1]);
@@ -57,9 +61,6 @@ fn lvm_tools_volumes_read_and_written() {
     a.push(&vg);
     lab.lvm(&a);
     lab.lvm(&["lvextend", "-L", "12m", &format!("{vg}/lin"), &p2]);
-    if lab.dm {
-        lab.lvm(&["vgchange", "-an", &vg]);
-    }
 
     let lin_layout = Layout::of(&lab, "lin");
     let str_layout = Layout::of(&lab, "str");
@@ -160,16 +161,40 @@ fn lvm_tools_volumes_read_and_written() {
     lab.lvm(&["vgck", &vg]);
     assert_eq!(lin_layout.get(&lab, 12 * MIB), lin_bytes, "lin after our writes");
     assert_eq!(str_layout.get(&lab, 8 * MIB), str_bytes, "str after our writes");
-    if lab.dm {
-        lab.lvm(&["vgchange", "-ay", &vg]);
-        for (name, expect) in [("lin", &lin_bytes), ("str", &str_bytes)] {
-            let got = std::fs::read(format!("/dev/mapper/{vg}-{name}")).unwrap();
-            assert!(got == **expect, "{name}: the kernel's LV differs");
-        }
-        lab.lvm(&["vgchange", "-an", &vg]);
-    }
     e2fsck_clean(&lab, "lin", &lin_bytes);
     e2fsck_clean(&lab, "str", &str_bytes);
+
+    // A kernel with device-mapper activates the VG as LVM does and reads
+    // each LV whole onto a second disk: lin at 0, str at 16 MiB.
+    let copy = lab.dir.join("copy.img");
+    std::fs::File::create(&copy).unwrap().set_len(24 * MIB).unwrap();
+    let script = format!(
+        "section activate lvm vgchange -ay {vg}\n\
+         section sizes sh -c 'blockdev --getsize64 /dev/{vg}/lin; blockdev --getsize64 /dev/{vg}/str'\n\
+         section fsck-lin e2fsck -fn /dev/{vg}/lin\n\
+         section fsck-str e2fsck -fn /dev/{vg}/str\n\
+         section copy-lin dd if=/dev/{vg}/lin of=/dev/vdb bs=1M conv=notrunc\n\
+         section copy-str dd if=/dev/{vg}/str of=/dev/vdb bs=1M seek=16 conv=notrunc\n\
+         section deactivate lvm vgchange -an {vg}\n"
+    );
+    let vm = lab.boot_vm(&[&copy], &script);
+    let ok = |name: &str| vm.section_ok(name).unwrap_or_else(|e| panic!("{e}"));
+    ok("activate");
+    assert_eq!(ok("sizes"), format!("{}\n{}\n", 12 * MIB, 8 * MIB));
+    ok("fsck-lin");
+    ok("fsck-str");
+    ok("copy-lin");
+    ok("copy-str");
+    ok("deactivate");
+    let copied = std::fs::read(&copy).unwrap();
+    for (name, at, expect) in [("lin", 0, &lin_bytes), ("str", 16 * MIB as usize, &str_bytes)] {
+        let got = &copied[at..at + expect.len()];
+        let first_diff = got.iter().zip(expect.iter()).position(|(a, b)| a != b);
+        assert!(
+            first_diff.is_none(),
+            "{name} as the VM's device-mapper reads it differs from what we wrote, first at byte {first_diff:?}"
+        );
+    }
 }
 
 /// The committed text's place in the metadata area at byte 4096 of `part`
@@ -203,7 +228,7 @@ fn wrapped_metadata_and_a_second_copy_at_the_end() {
         &p1,
     ]);
     lab.lvm(&["vgcreate", "-y", &vg, &p1, &p2]);
-    let create: &[&str] = if lab.dm { &["-y"] } else { &["-an", "-Zn", "-Wn", "-y"] };
+    let create = &CREATE_INACTIVE;
     let mut a = vec!["lvcreate", "-L", "4m", "-n", "lin"];
     a.extend_from_slice(create);
     a.extend_from_slice(&[&vg, &p1]);
@@ -226,9 +251,6 @@ fn wrapped_metadata_and_a_second_copy_at_the_end() {
         .trim()
         .parse()
         .unwrap();
-    if lab.dm {
-        lab.lvm(&["vgchange", "-an", &vg]);
-    }
     let layout = Layout::of(&lab, "lin");
     let data: Vec<u8> = (0..4 * MIB).map(|i| (i * 7 % 255) as u8).collect();
     layout.put(&lab, &data);
