@@ -332,4 +332,52 @@ section deactivate lvm vgchange -an {vg}
     let bytes = Layout::of(&lab, "root").get(&lab, 30 * MIB);
     lab.detach();
     e2fsck_clean(&lab, "root-after", &bytes);
+
+    // Two LVs of one disk are two filesystems: while root is mounted, a
+    // mount of str is refused (one server per image file), never bound to
+    // root's mount (which would show root's tree under str's name).
+    let (m1, m2) = (lab.dir.join("m-root"), lab.dir.join("m-str"));
+    std::fs::create_dir_all(&m1).unwrap();
+    std::fs::create_dir_all(&m2).unwrap();
+    ok("mount root", ext4kit(&[&"mount", &"-o", &"ro", &spec, &m1]));
+    let second = ext4kit(&[&"mount", &"-o", &"ro", &str_spec, &m2]);
+    let shows_root = m2.join("from-vm").exists();
+    ok("umount root", ext4kit(&[&"umount", &m1]));
+    if second.status.success() {
+        let _ = ext4kit(&[&"umount", &m2]);
+    }
+    assert!(!shows_root, "the mount of {str_spec} shows root's tree");
+    assert!(
+        !second.status.success(),
+        "a second LV of a mounted image was mounted: {second:?}"
+    );
+    let why = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        why.contains(&format!("logical volume {vg}/root")) && why.contains(&format!("logical volume {vg}/str")),
+        "the refusal names both volumes: {why}"
+    );
+
+    // mkfs onto an LV (the striped one): the volume is the filesystem's
+    // device, filled from a tree; e2fsck over LVM's extents is clean.
+    let made = lab.dir.join("made-src");
+    std::fs::create_dir_all(made.join("etc")).unwrap();
+    std::fs::write(made.join("etc/os-release"), b"ID=lvtest\n").unwrap();
+    std::fs::write(made.join("data.bin"), vec![0x5au8; 300_000]).unwrap();
+    ok(
+        "mkfs -d IMAGE@VG/LV",
+        ext4kit(&[&"mkfs", &"-q", &"-d", &made, &str_spec]),
+    );
+    let got_made = lab.dir.join("got-made");
+    ok("get after mkfs", ext4kit(&[&"get", &str_spec, &"/", &got_made]));
+    let opts = CompareOpts {
+        ignore_lost_found: true,
+        ignore_root_attrs: true,
+        ..CompareOpts::default()
+    };
+    let d = compare_trees(&made, &got_made, &opts).unwrap();
+    assert!(d.is_empty(), "mkfs onto the LV: {:?}", &d[..d.len().min(5)]);
+    lab.attach();
+    let bytes = Layout::of(&lab, "str").get(&lab, 8 * MIB);
+    lab.detach();
+    e2fsck_clean(&lab, "str-mkfs", &bytes);
 }

@@ -27,8 +27,8 @@
 //! [`crate::lifecycle`]), as the kernel shares one superblock between
 //! mounts of one device. For that the mount table's source says where the
 //! filesystem is, not just which file: `IMAGE`, `IMAGE@N` (partition N,
-//! the command line's short form) or `IMAGE@offset=BYTES`
-//! ([`mount_source`], [`parse_source`]).
+//! the command line's short form), `IMAGE@offset=BYTES` or `IMAGE@VG/LV`
+//! (an LVM2 logical volume) ([`mount_source`], [`parse_source`]).
 
 use std::fs::File;
 use std::io;
@@ -152,61 +152,124 @@ fn parse_mountinfo_line(l: &str) -> Option<MountEntry> {
     })
 }
 
-/// The mount source an ext4kit server gives the filesystem at `loc` of
-/// `image` (an absolute path): `IMAGE`, `IMAGE@N` or `IMAGE@offset=BYTES`.
-/// `None` when the table could not say it unambiguously: a path with a
-/// comma (it cannot pass through the option string) or a located source
-/// that names an existing file itself (`disk.img@2` beside `disk.img`);
-/// such mounts show "ext4kit" and are never bound to.
-pub fn mount_source(image: &Path, loc: Location) -> Option<String> {
-    let path = image.to_str()?;
+/// Where a mounted filesystem is: the image file, and the place in it
+/// (a partition or offset, or an LVM2 logical volume "VG/LV"). Two mounts
+/// are of the same filesystem only when all three agree: two logical
+/// volumes of one disk are two filesystems at the same `Location::Whole`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    image: PathBuf,
+    location: Location,
+    volume: Option<String>,
+}
+
+impl Source {
+    /// The filesystem at `location` (or in logical volume `volume`) of
+    /// `image`.
+    pub fn new(image: impl Into<PathBuf>, location: Location, volume: Option<&str>) -> Source {
+        Source {
+            image: image.into(),
+            location,
+            volume: volume.map(str::to_string),
+        }
+    }
+
+    /// The image file.
+    pub fn image(&self) -> &Path {
+        &self.image
+    }
+
+    /// The partition or offset (`Whole` for a logical volume).
+    pub fn location(&self) -> Location {
+        self.location
+    }
+
+    /// The logical volume, "VG/LV".
+    pub fn volume(&self) -> Option<&str> {
+        self.volume.as_deref()
+    }
+
+    /// Where in the image, as a message says it.
+    pub fn place(&self) -> String {
+        match &self.volume {
+            Some(v) => format!("logical volume {v}"),
+            None => self.location.to_string(),
+        }
+    }
+
+    /// Whether this is the filesystem `other` names, the image compared by
+    /// identity (`me` is this image's metadata).
+    fn same_as(&self, me: &std::fs::Metadata, other: &Source) -> bool {
+        self.location == other.location && self.volume == other.volume && same_file(me, &other.image)
+    }
+}
+
+/// An LVM2 name (a VG or an LV): LVM's own characters, so "VG/LV" after
+/// the last `@` cannot be mistaken for anything else.
+fn lvm_name(n: &str) -> bool {
+    !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"+_.-".contains(&b))
+}
+
+/// The mount source an ext4kit server gives the filesystem `src` names
+/// (its image an absolute path): `IMAGE`, `IMAGE@N`,
+/// `IMAGE@offset=BYTES` or `IMAGE@VG/LV`. `None` when the table could not
+/// say it unambiguously: a path with a comma (it cannot pass through the
+/// option string) or a located source that names an existing file itself
+/// (`disk.img@2` beside `disk.img`); such mounts show "ext4kit" and are
+/// never bound to.
+pub fn mount_source(src: &Source) -> Option<String> {
+    let path = src.image.to_str()?;
     if path.contains(',') {
         return None;
     }
-    let s = match loc {
-        Location::Whole => return Some(path.to_string()),
-        Location::Partition(n) => format!("{path}@{n}"),
-        Location::Offset(o) => format!("{path}@offset={o}"),
+    let s = match (&src.volume, src.location) {
+        (Some(v), _) => format!("{path}@{v}"),
+        (None, Location::Whole) => return Some(path.to_string()),
+        (None, Location::Partition(n)) => format!("{path}@{n}"),
+        (None, Location::Offset(o)) => format!("{path}@offset={o}"),
     };
     (!Path::new(&s).exists()).then_some(s)
 }
 
-/// The image file and location a mount source names (the inverse of
-/// [`mount_source`]; a plain absolute path, as fuse2fs gives, is the whole
-/// file). A source that names an existing file is that file, as the
-/// command line's `IMAGE@N` is only a partition when no file has that name.
-pub fn parse_source(source: &str) -> Option<(PathBuf, Location)> {
+/// The filesystem a mount source names (the inverse of [`mount_source`];
+/// a plain absolute path, as fuse2fs gives, is the whole file). A source
+/// that names an existing file is that file, as the command line's
+/// `IMAGE@N` is only a partition when no file has that name.
+pub fn parse_source(source: &str) -> Option<Source> {
     let p = Path::new(source);
     if !p.is_absolute() {
         return None;
     }
     if !p.exists() {
-        if let Some((base, loc)) = source.rsplit_once('@') {
-            let loc = if let Some(off) = loc.strip_prefix("offset=") {
+        if let Some((base, at)) = source.rsplit_once('@') {
+            if let Some((vg, lv)) = at.split_once('/').filter(|(vg, lv)| lvm_name(vg) && lvm_name(lv)) {
+                return Some(Source::new(base, Location::Whole, Some(&format!("{vg}/{lv}"))));
+            }
+            let loc = if let Some(off) = at.strip_prefix("offset=") {
                 off.parse().ok().map(Location::Offset)
-            } else if !loc.is_empty() && loc.bytes().all(|b| b.is_ascii_digit()) {
-                loc.parse().ok().filter(|&n| n > 0).map(Location::Partition)
+            } else if !at.is_empty() && at.bytes().all(|b| b.is_ascii_digit()) {
+                at.parse().ok().filter(|&n| n > 0).map(Location::Partition)
             } else {
                 None
             };
             if let Some(loc) = loc {
-                return Some((PathBuf::from(base), loc));
+                return Some(Source::new(base, loc, None));
             }
         }
     }
-    Some((p.to_path_buf(), Location::Whole))
+    Some(Source::new(p, Location::Whole, None))
 }
 
 /// The ext4kit mount (of the whole filesystem, not of a subdirectory) that
-/// serves the filesystem at `loc` of `image`, if any: a second mount of it
-/// is a bind mount of this one.
-pub fn served(image: &Path, loc: Location) -> Option<MountEntry> {
-    let me = std::fs::metadata(image).ok()?;
+/// serves the filesystem `src` names, if any: a second mount of it is a
+/// bind mount of this one.
+pub fn served(src: &Source) -> Option<MountEntry> {
+    let me = std::fs::metadata(&src.image).ok()?;
     let ours = format!("fuse.{SUBTYPE}");
     mounts().ok()?.into_iter().find(|m| {
         m.fstype == ours
             && m.root == Path::new("/")
-            && parse_source(&m.source).is_some_and(|(p, l)| l == loc && same_file(&me, &p))
+            && parse_source(&m.source).is_some_and(|other| src.same_as(&me, &other))
     })
 }
 
@@ -279,7 +342,7 @@ pub fn mounted_at(image: &Path) -> Option<MountEntry> {
             .any(|b| same_file(&me, Path::new(b.trim_end().trim_end_matches(" (deleted)"))))
         } else {
             // A FUSE server's image (`IMAGE@N` for a partition of it).
-            parse_source(&m.source).is_some_and(|(p, _)| same_file(&me, &p))
+            parse_source(&m.source).is_some_and(|other| same_file(&me, other.image()))
         };
         if hit {
             return Some(m.clone());
@@ -314,28 +377,47 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let img = dir.join("disk.img");
         std::fs::write(&img, b"x").unwrap();
+        let at = |loc| Source::new(&img, loc, None);
         for loc in [Location::Whole, Location::Partition(2), Location::Offset(1 << 20)] {
-            let s = mount_source(&img, loc).unwrap();
-            assert_eq!(parse_source(&s), Some((img.clone(), loc)), "{s}");
+            let s = mount_source(&at(loc)).unwrap();
+            assert_eq!(parse_source(&s), Some(at(loc)), "{s}");
         }
         assert_eq!(
-            mount_source(&img, Location::Partition(3)).unwrap(),
+            mount_source(&at(Location::Partition(3))).unwrap(),
             format!("{}@3", img.display())
         );
+        // A logical volume is its own place: two LVs of one disk are two
+        // filesystems, both at Location::Whole.
+        let lv = Source::new(&img, Location::Whole, Some("vg0/root"));
+        let s = mount_source(&lv).unwrap();
+        assert_eq!(s, format!("{}@vg0/root", img.display()));
+        assert_eq!(parse_source(&s), Some(lv.clone()));
+        assert_ne!(
+            parse_source(&s),
+            Some(Source::new(&img, Location::Whole, Some("vg0/home")))
+        );
+        assert_ne!(parse_source(&s), Some(at(Location::Whole)));
+        let me = std::fs::metadata(&img).unwrap();
+        assert!(lv.same_as(&me, &lv));
+        assert!(!lv.same_as(&me, &at(Location::Whole)));
         // A file that is itself named like a located source is that file;
         // a located source that would read as it is not given.
         let odd = dir.join("disk.img@3");
         std::fs::write(&odd, b"x").unwrap();
         assert_eq!(
             parse_source(odd.to_str().unwrap()),
-            Some((odd.clone(), Location::Whole))
+            Some(Source::new(&odd, Location::Whole, None))
         );
-        assert_eq!(mount_source(&img, Location::Partition(3)), None);
-        assert_eq!(mount_source(Path::new("/a,b.img"), Location::Whole), None);
+        assert_eq!(mount_source(&at(Location::Partition(3))), None);
+        assert_eq!(mount_source(&Source::new("/a,b.img", Location::Whole, None)), None);
         assert_eq!(parse_source("ext4kit"), None);
         assert_eq!(
             parse_source("/x.img@0"),
-            Some((PathBuf::from("/x.img@0"), Location::Whole))
+            Some(Source::new("/x.img@0", Location::Whole, None))
+        );
+        assert_eq!(
+            parse_source("/x.img@vg/lv/extra"),
+            Some(Source::new("/x.img@vg/lv/extra", Location::Whole, None))
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -26,7 +26,7 @@ use ext4kit::{Fs, Location, OpenOptions};
 use fuser::{Config, MountOption, Session, SessionACL, Transport};
 
 use crate::inuse::{
-    lock_is_free, mount_points_of, mount_source, mounted_at, mounts, parse_source, served, ImageLock, SUBTYPE,
+    lock_is_free, mount_points_of, mount_source, mounted_at, mounts, parse_source, served, ImageLock, Source, SUBTYPE,
 };
 use crate::server::{CacheMode, Ext4Fuse};
 use crate::sys;
@@ -372,7 +372,8 @@ const UNMOUNT_WAIT: Duration = Duration::from_secs(2);
 /// callers bind to it first, [`bind_existing`]. One listed here is going
 /// away, serves another partition of the file, or is a subdirectory's
 /// bind.)
-fn take_over(image: &Path, location: Location) -> Result<ImageLock, String> {
+fn take_over(src: &Source) -> Result<ImageLock, String> {
+    let image = src.image();
     if ext4kit::device::is_remote(image) {
         // A remote image is only ever read: nothing to serialize with.
         return Ok(ImageLock::none());
@@ -385,11 +386,16 @@ fn take_over(image: &Path, location: Location) -> Result<ImageLock, String> {
                 // Another filesystem of the same file (another partition):
                 // the lock is on the whole file, one server per file.
                 let other = parse_source(&m.source)
-                    .filter(|(_, l)| m.fstype == format!("fuse.{SUBTYPE}") && *l != location)
-                    .map_or(String::new(), |(_, l)| {
+                    .filter(|other| {
+                        m.fstype == format!("fuse.{SUBTYPE}")
+                            && (other.location() != src.location() || other.volume() != src.volume())
+                    })
+                    .map_or(String::new(), |other| {
                         format!(
-                            "; that is {l} of it, this mount asks for {location}: one ext4kit server per image \
-                 file at a time"
+                            "; that is {} of it, this mount asks for {}: one ext4kit server per image file at a \
+                             time",
+                            other.place(),
+                            src.place()
                         )
                     });
                 return Err(format!(
@@ -440,7 +446,8 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
             "/dev/fuse does not exist: load the fuse module (modprobe fuse) or give the container the device".into(),
         );
     }
-    let lock = take_over(&image, opts.location)?;
+    let source = Source::new(&image, opts.location, opts.volume.as_deref());
+    let lock = take_over(&source)?;
     // A status left by an earlier server of this image is not ours.
     if let Some(p) = status_path(&image) {
         let _ = std::fs::remove_file(p);
@@ -462,7 +469,7 @@ pub fn mount(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Mo
     // `ext4kit umount`, the in-use check and a second mount (bound to this
     // one) read back from the mount table. Sources that cannot say it
     // unambiguously show "ext4kit" (see `mount_source`).
-    let fsname = mount_source(&image, opts.location).unwrap_or_else(|| SUBTYPE.to_string());
+    let fsname = mount_source(&source).unwrap_or_else(|| SUBTYPE.to_string());
     let acl = if opts.allow_other {
         SessionACL::All
     } else if opts.allow_root {
@@ -957,12 +964,13 @@ fn fusermount(args: &[&str], mp: &Path) -> Result<(), String> {
 pub fn bind_existing(image: &Path, mount_point: &Path, opts: &MountOptions) -> Result<Option<String>, String> {
     let image = image_name(image)?;
     let mp = std::fs::canonicalize(mount_point).map_err(|e| format!("{}: {e}", mount_point.display()))?;
-    let Some(server) = served(&image, opts.location) else {
+    let source = Source::new(&image, opts.location, opts.volume.as_deref());
+    let Some(server) = served(&source) else {
         return Ok(None);
     };
-    let shown = match mount_source(&image, opts.location) {
+    let shown = match mount_source(&source) {
         Some(s) => s,
-        None => format!("{} ({})", image.display(), opts.location),
+        None => format!("{} ({})", image.display(), source.place()),
     };
     let table = mounts().map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
     if table.iter().any(|m| m.mount_point == mp && m.dev == server.dev) {
@@ -1214,10 +1222,10 @@ pub fn unmount(mount_point: &Path, wait: Duration) -> Result<(), String> {
     if !mount_points_of(entry.dev).is_empty() {
         return Ok(());
     }
-    let Some((image, _)) = parse_source(&entry.source) else {
+    let Some(source) = parse_source(&entry.source) else {
         return Ok(());
     };
-    let image = image.as_path();
+    let image = source.image();
     let start = Instant::now();
     while !lock_is_free(image) {
         if start.elapsed() > wait {

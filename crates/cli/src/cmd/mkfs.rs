@@ -285,6 +285,23 @@ fn place(
 ) -> Result<(Arc<dyn BlockDevice>, u64), String> {
     let img = image.display().to_string();
     let fail = |m: String| format!("{img}: {m}");
+    if let Some(volume) = image.volume() {
+        // An LVM2 logical volume: the disk's container (qcow2, ...) and
+        // its GPT are opened as for any other command, and the filesystem
+        // fills the volume (or SIZE of it).
+        let req = ext4kit::device::DiskRequest {
+            writable: true,
+            format: image.format(),
+            any_backing_path: image.any_backing_path(),
+            volume: Some(volume.to_string()),
+        };
+        let dev = ext4kit::device::open_disk(&image.path, &req)
+            .map_err(|e| fail(e.to_string()))?
+            .into_device();
+        let size = within(size, dev.size(), "logical volume").map_err(fail)?;
+        dry_run(size, o).map_err(|e| fail(e.to_string()))?;
+        return Ok((dev, size));
+    }
     match image.loc {
         Location::Whole => {
             let size = size.ok_or_else(|| fail("SIZE is needed (e.g. 64M)".into()))?;
@@ -304,16 +321,7 @@ fn place(
         Location::Partition(_) => {
             let disk = FileDevice::open(&image.path, true).map_err(|e| fail(e.to_string()))?;
             let dev = open_location(Arc::new(disk), image.loc).map_err(|e| fail(e.to_string()))?;
-            let size = match size {
-                Some(s) if s > dev.size() => {
-                    return Err(fail(format!(
-                        "SIZE {s} is larger than the partition ({} bytes)",
-                        dev.size()
-                    )))
-                }
-                Some(s) => s,
-                None => dev.size(),
-            };
+            let size = within(size, dev.size(), "partition").map_err(fail)?;
             dry_run(size, o).map_err(|e| fail(e.to_string()))?;
             Ok((dev, size))
         }
@@ -351,6 +359,16 @@ fn place(
                 Arc::new(WindowDevice::new(disk, off, size).map_err(|e| fail(e.to_string()))?);
             Ok((dev, size))
         }
+    }
+}
+
+/// SIZE, if given, no larger than the `what` it goes in (`room` bytes);
+/// else all of it.
+fn within(size: Option<u64>, room: u64, what: &str) -> Result<u64, String> {
+    match size {
+        Some(s) if s > room => Err(format!("SIZE {s} is larger than the {what} ({room} bytes)")),
+        Some(s) => Ok(s),
+        None => Ok(room),
     }
 }
 
@@ -411,14 +429,14 @@ fn build(a: &Args, image: &Image, req: BuildRequest) -> Result<(), String> {
         format,
     } = req;
     let img = image.display().to_string();
-    let into_file = image.loc == Location::Whole && !is_block_device(&image.path);
+    let into_file = image.loc == Location::Whole && image.volume().is_none() && !is_block_device(&image.path);
     if into_file && !a.force {
         refuse_partitioned(image)?;
     }
     if !into_file && format != OutputFormat::Raw {
         return Err(format!(
             "{img}: an Android sparse image or a VM disk is a file of its own: it cannot be written onto a \
-             device, a partition or at an offset (write it to a file, then flash or copy that)"
+             device, a partition, a logical volume or at an offset (write it to a file, then flash or copy that)"
         ));
     }
     // Into a file: SIZE, or without it the smallest image that holds the
