@@ -111,6 +111,12 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
                 GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout),
                 &connect_timeout,
             );
+            // Lowest first: gcloud's moved configuration directory, then
+            // what from_env reads (GOOGLE_APPLICATION_CREDENTIALS among the
+            // GOOGLE_ variables overrides the former).
+            if let Some(adc) = gcloud_adc_file(std::env::var_os("CLOUDSDK_CONFIG")) {
+                b = b.with_config(GoogleConfigKey::ApplicationCredentials, adc.to_string_lossy());
+            }
             if let Ok(path) = std::env::var("SERVICE_ACCOUNT") {
                 b = b.with_service_account_path(path);
             }
@@ -137,6 +143,12 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
                 if let Ok(key) = k.parse() {
                     b = b.with_config(key, v);
                 }
+            }
+            // App Service and Functions' managed identity endpoint, which
+            // from_env reads besides the AZURE_ variables (its secret,
+            // IDENTITY_HEADER, object_store reads itself).
+            if let Ok(endpoint) = std::env::var("IDENTITY_ENDPOINT") {
+                b = b.with_msi_endpoint(endpoint);
             }
             b = b.with_url(url);
             for (k, v) in &opts.store_options {
@@ -181,6 +193,15 @@ fn unknown_key(url: &str, key: &str) -> io::Error {
         io::ErrorKind::InvalidInput,
         format!("{url}: unknown store option {key:?}"),
     )
+}
+
+/// gcloud's application-default credentials file in its configuration
+/// directory `config` (`$CLOUDSDK_CONFIG`), if there is one. gcloud and
+/// Google's own client libraries look there when the variable is set;
+/// object_store only looks in `~/.config/gcloud`.
+fn gcloud_adc_file(config: Option<std::ffi::OsString>) -> Option<std::path::PathBuf> {
+    let file = std::path::PathBuf::from(config?).join("application_default_credentials.json");
+    file.is_file().then_some(file)
 }
 
 /// The environment variables starting with `prefix`, keys lower-cased the
