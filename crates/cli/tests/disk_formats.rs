@@ -123,6 +123,7 @@ fn get_through_every_format_is_the_raw_images_tree() {
     let mut images = vec![
         f.convert("plain.qcow2", &["-O", "qcow2"]),
         f.convert("zlib.qcow2", &["-O", "qcow2", "-c"]),
+        f.convert("zstd.qcow2", &["-O", "qcow2", "-c", "-o", "compression_type=zstd"]),
         f.convert("v2.qcow2", &["-O", "qcow2", "-o", "compat=0.10"]),
         f.convert("dynamic.vhd", &["-O", "vpc"]),
         f.convert("fixed.vhd", &["-O", "vpc", "-o", "subformat=fixed"]),
@@ -170,6 +171,18 @@ fn get_through_every_format_is_the_raw_images_tree() {
             "{name}: the filesystem inside is the raw image's"
         );
     }
+    // zstd clusters are read, never written: a write command is refused
+    // saying so, and the image is untouched.
+    let zstd = f.path("zstd.qcow2");
+    let before = std::fs::read(&zstd).unwrap();
+    let out = ext4kit(&[&"mkdir", &zstd, &"/added"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("zstd") && err.contains("read-only"),
+        "mkdir in a zstd qcow2: {:?}\n{err}",
+        out.status
+    );
+    assert!(std::fs::read(&zstd).unwrap() == before, "the zstd image changed");
 }
 
 /// After writes to `img`: qemu-img check (qcow2), the raw conversion is

@@ -3,7 +3,8 @@
 //! S3-compatible server (moto's, from PyPI), read through the URL by every
 //! layer (remote object → qcow2 → GPT → ext4): `get` gives the tree it
 //! gives from the local file, `info` shows the stack, the mount serves it
-//! read-only, and a command that writes is refused by name.
+//! read-only, and a command that writes is refused by name. Presigned
+//! URLs (the credential in the query string) read the same way.
 //!
 //! Needs nginx (nginx-light), moto (`pip install 'moto[server]'`),
 //! qemu-img, sgdisk, root and /dev/fuse; .ci/run installs them. A server
@@ -183,5 +184,33 @@ fn a_qcow2_gpt_disk_in_s3_reads_as_the_local_file() {
         String::from_utf8_lossy(&missing.stderr).contains("none.qcow2"),
         "{missing:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn presigned_urls_read_as_the_local_file() {
+    let dir = workdir("presigned");
+    let (q, tree) = disk(&dir);
+    let bytes = std::fs::read(&q).unwrap();
+    // nginx's /signed/ answers only a GET carrying the signature argument.
+    let nginx = Nginx::start();
+    nginx.put("disk.qcow2", &bytes);
+    let signed = nginx.url(&format!(
+        "/signed/disk.qcow2?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=600&X-Amz-Signature={}",
+        Nginx::SIGNATURE
+    ));
+    check_url(&signed, &[], &tree, &dir, "signed-http");
+    let unsigned = ext4kit(&[&"ls", &nginx.url("/signed/disk.qcow2?X-Amz-Signature=0"), &"/"], &[]);
+    assert!(!unsigned.status.success());
+    let why = String::from_utf8_lossy(&unsigned.stderr);
+    assert!(why.contains("403") && why.contains("/signed/disk.qcow2"), "{why}");
+    // A real S3 presigned URL (boto3's, as `aws s3 presign` makes it),
+    // read with no AWS variables at all.
+    let moto = Moto::start();
+    moto.create_bucket("images");
+    moto.put_object("images", "vm/disk.qcow2", &bytes);
+    let presigned = moto.presigned_url("images", "vm/disk.qcow2");
+    assert!(presigned.contains("X-Amz-Signature="), "{presigned}");
+    check_url(&presigned, &[], &tree, &dir, "presigned-s3");
     let _ = std::fs::remove_dir_all(&dir);
 }

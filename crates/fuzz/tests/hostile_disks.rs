@@ -95,6 +95,11 @@ fn hostile_qcow2() {
 }
 
 #[test]
+fn hostile_qcow2_zstd() {
+    campaign(Family::Qcow2Zstd);
+}
+
+#[test]
 fn hostile_vhd() {
     campaign(Family::Vhd);
 }

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ext4kit_blockdev::BlockDevice;
-use object_store::ObjectStoreExt;
+use object_store::{GetOptions, ObjectStore, ObjectStoreExt};
 use parking_lot::Mutex;
 
 use crate::fetch::{run_on, Fetcher, Pending, Pin, Target};
-use crate::store::{io_error, open_store};
+use crate::store::{io_error, open_store, SizeQuery};
 use crate::{RemoteOptions, RemoteStats};
 
 /// How many sequential streams are followed at once: a few files copied in
@@ -57,7 +57,9 @@ impl RemoteDevice {
                 "remote block size must not be 0",
             ));
         }
-        let (store, path) = open_store(url, opts)?;
+        let (store, path, size_query) = open_store(url, opts)?;
+        // Messages name the URL without a presigned query string.
+        let url = &crate::presigned::shown(url);
         // Two workers: the work is waiting on sockets, and the machine's
         // cores belong to the filesystem above.
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -73,7 +75,15 @@ impl RemoteDevice {
         let head = {
             let store = store.clone();
             let path = path.clone();
-            run_on(&runtime, wait_limit, async move { store.head(&path).await })
+            run_on(&runtime, wait_limit, async move {
+                match size_query {
+                    SizeQuery::Head => store.head(&path).await,
+                    SizeQuery::RangedGet => {
+                        let first = GetOptions::new().with_range(Some(0..1));
+                        store.get_opts(&path, first).await.map(|r| r.meta)
+                    }
+                }
+            })
         };
         let meta = match head {
             Some(Ok(meta)) => meta,
@@ -89,7 +99,7 @@ impl RemoteDevice {
             version: meta.version.clone(),
             etag: meta.e_tag.clone().filter(|t| !t.starts_with("W/")),
         };
-        let url: Arc<str> = Arc::from(url);
+        let url: Arc<str> = Arc::from(url.as_str());
         let target = Target {
             store,
             path,

@@ -204,13 +204,14 @@ impl Fetcher {
         let path = self.path.clone();
         let url = self.url.clone();
         let pin = self.pin.clone();
+        let size = self.size;
         let permits = self.permits.clone();
         let shared = self.shared.clone();
         shared.counters.requests.fetch_add(1, Ordering::Relaxed);
         self.runtime.spawn(async move {
             // The semaphore is never closed, so acquiring only waits.
             let _permit = permits.acquire_owned().await;
-            let outcome = fetch_range(&*store, &path, &url, &pin, range).await;
+            let outcome = fetch_range(&*store, &path, &url, &pin, range, size).await;
             let mut st = shared.state.lock();
             match &outcome {
                 Ok(data) => {
@@ -268,8 +269,18 @@ pub(crate) fn run_on<T: Send + 'static>(
     rx.recv_timeout(limit).ok()
 }
 
-/// One range request, checked to have returned exactly the bytes asked for.
-async fn fetch_range(store: &dyn ObjectStore, path: &Path, url: &str, pin: &Pin, range: Range<u64>) -> Outcome {
+/// One range request, checked to have returned exactly the bytes asked
+/// for: a server that sends fewer (a body cut short, an object smaller
+/// than its size at open said) is an error naming the URL and the range,
+/// never a block padded with zeros.
+async fn fetch_range(
+    store: &dyn ObjectStore,
+    path: &Path,
+    url: &str,
+    pin: &Pin,
+    range: Range<u64>,
+    size: u64,
+) -> Outcome {
     let what = format!("reading bytes {}..{}", range.start, range.end);
     let fail = |e: &object_store::Error| {
         let e = io_error(url, &what, e);
@@ -282,12 +293,19 @@ async fn fetch_range(store: &dyn ObjectStore, path: &Path, url: &str, pin: &Pin,
         opts = opts.with_if_match(pin.etag.clone());
     }
     let result = store.get_opts(path, opts).await.map_err(|e| fail(&e))?;
+    // The object's size by this response's Content-Range.
+    let now = result.meta.size;
     let data = result.bytes().await.map_err(|e| fail(&e))?;
     let want = range.end - range.start;
     if data.len() as u64 != want {
+        let why = if now != size {
+            format!(" (this response gives the object's size as {now} bytes; at open it was {size})")
+        } else {
+            String::new()
+        };
         return Err((
             io::ErrorKind::InvalidData,
-            format!("{url}: {what}: the server sent {} bytes, not {want}", data.len()),
+            format!("{url}: {what}: the server sent {} bytes, not {want}{why}", data.len()),
         ));
     }
     Ok(data)

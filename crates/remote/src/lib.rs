@@ -30,6 +30,7 @@ mod aws_profile;
 mod cache;
 mod device;
 mod fetch;
+mod presigned;
 mod store;
 
 use std::time::Duration;
@@ -128,14 +129,17 @@ pub fn is_url(s: &str) -> bool {
 
 /// Open the image at `url` read-only.
 ///
-/// One request (a HEAD, or the store's equivalent) learns the image's size,
-/// so a missing object is `NotFound` and a refused one `PermissionDenied`
-/// here, at open, rather than at the first read. Credentials and endpoints
-/// come from the environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+/// One request learns the image's size (a HEAD, or the store's
+/// equivalent; for a presigned URL a GET of the first byte), so a missing
+/// object is `NotFound` and a refused one `PermissionDenied` here, at
+/// open, rather than at the first read. Credentials and endpoints come
+/// from the environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
 /// `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, `GOOGLE_*`,
 /// `AZURE_*`), for S3 also from the AWS shared files' profile
 /// (`~/.aws/credentials`, `~/.aws/config`, `AWS_PROFILE`; the environment
-/// wins), and from [`RemoteOptions::store_options`].
+/// wins), and from [`RemoteOptions::store_options`]. An http(s) URL with
+/// a query string (a presigned URL) needs none: the query string goes
+/// with every request.
 pub fn open_url(url: &str, opts: &RemoteOptions) -> std::io::Result<RemoteDevice> {
     RemoteDevice::open(url, opts)
 }

@@ -34,14 +34,36 @@ pub(crate) fn scheme_of(s: &str) -> Option<&'static str> {
     SCHEMES.iter().copied().find(|k| k.eq_ignore_ascii_case(scheme))
 }
 
-/// A client for the store that holds `url`, and the object's path in it.
-pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn ObjectStore>, Path)> {
-    let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: {why}"));
+/// How the object's size and version are learnt at open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SizeQuery {
+    /// A HEAD request (or the store's equivalent).
+    Head,
+    /// A GET of its first byte, whose Content-Range gives the size: a
+    /// presigned URL is valid for the method it was signed for, GET.
+    RangedGet,
+}
+
+/// A client for the store that holds `url`, the object's path in it, and
+/// how to ask its size.
+pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn ObjectStore>, Path, SizeQuery)> {
+    let shown = crate::presigned::shown(url);
+    let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("{shown}: {why}"));
     if scheme_of(url).is_none() {
         return Err(invalid("not a remote URL (http, https, s3, gs, az, abfs, adl)".into()));
     }
     let parsed = Url::parse(url).map_err(|e| invalid(format!("bad URL: {e}")))?;
-    let (scheme, path) = ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(e.to_string()))?;
+    // A query string on an http(s) URL is a presigned URL's credential (S3's
+    // X-Amz-*, GCS's X-Goog-*, an Azure SAS): the URL itself is what to
+    // request, also on a host object_store would take for a store
+    // (*.amazonaws.com, *.blob.core.windows.net) and ask for credentials.
+    let presigned = matches!(parsed.scheme(), "http" | "https") && parsed.query().is_some();
+    let (scheme, path) = if presigned {
+        let path = Path::from_url_path(parsed.path()).map_err(|e| invalid(e.to_string()))?;
+        (ObjectStoreScheme::Http, path)
+    } else {
+        ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(e.to_string()))?
+    };
     if path.as_ref().is_empty() {
         return Err(invalid("names no object (the path is empty)".into()));
     }
@@ -54,6 +76,7 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
         max_retries: opts.retries,
         retry_timeout: opts.retry_timeout,
     };
+    let mut size_query = SizeQuery::Head;
     let timeout = format!("{}ms", opts.timeout.as_millis());
     let connect_timeout = format!("{}ms", opts.connect_timeout.as_millis());
     let built: Result<Arc<dyn ObjectStore>, object_store::Error> = match scheme {
@@ -76,7 +99,7 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
             }
             b = b.with_url(url);
             for (k, v) in &opts.store_options {
-                let key: AmazonS3ConfigKey = k.to_ascii_lowercase().parse().map_err(|_| unknown_key(url, k))?;
+                let key: AmazonS3ConfigKey = k.to_ascii_lowercase().parse().map_err(|_| unknown_key(&shown, k))?;
                 b = b.with_config(key, v);
             }
             b.build().map(|s| Arc::new(s) as _)
@@ -88,6 +111,12 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
                 GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout),
                 &connect_timeout,
             );
+            // Lowest first: gcloud's moved configuration directory, then
+            // what from_env reads (GOOGLE_APPLICATION_CREDENTIALS among the
+            // GOOGLE_ variables overrides the former).
+            if let Some(adc) = gcloud_adc_file(std::env::var_os("CLOUDSDK_CONFIG")) {
+                b = b.with_config(GoogleConfigKey::ApplicationCredentials, adc.to_string_lossy());
+            }
             if let Ok(path) = std::env::var("SERVICE_ACCOUNT") {
                 b = b.with_service_account_path(path);
             }
@@ -98,7 +127,7 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
             }
             b = b.with_url(url);
             for (k, v) in &opts.store_options {
-                let key: GoogleConfigKey = k.to_ascii_lowercase().parse().map_err(|_| unknown_key(url, k))?;
+                let key: GoogleConfigKey = k.to_ascii_lowercase().parse().map_err(|_| unknown_key(&shown, k))?;
                 b = b.with_config(key, v);
             }
             b.build().map(|s| Arc::new(s) as _)
@@ -115,22 +144,20 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
                     b = b.with_config(key, v);
                 }
             }
+            // App Service and Functions' managed identity endpoint, which
+            // from_env reads besides the AZURE_ variables (its secret,
+            // IDENTITY_HEADER, object_store reads itself).
+            if let Ok(endpoint) = std::env::var("IDENTITY_ENDPOINT") {
+                b = b.with_msi_endpoint(endpoint);
+            }
             b = b.with_url(url);
             for (k, v) in &opts.store_options {
-                let key: AzureConfigKey = k.to_ascii_lowercase().parse().map_err(|_| unknown_key(url, k))?;
+                let key: AzureConfigKey = k.to_ascii_lowercase().parse().map_err(|_| unknown_key(&shown, k))?;
                 b = b.with_config(key, v);
             }
             b.build().map(|s| Arc::new(s) as _)
         }
         ObjectStoreScheme::Http => {
-            // The HTTP store addresses objects under a base URL and drops
-            // any query string; a presigned URL's signature lives there, so
-            // refuse it plainly instead of failing later with a 403.
-            if parsed.query().is_some() {
-                return Err(invalid(
-                    "query strings (presigned URLs) are not supported over plain HTTP(S)".into(),
-                ));
-            }
             let client = ClientOptions::new()
                 .with_timeout(opts.timeout)
                 .with_connect_timeout(opts.connect_timeout)
@@ -141,16 +168,24 @@ pub(crate) fn open_store(url: &str, opts: &RemoteOptions) -> io::Result<(Arc<dyn
                 .with_url(&parsed[..url::Position::BeforePath])
                 .with_client_options(client)
                 .with_retry(retry);
+            // The HTTP store drops a query string; a presigned URL's
+            // credential lives there (presigned.rs).
+            if presigned {
+                let signed = crate::presigned::SignedConnector::new(&parsed)
+                    .map_err(|e| invalid(format!("bad path or query string: {e}")))?;
+                b = b.with_http_connector(signed);
+                size_query = SizeQuery::RangedGet;
+            }
             for (k, v) in &opts.store_options {
-                let key: ClientConfigKey = k.to_ascii_lowercase().parse().map_err(|_| unknown_key(url, k))?;
+                let key: ClientConfigKey = k.to_ascii_lowercase().parse().map_err(|_| unknown_key(&shown, k))?;
                 b = b.with_config(key, v);
             }
             b.build().map(|s| Arc::new(s) as _)
         }
         other => return Err(invalid(format!("unsupported store {other:?}"))),
     };
-    let store = built.map_err(|e| io_error(url, "cannot set up the store client", &e))?;
-    Ok((store, path))
+    let store = built.map_err(|e| io_error(&shown, "cannot set up the store client", &e))?;
+    Ok((store, path, size_query))
 }
 
 fn unknown_key(url: &str, key: &str) -> io::Error {
@@ -158,6 +193,15 @@ fn unknown_key(url: &str, key: &str) -> io::Error {
         io::ErrorKind::InvalidInput,
         format!("{url}: unknown store option {key:?}"),
     )
+}
+
+/// gcloud's application-default credentials file in its configuration
+/// directory `config` (`$CLOUDSDK_CONFIG`), if there is one. gcloud and
+/// Google's own client libraries look there when the variable is set;
+/// object_store only looks in `~/.config/gcloud`.
+fn gcloud_adc_file(config: Option<std::ffi::OsString>) -> Option<std::path::PathBuf> {
+    let file = std::path::PathBuf::from(config?).join("application_default_credentials.json");
+    file.is_file().then_some(file)
 }
 
 /// The environment variables starting with `prefix`, keys lower-cased the
@@ -270,12 +314,24 @@ mod tests {
     }
 
     #[test]
-    fn presigned_refused() {
-        let e = open_store(
-            "https://example.invalid/x.img?X-Amz-Signature=1",
+    fn presigned_urls_size_by_get() {
+        let (_, path, q) = open_store(
+            "https://example.invalid/b/x.img?X-Amz-Signature=1",
             &RemoteOptions::default(),
         )
-        .err();
-        assert_eq!(e.map(|e| e.kind()), Some(io::ErrorKind::InvalidInput));
+        .expect("a presigned URL opens a store");
+        assert_eq!((path.as_ref(), q), ("b/x.img", SizeQuery::RangedGet));
+        let (_, _, q) = open_store("https://example.invalid/b/x.img", &RemoteOptions::default()).unwrap();
+        assert_eq!(q, SizeQuery::Head);
+        // Hosts object_store maps to S3 and Azure stay plain HTTP(S) when
+        // the query string is the credential.
+        for u in [
+            "https://bucket.s3.eu-west-1.amazonaws.com/vm/disk.qcow2?X-Amz-Signature=1",
+            "https://acct.blob.core.windows.net/c/vm/disk.qcow2?sv=2022-11-02&sig=abc",
+        ] {
+            let (_, path, q) = open_store(u, &RemoteOptions::default()).expect(u);
+            assert_eq!(q, SizeQuery::RangedGet, "{u}");
+            assert!(path.as_ref().ends_with("vm/disk.qcow2"), "{u}: {path}");
+        }
     }
 }

@@ -129,3 +129,26 @@ fn s3_image_reads_match_and_errors_are_clear() {
         }
     });
 }
+
+#[test]
+fn a_presigned_s3_url_reads_as_the_object_without_credentials() {
+    let moto = Moto::start();
+    moto.create_bucket("shared");
+    let data = image_bytes(2 * 1024 * 1024 + 99, 13);
+    upload(&moto, "shared", "vm/disk.img", data.clone());
+    // What `aws s3 presign` prints: a plain http(s) URL whose query string
+    // is the SigV4 credential.
+    let url = moto.presigned_url("shared", "vm/disk.img");
+    assert!(
+        url.starts_with(&moto.endpoint()) && url.contains("X-Amz-Signature="),
+        "{url}"
+    );
+    let opts = RemoteOptions {
+        block_size: 128 * 1024,
+        ..RemoteOptions::default()
+    };
+    let dev = open_url(&url, &opts).expect("open the presigned URL");
+    assert_eq!(dev.size(), data.len() as u64);
+    check_random_reads(&dev, &data, 2, 40, 300 * 1024, 4);
+    assert_eq!(dev.stats().errors, 0);
+}

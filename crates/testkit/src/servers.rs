@@ -42,11 +42,18 @@ pub struct Nginx {
 }
 
 impl Nginx {
+    /// The signature `/signed/` requires in the query string.
+    pub const SIGNATURE: &'static str = "5ec0de";
+
     /// Start nginx; `www` is the served directory's path (files go in with
     /// [`Nginx::put`]). Locations besides `/`: `/forbidden/` answers 403,
     /// `/slow/` serves the same files at 512 KiB/s (requests stay in flight
     /// long enough to be joined or cut), `/limited/` answers 503 to
-    /// requests above 20 a second (transient errors to retry).
+    /// requests above 20 a second (transient errors to retry), `/signed/`
+    /// serves the same files only to a GET whose query string carries
+    /// `X-Amz-Signature=`[`Nginx::SIGNATURE`] and 403 to anything else (a
+    /// presigned URL's rules: the credential is in the query string and
+    /// covers one method).
     pub fn start() -> Nginx {
         let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
             .into_iter()
@@ -84,10 +91,16 @@ http {{
         location /forbidden/ {{ return 403; }}
         location /slow/ {{ alias {d}/www/; limit_rate 512k; }}
         location /limited/ {{ alias {d}/www/; limit_req zone=limited; limit_req_status 503; }}
+        location /signed/ {{
+            alias {d}/www/;
+            if ($request_method != GET) {{ return 403; }}
+            if ($args !~ "(^|&)X-Amz-Signature={sig}(&|$)") {{ return 403; }}
+        }}
     }}
 }}
 "#,
-                d = d.display()
+                d = d.display(),
+                sig = Nginx::SIGNATURE,
             );
             let conf_path = d.join("nginx.conf");
             std::fs::write(&conf_path, conf).expect("write nginx.conf");
@@ -170,6 +183,8 @@ pub struct Moto {
     child: Option<Child>,
     /// The port it listens on, on 127.0.0.1.
     pub port: u16,
+    /// The interpreter moto runs in (boto3 comes with it).
+    python: String,
     _dir: TempDir,
 }
 
@@ -205,6 +220,7 @@ impl Moto {
                     return Moto {
                         child: Some(child),
                         port,
+                        python,
                         _dir: dir,
                     }
                 }
@@ -262,6 +278,30 @@ impl Moto {
             reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200"),
             "put {bucket}/{key}: {reply}"
         );
+    }
+
+    /// A presigned GET URL of `bucket/key`, valid for an hour, made by
+    /// boto3 (the AWS SDK, which moto depends on) with SigV4 query signing
+    /// for the credentials "testing"/"testing" in us-east-1: the URL a user
+    /// gets from `aws s3 presign`.
+    pub fn presigned_url(&self, bucket: &str, key: &str) -> String {
+        let script = "import sys, boto3\n\
+                      from botocore.config import Config\n\
+                      s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1',\n\
+                          aws_access_key_id='testing', aws_secret_access_key='testing',\n\
+                          config=Config(signature_version='s3v4'))\n\
+                      print(s3.generate_presigned_url('get_object',\n\
+                          Params={'Bucket': sys.argv[2], 'Key': sys.argv[3]}, ExpiresIn=3600))\n";
+        let out = Command::new(&self.python)
+            .args(["-c", script, &self.endpoint(), bucket, key])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.python));
+        assert!(
+            out.status.success(),
+            "boto3 presign: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
     /// Kill the server now, as a crash would.

@@ -1,10 +1,11 @@
 //! qcow2 and VHD against qemu-img, the reference implementation: images
 //! qemu-img converts from one raw ext4 image read back byte for byte as
-//! the raw image; what we write, qemu-img checks clean and converts back
+//! the raw image (zlib and zstd compressed clusters included, in backing
+//! chains too); what we write, qemu-img checks clean and converts back
 //! to exactly our bytes; a backing file never changes; names an image
 //! holds are followed only as allowed.
 //!
-//! Needs qemu-img (Debian qemu-utils) and mke2fs; without them the tests
+//! Needs qemu-img and qemu-io (Debian qemu-utils) and mke2fs; without them the tests
 //! fail and say so.
 
 use std::path::{Path, PathBuf};
@@ -114,7 +115,8 @@ fn open(path: &Path, writable: bool) -> ext4kit_vdisk::Disk {
 fn every_conversion_reads_as_the_raw_image() {
     let w = Work::new("read");
     let raw = std::fs::read(&w.raw).unwrap();
-    let cases: [(&str, &[&str], DiskFormat, &str); 6] = [
+    let zstd = ["-c", "-O", "qcow2", "-o", "compression_type=zstd"];
+    let cases: [(&str, &[&str], DiskFormat, &str); 10] = [
         ("v3.qcow2", &["-O", "qcow2"], DiskFormat::Qcow2, "v3"),
         (
             "v2.qcow2",
@@ -123,6 +125,26 @@ fn every_conversion_reads_as_the_raw_image() {
             "v2",
         ),
         ("zlib.qcow2", &["-O", "qcow2", "-c"], DiskFormat::Qcow2, "v3"),
+        ("zstd.qcow2", &zstd, DiskFormat::Qcow2, "v3"),
+        // The compressed cluster descriptor's split moves with cluster_bits.
+        (
+            "zstd-512.qcow2",
+            &["-c", "-O", "qcow2", "-o", "compression_type=zstd,cluster_size=512"],
+            DiskFormat::Qcow2,
+            "v3",
+        ),
+        (
+            "zstd-4k.qcow2",
+            &["-c", "-O", "qcow2", "-o", "compression_type=zstd,cluster_size=4096"],
+            DiskFormat::Qcow2,
+            "v3",
+        ),
+        (
+            "zstd-2m.qcow2",
+            &["-c", "-O", "qcow2", "-o", "compression_type=zstd,cluster_size=2M"],
+            DiskFormat::Qcow2,
+            "v3",
+        ),
         (
             "small-clusters.qcow2",
             &["-O", "qcow2", "-o", "cluster_size=4096"],
@@ -160,17 +182,191 @@ fn every_conversion_reads_as_the_raw_image() {
     }
 }
 
+/// `path`'s layer facts hold `key` = `value`.
+fn assert_fact(path: &Path, key: &str, value: &str) {
+    let facts = open(path, false).layer().unwrap().details.clone();
+    assert!(
+        facts.iter().any(|(k, v)| k == key && v == value),
+        "{}: no {key} = {value} in {facts:?}",
+        path.display()
+    );
+}
+
 #[test]
-fn zstd_compression_is_refused_by_name() {
+fn zstd_images_read_but_refuse_to_open_writable() {
     let w = Work::new("zstd");
+    let raw = std::fs::read(&w.raw).unwrap();
     let out = w.path("z.qcow2");
     run(Command::new("qemu-img")
         .args(["convert", "-c", "-O", "qcow2", "-o", "compression_type=zstd"])
         .arg(&w.raw)
         .arg(&out));
-    let e = open_file(&out, &DiskRequest::default()).unwrap_err();
+    assert_fact(&out, "compression", "zstd");
+    assert_same_disk("z.qcow2", &read_all(&**open(&out, false).device()), &raw);
+    let before = std::fs::read(&out).unwrap();
+    let e = open_file(
+        &out,
+        &DiskRequest {
+            writable: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::Unsupported, "{e}");
-    assert!(e.to_string().contains("zstd"), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("zstd") && text.contains("read-only") && text.contains("z.qcow2"),
+        "{text}"
+    );
+    assert!(std::fs::read(&out).unwrap() == before, "the refused image changed");
+}
+
+/// Make `path` a zstd qcow2 over `backing` (format `fmt`) holding, per
+/// `changes`, three kinds of cluster written by qemu-io: compressed (2 MiB
+/// of text at 1 MiB), plain (1 MiB of noise 5 MiB before the end) and
+/// zero (64 KiB at `changes.zero_at`); the rest is the backing file's.
+fn zstd_overlay(w: &Work, path: &Path, backing: &str, fmt: &str, changes: &Changes) {
+    qemu_img(&[
+        &"create",
+        &"-q",
+        &"-f",
+        &"qcow2",
+        &"-o",
+        &"compression_type=zstd",
+        &"-b",
+        &backing,
+        &"-F",
+        &fmt,
+        &path,
+    ]);
+    let text = w.path("text.bin");
+    let noise = w.path("noise.bin");
+    std::fs::write(&text, &changes.text).unwrap();
+    std::fs::write(&noise, &changes.noise).unwrap();
+    run(Command::new("qemu-io")
+        .args(["-f", "qcow2"])
+        .arg("-c")
+        .arg(format!(
+            "write -q -c -s {} {} {}",
+            text.display(),
+            MIB,
+            changes.text.len()
+        ))
+        .arg("-c")
+        .arg(format!(
+            "write -q -s {} {} {}",
+            noise.display(),
+            changes.noise_at,
+            changes.noise.len()
+        ))
+        .arg("-c")
+        .arg(format!("write -q -z {} 65536", changes.zero_at))
+        .arg(path));
+}
+
+/// What [`zstd_overlay`] writes over the raw image.
+struct Changes {
+    text: Vec<u8>,
+    noise: Vec<u8>,
+    noise_at: usize,
+    zero_at: usize,
+}
+
+impl Changes {
+    fn new(raw: &[u8]) -> Changes {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let text = (0..2 * MIB).map(|i| b"qcow2 zstd chain\n"[i % 17]).collect();
+        let mut noise = vec![0u8; MIB];
+        rng.fill(&mut noise[..]);
+        // A cluster the raw image has data in, so reading zeros there is
+        // the zero flag's doing.
+        let zero_at = (64..raw.len() / 65536 - 80)
+            .map(|c| c * 65536)
+            .find(|&o| raw[o..o + 65536].iter().any(|&b| b != 0))
+            .expect("the raw image has data past 4 MiB");
+        Changes {
+            text,
+            noise,
+            noise_at: raw.len() - 5 * MIB,
+            zero_at,
+        }
+    }
+
+    fn apply(&self, raw: &[u8]) -> Vec<u8> {
+        let mut v = raw.to_vec();
+        v[MIB..3 * MIB].copy_from_slice(&self.text);
+        v[self.noise_at..self.noise_at + MIB].copy_from_slice(&self.noise);
+        v[self.zero_at..self.zero_at + 65536].fill(0);
+        v
+    }
+}
+
+#[test]
+fn zstd_images_in_backing_chains_read_as_qemu_reads_them() {
+    let w = Work::new("zstd-chain");
+    let raw = std::fs::read(&w.raw).unwrap();
+    let changes = Changes::new(&raw);
+    let changed = changes.apply(&raw);
+    // base (zstd) <- mid (zstd, only the changes) <- top (zlib, empty),
+    // and a zstd image over a raw backing file.
+    let base = w.path("base.qcow2");
+    let mid = w.path("mid.qcow2");
+    let top = w.path("top.qcow2");
+    let over_raw = w.path("over-raw.qcow2");
+    qemu_img(&[
+        &"convert",
+        &"-c",
+        &"-O",
+        &"qcow2",
+        &"-o",
+        &"compression_type=zstd",
+        &w.raw,
+        &base,
+    ]);
+    zstd_overlay(&w, &mid, "base.qcow2", "qcow2", &changes);
+    zstd_overlay(&w, &over_raw, "raw.img", "raw", &changes);
+    qemu_img(&[
+        &"create",
+        &"-q",
+        &"-f",
+        &"qcow2",
+        &"-b",
+        &"mid.qcow2",
+        &"-F",
+        &"qcow2",
+        &top,
+    ]);
+    assert_fact(&mid, "backing file", "base.qcow2");
+    assert_fact(&mid, "compression", "zstd");
+    for (name, path) in [("mid.qcow2", &mid), ("top.qcow2", &top), ("over-raw.qcow2", &over_raw)] {
+        // qemu-img's own reading of the chain is the expected disk.
+        let theirs = w.path(&format!("{name}.raw"));
+        qemu_img(&[&"convert", &"-O", &"raw", path, &theirs]);
+        assert!(
+            std::fs::read(&theirs).unwrap() == changed,
+            "{name}: qemu-img reads another disk"
+        );
+        std::fs::remove_file(&theirs).unwrap();
+        assert_same_disk(name, &read_all(&**open(path, false).device()), &changed);
+    }
+    // The zlib top over zstd files is writable: writes land in the top.
+    let (base_before, mid_before) = (std::fs::read(&base).unwrap(), std::fs::read(&mid).unwrap());
+    write_and_check("top.qcow2", &top, &changed, "qcow2", 5);
+    assert!(std::fs::read(&base).unwrap() == base_before, "base.qcow2 changed");
+    assert!(std::fs::read(&mid).unwrap() == mid_before, "mid.qcow2 changed");
+    // Names a zstd image holds pass the same gate as imago's.
+    let inner = w.path("inner");
+    std::fs::create_dir_all(&inner).unwrap();
+    let up = inner.join("up.qcow2");
+    zstd_overlay(&w, &up, "../base.qcow2", "qcow2", &changes);
+    let e = open_file(&up, &DiskRequest::default()).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    let any = DiskRequest {
+        any_backing_path: true,
+        ..Default::default()
+    };
+    let d = open_file(&up, &any).unwrap();
+    assert_same_disk("inner/up.qcow2", &read_all(&**d.device()), &changed);
 }
 
 /// Random writes through our device, mirrored in a shadow copy; then

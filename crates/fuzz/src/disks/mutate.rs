@@ -78,7 +78,7 @@ pub fn generate(seeds: &[Seed], seed: u64, skip: u64) -> DiskCase {
 }
 
 fn step(r: &mut Rng, s: &Seed, map: &DiskMap, files: &mut [(String, Vec<u8>)]) -> String {
-    let special = matches!(s.name, "qcow2-backing" | "vhdx-dynamic" | "vhdx-fixed");
+    let special = matches!(s.name, "qcow2-backing" | "qcow2-zstd-backing" | "vhdx-dynamic" | "vhdx-fixed");
     let weights = [
         if map.fields.is_empty() { 0 } else { 60 },
         if map.texts.is_empty() { 0 } else { 20 },
@@ -98,7 +98,7 @@ fn step(r: &mut Rng, s: &Seed, map: &DiskMap, files: &mut [(String, Vec<u8>)]) -
         }
         2 => alias(r, map, files),
         3 => match s.name {
-            "qcow2-backing" => qcow2_cycle(r, files),
+            "qcow2-backing" | "qcow2-zstd-backing" => qcow2_cycle(r, files),
             _ => super::vhdx_log::synthesize(r, map, &mut files[0].1),
         },
         4 => flip(r, map, files),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use ext4kit_blockdev::{BlockDevice, FileDevice};
 
 /// Bump when the seed recipe changes, so stale caches are not reused.
-const SEEDS_VERSION: u32 = 1;
+const SEEDS_VERSION: u32 = 2;
 
 /// Size of the raw ext4 every seed holds.
 pub const RAW_SIZE: u64 = 8 << 20;
@@ -27,6 +27,8 @@ pub const RAW_SIZE: u64 = 8 << 20;
 pub enum Family {
     /// qcow2 (opened through imago).
     Qcow2,
+    /// qcow2 whose compressed clusters are zstd (vdisk's own reader).
+    Qcow2Zstd,
     /// VHD, fixed and dynamic.
     Vhd,
     /// VHDX, fixed and dynamic.
@@ -41,13 +43,14 @@ pub enum Family {
 
 impl Family {
     /// Every family, in campaign order.
-    pub const ALL: [Family; 6] =
-        [Family::Qcow2, Family::Vhd, Family::Vhdx, Family::Vmdk, Family::AndroidSparse, Family::Lvm];
+    pub const ALL: [Family; 7] =
+        [Family::Qcow2, Family::Qcow2Zstd, Family::Vhd, Family::Vhdx, Family::Vmdk, Family::AndroidSparse, Family::Lvm];
 
     /// The name `--format` takes.
     pub fn name(self) -> &'static str {
         match self {
             Family::Qcow2 => "qcow2",
+            Family::Qcow2Zstd => "qcow2-zstd",
             Family::Vhd => "vhd",
             Family::Vhdx => "vhdx",
             Family::Vmdk => "vmdk",
@@ -78,6 +81,8 @@ const RECIPES: &[(&str, Family, &[&str])] = &[
     ("qcow2", Family::Qcow2, &["disk.qcow2"]),
     ("qcow2-zlib", Family::Qcow2, &["disk.qcow2"]),
     ("qcow2-backing", Family::Qcow2, &["overlay.qcow2", "base.qcow2"]),
+    ("qcow2-zstd", Family::Qcow2Zstd, &["disk.qcow2"]),
+    ("qcow2-zstd-backing", Family::Qcow2Zstd, &["overlay.qcow2", "base.qcow2"]),
     ("vhd-dynamic", Family::Vhd, &["disk.vhd"]),
     ("vhd-fixed", Family::Vhd, &["disk.vhd"]),
     ("vhdx-dynamic", Family::Vhdx, &["disk.vhdx"]),
@@ -248,23 +253,20 @@ fn build_into(dir: &Path) -> Result<(), SeedError> {
     changed[n - (1 << 20)..n - (1 << 19)].copy_from_slice(&filler(1 << 19, 7, false));
     let raw2 = dir.join("raw2.img");
     fs::write(&raw2, &changed).map_err(|e| err(e.to_string()))?;
-    run(
-        "qemu-img",
-        &[
-            "convert",
-            "-q",
-            "-f",
-            "raw",
-            "-O",
-            "qcow2",
-            "-B",
-            "base.qcow2",
-            "-F",
-            "qcow2",
-            p(&raw2),
-            p(&d.join("overlay.qcow2")),
-        ],
-    )?;
+    let overlay = |d: &Path, opts: &[&str]| -> Result<(), SeedError> {
+        let out = d.join("overlay.qcow2");
+        let mut a = vec!["convert", "-q", "-f", "raw", "-O", "qcow2"];
+        a.extend_from_slice(opts);
+        a.extend_from_slice(&["-B", "base.qcow2", "-F", "qcow2", p(&raw2), p(&out)]);
+        run("qemu-img", &a).map(drop)
+    };
+    overlay(&d, &[])?;
+    // The same two shapes with zstd clusters, which vdisk reads itself.
+    let zstd = ["-c", "-o", "compression_type=zstd"];
+    conv("qcow2", &zstd, &sub("qcow2-zstd")?.join("disk.qcow2"))?;
+    let d = sub("qcow2-zstd-backing")?;
+    conv("qcow2", &zstd, &d.join("base.qcow2"))?;
+    overlay(&d, &zstd)?;
     conv("vpc", &["-o", "subformat=dynamic"], &sub("vhd-dynamic")?.join("disk.vhd"))?;
     conv("vpc", &["-o", "subformat=fixed,force_size=on"], &sub("vhd-fixed")?.join("disk.vhd"))?;
     conv("vhdx", &["-o", "subformat=dynamic"], &sub("vhdx-dynamic")?.join("disk.vhdx"))?;

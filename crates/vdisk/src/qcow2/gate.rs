@@ -1,13 +1,17 @@
 //! Which files a qcow2 chain may open: imago opens a backing file (and an
 //! external data file) only through an `ImplicitOpenGate`, and ours lets a
 //! name through only as [`NamedFiles`] allows, refuses a chain that comes
-//! back to a file already in it, and bounds the chain's length.
+//! back to a file already in it, and bounds the chain's length. A qcow2
+//! of the chain whose compressed clusters are zstd is handed to our own
+//! reader ([`super::zstd_image`]) instead of imago, which refuses it.
 
+use std::any::TypeId;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use imago::format::gate::ImplicitOpenGate;
+use imago::qcow2::Qcow2;
 use imago::{FormatAccess, FormatDriverBuilder, StorageOpenOptions};
 
 use super::storage::DevStorage;
@@ -42,10 +46,19 @@ impl ImplicitOpenGate<DevStorage> for ChainGate {
             Some(p) => self.named.for_file(&p),
             None => NamedFiles::none(),
         };
-        let next = ChainGate {
+        let mut next = ChainGate {
             named,
             chain: self.chain.clone(),
         };
+        // imago asks for a qcow2 (not a raw) backing file by the builder's
+        // type; a zstd one is ours to read.
+        if TypeId::of::<F::Format>() == TypeId::of::<Qcow2<DevStorage>>() {
+            if let Some(path) = builder.get_image_path() {
+                if let Some(ours) = super::zstd_image::open_if_zstd(&path, builder.get_writable(), &mut next)? {
+                    return Ok(ours);
+                }
+            }
+        }
         Ok(FormatAccess::new(builder.open(next)?))
     }
 

@@ -10,6 +10,11 @@
 //! header_length (100) and, when the header is long enough,
 //! compression_type (104: 0 zlib, 1 zstd).
 //!
+//! Incompatible feature bits: 0 dirty, 1 corrupt, 2 external data file,
+//! 3 compression type (set exactly when compression_type is not zlib),
+//! 4 extended L2 entries. A header extension of type 0xe2792aca holds the
+//! backing file's format name ("qcow2", "raw").
+//!
 //! A snapshot table entry: l1_table_offset (0), l1_size (8), id_str_size
 //! (12), name_size (14), date_sec (16), date_nsec (20), vm_clock_nsec
 //! (24), vm_state_size (32), extra_data_size (36), then the extra data,
@@ -24,6 +29,9 @@ const FORMAT: DiskFormat = DiskFormat::Qcow2;
 const MAX_SNAPSHOTS: u32 = 65536;
 /// incompatible_features bit 3: compression type other than zlib.
 const INCOMPAT_COMPRESSION: u64 = 1 << 3;
+/// compression_type values.
+const COMPRESSION_ZLIB: u8 = 0;
+const COMPRESSION_ZSTD: u8 = 1;
 
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
@@ -45,10 +53,34 @@ pub(super) struct Facts {
     pub(super) compression: &'static str,
     /// Snapshot names (id when unnamed), in table order.
     pub(super) snapshots: Vec<String>,
+    /// Where the active tables are, for our own reader of zstd images
+    /// (imago reads the others).
+    pub(super) layout: Layout,
+}
+
+impl Facts {
+    /// Compressed clusters are zstd frames, which imago cannot decode.
+    pub(super) fn is_zstd(&self) -> bool {
+        self.compression == "zstd"
+    }
+}
+
+/// The header fields a reader of the active disk follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Layout {
+    pub(super) cluster_bits: u32,
+    pub(super) l1_table_offset: u64,
+    /// Entries in the L1 table.
+    pub(super) l1_size: u32,
+    /// incompatible_features (0 for version 2).
+    pub(super) incompatible: u64,
+    /// The backing file's format as the header extension names it.
+    pub(super) backing_format: Option<String>,
 }
 
 /// Read the facts from the header of `file`, refusing what imago would
-/// refuse with a less useful message (zstd compression, encryption).
+/// refuse with a less useful message (encryption, an unknown compression
+/// type).
 pub(super) fn read(file: &dyn BlockDevice) -> io::Result<Facts> {
     let fsize = file.size();
     let mut h = [0u8; 112];
@@ -79,23 +111,31 @@ pub(super) fn read(file: &dyn BlockDevice) -> io::Result<Facts> {
         ));
     }
     let mut compression = "zlib";
+    let mut incompatible = 0;
     if version >= 3 {
-        let incompat = be64(&h, 72);
+        incompatible = be64(&h, 72);
         let header_len = be32(&h, 100);
-        if incompat & INCOMPAT_COMPRESSION != 0 {
-            compression = if header_len > 104 && n > 104 && h[104] == 1 {
-                "zstd"
-            } else {
-                "unknown"
-            };
-            return Err(unsupported(
-                FORMAT,
-                format_args!(
-                    "compressed clusters use {compression}, which is not supported yet (zlib is); \
-                     `qemu-img convert -O qcow2 -o compression_type=zlib` or `-O raw` makes an image that opens"
-                ),
-            ));
-        }
+        let field = (header_len > 104 && n > 104).then_some(h[104]);
+        let flagged = incompatible & INCOMPAT_COMPRESSION != 0;
+        compression = match (flagged, field) {
+            (false, None | Some(COMPRESSION_ZLIB)) => "zlib",
+            (true, Some(COMPRESSION_ZSTD)) => "zstd",
+            (true, None) => {
+                return Err(corrupt(
+                    FORMAT,
+                    format_args!("the compression type feature bit is set, but the {header_len}-byte header has no compression_type field"),
+                ))
+            }
+            (flagged, Some(t)) => {
+                return Err(unsupported(
+                    FORMAT,
+                    format_args!(
+                        "compression_type {t} with the compression type feature bit {} (0 zlib, unflagged, and 1 zstd, flagged, exist)",
+                        if flagged { "set" } else { "clear" }
+                    ),
+                ))
+            }
+        };
     }
     let backing = match (be64(&h, 8), be32(&h, 16)) {
         (0, _) | (_, 0) => None,
@@ -111,7 +151,7 @@ pub(super) fn read(file: &dyn BlockDevice) -> io::Result<Facts> {
             ))
         }
     };
-    extensions(
+    let backing_format = extensions(
         file,
         if version >= 3 { be32(&h, 100) as u64 } else { 72 },
         1 << cluster_bits,
@@ -125,18 +165,31 @@ pub(super) fn read(file: &dyn BlockDevice) -> io::Result<Facts> {
         backing,
         compression,
         snapshots,
+        layout: Layout {
+            cluster_bits,
+            l1_table_offset: be64(&h, 40),
+            l1_size: be32(&h, 36),
+            incompatible,
+            backing_format,
+        },
     })
 }
 
 /// Header extension type of the feature name table.
 const FEATURE_NAME_TABLE: u32 = 0x6803_f857;
+/// Header extension type of the backing file format name.
+const BACKING_FORMAT: u32 = 0xe279_2aca;
+/// Longest backing format name read ("qcow2", "raw", "file" in practice).
+const MAX_FORMAT_NAME: u64 = 32;
 
 /// Header extensions (type u32, length u32, data padded to 8 bytes, until
-/// type 0) in the first cluster. The rule relied on: a feature name table
-/// is whole 48-byte entries (qcow2.txt); imago 0.2.6 slices a shorter
-/// last entry and panics (found by the hostile-disk campaign).
-fn extensions(file: &dyn BlockDevice, start: u64, cluster: u64) -> io::Result<()> {
+/// type 0) in the first cluster; returns the backing format name. The
+/// rule relied on: a feature name table is whole 48-byte entries
+/// (qcow2.txt); imago 0.2.6 slices a shorter last entry and panics (found
+/// by the hostile-disk campaign).
+fn extensions(file: &dyn BlockDevice, start: u64, cluster: u64) -> io::Result<Option<String>> {
     let end = cluster.min(file.size());
+    let mut backing_format = None;
     let mut at = start;
     while at + 8 <= end {
         let mut e = [0u8; 8];
@@ -151,9 +204,20 @@ fn extensions(file: &dyn BlockDevice, start: u64, cluster: u64) -> io::Result<()
                 format_args!("the feature name table at byte {at} is {len} bytes, not whole 48-byte entries"),
             ));
         }
+        if ty == BACKING_FORMAT {
+            if len > MAX_FORMAT_NAME || at + 8 + len > end {
+                return Err(corrupt(
+                    FORMAT,
+                    format_args!("the backing format name at byte {at} is {len} bytes"),
+                ));
+            }
+            let mut name = vec![0u8; len as usize];
+            file.read_at(at + 8, &mut name)?;
+            backing_format = Some(String::from_utf8_lossy(&name).into_owned());
+        }
         at += 8 + len.div_ceil(8) * 8;
     }
-    Ok(())
+    Ok(backing_format)
 }
 
 /// The rule relied on: every cluster in use has a refcount, the header's

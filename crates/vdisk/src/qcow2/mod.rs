@@ -4,7 +4,9 @@
 //! block layer): cluster allocation with refcounts and L2 tables kept
 //! consistent, the refcount/L2 cache flush dependencies qemu uses,
 //! copy-on-write from backing files, zlib-compressed clusters, and gates
-//! on every file an image names. What is ours: the storage under it is any
+//! on every file an image names. What is ours: images whose compressed
+//! clusters are zstd, which imago refuses, are read (never written) by
+//! [`zstd_image`], anywhere in a chain; the storage under imago is any
 //! of our block devices ([`storage`]), so a qcow2 in a crash test or in
 //! object storage is opened as one on disk; the gate applies
 //! [`NamedFiles`] to backing files and bounds the chain ([`gate`]); and
@@ -22,6 +24,7 @@ mod create;
 mod gate;
 mod header;
 mod storage;
+mod zstd_image;
 
 use std::io;
 use std::path::Path;
@@ -92,7 +95,22 @@ impl Qcow2Disk {
         } else {
             NamedFiles::none()
         };
-        let gate = gate::ChainGate::new(named, canonical.clone());
+        let mut gate = gate::ChainGate::new(named, canonical.clone());
+        if facts.is_zstd() {
+            let name = canonical
+                .as_ref()
+                .map_or_else(|| "(device)".into(), |p| p.display().to_string());
+            if writable {
+                return Err(zstd_image::refuse_writable(&name));
+            }
+            let image = zstd_image::ZstdImage::open(file, canonical.as_deref(), &facts, &mut gate)?;
+            return Ok(Qcow2Disk {
+                barriers: Arc::default(),
+                access: image.into_format(canonical)?,
+                facts,
+                writable,
+            });
+        }
         let storage = DevStorage::new(file, canonical);
         let barriers = storage.barrier_switch();
         let qcow2 = Qcow2::<DevStorage>::builder(storage)

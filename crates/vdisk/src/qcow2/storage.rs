@@ -57,6 +57,11 @@ impl DevStorage {
         }
     }
 
+    /// The device under this storage (to probe a file's format).
+    pub(crate) fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
     /// The storage's barrier switch, for [`Barriers::raise`].
     pub(crate) fn barrier_switch(&self) -> Arc<AtomicBool> {
         self.barriers.clone()
