@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+mod bodyfile;
 mod cmd;
 mod failure;
 mod fmt;
@@ -24,7 +25,7 @@ use failure::Failure;
 
 /// ext4kit — read and edit ext2/ext3/ext4 images from user space.
 ///
-/// info, df, ls, cat, stat, get, getfattr and journal open IMAGE
+/// info, df, ls, cat, stat, get, getfattr, journal and timeline open IMAGE
 /// read-only and never write to it; mkfs, put, mkdir, rm, mv, ln, chmod, chown, touch, truncate
 /// and setfattr change it (no mount, no root needed). Paths
 /// inside the image are absolute ("/etc/passwd"); a missing leading "/" is
@@ -348,6 +349,9 @@ enum Command {
         /// The image file.
         image: PathBuf,
     },
+    /// A timeline of every inode's times for forensics: a bodyfile (the
+    /// Sleuth Kit 3.x format `mactime -b FILE` reads) or JSON Lines.
+    Timeline(cmd::timeline::Args),
     /// Benchmark: every workload on the library, the ext4kit mount,
     /// fuse2fs and the kernel's ext4, with a report and charts (runs
     /// ext4kit-bench, built on its own: `cargo build --release -p
@@ -409,6 +413,7 @@ fn main() -> ExitCode {
             | Command::Getfattr { .. }
             | Command::Df { .. }
             | Command::Journal { .. }
+            | Command::Timeline(_)
     ) {
         sigpipe::reset();
     }
@@ -420,6 +425,7 @@ fn main() -> ExitCode {
         | Command::Df { json, .. }
         | Command::Getfattr { json, .. }
         | Command::Journal { json, .. } => *json,
+        Command::Timeline(a) => a.json,
         _ => false,
     };
     let budget = cli.cache_mib.max(8) << 20;
@@ -554,6 +560,7 @@ fn main() -> ExitCode {
         Command::Df { json, image } => img(image)
             .map_err(Failure::from)
             .and_then(|i| cmd::df::run(&i, json, budget)),
+        Command::Timeline(args) => cmd::timeline::run(&args, sel, budget),
         // The log itself: no replay is ever made, so --no-replay changes nothing.
         Command::Journal { json, image } => img(image)
             .and_then(|i| i.resolve().and_then(|loc| cmd::journal::run(&i.path, loc, json)))

@@ -17,6 +17,7 @@ pub mod mkfs;
 pub mod mount;
 pub mod put;
 pub mod stat;
+pub mod timeline;
 
 use std::sync::Arc;
 
