@@ -56,8 +56,8 @@ WHAT IS LISTED
   Removed names: a directory block may still hold a removed entry in the
   slack of the entry before it, as e2fsprogs and Linux before 5.13 leave
   them. Such a name is shown with the inode it names. This is best effort:
-  Linux 5.13 and later (and ext4kit itself) wipe a removed entry, so
-  files those deleted show without a name; and a name's inode may since
+  Linux 5.13 and later (and ext4kit itself) wipe a removed entry, so the
+  files they delete show without a name; and a name's inode may since
   have been reused by another file.
 
 BODY FILE (the default)
