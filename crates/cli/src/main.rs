@@ -5,9 +5,12 @@
 
 #![forbid(unsafe_code)]
 
+mod bodyfile;
 mod cmd;
+mod failure;
 mod fmt;
 mod image;
+mod json;
 
 /// mimalloc, tuned (see `ext4kit_alloc` for why).
 #[global_allocator]
@@ -18,10 +21,12 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use failure::Failure;
+
 /// ext4kit — read and edit ext2/ext3/ext4 images from user space.
 ///
-/// info, df, ls, cat, stat, get and getfattr open IMAGE read-only and never
-/// write to it; mkfs, put, mkdir, rm, mv, ln, chmod, chown, touch, truncate
+/// info, df, ls, cat, stat, get, getfattr, journal and timeline open IMAGE
+/// read-only and never write to it; mkfs, put, mkdir, rm, mv, ln, chmod, chown, touch, truncate
 /// and setfattr change it (no mount, no root needed). Paths
 /// inside the image are absolute ("/etc/passwd"); a missing leading "/" is
 /// allowed.
@@ -64,13 +69,28 @@ enum Command {
         #[arg(long)]
         compat: bool,
         /// The whole stack (container format, partition table, LVM2
-        /// volume groups, filesystem) as one JSON document, for scripts.
+        /// volume groups, filesystem with every fact of the summary) as
+        /// one JSON document, for scripts.
         #[arg(long, conflicts_with = "compat")]
         json: bool,
         /// The image file (or block device).
         image: PathBuf,
     },
     /// List a directory, like ls(1).
+    #[command(after_help = "EXAMPLES:
+  ext4kit ls -l disk.img /etc           the long format
+  ext4kit ls -R disk.img /srv           /srv and every directory under it
+  ext4kit ls -lR --json disk.img / | jq -r 'select(.size > 1000000) | .path'
+                                        files over 1 MB, by a script
+
+  --json prints JSON Lines: one object per entry, each on its own line
+  (also for one file or a small directory), so a script reads any listing
+  the same way, a line at a time. Each has name, path, ino and type; with
+  -l also mode, nlink, uid, gid, size, blocks, atime, mtime, ctime,
+  crtime (each {\"sec\", \"nsec\"}; crtime null on 128-byte inodes), rdev
+  and target. A name that is not UTF-8 is given lossily in name, and
+  exactly, in hex, in name_bytes (path and path_bytes likewise).
+  README.md's \"JSON output\" lists every field.")]
     Ls {
         /// Long format: mode, links, owner, group, size, mtime, name.
         #[arg(short, long)]
@@ -78,6 +98,13 @@ enum Command {
         /// Show entries whose names begin with "." (including . and ..).
         #[arg(short, long)]
         all: bool,
+        /// List the directories under PATH too, depth first in name order
+        /// (each headed by its path, like ls -R).
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        /// JSON Lines: one object per entry per line (see below).
+        #[arg(long)]
+        json: bool,
         /// The image file.
         image: PathBuf,
         /// Directory (or file) inside the image.
@@ -93,7 +120,20 @@ enum Command {
     },
     /// Show an inode: number, type, mode, owner, size, links, times, flags,
     /// xattrs and where its data lives (extents or block map).
+    #[command(after_help = "EXAMPLES:
+  ext4kit stat disk.img /bin/sh
+  ext4kit stat --json disk.img /etc/passwd | jq .mtime
+
+  --json prints one document: path, ino, type, mode (st_mode as an
+  integer), nlink, uid, gid, size, blocks, atime, mtime, ctime and crtime
+  (each {\"sec\", \"nsec\"}; crtime null when the inode has no room for it),
+  rdev, target, flags, generation, xattr_block, xattrs (name and size of
+  each) and data (the map's kind and every run: logical, physical, len,
+  unwritten).")]
     Stat {
+        /// One JSON document instead of text.
+        #[arg(long)]
+        json: bool,
         /// The image file.
         image: PathBuf,
         /// Path inside the image (a final symlink is not followed).
@@ -255,10 +295,21 @@ enum Command {
         paths: Vec<String>,
     },
     /// Print extended attributes, like getfattr -d (read-only).
+    #[command(after_help = "EXAMPLES:
+  ext4kit getfattr disk.img /etc/motd
+  ext4kit getfattr -n security.selinux disk.img /bin/sh
+  ext4kit getfattr --json disk.img /a /b
+
+  --json prints one document: {\"files\": [{\"path\", \"xattrs\": [{\"name\",
+  \"value\"}]}]}. A value (or name) that is not UTF-8 is given lossily in
+  value and exactly, in hex, in value_bytes (name_bytes).")]
     Getfattr {
         /// Only this attribute.
         #[arg(short = 'n', long)]
         name: Option<String>,
+        /// One JSON document instead of text.
+        #[arg(long)]
+        json: bool,
         /// The image file.
         image: PathBuf,
         /// Files to show.
@@ -283,10 +334,24 @@ enum Command {
         image: PathBuf,
     },
     /// Show size, used and available space and inodes, like df(1).
+    #[command(after_help = "EXAMPLES:
+  ext4kit df disk.img
+  ext4kit df --json disk.img | jq .kib_available
+
+  --json prints one document: image, block_size, blocks, blocks_free,
+  blocks_available (statfs's f_blocks, f_bfree, f_bavail), kib_total,
+  kib_used, kib_available, use_percent (the table's columns), inodes,
+  inodes_used, inodes_free, name_max.")]
     Df {
+        /// One JSON document instead of text.
+        #[arg(long)]
+        json: bool,
         /// The image file.
         image: PathBuf,
     },
+    /// A timeline of every inode's times for forensics: a bodyfile (the
+    /// Sleuth Kit 3.x format `mactime -b FILE` reads) or JSON Lines.
+    Timeline(cmd::timeline::Args),
     /// Benchmark: every workload on the library, the ext4kit mount,
     /// fuse2fs and the kernel's ext4, with a report and charts (runs
     /// ext4kit-bench, built on its own: `cargo build --release -p
@@ -348,101 +413,173 @@ fn main() -> ExitCode {
             | Command::Getfattr { .. }
             | Command::Df { .. }
             | Command::Journal { .. }
+            | Command::Timeline(_)
     ) {
         sigpipe::reset();
     }
+    // Failures print as JSON when the command was asked for JSON.
+    let json = match &cli.cmd {
+        Command::Info { json, .. }
+        | Command::Ls { json, .. }
+        | Command::Stat { json, .. }
+        | Command::Df { json, .. }
+        | Command::Getfattr { json, .. }
+        | Command::Journal { json, .. } => *json,
+        Command::Timeline(a) => a.json,
+        _ => false,
+    };
     let budget = cli.cache_mib.max(8) << 20;
     let sel = &cli.image;
     // The image argument with the global --partition/--offset/--no-replay
     // and the IMAGE@N short form applied.
     let img = |p: PathBuf| sel.image(p);
-    let r = match cli.cmd {
-        Command::Demo | Command::Umount(_) | Command::Bench(_) if sel.any() => Err(
-            "--partition, --offset and --no-replay choose the filesystem in an image; this command takes none".into(),
-        ),
-        Command::Demo => cmd::demo::run(budget),
+    let r: Result<(), Failure> = match cli.cmd {
+        Command::Demo | Command::Umount(_) | Command::Bench(_) if sel.any() => Err(Failure::from(
+            "--partition, --offset and --no-replay choose the filesystem in an image; this command takes none"
+                .to_string(),
+        )),
+        Command::Demo => cmd::demo::run(budget).map_err(Failure::from),
         Command::Info {
             image, compat: true, ..
-        } => img(image).and_then(|i| cmd::info::readers(&i)),
-        Command::Info { image, json: true, .. } => img(image).and_then(|i| cmd::info_json::run(&i, budget)),
-        Command::Info { image, .. } => img(image).and_then(|i| cmd::info::run(&i, budget)),
-        Command::Ls { long, all, image, path } => img(image).and_then(|i| cmd::ls::run(&i, &path, long, all, budget)),
-        Command::Cat { image, path } => img(image).and_then(|i| cmd::cat::run(&i, &path, budget)),
-        Command::Stat { image, path } => img(image).and_then(|i| cmd::stat::run(&i, &path, budget)),
-        Command::Get { image, path, dest } => img(image).and_then(|i| cmd::get::run(&i, &path, &dest, budget)),
-        Command::Mkfs(args) => cmd::mkfs::run(&args, sel),
-        Command::Mount(args) => cmd::mount::run(&args, sel, budget),
-        Command::Umount(args) => cmd::mount::umount(&args),
+        } => img(image).and_then(|i| cmd::info::readers(&i)).map_err(Failure::from),
+        Command::Info { image, json: true, .. } => img(image)
+            .and_then(|i| cmd::info_json::run(&i, budget))
+            .map_err(Failure::from),
+        Command::Info { image, .. } => img(image)
+            .and_then(|i| cmd::info::run(&i, budget))
+            .map_err(Failure::from),
+        Command::Ls {
+            long,
+            all,
+            recursive,
+            json,
+            image,
+            path,
+        } => img(image).map_err(Failure::from).and_then(|i| {
+            let req = cmd::ls::Listing {
+                path: &path,
+                long,
+                all,
+                recursive,
+                json,
+            };
+            cmd::ls::run(&i, &req, budget)
+        }),
+        Command::Cat { image, path } => img(image)
+            .and_then(|i| cmd::cat::run(&i, &path, budget))
+            .map_err(Failure::from),
+        Command::Stat { json, image, path } => img(image)
+            .map_err(Failure::from)
+            .and_then(|i| cmd::stat::run(&i, &path, json, budget)),
+        Command::Get { image, path, dest } => img(image)
+            .and_then(|i| cmd::get::run(&i, &path, &dest, budget))
+            .map_err(Failure::from),
+        Command::Mkfs(args) => cmd::mkfs::run(&args, sel).map_err(Failure::from),
+        Command::Mount(args) => cmd::mount::run(&args, sel, budget).map_err(Failure::from),
+        Command::Umount(args) => cmd::mount::umount(&args).map_err(Failure::from),
         Command::Bench(args) => {
             let given = matches.value_source("cache_mib") == Some(clap::parser::ValueSource::CommandLine);
-            cmd::bench::run(&args, given.then_some(cli.cache_mib))
+            cmd::bench::run(&args, given.then_some(cli.cache_mib)).map_err(Failure::from)
         }
-        Command::Put(args) => cmd::put::run(&args, sel, budget),
+        Command::Put(args) => cmd::put::run(&args, sel, budget).map_err(Failure::from),
         Command::Mkdir {
             parents,
             mode,
             image,
             paths,
-        } => img(image).and_then(|i| cmd::edit::mkdir(&i, &paths, parents, mode, budget)),
+        } => img(image)
+            .and_then(|i| cmd::edit::mkdir(&i, &paths, parents, mode, budget))
+            .map_err(Failure::from),
         Command::Rm {
             recursive,
             force,
             image,
             paths,
-        } => img(image).and_then(|i| cmd::edit::rm(&i, &paths, recursive, force, budget)),
+        } => img(image)
+            .and_then(|i| cmd::edit::rm(&i, &paths, recursive, force, budget))
+            .map_err(Failure::from),
         Command::Mv {
             no_clobber,
             image,
             src,
             dest,
-        } => img(image).and_then(|i| cmd::edit::mv(&i, &src, &dest, no_clobber, budget)),
+        } => img(image)
+            .and_then(|i| cmd::edit::mv(&i, &src, &dest, no_clobber, budget))
+            .map_err(Failure::from),
         Command::Ln {
             symbolic,
             image,
             target,
             link,
-        } => img(image).and_then(|i| cmd::edit::ln(&i, &target, &link, symbolic, budget)),
-        Command::Chmod { image, mode, paths } => img(image).and_then(|i| cmd::edit::chmod(&i, mode, &paths, budget)),
+        } => img(image)
+            .and_then(|i| cmd::edit::ln(&i, &target, &link, symbolic, budget))
+            .map_err(Failure::from),
+        Command::Chmod { image, mode, paths } => img(image)
+            .and_then(|i| cmd::edit::chmod(&i, mode, &paths, budget))
+            .map_err(Failure::from),
         Command::Chown {
             no_dereference,
             image,
             owner,
             paths,
-        } => img(image).and_then(|i| {
-            cmd::edit::parse_owner(&owner).and_then(|o| cmd::edit::chown(&i, o, no_dereference, &paths, budget))
-        }),
+        } => img(image)
+            .and_then(|i| {
+                cmd::edit::parse_owner(&owner).and_then(|o| cmd::edit::chown(&i, o, no_dereference, &paths, budget))
+            })
+            .map_err(Failure::from),
         Command::Touch {
             no_create,
             date,
             image,
             paths,
-        } => img(image).and_then(|i| cmd::edit::touch(&i, no_create, date, &paths, budget)),
+        } => img(image)
+            .and_then(|i| cmd::edit::touch(&i, no_create, date, &paths, budget))
+            .map_err(Failure::from),
         Command::Setfattr {
             name,
             value,
             remove,
             image,
             paths,
-        } => img(image).and_then(|i| cmd::edit::setfattr(&i, &name, value.as_deref(), remove, &paths, budget)),
-        Command::Getfattr { name, image, paths } => {
-            img(image).and_then(|i| cmd::edit::getfattr(&i, name.as_deref(), &paths, budget))
-        }
-        Command::Df { image } => img(image).and_then(|i| cmd::edit::df(&i, budget)),
+        } => img(image)
+            .and_then(|i| cmd::edit::setfattr(&i, &name, value.as_deref(), remove, &paths, budget))
+            .map_err(Failure::from),
+        Command::Getfattr {
+            name,
+            json,
+            image,
+            paths,
+        } => img(image).map_err(Failure::from).and_then(|i| {
+            let req = cmd::getfattr::Request {
+                name: name.as_deref(),
+                paths: &paths,
+                json,
+            };
+            cmd::getfattr::run(&i, &req, budget)
+        }),
+        Command::Df { json, image } => img(image)
+            .map_err(Failure::from)
+            .and_then(|i| cmd::df::run(&i, json, budget)),
+        Command::Timeline(args) => cmd::timeline::run(&args, sel, budget),
         // The log itself: no replay is ever made, so --no-replay changes nothing.
-        Command::Journal { json, image } => {
-            img(image).and_then(|i| i.resolve().and_then(|loc| cmd::journal::run(&i.path, loc, json)))
-        }
+        Command::Journal { json, image } => img(image)
+            .and_then(|i| i.resolve().and_then(|loc| cmd::journal::run(&i.path, loc, json)))
+            .map_err(Failure::from),
         Command::Truncate {
             size,
             no_create,
             image,
             paths,
-        } => img(image).and_then(|i| cmd::edit::truncate(&i, size, no_create, &paths, budget)),
+        } => img(image)
+            .and_then(|i| cmd::edit::truncate(&i, size, no_create, &paths, budget))
+            .map_err(Failure::from),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
-        Err(msg) => {
-            eprintln!("ext4kit: {msg}");
+        Err(f) => {
+            if !f.was_reported() {
+                f.report(json);
+            }
             ExitCode::FAILURE
         }
     }

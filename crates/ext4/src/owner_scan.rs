@@ -264,7 +264,7 @@ fn owns_blocks(vol: &Volume, ino: u32, rec: &Inode) -> bool {
 /// `Ok(false)` when the run lies outside the filesystem (a damaged
 /// pointer: the caller skips it; no corruption is raised, so a scan inside
 /// a handle never marks it as having met damage).
-fn read_current(vol: &Volume, start: u64, buf: &mut [u8]) -> Result<bool> {
+pub(crate) fn read_current(vol: &Volume, start: u64, buf: &mut [u8]) -> Result<bool> {
     let bs = vol.block_size();
     let n = (buf.len() / bs) as u64;
     if start == 0

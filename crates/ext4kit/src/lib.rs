@@ -76,6 +76,8 @@ pub use ext4kit_cache as cache;
 
 pub use device::Location;
 pub use error::{Errno, Error, Result};
+/// What an inode record's checksum says ([`TableInode::check`]).
+pub use ext4::inode_table_scan::RecordCheck;
 pub use ext4::{DirEntry, OpenOptions};
 pub use ext4kit_format::inode::{FileType, Timestamp};
 pub use ext4kit_format::time::Clock;
@@ -86,7 +88,7 @@ pub use vfs::request::{
     CreateMode, Fallocate, NewInode, NodeKind, OpenRequest, PermCheck, WriteAt, WriteRequest, Written,
 };
 pub use vfs::{Access, Cred, DataLayout, Fd, File, Fs, FsInfo, FsStats, OpenFlags, Process, Run, Stat, Whence};
-pub use vfs::{SetAttr, StatFs, SyncLevel, Target, TimeSet};
+pub use vfs::{InodeTable, SetAttr, StatFs, SyncLevel, TableInode, Target, TimeSet};
 
 /// `Fs` is shared between threads by design; `File` and `Dentry` travel
 /// between them; `Process` moves but is not shared (the unshared

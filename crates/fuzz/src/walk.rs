@@ -6,7 +6,9 @@
 //! (hopping over holes with SEEK_DATA/SEEK_HOLE, so a hostile 2^60-byte
 //! size costs nothing), symlinks are read and followed, and every name
 //! found is looked up again by path (`resolve`), which drives the htree
-//! lookup path rather than only readdir. A visited set keeps directory
+//! lookup path rather than only readdir. The forensic readers see the
+//! damage too: each directory's removed names (`deleted_entries`) and,
+//! last, every record of the inode tables (`inode_table`). A visited set keeps directory
 //! cycles (a mutated entry pointing at an ancestor) from looping, and
 //! caps bound the work per file and per image, so any hang is the engine's.
 //!
@@ -41,6 +43,8 @@ pub struct WalkLimits {
     pub max_inodes: usize,
     /// Path lookups per directory.
     pub max_resolves_per_dir: usize,
+    /// Inode-table records read by the final table scan.
+    pub max_table_records: usize,
     /// When set, each directory's entries are processed in an order
     /// shuffled with this seed (concurrent walkers then collide less
     /// predictably); results are keyed by path, so they do not depend on it.
@@ -55,6 +59,7 @@ impl Default for WalkLimits {
             max_seek_steps: 256,
             max_inodes: 50_000,
             max_resolves_per_dir: 5_000,
+            max_table_records: 200_000,
             order_seed: None,
         }
     }
@@ -87,6 +92,10 @@ pub struct WalkReport {
     /// Symlinks whose target could not be followed for a POSIX reason
     /// (dangling, loop): expected, not an error.
     pub follow_failures: u64,
+    /// Removed names found in directory blocks (`Fs::deleted_entries`).
+    pub deleted_names: u64,
+    /// Inode-table records read (`Fs::inode_table`).
+    pub table_records: u64,
     /// Errors by kind ("read_dir: corrupt directory entry", ...).
     pub errors: BTreeMap<String, u64>,
     /// The first few error messages, with the path they occurred on.
@@ -194,6 +203,10 @@ pub fn walk_with(fs: &Fs, lim: &WalkLimits, digest: Option<&mut TreeDigest>) -> 
             }
         };
         w.rep.dirs += 1;
+        match fs.deleted_entries(dino) {
+            Ok(v) => w.rep.deleted_names += v.len() as u64,
+            Err(e) => w.rep.error("deleted_entries", &dpath, &e),
+        }
         if let Some(r) = rng.as_mut() {
             r.shuffle(&mut entries);
         }
@@ -241,6 +254,19 @@ pub fn walk_with(fs: &Fs, lim: &WalkLimits, digest: Option<&mut TreeDigest>) -> 
             let is_dir = fs.inode(e.ino).map(|i| i.ftype == FileType::Directory).unwrap_or(false);
             if is_dir && dirs_seen.insert(e.ino) {
                 queue.push_back((e.ino, path));
+            }
+        }
+    }
+    for r in fs.inode_table().take(lim.max_table_records) {
+        match r {
+            Ok(r) => {
+                w.rep.table_records += 1;
+                // Every verdict is computed from the record alone: none may panic.
+                let _ = (r.in_use(), r.looks_intact(), r.dtime(), r.check());
+            }
+            Err(e) => {
+                w.rep.error("inode_table", b"", &e);
+                break;
             }
         }
     }

@@ -66,7 +66,8 @@ fn apply(image: &Image, fs: &Fs, ops: Vec<Op<'_>>) -> Result<(), String> {
     first.map_or(Ok(()), Err)
 }
 
-fn abs(path: &str) -> String {
+/// A path inside the image made absolute (a missing leading "/" is allowed).
+pub fn abs(path: &str) -> String {
     if path.starts_with('/') {
         path.to_string()
     } else {
@@ -395,87 +396,6 @@ fn decode_value(v: &str) -> Result<Vec<u8>, String> {
     }
     let t = v.strip_prefix('"').and_then(|x| x.strip_suffix('"')).unwrap_or(v);
     Ok(t.as_bytes().to_vec())
-}
-
-fn encode_value(v: &[u8]) -> String {
-    if v.iter().all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\') {
-        format!("\"{}\"", String::from_utf8_lossy(v))
-    } else {
-        let mut s = String::from("0x");
-        for b in v {
-            s.push_str(&format!("{b:02x}"));
-        }
-        s
-    }
-}
-
-/// `ext4kit getfattr IMAGE [-n NAME] PATH...`: print xattrs as getfattr -d
-/// does (`name="text"` or `name=0xHEX`). Read-only.
-pub fn getfattr(image: &Image, name: Option<&str>, paths: &[String], budget: usize) -> Result<(), String> {
-    let fs = super::open(image, budget)?;
-    let root = Cred::root();
-    let mut first = None;
-    for p in paths {
-        let p = abs(p);
-        let names = match name {
-            Some(n) => vec![n.as_bytes().to_vec()],
-            None => match fs.listxattr(Target::path(p.as_bytes()).nofollow(), &root) {
-                Ok(v) => v,
-                Err(e) => {
-                    let m = super::err(image, &p, e);
-                    eprintln!("ext4kit: {m}");
-                    first.get_or_insert(m);
-                    continue;
-                }
-            },
-        };
-        println!("# file: {}", p.trim_start_matches('/'));
-        for n in names {
-            match fs.getxattr(Target::path(p.as_bytes()).nofollow(), &n, &root) {
-                Ok(v) => println!("{}={}", String::from_utf8_lossy(&n), encode_value(&v)),
-                Err(e) => {
-                    let m = super::err(image, &p, e);
-                    eprintln!("ext4kit: {m}");
-                    first.get_or_insert(m);
-                }
-            }
-        }
-        println!();
-    }
-    first.map_or(Ok(()), Err)
-}
-
-/// `ext4kit df IMAGE`: sizes and free space as statfs(2) reports them.
-pub fn df(image: &Image, budget: usize) -> Result<(), String> {
-    let fs = super::open(image, budget)?;
-    let s = fs.statfs().map_err(|e| format!("{}: {e}", image.display()))?;
-    let k = s.block_size as u64 / 1024;
-    let used = s.blocks.saturating_sub(s.blocks_free);
-    println!(
-        "{:<30} {:>12} {:>12} {:>12} {:>5}",
-        "Image", "1K-blocks", "Used", "Available", "Use%"
-    );
-    let pct = if used + s.blocks_avail == 0 {
-        0
-    } else {
-        (used * 100).div_ceil(used + s.blocks_avail)
-    };
-    println!(
-        "{:<30} {:>12} {:>12} {:>12} {:>4}%",
-        image.display(),
-        s.blocks * k,
-        used * k,
-        s.blocks_avail * k,
-        pct
-    );
-    println!(
-        "{:<30} {:>12} {:>12} {:>12}",
-        "  inodes",
-        s.files,
-        s.files - s.files_free,
-        s.files_free
-    );
-    Ok(())
 }
 
 /// `ext4kit truncate -s SIZE IMAGE PATH...`: set file sizes (shrinking

@@ -1,7 +1,7 @@
 //! `ext4kit info --json IMAGE`: the whole stack an image is read through —
 //! container format, partition table, LVM2 volume groups, filesystem — as
 //! one JSON document for scripts (field names are listed in README.md's
-//! "info --json" section and kept stable).
+//! "JSON output" section and kept stable; times follow `crate::json`).
 //!
 //! Each layer is an object in `stack`, outermost first, with a `layer`
 //! field naming it: `container`, `partition_table`, `lvm`, `filesystem`.
@@ -9,11 +9,12 @@
 //! layer that cannot be read carries an `error` string instead of its
 //! facts, so one damaged table does not hide the others.
 
-use ext4kit::Location;
+use ext4kit::{Location, Timestamp};
 use serde_json::{json, Map, Value};
 
 use super::Image;
 use crate::image::Probe;
+use crate::json;
 
 /// Print the stack of `image` as JSON on stdout.
 pub fn run(image: &Image, budget: usize) -> Result<(), String> {
@@ -46,6 +47,7 @@ pub fn run(image: &Image, budget: usize) -> Result<(), String> {
                         "extended": p.part.extended,
                         "filesystem": p.fs.as_ref().map(|(kind, label)| json!({"kind": kind, "label": label})),
                         "problem": p.part.problem,
+                        "write_conflict": p.part.write_conflict,
                     })
                 })
                 .collect();
@@ -53,6 +55,7 @@ pub fn run(image: &Image, budget: usize) -> Result<(), String> {
                 "layer": "partition_table",
                 "kind": d.table.kind.to_string(),
                 "sector_size": d.table.sector_size,
+                "notes": d.table.notes,
                 "partitions": parts,
             }));
         }
@@ -93,7 +96,9 @@ pub fn run(image: &Image, budget: usize) -> Result<(), String> {
             Err(e) => stack.push(json!({"layer": "lvm", "error": e.to_string()})),
         }
     }
-    let fs = image.resolve().and_then(|loc| super::open(&image.at(loc), budget));
+    let fs = image
+        .resolve()
+        .and_then(|loc| super::open_fs(&image.at(loc), budget, true).map_err(String::from));
     match fs {
         Ok(fs) => {
             let i = fs.info();
@@ -112,14 +117,15 @@ pub fn run(image: &Image, budget: usize) -> Result<(), String> {
                 "inodes": i.inodes,
                 "free_inodes": i.free_inodes,
                 "groups": i.groups,
+                "blocks_per_group": i.blocks_per_group,
+                "inodes_per_group": i.inodes_per_group,
                 "directory_hash": i.hash_alg,
-                "created": i.mkfs_time,
-                "last_written": i.wtime,
+                "created": json::time(Timestamp { sec: i.mkfs_time, nsec: 0 }),
+                "last_written": json::time(Timestamp { sec: i.wtime, nsec: 0 }),
             }));
         }
         Err(e) => stack.push(json!({"layer": "filesystem", "error": e})),
     }
     let doc = json!({"image": image.path.display().to_string(), "stack": stack});
-    println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?);
-    Ok(())
+    json::print_document(&doc)
 }

@@ -238,7 +238,10 @@ fn to_json(j: &Journal, inum: u32, needs_recovery: bool, l: &Listing, rec: &Reco
                     "checksum_ok": b.checksum_ok,
                 })).collect::<Vec<_>>(),
                 "revokes": t.revokes.iter().map(|(b, ok, r)| json!({"block": b, "checksum_ok": ok, "fs_blocks": r})).collect::<Vec<_>>(),
-                "commit": t.commit.map(|(b, ok, s, ns)| json!({"block": b, "checksum_ok": ok, "sec": s, "nsec": ns})),
+                // `sec`/`nsec` as first released; `time` as every --json time is.
+                "commit": t.commit.map(|(b, ok, s, ns)| json!({
+                    "block": b, "checksum_ok": ok, "sec": s, "nsec": ns, "time": {"sec": s, "nsec": ns},
+                })),
             })
         })
         .collect();

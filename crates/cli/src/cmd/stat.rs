@@ -1,15 +1,24 @@
-//! `ext4kit stat IMAGE PATH`.
+//! `ext4kit stat [--json] IMAGE PATH`.
 
-use super::Image;
+use super::{Failure, Image};
 
-use ext4kit::FileType;
+use ext4kit::{FileType, Fs, Stat};
+use serde_json::{json, Map, Value};
 
 use crate::fmt::{mode_string, time_full};
+use crate::json;
 
-/// Print one inode's attributes and data layout.
-pub fn run(image: &Image, path: &str, budget: usize) -> Result<(), String> {
-    let fs = super::open(image, budget)?;
-    let s = fs.lstat(path.as_bytes()).map_err(|e| super::err(image, path, e))?;
+/// Text shows this many runs of the data map; JSON all of them.
+const RUNS_SHOWN: usize = 64;
+
+/// Print one inode's attributes and data layout, as text or (`json`) as
+/// one JSON document.
+pub fn run(image: &Image, path: &str, json_out: bool, budget: usize) -> Result<(), Failure> {
+    let fs = super::open_fs(image, budget, json_out)?;
+    let s = fs.lstat(path.as_bytes()).map_err(|e| Failure::engine(image, path, e))?;
+    if json_out {
+        return print_json(&fs, image, path, &s);
+    }
     let kind = match s.ftype {
         FileType::Regular => "regular file",
         FileType::Directory => "directory",
@@ -60,9 +69,9 @@ pub fn run(image: &Image, path: &str, budget: usize) -> Result<(), String> {
         Ok(_) => {}
         Err(e) => println!("Xattrs: unreadable: {e}"),
     }
-    let layout = fs.data_layout(s.ino).map_err(|e| super::err(image, path, e))?;
+    let layout = fs.data_layout(s.ino).map_err(|e| Failure::engine(image, path, e))?;
     println!("Data: {}", layout.kind);
-    for r in layout.runs.iter().take(64) {
+    for r in layout.runs.iter().take(RUNS_SHOWN) {
         println!(
             "  logical {:>10} .. {:<10} -> physical {:>12} .. {}{}",
             r.logical,
@@ -72,8 +81,60 @@ pub fn run(image: &Image, path: &str, budget: usize) -> Result<(), String> {
             if r.uninit { "  (unwritten)" } else { "" }
         );
     }
-    if layout.runs.len() > 64 {
-        println!("  ... {} more runs", layout.runs.len() - 64);
+    if layout.runs.len() > RUNS_SHOWN {
+        println!("  ... {} more runs", layout.runs.len() - RUNS_SHOWN);
     }
+    Ok(())
+}
+
+/// `stat --json`: the inode's attributes ([`json::put_inode`]) with
+/// `path`, `flags`, `generation`, `xattr_block`, `xattrs` (names and
+/// sizes; `null` with `xattrs_error` when unreadable) and `data` (the
+/// map's kind and every run).
+fn print_json(fs: &Fs, image: &Image, path: &str, s: &Stat) -> Result<(), Failure> {
+    let target = if s.ftype == FileType::Symlink {
+        fs.read_link(s.ino).ok()
+    } else {
+        None
+    };
+    let mut m = Map::new();
+    m.insert("path".into(), path.into());
+    json::put_inode(&mut m, s, target.as_deref());
+    m.insert("flags".into(), s.flags.into());
+    m.insert("generation".into(), s.generation.into());
+    m.insert(
+        "xattr_block".into(),
+        if s.file_acl != 0 {
+            s.file_acl.into()
+        } else {
+            Value::Null
+        },
+    );
+    match fs.xattrs(s.ino) {
+        Ok(x) => {
+            let list: Vec<Value> = x
+                .iter()
+                .map(|(n, v)| {
+                    let mut e = Map::new();
+                    json::put_bytes(&mut e, "name", n);
+                    e.insert("size".into(), v.len().into());
+                    Value::Object(e)
+                })
+                .collect();
+            m.insert("xattrs".into(), list.into());
+        }
+        Err(e) => {
+            m.insert("xattrs".into(), Value::Null);
+            m.insert("xattrs_error".into(), e.to_string().into());
+        }
+    }
+    let layout = fs.data_layout(s.ino).map_err(|e| Failure::engine(image, path, e))?;
+    let runs: Vec<Value> = layout
+        .runs
+        .iter()
+        .map(|r| json!({"logical": r.logical, "physical": r.physical, "len": r.len, "unwritten": r.uninit}))
+        .collect();
+    m.insert("data".into(), json!({"kind": layout.kind, "runs": runs}));
+    json::print_document(&Value::Object(m))?;
     Ok(())
 }

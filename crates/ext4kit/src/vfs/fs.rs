@@ -22,6 +22,7 @@ use super::file::{File, OpenFlags, Whence};
 use super::holds::Holds;
 use super::icache::CachedInode;
 use super::iflags::FsXattr;
+use super::inode_table::InodeTable;
 use super::mount::MountRecord;
 use super::rename::RenameFlags;
 use super::request::{Fallocate, NewInode, OpenRequest, WriteRequest, Written};
@@ -30,8 +31,8 @@ use super::super_block::SuperBlock;
 use super::target::Target;
 use super::writeback::{SyncLevel, WritebackStats};
 use super::{
-    acl, attr, evict, export, fiemap, fill_super, fslabel, iflags, io, lookup, mount, namei, namespace, open, read,
-    read_write, readdir, rename, stat, whiteout, write, writeback, xattr_ops,
+    acl, attr, evict, export, fiemap, fill_super, fslabel, iflags, inode_table, io, lookup, mount, namei, namespace,
+    open, read, read_write, readdir, rename, stat, whiteout, write, writeback, xattr_ops,
 };
 use crate::error::{Error, Result};
 use crate::ext4::reservation::Reserver;
@@ -295,6 +296,38 @@ impl Fs {
     #[inline]
     pub fn read_dir<'a>(&self, t: impl Into<Target<'a>>) -> Result<Vec<DirEntry>> {
         readdir::read_dir(&self.sb, t.into())
+    }
+
+    /// The names removed from the directory `t` names whose records its
+    /// blocks still hold, for forensic listings (TSK's `fls -d`). Best
+    /// effort: Linux 5.13 and later, and this engine, wipe a removed
+    /// record, so only names removed by older kernels or e2fsprogs remain;
+    /// the inode a name gives may since have been reused. See
+    /// `ext4::dir_slack` for what is recognised as a record.
+    #[inline]
+    pub fn deleted_entries<'a>(&self, t: impl Into<Target<'a>>) -> Result<Vec<DirEntry>> {
+        readdir::deleted_entries(&self.sb, t.into())
+    }
+
+    /// Every inode record of the inode tables, in inode order, in use or
+    /// free, with the inode bitmap's verdict: the inodes a path walk never
+    /// meets (deleted files whose records remain, unlinked inodes, the
+    /// reserved ones). Read from the tables directly, a bounded chunk at a
+    /// time; groups never initialised are skipped. Read-only.
+    ///
+    /// ```no_run
+    /// # fn f(fs: &ext4kit::Fs) -> ext4kit::Result<()> {
+    /// for r in fs.inode_table() {
+    ///     let r = r?;
+    ///     if r.in_use() == Some(false) && r.looks_intact() {
+    ///         println!("deleted inode {}, dtime {}", r.ino(), r.dtime());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn inode_table(&self) -> InodeTable<'_> {
+        inode_table::inode_table(&self.sb)
     }
 
     /// `readlink(2)`: the target of the symlink `t` names (a path's final

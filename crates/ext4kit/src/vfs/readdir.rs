@@ -48,3 +48,24 @@ pub(crate) fn read_dir_ino(sb: &SuperBlock, ino: u32) -> Result<Vec<DirEntry>> {
     }
     Ok(v)
 }
+
+/// The removed names still held in the blocks of the directory `t`
+/// names ([`Fs::deleted_entries`](crate::Fs::deleted_entries)), read under
+/// its shared lock like a listing.
+pub(crate) fn deleted_entries(sb: &SuperBlock, t: Target<'_>) -> Result<Vec<DirEntry>> {
+    let ino = lookup::target_ino(sb, t)?;
+    let dir = sb.inode(ino)?;
+    if dir.ftype != FileType::Directory {
+        return Err(Error::posix(Errno::ENOTDIR, format!("inode {ino} is not a directory")));
+    }
+    let inode = dir.disk.read();
+    let map = dir.block_map_locked(sb.vol(), &inode)?;
+    crate::ext4::dir_slack::deleted_entries(
+        sb.vol(),
+        DirRef {
+            ino,
+            inode: &inode,
+            map: &map,
+        },
+    )
+}
