@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cat;
+pub mod completions;
 pub mod demo;
 pub mod edit;
 pub mod get;
@@ -10,6 +11,7 @@ pub mod info;
 pub mod info_json;
 pub mod journal;
 pub mod ls;
+pub mod manpages;
 pub mod mkfs;
 pub mod mount;
 pub mod put;
