@@ -124,6 +124,8 @@ fn help_paragraphs(sub: &str) -> Vec<String> {
     if !cur.is_empty() {
         paras.push(cur);
     }
+    // Every command has arguments (the global options at least).
+    assert!(paras.len() >= 2, "no argument texts found in `ext4kit help {sub}`:\n{help}");
     paras
 }
 
