@@ -108,7 +108,9 @@ fn help_paragraphs(sub: &str) -> Vec<String> {
     let mut paras = vec![help.split("\n\nUsage:").next().unwrap_or_default().to_string()];
     let mut cur = String::new();
     for line in help.lines() {
-        if line.starts_with("          ") {
+        if let Some(text) = same_line_help(line) {
+            paras.push(text);
+        } else if line.starts_with("          ") {
             // "[default: …]" and "Possible values:" lists are rendered by
             // clap_mangen in a layout of its own; the prose is what matters.
             let t = line.trim();
@@ -125,8 +127,27 @@ fn help_paragraphs(sub: &str) -> Vec<String> {
         paras.push(cur);
     }
     // Every command has arguments (the global options at least).
-    assert!(paras.len() >= 2, "no argument texts found in `ext4kit help {sub}`:\n{help}");
+    assert!(
+        paras.len() >= 2,
+        "no argument texts found in `ext4kit help {sub}`:\n{help}"
+    );
     paras
+}
+
+/// An argument's text when clap puts it on the argument's own line (a
+/// command none of whose arguments has a long help): after the first run
+/// of two spaces that follows the names, less a trailing "[default: …]".
+fn same_line_help(line: &str) -> Option<String> {
+    let spec = line.trim_start();
+    if !(spec.starts_with('-') || spec.starts_with('<') || spec.starts_with('[')) || spec.len() == line.len() {
+        return None;
+    }
+    let text = spec.split_once("  ")?.1.trim();
+    let text = match text.rfind(" [") {
+        Some(i) if text.ends_with(']') => &text[..i],
+        _ => text,
+    };
+    (!text.is_empty()).then(|| text.to_string())
 }
 
 /// `man` on a page, rendered as plain text with no hyphenation (--nh) or
@@ -227,8 +248,10 @@ fn bash_completes_subcommands_and_options() {
     assert_eq!(complete(&["ext4kit", "m"]), set(&["mkfs", "mount", "mkdir", "mv"]));
     assert_eq!(complete(&["ext4kit", "manp"]), set(&[]));
     // The shells (with, as clap completes an empty word, the options).
-    let shells: BTreeSet<String> =
-        complete(&["ext4kit", "completions", ""]).into_iter().filter(|w| !w.starts_with('-')).collect();
+    let shells: BTreeSet<String> = complete(&["ext4kit", "completions", ""])
+        .into_iter()
+        .filter(|w| !w.starts_with('-'))
+        .collect();
     assert_eq!(shells, set(&["bash", "elvish", "fish", "powershell", "zsh"]));
     assert_eq!(complete(&["ext4kit", "completions", "z"]), set(&["zsh"]));
     // Options of the subcommand, its own and the global ones.
@@ -291,8 +314,7 @@ fn every_command_has_a_man_page_with_its_help() {
     }
     // The whole command's page: the long description and a way to every
     // subcommand's page.
-    let main =
-        String::from_utf8_lossy(&man(&["-l", pages.join("ext4kit.1").to_str().unwrap()]).stdout).into_owned();
+    let main = String::from_utf8_lossy(&man(&["-l", pages.join("ext4kit.1").to_str().unwrap()]).stdout).into_owned();
     assert!(
         contains_seq(
             &words(&main),
@@ -368,6 +390,7 @@ rm -f /usr/bin/ext4kit
 dpkg -i /tmp/ext4kit.deb > dpkg-install.txt 2>&1
 dpkg -L ext4kit > dpkg-files.txt
 ext4kit --version > version.txt
+readelf -S --wide /usr/bin/ext4kit > sections.txt
 man -w ext4kit-put > man-where.txt
 whatis ext4kit-put > whatis.txt
 man --warnings --nh --nj -P cat ext4kit-put > man-put.txt 2> man-put.err
@@ -392,6 +415,7 @@ fn debian_package_installs_and_works() {
         ("fish", "fish"),
         ("zsh", "zsh"),
         ("man", "man-db"),
+        ("readelf", "binutils"),
     ] {
         need(tool, package);
     }
@@ -457,9 +481,21 @@ fn debian_package_installs_and_works() {
         ext4kit(&["--version"]).trim(),
         "the installed binary"
     );
+    // Stripped: no DWARF shipped, whatever the profile keeps (rustc's
+    // .debug_gdb_scripts is a loaded section and stays).
+    let sections = read("sections.txt");
+    assert!(
+        sections.contains(".text") && !sections.contains(".debug_info") && !sections.contains(".debug_line"),
+        "the installed binary's sections:\n{}",
+        read("sections.txt")
+    );
     assert_eq!(read("man-where.txt").trim(), "/usr/share/man/man1/ext4kit-put.1.gz");
     // dpkg's man-db trigger indexed the new pages (whatis reads the index).
-    assert!(read("whatis.txt").starts_with("ext4kit-put (1)"), "whatis ext4kit-put: {}", read("whatis.txt"));
+    assert!(
+        read("whatis.txt").starts_with("ext4kit-put (1)"),
+        "whatis ext4kit-put: {}",
+        read("whatis.txt")
+    );
     let page = read("man-put.txt");
     assert!(
         read("man-put.err").trim().is_empty(),
