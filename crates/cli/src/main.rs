@@ -31,7 +31,12 @@ use failure::Failure;
 /// inside the image are absolute ("/etc/passwd"); a missing leading "/" is
 /// allowed.
 #[derive(Parser, Debug)]
-#[command(name = "ext4kit", version, about, long_about = None, after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata\n  ext4kit mkfs -d rootfs/ disk.img 256M   build an image from a directory\n  ext4kit put site/ disk.img:/srv/www   copy a tree in\n  ext4kit mkdir -p disk.img /srv/www\n  ext4kit mv disk.img /srv/www /srv/site\n  ext4kit ln -s disk.img /srv/site /www\n  ext4kit rm -r disk.img /srv\n  ext4kit chown disk.img 1000:1000 /home/me\n  ext4kit setfattr disk.img -n user.note -v hello /etc/motd\n\nPARTITIONED DISKS (VM disks, whole-disk dumps; GPT or MBR):\n  ext4kit info vm.img               list the partitions (and summarise the ext one)\n  ext4kit ls vm.img@2 /etc          partition 2 (IMAGE@N when no file has that name)\n  ext4kit --partition 2 cat vm.img /etc/fstab\n  ext4kit ls vm.img /               a disk with exactly one ext partition: that one\n  ext4kit put --offset 1M motd disk.img:/etc/   a filesystem 1 MiB into the file\n  ext4kit mkfs -d rootfs/ vm.img@2  make a filesystem filling partition 2\n\nJOURNAL:\n  ext4kit ls --no-replay crashed.img /   the tree as the home locations hold it,\n                                    without replaying the journal (read-only)")]
+#[command(
+    name = "ext4kit",
+    version,
+    about,
+    after_help = "EXAMPLES:\n  ext4kit demo                      show the engine on its built-in sample image\n  ext4kit info disk.img             features, sizes, free space, label, UUID\n  ext4kit ls -l disk.img /etc       list a directory\n  ext4kit cat disk.img /etc/hostname\n  ext4kit stat disk.img /bin/sh     inode details and block map\n  ext4kit get disk.img / out/       copy the whole tree out, preserving metadata\n  ext4kit mkfs -d rootfs/ disk.img 256M   build an image from a directory\n  ext4kit put site/ disk.img:/srv/www   copy a tree in\n  ext4kit mkdir -p disk.img /srv/www\n  ext4kit mv disk.img /srv/www /srv/site\n  ext4kit ln -s disk.img /srv/site /www\n  ext4kit rm -r disk.img /srv\n  ext4kit chown disk.img 1000:1000 /home/me\n  ext4kit setfattr disk.img -n user.note -v hello /etc/motd\n\nPARTITIONED DISKS (VM disks, whole-disk dumps; GPT or MBR):\n  ext4kit info vm.img               list the partitions (and summarise the ext one)\n  ext4kit ls vm.img@2 /etc          partition 2 (IMAGE@N when no file has that name)\n  ext4kit --partition 2 cat vm.img /etc/fstab\n  ext4kit ls vm.img /               a disk with exactly one ext partition: that one\n  ext4kit put --offset 1M motd disk.img:/etc/   a filesystem 1 MiB into the file\n  ext4kit mkfs -d rootfs/ vm.img@2  make a filesystem filling partition 2\n\nJOURNAL:\n  ext4kit ls --no-replay crashed.img /   the tree as the home locations hold it,\n                                    without replaying the journal (read-only)"
+)]
 struct Cli {
     /// Cache memory budget in MiB: metadata blocks and file pages share
     /// three quarters of it (each takes what the other leaves); inodes and
@@ -369,6 +374,19 @@ enum Command {
     /// cargo would compile the library's shared-write counting into this
     /// binary too).
     Bench(cmd::bench::Args),
+    /// Print a shell completion script for ext4kit's subcommands and
+    /// options to standard output.
+    #[command(after_help = "EXAMPLES:
+  source <(ext4kit completions bash)          completion in this bash session
+  ext4kit completions bash > ~/.local/share/bash-completion/completions/ext4kit
+  ext4kit completions zsh > ~/.zfunc/_ext4kit  (with fpath+=~/.zfunc in ~/.zshrc)
+  ext4kit completions fish > ~/.config/fish/completions/ext4kit.fish
+
+  The Debian package installs the bash, zsh and fish scripts already.")]
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Parse a byte count with an optional binary suffix (K, M, G, T).
@@ -397,7 +415,17 @@ fn parse_mode(s: &str) -> Result<u16, String> {
 
 fn main() -> ExitCode {
     ext4kit_alloc::tune();
-    let matches = Cli::command().get_matches();
+    let matches = Cli::command().subcommand(cmd::manpages::command()).get_matches();
+    if let Some((cmd::manpages::NAME, m)) = matches.subcommand() {
+        let args = cmd::manpages::Args::from_arg_matches(m).unwrap_or_else(|e| e.exit());
+        let sel = image::ImageArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        let r = if sel.any() {
+            Err(NO_IMAGE.to_string())
+        } else {
+            cmd::manpages::run(&args.dir, Cli::command())
+        };
+        return report(r.map_err(Failure::from), false);
+    }
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A command that only prints (`ext4kit ls img / | head`) ends quietly
     // when its reader goes away, as coreutils do: Rust ignores SIGPIPE, so
@@ -414,6 +442,7 @@ fn main() -> ExitCode {
             | Command::Df { .. }
             | Command::Journal { .. }
             | Command::Timeline(_)
+            | Command::Completions { .. }
     ) {
         sigpipe::reset();
     }
@@ -434,10 +463,10 @@ fn main() -> ExitCode {
     // and the IMAGE@N short form applied.
     let img = |p: PathBuf| sel.image(p);
     let r: Result<(), Failure> = match cli.cmd {
-        Command::Demo | Command::Umount(_) | Command::Bench(_) if sel.any() => Err(Failure::from(
-            "--partition, --offset and --no-replay choose the filesystem in an image; this command takes none"
-                .to_string(),
-        )),
+        Command::Demo | Command::Umount(_) | Command::Bench(_) | Command::Completions { .. } if sel.any() => {
+            Err(Failure::from(NO_IMAGE.to_string()))
+        }
+        Command::Completions { shell } => cmd::completions::run(shell, Cli::command()).map_err(Failure::from),
         Command::Demo => cmd::demo::run(budget).map_err(Failure::from),
         Command::Info {
             image, compat: true, ..
@@ -574,6 +603,16 @@ fn main() -> ExitCode {
             .and_then(|i| cmd::edit::truncate(&i, size, no_create, &paths, budget))
             .map_err(Failure::from),
     };
+    report(r, json)
+}
+
+/// The refusal of the global image options by a command that opens no image.
+const NO_IMAGE: &str =
+    "--partition, --offset and --no-replay choose the filesystem in an image; this command takes none";
+
+/// A command's outcome as the exit status, its error as one line on
+/// stderr (a JSON object when the command was asked for JSON).
+fn report(r: Result<(), Failure>, json: bool) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {

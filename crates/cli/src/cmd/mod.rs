@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod cat;
+pub mod completions;
 pub mod demo;
 pub mod df;
 pub mod edit;
@@ -13,6 +14,7 @@ pub mod info;
 pub mod info_json;
 pub mod journal;
 pub mod ls;
+pub mod manpages;
 pub mod mkfs;
 pub mod mount;
 pub mod put;
