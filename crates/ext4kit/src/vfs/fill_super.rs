@@ -137,6 +137,32 @@ pub(crate) fn open_image(path: &Path, opts: &OpenOptions) -> Result<SuperBlock> 
     let dev = crate::device::open_disk(p, &req)
         .map_err(|e| Error::io(format!("opening {}", p.display()), e))?
         .into_device();
+    open_on_disk(dev, &p.display().to_string(), opts)
+}
+
+/// Open the filesystem an image's bytes hold when they come from a device
+/// rather than a path (an image in memory, a program's own storage):
+/// [`Fs::open_image_device`](super::Fs::open_image_device). The container
+/// format is found by content as for a file; no file the image names (a
+/// backing file) is followed, since a device has no directory to find
+/// it beside.
+pub(crate) fn open_image_device(image: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<SuperBlock> {
+    let req = ext4kit_vdisk::DiskRequest {
+        writable: !opts.read_only,
+        format: opts.disk_format,
+        any_backing_path: false,
+        volume: opts.volume.clone(),
+    };
+    let dev = ext4kit_vdisk::open_device(image, None, &req)
+        .map_err(|e| Error::io("opening the image", e))?
+        .into_device();
+    open_on_disk(dev, "the image", opts)
+}
+
+/// The filesystem at `opts.location` of the guest's disk `dev` (what
+/// `name` shows in messages): a partitioned disk opened whole is refused
+/// with its partitions listed.
+fn open_on_disk(dev: Arc<dyn BlockDevice>, name: &str, opts: &OpenOptions) -> Result<SuperBlock> {
     if opts.location == ext4kit_blockdev::Location::Whole && opts.volume.is_none() {
         if let Some(e) = partitioned_disk(&*dev) {
             return Err(e);
@@ -146,7 +172,7 @@ pub(crate) fn open_image(path: &Path, opts: &OpenOptions) -> Result<SuperBlock> 
         // The table or the choice is wrong, not the device.
         std::io::ErrorKind::InvalidInput => Error::posix(Errno::EINVAL, e.to_string()),
         std::io::ErrorKind::InvalidData => Error::posix(Errno::EUCLEAN, e.to_string()),
-        _ => Error::io(format!("finding the filesystem in {}", p.display()), e),
+        _ => Error::io(format!("finding the filesystem in {name}"), e),
     })?;
     open_device(dev, opts)
 }
