@@ -51,7 +51,9 @@ fn owners(all_root: bool, uid_map: &[String], gid_map: &[String]) -> PyResult<Ow
 fn read_rules<T>(p: Option<&Path>, parse: impl Fn(&str, &str) -> Result<T, String>) -> PyResult<Option<T>> {
     let Some(p) = p else { return Ok(None) };
     let text = std::fs::read_to_string(p).map_err(|e| PyValueError::new_err(format!("{}: {e}", p.display())))?;
-    parse(&text, &p.display().to_string()).map(Some).map_err(PyValueError::new_err)
+    parse(&text, &p.display().to_string())
+        .map(Some)
+        .map_err(PyValueError::new_err)
 }
 
 /// Build an ext2/3/4 image at `output` from `sources` (directories, tar
@@ -119,8 +121,17 @@ pub(crate) fn build<'py>(
     }
     if let Some(u) = uuid {
         // uuid.UUID reads every spelling (and takes a UUID object's str).
-        let bytes: Vec<u8> = py.import("uuid")?.getattr("UUID")?.call1((u.str()?,))?.getattr("bytes")?.extract()?;
-        o.uuid = Some(bytes.try_into().map_err(|_| PyValueError::new_err("uuid: not 16 bytes"))?);
+        let bytes: Vec<u8> = py
+            .import("uuid")?
+            .getattr("UUID")?
+            .call1((u.str()?,))?
+            .getattr("bytes")?
+            .extract()?;
+        o.uuid = Some(
+            bytes
+                .try_into()
+                .map_err(|_| PyValueError::new_err("uuid: not 16 bytes"))?,
+        );
     }
     o.clock = match timestamp {
         Some(t) => Clock::fixed(t),
@@ -198,7 +209,11 @@ pub(crate) enum PutError {
 /// `Filesystem.put`: `src` into the directory `dest` under its own name,
 /// or as `dest` when that is not an existing directory (`cp -a`).
 pub(crate) fn put(fs: &Fs, src: &Path, dest: &[u8], all_root: bool) -> Result<Progress, PutError> {
-    let owners = if all_root { Owners::all_root() } else { Owners::as_source() };
+    let owners = if all_root {
+        Owners::all_root()
+    } else {
+        Owners::as_source()
+    };
     let mut p = Populator::new(
         fs,
         Rules {
@@ -239,5 +254,12 @@ pub(crate) fn put(fs: &Fs, src: &Path, dest: &[u8], all_root: bool) -> Result<Pr
 /// A UUID in its usual spelling (8-4-4-4-12 hex digits).
 fn uuid_text(u: &[u8; 16]) -> String {
     let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
 }

@@ -78,7 +78,10 @@ impl BlockDevice for PyFileDevice {
         if off.checked_add(buf.len() as u64).is_none_or(|end| end > size) {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("read of {} bytes at offset {off} past the end of the image ({size} bytes)", buf.len()),
+                format!(
+                    "read of {} bytes at offset {off} past the end of the image ({size} bytes)",
+                    buf.len()
+                ),
             ));
         }
         self.with_obj(|obj| {
@@ -105,7 +108,10 @@ impl BlockDevice for PyFileDevice {
 
     fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
         if !self.writable {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "image object opened read-only"));
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "image object opened read-only",
+            ));
         }
         let end = off
             .checked_add(buf.len() as u64)

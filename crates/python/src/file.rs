@@ -21,51 +21,51 @@ const CHUNK: usize = 1 << 20;
 /// See the module doc.
 #[pyclass(frozen, module = "ext4kit._ext4kit", name = "RawFile")]
 pub(crate) struct RawFile {
-    /// The filesystem stays open while one of its files is (`close()` of
-    /// the filesystem then finishes when the last file closes).
-    fs: Arc<Fs>,
-    /// `None` once closed.
-    file: RwLock<Option<Arc<File>>>,
+    /// The open file and its filesystem, `None` once closed. The
+    /// filesystem stays open while one of its files is: `close()` of the
+    /// filesystem finishes when its last file is closed.
+    open: RwLock<Option<(Arc<Fs>, Arc<File>)>>,
     access: Access,
 }
 
 impl RawFile {
     pub(crate) fn new(fs: Arc<Fs>, file: Arc<File>, access: Access) -> Self {
         RawFile {
-            fs,
-            file: RwLock::new(Some(file)),
+            open: RwLock::new(Some((fs, file))),
             access,
         }
     }
 
-    fn get(&self) -> PyResult<Arc<File>> {
-        self.file.read().clone().ok_or_else(|| closed("file"))
-    }
-
     /// Run `f` on the open file without the GIL.
     fn run<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&Fs, &File) -> ext4kit::Result<T> + Send) -> PyResult<T> {
-        let file = self.get()?;
-        let fs = &self.fs;
-        py.detach(|| f(fs, &file)).map_err(|e| os_error(py, &e, None, None))
+        let (fs, file) = self.open.read().clone().ok_or_else(|| closed("file"))?;
+        py.detach(|| f(&fs, &file)).map_err(|e| os_error(py, &e, None, None))
     }
+}
+
+/// Close `file` and let go of `fs`: the last close of an unlinked file
+/// frees it, and the last handle on a closed filesystem closes the image
+/// (written back as at an unmount). Engine work, so without the GIL where
+/// there is a GIL to release.
+fn release(fs: Arc<Fs>, file: Arc<File>) -> ext4kit::Result<()> {
+    let r = fs.close_file(file);
+    drop(fs);
+    r
 }
 
 impl Drop for RawFile {
     fn drop(&mut self) {
-        if let Some(file) = self.file.get_mut().take() {
-            let fs = self.fs.clone();
-            let mut file = Some(file);
-            // The last close of an unlinked file frees it: engine work,
-            // done without the GIL as every other call.
+        if let Some((fs, file)) = self.open.get_mut().take() {
+            let mut held = Some((fs, file));
             Python::try_attach(|py| {
                 py.detach(|| {
-                    if let Some(f) = file.take() {
-                        let _ = fs.close_file(f);
+                    if let Some((fs, file)) = held.take() {
+                        let _ = release(fs, file);
                     }
                 })
             });
-            if let Some(f) = file.take() {
-                let _ = self.fs.close_file(f);
+            if let Some((fs, file)) = held.take() {
+                let _ = release(fs, file);
             }
         }
     }
@@ -99,9 +99,7 @@ impl RawFile {
         let data = self.run(py, |fs, f| {
             let want = match u64::try_from(size) {
                 Ok(n) => n,
-                Err(_) => {
-                    f.inode.size().saturating_sub(f.position())
-                }
+                Err(_) => f.inode.size().saturating_sub(f.position()),
             };
             let mut out = Vec::new();
             while (out.len() as u64) < want {
@@ -190,21 +188,21 @@ impl RawFile {
 
     /// The inode number.
     #[getter]
-    fn ino(&self) -> PyResult<u32> {
-        Ok(self.get()?.inode.ino)
+    fn ino(&self, py: Python<'_>) -> PyResult<u32> {
+        self.run(py, |_, f| Ok(f.inode.ino))
     }
 
     /// Close the file (the last close of an unlinked file frees it).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let Some(file) = self.file.write().take() else {
+        let Some((fs, file)) = self.open.write().take() else {
             return Ok(());
         };
-        let fs = &self.fs;
-        py.detach(|| fs.close_file(file)).map_err(|e| os_error(py, &e, None, None))
+        py.detach(|| release(fs, file))
+            .map_err(|e| os_error(py, &e, None, None))
     }
 
     #[getter]
     fn closed(&self) -> bool {
-        self.file.read().is_none()
+        self.open.read().is_none()
     }
 }

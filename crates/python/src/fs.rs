@@ -12,7 +12,10 @@
 use std::os::unix::ffi::OsStringExt;
 use std::sync::{Arc, LazyLock};
 
-use ext4kit::{Access, Cred, OpenFlags, Fs, Location, NewInode, NodeKind, OpenOptions, OpenRequest, RenameFlags, Target, TimeSet, Timestamp};
+use ext4kit::{
+    Access, Cred, Fs, Location, NewInode, NodeKind, OpenFlags, OpenOptions, OpenRequest, RenameFlags, Target, TimeSet,
+    Timestamp,
+};
 use parking_lot::RwLock;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -56,7 +59,8 @@ impl Filesystem {
     ) -> PyResult<T> {
         let fs = self.get()?;
         let bytes = &p.bytes;
-        py.detach(|| f(&fs, bytes)).map_err(|e| os_error(py, &e, Some(&p.obj), None))
+        py.detach(|| f(&fs, bytes))
+            .map_err(|e| os_error(py, &e, Some(&p.obj), None))
     }
 }
 
@@ -75,7 +79,11 @@ impl Drop for Filesystem {
 /// The `OpenFlags` of a Python file mode (`rb`, `wb`, `ab`, `xb`, `r+b`,
 /// ...; binary only: the engine reads and writes bytes).
 fn parse_mode(mode: &str) -> PyResult<OpenFlags> {
-    let bad = || PyValueError::new_err(format!("invalid mode: {mode:?} (binary modes: rb, wb, ab, xb, r+b, w+b, ...)"));
+    let bad = || {
+        PyValueError::new_err(format!(
+            "invalid mode: {mode:?} (binary modes: rb, wb, ab, xb, r+b, w+b, ...)"
+        ))
+    };
     let mut chars: Vec<char> = mode.chars().collect();
     chars.sort_unstable();
     if chars.contains(&'t') || chars.windows(2).any(|w| w[0] == w[1]) {
@@ -153,9 +161,14 @@ impl Filesystem {
             location,
             ..OpenOptions::default()
         };
-        let fs = py
-            .detach(|| source.open(&opts))
-            .map_err(|e| os_error(py, &e, Some(image).filter(|_| matches!(source, ImageSource::Path(_))), None))?;
+        let fs = py.detach(|| source.open(&opts)).map_err(|e| {
+            os_error(
+                py,
+                &e,
+                Some(image).filter(|_| matches!(source, ImageSource::Path(_))),
+                None,
+            )
+        })?;
         Ok(Filesystem {
             fs: RwLock::new(Some(fs)),
             source,
@@ -289,7 +302,9 @@ impl Filesystem {
     fn symlink(&self, py: Python<'_>, src: &Bound<'_, PyAny>, dst: &Bound<'_, PyAny>) -> PyResult<()> {
         let (target_bytes, _) = path::encode(src)?;
         let p = PathArg::new(dst)?;
-        self.run(py, &p, |fs, b| fs.create(&NewInode::symlink(b, &target_bytes)).map(drop))
+        self.run(py, &p, |fs, b| {
+            fs.create(&NewInode::symlink(b, &target_bytes)).map(drop)
+        })
     }
 
     /// `os.link`: `dst` becomes another name of `src`'s inode.
@@ -311,7 +326,11 @@ impl Filesystem {
             0o010000 => NodeKind::Fifo,
             0o140000 => NodeKind::Socket,
             0o100000 | 0 => NodeKind::File,
-            _ => return Err(PyValueError::new_err(format!("mknod: unsupported file type in mode 0o{mode:o}"))),
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "mknod: unsupported file type in mode 0o{mode:o}"
+                )))
+            }
         };
         let p = PathArg::new(path)?;
         let perm = (mode & 0o7777) as u16;
@@ -353,32 +372,54 @@ impl Filesystem {
     #[pyo3(signature = (path, mode, *, follow_symlinks=true))]
     fn chmod(&self, py: Python<'_>, path: &Bound<'_, PyAny>, mode: u16, follow_symlinks: bool) -> PyResult<()> {
         let p = PathArg::new(path)?;
-        self.run(py, &p, |fs, b| fs.chmod(target(b, follow_symlinks), mode, &ROOT).map(drop))
+        self.run(py, &p, |fs, b| {
+            fs.chmod(target(b, follow_symlinks), mode, &ROOT).map(drop)
+        })
     }
 
     /// `os.chown`: -1 leaves the owner or group as it is.
     #[pyo3(signature = (path, uid, gid, *, follow_symlinks=true))]
-    fn chown(&self, py: Python<'_>, path: &Bound<'_, PyAny>, uid: i64, gid: i64, follow_symlinks: bool) -> PyResult<()> {
+    fn chown(
+        &self,
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        uid: i64,
+        gid: i64,
+        follow_symlinks: bool,
+    ) -> PyResult<()> {
         let id = |v: i64| -> PyResult<Option<u32>> {
             match v {
                 -1 => Ok(None),
-                v => u32::try_from(v).map(Some).map_err(|_| PyValueError::new_err(format!("id {v} out of range"))),
+                v => u32::try_from(v)
+                    .map(Some)
+                    .map_err(|_| PyValueError::new_err(format!("id {v} out of range"))),
             }
         };
         let (u, g) = (id(uid)?, id(gid)?);
         let p = PathArg::new(path)?;
-        self.run(py, &p, |fs, b| fs.chown(target(b, follow_symlinks), u, g, &ROOT).map(drop))
+        self.run(py, &p, |fs, b| {
+            fs.chown(target(b, follow_symlinks), u, g, &ROOT).map(drop)
+        })
     }
 
     /// `os.utime` with `ns=(atime_ns, mtime_ns)`; without it, both now.
     #[pyo3(signature = (path, *, ns=None, follow_symlinks=true))]
-    fn utime(&self, py: Python<'_>, path: &Bound<'_, PyAny>, ns: Option<(i128, i128)>, follow_symlinks: bool) -> PyResult<()> {
+    fn utime(
+        &self,
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        ns: Option<(i128, i128)>,
+        follow_symlinks: bool,
+    ) -> PyResult<()> {
         let (a, m) = match ns {
             Some((a, m)) => (TimeSet::Set(timestamp(a)?), TimeSet::Set(timestamp(m)?)),
             None => (TimeSet::Now, TimeSet::Now),
         };
         let p = PathArg::new(path)?;
-        self.run(py, &p, |fs, b| fs.utimens(target(b, follow_symlinks), Some(a), Some(m), &ROOT).map(drop))
+        self.run(py, &p, |fs, b| {
+            fs.utimens(target(b, follow_symlinks), Some(a), Some(m), &ROOT)
+                .map(drop)
+        })
     }
 
     /// `os.truncate`: set the size of the file `path`.
@@ -401,7 +442,13 @@ impl Filesystem {
     /// with `all_root=True`), times, symlinks, hard links, device nodes,
     /// xattrs and holes are kept. Returns `(entries, bytes)` copied.
     #[pyo3(signature = (src, dest, *, all_root=false))]
-    fn put(&self, py: Python<'_>, src: std::path::PathBuf, dest: &Bound<'_, PyAny>, all_root: bool) -> PyResult<(u64, u64)> {
+    fn put(
+        &self,
+        py: Python<'_>,
+        src: std::path::PathBuf,
+        dest: &Bound<'_, PyAny>,
+        all_root: bool,
+    ) -> PyResult<(u64, u64)> {
         let d = PathArg::new(dest)?;
         let fs = self.get()?;
         let r = py.detach(|| crate::builder::put(&fs, &src, &d.bytes, all_root));

@@ -1,8 +1,9 @@
 //! The Python suite (`tests/test_*.py`) in the workspace's test command.
 //!
 //! It runs `python3 -m pytest` on the suite against the extension module
-//! this very build made (`lib_ext4kit.so` of this profile, built as the
-//! package's library before this test), staged beside a copy of the
+//! this very build made (`deps/lib_ext4kit.so` of this profile, built as the
+//! package's library before this test: the crate is an rlib too, so cargo
+//! builds it for its integration tests), staged beside a copy of the
 //! package's Python half — so `cargo test` always tests the source in the
 //! tree, never an older installed wheel. Installing the package is
 //! checked apart: `.ci/run` installs it with `pip install ./crates/python`
@@ -28,7 +29,9 @@ fn profile_dir() -> PathBuf {
 /// extension module under the name Python looks for.
 fn stage(stage: &Path) -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib = profile_dir().join("lib_ext4kit.so");
+    // deps/: where cargo leaves the library it builds for the tests (the
+    // copy in target/<profile>/ is refreshed by `cargo build` only).
+    let lib = profile_dir().join("deps/lib_ext4kit.so");
     assert!(
         lib.is_file(),
         "{} is missing: the extension module is built as this package's library (cargo test -p ext4kit-python)",
@@ -65,7 +68,15 @@ fn python_suite() {
     let dir = stage(&profile_dir().join("python-stage"));
     let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
     let out = Command::new("python3")
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "console_output_style=classic"])
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "console_output_style=classic",
+        ])
         .arg(&tests)
         .env("PYTHONPATH", &dir)
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -78,7 +89,11 @@ fn python_suite() {
         String::from_utf8_lossy(&out.stderr)
     );
     println!("{text}");
-    assert!(out.status.success(), "the Python suite failed (pytest exit {:?}):\n{text}", out.status.code());
+    assert!(
+        out.status.success(),
+        "the Python suite failed (pytest exit {:?}):\n{text}",
+        out.status.code()
+    );
     // A run that collected nothing is a failure too (pytest exits 5, but
     // check the words as well).
     assert!(text.contains(" passed"), "pytest ran no test:\n{text}");

@@ -3,9 +3,12 @@ object) is the device, read and written through its own methods."""
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import shutil
+
+import pytest
 
 import ext4kit
 from conftest import e2fsck_clean, ext4kit_view, mke2fs, need, run
@@ -105,3 +108,37 @@ def test_file_objects_of_the_image_are_io_raw(tmp):
         f.close()
         assert f.closed
     e2fsck_clean(img)
+
+
+def test_a_file_open_past_the_filesystems_close_keeps_the_image_open(tmp):
+    img = filled_image(tmp)
+    fs = ext4kit.open(img, writable=True)
+    f = fs.open("/etc/late", "wb")
+    fs.close()
+    assert fs.closed
+    with pytest.raises(ValueError, match="closed"):
+        fs.stat("/")
+    f.write(b"after close\n")
+    f.close()  # the last handle: the image is closed here
+    e2fsck_clean(img)
+    with ext4kit.open(img) as fs:
+        assert fs.read("/etc/late") == b"after close\n"
+
+
+def test_a_filesystem_dropped_without_close_is_closed_clean(tmp):
+    img = filled_image(tmp)
+    with open(img, "rb") as f:
+        bio = io.BytesIO(f.read())
+    for image in (img, bio):
+        fs = ext4kit.open(image, writable=True)
+        fs.write("/etc/dropped", b"collected\n")
+        del fs
+        gc.collect()
+    e2fsck_clean(img)
+    out = os.path.join(tmp, "bio.img")
+    with open(out, "wb") as f:
+        f.write(bio.getvalue())
+    e2fsck_clean(out)
+    for image in (img, out):
+        with ext4kit.open(image) as fs:
+            assert fs.read("/etc/dropped") == b"collected\n"
