@@ -141,6 +141,27 @@ pub(crate) fn open_on_disk(disk: Arc<dyn BlockDevice>, name: &Path, opts: &OpenO
     place(disk, name, opts, opts.volume.is_none())
 }
 
+/// Open the filesystem an image's bytes hold when they come from a device
+/// rather than a path (an image in memory, a program's own storage):
+/// [`Fs::open_image_device`](super::Fs::open_image_device). The container
+/// format is found by content as for a file; no file the image names (a
+/// backing file) is followed, since a device has no directory to find
+/// it beside.
+pub(crate) fn open_image_device(image: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<SuperBlock> {
+    let name = Path::new("the image");
+    both_places(name, opts)?;
+    let req = ext4kit_vdisk::DiskRequest {
+        writable: !opts.read_only,
+        format: opts.disk_format,
+        any_backing_path: false,
+        volume: opts.volume.clone(),
+    };
+    let dev = ext4kit_vdisk::open_device(image, None, &req)
+        .map_err(|e| Error::io("opening the image", e))?
+        .into_device();
+    place(dev, name, opts, opts.volume.is_none())
+}
+
 /// A logical volume is found on its own: a location beside it is a
 /// contradiction, not a choice.
 fn both_places(name: &Path, opts: &OpenOptions) -> Result<()> {

@@ -96,6 +96,17 @@ impl Fs {
         fill_super::open_on_disk(disk, name.as_ref(), opts).map(Fs::new)
     }
 
+    /// Open an image whose bytes `image` holds, as [`Fs::open_image`]
+    /// opens a file: its container format (qcow2, VHDX, ...) found by
+    /// content, then the partition, offset or logical volume
+    /// `opts` names. For images that are not files on this machine (in
+    /// memory, behind a program's own I/O); no file the image names (a
+    /// backing file) is followed.
+    #[inline]
+    pub fn open_image_device(image: Arc<dyn BlockDevice>, opts: &OpenOptions) -> Result<Arc<Fs>> {
+        fill_super::open_image_device(image, opts).map(Fs::new)
+    }
+
     /// Open the filesystem on any block device, recovering what a crash
     /// left: the journal is replayed, then fast commits, then the orphan
     /// list is finished (`ext4_fill_super`'s order). A read-only open
