@@ -9,6 +9,17 @@ use serde_json::{json, Value};
 
 use crate::image::Image;
 
+/// Format an engine error for a path in an image.
+pub fn err(image: &Image, path: &str, e: ext4kit::Error) -> String {
+    // Engine messages for path lookups already name the path.
+    let s = e.to_string();
+    if s.starts_with(path) || s.starts_with(&format!("/{path}")) {
+        format!("{}: {s}", image.display())
+    } else {
+        format!("{}: {path}: {s}", image.display())
+    }
+}
+
 /// A command's failure (see the module doc).
 #[derive(Debug)]
 pub struct Failure {
@@ -22,11 +33,11 @@ pub struct Failure {
 
 impl Failure {
     /// An engine error about `path` in `image` (the message as
-    /// [`crate::cmd::err`] words it).
+    /// [`err`] words it).
     pub fn engine(image: &Image, path: &str, e: ext4kit::Error) -> Failure {
         let errno = errno_of(&e);
         Failure {
-            message: crate::cmd::err(image, path, e),
+            message: err(image, path, e),
             path: Some(path.to_string()),
             errno,
             reported: false,

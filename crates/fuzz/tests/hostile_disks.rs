@@ -127,7 +127,8 @@ fn hostile_lvm() {
 /// Cases the long campaign found (imago panics and stack overflows,
 /// now refused by crates/vdisk/src/qcow2/header.rs), replayed under the
 /// supervisor: feature name table not whole 48-byte entries (1109, 1488,
-/// 1573), no refcount table or no refcount block for cluster 0 (1027, 1507).
+/// 1573), no refcount table or no refcount block for cluster 0 (1027,
+/// 1507), a refcount table past the end of the file (10146).
 #[test]
 fn qcow2_regressions() {
     let fam: Vec<Seed> = all_seeds().iter().filter(|s| s.family == Family::Qcow2).cloned().collect();
@@ -140,7 +141,7 @@ fn qcow2_regressions() {
         limits: ExerciseLimits { read_budget: 32 << 20, engine: true },
         progress: None,
     };
-    for seed in [1027, 1109, 1488, 1507, 1573] {
+    for seed in [1027, 1109, 1488, 1507, 1573, 10146] {
         let r = run_family(&cfg, Family::Qcow2, &fam, seed, 1);
         assert!(r.failures.is_empty(), "{}", r.summary());
     }

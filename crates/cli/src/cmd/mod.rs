@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use ext4kit::{Fs, OpenOptions};
 
-pub use crate::failure::Failure;
+pub use crate::failure::{err, Failure};
 pub use crate::image::Image;
 
 /// Open an image read-only (at the location the user chose, or a
@@ -77,15 +77,4 @@ pub fn child_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
     }
     p.extend_from_slice(name);
     p
-}
-
-/// Format an engine error for a path in an image.
-pub fn err(image: &Image, path: &str, e: ext4kit::Error) -> String {
-    // Engine messages for path lookups already name the path.
-    let s = e.to_string();
-    if s.starts_with(path) || s.starts_with(&format!("/{path}")) {
-        format!("{}: {s}", image.display())
-    } else {
-        format!("{}: {path}: {s}", image.display())
-    }
 }

@@ -233,15 +233,30 @@ fn refcounts(file: &dyn BlockDevice, h: &[u8; 112], cluster: u64) -> io::Result<
             "refcount_table_clusters is 0: the image has no refcount table",
         ));
     }
+    if !table.is_multiple_of(cluster) {
+        return Err(corrupt(
+            FORMAT,
+            format_args!("refcount_table_offset {table} is not a multiple of the cluster size {cluster}"),
+        ));
+    }
+    // A table past the end of the file reads as zeros: no refcount block
+    // for anything (imago recurses on it as on a zero entry).
+    if table.checked_add(8).is_none_or(|e| e > file.size()) {
+        return Err(corrupt(
+            FORMAT,
+            format_args!(
+                "the refcount table (at byte {table}) lies past the end of the file ({} bytes)",
+                file.size()
+            ),
+        ));
+    }
     let mut first = [0u8; 8];
-    if table.is_multiple_of(cluster) && table.checked_add(8).is_some_and(|e| e <= file.size()) {
-        file.read_at(table, &mut first)?;
-        if be64(&first, 0) == 0 {
-            return Err(corrupt(
-                FORMAT,
-                format_args!("refcount table entry 0 (at byte {table}) is 0: the header's cluster has no refcount"),
-            ));
-        }
+    file.read_at(table, &mut first)?;
+    if be64(&first, 0) == 0 {
+        return Err(corrupt(
+            FORMAT,
+            format_args!("refcount table entry 0 (at byte {table}) is 0: the header's cluster has no refcount"),
+        ));
     }
     Ok(())
 }

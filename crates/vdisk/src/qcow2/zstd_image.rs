@@ -4,7 +4,7 @@
 //! imago 0.2.6 (the newest release) refuses the compression type feature
 //! bit, so these images are read here: the active L1 and L2 tables, the
 //! cluster kinds, the compressed cluster descriptor and the backing file
-//! (opened through the same [`ChainGate`] as imago's, so the same names
+//! (opened through the same gate as imago's (`ChainGate`), so the same names
 //! are followed and the same chains refused). The image is handed to the
 //! rest of the crate as imago's raw format over [`DevStorage`], so a
 //! backing chain can mix it with imago's qcow2 files in any order.
@@ -33,7 +33,6 @@ use imago::{FormatAccess, FormatDriverBuilder, StorageOpenOptions};
 use parking_lot::Mutex;
 use zstd::stream::raw::{DParameter, Decoder, InBuffer, Operation, OutBuffer};
 
-use super::gate::ChainGate;
 use super::header::Facts;
 use super::storage::DevStorage;
 use crate::{corrupt, unsupported, BlockDevice, DiskFormat};
@@ -120,7 +119,7 @@ impl ZstdImage {
         file: Arc<dyn BlockDevice>,
         path: Option<&Path>,
         facts: &Facts,
-        gate: &mut ChainGate,
+        gate: &mut impl ImplicitOpenGate<DevStorage>,
     ) -> io::Result<ZstdImage> {
         let name = path.map_or_else(|| "(device)".to_string(), |p| p.display().to_string());
         let layout = &facts.layout;
@@ -338,7 +337,11 @@ fn decode(decoder: &mut Decoder<'static>, src: &[u8], out: &mut [u8]) -> Result<
 
 /// Open the backing file `name` of a zstd image through `gate` (format
 /// from the header extension, else probed by its magic, as imago does).
-fn open_backing(name: &str, format: Option<&str>, gate: &mut ChainGate) -> io::Result<FormatAccess<DevStorage>> {
+fn open_backing(
+    name: &str,
+    format: Option<&str>,
+    gate: &mut impl ImplicitOpenGate<DevStorage>,
+) -> io::Result<FormatAccess<DevStorage>> {
     let file = gate.open_storage(StorageOpenOptions::new().filename(name).write(false))?;
     let qcow2 = match format {
         Some("qcow2") => true,
@@ -368,7 +371,7 @@ fn open_backing(name: &str, format: Option<&str>, gate: &mut ChainGate) -> io::R
 pub(super) fn open_if_zstd(
     path: &Path,
     writable: bool,
-    gate: &mut ChainGate,
+    gate: &mut impl ImplicitOpenGate<DevStorage>,
 ) -> io::Result<Option<FormatAccess<DevStorage>>> {
     let dev: Arc<dyn BlockDevice> = Arc::new(
         ext4kit_blockdev::FileDevice::open(path, false)
