@@ -230,7 +230,7 @@ def client():
     _fleet()
     from dask.distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None)
+    cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0")
     c = Client(cluster)
     c.wait_for_workers(2)
     yield c

@@ -151,6 +151,11 @@ class _Rows:
     def __init__(self, image: Image) -> None:
         self.image = image
         self.cols: dict[str, list] = {name: [] for name in SCHEMA.names}
+        # One read buffer for the image's hashing: a fresh megabyte per
+        # file is an mmap and munmap each where the allocator's dynamic
+        # mmap threshold is off, as Dask's MALLOC_TRIM_THRESHOLD_ setting
+        # for its workers turns it off (mallopt(3)).
+        self.buffer = bytearray(1 << 20)
 
     def add(self, **values) -> None:
         values.setdefault("image", self.image.source)
@@ -181,9 +186,8 @@ def _patterns(hash_pattern: str | Sequence[str] | None) -> tuple[str, ...]:
     return tuple(hash_pattern)
 
 
-def _sha256(fs, path: bytes) -> str:
+def _sha256(fs, path: bytes, buf: bytearray) -> str:
     h = hashlib.sha256()
-    buf = bytearray(1 << 20)
     with fs.open(path) as f:
         while n := f.readinto(buf):
             h.update(memoryview(buf)[:n])
@@ -232,7 +236,7 @@ def _entry(fs, rows: _Rows, p: bytes, st, patterns: tuple[str, ...]) -> None:
     digest = target = None
     if kind == "file" and any(fnmatch.fnmatchcase(path, pat) for pat in patterns):
         try:
-            digest = _sha256(fs, p)
+            digest = _sha256(fs, p, rows.buffer)
         except OSError as e:
             problems.append(f"reading for sha256: {e}")
     elif kind == "symlink":
