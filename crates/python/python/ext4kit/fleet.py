@@ -141,7 +141,7 @@ class ScanSummary:
 def _image(item) -> Image:
     if isinstance(item, Image):
         return item
-    return Image(os.fspath(item) if not isinstance(item, str) else item)
+    return Image(os.fsdecode(item))
 
 
 class _Rows:
