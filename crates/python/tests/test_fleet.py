@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 import threading
+import types
 
 import pytest
 
@@ -466,6 +467,81 @@ def test_a_bad_image_is_an_error_row_not_a_failed_scan(fleet_dir, client, tmp):
     # The good images around them are whole.
     for img in (images[1], images[2]):
         assert by_image[img] == fleet.inventory(img).to_pylist()
+
+
+def test_damaged_parts_are_error_rows_beside_the_rest(tmp):
+    """Inside one image: a directory whose block debugfs zeroed is an
+    error row and the walk goes on; a time past 2262 (debugfs sets the
+    epoch bits: 2400) leaves that column null and says so."""
+    fleet = _fleet()
+    need("debugfs")
+    tree = os.path.join(tmp, "tree")
+    for d in ("d/sub", "e"):
+        os.makedirs(os.path.join(tree, d))
+    for f in ("d/f", "e/g", "e/h"):
+        with open(os.path.join(tree, f), "w") as fh:
+            fh.write(f)
+    image = mkfs(tree, os.path.join(tmp, "damaged.img"))
+    run("debugfs", "-w", "-R", "zap_block -f /d 0", image)
+    run("debugfs", "-w", "-R", "set_inode_field /e/g mtime 24000101000000", image)
+    s = fleet.scan([image], os.path.join(tmp, "out.parquet"))
+    assert (s.images, s.images_with_errors) == (1, 1)
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(os.path.join(tmp, "out.parquet")).to_pylist()
+    errors = [r for r in rows if r["record"] == "error"]
+    assert [r["path"] for r in errors] == ["/d"], errors
+    assert "listing the directory" in errors[0]["error"] and "corrupt" in errors[0]["error"]
+    entries = rows_by_path(pq.read_table(os.path.join(tmp, "out.parquet")))
+    assert set(entries) == {b"/", b"/d", b"/e", b"/e/g", b"/e/h", b"/lost+found"}
+    g = entries[b"/e/g"]
+    assert g["mtime_ns"] is None and "13569465600000000000 is outside int64" in g["error"], g
+    assert g["ctime_ns"] is not None and g["size"] == 3
+    assert all(r["error"] is None for p, r in entries.items() if p != b"/e/g")
+
+
+def test_a_lost_task_is_an_error_row():
+    """A task whose worker died (Dask gives up with KilledWorker) is that
+    image's error row; the images after it are written. A stand-in
+    client: killing a worker at the right moment is no test to rely on."""
+    fleet = _fleet()
+    from distributed import KilledWorker
+
+    class Done:
+        def __init__(self, value=None, error=None):
+            self.value, self.error, self.released = value, error, False
+
+        def result(self):
+            if self.error:
+                raise self.error
+            return self.value
+
+        def release(self):
+            self.released = True
+
+    class Client:
+        def __init__(self):
+            self.futures = []
+
+        def nthreads(self):
+            return {"tcp://w:1": 1}
+
+        def submit(self, fn, image, **kw):
+            assert fn is fleet.inventory and kw["pure"] is False
+            if image.source == "lost.img":
+                f = Done(error=KilledWorker("inventory-1", types.SimpleNamespace(address="tcp://w:1"), 3))
+            else:
+                f = Done(value=fleet.inventory(image, hash_pattern=kw["hash_pattern"]))
+            self.futures.append(f)
+            return f
+
+    c = Client()
+    t = fleet.scan(["lost.img", "missing.img"], client=c)
+    rows = t.to_pylist()
+    assert [(r["image"], r["record"]) for r in rows] == [("lost.img", "error"), ("missing.img", "error")]
+    assert rows[0]["error"].startswith("the task failed: KilledWorker")
+    assert "opening the image" in rows[1]["error"]
+    assert all(f.released for f in c.futures)
 
 
 class RangedFiles(http.server.BaseHTTPRequestHandler):
