@@ -93,7 +93,7 @@ def main() -> int:
         clusters = {}
         for n in counts:
             cluster = LocalCluster(
-                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0", silence_logs=logging.WARNING
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0", silence_logs=logging.WARNING
             )
             client = Client(cluster)
             client.wait_for_workers(n)

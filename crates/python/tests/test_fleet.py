@@ -231,7 +231,7 @@ def client():
     _fleet()
     from dask.distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0")
+    cluster = LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address="127.0.0.1:0")
     c = Client(cluster)
     c.wait_for_workers(2)
     yield c
@@ -622,7 +622,8 @@ def test_url_images_over_http(fleet_dir, client):
 
 def test_command_line_against_a_running_scheduler(fleet_dir, client, tmp):
     """`python -m ext4kit.fleet --scheduler ADDRESS`: the production path,
-    a client process connecting to a cluster that is already up."""
+    a client process connecting to a cluster that is already up; and
+    `--workers N`, a local cluster of the command's own."""
     fleet = _fleet()
     import pyarrow.parquet as pq
 
@@ -639,5 +640,12 @@ def test_command_line_against_a_running_scheduler(fleet_dir, client, tmp):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("20 images, "), r.stdout
     assert pq.read_table(out).equals(fleet.scan(images, hash_pattern=HASH))
+    # --workers: a cluster of its own, started and closed by the command.
+    r = subprocess.run(
+        [sys.executable, "-m", "ext4kit.fleet", "--workers", "2", "--out", out, *images[:4]],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert pq.read_table(out).equals(fleet.scan(images[:4]))
     r = subprocess.run([sys.executable, "-m", "ext4kit.fleet", "--out", out], capture_output=True, text=True)
     assert r.returncode == 2 and "no images" in r.stderr
