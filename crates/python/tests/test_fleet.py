@@ -394,6 +394,21 @@ def test_rpmdb_rows_only_in_the_write_ahead_log(tmp):
     assert pkgs == [("first", "1-1"), ("second", "3:2-1")]
 
 
+def test_an_old_rpm_database_is_reported_not_skipped(tmp):
+    """A Berkeley DB `Packages` (rpm up to 4.15) is not read: an error row
+    says so, where a silent empty list would claim no packages."""
+    fleet = _fleet()
+    tree = os.path.join(tmp, "tree")
+    os.makedirs(os.path.join(tree, "var/lib/rpm"))
+    with open(os.path.join(tree, "var/lib/rpm/Packages"), "wb") as f:
+        f.write(b"\0" * 12 + struct.pack("<I", 0x061561) + b"\0" * 4080)  # a hash database's magic
+    t = fleet.inventory(mkfs(tree, os.path.join(tmp, "bdb.img")))
+    errors = [(r["path"], r["error"]) for r in t.to_pylist() if r["record"] == "error"]
+    assert len(errors) == 1 and errors[0][0] == "/var/lib/rpm/Packages", errors
+    assert "format not read" in errors[0][1]
+    assert not [r for r in t.to_pylist() if r["record"] == "package"]
+
+
 # --- the fleet on Dask ----------------------------------------------------
 
 

@@ -21,11 +21,21 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import stat
 import struct
 import tempfile
 from dataclasses import dataclass
 
-__all__ = ["Package", "installed", "dpkg_status", "rpm_header", "DPKG_STATUS", "RPMDB_DIRS"]
+__all__ = [
+    "Package",
+    "PackageDbError",
+    "installed",
+    "dpkg_status",
+    "rpm_header",
+    "rpm_sqlite",
+    "DPKG_STATUS",
+    "RPMDB_DIRS",
+]
 
 DPKG_STATUS = "/var/lib/dpkg/status"
 #: Where rpm keeps its database, newest layout first (/var/lib/rpm is a
@@ -55,45 +65,50 @@ class PackageDbError(ValueError):
 
 def installed(fs) -> tuple[list[Package], list[str]]:
     """The packages installed in the open filesystem ``fs``, and the
-    problems met (one text per database that could not be read): a
-    damaged database is reported, never fatal, so the rest of an image's
-    inventory survives it. An image with neither database has none."""
+    problems met (one text per database that could not be read, starting
+    with its path): a damaged database is reported, never fatal, so the
+    rest of an image's inventory survives it. An image with neither
+    database has none."""
     packages: list[Package] = []
     problems: list[str] = []
-    if _is_file(fs, DPKG_STATUS):
-        try:
+    try:
+        if _is_file(fs, DPKG_STATUS):
             packages += dpkg_status(fs.read(DPKG_STATUS), DPKG_STATUS)
-        except (OSError, PackageDbError) as e:
-            problems.append(f"{DPKG_STATUS}: {e}")
+    except (OSError, PackageDbError) as e:
+        problems.append(f"{DPKG_STATUS}: {e}")
     seen: set[int] = set()
     for d in RPMDB_DIRS:
         db = d + "/rpmdb.sqlite"
-        if not _is_file(fs, db):
-            continue
-        # /var/lib/rpm -> ../../usr/lib/sysimage/rpm: the same database
-        # under two names; the first found is the one reported.
-        ino = fs.stat(db).st_ino
-        if ino in seen:
-            continue
-        seen.add(ino)
         try:
+            if not _is_file(fs, db):
+                continue
+            # /var/lib/rpm -> ../../usr/lib/sysimage/rpm: the same
+            # database under two names; the first found is the one read.
+            ino = fs.stat(db).st_ino
+            if ino in seen:
+                continue
+            seen.add(ino)
             packages += rpm_sqlite(fs, db)
         except (OSError, PackageDbError, sqlite3.DatabaseError) as e:
             problems.append(f"{db}: {e}")
     if not seen:
-        other = [p for d in RPMDB_DIRS for n in _RPMDB_OTHER if _is_file(fs, p := f"{d}/{n}")]
-        if other:
-            problems.append(
-                f"{other[0]}: an rpm database in a format not read (Berkeley DB or NDB; "
-                "`rpmdb --rebuilddb` of rpm 4.16+ converts it to rpmdb.sqlite)"
-            )
+        for p in (f"{d}/{n}" for d in RPMDB_DIRS for n in _RPMDB_OTHER):
+            try:
+                if _is_file(fs, p):
+                    problems.append(
+                        f"{p}: an rpm database in a format not read (Berkeley DB or NDB; "
+                        "`rpmdb --rebuilddb` of rpm 4.16+ converts it to rpmdb.sqlite)"
+                    )
+                    break
+            except OSError as e:
+                problems.append(f"{p}: {e}")
     packages.sort()
     return packages, problems
 
 
 def _is_file(fs, path: str) -> bool:
-    import stat
-
+    """Whether ``path`` is a regular file (symlinks followed); absent is
+    False, any other failure raises."""
     try:
         return stat.S_ISREG(fs.stat(path).st_mode)
     except (FileNotFoundError, NotADirectoryError):
