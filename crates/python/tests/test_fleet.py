@@ -487,7 +487,8 @@ def test_a_bad_image_is_an_error_row_not_a_failed_scan(fleet_dir, client, tmp):
 def test_damaged_parts_are_error_rows_beside_the_rest(tmp):
     """Inside one image: a directory whose block debugfs zeroed is an
     error row and the walk goes on; a time past 2262 (debugfs sets the
-    epoch bits: 2400) leaves that column null and says so."""
+    epoch bits: 2400) and a size past 2**63 leave that column null and
+    say so in the entry's error."""
     fleet = _fleet()
     need("debugfs")
     tree = os.path.join(tmp, "tree")
@@ -499,6 +500,7 @@ def test_damaged_parts_are_error_rows_beside_the_rest(tmp):
     image = mkfs(tree, os.path.join(tmp, "damaged.img"))
     run("debugfs", "-w", "-R", "zap_block -f /d 0", image)
     run("debugfs", "-w", "-R", "set_inode_field /e/g mtime 24000101000000", image)
+    run("debugfs", "-w", "-R", "set_inode_field /e/h size 0x8000000000000010", image)
     s = fleet.scan([image], os.path.join(tmp, "out.parquet"))
     assert (s.images, s.images_with_errors) == (1, 1)
     import pyarrow.parquet as pq
@@ -512,7 +514,10 @@ def test_damaged_parts_are_error_rows_beside_the_rest(tmp):
     g = entries[b"/e/g"]
     assert g["mtime_ns"] is None and "13569465600000000000 is outside int64" in g["error"], g
     assert g["ctime_ns"] is not None and g["size"] == 3
-    assert all(r["error"] is None for p, r in entries.items() if p != b"/e/g")
+    h = entries[b"/e/h"]
+    assert h["size"] is None and h["error"] == "size 9223372036854775824 is outside int64", h
+    assert h["mtime_ns"] is not None
+    assert all(r["error"] is None for p, r in entries.items() if p not in (b"/e/g", b"/e/h"))
 
 
 def test_a_lost_task_is_an_error_row():

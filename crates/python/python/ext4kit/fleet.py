@@ -232,6 +232,10 @@ def _entry(fs, rows: _Rows, p: bytes, st, patterns: tuple[str, ...]) -> None:
             problems.append(f"{name} {v} is outside int64 nanoseconds")
             v = None
         times[name] = v
+    size = st.st_size
+    if size not in _INT64:  # i_size is 64 bits unsigned; a damaged inode may use the top one
+        problems.append(f"size {size} is outside int64")
+        size = None
     kind = _TYPES.get(stat.S_IFMT(st.st_mode), f"unknown:{stat.S_IFMT(st.st_mode):o}")
     digest = target = None
     if kind == "file" and any(fnmatch.fnmatchcase(path, pat) for pat in patterns):
@@ -249,7 +253,7 @@ def _entry(fs, rows: _Rows, p: bytes, st, patterns: tuple[str, ...]) -> None:
         path=path,
         path_bytes=raw,
         type=kind,
-        size=st.st_size,
+        size=size,
         mode=stat.S_IMODE(st.st_mode),
         uid=st.st_uid,
         gid=st.st_gid,
@@ -296,12 +300,18 @@ def inventory(image, *, hash_pattern: str | Sequence[str] | None = None) -> pa.T
                     version=pkg.version,
                     arch=pkg.arch,
                 )
-            for text in problems:
-                path, _, message = text.partition(": ")
+            for path, message in problems:
                 rows.error(path, message)
     except Exception as e:  # noqa: BLE001 - the rows so far stand, the rest is this error
         rows.error(None, f"{type(e).__name__}: {e}")
-    return rows.table()
+    try:
+        return rows.table()
+    except (pa.ArrowException, OverflowError, TypeError) as e:
+        # A value the schema cannot hold that slipped past the checks
+        # above: the image's rows are lost, said in its one row.
+        only = _Rows(img)
+        only.error(None, f"making the rows: {type(e).__name__}: {e}")
+        return only.table()
 
 
 def _has_error(t: pa.Table) -> bool:

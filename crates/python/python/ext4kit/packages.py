@@ -63,19 +63,19 @@ class PackageDbError(ValueError):
     and where."""
 
 
-def installed(fs) -> tuple[list[Package], list[str]]:
+def installed(fs) -> tuple[list[Package], list[tuple[str, str]]]:
     """The packages installed in the open filesystem ``fs``, and the
-    problems met (one text per database that could not be read, starting
-    with its path): a damaged database is reported, never fatal, so the
-    rest of an image's inventory survives it. An image with neither
-    database has none."""
+    problems met: (path, message) for each database that could not be
+    read. A damaged database is reported, never fatal, so the rest of an
+    image's inventory survives it. An image with neither database has
+    no packages."""
     packages: list[Package] = []
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []
     try:
         if _is_file(fs, DPKG_STATUS):
             packages += dpkg_status(fs.read(DPKG_STATUS), DPKG_STATUS)
     except (OSError, PackageDbError) as e:
-        problems.append(f"{DPKG_STATUS}: {e}")
+        problems.append((DPKG_STATUS, str(e)))
     seen: set[int] = set()
     for d in RPMDB_DIRS:
         db = d + "/rpmdb.sqlite"
@@ -90,18 +90,21 @@ def installed(fs) -> tuple[list[Package], list[str]]:
             seen.add(ino)
             packages += rpm_sqlite(fs, db)
         except (OSError, PackageDbError, sqlite3.DatabaseError) as e:
-            problems.append(f"{db}: {e}")
+            problems.append((db, str(e)))
     if not seen:
         for p in (f"{d}/{n}" for d in RPMDB_DIRS for n in _RPMDB_OTHER):
             try:
                 if _is_file(fs, p):
                     problems.append(
-                        f"{p}: an rpm database in a format not read (Berkeley DB or NDB; "
-                        "`rpmdb --rebuilddb` of rpm 4.16+ converts it to rpmdb.sqlite)"
+                        (
+                            p,
+                            "an rpm database in a format not read (Berkeley DB or NDB; "
+                            "`rpmdb --rebuilddb` of rpm 4.16+ converts it to rpmdb.sqlite)",
+                        )
                     )
                     break
             except OSError as e:
-                problems.append(f"{p}: {e}")
+                problems.append((p, str(e)))
     packages.sort()
     return packages, problems
 
