@@ -135,7 +135,11 @@ impl BlockDevice for PyFileDevice {
             }
             Ok(())
         })?;
-        self.size.fetch_max(end, Ordering::AcqRel);
+        // Only a write past the end touches the shared size: writes
+        // inside the image (all of an ext4's) stay a plain load.
+        if end > self.size.load(Ordering::Acquire) {
+            self.size.fetch_max(end, Ordering::AcqRel);
+        }
         Ok(())
     }
 
@@ -157,5 +161,11 @@ impl BlockDevice for PyFileDevice {
 
     fn read_only(&self) -> bool {
         !self.writable
+    }
+
+    /// A writable binary file object (a file, `io.BytesIO`) extends on a
+    /// write past its end, as a VMDK sparse extent's new grains need.
+    fn grows(&self) -> bool {
+        self.writable
     }
 }

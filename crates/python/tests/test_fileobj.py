@@ -142,3 +142,43 @@ def test_a_filesystem_dropped_without_close_is_closed_clean(tmp):
     for image in (img, out):
         with ext4kit.open(image) as fs:
             assert fs.read("/etc/dropped") == b"collected\n"
+
+
+class _Lying(io.RawIOBase):
+    """An image object that misbehaves in one way: `how` names it."""
+
+    def __init__(self, data: bytes, how: str):
+        self.data, self.how, self.pos = data, how, 0
+
+    def readable(self):
+        return True
+
+    def seek(self, off, whence=0):
+        if self.how == "negative-size" and whence == 2:
+            return -1
+        self.pos = off if whence == 0 else len(self.data) if whence == 2 else self.pos + off
+        return self.pos
+
+    def read(self, n=-1):
+        if self.how == "raises":
+            raise RuntimeError("the disk fell off")
+        if self.how == "text":
+            return "not bytes"
+        if self.how == "short" and self.pos >= 4096:
+            return b""
+        out = self.data[self.pos : self.pos + n]
+        self.pos += len(out)
+        return out
+
+
+@pytest.mark.parametrize("how", ["raises", "text", "short", "negative-size"])
+def test_a_misbehaving_image_object_is_an_error_not_a_crash(tmp, how):
+    img = filled_image(tmp)
+    with open(img, "rb") as f:
+        data = f.read()
+    with pytest.raises((OSError, TypeError, ValueError, OverflowError)):
+        with ext4kit.open(_Lying(data, how)) as fs:
+            ext4kit_view(fs)
+    # An object without read() at all is refused by name.
+    with pytest.raises(TypeError, match="read"):
+        ext4kit.open(object())
